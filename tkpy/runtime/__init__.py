@@ -1,0 +1,69 @@
+"""tkpy runtime: NVRTC compilation, caching, SASS inspection, driver launches.
+
+Importing this package never needs a GPU; only the functions in
+:mod:`tkpy.runtime.driver` that load or launch kernels do.
+"""
+
+from .cache import cache_dir, cache_enabled, cache_key
+from .disasm import find_nvdisasm, sass
+from .driver import (
+    PARAM_KINDS,
+    Launcher,
+    LoadedKernel,
+    ParamBuffer,
+    check,
+    compute_capability,
+    current_stream_handle,
+    device_attribute,
+    ensure_context,
+    gpu_available,
+    launch,
+    load_function,
+    load_kernel,
+    make_launch_config,
+    max_shared_per_block_optin,
+    require_gpu,
+    sm_count,
+    stream_getter,
+)
+from .errors import CompileError, DriverError, NoGPUError, SpillWarning, TkpyRuntimeError
+from .nvrtc import CompiledModule, clear_memo, compile_cuda, nvrtc_version
+from .resources import Resources, parse_ptxas_log, warn_on_spills
+
+__all__ = [
+    "CompileError",
+    "CompiledModule",
+    "DriverError",
+    "Launcher",
+    "LoadedKernel",
+    "NoGPUError",
+    "PARAM_KINDS",
+    "ParamBuffer",
+    "Resources",
+    "SpillWarning",
+    "TkpyRuntimeError",
+    "cache_dir",
+    "cache_enabled",
+    "cache_key",
+    "check",
+    "clear_memo",
+    "compile_cuda",
+    "compute_capability",
+    "current_stream_handle",
+    "device_attribute",
+    "ensure_context",
+    "find_nvdisasm",
+    "gpu_available",
+    "launch",
+    "load_function",
+    "load_kernel",
+    "make_launch_config",
+    "max_shared_per_block_optin",
+    "nvrtc_version",
+    "parse_ptxas_log",
+    "require_gpu",
+    "sass",
+    "sm_count",
+    "stream_getter",
+    "warn_on_spills",
+]

@@ -1,0 +1,46 @@
+"""Exceptions and warnings raised by the tkpy runtime layer."""
+
+from __future__ import annotations
+
+
+class TkpyRuntimeError(RuntimeError):
+    """Base class of every error raised by ``tkpy.runtime``."""
+
+
+class CompileError(TkpyRuntimeError):
+    """NVRTC rejected the generated CUDA source.
+
+    ``log`` is NVRTC's raw log; ``source`` the generated source it compiled.
+    The message itself already points each error at its generated line and at
+    the user's Python line (the ``// file.py:LINE`` markers codegen emits).
+    """
+
+    def __init__(self, message: str, *, log: str = "", source: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+        self.source = source
+
+
+class DriverError(TkpyRuntimeError):
+    """A CUDA driver API call failed.
+
+    ``code`` is the integer ``CUresult`` (``None`` for failures detected by
+    tkpy itself, e.g. "kernel needs more shared memory than the device has"),
+    ``name`` its symbolic name such as ``CUDA_ERROR_INVALID_VALUE``.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None, name: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = name
+
+
+class NoGPUError(TkpyRuntimeError):
+    """No usable (Hopper, sm_90+) GPU is visible to this process."""
+
+
+class SpillWarning(UserWarning):
+    """ptxas spilled registers to local memory for a tkpy kernel."""
+
+
+__all__ = ["TkpyRuntimeError", "CompileError", "DriverError", "NoGPUError", "SpillWarning"]

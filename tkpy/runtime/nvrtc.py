@@ -1,0 +1,251 @@
+"""Compile generated CUDA C++ to an sm_90a CUBIN with NVRTC (no GPU needed).
+
+We always hand the driver a CUBIN, never PTX: a pip NVRTC newer than the
+installed driver emits PTX with a newer ISA version, which the driver's JIT
+rejects, while a CUBIN for a real arch loads on any driver of the same major
+version. The PTX is still extracted, for inspection only.
+
+The generated source is header-free (NVRTC ships no headers) and marks each
+statement with a trailing ``// file.py:LINE  opname`` comment; compile errors
+are mapped back to those markers so the user sees their own Python line.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from . import cache as _cache
+from .errors import CompileError, TkpyRuntimeError
+from .resources import Resources, parse_ptxas_log
+
+BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-lineinfo", "-Xptxas=-v")
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    """A compiled, loadable kernel image (host-side only; see driver.py)."""
+
+    kernel_name: str
+    cubin: bytes
+    ptx: str
+    log: str
+    resources: Resources
+    compile_seconds: float
+    from_cache: bool
+    key: str
+    arch: str = "sm_90a"
+    source: str = ""  # the generated CUDA source (for error/SASS mapping)
+
+    def __repr__(self) -> str:  # the default repr would dump the cubin
+        return (
+            f"CompiledModule({self.kernel_name!r}, arch={self.arch}, cubin={len(self.cubin)} B, "
+            f"key={self.key[:12]}, from_cache={self.from_cache}, {self.resources.summary()})"
+        )
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise TkpyRuntimeError(
+            "tkpy needs NVRTC through cuda-bindings: pip install 'cuda-bindings>=13' "
+            "'nvidia-cuda-nvrtc>=13'"
+        ) from e
+    return nvrtc
+
+
+def _check(nvrtc, result: tuple, what: str):
+    err = result[0]
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, msg = nvrtc.nvrtcGetErrorString(err)
+        raise TkpyRuntimeError(f"NVRTC {what} failed: {msg.decode(errors='replace')}")
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+@lru_cache(maxsize=1)
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library actually loaded."""
+    nvrtc = _nvrtc()
+    try:
+        res = nvrtc.nvrtcVersion()
+    except Exception as e:  # library not found by cuda-pathfinder
+        raise TkpyRuntimeError(
+            f"could not load the NVRTC library ({e}); pip install 'nvidia-cuda-nvrtc>=13'"
+        ) from e
+    major, minor = _check(nvrtc, res, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+# ---------------------------------------------------------------------------
+# error reporting
+# ---------------------------------------------------------------------------
+
+_DIAG_RE = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>(?:catastrophic )?error|warning)\b:?\s*(?P<msg>.*)$")
+_MARKER_RE = re.compile(r"//\s*(?P<loc>[^\s:]+\.py:\d+)(?:\s+(?P<op>\S[^\n]*?))?\s*$")
+
+
+def find_python_origin(source_lines: list[str], line_no: int) -> tuple[str, str] | None:
+    """Nearest ``// file.py:LINE  op`` marker on or above 1-based ``line_no``.
+
+    Returns ``(file.py:LINE, op)`` or None.
+    """
+    for i in range(min(line_no, len(source_lines)) - 1, -1, -1):
+        m = _MARKER_RE.search(source_lines[i])
+        if m:
+            return m.group("loc"), (m.group("op") or "").strip()
+    return None
+
+
+def format_compile_error(source: str, log: str, kernel_name: str, arch: str) -> str:
+    lines = source.splitlines()
+    diags = []
+    for raw in log.splitlines():
+        m = _DIAG_RE.match(raw.strip())
+        if not m or m.group("kind") == "warning":
+            continue
+        n = int(m.group("line"))
+        text = [f"{m.group('kind')}: {m.group('msg')}"]
+        if 1 <= n <= len(lines):
+            text.append(f"  generated {m.group('file')}:{n}: {lines[n - 1].strip()}")
+        origin = find_python_origin(lines, n)
+        if origin is not None:
+            loc, op = origin
+            text.append(f"  from {loc}" + (f"  ({op})" if op else ""))
+        diags.append("\n".join(text))
+    head = f"NVRTC failed to compile tkpy kernel '{kernel_name}' for {arch}"
+    body = "\n\n".join(diags) if diags else "(no error lines could be parsed; see log)"
+    return f"{head}:\n\n{body}\n\n--- NVRTC log ---\n{log.rstrip()}"
+
+
+# ---------------------------------------------------------------------------
+# compilation
+# ---------------------------------------------------------------------------
+
+_memo: dict[str, CompiledModule] = {}
+_memo_lock = threading.Lock()
+
+
+def _entry_present(ptx: str, kernel_name: str) -> bool:
+    return re.search(r"\.entry\s+" + re.escape(kernel_name) + r"\s*\(", ptx) is not None
+
+
+def _run_nvrtc(source: str, kernel_name: str, opts: list[str], arch: str) -> tuple[bytes, str, str, float]:
+    nvrtc = _nvrtc()
+    t0 = time.perf_counter()
+    prog = _check(
+        nvrtc,
+        nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel_name}.cu".encode(), 0, [], []),
+        "nvrtcCreateProgram",
+    )
+    try:
+        bopts = [o.encode() for o in opts]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
+        n = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        buf = bytearray(n)
+        _check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = bytes(buf).rstrip(b"\x00").decode(errors="replace")
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            if status == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
+                raise CompileError(format_compile_error(source, log, kernel_name, arch), log=log, source=source)
+            _, msg = nvrtc.nvrtcGetErrorString(status)
+            raise CompileError(
+                f"NVRTC failed for tkpy kernel '{kernel_name}' ({msg.decode()}); options {opts}\n{log}",
+                log=log,
+                source=source,
+            )
+        n = _check(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin_buf = bytearray(n)
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin_buf), "nvrtcGetCUBIN")
+        n = _check(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        ptx_buf = bytearray(n)
+        _check(nvrtc, nvrtc.nvrtcGetPTX(prog, ptx_buf), "nvrtcGetPTX")
+        ptx = bytes(ptx_buf).rstrip(b"\x00").decode(errors="replace")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return bytes(cubin_buf), ptx, log, time.perf_counter() - t0
+
+
+def compile_cuda(
+    source: str,
+    kernel_name: str,
+    *,
+    arch: str = "sm_90a",
+    options: tuple[str, ...] = (),
+) -> CompiledModule:
+    """Compile ``source`` (containing ``extern "C" __global__ void kernel_name``).
+
+    Looks in the in-process memo, then the disk cache, then runs NVRTC with
+    ``-arch=<arch> -std=c++17 -lineinfo -Xptxas=-v`` plus ``options``.
+    Raises :class:`CompileError` on failure (message maps errors back to the
+    ``// file.py:LINE`` markers of the generated source).
+    """
+    if not arch.startswith("sm_"):
+        raise ValueError(f"arch must be a real architecture like 'sm_90a' (we load CUBIN, never PTX); got {arch!r}")
+    options = tuple(options)
+    opts = [f"-arch={arch}", *BASE_OPTIONS, *(o for o in options if o not in BASE_OPTIONS)]
+    use_cache = _cache.cache_enabled()
+    key = _cache.cache_key(source, kernel_name, tuple(opts), nvrtc_version(), arch)
+
+    if use_cache:
+        hit = _memo.get(key)
+        if hit is not None:
+            return hit
+        entry = _cache.load(key)
+        if entry is not None and entry["kernel_name"] == kernel_name:
+            mod = CompiledModule(
+                kernel_name=kernel_name,
+                cubin=entry["cubin"],
+                ptx=entry["ptx"],
+                log=entry["log"],
+                resources=parse_ptxas_log(entry["log"], kernel_name),
+                compile_seconds=entry["compile_seconds"],
+                from_cache=True,
+                key=key,
+                arch=arch,
+                source=source,
+            )
+            with _memo_lock:
+                _memo[key] = mod
+            return mod
+
+    cubin, ptx, log, secs = _run_nvrtc(source, kernel_name, opts, arch)
+    if not _entry_present(ptx, kernel_name):
+        entries = re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(", ptx)
+        raise CompileError(
+            f"compiled module has no kernel named '{kernel_name}' (entries: {entries}); "
+            f"declare it as extern \"C\" __global__ so its name is not mangled",
+            log=log,
+            source=source,
+        )
+    mod = CompiledModule(
+        kernel_name=kernel_name,
+        cubin=cubin,
+        ptx=ptx,
+        log=log,
+        resources=parse_ptxas_log(log, kernel_name),
+        compile_seconds=secs,
+        from_cache=False,
+        key=key,
+        arch=arch,
+        source=source,
+    )
+    if use_cache:
+        _cache.store(key, kernel_name=kernel_name, cubin=cubin, ptx=ptx, log=log, compile_seconds=secs)
+        with _memo_lock:
+            _memo[key] = replace(mod, from_cache=True)
+    return mod
+
+
+def clear_memo() -> None:
+    """Forget in-process compiled modules (the disk cache is untouched)."""
+    with _memo_lock:
+        _memo.clear()
+
+
+__all__ = ["CompiledModule", "compile_cuda", "nvrtc_version", "find_python_origin", "clear_memo", "BASE_OPTIONS"]
