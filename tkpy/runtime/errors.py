@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+try:  # share the package-wide base class when it exists
+    from ..errors import TkpyError as _TkpyBase
+except ImportError:  # pragma: no cover - runtime used standalone
+    _TkpyBase = Exception  # type: ignore[misc,assignment]
 
-class TkpyRuntimeError(RuntimeError):
-    """Base class of every error raised by ``tkpy.runtime``."""
+
+class TkpyRuntimeError(_TkpyBase, RuntimeError):  # type: ignore[misc,valid-type]
+    """Base class of every error raised by ``tkpy.runtime`` (a ``tkpy.errors.TkpyError``)."""
 
 
 class CompileError(TkpyRuntimeError):
