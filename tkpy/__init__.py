@@ -1,0 +1,20 @@
+"""tkpy: a Python tile DSL for NVIDIA Hopper GPUs in the spirit of ThunderKittens.
+
+    import tkpy as tk
+    from tkpy import bf16, f32
+
+    @tk.kernel(warps=4)
+    def k(x: tk.gl[bf16, "R", 64], y: tk.gl[bf16, "R", 64]): ...
+
+See README.md for the tour.
+"""
+from .tiles.dtypes import bf16, fp16, f32, fp32, half, float16, bfloat16, float32
+from .tiles.types import RT, RV, ST, SV, GL
+from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError
+from .frontend.kernel import kernel, Kernel
+from .frontend.signature import gl, constexpr
+from .frontend.control import range, if_, else_, block_idx, grid_dim, warp_id, lane_id, num_warps
+from .ops import *  # noqa: F401,F403 - the op namespace is the public API
+from .ops import warpgroup, block
+
+__version__ = "0.1.0"

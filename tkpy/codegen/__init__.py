@@ -1,0 +1,4 @@
+"""Lowering the IR to CUDA C++."""
+from .abi import Slot, param_slots
+from .emit import generate
+from .prelude import PRELUDE

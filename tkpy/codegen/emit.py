@@ -1,0 +1,246 @@
+"""IR -> one self-contained CUDA C++ translation unit.
+
+Each statement is preceded by a comment naming the Python line it came from,
+so the source reads side by side with the kernel and NVRTC errors map back.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+
+from ..errors import UnsupportedError
+from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Op, SharedRef, Var
+from ..ir.expr import Expr, Sym, as_expr, render
+from ..tiles.dtypes import f32
+from ..tiles.types import RT, RV, ST, SV
+from .abi import Slot, element_ctype
+from .prelude import PRELUDE
+
+SMEM_BASE = "smem"
+BUILTIN_DECLS = [  # declared in the kernel's prologue when the body uses them
+    *((f"block_{a}", f"const int block_{a} = blockIdx.{a};") for a in "xyz"),
+    *((f"grid_{a}", f"const int grid_{a} = gridDim.{a};") for a in "xyz"),
+    ("warpid", "const int warpid = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);  // warp-uniform"),
+    ("laneid", "const int laneid = threadIdx.x % 32;"),
+]
+SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 128")}
+
+
+def generate(kernel: KernelIR, slots: list[Slot]) -> str:
+    return PRELUDE + "\n" + KernelEmitter(kernel, slots).emit()
+
+
+def ctype_of(t) -> str:
+    """C++ type of a tile or vector variable."""
+    e = element_ctype(t.dtype)
+    if isinstance(t, RT):
+        return f"tk::rt<{e}, {t.height}, {t.width}, tk::{t.layout}_l>"
+    if isinstance(t, RV):
+        return f"tk::rv<{e}, {t.chunks}, tk::{t.layout}_l>"
+    if isinstance(t, ST):
+        return f"tk::st<{e}, {t.rows}, {t.cols}, {t.swizzle}>"
+    raise UnsupportedError(f"no C++ type for {t}")
+
+
+def operand(a) -> str:
+    if isinstance(a, SharedRef):
+        return a.var.name if a.index is None else f"{a.var.name}[{render(a.index)}]"
+    if isinstance(a, (Var, GlobalVar)):
+        return a.name
+    if isinstance(a, Expr):
+        return render(a)
+    raise TypeError(f"not an operand: {a!r}")
+
+
+def float_operand(e: Expr) -> str:
+    return render(e) if e.dtype == f32 else f"float({render(e)})"
+
+
+class KernelEmitter:
+    def __init__(self, kernel: KernelIR, slots: list[Slot]):
+        self.k = kernel
+        self.slots = slots
+        self.lines: list[str] = []
+        self.depth = 1
+        self._last_loc = None
+
+    # -- structure ---------------------------------------------------------
+    def emit(self) -> str:
+        k = self.k
+        params = ",\n    ".join(f"{s.ctype} {s.cname}" for s in self.slots)
+        self.lines.append(f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps")
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__({k.threads})\n{k.name}(\n    {params})\n{{')
+        prologue_at = len(self.lines)
+        if k.shared_bytes:
+            self.line("extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];")
+            self.line(f"unsigned char* const {SMEM_BASE} = tk::align_up(tk_dynamic_smem, 1024);"
+                      "  // swizzled tiles need 1024-byte alignment")
+        for p in k.params:
+            if isinstance(p, GlobalVar):
+                self.line(self._gl_decl(p))
+        self.block(k.body)
+        self.lines.append("}")
+        body = "\n".join(self.lines[prologue_at:])
+        for name, decl in reversed(BUILTIN_DECLS):
+            if re.search(rf"\b{name}\b", body):
+                self.lines.insert(prologue_at, "    " + decl)
+        return "\n".join(self.lines) + "\n"
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def origin(self, loc, what: str) -> None:
+        """A `// file.py:LINE  source` comment, once per Python line."""
+        if loc == self._last_loc:
+            return
+        self._last_loc = loc
+        src = linecache.getline(loc.file, loc.line).strip()
+        self.line(f"// {loc.short}  {src or what}")
+
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if isinstance(s, Decl):
+                self.origin(s.loc, "declare")
+                self.line(self._decl(s.var))
+            elif isinstance(s, Op):
+                self.origin(s.loc, s.name)
+                emitter = OP_EMITTERS.get(s.name)
+                if emitter is None:
+                    raise UnsupportedError(f"no code generator for op `{s.name}`", s.loc)
+                for text in emitter(self, s):
+                    self.line(text)
+            elif isinstance(s, For):
+                self.origin(s.loc, "for")
+                v = s.var.name
+                self.line(f"for (int {v} = {render(s.start)}; {v} < {render(s.stop)}; {v} += {render(s.step)}) {{")
+                self._nested(s.body)
+                self.line("}")
+            elif isinstance(s, If):
+                self.origin(s.loc, "if")
+                self.line(f"if ({render(s.cond)}) {{")
+                self._nested(s.then)
+                if s.orelse:
+                    self.line("} else {")
+                    self._nested(s.orelse)
+                self.line("}")
+
+    def _nested(self, stmts) -> None:
+        self.depth += 1
+        self._last_loc = None
+        self.block(stmts)
+        self.depth -= 1
+        self._last_loc = None
+
+    # -- declarations ------------------------------------------------------
+    def _decl(self, v: Var) -> str:
+        t = v.type
+        if isinstance(t, (RT, RV)):
+            return f"{ctype_of(t)} {v.name};"
+        offset = self.k.shared_offsets[v]
+        if isinstance(t, ST):
+            if v.count > 1:
+                return f"const tk::st_array<{ctype_of(t)}, {v.count}> {v.name}{{{SMEM_BASE} + {offset}}};"
+            return f"const {ctype_of(t)} {v.name}{{{SMEM_BASE} + {offset}}};"
+        raise UnsupportedError(f"declaring {t} is not supported yet", v.loc)
+
+    def _gl_decl(self, g: GlobalVar) -> str:
+        dims = [g.dim(a) for a in range(4)]
+        b, d, r, c = (as_expr(x) for x in dims)
+        if g.contiguous:
+            strides = [d * r * c, r * c, c]
+            stride_text = ", ".join(f"{render(s)}" for s in strides)
+        else:
+            stride_text = ", ".join(f"{g.name}_{l}_stride" for l in ("batch", "depth", "row"))
+        dims_text = ", ".join(render(x) for x in (b, d, r, c))
+        return (f"const tk::gl<{element_ctype(g.type.dtype)}> {g.name}{{{g.name}_ptr, {dims_text}, {stride_text}}};"
+                f"  // {g.type}")
+
+
+# -- op emitters: each returns the C++ statements for one IR op --------------
+
+def _coord(op_tile, coord) -> str:
+    """Element coordinates (b, d, row, col) of a tile-unit coordinate."""
+    t = op_tile.type
+    b, d, r, c = coord
+    return ", ".join(render(x) for x in (b, d, r * t.rows, c * t.cols))
+
+
+def _scope(em: KernelEmitter, scope: str) -> tuple[str, str]:
+    if scope == "block":
+        return str(em.k.threads), "threadIdx.x"
+    return SCOPE_THREADS[scope]
+
+
+def emit_load_rt_gl(em, op):
+    dst, src, coord = op.args
+    yield f"tk::load({dst.name}, {src.name}, {_coord(dst, coord)});"
+
+
+def emit_store_gl_rt(em, op):
+    dst, src, coord = op.args
+    yield f"tk::store({dst.name}, {src.name}, {_coord(src, coord)});"
+
+
+def emit_load_rt_st(em, op):
+    dst, src = op.args
+    yield f"tk::load({dst.name}, {operand(src)});"
+
+
+def emit_store_st_rt(em, op):
+    dst, src = op.args
+    yield f"tk::store({operand(dst)}, {src.name});"
+
+
+def emit_load_st_gl(em, op):
+    dst, src, coord = op.args
+    n, t = _scope(em, op.attrs["scope"])
+    yield f"tk::load<{n}>({operand(dst)}, {src.name}, {_coord(dst, coord)}, {t});"
+
+
+def emit_store_gl_st(em, op):
+    dst, src, coord = op.args
+    n, t = _scope(em, op.attrs["scope"])
+    yield f"tk::store<{n}>({dst.name}, {operand(src)}, {_coord(src, coord)}, {t});"
+
+
+def emit_fill(em, op):
+    dst, value = op.args
+    yield f"tk::fill({dst.name}, {float_operand(value)});"
+
+
+def emit_unary(em, op):
+    dst, src = op.args
+    yield f"tk::{op.attrs['fn']}({dst.name}, {src.name});"
+
+
+def emit_binary(em, op):
+    dst, a, b = op.args
+    b_text = float_operand(b) if isinstance(b, Expr) else b.name
+    yield f"tk::{op.attrs['fn']}({dst.name}, {a.name}, {b_text});"
+
+
+def emit_reduce(em, op):
+    yield f"tk::{op.attrs['axis']}_{op.attrs['fn']}({', '.join(a.name for a in op.args)});"
+
+
+def emit_broadcast(em, op):
+    dst, src, vec = op.args
+    yield f"tk::{op.attrs['fn']}_{op.attrs['axis']}({dst.name}, {src.name}, {vec.name});"
+
+
+def emit_mma(em, op):
+    d, a, b, c = op.args
+    yield f"tk::mma_AB({d.name}, {a.name}, {b.name}, {c.name});"
+
+
+def emit_sync(em, op):
+    yield "__syncthreads();" if op.attrs["scope"] == "block" else "__syncwarp();"
+
+
+OP_EMITTERS = {
+    "load_rt_gl": emit_load_rt_gl, "store_gl_rt": emit_store_gl_rt,
+    "load_rt_st": emit_load_rt_st, "store_st_rt": emit_store_st_rt,
+    "load_st_gl": emit_load_st_gl, "store_gl_st": emit_store_gl_st,
+    "fill": emit_fill, "unary": emit_unary, "binary": emit_binary,
+    "reduce": emit_reduce, "broadcast": emit_broadcast, "mma": emit_mma, "sync": emit_sync,
+}

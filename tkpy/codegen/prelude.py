@@ -1,0 +1,529 @@
+"""The C++ prelude: header-free device helpers every generated kernel starts with.
+
+NVRTC ships no headers, so the storage types, conversions and PTX wrappers are
+written here. Fragment maps and the swizzle are pasted in from tkpy.tiles so
+that the generated code and the interpreter share one definition.
+"""
+from __future__ import annotations
+
+from ..tiles import layouts, swizzle
+
+_BASICS = r"""
+namespace tk {
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+template <typename A, typename B> struct is_same { static constexpr bool value = false; };
+template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
+template <typename T> struct identity { typedef T type; };  // blocks template deduction
+
+// 16-bit storage types (no cuda_bf16.h under NVRTC); arithmetic happens in fp32.
+struct bf16 { unsigned short x; };
+struct fp16 { unsigned short x; };
+struct bf16_2 { u32 x; };
+struct fp16_2 { u32 x; };
+
+template <typename T> struct packed_of;
+template <> struct packed_of<float> { typedef float2 type; };
+template <> struct packed_of<bf16> { typedef bf16_2 type; };
+template <> struct packed_of<fp16> { typedef fp16_2 type; };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(u32(v.x) << 16); }
+__device__ __forceinline__ float to_float(fp16 v) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f;
+}
+__device__ __forceinline__ float2 to_float2(float2 v) { return v; }
+__device__ __forceinline__ float2 to_float2(bf16_2 v) {
+    return make_float2(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u));
+}
+__device__ __forceinline__ float2 to_float2(fp16_2 v) {
+    float lo, hi;
+    asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(v.x));
+    return make_float2(lo, hi);
+}
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
+    bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
+}
+template <> __device__ __forceinline__ fp16 from_float<fp16>(float v) {
+    fp16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
+}
+template <typename T2> __device__ __forceinline__ T2 from_float2(float2 v);
+template <> __device__ __forceinline__ float2 from_float2<float2>(float2 v) { return v; }
+template <> __device__ __forceinline__ bf16_2 from_float2<bf16_2>(float2 v) {
+    bf16_2 r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;  // hi, lo
+}
+template <> __device__ __forceinline__ fp16_2 from_float2<fp16_2>(float2 v) {
+    fp16_2 r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;
+}
+
+__device__ __forceinline__ int lane() { return threadIdx.x & 31; }
+__device__ __forceinline__ u32 smem_addr(const void* p) { return u32(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ unsigned char* align_up(unsigned char* p, u64 a) {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(p) + a - 1) & ~(a - 1));
+}
+"""
+
+_FRAGMENTS = r"""
+// Register-fragment maps of a 16x16 base tile (tkpy/tiles/layouts.py).
+struct row_l {};    // mma A / C layout: reg holds (row, col..col+1)
+struct col_l {};    // its transpose: mma B layout
+struct ortho_l {};  // vector: 2 values per 16, idx = ORTHO_INDEX
+struct align_l {};  // vector: 4 values per 16, idx = ALIGN_INDEX
+__device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_ROW; }
+__device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
+
+template <typename T, int H, int W, typename L> struct rt {
+    typedef T dtype;
+    typedef typename packed_of<T>::type T2;
+    static constexpr int height = H, width = W;
+    T2 data[H][W][4];
+};
+template <typename T, int N, typename L> struct rv {
+    typedef T dtype;
+    static constexpr int chunks = N, per_chunk = is_same<L, ortho_l>::value ? 2 : 4;
+    T data[N][per_chunk];
+};
+// (row, col) of element `half` of register `reg` of a lane, inside a base tile.
+template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c) {
+    if constexpr (is_same<L, row_l>::value) { r = frag_row(lane, reg); c = frag_col(lane, reg, half); }
+    else { c = frag_row(lane, reg); r = frag_col(lane, reg, half); }
+}
+"""
+
+_MEMORY = r"""
+// Global tensor view: up to 4 dims (batch, depth, rows, cols), strides in elements.
+template <typename T> struct gl {
+    T* ptr;
+    int batch, depth, rows, cols;
+    long long batch_stride, depth_stride, row_stride;
+    __device__ __forceinline__ T* at(int b, int d, int r, int c) const {
+        return ptr + b * batch_stride + d * depth_stride + r * row_stride + c;
+    }
+};
+
+// Shared tile: column panels SWZ bytes wide, 16-byte chunks XOR-swizzled (tkpy/tiles/swizzle.py).
+template <typename T, int R, int C, int SWZ> struct st {
+    typedef T dtype;
+    static constexpr int rows = R, cols = C, swizzle = SWZ;
+    static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : C;
+    static constexpr int bytes = R * C * int(sizeof(T));
+    unsigned char* base;
+    __device__ __forceinline__ static u32 offset(int r, int c) {
+        const u32 byte = ((c / panel_cols) * R * panel_cols + r * panel_cols + c % panel_cols) * u32(sizeof(T));
+        if constexpr (SWZ == 0) return byte;
+        else { constexpr u32 swizzle = SWZ; return SWIZZLE_EXPR; }
+    }
+    __device__ __forceinline__ T* ptr(int r, int c) const { return reinterpret_cast<T*>(base + offset(r, c)); }
+    __device__ __forceinline__ u32 addr(int r, int c) const { return smem_addr(base) + offset(r, c); }
+};
+template <typename S, int N> struct st_array {
+    unsigned char* base;
+    __device__ __forceinline__ S operator[](int i) const { return S{base + i * S::bytes}; }
+};
+
+// rt <- gl: each lane reads its fragment; row-layout pairs are one 4/8-byte access.
+template <typename TD, int H, int W, typename L, typename TS>
+__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
+    typedef typename rt<TD, H, W, L>::T2 T2;
+    typedef typename packed_of<TS>::type S2;
+    const int ln = lane();
+    const TS* base = src.at(b, d, r0, c0);
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int r, c;
+        frag_pos<L>(ln, k, 0, r, c);
+        r += 16 * i; c += 16 * j;
+        if constexpr (is_same<L, row_l>::value) {
+            const S2 v = *reinterpret_cast<const S2*>(base + r * src.row_stride + c);
+            dst.data[i][j][k] = from_float2<T2>(to_float2(v));
+        } else {
+            const float lo = to_float(base[r * src.row_stride + c]);
+            const float hi = to_float(base[(r + 1) * src.row_stride + c]);
+            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
+        }
+    }
+}
+
+// gl <- rt
+template <typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
+    typedef typename packed_of<TD>::type D2;
+    const int ln = lane();
+    TD* base = dst.at(b, d, r0, c0);
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int r, c;
+        frag_pos<L>(ln, k, 0, r, c);
+        r += 16 * i; c += 16 * j;
+        const float2 v = to_float2(src.data[i][j][k]);
+        if constexpr (is_same<L, row_l>::value) {
+            *reinterpret_cast<D2*>(base + r * dst.row_stride + c) = from_float2<D2>(v);
+        } else {
+            base[r * dst.row_stride + c] = from_float<TD>(v.x);
+            base[(r + 1) * dst.row_stride + c] = from_float<TD>(v.y);
+        }
+    }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+// Lane `ln`'s row and column for ldmatrix/stmatrix x4 over a 16x16 base tile: matrix q = ln / 8
+// covers register q of the row layout; transposed (col layout) it covers the mirrored quadrant.
+template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c) {
+    const int q = ln >> 3;
+    if constexpr (is_same<L, row_l>::value) { r = (ln & 7) + 8 * (q & 1); c = 8 * (q >> 1); }
+    else { r = (ln & 7) + 8 * (q >> 1); c = 8 * (q & 1); }
+}
+
+// rt <- st: ldmatrix for 16-bit tiles of the same dtype, element-wise otherwise.
+template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ>
+__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ>& src) {
+    typedef typename rt<TD, H, W, L>::T2 T2;
+    const int ln = lane();
+    if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
+        int lr, lc;
+        ldmatrix_pos<L>(ln, lr, lc);
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++) {
+            u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
+            if constexpr (is_same<L, row_l>::value) ldmatrix_x4(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
+            else ldmatrix_x4_trans(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++)
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int r0, c0, r1, c1;
+            frag_pos<L>(ln, k, 0, r0, c0);
+            frag_pos<L>(ln, k, 1, r1, c1);
+            const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
+            const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
+            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
+        }
+    }
+}
+
+// st <- rt: stmatrix for 16-bit tiles of the same dtype, element-wise otherwise.
+template <typename TD, int R, int C, int SWZ, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store(const st<TD, R, C, SWZ>& dst, const rt<TS, H, W, L>& src) {
+    const int ln = lane();
+    if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
+        int lr, lc;
+        ldmatrix_pos<L>(ln, lr, lc);
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++) {
+            const u32* s = reinterpret_cast<const u32*>(&src.data[i][j][0]);
+            if constexpr (is_same<L, row_l>::value) stmatrix_x4(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
+            else stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++)
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int r0, c0, r1, c1;
+            frag_pos<L>(ln, k, 0, r0, c0);
+            frag_pos<L>(ln, k, 1, r1, c1);
+            const float2 v = to_float2(src.data[i][j][k]);
+            *dst.ptr(16 * i + r0, 16 * j + c0) = from_float<TD>(v.x);
+            *dst.ptr(16 * i + r1, 16 * j + c1) = from_float<TD>(v.y);
+        }
+    }
+}
+
+// st <- gl and gl <- st, by NT threads (thread `t` of them), in 16-byte chunks.
+template <int NT, typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void load(const st<T, R, C, SWZ>& dst, const gl<T>& src, int b, int d, int r0, int c0, int t) {
+    constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk;
+    #pragma unroll 4
+    for (int idx = t; idx < R * chunks_per_row; idx += NT) {
+        const int r = idx / chunks_per_row, c = (idx % chunks_per_row) * per_chunk;
+        *reinterpret_cast<uint4*>(dst.ptr(r, c)) = *reinterpret_cast<const uint4*>(src.at(b, d, r0 + r, c0 + c));
+    }
+}
+template <int NT, typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void store(const gl<T>& dst, const st<T, R, C, SWZ>& src, int b, int d, int r0, int c0, int t) {
+    constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk;
+    #pragma unroll 4
+    for (int idx = t; idx < R * chunks_per_row; idx += NT) {
+        const int r = idx / chunks_per_row, c = (idx % chunks_per_row) * per_chunk;
+        *reinterpret_cast<uint4*>(dst.at(b, d, r0 + r, c0 + c)) = *reinterpret_cast<const uint4*>(src.ptr(r, c));
+    }
+}
+"""
+
+_MAPS = r"""
+// Elementwise maps, computed in fp32 and rounded to the destination type.
+struct op_copy { __device__ __forceinline__ float operator()(float x) const { return x; } };
+struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
+struct op_exp  { __device__ __forceinline__ float operator()(float x) const { return __expf(x); } };
+struct op_exp2 { __device__ __forceinline__ float operator()(float x) const { return exp2f(x); } };
+struct op_log  { __device__ __forceinline__ float operator()(float x) const { return __logf(x); } };
+struct op_log2 { __device__ __forceinline__ float operator()(float x) const { return __log2f(x); } };
+struct op_abs  { __device__ __forceinline__ float operator()(float x) const { return fabsf(x); } };
+struct op_relu { __device__ __forceinline__ float operator()(float x) const { return fmaxf(x, 0.0f); } };
+struct op_add  { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
+struct op_sub  { __device__ __forceinline__ float operator()(float a, float b) const { return a - b; } };
+struct op_mul  { __device__ __forceinline__ float operator()(float a, float b) const { return a * b; } };
+struct op_div  { __device__ __forceinline__ float operator()(float a, float b) const { return __fdividef(a, b); } };
+struct op_max  { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct op_min  { __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); } };
+struct op_sum  : op_add {};
+struct op_prod : op_mul {};
+
+template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a) { return make_float2(f(a.x), f(a.y)); }
+template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a, float2 b) {
+    return make_float2(f(a.x, b.x), f(a.y, b.y));
+}
+
+template <typename F, typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F f) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++)
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(apply(f, to_float2(src.data[i][j][k])));
+}
+template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
+__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++)
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
+            apply(f, to_float2(a.data[i][j][k]), to_float2(b.data[i][j][k])));
+}
+template <typename F, typename TD, typename TA, int H, int W, typename L>
+__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, float b, F f) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++)
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
+            apply(f, to_float2(a.data[i][j][k]), make_float2(b, b)));
+}
+template <typename F, typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[i][k] = from_float<TD>(f(to_float(src.data[i][k])));
+}
+template <typename F, typename TD, typename TA, typename TB, int N, typename L>
+__device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++)
+        dst.data[i][k] = from_float<TD>(f(to_float(a.data[i][k]), to_float(b.data[i][k])));
+}
+template <typename F, typename TD, typename TA, int N, typename L>
+__device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[i][k] = from_float<TD>(f(to_float(a.data[i][k]), b));
+}
+
+template <typename T, int H, int W, typename L>
+__device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
+    const typename rt<T, H, W, L>::T2 p = from_float2<typename rt<T, H, W, L>::T2>(make_float2(v, v));
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) dst.data[i][j][k] = p;
+}
+template <typename T, int N, typename L>
+__device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+    #pragma unroll
+    for (int k = 0; k < rv<T, N, L>::per_chunk; k++) dst.data[i][k] = from_float<T>(v);
+}
+"""
+
+_REDUCE = r"""
+// Reductions along rows (ROWS=true: one value per row) or columns of a register tile.
+// Lanes sharing a row (ortho direction) differ in lane bits 0-1; lanes sharing a column
+// of a col-layout tile (align direction) differ in bits 2-4.
+template <bool ROWS, typename F, typename TV, int N, typename VL, typename TT, int H, int W, typename L>
+__device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>& src, F f,
+                                       const typename identity<rv<TV, N, VL>>::type* accum) {
+    constexpr bool ortho = is_same<VL, ortho_l>::value;
+    constexpr int outer = ROWS ? H : W, inner = ROWS ? W : H;
+    #pragma unroll
+    for (int o = 0; o < outer; o++)
+    #pragma unroll
+    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) {
+        float v;
+        #pragma unroll
+        for (int n = 0; n < inner; n++) {
+            const int i = ROWS ? o : n, j = ROWS ? n : o;
+            float part;
+            if constexpr (ortho) {
+                const float2 a = to_float2(src.data[i][j][k]), b = to_float2(src.data[i][j][k + 2]);
+                part = f(f(a.x, a.y), f(b.x, b.y));
+            } else {
+                const float2 a = to_float2(src.data[i][j][2 * (k >> 1)]), b = to_float2(src.data[i][j][2 * (k >> 1) + 1]);
+                part = (k & 1) ? f(a.y, b.y) : f(a.x, b.x);
+            }
+            v = n == 0 ? part : f(v, part);
+        }
+        if constexpr (ortho) {
+            v = f(v, __shfl_xor_sync(0xffffffffu, v, 1));
+            v = f(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        } else {
+            v = f(v, __shfl_xor_sync(0xffffffffu, v, 4));
+            v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
+            v = f(v, __shfl_xor_sync(0xffffffffu, v, 16));
+        }
+        if (accum) v = f(v, to_float(accum->data[o][k]));
+        dst.data[o][k] = from_float<TV>(v);
+    }
+}
+
+// dst = f(src, vec) with vec broadcast along rows (ROWS=true: one value per row) or columns.
+template <bool ROWS, typename F, typename TD, typename TS, int H, int W, typename L, typename TV, int N, typename VL>
+__device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, const rv<TV, N, VL>& vec, F f) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int o = ROWS ? i : j;
+        float2 v;
+        if constexpr (is_same<VL, ortho_l>::value) { v.x = v.y = to_float(vec.data[o][k & 1]); }
+        else { v.x = to_float(vec.data[o][2 * (k >> 1)]); v.y = to_float(vec.data[o][2 * (k >> 1) + 1]); }
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(apply(f, to_float2(src.data[i][j][k]), v));
+    }
+}
+"""
+
+_MMA = r"""
+// Warp tensor-core MMA, mma.sync.m16n8k16 with fp32 accumulate. d/c regs: (row g, cols 2t..) then (row g+8).
+template <typename T> struct mma_kind;
+template <> struct mma_kind<bf16> { static constexpr bool is_bf16 = true; };
+template <> struct mma_kind<fp16> { static constexpr bool is_bf16 = false; };
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float2& d0, float2& d1, const u32* a, u32 b0, u32 b1, float2 c0, float2 c1) {
+    if constexpr (mma_kind<T>::is_bf16) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                     : "=f"(d0.x), "=f"(d0.y), "=f"(d1.x), "=f"(d1.y)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1),
+                       "f"(c0.x), "f"(c0.y), "f"(c1.x), "f"(c1.y));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                     : "=f"(d0.x), "=f"(d0.y), "=f"(d1.x), "=f"(d1.y)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1),
+                       "f"(c0.x), "f"(c0.y), "f"(c1.x), "f"(c1.y));
+    }
+}
+
+// d = a @ b + c: a (M x K) row layout, b (K x N) col layout, c and d (M x N) fp32 row layout.
+template <typename T, int M, int N, int K>
+__device__ __forceinline__ void mma_AB(rt<float, M, N, row_l>& d, const rt<T, M, K, row_l>& a,
+                                       const rt<T, K, N, col_l>& b, const rt<float, M, N, row_l>& c) {
+    #pragma unroll
+    for (int i = 0; i < M; i++)
+    #pragma unroll
+    for (int j = 0; j < N; j++) {
+        float2 acc[4] = {c.data[i][j][0], c.data[i][j][1], c.data[i][j][2], c.data[i][j][3]};
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            const u32* ar = reinterpret_cast<const u32*>(&a.data[i][k][0]);
+            const u32* br = reinterpret_cast<const u32*>(&b.data[k][j][0]);
+            mma16816<T>(acc[0], acc[1], ar, br[0], br[2], acc[0], acc[1]);  // n 0..7
+            mma16816<T>(acc[2], acc[3], ar, br[1], br[3], acc[2], acc[3]);  // n 8..15
+        }
+        #pragma unroll
+        for (int k = 0; k < 4; k++) d.data[i][j][k] = acc[k];
+    }
+}
+}  // namespace tk
+"""
+
+
+def _named_ops() -> str:
+    """ThunderKittens-style names over the generic map/reduce/broadcast templates."""
+    from ..ops.elementwise import BINARY_FNS, UNARY_FNS
+    from ..ops.reduce import BROADCAST_FNS, REDUCE_FNS
+
+    out = ["\n// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...).\nnamespace tk {"]
+    for fn in UNARY_FNS:
+        out.append(f"template <typename D, typename S> __device__ __forceinline__ void {fn}(D& d, const S& s) "
+                   f"{{ map(d, s, op_{fn}{{}}); }}")
+    for fn in BINARY_FNS:
+        out.append(f"template <typename D, typename A, typename B> __device__ __forceinline__ void "
+                   f"{fn}(D& d, const A& a, const B& b) {{ map(d, a, b, op_{fn}{{}}); }}")
+    for axis, rows in (("row", "true"), ("col", "false")):
+        for fn in REDUCE_FNS:
+            out.append(f"template <typename V, typename T> __device__ __forceinline__ void {axis}_{fn}(V& d, const T& s) "
+                       f"{{ reduce<{rows}>(d, s, op_{fn}{{}}, nullptr); }}")
+            out.append(f"template <typename V, typename T> __device__ __forceinline__ void "
+                       f"{axis}_{fn}(V& d, const T& s, const V& accum) {{ reduce<{rows}>(d, s, op_{fn}{{}}, &accum); }}")
+        for fn in BROADCAST_FNS:
+            out.append(f"template <typename D, typename S, typename V> __device__ __forceinline__ void "
+                       f"{fn}_{axis}(D& d, const S& s, const V& v) {{ broadcast<{rows}>(d, s, v, op_{fn}{{}}); }}")
+    out.append("}  // namespace tk\n")
+    return "\n".join(out)
+
+
+def _substitute(text: str) -> str:
+    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX"):
+        text = text.replace(name, getattr(layouts, name))
+    return text.replace("SWIZZLE_EXPR", swizzle.SWIZZLE_EXPR)
+
+
+PRELUDE = (
+    "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
+    + _BASICS + _substitute(_FRAGMENTS) + _substitute(_MEMORY) + _MAPS + _REDUCE + _MMA + _named_ops()
+    + "// ---- end of prelude ----\n"
+)

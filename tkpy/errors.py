@@ -1,0 +1,39 @@
+"""User-facing errors. Every error about a kernel names the user's Python file and line."""
+from __future__ import annotations
+
+import linecache
+
+
+class TkpyError(Exception):
+    """Base class of all tkpy errors."""
+
+
+class TraceError(TkpyError):
+    """A kernel is wrong at trace time: shape, dtype, layout, scope or protocol."""
+
+    def __init__(self, message: str, loc=None):
+        self.loc = loc
+        self.bare_message = message
+        super().__init__(_with_location(message, loc))
+
+
+class ArgumentError(TkpyError, TypeError):
+    """A kernel was called with an argument it cannot take (checked before any GPU work)."""
+
+
+class UnsupportedError(TkpyError, NotImplementedError):
+    """A feature that tkpy does not implement (yet)."""
+
+    def __init__(self, message: str, loc=None):
+        self.loc = loc
+        super().__init__(_with_location(message, loc))
+
+
+def _with_location(message: str, loc) -> str:
+    if loc is None:
+        return message
+    text = f"{loc}: {message}"
+    line = linecache.getline(loc.file, loc.line).rstrip()
+    if line:
+        text += f"\n    {loc.line} | {line.strip()}"
+    return text

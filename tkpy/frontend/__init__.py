@@ -1,0 +1,1 @@
+"""Tracing Python kernel functions into tkpy IR."""

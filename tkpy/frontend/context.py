@@ -1,0 +1,89 @@
+"""The trace context: where tile ops record their IR while a kernel function runs."""
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+from typing import Optional
+
+from ..errors import TraceError
+from ..ir.core import Decl, Loc, Var
+
+_TKPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class TraceContext:
+    """Collects the statements of one kernel trace. Exactly one is active while tracing."""
+
+    def __init__(self, kernel_name: str, warps: int):
+        self.kernel_name = kernel_name
+        self.warps = warps
+        self.blocks: list[list] = [[]]
+        self._counters: dict[str, int] = defaultdict(int)
+        self.last_if = None  # the If an `else_` may attach to
+
+    @property
+    def body(self) -> list:
+        return self.blocks[0]
+
+    def emit(self, stmt) -> None:
+        self.blocks[-1].append(stmt)
+        self.last_if = None
+
+    def push_block(self) -> list:
+        block: list = []
+        self.blocks.append(block)
+        return block
+
+    def pop_block(self) -> list:
+        return self.blocks.pop()
+
+    def fresh_name(self, prefix: str) -> str:
+        n = self._counters[prefix]
+        self._counters[prefix] += 1
+        return f"{prefix}{n}"
+
+    def declare(self, type_, prefix: str, count: int = 1) -> Var:
+        loc = user_loc()
+        var = Var(self.fresh_name(prefix), type_, loc, count)
+        self.emit(Decl(var, loc))
+        return var
+
+
+_active: Optional[TraceContext] = None
+
+
+def current() -> TraceContext:
+    if _active is None:
+        raise TraceError("tile ops can only be used inside a @tk.kernel function while it is traced "
+                         "(call the kernel, or kernel.trace(...))", user_loc())
+    return _active
+
+
+class activate:
+    """`with activate(ctx):` makes ctx the active trace context."""
+
+    def __init__(self, ctx: TraceContext):
+        self.ctx = ctx
+
+    def __enter__(self):
+        global _active
+        if _active is not None:
+            raise TraceError("kernels cannot be traced from inside another kernel's trace")
+        _active = self.ctx
+        return self.ctx
+
+    def __exit__(self, *exc):
+        global _active
+        _active = None
+        return False
+
+
+def user_loc() -> Loc:
+    """File and line of the innermost caller outside the tkpy package."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return Loc("<unknown>", 0)
+    return Loc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

@@ -1,0 +1,112 @@
+"""Runtime control flow and builtin indices.
+
+Python `for ... in range(...)` and `if` on Python values unroll or select at
+trace time; these are the runtime forms.
+"""
+from __future__ import annotations
+
+from ..errors import TraceError
+from ..ir.core import For, If
+from ..ir.expr import BOOL, Expr, Sym, as_expr
+from ..tiles.dtypes import i32
+from .context import current, user_loc
+
+
+class range:  # noqa: A001 - mirrors Python's range on purpose
+    """`for i in tk.range(stop)` / `tk.range(start, stop, step=1)`: a loop that runs on the GPU.
+
+    The body is traced once with `i` a runtime scalar. Tiles updated in the
+    body carry their values across iterations (declare them before the loop).
+    """
+
+    def __init__(self, start, stop=None, step=1):
+        if stop is None:
+            start, stop = 0, start
+        self.start, self.stop, self.step = as_expr(start), as_expr(stop), as_expr(step)
+        for e in (self.start, self.stop, self.step):
+            if e.dtype != i32:
+                raise TraceError(f"tk.range bounds must be integers, got {e.dtype}", user_loc())
+        self.loc = user_loc()
+
+    def __iter__(self):
+        ctx = current()
+        var = Sym(ctx.fresh_name("i"), i32)
+        ctx.push_block()
+        try:
+            yield var
+        except GeneratorExit:
+            ctx.pop_block()
+            raise TraceError("`break` and `return` are not allowed inside a tk.range loop", self.loc) from None
+        body = ctx.pop_block()
+        ctx.emit(For(var, self.start, self.stop, self.step, body, self.loc))
+
+
+class if_:
+    """`with tk.if_(cond):` a branch taken at run time; follow it with `with tk.else_():` for the other side."""
+
+    def __init__(self, cond):
+        cond = as_expr(cond)
+        if cond.dtype != BOOL:
+            raise TraceError(f"tk.if_ needs a comparison (a boolean), got a {cond.dtype} value", user_loc())
+        self.cond = cond
+        self.loc = user_loc()
+
+    def __enter__(self):
+        current().push_block()
+        return self
+
+    def __exit__(self, exc_type, *rest):
+        ctx = current()
+        body = ctx.pop_block()
+        if exc_type is None:
+            stmt = If(self.cond, body, [], self.loc)
+            ctx.emit(stmt)
+            ctx.last_if = stmt
+        return False
+
+
+class else_:
+    """`with tk.else_():` right after a `with tk.if_(...):` block."""
+
+    def __enter__(self):
+        ctx = current()
+        if ctx.last_if is None or ctx.last_if.orelse:
+            raise TraceError("tk.else_() must directly follow a `with tk.if_(...)` block", user_loc())
+        self.target = ctx.last_if
+        ctx.push_block()
+        return self
+
+    def __exit__(self, exc_type, *rest):
+        ctx = current()
+        body = ctx.pop_block()
+        if exc_type is None:
+            self.target.orelse = body
+            ctx.last_if = None
+        return False
+
+
+class _Dim3:
+    def __init__(self, prefix: str):
+        self.x, self.y, self.z = (Sym(f"{prefix}_{a}", i32) for a in "xyz")
+
+
+block_idx = _Dim3("block")
+grid_dim = _Dim3("grid")
+WARP_ID = Sym("warpid", i32)
+LANE_ID = Sym("laneid", i32)
+BUILTIN_SYMS = (WARP_ID, LANE_ID)
+
+
+def warp_id() -> Expr:
+    """Index of the calling warp in its block (0 .. warps-1)."""
+    return WARP_ID
+
+
+def lane_id() -> Expr:
+    """Index of the calling thread in its warp (0 .. 31)."""
+    return LANE_ID
+
+
+def num_warps() -> int:
+    """Warps per block of the kernel being traced (a Python int)."""
+    return current().warps

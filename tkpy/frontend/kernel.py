@@ -1,0 +1,290 @@
+"""`@tk.kernel`: the launcher, its specialization cache and its inspectable stages.
+
+    trace(args) -> Traced (IR)  -> lower() -> Lowered (C++)  -> compile() -> Compiled (cubin)
+
+`kernel[grid](*args)` runs all three once per specialization (cached) and then
+only checks the arguments, packs them and launches.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..codegen import generate, param_slots
+from ..errors import ArgumentError
+from ..ir import print_ir, run_all
+from ..ir.core import KernelIR
+from .signature import (bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
+from .tracer import trace_kernel
+
+MAX_WARPS = 32
+
+
+class Kernel:
+    """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
+
+    def __init__(self, fn, warps: int, name: Optional[str] = None):
+        if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
+            raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
+        self.fn = fn
+        self.warps = warps
+        self.name = name or fn.__name__
+        self.specs = parse_signature(fn)
+        self.dim_names = dynamic_dim_names(self.specs)
+        self._gl_positions = [i for i, s in enumerate(self.specs) if s.kind == "gl"]
+        self._compiled: dict[tuple, "Compiled"] = {}
+        self._fast: dict[tuple, "_Ready"] = {}
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<tkpy kernel {self.name} ({self.warps} warps)>"
+
+    # -- stages --------------------------------------------------------------
+    def _bind(self, args, *, need_cuda: bool) -> tuple[tuple, dict]:
+        if len(args) != len(self.specs):
+            raise ArgumentError(f"{self.name}() takes {len(self.specs)} arguments "
+                                f"({', '.join(s.name for s in self.specs)}), got {len(args)}")
+        contiguous, constexprs = [], {}
+        for spec, a in zip(self.specs, args):
+            if spec.kind == "gl":
+                check_tensor(spec, a, need_cuda=need_cuda)
+                contiguous.append(bool(a.is_contiguous()))
+            elif spec.kind == "constexpr":
+                try:
+                    hash(a)
+                except TypeError:
+                    raise ArgumentError(f"constexpr `{spec.name}` must be hashable, got {type(a).__name__}") from None
+                constexprs[spec.name] = a
+            else:
+                check_scalar(spec, a)
+        if need_cuda:
+            devices = {args[i].device for i in self._gl_positions}
+            if len(devices) > 1:
+                raise ArgumentError(f"{self.name}: tensors are on different devices: {sorted(map(str, devices))}")
+        bind_dims(self.specs, args)
+        key = (tuple(contiguous), tuple(sorted(constexprs.items(), key=lambda kv: kv[0])))
+        return key, constexprs
+
+    def trace(self, *args) -> "Traced":
+        """Trace for these arguments (torch tensors, CPU ones allowed; values only shape the specialization)."""
+        key, constexprs = self._bind(args, need_cuda=False)
+        contiguous = key[0]
+        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs)
+        run_all(ir)
+        return Traced(self, ir, key)
+
+    def _compiled_for(self, args, *, need_cuda: bool) -> "Compiled":
+        key, _ = self._bind(args, need_cuda=need_cuda)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self.trace(*args).lower().compile()
+            self._compiled[key] = compiled
+        return compiled
+
+    def ir(self, *args) -> str:
+        """The traced IR as text."""
+        return self.trace(*args).text
+
+    def source(self, *args) -> str:
+        """The generated CUDA C++."""
+        return self._compiled_for(args, need_cuda=False).lowered.source
+
+    def ptx(self, *args) -> str:
+        return self._compiled_for(args, need_cuda=False).module.ptx
+
+    def sass(self, *args) -> str:
+        return self._compiled_for(args, need_cuda=False).sass()
+
+    def resources(self, *args):
+        """Registers, spills, stack and shared memory, from ptxas' report."""
+        return self._compiled_for(args, need_cuda=False).resources
+
+    # -- launching ------------------------------------------------------------
+    def __getitem__(self, grid) -> "BoundKernel":
+        return BoundKernel(self, _grid3(grid))
+
+    def launch(self, grid, *args) -> None:
+        self[grid](*args)
+
+    def _ready(self, args) -> "_Ready":
+        """The launch-ready specialization for these arguments (slow path: full checks, compile, load)."""
+        from ..runtime import load_kernel, require_gpu
+
+        require_gpu()
+        compiled = self._compiled_for(args, need_cuda=True)
+        device = args[self._gl_positions[0]].device.index if self._gl_positions else None
+        if device is None:
+            import torch
+            device = torch.cuda.current_device()
+        return compiled.ready(device)
+
+    def _fast_key(self, args) -> tuple:
+        """Everything that decides whether a cached launch plan applies: cheap tensor metadata."""
+        key = []
+        for spec, a in zip(self.specs, args):
+            if spec.kind == "gl":
+                key.append((a.dtype, a.shape, a.stride(), a.get_device()))
+            elif spec.kind == "constexpr":
+                key.append(a)
+            else:
+                key.append(type(a))
+        return tuple(key)
+
+
+def _grid3(grid) -> tuple[int, int, int]:
+    if isinstance(grid, int):
+        grid = (grid,)
+    try:
+        g = tuple(int(x) for x in grid)
+    except TypeError:
+        raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}") from None
+    if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
+        raise ArgumentError(f"grid must be 1 to 3 positive ints, got {grid!r}")
+    if g[0] >= 2**31 or any(x >= 65536 for x in g[1:]):
+        raise ArgumentError(f"grid {g} exceeds CUDA's limits (x < 2^31, y and z < 65536)")
+    return g + (1,) * (3 - len(g))
+
+
+class BoundKernel:
+    """`kernel[grid]`: call it with the kernel's arguments to launch on torch's current stream."""
+
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel: Kernel, grid: tuple[int, int, int]):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args) -> None:
+        k = self.kernel
+        try:
+            fast_key = k._fast_key(args)
+            ready = k._fast.get(fast_key)
+        except (AttributeError, TypeError):  # not tensors where tensors belong: let the slow path explain
+            ready, fast_key = None, None
+        if ready is None:
+            ready = k._ready(args)
+            if fast_key is not None:
+                k._fast[fast_key] = ready
+        ready.launch(self.grid, args)
+
+
+@dataclass
+class Traced:
+    kernel: Kernel
+    ir: KernelIR
+    key: tuple
+
+    @property
+    def text(self) -> str:
+        return print_ir(self.ir)
+
+    def lower(self) -> "Lowered":
+        arg_index = {s.name: i for i, s in enumerate(self.kernel.specs)}
+        slots = param_slots(self.ir, arg_index)
+        return Lowered(self, generate(self.ir, slots), slots)
+
+
+@dataclass
+class Lowered:
+    traced: Traced
+    source: str
+    slots: list
+
+    def compile(self) -> "Compiled":
+        from ..runtime import compile_cuda, warn_on_spills
+
+        module = compile_cuda(self.source, self.traced.ir.name)
+        warn_on_spills(module.resources, self.traced.ir.name)
+        return Compiled(self, module)
+
+
+class Compiled:
+    def __init__(self, lowered: Lowered, module):
+        self.lowered = lowered
+        self.module = module
+        self._ready: dict[int, _Ready] = {}
+
+    @property
+    def resources(self):
+        return self.module.resources
+
+    @property
+    def cubin(self) -> bytes:
+        return self.module.cubin
+
+    def sass(self) -> str:
+        from ..runtime import sass
+        return sass(self.module.cubin)
+
+    @property
+    def dynamic_smem(self) -> int:
+        ir = self.lowered.traced.ir
+        return ir.shared_bytes + (1024 if ir.shared_bytes else 0)  # slack to align the base to 1024
+
+    def ready(self, device: int) -> "_Ready":
+        r = self._ready.get(device)
+        if r is None:
+            r = _Ready(self, device)
+            self._ready[device] = r
+        return r
+
+
+class _Ready:
+    """A compiled specialization loaded on one device, with its reusable parameter buffer."""
+
+    def __init__(self, compiled: Compiled, device: int):
+        from ..runtime import ParamBuffer, load_kernel, stream_getter
+
+        ir = compiled.lowered.traced.ir
+        self.kernel_name = ir.name
+        self.device = device
+        self.slots = compiled.lowered.slots
+        loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
+        self.launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, None)
+        self.params = ParamBuffer([s.kind for s in self.slots])
+        self.get_stream = stream_getter()
+        self._pack_values = _make_packer(self.slots, compiled.lowered.traced.kernel)
+
+    def launch(self, grid, args) -> None:
+        self.params.pack(*self._pack_values(args))
+        self.launcher(grid, self.get_stream(self.device), self.params)
+
+
+def _make_packer(slots, kernel: Kernel):
+    """A function args -> tuple of slot values, specialised to this parameter list."""
+    getters = []
+    for s in slots:
+        src = s.source
+        if src[0] == "ptr":
+            i = src[1]
+            getters.append(lambda args, i=i: args[i].data_ptr())
+        elif src[0] == "dim":
+            pos = _dim_position(kernel, src[1])
+            getters.append(lambda args, p=pos: args[p[0]].shape[p[1]])
+        elif src[0] == "stride":
+            i, axis = src[1], src[2]
+            rank = kernel.specs[i].gl.rank
+            tdim = axis - (4 - rank)
+            getters.append((lambda args, i=i, d=tdim: args[i].stride(d)) if tdim >= 0 else (lambda args: 0))
+        else:
+            i = src[1]
+            getters.append(lambda args, i=i: args[i])
+    return lambda args: tuple(g(args) for g in getters)
+
+
+def _dim_position(kernel: Kernel, name: str) -> tuple[int, int]:
+    for i, spec in enumerate(kernel.specs):
+        if spec.kind == "gl":
+            shown = spec.gl.dims[4 - spec.gl.rank:]
+            if name in shown:
+                return i, shown.index(name)
+    raise KeyError(name)
+
+
+def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None):
+    """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`."""
+    if fn is None:
+        return lambda f: Kernel(f, warps, name)
+    return Kernel(fn, warps, name)

@@ -1,0 +1,143 @@
+"""Kernel parameters: what the annotations declare, and checking call arguments against them.
+
+`x: tk.gl[bf16, "M", 64]` is a global tensor; `n: int` and `s: float` are
+runtime scalars; `k: tk.constexpr` is a trace-time Python value (a new
+specialization per distinct value).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import ArgumentError, TraceError
+from ..tiles.dtypes import DType, f32, i32
+from ..tiles.types import GL
+
+ALIGNMENT = 16  # bytes: base pointers and row strides, for vectorised and async copies
+
+
+class _GlFactory:
+    """`tk.gl[dtype, dim, ...]`: the annotation of a global tensor parameter (1 to 4 dims)."""
+
+    def __getitem__(self, item) -> GL:
+        if not isinstance(item, tuple) or not item or not isinstance(item[0], DType):
+            raise TypeError("write tk.gl[dtype, dim, ...], e.g. tk.gl[bf16, 'M', 64]")
+        return GL(item[0], tuple(item[1:]))
+
+    def __call__(self, dtype: DType, *dims) -> GL:
+        return GL(dtype, tuple(dims))
+
+
+gl = _GlFactory()
+
+
+class constexpr:
+    """Annotation of a trace-time constant parameter: its Python value is baked into the kernel."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    kind: str            # 'gl' | 'int' | 'float' | 'constexpr'
+    gl: Optional[GL] = None
+
+
+def parse_signature(fn) -> list[ParamSpec]:
+    specs = []
+    for p in inspect.signature(fn).parameters.values():
+        ann = p.annotation
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter")
+        if isinstance(ann, GL):
+            specs.append(ParamSpec(p.name, "gl", ann))
+        elif ann is int:
+            specs.append(ParamSpec(p.name, "int"))
+        elif ann is float:
+            specs.append(ParamSpec(p.name, "float"))
+        elif ann is constexpr:
+            specs.append(ParamSpec(p.name, "constexpr"))
+        else:
+            raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` needs an annotation: "
+                             "tk.gl[dtype, dims...], int, float or tk.constexpr")
+    names = {s.name for s in specs}
+    for s in specs:
+        if s.kind == "gl":
+            for d in s.gl.dynamic_dims:
+                if d in names:
+                    raise TraceError(f"kernel {fn.__name__}: dynamic dim name {d!r} of `{s.name}` "
+                                     "clashes with a parameter name")
+    return specs
+
+
+def dynamic_dim_names(specs: list[ParamSpec]) -> list[str]:
+    """Distinct dynamic dim names in order of first appearance: one runtime int each."""
+    seen: list[str] = []
+    for s in specs:
+        if s.kind == "gl":
+            for d in s.gl.dynamic_dims:
+                if d not in seen:
+                    seen.append(d)
+    return seen
+
+
+def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
+    """Raise ArgumentError if tensor `t` cannot be passed as `spec` (a gl parameter)."""
+    import torch
+
+    g = spec.gl
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentError(f"`{spec.name}` must be a torch.Tensor for {g}, got {type(t).__name__}")
+    if need_cuda and not t.is_cuda:
+        raise ArgumentError(f"`{spec.name}` is on {t.device}; tkpy kernels run on CUDA tensors "
+                            f"(move it with .cuda())")
+    if t.dtype != g.dtype.torch:
+        raise ArgumentError(f"`{spec.name}` has dtype {t.dtype}, the kernel declares {g} ({g.dtype.torch})")
+    if t.dim() != g.rank:
+        raise ArgumentError(f"`{spec.name}` has {t.dim()} dims {tuple(t.shape)}, the kernel declares {g}")
+    for axis, (want, got) in enumerate(zip(g.dims[4 - g.rank:], t.shape)):
+        if isinstance(want, int) and want != got:
+            raise ArgumentError(f"`{spec.name}` has shape {tuple(t.shape)}; dim {axis} must be {want} ({g})")
+    if t.numel() and t.stride(-1) != 1:
+        raise ArgumentError(f"`{spec.name}` must be contiguous in its last dim (strides {t.stride()}); "
+                            "call .contiguous()")
+    esize = t.element_size()
+    if t.data_ptr() % ALIGNMENT:
+        raise ArgumentError(f"`{spec.name}`'s data pointer {t.data_ptr():#x} is not {ALIGNMENT}-byte aligned "
+                            "(a sliced view?); pass an aligned tensor or .clone() it")
+    for axis, stride in enumerate(t.stride()[:-1]):
+        if (stride * esize) % ALIGNMENT:
+            raise ArgumentError(f"`{spec.name}`'s stride {stride} along dim {axis} is {stride * esize} bytes, "
+                                f"not a multiple of {ALIGNMENT}; pad the last dim or .contiguous() a padded copy")
+
+
+def check_scalar(spec: ParamSpec, v) -> None:
+    if spec.kind == "int":
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ArgumentError(f"`{spec.name}` must be an int, got {type(v).__name__}")
+        if not -2**31 <= v < 2**31:
+            raise ArgumentError(f"`{spec.name}` = {v} does not fit a 32-bit int")
+    elif spec.kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ArgumentError(f"`{spec.name}` must be a float, got {type(v).__name__}")
+
+
+def bind_dims(specs: list[ParamSpec], args) -> dict[str, int]:
+    """Values of the dynamic dims, checking that dims sharing a name agree."""
+    dims: dict[str, int] = {}
+    for spec, t in zip(specs, args):
+        if spec.kind != "gl":
+            continue
+        for want, got in zip(spec.gl.dims[4 - spec.gl.rank:], t.shape):
+            if isinstance(want, str):
+                if want in dims and dims[want] != got:
+                    raise ArgumentError(f"dim {want!r} is {dims[want]} elsewhere but {got} in `{spec.name}` "
+                                        f"(shape {tuple(t.shape)})")
+                dims[want] = int(got)
+    for name, v in dims.items():
+        if v >= 2**31:
+            raise ArgumentError(f"dim {name!r} = {v} does not fit a 32-bit int")
+    return dims
+
+
+SCALAR_DTYPES = {"int": i32, "float": f32}

@@ -1,0 +1,91 @@
+"""Running a kernel function on symbolic values to record its IR."""
+from __future__ import annotations
+
+import keyword
+import sys
+
+from ..errors import TraceError
+from ..ir.core import GlobalVar, KernelIR, Loc, ScalarParam, Var
+from ..ir.expr import Sym
+from .context import TraceContext, activate
+from .signature import SCALAR_DTYPES, ParamSpec
+
+_RESERVED = set(keyword.kwlist) | {
+    "int", "float", "double", "char", "short", "long", "unsigned", "signed", "void", "bool", "auto", "const",
+    "struct", "class", "namespace", "template", "typename", "tk", "warpid", "laneid", "threadIdx", "blockIdx",
+    "block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z",
+    "blockDim", "gridDim", "smem", "min", "max", "register", "volatile", "static", "extern", "default",
+    "switch", "case", "do", "goto", "new", "delete", "this", "union", "enum", "sizeof", "half", "bf16",
+}
+
+
+def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
+                 constexprs: dict) -> KernelIR:
+    """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed."""
+    ctx = TraceContext(name, warps)
+    args, params, gl_index = [], [], 0
+    for spec in specs:
+        if spec.kind == "gl":
+            g = GlobalVar(spec.name, spec.gl, contiguous[gl_index])
+            gl_index += 1
+            args.append(g)
+            params.append(g)
+        elif spec.kind in SCALAR_DTYPES:
+            sym = Sym(spec.name, SCALAR_DTYPES[spec.kind])
+            args.append(sym)
+            params.append(ScalarParam(spec.name, sym))
+        else:
+            args.append(constexprs[spec.name])
+    code = fn.__code__
+    with activate(ctx):
+        user_locals = _call_capturing_locals(fn, args, code)
+    _name_variables(ctx.body, user_locals, {s.name for s in specs})
+    loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
+    return KernelIR(name, params, ctx.body, warps, loc, dict(constexprs))
+
+
+def _call_capturing_locals(fn, args, code) -> dict:
+    """Call fn(*args) and return its local variables at return, for naming tiles after them."""
+    captured: dict = {}
+
+    def profiler(frame, event, arg):
+        if event == "return" and frame.f_code is code:
+            captured.update(frame.f_locals)
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    try:
+        result = fn(*args)
+    finally:
+        sys.setprofile(previous)
+    if result is not None:
+        raise TraceError(f"kernel {fn.__name__} must not return a value (write results with tk.store)")
+    return captured
+
+
+def _name_variables(body, user_locals: dict, taken: set) -> None:
+    """Give tiles and loop counters the Python names the user bound them to, where unambiguous."""
+    from ..ir.core import For, walk
+
+    names_of: dict[int, str] = {}
+    for local_name, value in user_locals.items():
+        if isinstance(value, (Var, Sym)) and not local_name.startswith("_"):
+            names_of.setdefault(id(value), local_name)
+    used = set(taken)
+    for stmt in walk(body):
+        obj = stmt.var if hasattr(stmt, "var") else None
+        if obj is None:
+            continue
+        wanted = names_of.get(id(obj))
+        if wanted is None or wanted in _RESERVED:
+            wanted = obj.name
+        final = wanted
+        n = 1
+        while final in used:
+            final = f"{wanted}_{n}"
+            n += 1
+        used.add(final)
+        if isinstance(stmt, For):
+            object.__setattr__(obj, "name", final)
+        else:
+            obj.name = final

@@ -1,0 +1,181 @@
+"""Scalar expressions: indices, loop counters, scalar parameters.
+
+Scalars are immutable expression trees. Arithmetic on them at trace time builds
+a tree (folding constants); the IR printer and the C++ generator both render a
+tree with `render`, so an index reads the same in both.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from ..errors import TraceError
+from ..tiles.dtypes import DType, f32, i32
+
+BOOL = DType("bool", 8, "bool", "bool", "bool", is_float=False)
+
+_PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
+               "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
+_FOLD = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+         "/": lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
+         "%": lambda a, b: a % b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+         ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b,
+         "!=": lambda a, b: a != b, "&&": lambda a, b: a and b, "||": lambda a, b: a or b,
+         "min": min, "max": max}
+
+
+class Expr:
+    """Base of scalar expression nodes. Python operators build new nodes."""
+
+    dtype: DType
+    __hash__ = object.__hash__
+
+    def __add__(self, o): return binary("+", self, o)
+    def __radd__(self, o): return binary("+", o, self)
+    def __sub__(self, o): return binary("-", self, o)
+    def __rsub__(self, o): return binary("-", o, self)
+    def __mul__(self, o): return binary("*", self, o)
+    def __rmul__(self, o): return binary("*", o, self)
+    def __floordiv__(self, o): return binary("/", self, o, integer=True)
+    def __rfloordiv__(self, o): return binary("/", o, self, integer=True)
+    def __truediv__(self, o): return binary("/", self, o, real=True)
+    def __rtruediv__(self, o): return binary("/", o, self, real=True)
+    def __mod__(self, o): return binary("%", self, o, integer=True)
+    def __rmod__(self, o): return binary("%", o, self, integer=True)
+    def __lt__(self, o): return binary("<", self, o)
+    def __le__(self, o): return binary("<=", self, o)
+    def __gt__(self, o): return binary(">", self, o)
+    def __ge__(self, o): return binary(">=", self, o)
+    def __eq__(self, o): return binary("==", self, o)  # type: ignore[override]
+    def __ne__(self, o): return binary("!=", self, o)  # type: ignore[override]
+    def __and__(self, o): return binary("&&", self, o)
+    def __rand__(self, o): return binary("&&", o, self)
+    def __or__(self, o): return binary("||", self, o)
+    def __ror__(self, o): return binary("||", o, self)
+    def __neg__(self): return binary("-", Const(0, self.dtype), self)
+
+    def __bool__(self):
+        raise TraceError("a runtime value has no truth value at trace time; "
+                         "use `with tk.if_(cond):` for a runtime branch")
+
+    def __index__(self):
+        raise TraceError("a runtime value cannot be used as a Python int (e.g. in range()); "
+                         "use tk.range(...) for a runtime loop")
+
+    def __iter__(self):
+        raise TraceError("a runtime scalar is not iterable")
+
+
+@dataclass(eq=False, frozen=True)
+class Const(Expr):
+    value: Union[int, float, bool]
+    dtype: DType
+
+
+@dataclass(eq=False, frozen=True)
+class Sym(Expr):
+    """A named runtime scalar: a builtin (blockIdx.x, warpid), a parameter or a loop counter."""
+
+    name: str
+    dtype: DType
+
+
+@dataclass(eq=False, frozen=True)
+class BinOp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType
+
+
+@dataclass(eq=False, frozen=True)
+class Call(Expr):
+    fn: str
+    args: tuple
+    dtype: DType
+
+
+def as_expr(x) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool):
+        return Const(x, BOOL)
+    if isinstance(x, int):
+        return Const(x, i32)
+    if isinstance(x, float):
+        return Const(x, f32)
+    raise TraceError(f"expected a scalar (int, float or runtime scalar), got {type(x).__name__}")
+
+
+def binary(op: str, a, b, *, integer: bool = False, real: bool = False) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    if op in ("&&", "||"):
+        dtype = BOOL
+    elif op in ("<", "<=", ">", ">=", "==", "!="):
+        dtype = BOOL
+    else:
+        dtype = f32 if (a.dtype == f32 or b.dtype == f32 or real) else i32
+    if integer and dtype != i32:
+        raise TraceError(f"`{'//' if op == '/' else op}` needs integer operands; got {a.dtype} and {b.dtype}")
+    if isinstance(a, Const) and isinstance(b, Const):
+        value = _FOLD[op](a.value, b.value)
+        return Const(float(value) if dtype == f32 else value, dtype)
+    folded = _identity_fold(op, a, b)
+    return folded if folded is not None else BinOp(op, a, b, dtype)
+
+
+def _identity_fold(op, a, b):
+    if op == "+" and _is(b, 0): return a
+    if op == "+" and _is(a, 0): return b
+    if op == "-" and _is(b, 0): return a
+    if op == "*" and (_is(b, 1)): return a
+    if op == "*" and (_is(a, 1)): return b
+    if op == "*" and (_is(a, 0) or _is(b, 0)) and a.dtype == i32 and b.dtype == i32: return Const(0, i32)
+    if op == "/" and _is(b, 1): return a
+    return None
+
+
+def _is(e: Expr, v) -> bool:
+    return isinstance(e, Const) and e.value == v
+
+
+def call(fn: str, *args) -> Expr:
+    args = tuple(as_expr(a) for a in args)
+    dtype = f32 if any(a.dtype == f32 for a in args) else i32
+    if all(isinstance(a, Const) for a in args):
+        return Const(_FOLD[fn](*(a.value for a in args)), dtype)
+    return Call(fn, args, dtype)
+
+
+def render(e: Expr, parent_precedence: int = 0) -> str:
+    """C-like text of an expression (valid C++, also used by the IR printer)."""
+    if isinstance(e, Const):
+        if e.dtype == BOOL:
+            return "true" if e.value else "false"
+        if e.dtype == f32:
+            v = float(e.value)
+            if math.isinf(v):
+                return "INFINITY" if v > 0 else "-INFINITY"
+            return f"{v!r}f" if ("e" in repr(v) or "." in repr(v)) else f"{v!r}.0f"
+        return str(int(e.value))
+    if isinstance(e, Sym):
+        return e.name
+    if isinstance(e, Call):
+        fn = {"min": "min", "max": "max"}[e.fn] if e.dtype == i32 else {"min": "fminf", "max": "fmaxf"}[e.fn]
+        return f"{fn}({', '.join(render(a) for a in e.args)})"
+    if isinstance(e, BinOp):
+        p = _PRECEDENCE[e.op]
+        text = f"{render(e.a, p)} {e.op} {render(e.b, p + 1)}"
+        return f"({text})" if p < parent_precedence else text
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def free_symbols(e: Expr) -> set:
+    if isinstance(e, Sym):
+        return {e}
+    if isinstance(e, BinOp):
+        return free_symbols(e.a) | free_symbols(e.b)
+    if isinstance(e, Call):
+        return set().union(*(free_symbols(a) for a in e.args))
+    return set()

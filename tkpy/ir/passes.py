@@ -1,0 +1,109 @@
+"""Passes over the kernel IR: structural verification, shared-memory planning, register budgeting."""
+from __future__ import annotations
+
+from ..errors import TraceError
+from ..tiles.types import RT, RV
+from .core import Decl, For, GlobalVar, If, KernelIR, Op, SharedRef, Var, walk
+from .expr import Expr, Sym, free_symbols
+
+MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
+MAX_REGISTERS_PER_THREAD = 255
+BUILTIN_SYMS = {"block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "warpid", "laneid"}
+
+
+def verify(kernel: KernelIR) -> None:
+    """Every variable and symbol is declared before use and used only in scope."""
+    scalars = {p.sym.name for p in kernel.params if hasattr(p, "sym")}
+    dims = {d for p in kernel.params if isinstance(p, GlobalVar) for d in p.type.dynamic_dims}
+    _verify_block(kernel.body, set(), scalars | dims)
+
+
+def _verify_block(stmts, tiles: set, syms: set) -> None:
+    tiles, syms = set(tiles), set(syms)
+    for s in stmts:
+        if isinstance(s, Decl):
+            tiles.add(s.var)
+        elif isinstance(s, Op):
+            for a in _flat(s.args):
+                var = a.var if isinstance(a, SharedRef) else a
+                if isinstance(var, Var) and var not in tiles:
+                    raise TraceError(f"{s.name}: `{var.name}` is used outside the scope it was declared in "
+                                     f"(declared at {var.loc.short})", s.loc)
+                if isinstance(a, Expr):
+                    _check_syms(a, syms, s)
+                if isinstance(a, SharedRef) and a.index is not None:
+                    _check_syms(a.index, syms, s)
+        elif isinstance(s, For):
+            for e in (s.start, s.stop, s.step):
+                _check_syms(e, syms, s)
+            _verify_block(s.body, tiles, syms | {s.var.name})
+        elif isinstance(s, If):
+            _check_syms(s.cond, syms, s)
+            _verify_block(s.then, tiles, syms)
+            _verify_block(s.orelse, tiles, syms)
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, tuple):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+def _check_syms(e: Expr, syms: set, stmt) -> None:
+    for sym in free_symbols(e):
+        if sym.name not in syms and sym.name not in BUILTIN_SYMS:
+            raise TraceError(f"runtime value `{sym.name}` is used outside its loop", stmt.loc)
+
+
+def plan_shared(kernel: KernelIR) -> None:
+    """Give each shared tile a byte offset (aligned as its swizzle needs) and check the total."""
+    offset = 0
+    offsets = {}
+    for s in walk(kernel.body):
+        if isinstance(s, Decl) and s.var.is_shared:
+            t = s.var.type
+            offset = -(-offset // t.alignment) * t.alignment
+            offsets[s.var] = offset
+            offset += t.nbytes * s.var.count
+            if offset > MAX_SHARED_BYTES:
+                raise TraceError(f"shared memory over-subscribed: `{s.var.name}` ({t}, x{s.var.count}) ends at "
+                                 f"{offset} bytes, more than the {MAX_SHARED_BYTES} a block can have", s.loc)
+    kernel.shared_offsets = offsets
+    kernel.shared_bytes = offset
+
+
+def register_estimate(kernel: KernelIR) -> int:
+    """32-bit registers per thread that the register tiles of the deepest scope chain need (a lower bound)."""
+    def block(stmts) -> int:
+        here = sum(_regs(s.var) for s in stmts if isinstance(s, Decl) and not s.var.is_shared)
+        inner = [block(s.body) for s in stmts if isinstance(s, For)]
+        inner += [max(block(s.then), block(s.orelse)) for s in stmts if isinstance(s, If)]
+        return here + max(inner, default=0)
+    return block(kernel.body)
+
+
+def _regs(var: Var) -> int:
+    t = var.type
+    if isinstance(t, RT):
+        return t.registers_per_lane
+    if isinstance(t, RV):
+        return t.chunks * t.values_per_chunk * max(1, t.dtype.nbytes // 4)
+    return 0
+
+
+def check_registers(kernel: KernelIR) -> int:
+    need = register_estimate(kernel)
+    if need > MAX_REGISTERS_PER_THREAD:
+        first = next(s for s in walk(kernel.body) if isinstance(s, Decl) and not s.var.is_shared)
+        raise TraceError(f"register tiles need at least {need} registers per thread, more than the "
+                         f"{MAX_REGISTERS_PER_THREAD} a thread can have; use smaller tiles or keep data in shared "
+                         "memory", first.loc)
+    return need
+
+
+def run_all(kernel: KernelIR) -> None:
+    verify(kernel)
+    plan_shared(kernel)
+    check_registers(kernel)

@@ -1,0 +1,73 @@
+"""The IR's text form: what `kernel.ir(...)` shows."""
+from __future__ import annotations
+
+from .core import Decl, For, GlobalVar, If, KernelIR, Op, ScalarParam, SharedRef, Var
+from .expr import Expr, render
+
+
+def operand_text(a) -> str:
+    if isinstance(a, Var):
+        return f"%{a.name}"
+    if isinstance(a, SharedRef):
+        return f"%{a.name}" + (f"[{render(a.index)}]" if a.index is not None else "")
+    if isinstance(a, GlobalVar):
+        return f"@{a.name}"
+    if isinstance(a, Expr):
+        return render(a)
+    if isinstance(a, tuple):
+        return "(" + ", ".join(operand_text(x) for x in a) + ")"
+    return repr(a)
+
+
+def op_title(op: Op) -> str:
+    """The op as a user would name it: row_max, sub_row, exp, load, ..."""
+    a = dict(op.attrs)
+    if op.name == "reduce":
+        return f"{a.pop('axis')}_{a.pop('fn')}"
+    if op.name == "broadcast":
+        return f"{a.pop('fn')}_{a.pop('axis')}"
+    if op.name in ("unary", "binary"):
+        return a.pop("fn")
+    title = op.name.split("_")[0] if op.name.startswith(("load_", "store_")) else op.name
+    return title + "".join(f"[{k}={v}]" for k, v in a.items())
+
+
+def print_ir(kernel: KernelIR) -> str:
+    params = []
+    for p in kernel.params:
+        if isinstance(p, GlobalVar):
+            params.append(f"@{p.name}: {p.type}" + ("" if p.contiguous else " strided"))
+        elif isinstance(p, ScalarParam):
+            params.append(f"{p.name}: {p.sym.dtype}")
+    lines = [f"kernel {kernel.name}({', '.join(params)}) warps={kernel.warps}"
+             + (f" shared={kernel.shared_bytes}B" if kernel.shared_bytes else "")]
+    if kernel.constexprs:
+        lines.append("  constexpr " + ", ".join(f"{k}={v!r}" for k, v in kernel.constexprs.items()))
+    _block(kernel.body, lines, 1, kernel)
+    return "\n".join(lines)
+
+
+def _block(stmts, lines, depth, kernel) -> None:
+    pad = "  " * depth
+    for s in stmts:
+        if isinstance(s, Decl):
+            extra = f" x{s.var.count}" if s.var.count > 1 else ""
+            off = kernel.shared_offsets.get(s.var)
+            at = f" @smem+{off}" if off is not None else ""
+            _line(lines, f"{pad}%{s.var.name} = {s.var.type}{extra}{at}", s.loc)
+        elif isinstance(s, Op):
+            _line(lines, f"{pad}{op_title(s)} " + ", ".join(operand_text(a) for a in s.args), s.loc)
+        elif isinstance(s, For):
+            _line(lines, f"{pad}for {s.var.name} in range({render(s.start)}, {render(s.stop)}, {render(s.step)}):",
+                  s.loc)
+            _block(s.body, lines, depth + 1, kernel)
+        elif isinstance(s, If):
+            _line(lines, f"{pad}if {render(s.cond)}:", s.loc)
+            _block(s.then, lines, depth + 1, kernel)
+            if s.orelse:
+                lines.append(f"{pad}else:")
+                _block(s.orelse, lines, depth + 1, kernel)
+
+
+def _line(lines, text, loc) -> None:
+    lines.append(f"{text:<60s} # {loc.short}")

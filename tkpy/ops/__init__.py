@@ -1,0 +1,12 @@
+"""The user-facing tile op namespace: thin functions that check their operands and record IR."""
+from .declare import rt, rv, st, sv, col_vec, row_vec
+from .memory import load, store, Scope
+from .elementwise import (fill, zero, one, neg_infty, pos_infty, copy,
+                          exp, exp2, log, log2, abs, relu, neg, add, sub, mul, div, max, min)
+from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_sum, col_prod,
+                     add_row, sub_row, mul_row, div_row, add_col, sub_col, mul_col, div_col)
+from .mma import mma_AB
+from .sync import sync, warp_sync
+
+warpgroup = Scope("warpgroup")
+block = Scope("block")

@@ -1,0 +1,100 @@
+"""Operand normalisation and the trace-time checks shared by all ops."""
+from __future__ import annotations
+
+from ..errors import TraceError
+from ..frontend.context import current, user_loc
+from ..ir.core import GlobalVar, Op, SharedRef, Var
+from ..ir.expr import Expr, as_expr
+from ..tiles.dtypes import f32
+from ..tiles.types import GL, RT, RV, ST, SV
+
+
+def fail(message: str):
+    raise TraceError(message, user_loc())
+
+
+def describe(x) -> str:
+    if isinstance(x, (Var, SharedRef, GlobalVar)):
+        return f"{x.name}: {x.type}"
+    if isinstance(x, Expr):
+        return f"scalar {x.dtype}"
+    return f"{type(x).__name__} {x!r}"
+
+
+def operand(x, what: str):
+    """A tile/vector/global operand: Var (register), SharedRef (shared) or GlobalVar."""
+    if isinstance(x, Var):
+        if x.is_shared:
+            if x.count != 1:
+                fail(f"{what}: `{x.name}` is an array of {x.count} shared tiles; index it, e.g. {x.name}[i]")
+            return SharedRef(x, None)
+        return x
+    if isinstance(x, (SharedRef, GlobalVar)):
+        return x
+    fail(f"{what}: expected a tile, vector or global tensor, got {describe(x)}")
+
+
+def kind(x) -> type:
+    return type(x.type)
+
+
+def register_tile(x, what: str) -> Var:
+    x = operand(x, what)
+    if not isinstance(x.type, RT):
+        fail(f"{what}: expected a register tile (rt), got {describe(x)}")
+    return x
+
+
+def register_vector(x, what: str) -> Var:
+    x = operand(x, what)
+    if not isinstance(x.type, RV):
+        fail(f"{what}: expected a register vector (rv), got {describe(x)}")
+    return x
+
+
+def scalar(x, what: str) -> Expr:
+    try:
+        return as_expr(x)
+    except TraceError:
+        fail(f"{what}: expected a scalar, got {describe(x)}")
+
+
+def same_shape(a, b, what: str) -> None:
+    ta, tb = a.type, b.type
+    if isinstance(ta, (RT, ST)) and isinstance(tb, (RT, ST)):
+        if (ta.rows, ta.cols) != (tb.rows, tb.cols):
+            fail(f"{what}: shapes differ: {describe(a)} vs {describe(b)}")
+    elif isinstance(ta, (RV, SV)) and isinstance(tb, (RV, SV)):
+        if ta.length != tb.length:
+            fail(f"{what}: lengths differ: {describe(a)} vs {describe(b)}")
+    else:
+        fail(f"{what}: {describe(a)} and {describe(b)} are not the same kind of operand")
+
+
+def same_layout(a, b, what: str) -> None:
+    if a.type.layout != b.type.layout:
+        fail(f"{what}: layouts differ: {describe(a)} vs {describe(b)}; convert one with tk.swap_layout")
+
+
+def tile_coord(coord, what: str) -> tuple:
+    """Coordinates in tile units, right-aligned to (batch, depth, row, col)."""
+    if coord is None:
+        coord = (0, 0)
+    if not isinstance(coord, (tuple, list)):
+        coord = (coord,)
+    if not 1 <= len(coord) <= 4:
+        fail(f"{what}: coordinates take 1 to 4 entries (batch, depth, row, col), got {len(coord)}")
+    exprs = tuple(scalar(c, what) for c in coord)
+    for c in exprs:
+        if c.dtype == f32:
+            fail(f"{what}: coordinates must be integers, got a float")
+    return (as_expr(0),) * (4 - len(exprs)) + exprs
+
+
+def emit(name: str, *args, **attrs) -> Op:
+    op = Op(name, tuple(args), user_loc(), attrs)
+    current().emit(op)
+    return op
+
+
+TILE_KINDS = (RT, RV, ST, SV, GL)

@@ -1,0 +1,52 @@
+"""Declaring tiles and vectors inside a kernel: tk.rt, tk.rv, tk.st, tk.sv, tk.col_vec, tk.row_vec."""
+from __future__ import annotations
+
+from ..frontend.context import current
+from ..ir.core import Var
+from ..tiles.dtypes import DType
+from ..tiles.types import RT, RV, ST, SV
+from ._checks import fail, register_tile
+from ..errors import TraceError
+from ..frontend.context import user_loc
+
+
+def _make(cls, *args, **kw):
+    try:
+        return cls(*args, **kw)
+    except (TypeError, ValueError) as e:
+        raise TraceError(str(e), user_loc()) from None
+
+
+def rt(dtype: DType, rows: int, cols: int, layout: str = "row") -> Var:
+    """A register tile: each warp holds its own `rows x cols` tile (multiples of 16)."""
+    return current().declare(_make(RT, dtype, rows, cols, layout), "t")
+
+
+def rv(dtype: DType, length: int, layout: str = "ortho") -> Var:
+    """A register vector of `length` values in the given layout (see tkpy.tiles.layouts)."""
+    return current().declare(_make(RV, dtype, length, layout), "v")
+
+
+def st(dtype: DType, rows: int, cols: int, count: int = 1, swizzle: int = -1) -> Var:
+    """A shared tile (one per block), or an array of `count` of them indexed as s[i].
+    The swizzle (0/32/64/128 bytes) is chosen from the row width unless given."""
+    if not isinstance(count, int) or count < 1:
+        fail(f"st count must be a positive int, got {count!r}")
+    return current().declare(_make(ST, dtype, rows, cols, swizzle), "s", count)
+
+
+def sv(dtype: DType, length: int, count: int = 1) -> Var:
+    """A shared vector (one per block), or an array of `count`."""
+    return current().declare(_make(SV, dtype, length), "sv", count)
+
+
+def col_vec(tile, dtype: DType | None = None) -> Var:
+    """A vector with one value per row of `tile` (what row_max produces, what sub_row consumes)."""
+    t = register_tile(tile, "col_vec")
+    return current().declare(t.type.col_vec(dtype), "v")
+
+
+def row_vec(tile, dtype: DType | None = None) -> Var:
+    """A vector with one value per column of `tile` (what col_max produces, what sub_col consumes)."""
+    t = register_tile(tile, "row_vec")
+    return current().declare(t.type.row_vec(dtype), "v")

@@ -1,0 +1,80 @@
+"""Register fragment maps: which lane and register hold which element of a tile.
+
+Each map is written once, as an integer expression that means the same thing in
+Python (on ints or numpy arrays) and in C++ (`>>`, `&`, `*`, `+` on non-negative
+ints). The code generator pastes the expressions into the C++ prelude and the
+interpreter evaluates them, so both read one source of truth.
+
+A register tile is a grid of 16x16 *base tiles*. In each base tile a lane holds
+four registers, each a packed pair of consecutive elements (``half`` 0 and 1),
+so eight elements per lane. In the **row layout** this is exactly the A operand
+(and, for two adjacent n8 tiles, the C/D accumulator) of ``mma.m16n8k16``
+(PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4*groupID + threadID_in_group,
+
+    reg 0: row g,   cols 2t, 2t+1        reg 2: row g,   cols 2t+8, 2t+9
+    reg 1: row g+8, cols 2t, 2t+1        reg 3: row g+8, cols 2t+8, 2t+9
+
+The **col layout** is its transpose: register `reg` of lane `lane` holds the
+element at (col, row) of the row-layout position. A 16x16 K x N tile in col
+layout is two B operands of ``mma.m16n8k16``: regs {0, 2} for n-tile 0 and
+{1, 3} for n-tile 1.
+"""
+from __future__ import annotations
+
+BASE_ROWS = 16
+BASE_COLS = 16
+REGS_PER_BASE = 4      # packed pairs per lane per base tile
+ELEMS_PER_BASE = 8     # elements per lane per base tile
+WARP_SIZE = 32
+
+# Row layout, position of (lane, reg, half) inside a 16x16 base tile.
+ROW_LAYOUT_ROW = "(lane >> 2) + 8 * (reg & 1)"
+ROW_LAYOUT_COL = "2 * (lane & 3) + 8 * (reg >> 1) + half"
+
+# Vector layouts. A vector holds one value per row (col_vec) or per column
+# (row_vec) of a tile; how lanes share it depends on the tile's layout:
+#   ortho: per 16 elements a lane holds 2 values, idx = (lane >> 2) + 8 * k, k in {0, 1}
+#          (the rows of a row-layout tile, the columns of a col-layout tile)
+#   align: per 16 elements a lane holds 4 values, idx = 2 * (lane & 3) + 8 * (k >> 1) + (k & 1)
+#          (the columns of a row-layout tile, the rows of a col-layout tile)
+#   naive: one value per lane per 32 elements, idx = lane + 32 * k (for memory and scalars)
+ORTHO_INDEX = "(lane >> 2) + 8 * k"
+ALIGN_INDEX = "2 * (lane & 3) + 8 * (k >> 1) + (k & 1)"
+NAIVE_INDEX = "lane + 32 * k"
+VECTOR_VALUES_PER_16 = {"ortho": 2, "align": 4}
+
+
+def _eval(expr: str, **env):
+    return eval(expr, {"__builtins__": {}}, env)  # the expressions above are trusted constants
+
+
+def row_layout_position(lane, reg, half):
+    """(row, col) in a 16x16 base tile held by lane/reg/half in the row layout (ints or numpy arrays)."""
+    return _eval(ROW_LAYOUT_ROW, lane=lane, reg=reg), _eval(ROW_LAYOUT_COL, lane=lane, reg=reg, half=half)
+
+
+def col_layout_position(lane, reg, half):
+    """(row, col) in a 16x16 base tile held by lane/reg/half in the col layout: the transpose of the row layout."""
+    r, c = row_layout_position(lane, reg, half)
+    return c, r
+
+
+def fragment_position(layout: str, lane, reg, half):
+    if layout == "row":
+        return row_layout_position(lane, reg, half)
+    if layout == "col":
+        return col_layout_position(lane, reg, half)
+    raise ValueError(f"unknown register tile layout {layout!r}")
+
+
+def vector_index(layout: str, lane, k):
+    """Element index (within its 16-element chunk, or 32 for naive) of a lane's k-th value."""
+    expr = {"ortho": ORTHO_INDEX, "align": ALIGN_INDEX, "naive": NAIVE_INDEX}[layout]
+    return _eval(expr, lane=lane, k=k)
+
+
+def reduction_vector_layout(tile_layout: str, axis: str) -> str:
+    """Layout of the vector a row reduction (axis='row': one value per row) or column
+    reduction (axis='col') of a tile in `tile_layout` produces and broadcasts consume."""
+    per_row = (tile_layout == "row") == (axis == "row")
+    return "ortho" if per_row else "align"

@@ -1,0 +1,197 @@
+"""Tile types: register (rt/rv), shared (st/sv) and global (gl). Pure Python, no CUDA.
+
+These are *types*; the values a kernel manipulates are IR variables carrying one
+of them (see tkpy.ir). Every size, layout and address question about a tile is
+answered here and nowhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from . import layouts, swizzle as swz
+from .dtypes import DType, TILE_DTYPES
+
+Dim = Union[int, str]  # static size or the name of a dynamic one
+
+
+def _check_dtype(dtype: DType, what: str) -> None:
+    if dtype not in TILE_DTYPES:
+        raise TypeError(f"{what} element type must be one of {TILE_DTYPES}, got {dtype!r}")
+
+
+def _check_multiple(n: int, of: int, what: str) -> None:
+    if not isinstance(n, int) or n <= 0 or n % of:
+        raise ValueError(f"{what} must be a positive multiple of {of}, got {n!r}")
+
+
+@dataclass(frozen=True)
+class RT:
+    """Register tile: each warp holds its own rows x cols tile, spread over its 32 lanes."""
+
+    dtype: DType
+    rows: int
+    cols: int
+    layout: str = "row"
+
+    def __post_init__(self):
+        _check_dtype(self.dtype, "rt")
+        _check_multiple(self.rows, layouts.BASE_ROWS, "rt rows")
+        _check_multiple(self.cols, layouts.BASE_COLS, "rt cols")
+        if self.layout not in ("row", "col"):
+            raise ValueError(f"rt layout must be 'row' or 'col', got {self.layout!r}")
+
+    @property
+    def height(self) -> int:
+        return self.rows // layouts.BASE_ROWS
+
+    @property
+    def width(self) -> int:
+        return self.cols // layouts.BASE_COLS
+
+    @property
+    def registers_per_lane(self) -> int:
+        """32-bit registers each lane spends on this tile."""
+        return self.height * self.width * layouts.ELEMS_PER_BASE * self.dtype.nbytes // 4
+
+    def col_vec(self, dtype: DType | None = None) -> "RV":
+        """Type of a vector with one value per row (what row_max produces)."""
+        return RV(dtype or self.dtype, self.rows, layouts.reduction_vector_layout(self.layout, "row"))
+
+    def row_vec(self, dtype: DType | None = None) -> "RV":
+        """Type of a vector with one value per column (what col_max produces)."""
+        return RV(dtype or self.dtype, self.cols, layouts.reduction_vector_layout(self.layout, "col"))
+
+    def with_(self, **changes) -> "RT":
+        fields = dict(dtype=self.dtype, rows=self.rows, cols=self.cols, layout=self.layout)
+        fields.update(changes)
+        return RT(**fields)
+
+    def __str__(self) -> str:
+        return f"rt<{self.dtype}, {self.rows}x{self.cols}, {self.layout}>"
+
+
+@dataclass(frozen=True)
+class RV:
+    """Register vector, laid out to match the tile dimension it reduces or broadcasts along."""
+
+    dtype: DType
+    length: int
+    layout: str = "ortho"
+
+    def __post_init__(self):
+        _check_dtype(self.dtype, "rv")
+        if self.layout not in ("ortho", "align", "naive"):
+            raise ValueError(f"rv layout must be 'ortho', 'align' or 'naive', got {self.layout!r}")
+        _check_multiple(self.length, 32 if self.layout == "naive" else 16, f"rv length ({self.layout})")
+
+    @property
+    def chunks(self) -> int:
+        return self.length // (32 if self.layout == "naive" else 16)
+
+    @property
+    def values_per_chunk(self) -> int:
+        return 1 if self.layout == "naive" else layouts.VECTOR_VALUES_PER_16[self.layout]
+
+    def __str__(self) -> str:
+        return f"rv<{self.dtype}, {self.length}, {self.layout}>"
+
+
+@dataclass(frozen=True)
+class ST:
+    """Shared tile: one rows x cols tile per block (or `count` of them), swizzled."""
+
+    dtype: DType
+    rows: int
+    cols: int
+    swizzle: int = -1   # -1: choose from the row width
+
+    def __post_init__(self):
+        _check_dtype(self.dtype, "st")
+        _check_multiple(self.rows, layouts.BASE_ROWS, "st rows")
+        _check_multiple(self.cols, layouts.BASE_COLS, "st cols")
+        if self.swizzle == -1:
+            object.__setattr__(self, "swizzle", swz.choose_swizzle(self.cols, self.dtype.nbytes))
+        if self.swizzle not in swz.SWIZZLE_MODES:
+            raise ValueError(f"st swizzle must be one of {swz.SWIZZLE_MODES} bytes, got {self.swizzle!r}")
+        if self.swizzle and (self.cols * self.dtype.nbytes) % self.swizzle:
+            raise ValueError(f"a {self.swizzle}-byte swizzle needs rows of a multiple of {self.swizzle} bytes; "
+                             f"{self.cols} x {self.dtype} is {self.cols * self.dtype.nbytes} bytes")
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * self.dtype.nbytes
+
+    @property
+    def alignment(self) -> int:
+        return swz.SWIZZLE_ALIGNMENT if self.swizzle else 16
+
+    @property
+    def panel_cols(self) -> int:
+        return swz.panel_cols(self.cols, self.dtype.nbytes, self.swizzle)
+
+    def byte_offset(self, row, col):
+        return swz.byte_offset(row, col, rows=self.rows, cols=self.cols,
+                               elem_bytes=self.dtype.nbytes, swizzle=self.swizzle)
+
+    def __str__(self) -> str:
+        return f"st<{self.dtype}, {self.rows}x{self.cols}, swizzle {self.swizzle}B>"
+
+
+@dataclass(frozen=True)
+class SV:
+    """Shared vector: `length` contiguous elements."""
+
+    dtype: DType
+    length: int
+
+    def __post_init__(self):
+        _check_dtype(self.dtype, "sv")
+        _check_multiple(self.length, 16, "sv length")
+
+    @property
+    def nbytes(self) -> int:
+        return self.length * self.dtype.nbytes
+
+    @property
+    def alignment(self) -> int:
+        return 16
+
+    def __str__(self) -> str:
+        return f"sv<{self.dtype}, {self.length}>"
+
+
+GL_AXES = ("batch", "depth", "rows", "cols")
+
+
+@dataclass(frozen=True)
+class GL:
+    """Global tensor view of up to 4 dims, right-aligned to (batch, depth, rows, cols).
+
+    Each dim is static (an int, checked at call time and folded into the code) or
+    dynamic (a name; dims sharing a name across parameters must be equal).
+    """
+
+    dtype: DType
+    dims: tuple  # always 4 entries after construction
+
+    def __post_init__(self):
+        dims = tuple(self.dims)
+        if not 1 <= len(dims) <= 4:
+            raise ValueError(f"gl takes 1 to 4 dims, got {len(dims)}")
+        for d in dims:
+            if not (isinstance(d, str) and d.isidentifier()) and not (isinstance(d, int) and d > 0):
+                raise ValueError(f"gl dims are positive ints (static) or identifier strings (dynamic), got {d!r}")
+        object.__setattr__(self, "dims", (1,) * (4 - len(dims)) + dims)
+        object.__setattr__(self, "rank", len(dims))
+
+    @property
+    def dynamic_dims(self) -> tuple[str, ...]:
+        return tuple(d for d in self.dims if isinstance(d, str))
+
+    def __str__(self) -> str:
+        shown = self.dims[4 - self.rank:]
+        return f"gl<{self.dtype}, {', '.join(map(str, shown))}>"
+
+
+TileType = Union[RT, RV, ST, SV]
