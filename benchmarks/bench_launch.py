@@ -6,6 +6,8 @@ Measures, for a trivial 4-argument kernel, the host time of:
   launcher        tkpy Launcher.__call__ with a pre-packed ParamBuffer
   launcher_full   torch stream lookup + ParamBuffer.pack + Launcher call (what generated code does)
   launch_fn       tkpy.runtime.launch() free function (+ pack + stream lookup)
+  prepared        Launcher.prepare(...)() alone: a functools.partial of cuLaunchKernelEx
+  prepared_full   stream lookup + dict lookup of the prepared launch by stream + pack + call + check
   pack            ParamBuffer.pack alone
   stream          torch current raw stream lookup alone
   torch_zero      torch x.zero_() on a small tensor (a reference torch op)
@@ -116,6 +118,14 @@ def main() -> int:
     def raw_int() -> None:
         ex(cfg, fn, addr, 0)
 
+    # ~1 s of launches first: the first timings of a fresh process/machine
+    # ran ~30% slow (clock ramp-up, lazy driver work) in our runs.
+    t_end = time.perf_counter() + 1.0
+    while time.perf_counter() < t_end:
+        for _ in range(BATCH):
+            raw_int()
+        sync()
+
     results["raw_ex_int"] = _time_per_call_us(raw_int, sync)
 
     tup = (
@@ -153,6 +163,23 @@ def main() -> int:
         launch(lk, grid, block, 0, get_stream(dev), pb)
 
     results["launch_fn"] = _time_per_call_us(launch_fn, sync)
+
+    go = lr.prepare(grid, stream, pb)
+
+    def prepared() -> None:
+        go()
+
+    results["prepared"] = _time_per_call_us(prepared, sync)
+
+    by_stream = {stream: go}
+
+    def prepared_full() -> None:
+        g = by_stream[get_stream(dev)]
+        pack(pa, pbp, 128, 2.0)
+        if g()[0]:
+            raise RuntimeError("launch failed")
+
+    results["prepared_full"] = _time_per_call_us(prepared_full, sync)
 
     def pack_only() -> None:
         pack(pa, pbp, 128, 2.0)

@@ -370,6 +370,37 @@ def test_launch_config_is_host_only():
         make_launch_config((3, 1, 1), (32, 1, 1), 0, 0, cluster=(2, 1, 1))
 
 
+def test_launcher_caches_configs_and_reports_errors():
+    pytest.importorskip("cuda.bindings.driver")
+    from tkpy.runtime import DriverError, Launcher
+
+    calls = []
+
+    def fake_launch(cfg, fn, address, extra):
+        calls.append((cfg, fn, address, extra))
+        return (fail[0],)
+
+    fail = [0]
+    lr = Launcher("fn", (128, 1, 1), 1024, cluster=(2, 1, 1))
+    lr._launch = fake_launch
+    pb = ParamBuffer(["ptr", "i32"])
+    lr((4, 1, 1), 0x10, pb)
+    lr((4, 1, 1), 0x10, pb)
+    lr((8, 1, 1), 0x10, pb)
+    lr.launch_address((8, 1, 1), 0x20, 1234)
+    assert len(lr._configs) == 3
+    assert calls[0][0] is calls[1][0] and calls[0][0] is not calls[2][0]
+    assert calls[0][1:] == ("fn", pb.address, 0) and calls[3][2] == 1234
+    cfg = calls[2][0]
+    assert (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes, int(cfg.hStream), cfg.numAttrs) == (8, 128, 1024, 0x10, 1)
+    go = lr.prepare((4, 1, 1), 0x10, pb)
+    assert go() == (0,) and calls[-1][0] is calls[0][0]
+    fail[0] = 1  # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(DriverError, match=r"cuLaunchKernelEx\(grid=\(4, 1, 1\), block=\(128, 1, 1\)") as ei:
+        lr((4, 1, 1), 0x10, pb)
+    assert ei.value.code == 1
+
+
 def test_import_needs_no_gpu():
     import subprocess
 

@@ -100,6 +100,21 @@ def test_launcher_reuses_config_and_params(torch, add1_mod):
     assert len(lr._configs) == 1
 
 
+def test_prepared_launch(torch, add1_mod):
+    dev = torch.cuda.current_device()
+    lk = load_kernel(add1_mod, dev)
+    lr = lk.launcher((128, 1, 1))
+    x = torch.zeros(512, device="cuda")
+    pb = ParamBuffer(["ptr", "i32"])
+    s = current_stream_handle(dev)
+    go = lr.prepare((4, 1, 1), s, pb)
+    for _ in range(3):
+        pb.pack(x.data_ptr(), x.numel())
+        assert not go()[0]
+    torch.cuda.synchronize()
+    assert torch.all(x == 3)
+
+
 def test_large_dynamic_shared_memory(torch):
     dev = torch.cuda.current_device()
     mod = compile_cuda(BIG_SMEM, "big_smem")
@@ -166,6 +181,28 @@ def test_cuda_graph_capture(torch, add1_mod):
         g.replay()
     torch.cuda.synchronize()
     assert torch.all(x == 4)
+
+
+BLOB = r"""
+struct alignas(64) Blob128 { unsigned long long w[16]; };  // stands in for CUtensorMap
+extern "C" __global__ void read_blob(const __grid_constant__ Blob128 b, int scale, unsigned long long* out) {
+  if (threadIdx.x < 16) out[threadIdx.x] = b.w[threadIdx.x] * scale;
+}
+"""
+
+
+def test_blob128_grid_constant_param(torch):
+    import struct as _struct
+
+    dev = torch.cuda.current_device()
+    lk = load_kernel(compile_cuda(BLOB, "read_blob"), dev)
+    out = torch.zeros(16, device="cuda", dtype=torch.int64)
+    words = [(i + 1) * 0x0101010101 for i in range(16)]
+    pb = ParamBuffer(["blob128", "i32", "ptr"])
+    pb.pack(_struct.pack("<16Q", *words), 3, out.data_ptr())
+    lk.launcher((32, 1, 1))((1, 1, 1), current_stream_handle(dev), pb)
+    torch.cuda.synchronize()
+    assert out.tolist() == [w * 3 for w in words]
 
 
 def test_cluster_launch(torch):

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import DriverError, NoGPUError
 
@@ -627,28 +627,47 @@ class Launcher:
         return cfg
 
     def __call__(self, grid: tuple[int, int, int], stream_handle: int, params: ParamBuffer) -> None:
-        cfg = self._configs.get((grid, stream_handle))
-        if cfg is None:
+        try:  # subscript, not .get(): one method call less on the hot path
+            cfg = self._configs[grid, stream_handle]
+        except KeyError:
             cfg = self.config(grid, stream_handle)
         err = self._launch(cfg, self.function, params.address, 0)[0]
         if err:
-            self._failed(err, cfg, grid, stream_handle, params.address)
+            self.handle_error(err, grid, stream_handle, params.address)
 
     def launch_address(self, grid: tuple[int, int, int], stream_handle: int, params_address: int) -> None:
         """Same as calling, with a raw ``void**`` address instead of a ParamBuffer."""
-        cfg = self._configs.get((grid, stream_handle))
-        if cfg is None:
+        try:
+            cfg = self._configs[grid, stream_handle]
+        except KeyError:
             cfg = self.config(grid, stream_handle)
         err = self._launch(cfg, self.function, params_address, 0)[0]
         if err:
-            self._failed(err, cfg, grid, stream_handle, params_address)
+            self.handle_error(err, grid, stream_handle, params_address)
 
-    def _failed(self, err: Any, cfg: Any, grid: Any, stream_handle: int, address: int) -> None:
-        code = int(err)
-        if code == _CUDA_ERROR_INVALID_CONTEXT and self.kernel is not None:
-            # Fresh thread with no current context: adopt the primary one, retry once.
+    def prepare(self, grid: tuple[int, int, int], stream_handle: int, params: ParamBuffer | int) -> Callable[[], tuple]:
+        """A zero-argument callable doing just ``cuLaunchKernelEx`` for a fixed
+        (grid, stream, param buffer): the cheapest launch cuda-bindings allows.
+
+        It returns the raw result tuple and does NOT check it::
+
+            go = launcher.prepare(grid, stream, pb)   # once per (specialization, stream)
+            pb.pack(...)                              # per call
+            err = go()[0]
+            if err:
+                launcher.handle_error(err, grid, stream, pb.address)
+        """
+        address = params if isinstance(params, int) else params.address
+        return functools.partial(self._launch, self.config(grid, stream_handle), self.function, address, 0)
+
+    def handle_error(self, err: Any, grid: Any, stream_handle: int, params_address: int) -> None:
+        """Deal with a failed launch: if the calling thread had no current
+        context (a fresh Python thread), make the primary one current and
+        retry once; otherwise raise :class:`DriverError` with the launch
+        configuration in the message."""
+        if int(err) == _CUDA_ERROR_INVALID_CONTEXT and self.kernel is not None:
             ensure_context(self.kernel.device_index)
-            err = self._launch(cfg, self.function, address, 0)[0]
+            err = self._launch(self.config(grid, stream_handle), self.function, params_address, 0)[0]
             if not err:
                 return
         raise driver_error(
