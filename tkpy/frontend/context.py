@@ -19,6 +19,7 @@ class TraceContext:
         self.kernel_name = kernel_name
         self.warps = warps
         self.blocks: list[list] = [[]]
+        self.open_loops: list = []
         self._counters: dict[str, int] = defaultdict(int)
         self.last_if = None  # the If an `else_` may attach to
 
@@ -30,13 +31,22 @@ class TraceContext:
         self.blocks[-1].append(stmt)
         self.last_if = None
 
-    def push_block(self) -> list:
+    def push_block(self, open_loop=None) -> list:
         block: list = []
         self.blocks.append(block)
+        self.open_loops.append(open_loop)
         return block
 
     def pop_block(self) -> list:
+        self.open_loops.pop()
         return self.blocks.pop()
+
+    def finish(self) -> list:
+        """The kernel body, once tracing returned; a loop left open means `break`/`return` inside it."""
+        for loc in self.open_loops:
+            if loc is not None:
+                raise TraceError("`break` and `return` cannot leave a tk.range loop (it runs on the GPU)", loc)
+        return self.blocks[0]
 
     def fresh_name(self, prefix: str) -> str:
         n = self._counters[prefix]

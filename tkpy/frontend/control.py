@@ -29,16 +29,21 @@ class range:  # noqa: A001 - mirrors Python's range on purpose
         self.loc = user_loc()
 
     def __iter__(self):
+        self._state = 0
+        return self
+
+    def __next__(self):
         ctx = current()
-        var = Sym(ctx.fresh_name("i"), i32)
-        ctx.push_block()
-        try:
-            yield var
-        except GeneratorExit:
-            ctx.pop_block()
-            raise TraceError("`break` and `return` are not allowed inside a tk.range loop", self.loc) from None
-        body = ctx.pop_block()
-        ctx.emit(For(var, self.start, self.stop, self.step, body, self.loc))
+        if self._state == 0:  # entering the body: trace it once with a symbolic counter
+            self._state = 1
+            self.var = Sym(ctx.fresh_name("i"), i32)
+            ctx.push_block(open_loop=self.loc)
+            return self.var
+        if self._state == 1:  # the body ran to its end
+            self._state = 2
+            body = ctx.pop_block()
+            ctx.emit(For(self.var, self.start, self.stop, self.step, body, self.loc))
+        raise StopIteration
 
 
 class if_:

@@ -16,7 +16,7 @@ from ..codegen import generate, param_slots
 from ..errors import ArgumentError
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
-from .signature import (bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
+from .signature import (ALIGNMENT, bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
 from .tracer import trace_kernel
 
 MAX_WARPS = 32
@@ -258,8 +258,7 @@ def _make_packer(slots, kernel: Kernel):
     for s in slots:
         src = s.source
         if src[0] == "ptr":
-            i = src[1]
-            getters.append(lambda args, i=i: args[i].data_ptr())
+            getters.append(functools.partial(_aligned_pointer, src[1], kernel.specs[src[1]].name))
         elif src[0] == "dim":
             pos = _dim_position(kernel, src[1])
             getters.append(lambda args, p=pos: args[p[0]].shape[p[1]])
@@ -272,6 +271,14 @@ def _make_packer(slots, kernel: Kernel):
             i = src[1]
             getters.append(lambda args, i=i: args[i])
     return lambda args: tuple(g(args) for g in getters)
+
+
+def _aligned_pointer(i: int, name: str, args) -> int:
+    p = args[i].data_ptr()
+    if p % ALIGNMENT:
+        raise ArgumentError(f"`{name}`'s data pointer {p:#x} is not {ALIGNMENT}-byte aligned "
+                            "(a sliced view?); pass an aligned tensor or .clone() it")
+    return p
 
 
 def _dim_position(kernel: Kernel, name: str) -> tuple[int, int]:

@@ -43,10 +43,21 @@ class ParamSpec:
     gl: Optional[GL] = None
 
 
+def _resolve(ann, fn):
+    """Evaluate a string annotation (from `from __future__ import annotations`) in fn's globals and closure."""
+    if not isinstance(ann, str):
+        return ann
+    scope = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+    try:
+        return eval(ann, fn.__globals__, scope)
+    except Exception as e:
+        raise TraceError(f"kernel {fn.__name__}: cannot evaluate annotation {ann!r}: {e}") from None
+
+
 def parse_signature(fn) -> list[ParamSpec]:
     specs = []
     for p in inspect.signature(fn).parameters.values():
-        ann = p.annotation
+        ann = _resolve(p.annotation, fn)
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter")
         if isinstance(ann, GL):

@@ -39,9 +39,10 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
     code = fn.__code__
     with activate(ctx):
         user_locals = _call_capturing_locals(fn, args, code)
-    _name_variables(ctx.body, user_locals, {s.name for s in specs})
+        body = ctx.finish()
+    _name_variables(body, user_locals, {s.name for s in specs})
     loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
-    return KernelIR(name, params, ctx.body, warps, loc, dict(constexprs))
+    return KernelIR(name, params, body, warps, loc, dict(constexprs))
 
 
 def _call_capturing_locals(fn, args, code) -> dict:

@@ -37,6 +37,19 @@ class Var:
     loc: Loc
     count: int = 1  # shared tiles only: an array of `count` tiles
 
+    def __getitem__(self, index) -> "SharedRef":
+        """Element `index` (an int or runtime scalar) of an array of shared tiles."""
+        from ..errors import TraceError
+        from .expr import as_expr
+
+        if not self.is_shared or self.count == 1:
+            raise TraceError(f"`{self.name}` ({self.type}) is not an array of shared tiles; only "
+                             "tk.st(..., count=n) can be indexed")
+        i = as_expr(index)
+        if hasattr(i, "value") and not 0 <= i.value < self.count:
+            raise TraceError(f"index {i.value} out of range for `{self.name}`, an array of {self.count} tiles")
+        return SharedRef(self, i)
+
     @property
     def is_shared(self) -> bool:
         return isinstance(self.type, (ST, SV))
@@ -68,6 +81,18 @@ class GlobalVar:
     name: str
     type: GL
     contiguous: bool = True
+
+    @property
+    def batch(self): return self.dim(0)
+
+    @property
+    def depth(self): return self.dim(1)
+
+    @property
+    def rows(self): return self.dim(2)
+
+    @property
+    def cols(self): return self.dim(3)
 
     def dim(self, axis: int) -> Expr | int:
         """Size of axis 0..3 (batch, depth, rows, cols): an int if static, else its runtime symbol."""

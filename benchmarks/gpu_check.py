@@ -1,0 +1,131 @@
+"""One call on the GPU machine: every test (GPU ones included), then the benchmarks; a short table last.
+
+    PYTHONPATH=. python3 benchmarks/gpu_check.py [--quick] [pytest args...]
+
+Details go to $OUT (pytest log, junit XML, JSON of every measurement) when OUT is set.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+
+
+def run_tests(extra: list[str]) -> dict:
+    log = (OUT / "pytest.log") if OUT else Path(tempfile.gettempdir()) / "tkpy-pytest.log"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", str(ROOT / "tests")]
+    if OUT:
+        cmd += ["--junitxml", str(OUT / "junit.xml")]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd + extra, cwd=ROOT, capture_output=True, text=True)
+    log.write_text(proc.stdout + proc.stderr)
+    tail = [l for l in proc.stdout.splitlines() if l.strip()][-25:]
+    print("\n".join(tail))
+    summary = tail[-1] if tail else ""
+    return {"returncode": proc.returncode, "summary": summary, "seconds": time.perf_counter() - t0}
+
+
+def bench_compile() -> dict:
+    """Cold compile (empty disk cache) and warm load (disk cache, fresh process memo) of the examples."""
+    import torch
+
+    from kernels.softmax import softmax_rows
+    from kernels.warp_matmul import warp_matmul_bf16
+    from tkpy.runtime import nvrtc
+
+    x = torch.empty(1024, 128, dtype=torch.bfloat16)
+    a, b, c = (torch.empty(256, 256, dtype=t) for t in (torch.bfloat16, torch.bfloat16, torch.float32))
+    cases = {"softmax_rows": (softmax_rows, (x, x, 128)), "warp_matmul": (warp_matmul_bf16, (a, b, c))}
+    results = {}
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TKPY_CACHE_DIR"] = cache
+        for name, (kern, args) in cases.items():
+            t0 = time.perf_counter()
+            traced = kern.trace(*args)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            t2 = time.perf_counter()
+            nvrtc.clear_memo()
+            lowered.compile()
+            t3 = time.perf_counter()
+            warm = []
+            for _ in range(5):
+                nvrtc.clear_memo()
+                s = time.perf_counter()
+                lowered.compile()
+                warm.append(time.perf_counter() - s)
+            results[name] = {"trace_ms": (t1 - t0) * 1e3, "lower_ms": (t2 - t1) * 1e3,
+                             "cold_compile_ms": (t3 - t2) * 1e3, "disk_cache_ms": statistics.median(warm) * 1e3}
+        del os.environ["TKPY_CACHE_DIR"]
+    return results
+
+
+def bench_launch() -> dict:
+    """Host time per call: a 4-argument tkpy kernel (cache hit) beside the raw driver and torch's zero_()."""
+    import torch
+
+    import tkpy as tk
+    from benchmarks import bench_launch as bl
+
+    @tk.kernel(warps=1)
+    def noop4(x: tk.gl[tk.f32, "N", 16], y: tk.gl[tk.f32, "N", 16], n: int, s: float):
+        with tk.if_(n < 0):                     # never true: measures the launch only
+            t = tk.rt(tk.f32, 16, 16)
+            tk.load(t, x, (0, 0))
+            tk.mul(t, t, s)
+            tk.store(y, t, (0, 0))
+
+    x = torch.randn(64, 16, device="cuda")
+    y = torch.empty_like(x)
+    launch = noop4[(1,)]
+
+    def tkpy_call():
+        launch(x, y, 1, 0.5)
+        torch.cuda.synchronize()
+        return lambda: launch(x, y, 1, 0.5)
+
+    bl.bench_tkpy_call = tkpy_call
+    bl.main()
+    if OUT and (OUT / "launch.json").exists():
+        return json.loads((OUT / "launch.json").read_text())["results"]
+    return {}
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    extra = [a for a in sys.argv[1:] if a != "--quick"]
+    import torch
+
+    from tkpy.runtime import gpu_available
+
+    print(f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}; "
+          f"torch {torch.__version__}; hopper={gpu_available()}")
+    report = {"tests": run_tests(extra)}
+    if not quick and gpu_available():
+        report["compile"] = bench_compile()
+        report["launch"] = bench_launch()
+    if OUT:
+        (OUT / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+
+    print("\n==== summary ====")
+    print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")
+    for name, r in report.get("compile", {}).items():
+        print(f"compile {name:14s} trace {r['trace_ms']:6.1f} ms  lower {r['lower_ms']:5.1f} ms  "
+              f"cold NVRTC {r['cold_compile_ms']:6.1f} ms  disk cache {r['disk_cache_ms']:5.2f} ms")
+    for name, r in report.get("launch", {}).items():
+        if name in ("raw_ex_int", "launcher_full", "tkpy_call", "torch_zero"):
+            print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
+    return report["tests"]["returncode"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

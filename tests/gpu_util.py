@@ -1,0 +1,30 @@
+"""Helpers for GPU tests: the skip marker, poisoned outputs and error norms."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tkpy.runtime import gpu_available
+
+requires_gpu = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA Hopper (sm_90) GPU with torch CUDA"),
+]
+
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
+
+
+def poisoned(*shape, dtype) -> torch.Tensor:
+    """An output buffer full of NaN, so that any element the kernel fails to write shows up."""
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def rand(*shape, dtype, low=-2.0, high=2.0) -> torch.Tensor:
+    return (torch.rand(*shape, dtype=torch.float64, device="cuda") * (high - low) + low).to(dtype)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN anywhere in out fails."""
+    out, ref = out.double(), ref.double()
+    assert not torch.isnan(out).any(), "output has NaN: some elements were not written"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
