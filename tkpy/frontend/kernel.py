@@ -16,7 +16,8 @@ from ..codegen import generate, param_slots
 from ..errors import ArgumentError
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
-from .signature import (ALIGNMENT, bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
+from .signature import (bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
+from . import fastpath
 from .tracer import trace_kernel
 
 MAX_WARPS = 32
@@ -31,11 +32,14 @@ class Kernel:
         self.fn = fn
         self.warps = warps
         self.name = name or fn.__name__
-        self.specs = parse_signature(fn)
+        self.specs = parse_signature(fn, _definition_locals())
         self.dim_names = dynamic_dim_names(self.specs)
         self._gl_positions = [i for i, s in enumerate(self.specs) if s.kind == "gl"]
         self._compiled: dict[tuple, "Compiled"] = {}
-        self._fast: dict[tuple, "_Ready"] = {}
+        self._fast: dict[tuple, tuple] = {}        # fast-path key -> _Ready.entry
+        self._bound: dict = {}                      # grid -> launcher bound to it
+        self._fast_launch = None
+        self._launcher_source: str | None = None
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -102,35 +106,68 @@ class Kernel:
         return self._compiled_for(args, need_cuda=False).resources
 
     # -- launching ------------------------------------------------------------
-    def __getitem__(self, grid) -> "BoundKernel":
-        return BoundKernel(self, _grid3(grid))
+    def __getitem__(self, grid):
+        """`kernel[grid]`: a callable that launches on torch's current stream with the kernel's arguments."""
+        try:
+            return self._bound[grid]
+        except (KeyError, TypeError):
+            bound = functools.partial(self._fast_launch or self._launch, _grid3(grid))
+            try:
+                if len(self._bound) > 4096:
+                    self._bound.clear()
+                self._bound[grid] = bound
+            except TypeError:   # an unhashable grid (a list): fine, just not cached
+                pass
+            return bound
 
     def launch(self, grid, *args) -> None:
         self[grid](*args)
 
-    def _ready(self, args) -> "_Ready":
-        """The launch-ready specialization for these arguments (slow path: full checks, compile, load)."""
-        from ..runtime import load_kernel, require_gpu
+    def _launch(self, grid, *args) -> None:
+        if self._fast_launch is None:
+            self._slow_launch(grid, args)
+        else:
+            self._fast_launch(grid, *args)
+
+    def _slow_launch(self, grid, args: tuple) -> None:
+        """First call of a specialization, or anything unusual: check everything, compile, load, then launch."""
+        from ..runtime import require_gpu
 
         require_gpu()
         compiled = self._compiled_for(args, need_cuda=True)
-        device = args[self._gl_positions[0]].device.index if self._gl_positions else None
-        if device is None:
-            import torch
-            device = torch.cuda.current_device()
-        return compiled.ready(device)
+        device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
+        ready = compiled.ready(device)
+        if self._launcher_source is None:
+            self._launcher_source, fast = fastpath.build(self, compiled.lowered.slots)
+            self._fast_launch = fast
+            self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
+        key = fastpath.cache_key(self.specs, args)
+        if key in self._fast:
+            raise AssertionError(f"tkpy internal error: the fast launcher of {self.name} rejected cached key {key}")
+        self._fast[key] = ready.entry
+        self._fast_launch(grid, *args)
 
-    def _fast_key(self, args) -> tuple:
-        """Everything that decides whether a cached launch plan applies: cheap tensor metadata."""
-        key = []
-        for spec, a in zip(self.specs, args):
-            if spec.kind == "gl":
-                key.append((a.dtype, a.shape, a.stride(), a.get_device()))
-            elif spec.kind == "constexpr":
-                key.append(a)
-            else:
-                key.append(type(a))
-        return tuple(key)
+    @property
+    def launcher_source(self) -> str | None:
+        """The generated Python of the per-call path (after the first launch)."""
+        return self._launcher_source
+
+
+def _current_device() -> int:
+    import torch
+    return torch.cuda.current_device()
+
+
+def _definition_locals() -> dict:
+    """Locals of the frame that applied @tk.kernel (for string annotations inside kernel factories)."""
+    import sys
+
+    from .context import _TKPY_DIR
+
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR):
+        frame = frame.f_back
+    return dict(frame.f_locals) if frame is not None and frame.f_code.co_name != "<module>" else {}
 
 
 def _grid3(grid) -> tuple[int, int, int]:
@@ -145,29 +182,6 @@ def _grid3(grid) -> tuple[int, int, int]:
     if g[0] >= 2**31 or any(x >= 65536 for x in g[1:]):
         raise ArgumentError(f"grid {g} exceeds CUDA's limits (x < 2^31, y and z < 65536)")
     return g + (1,) * (3 - len(g))
-
-
-class BoundKernel:
-    """`kernel[grid]`: call it with the kernel's arguments to launch on torch's current stream."""
-
-    __slots__ = ("kernel", "grid")
-
-    def __init__(self, kernel: Kernel, grid: tuple[int, int, int]):
-        self.kernel = kernel
-        self.grid = grid
-
-    def __call__(self, *args) -> None:
-        k = self.kernel
-        try:
-            fast_key = k._fast_key(args)
-            ready = k._fast.get(fast_key)
-        except (AttributeError, TypeError):  # not tensors where tensors belong: let the slow path explain
-            ready, fast_key = None, None
-        if ready is None:
-            ready = k._ready(args)
-            if fast_key is not None:
-                k._fast[fast_key] = ready
-        ready.launch(self.grid, args)
 
 
 @dataclass
@@ -232,62 +246,20 @@ class Compiled:
 
 
 class _Ready:
-    """A compiled specialization loaded on one device, with its reusable parameter buffer."""
+    """A compiled specialization loaded on one device; `entry` is what the fast launcher unpacks."""
 
     def __init__(self, compiled: Compiled, device: int):
         from ..runtime import ParamBuffer, load_kernel, stream_getter
 
         ir = compiled.lowered.traced.ir
-        self.kernel_name = ir.name
-        self.device = device
-        self.slots = compiled.lowered.slots
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
-        self.launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, None)
-        self.params = ParamBuffer([s.kind for s in self.slots])
-        self.get_stream = stream_getter()
-        self._pack_values = _make_packer(self.slots, compiled.lowered.traced.kernel)
+        launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, None)
+        params = ParamBuffer([s.kind for s in compiled.lowered.slots])
 
-    def launch(self, grid, args) -> None:
-        self.params.pack(*self._pack_values(args))
-        self.launcher(grid, self.get_stream(self.device), self.params)
+        def failed(err, grid, stream):
+            launcher.handle_error(err, grid, stream, params.address)
 
-
-def _make_packer(slots, kernel: Kernel):
-    """A function args -> tuple of slot values, specialised to this parameter list."""
-    getters = []
-    for s in slots:
-        src = s.source
-        if src[0] == "ptr":
-            getters.append(functools.partial(_aligned_pointer, src[1], kernel.specs[src[1]].name))
-        elif src[0] == "dim":
-            pos = _dim_position(kernel, src[1])
-            getters.append(lambda args, p=pos: args[p[0]].shape[p[1]])
-        elif src[0] == "stride":
-            i, axis = src[1], src[2]
-            rank = kernel.specs[i].gl.rank
-            tdim = axis - (4 - rank)
-            getters.append((lambda args, i=i, d=tdim: args[i].stride(d)) if tdim >= 0 else (lambda args: 0))
-        else:
-            i = src[1]
-            getters.append(lambda args, i=i: args[i])
-    return lambda args: tuple(g(args) for g in getters)
-
-
-def _aligned_pointer(i: int, name: str, args) -> int:
-    p = args[i].data_ptr()
-    if p % ALIGNMENT:
-        raise ArgumentError(f"`{name}`'s data pointer {p:#x} is not {ALIGNMENT}-byte aligned "
-                            "(a sliced view?); pass an aligned tensor or .clone() it")
-    return p
-
-
-def _dim_position(kernel: Kernel, name: str) -> tuple[int, int]:
-    for i, spec in enumerate(kernel.specs):
-        if spec.kind == "gl":
-            shown = spec.gl.dims[4 - spec.gl.rank:]
-            if name in shown:
-                return i, shown.index(name)
-    raise KeyError(name)
+        self.entry = (params, {}, stream_getter(), device, failed, launcher)
 
 
 def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None):

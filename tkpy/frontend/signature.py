@@ -43,21 +43,24 @@ class ParamSpec:
     gl: Optional[GL] = None
 
 
-def _resolve(ann, fn):
-    """Evaluate a string annotation (from `from __future__ import annotations`) in fn's globals and closure."""
+def _resolve(ann, fn, definition_locals: dict):
+    """Evaluate a string annotation (from `from __future__ import annotations`) where fn was defined:
+    its globals, its closure, and the locals of the function that defined it (a kernel factory's arguments
+    are visible there even when only an annotation uses them)."""
     if not isinstance(ann, str):
         return ann
-    scope = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+    scope = dict(definition_locals)
+    scope.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
     try:
         return eval(ann, fn.__globals__, scope)
     except Exception as e:
         raise TraceError(f"kernel {fn.__name__}: cannot evaluate annotation {ann!r}: {e}") from None
 
 
-def parse_signature(fn) -> list[ParamSpec]:
+def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec]:
     specs = []
     for p in inspect.signature(fn).parameters.values():
-        ann = _resolve(p.annotation, fn)
+        ann = _resolve(p.annotation, fn, definition_locals or {})
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter")
         if isinstance(ann, GL):

@@ -1,0 +1,107 @@
+"""The per-call launch path, generated as Python source specialised to one kernel's parameter list.
+
+A cache hit costs: reading each tensor's dtype/shape/stride/device (the key),
+one dict lookup, the data pointers (with the 16-byte alignment check), one
+struct.pack into the pre-built parameter buffer and cuLaunchKernelEx. Anything
+unusual (first call, new shapes, bad arguments) falls back to the slow path,
+which checks everything and explains errors.
+"""
+from __future__ import annotations
+
+import struct
+
+from .signature import ALIGNMENT
+
+_TEMPLATE = '''
+def launch(grid, {params}):
+    try:
+{shapes}
+        ready = cache_get(({key},))
+    except AttributeError:          # not a tensor where one belongs: the slow path explains
+        ready = None
+    if ready is None:
+        return slow(grid, ({params},))
+{ptrs}
+    if ({any_ptr}) % {alignment}:
+        return slow(grid, ({params},))
+    params, prepared, stream_of, device, failed, launcher = ready
+    try:
+        params.pack({values})
+    except struct_error:
+        return slow(grid, ({params},))
+    stream = stream_of(device)
+    go = prepared.get((grid, stream))
+    if go is None:
+        go = ready_prepare(launcher, prepared, params, grid, stream)
+    err = go()[0]
+    if err:
+        failed(err, grid, stream)
+'''
+
+
+def cache_key(specs, args) -> tuple:
+    """The key the generated launcher computes, computed the slow way (must agree with _TEMPLATE)."""
+    key = []
+    for s, a in zip(specs, args):
+        if s.kind == "gl":
+            key += [a.dtype, a.shape, a.stride(), a.get_device()]
+        elif s.kind == "constexpr":
+            key.append(a)
+        else:
+            key.append(type(a))
+    return tuple(key)
+
+
+def build(kernel, slots) -> tuple[str, callable]:
+    """Python source of the fast launcher and the function itself (closure over `kernel`'s caches)."""
+    specs = kernel.specs
+    names = [f"a{i}_{s.name}" for i, s in enumerate(specs)]
+    shapes, key_parts = [], []
+    for name, s in zip(names, specs):
+        if s.kind == "gl":
+            shapes.append(f"        {name}_shape = {name}.shape")
+            key_parts.append(f"{name}.dtype, {name}_shape, {name}.stride(), {name}.get_device()")
+        elif s.kind == "constexpr":
+            key_parts.append(name)
+        else:
+            key_parts.append(f"type({name})")
+    ptr_names, values = [], []
+    for slot in slots:
+        src = slot.source
+        if src[0] == "ptr":
+            ptr_names.append(f"p{src[1]}")
+            values.append(f"p{src[1]}")
+        elif src[0] == "dim":
+            i, axis = _dim_position(specs, src[1])
+            values.append(f"{names[i]}_shape[{axis}]")
+        elif src[0] == "stride":
+            i, axis = src[1], src[2]
+            tdim = axis - (4 - specs[i].gl.rank)
+            values.append(f"{names[i]}.stride({tdim})" if tdim >= 0 else "0")
+        else:
+            values.append(names[src[1]])
+    ptrs = "\n".join(f"    p{i} = {names[i]}.data_ptr()" for i, s in enumerate(specs) if s.kind == "gl")
+    source = _TEMPLATE.format(
+        params=", ".join(names), shapes="\n".join(shapes) or "        pass", key=", ".join(key_parts) or "",
+        ptrs=ptrs, any_ptr=" | ".join(ptr_names) or "0", alignment=ALIGNMENT, values=", ".join(values))
+    namespace = {"cache_get": kernel._fast.get, "slow": kernel._slow_launch, "struct_error": struct.error,
+                 "ready_prepare": _prepare}
+    exec(compile(source, f"<tkpy launcher of {kernel.name}>", "exec"), namespace)
+    return source, namespace["launch"]
+
+
+def _prepare(launcher, prepared, params, grid, stream):
+    go = launcher.prepare(grid, stream, params)
+    if len(prepared) > 1024:  # bounded: many distinct grids must not leak
+        prepared.clear()
+    prepared[(grid, stream)] = go
+    return go
+
+
+def _dim_position(specs, name: str) -> tuple[int, int]:
+    for i, spec in enumerate(specs):
+        if spec.kind == "gl":
+            shown = spec.gl.dims[4 - spec.gl.rank:]
+            if name in shown:
+                return i, shown.index(name)
+    raise KeyError(name)
