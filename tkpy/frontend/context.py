@@ -89,11 +89,17 @@ class activate:
         return False
 
 
-def user_loc() -> Loc:
-    """File and line of the innermost caller outside the tkpy package."""
+def user_frame():
+    """The innermost frame outside the tkpy package (the user's code), or None."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR):
         frame = frame.f_back
+    return frame
+
+
+def user_loc() -> Loc:
+    """File and line of the innermost caller outside the tkpy package."""
+    frame = user_frame()
     if frame is None:
         return Loc("<unknown>", 0)
     return Loc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

@@ -1,10 +1,12 @@
 """The per-call launch path, generated as Python source specialised to one kernel's parameter list.
 
-A cache hit costs: reading each tensor's dtype/shape/stride/device (the key),
+A cache hit costs: reading each tensor's dtype/shape/contiguity/device (the key),
 one dict lookup, the data pointers (with the 16-byte alignment check), one
 struct.pack into the pre-built parameter buffer and cuLaunchKernelEx. Anything
-unusual (first call, new shapes, bad arguments) falls back to the slow path,
-which checks everything and explains errors.
+unusual (first call, new shapes, bad arguments, strided views) falls back to
+the slow path, which checks everything and explains errors. Strided
+(non-contiguous) tensors always take the slow path: their strides are not in
+the key, so each call re-checks them (about 10 us more per call).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def cache_key(specs, args) -> tuple:
     key = []
     for s, a in zip(specs, args):
         if s.kind == "gl":
-            key += [a.dtype, a.shape, a.stride(), a.get_device()]
+            key += [a.dtype, a.shape, a.is_contiguous(), a.get_device()]
         elif s.kind == "constexpr":
             key.append(a)
         else:
@@ -60,7 +62,7 @@ def build(kernel, slots) -> tuple[str, callable]:
     for name, s in zip(names, specs):
         if s.kind == "gl":
             shapes.append(f"        {name}_shape = {name}.shape")
-            key_parts.append(f"{name}.dtype, {name}_shape, {name}.stride(), {name}.get_device()")
+            key_parts.append(f"{name}.dtype, {name}_shape, {name}.is_contiguous(), {name}.get_device()")
         elif s.kind == "constexpr":
             key_parts.append(name)
         else:
@@ -75,9 +77,7 @@ def build(kernel, slots) -> tuple[str, callable]:
             i, axis = _dim_position(specs, src[1])
             values.append(f"{names[i]}_shape[{axis}]")
         elif src[0] == "stride":
-            i, axis = src[1], src[2]
-            tdim = axis - (4 - specs[i].gl.rank)
-            values.append(f"{names[i]}.stride({tdim})" if tdim >= 0 else "0")
+            raise AssertionError("the fast launcher serves packed tensors only; strided ones take the slow path")
         else:
             values.append(names[src[1]])
     ptrs = "\n".join(f"    p{i} = {names[i]}.data_ptr()" for i, s in enumerate(specs) if s.kind == "gl")
@@ -88,6 +88,25 @@ def build(kernel, slots) -> tuple[str, callable]:
                  "ready_prepare": _prepare}
     exec(compile(source, f"<tkpy launcher of {kernel.name}>", "exec"), namespace)
     return source, namespace["launch"]
+
+
+def slot_values(slots, specs, args) -> tuple:
+    """Parameter values for the slots, computed the slow way (for the strided path)."""
+    values = []
+    for slot in slots:
+        src = slot.source
+        if src[0] == "ptr":
+            values.append(args[src[1]].data_ptr())
+        elif src[0] == "dim":
+            i, axis = _dim_position(specs, src[1])
+            values.append(args[i].shape[axis])
+        elif src[0] == "stride":
+            i, axis = src[1], src[2]
+            tdim = axis - (4 - specs[i].gl.rank)
+            values.append(args[i].stride(tdim) if tdim >= 0 else 0)
+        else:
+            values.append(args[src[1]])
+    return tuple(values)
 
 
 def _prepare(launcher, prepared, params, grid, stream):

@@ -137,6 +137,9 @@ class Kernel:
         compiled = self._compiled_for(args, need_cuda=True)
         device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
         ready = compiled.ready(device)
+        if not all(compiled.lowered.traced.key[0]):   # a strided tensor: its strides are per call
+            ready.launch_once(grid, args, compiled.lowered.slots, self)
+            return
         if self._launcher_source is None:
             self._launcher_source, fast = fastpath.build(self, compiled.lowered.slots)
             self._fast_launch = fast
@@ -160,13 +163,9 @@ def _current_device() -> int:
 
 def _definition_locals() -> dict:
     """Locals of the frame that applied @tk.kernel (for string annotations inside kernel factories)."""
-    import sys
+    from .context import user_frame
 
-    from .context import _TKPY_DIR
-
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR):
-        frame = frame.f_back
+    frame = user_frame()
     return dict(frame.f_locals) if frame is not None and frame.f_code.co_name != "<module>" else {}
 
 
@@ -260,6 +259,15 @@ class _Ready:
             launcher.handle_error(err, grid, stream, params.address)
 
         self.entry = (params, {}, stream_getter(), device, failed, launcher)
+
+    def launch_once(self, grid, args, slots, kernel) -> None:
+        """Pack and launch without the fast path (strided tensors, whose strides are per call)."""
+        params, _, stream_of, device, failed, launcher = self.entry
+        params.pack(*fastpath.slot_values(slots, kernel.specs, args))
+        stream = stream_of(device)
+        err = launcher.prepare(grid, stream, params)()[0]
+        if err:
+            failed(err, grid, stream)
 
 
 def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import TraceError
-from ..frontend.context import current, user_loc
+from ..frontend.context import current, user_frame, user_loc
 from ..ir.core import GlobalVar, Op, SharedRef, Var
 from ..ir.expr import Expr, as_expr
 from ..tiles.dtypes import f32
@@ -15,10 +15,21 @@ def fail(message: str):
 
 def describe(x) -> str:
     if isinstance(x, (Var, SharedRef, GlobalVar)):
-        return f"{x.name}: {x.type}"
+        return f"{_user_name(x)}: {x.type}"
     if isinstance(x, Expr):
         return f"scalar {x.dtype}"
     return f"{type(x).__name__} {x!r}"
+
+
+def _user_name(x) -> str:
+    """The name the user's code binds `x` to (tiles are named after tracing; errors happen during it)."""
+    frame = user_frame()
+    if frame is not None:
+        target = x.var if isinstance(x, SharedRef) and x.index is None else x
+        for name, value in frame.f_locals.items():
+            if value is target and not name.startswith("_"):
+                return name
+    return x.name
 
 
 def operand(x, what: str):

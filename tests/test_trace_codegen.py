@@ -1,0 +1,254 @@
+"""Tracing, trace-time errors, the IR printer, codegen and NVRTC compilation -- all without a GPU."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import tkpy as tk
+from tkpy import bf16, f32, fp16
+from kernels.softmax import softmax_rows
+from kernels.warp_matmul import warp_matmul_bf16, warp_matmul_fp16
+
+X64 = torch.empty(256, 64, dtype=torch.bfloat16)
+
+
+def line_of(fn, text: str) -> int:
+    """The source line of `fn` containing `text` (to check that errors name the user's line)."""
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, l in enumerate(lines) if text in l)
+
+
+def test_softmax_ir_names_user_variables_and_lines():
+    text = softmax_rows.ir(X64, X64, 64)
+    assert "kernel softmax_rows(@x: gl<bf16, R, C>, @y: gl<bf16, R, C>) warps=4" in text
+    assert "%t = rt<f32, 16x64, row>" in text
+    assert re.search(r"row_max %m, %t\s+# softmax.py:\d+", text)
+    assert "sub_row %t, %t, %m" in text and "div_row %t, %t, %s" in text
+    assert "constexpr D=64" in text
+
+
+def test_softmax_source_reads_like_thunderkittens():
+    src = softmax_rows.source(X64, X64, 64)
+    body = src.split("// ---- end of prelude ----")[1]
+    assert "#include" not in src                                    # NVRTC has no headers
+    assert 'extern "C" __global__ void __launch_bounds__(128)' in body
+    for stmt in ("tk::rt<float, 1, 4, tk::row_l> t;", "tk::row_max(m, t);", "tk::sub_row(t, t, m);",
+                 "tk::exp(t, t);", "tk::div_row(t, t, s);", "tk::store(y, t, 0, 0, (block_x * 4 + warpid) * 16, 0);"):
+        assert stmt in body
+    # every statement is preceded by its Python origin
+    assert re.search(r"// softmax\.py:\d+  tk\.row_max\(m, t\)\n\s+tk::row_max\(m, t\);", body)
+
+
+def test_specializations_are_cached_per_constexpr_and_contiguity():
+    a = softmax_rows.trace(X64, X64, 64)
+    b = softmax_rows.trace(torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(64, 32, dtype=torch.bfloat16), 32)
+    assert a.key != b.key
+    assert softmax_rows.source(X64, X64, 64) is softmax_rows.source(X64, X64, 64)
+
+
+@pytest.mark.parametrize("kern", [warp_matmul_bf16, warp_matmul_fp16])
+def test_warp_matmul_compiles_to_hmma_and_ldmatrix(kern):
+    dt = torch.bfloat16 if kern is warp_matmul_bf16 else torch.float16
+    a, b, c = torch.empty(128, 64, dtype=dt), torch.empty(64, 128, dtype=dt), torch.empty(128, 128)
+    sass = kern.sass(a, b, c)
+    assert re.search(r"HMMA\.16816\.F32", sass)
+    assert "LDSM.16.M88.4" in sass and "LDSM.16.MT88.4" in sass    # ldmatrix and ldmatrix.trans
+    res = kern.resources(a, b, c)
+    assert res.registers > 0 and res.spill_stores == 0
+    assert kern.trace(a, b, c).ir.shared_bytes == 4 * 16 * 32 * 2 + 32 * 64 * 2
+    assert "mma.sync.aligned.m16n8k16.row.col.f32" in kern.ptx(a, b, c)
+
+
+def test_shared_tiles_are_aligned_for_their_swizzle():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", 64]):
+        tk.st(f32, 16, 16, swizzle=0)    # 1 KB, 16-byte alignment
+        tk.st(bf16, 16, 16)              # 32-byte swizzle: 1024-byte alignment
+        tk.sv(f32, 16)
+    ir = k.trace(X64).ir
+    offsets = sorted(ir.shared_offsets.values())
+    assert offsets == [0, 1024, 1536]
+    assert ir.shared_bytes == 1536 + 64
+
+
+def test_runtime_loop_and_branch_codegen():
+    @tk.kernel(warps=2)
+    def k(x: tk.gl[f32, "R", 16], n: int, s: float):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x, (tk.warp_id(), 0))
+        for i in tk.range(1, n, 2):
+            with tk.if_((i % 3 == 0) & (tk.lane_id() < 16)):
+                tk.mul(t, t, s)
+            with tk.else_():
+                tk.add(t, t, i)
+        tk.store(x, t, (tk.warp_id(), 0))
+    x = torch.empty(32, 16)
+    src = k.source(x, 3, 1.5)
+    assert "for (int i = 1; i < n; i += 2) {" in src
+    assert "if (i % 3 == 0 && laneid < 16) {" in src and "} else {" in src
+    assert "tk::add(t, t, float(i));" in src and "tk::mul(t, t, s);" in src
+    assert "int n,\n    float s)" in src
+
+
+def test_python_control_flow_unrolls_at_trace_time():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16], reps: tk.constexpr):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x, (0, 0))
+        for _ in range(reps):
+            tk.exp(t, t)
+        if reps > 2:
+            tk.relu(t, t)
+        tk.store(x, t, (0, 0))
+    x = torch.empty(16, 16)
+    assert k.ir(x, 3).count("exp %t, %t") == 3 and "relu" in k.ir(x, 3)
+    assert "relu" not in k.ir(x, 1)
+
+
+# -- errors name the user's line ---------------------------------------------------------
+
+def test_shape_mismatch_names_the_user_line():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[f32, "R", 32]):
+        a, b = tk.rt(f32, 16, 32), tk.rt(f32, 32, 32)
+        tk.add(a, a, b)
+    with pytest.raises(tk.TraceError) as e:
+        bad.trace(torch.empty(32, 32))
+    assert f"test_trace_codegen.py:{line_of(bad.fn, 'tk.add(a, a, b)')}" in str(e.value)
+    assert "16x32" in str(e.value) and "32x32" in str(e.value)
+    assert "tk.add(a, a, b)" in str(e.value)                        # the offending source line is shown
+
+
+def test_mma_layout_and_dtype_errors():
+    @tk.kernel(warps=1)
+    def bad_layout(x: tk.gl[f32, "R", 32]):
+        a, b, c = tk.rt(bf16, 16, 16), tk.rt(bf16, 16, 16), tk.rt(f32, 16, 16)
+        tk.mma_AB(c, a, b, c)
+    with pytest.raises(tk.TraceError, match="b must be in col layout"):
+        bad_layout.trace(torch.empty(32, 32))
+
+    @tk.kernel(warps=1)
+    def bad_dtype(x: tk.gl[f32, "R", 32]):
+        a, b, c = tk.rt(bf16, 16, 16), tk.rt(fp16, 16, 16, "col"), tk.rt(f32, 16, 16)
+        tk.mma_AB(c, a, b, c)
+    with pytest.raises(tk.TraceError, match="must both be bf16 or both fp16; got a: rt<bf16, 16x16, row>, b: rt<fp16"):
+        bad_dtype.trace(torch.empty(32, 32))
+
+
+def test_vector_layout_error_suggests_col_vec():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[f32, "R", 32]):
+        t = tk.rt(f32, 16, 32)
+        v = tk.rv(f32, 32, "align")
+        tk.row_max(v, t)
+    with pytest.raises(tk.TraceError, match=r"tk\.col_vec\(tile\)"):
+        bad.trace(torch.empty(32, 32))
+
+
+def test_runtime_value_in_python_control_flow_is_explained():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[f32, "R", 32], n: int):
+        if n > 3:
+            pass
+    with pytest.raises(tk.TraceError, match="tk.if_"):
+        bad.trace(torch.empty(32, 32), 4)
+
+    @tk.kernel(warps=1)
+    def bad_range(x: tk.gl[f32, "R", 32], n: int):
+        for _ in range(n):
+            pass
+    with pytest.raises(tk.TraceError, match="tk.range"):
+        bad_range.trace(torch.empty(32, 32), 4)
+
+
+def test_break_out_of_runtime_loop_is_an_error():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[f32, "R", 32], n: int):
+        for _ in tk.range(n):
+            break
+    with pytest.raises(tk.TraceError, match="cannot leave a tk.range loop"):
+        bad.trace(torch.empty(32, 32), 4)
+
+
+def test_shared_memory_over_subscription():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[bf16, "R", 64]):
+        tk.st(bf16, 256, 256, count=2)
+    with pytest.raises(tk.TraceError, match="shared memory over-subscribed"):
+        bad.trace(X64)
+
+
+def test_register_budget():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[f32, "R", 256]):
+        tk.rt(f32, 64, 256)
+    with pytest.raises(tk.TraceError, match="registers per thread"):
+        bad.trace(torch.empty(64, 256))
+
+
+def test_out_of_range_tile_array_index():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[bf16, "R", 64]):
+        s = tk.st(bf16, 16, 64, count=2)
+        tk.load(s[2], x, (0, 0))
+    with pytest.raises(tk.TraceError, match="out of range"):
+        bad.trace(X64)
+
+
+def test_tile_from_another_scope_is_rejected():
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[f32, "R", 16], n: int):
+        for _ in tk.range(n):
+            inner = tk.rt(f32, 16, 16)
+            tk.zero(inner)
+        tk.store(x, inner, (0, 0))
+    with pytest.raises(tk.TraceError, match="outside the scope"):
+        bad.trace(torch.empty(16, 16), 1)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((torch.empty(256, 64, dtype=torch.float16), X64, 64), "dtype"),
+    ((torch.empty(256, 64, 1, dtype=torch.bfloat16), X64, 64), "dims"),
+    ((X64, torch.empty(128, 64, dtype=torch.bfloat16), 64), "dim 'R' is 256 elsewhere but 128"),
+    ((X64.t(), X64, 64), "contiguous in its last dim"),
+    ((X64, X64), "takes 3 arguments"),
+    (("x", X64, 64), "must be a torch.Tensor"),
+])
+def test_bad_arguments_are_explained(args, match):
+    with pytest.raises(tk.ArgumentError, match=match):
+        softmax_rows.trace(*args)
+
+
+def test_launch_without_gpu_or_with_cpu_tensors_fails_clearly():
+    from tkpy.runtime import gpu_available
+    if gpu_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(Exception, match="(?i)gpu|cuda"):
+        softmax_rows[(1,)](X64, X64, 64)
+
+
+def test_nvrtc_error_maps_back_to_python_line(monkeypatch):
+    import tkpy.codegen.emit as emit
+
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16]):
+        t = tk.rt(f32, 16, 16)
+        tk.exp(t, t)
+    monkeypatch.setitem(emit.OP_EMITTERS, "unary", lambda em, op: iter(["tk::no_such_op(t);"]))
+    from tkpy.runtime import CompileError
+    with pytest.raises(CompileError) as e:
+        k.source(torch.empty(16, 16))
+    assert f"test_trace_codegen.py:{line_of(k.fn, 'tk.exp(t, t)')}" in str(e.value)
+    assert "tk::no_such_op(t);" in str(e.value)
+
+
+def test_unsupported_combinations_raise_not_implemented():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16]):
+        v = tk.rv(f32, 16)
+        tk.load(v, x, (0, 0))
+    with pytest.raises(NotImplementedError, match="load into"):
+        k.trace(torch.empty(16, 16))
