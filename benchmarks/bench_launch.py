@@ -11,11 +11,13 @@ Measures, for a trivial 4-argument kernel, the host time of:
   pack            ParamBuffer.pack alone
   stream          torch current raw stream lookup alone
   torch_zero      torch x.zero_() on a small tensor (a reference torch op)
-  tkpy_call       bench_tkpy_call(), once the lead fills it in
+  tkpy_call       a whole tkpy kernel call, kernel[grid](x, y, n, s): checks, key lookup, pack, launch
 
 Each figure is the median over batches (40 x 500 calls after warm-up) of the
-batch's mean per-call time; the GPU is synchronized between batches, outside
-the timed region, so a full launch queue never blocks the host inside a batch.
+batch's mean per-call time; the paths are interleaved (one batch of each per
+round) so host drift affects them alike; the GPU is synchronized between
+batches, outside the timed region, so a full launch queue never blocks the host
+inside a batch.
 
 Usage: python benchmarks/bench_launch.py   (writes $OUT/launch.json if OUT is set)
 """
@@ -44,37 +46,48 @@ extern "C" __global__ void noop4(float* a, const float* b, int n, float s) {
 """
 
 
-def bench_tkpy_call() -> Callable[[], None] | None:
-    """Hook for the lead: return a zero-argument callable that performs one
-    complete tkpy kernel call (argument checks, specialization lookup, pack,
-    launch) on small CUDA tensors, or None while that is not available yet.
+def bench_tkpy_call() -> Callable[[], None]:
+    """One complete tkpy kernel call (argument checks, specialization lookup, pack, launch) of a
+    4-argument kernel that does no work, on small CUDA tensors, already compiled and warm."""
+    import torch
 
-    Deliberately imports nothing from tkpy's unfinished modules. Example once
-    they exist::
+    import tkpy as tk
 
-        import torch, tkpy
-        x = torch.zeros(128, device="cuda"); y = torch.zeros(128, device="cuda")
-        k = tkpy.kernel(my_kernel_fn)
-        k(x, y)                 # compile + warm
-        return lambda: k(x, y)
-    """
-    return None
+    @tk.kernel(warps=1)
+    def noop4(x: tk.gl[tk.f32, "N", 16], y: tk.gl[tk.f32, "N", 16], n: int, s: float):
+        with tk.if_(n < 0):                     # never true: measures the launch only
+            t = tk.rt(tk.f32, 16, 16)
+            tk.load(t, x, (0, 0))
+            tk.mul(t, t, s)
+            tk.store(y, t, (0, 0))
+
+    x = torch.randn(64, 16, device="cuda")
+    y = torch.empty_like(x)
+    launch = noop4[(1,)]
+    launch(x, y, 1, 0.5)
+    torch.cuda.synchronize()
+    return lambda: launch(x, y, 1, 0.5)
 
 
-def _time_per_call_us(step: Callable[[], None], sync: Callable[[], None]) -> dict[str, float]:
-    for _ in range(WARMUP):
-        step()
-    sync()
-    means = []
+def _time_interleaved(paths: dict) -> dict[str, dict[str, float]]:
+    """Time every path in rounds, one batch of each per round, so that drifts of the host (clocks,
+    other tenants) hit all paths alike; per path, the median of its batch means."""
+    for step, sync in paths.values():
+        for _ in range(WARMUP):
+            step()
+        sync()
+    means: dict[str, list[float]] = {name: [] for name in paths}
     rng = range(BATCH)
     for _ in range(BATCHES):
-        t0 = time.perf_counter_ns()
-        for _ in rng:
-            step()
-        t1 = time.perf_counter_ns()
-        sync()
-        means.append((t1 - t0) / BATCH / 1000.0)
-    return {"median_us": statistics.median(means), "min_us": min(means), "max_us": max(means)}
+        for name, (step, sync) in paths.items():
+            t0 = time.perf_counter_ns()
+            for _ in rng:
+                step()
+            t1 = time.perf_counter_ns()
+            sync()
+            means[name].append((t1 - t0) / BATCH / 1000.0)
+    return {name: {"median_us": statistics.median(m), "min_us": min(m), "max_us": max(m)}
+            for name, m in means.items()}
 
 
 def main() -> int:
@@ -106,7 +119,7 @@ def main() -> int:
     grid, block = (1, 1, 1), (32, 1, 1)
     sync = torch.cuda.synchronize
     stream = current_stream_handle(dev)
-    results: dict[str, dict[str, float]] = {}
+    paths: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
 
     # (a) raw cuda-bindings, pre-packed void** passed as an int
     vals = (ctypes.c_uint64(a.data_ptr()), ctypes.c_uint64(b.data_ptr()), ctypes.c_int32(128), ctypes.c_float(2.0))
@@ -126,7 +139,7 @@ def main() -> int:
             raw_int()
         sync()
 
-    results["raw_ex_int"] = _time_per_call_us(raw_int, sync)
+    paths["raw_ex_int"] = (raw_int, sync)
 
     tup = (
         (a.data_ptr(), b.data_ptr(), 128, 2.0),
@@ -136,7 +149,7 @@ def main() -> int:
     def raw_tuple() -> None:
         ex(cfg, fn, tup, 0)
 
-    results["raw_ex_tuple"] = _time_per_call_us(raw_tuple, sync)
+    paths["raw_ex_tuple"] = (raw_tuple, sync)
 
     # (b) tkpy paths
     pb = ParamBuffer(["ptr", "ptr", "i32", "f32"])
@@ -146,7 +159,7 @@ def main() -> int:
     def launcher() -> None:
         lr(grid, stream, pb)
 
-    results["launcher"] = _time_per_call_us(launcher, sync)
+    paths["launcher"] = (launcher, sync)
 
     get_stream = stream_getter()
     pack = pb.pack
@@ -156,20 +169,20 @@ def main() -> int:
         pack(pa, pbp, 128, 2.0)
         lr(grid, get_stream(dev), pb)
 
-    results["launcher_full"] = _time_per_call_us(launcher_full, sync)
+    paths["launcher_full"] = (launcher_full, sync)
 
     def launch_fn() -> None:
         pack(pa, pbp, 128, 2.0)
         launch(lk, grid, block, 0, get_stream(dev), pb)
 
-    results["launch_fn"] = _time_per_call_us(launch_fn, sync)
+    paths["launch_fn"] = (launch_fn, sync)
 
     go = lr.prepare(grid, stream, pb)
 
     def prepared() -> None:
         go()
 
-    results["prepared"] = _time_per_call_us(prepared, sync)
+    paths["prepared"] = (prepared, sync)
 
     by_stream = {stream: go}
 
@@ -179,17 +192,17 @@ def main() -> int:
         if g()[0]:
             raise RuntimeError("launch failed")
 
-    results["prepared_full"] = _time_per_call_us(prepared_full, sync)
+    paths["prepared_full"] = (prepared_full, sync)
 
     def pack_only() -> None:
         pack(pa, pbp, 128, 2.0)
 
-    results["pack"] = _time_per_call_us(pack_only, lambda: None)
+    paths["pack"] = (pack_only, lambda: None)
 
     def stream_only() -> None:
         get_stream(dev)
 
-    results["stream"] = _time_per_call_us(stream_only, lambda: None)
+    paths["stream"] = (stream_only, lambda: None)
 
     # (c) torch reference
     z = torch.zeros(16, device="cuda")
@@ -197,11 +210,10 @@ def main() -> int:
     def torch_zero() -> None:
         z.zero_()
 
-    results["torch_zero"] = _time_per_call_us(torch_zero, sync)
+    paths["torch_zero"] = (torch_zero, sync)
 
-    call = bench_tkpy_call()
-    if call is not None:
-        results["tkpy_call"] = _time_per_call_us(call, sync)
+    paths["tkpy_call"] = (bench_tkpy_call(), sync)
+    results = _time_interleaved(paths)
 
     sync()
     meta = {
@@ -221,8 +233,6 @@ def main() -> int:
     print(f"{'path':<16}{'median us':>11}{'min us':>9}{'max us':>9}")
     for k, v in results.items():
         print(f"{k:<16}{v['median_us']:>11.2f}{v['min_us']:>9.2f}{v['max_us']:>9.2f}")
-    if "tkpy_call" not in results:
-        print("tkpy_call       (bench_tkpy_call() not filled in yet)")
     out = os.environ.get("OUT")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
