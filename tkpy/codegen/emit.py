@@ -156,91 +156,30 @@ class KernelEmitter:
                 f"  // {g.type}")
 
 
-# -- op emitters: each returns the C++ statements for one IR op --------------
+# Op name -> function(emitter, op) yielding C++ statements; filled by the codegen.ops_* modules.
+OP_EMITTERS: dict = {}
 
-def _coord(op_tile, coord) -> str:
-    """Element coordinates (b, d, row, col) of a tile-unit coordinate."""
-    t = op_tile.type
+
+def emits(*names):
+    """Register a function as the code generator of the IR ops `names`."""
+    def register(fn):
+        for name in names:
+            if name in OP_EMITTERS:
+                raise ValueError(f"two code generators for op {name!r}")
+            OP_EMITTERS[name] = fn
+        return fn
+    return register
+
+
+def tile_coord(tile, coord) -> str:
+    """Element coordinates (b, d, row, col) of a coordinate in units of `tile`."""
+    t = tile.type
     b, d, r, c = coord
     return ", ".join(render(x) for x in (b, d, r * t.rows, c * t.cols))
 
 
-def _scope(em: KernelEmitter, scope: str) -> tuple[str, str]:
+def scope_threads(em: "KernelEmitter", scope: str) -> tuple[str, str]:
+    """(thread count, thread index) of a cooperative scope, as C++ text."""
     if scope == "block":
         return str(em.k.threads), "threadIdx.x"
     return SCOPE_THREADS[scope]
-
-
-def emit_load_rt_gl(em, op):
-    dst, src, coord = op.args
-    yield f"tk::load({dst.name}, {src.name}, {_coord(dst, coord)});"
-
-
-def emit_store_gl_rt(em, op):
-    dst, src, coord = op.args
-    yield f"tk::store({dst.name}, {src.name}, {_coord(src, coord)});"
-
-
-def emit_load_rt_st(em, op):
-    dst, src = op.args
-    yield f"tk::load({dst.name}, {operand(src)});"
-
-
-def emit_store_st_rt(em, op):
-    dst, src = op.args
-    yield f"tk::store({operand(dst)}, {src.name});"
-
-
-def emit_load_st_gl(em, op):
-    dst, src, coord = op.args
-    n, t = _scope(em, op.attrs["scope"])
-    yield f"tk::load<{n}>({operand(dst)}, {src.name}, {_coord(dst, coord)}, {t});"
-
-
-def emit_store_gl_st(em, op):
-    dst, src, coord = op.args
-    n, t = _scope(em, op.attrs["scope"])
-    yield f"tk::store<{n}>({dst.name}, {operand(src)}, {_coord(src, coord)}, {t});"
-
-
-def emit_fill(em, op):
-    dst, value = op.args
-    yield f"tk::fill({dst.name}, {float_operand(value)});"
-
-
-def emit_unary(em, op):
-    dst, src = op.args
-    yield f"tk::{op.attrs['fn']}({dst.name}, {src.name});"
-
-
-def emit_binary(em, op):
-    dst, a, b = op.args
-    b_text = float_operand(b) if isinstance(b, Expr) else b.name
-    yield f"tk::{op.attrs['fn']}({dst.name}, {a.name}, {b_text});"
-
-
-def emit_reduce(em, op):
-    yield f"tk::{op.attrs['axis']}_{op.attrs['fn']}({', '.join(a.name for a in op.args)});"
-
-
-def emit_broadcast(em, op):
-    dst, src, vec = op.args
-    yield f"tk::{op.attrs['fn']}_{op.attrs['axis']}({dst.name}, {src.name}, {vec.name});"
-
-
-def emit_mma(em, op):
-    d, a, b, c = op.args
-    yield f"tk::mma_AB({d.name}, {a.name}, {b.name}, {c.name});"
-
-
-def emit_sync(em, op):
-    yield "__syncthreads();" if op.attrs["scope"] == "block" else "__syncwarp();"
-
-
-OP_EMITTERS = {
-    "load_rt_gl": emit_load_rt_gl, "store_gl_rt": emit_store_gl_rt,
-    "load_rt_st": emit_load_rt_st, "store_st_rt": emit_store_st_rt,
-    "load_st_gl": emit_load_st_gl, "store_gl_st": emit_store_gl_st,
-    "fill": emit_fill, "unary": emit_unary, "binary": emit_binary,
-    "reduce": emit_reduce, "broadcast": emit_broadcast, "mma": emit_mma, "sync": emit_sync,
-}

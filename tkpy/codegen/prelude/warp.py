@@ -1,15 +1,11 @@
-"""The C++ prelude: header-free device helpers every generated kernel starts with.
-
-NVRTC ships no headers, so the storage types, conversions and PTX wrappers are
-written here. Fragment maps and the swizzle are pasted in from tkpy.tiles so
-that the generated code and the interpreter share one definition.
-"""
+"""Prelude sections for warp-level tiles: storage types, conversions, rt/rv/st/gl, memory, maps,
+reductions and mma.sync. Fragment maps and the swizzle are pasted in from tkpy.tiles so that the
+generated code and the interpreter share one definition."""
 from __future__ import annotations
 
-from ..tiles import layouts, swizzle
+from ...tiles import layouts, swizzle
 
 _BASICS = r"""
-namespace tk {
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
@@ -487,16 +483,15 @@ __device__ __forceinline__ void mma_AB(rt<float, M, N, row_l>& d, const rt<T, M,
         for (int k = 0; k < 4; k++) d.data[i][j][k] = acc[k];
     }
 }
-}  // namespace tk
 """
 
 
 def _named_ops() -> str:
     """ThunderKittens-style names over the generic map/reduce/broadcast templates."""
-    from ..ops.elementwise import BINARY_FNS, UNARY_FNS
-    from ..ops.reduce import BROADCAST_FNS, REDUCE_FNS
+    from ...ops.elementwise import BINARY_FNS, UNARY_FNS
+    from ...ops.reduce import BROADCAST_FNS, REDUCE_FNS
 
-    out = ["\n// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...).\nnamespace tk {"]
+    out = ["\n// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...)."]
     for fn in UNARY_FNS:
         out.append(f"template <typename D, typename S> __device__ __forceinline__ void {fn}(D& d, const S& s) "
                    f"{{ map(d, s, op_{fn}{{}}); }}")
@@ -512,8 +507,7 @@ def _named_ops() -> str:
         for fn in BROADCAST_FNS:
             out.append(f"template <typename D, typename S, typename V> __device__ __forceinline__ void "
                        f"{fn}_{axis}(D& d, const S& s, const V& v) {{ broadcast<{rows}>(d, s, v, op_{fn}{{}}); }}")
-    out.append("}  // namespace tk\n")
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
 def _substitute(text: str) -> str:
@@ -522,8 +516,5 @@ def _substitute(text: str) -> str:
     return text.replace("SWIZZLE_EXPR", swizzle.SWIZZLE_EXPR)
 
 
-PRELUDE = (
-    "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
-    + _BASICS + _substitute(_FRAGMENTS) + _substitute(_MEMORY) + _MAPS + _REDUCE + _MMA + _named_ops()
-    + "// ---- end of prelude ----\n"
-)
+SECTIONS = ["namespace tk {" + "".join([_BASICS, _substitute(_FRAGMENTS), _substitute(_MEMORY), _MAPS, _REDUCE,
+                                       _MMA, _named_ops()]) + "}  // namespace tk\n"]
