@@ -92,6 +92,8 @@ def main() -> int:
     if not quick and gpu_available():
         report["compile"] = bench_compile()
         report["launch"] = bench_launch()
+        from benchmarks import bench_gemm_ws
+        report["gemm_ws"] = bench_gemm_ws.main()
     if OUT:
         (OUT / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
 
@@ -103,6 +105,9 @@ def main() -> int:
     for name, r in report.get("launch", {}).items():
         if name in ("raw_ex_int", "launcher_full", "tkpy_call", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
+    for r in report.get("gemm_ws", []):
+        print(f"gemm_ws {r['m']}x{r['n']}x{r['k']}: tkpy {r['tkpy_tflops']:.0f} TFLOP/s, cuBLAS {r['cublas_tflops']:.0f}"
+              f" ({r['tkpy_tflops'] / r['cublas_tflops']:.2f}x)")
     return report["tests"]["returncode"]
 
 

@@ -2,13 +2,14 @@
 
 Order: one pointer per global tensor; one int per distinct dynamic dim; three
 64-bit strides (batch, depth, rows; in elements) per strided global tensor;
+one TMA tensor map per (global tensor, shared tile shape) that TMA ops use;
 then the scalar parameters in declaration order.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.core import GlobalVar, KernelIR, ScalarParam
+from ..ir.core import GlobalVar, KernelIR, Op, ScalarParam, walk
 from ..tiles.dtypes import DType, f32
 
 
@@ -43,8 +44,31 @@ def param_slots(kernel: KernelIR, arg_index: dict) -> list[Slot]:
             for axis, label in enumerate(("batch", "depth", "row")):
                 slots.append(Slot(f"{g.name}_{label}_stride", "long long", "i64",
                                   ("stride", arg_index[g.name], axis)))
+    for g, st in tensor_maps(kernel):
+        slots.append(Slot(tensor_map_name(g, st), "const __grid_constant__ tk::CUtensorMap", "blob128",
+                          ("tmap", arg_index[g.name], st)))
     for p in kernel.params:
         if isinstance(p, ScalarParam):
             kind = "f32" if p.sym.dtype == f32 else "i32"
             slots.append(Slot(p.name, "float" if kind == "f32" else "int", kind, ("scalar", arg_index[p.name])))
     return slots
+
+
+TMA_OPS = ("tma_load", "tma_store", "tma_prefetch")
+
+
+def tensor_maps(kernel: KernelIR) -> list:
+    """(global tensor, shared tile type) pairs that need a tensor map, in order of first use."""
+    seen: list = []
+    for s in walk(kernel.body):
+        if isinstance(s, Op) and s.name in TMA_OPS:
+            tile, g = (s.args[0], s.args[1]) if s.name != "tma_store" else (s.args[1], s.args[0])
+            key = (g, tile.type)
+            if key not in seen:
+                seen.append(key)
+    return seen
+
+
+def tensor_map_name(g: GlobalVar, st) -> str:
+    """C++ name of the tensor map that moves `st`-shaped boxes of `g`: its box and swizzle."""
+    return f"{g.name}_tma_{st.rows}x{st.panel_cols}" + (f"_sw{st.swizzle}" if st.swizzle else "")

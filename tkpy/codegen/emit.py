@@ -9,12 +9,12 @@ import linecache
 import re
 
 from ..errors import UnsupportedError
-from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Op, SharedRef, Var
+from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Op, SharedRef, Var, walk
 from ..ir.expr import Expr, Sym, as_expr, render
 from ..tiles.dtypes import f32
-from ..tiles.types import RT, RV, ST, SV
+from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype
-from .prelude import PRELUDE
+from .prelude import prelude_for
 
 SMEM_BASE = "smem"
 BUILTIN_DECLS = [  # declared in the kernel's prologue when the body uses them
@@ -27,7 +27,9 @@ SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 1
 
 
 def generate(kernel: KernelIR, slots: list[Slot]) -> str:
-    return PRELUDE + "\n" + KernelEmitter(kernel, slots).emit()
+    variants = {(s.attrs["n"], s.attrs["dtype"], s.attrs["a_regs"])
+                for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
+    return prelude_for(variants) + "\n" + KernelEmitter(kernel, slots).emit()
 
 
 def ctype_of(t) -> str:
@@ -43,6 +45,8 @@ def ctype_of(t) -> str:
 
 
 def operand(a) -> str:
+    if isinstance(a, SharedRef) and isinstance(a.type, Semaphore):
+        return a.var.name if a.index is None else f"&{a.var.name}[{render(a.index)}]"
     if isinstance(a, SharedRef):
         return a.var.name if a.index is None else f"{a.var.name}[{render(a.index)}]"
     if isinstance(a, (Var, GlobalVar)):
@@ -69,7 +73,10 @@ class KernelEmitter:
         k = self.k
         params = ",\n    ".join(f"{s.ctype} {s.cname}" for s in self.slots)
         self.lines.append(f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps")
-        self.lines.append(f'extern "C" __global__ void __launch_bounds__({k.threads})\n{k.name}(\n    {params})\n{{')
+        # setmaxnreg only takes effect under a register cap at entry: one block per SM
+        reallocates = any(isinstance(s, Op) and s.name == "setmaxnreg" for s in walk(k.body))
+        bounds = f"{k.threads}, 1" if reallocates else f"{k.threads}"
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds})\n{k.name}(\n    {params})\n{{')
         prologue_at = len(self.lines)
         if k.shared_bytes:
             self.line("extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];")
@@ -137,6 +144,8 @@ class KernelEmitter:
         if isinstance(t, (RT, RV)):
             return f"{ctype_of(t)} {v.name};"
         offset = self.k.shared_offsets[v]
+        if isinstance(t, Semaphore):
+            return f"tk::semaphore* const {v.name} = reinterpret_cast<tk::semaphore*>({SMEM_BASE} + {offset});"
         if isinstance(t, ST):
             if v.count > 1:
                 return f"const tk::st_array<{ctype_of(t)}, {v.count}> {v.name}{{{SMEM_BASE} + {offset}}};"

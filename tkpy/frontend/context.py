@@ -22,6 +22,7 @@ class TraceContext:
         self.open_loops: list = []
         self._counters: dict[str, int] = defaultdict(int)
         self.last_if = None  # the If an `else_` may attach to
+        self.pending_wgmma: dict = {}  # accumulator Var -> Loc of its latest unwaited wgmma
 
     @property
     def body(self) -> list:

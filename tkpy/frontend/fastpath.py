@@ -26,7 +26,7 @@ def launch(grid, {params}):
 {ptrs}
     if ({any_ptr}) % {alignment}:
         return slow(grid, ({params},))
-    params, prepared, stream_of, device, failed, launcher = ready
+    params, prepared, stream_of, device, failed, launcher, tensor_maps = ready
     try:
         params.pack({values})
     except struct_error:
@@ -68,6 +68,7 @@ def build(kernel, slots) -> tuple[str, callable]:
         else:
             key_parts.append(f"type({name})")
     ptr_names, values = [], []
+    maps_used = 0
     for slot in slots:
         src = slot.source
         if src[0] == "ptr":
@@ -78,6 +79,9 @@ def build(kernel, slots) -> tuple[str, callable]:
             values.append(f"{names[i]}_shape[{axis}]")
         elif src[0] == "stride":
             raise AssertionError("the fast launcher serves packed tensors only; strided ones take the slow path")
+        elif src[0] == "tmap":
+            values.append(f"tensor_maps[{maps_used}]({names[src[1]]})")
+            maps_used += 1
         else:
             values.append(names[src[1]])
     ptrs = "\n".join(f"    p{i} = {names[i]}.data_ptr()" for i, s in enumerate(specs) if s.kind == "gl")
@@ -90,9 +94,10 @@ def build(kernel, slots) -> tuple[str, callable]:
     return source, namespace["launch"]
 
 
-def slot_values(slots, specs, args) -> tuple:
+def slot_values(slots, specs, args, tensor_maps) -> tuple:
     """Parameter values for the slots, computed the slow way (for the strided path)."""
     values = []
+    maps = iter(tensor_maps)
     for slot in slots:
         src = slot.source
         if src[0] == "ptr":
@@ -104,6 +109,8 @@ def slot_values(slots, specs, args) -> tuple:
             i, axis = src[1], src[2]
             tdim = axis - (4 - specs[i].gl.rank)
             values.append(args[i].stride(tdim) if tdim >= 0 else 0)
+        elif src[0] == "tmap":
+            values.append(next(maps)(args[src[1]]))
         else:
             values.append(args[src[1]])
     return tuple(values)

@@ -40,6 +40,7 @@ class Kernel:
         self._bound: dict = {}                      # grid -> launcher bound to it
         self._fast_launch = None
         self._launcher_source: str | None = None
+        self._interpreted = None                    # the CPU interpreter's launcher, made on first use
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -123,6 +124,14 @@ class Kernel:
     def launch(self, grid, *args) -> None:
         self[grid](*args)
 
+    @property
+    def interpret(self):
+        """`kernel.interpret[grid](*args)`: run on the CPU interpreter (tkpy.interpret) instead of the GPU."""
+        if self._interpreted is None:
+            from ..interpret import Interpreted
+            self._interpreted = Interpreted(self)
+        return self._interpreted
+
     def _launch(self, grid, *args) -> None:
         if self._fast_launch is None:
             self._slow_launch(grid, args)
@@ -131,8 +140,12 @@ class Kernel:
 
     def _slow_launch(self, grid, args: tuple) -> None:
         """First call of a specialization, or anything unusual: check everything, compile, load, then launch."""
+        from ..interpret import interpret_requested
         from ..runtime import require_gpu
 
+        if interpret_requested():     # TKPY_INTERPRET=1: no fast path is built, so every launch comes here
+            self.interpret.run(grid, *args)
+            return
         require_gpu()
         compiled = self._compiled_for(args, need_cuda=True)
         device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
@@ -249,6 +262,7 @@ class _Ready:
 
     def __init__(self, compiled: Compiled, device: int):
         from ..runtime import ParamBuffer, load_kernel, stream_getter
+        from ..runtime.tensor_map import TensorMapEncoder
 
         ir = compiled.lowered.traced.ir
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
@@ -258,12 +272,14 @@ class _Ready:
         def failed(err, grid, stream):
             launcher.handle_error(err, grid, stream, params.address)
 
-        self.entry = (params, {}, stream_getter(), device, failed, launcher)
+        tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in compiled.lowered.slots
+                            if s.source[0] == "tmap")
+        self.entry = (params, {}, stream_getter(), device, failed, launcher, tensor_maps)
 
     def launch_once(self, grid, args, slots, kernel) -> None:
         """Pack and launch without the fast path (strided tensors, whose strides are per call)."""
-        params, _, stream_of, device, failed, launcher = self.entry
-        params.pack(*fastpath.slot_values(slots, kernel.specs, args))
+        params, _, stream_of, device, failed, launcher, tensor_maps = self.entry
+        params.pack(*fastpath.slot_values(slots, kernel.specs, args, tensor_maps))
         stream = stream_of(device)
         err = launcher.prepare(grid, stream, params)()[0]
         if err:

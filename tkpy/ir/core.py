@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ..tiles.types import GL, RT, RV, ST, SV
+from ..tiles.types import GL, RT, RV, ST, SV, Semaphore
 from .expr import Expr, Sym
 
 
@@ -33,7 +33,7 @@ class Var:
     """A tile or vector variable: register (rt/rv, one per warp) or shared (st/sv, one per block, or `count`)."""
 
     name: str
-    type: Union[RT, RV, ST, SV]
+    type: Union[RT, RV, ST, SV, Semaphore]
     loc: Loc
     count: int = 1  # shared tiles only: an array of `count` tiles
 
@@ -52,7 +52,7 @@ class Var:
 
     @property
     def is_shared(self) -> bool:
-        return isinstance(self.type, (ST, SV))
+        return isinstance(self.type, (ST, SV, Semaphore))
 
     def __repr__(self) -> str:
         return f"%{self.name}"

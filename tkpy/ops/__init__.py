@@ -8,5 +8,9 @@ from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_
 from .mma import mma_AB
 from .sync import sync, warp_sync
 
-warpgroup = Scope("warpgroup")
+from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, named_sync,
+                         producer_registers, consumer_registers)
+from . import tma
+from .warpgroup import warpgroup, warpgroup_id
+
 block = Scope("block")

@@ -102,9 +102,18 @@ def tile_coord(coord, what: str) -> tuple:
     return (as_expr(0),) * (4 - len(exprs)) + exprs
 
 
+ASYNC_MMA_OPS = ("wgmma", "wgmma_wait")
+
+
 def emit(name: str, *args, **attrs) -> Op:
+    ctx = current()
+    if ctx.pending_wgmma and name not in ASYNC_MMA_OPS:
+        for a in args:
+            if isinstance(a, Var) and a in ctx.pending_wgmma:
+                fail(f"{name} uses `{_user_name(a)}` while a warpgroup MMA into it (at "
+                     f"{ctx.pending_wgmma[a].short}) may still be running; call tk.warpgroup.mma_async_wait() first")
     op = Op(name, tuple(args), user_loc(), attrs)
-    current().emit(op)
+    ctx.emit(op)
     return op
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from ..frontend.context import user_loc
+from ..frontend.control import WARP_ID
 from ..ir.core import GlobalVar, SharedRef, Var
 from ..tiles.types import RT, ST
 from ._checks import describe, emit, fail, operand, same_shape, tile_coord
@@ -21,8 +22,7 @@ def load(dst, src, coord=None, *, scope: str = "warp"):
     dst, src = operand(dst, "load destination"), operand(src, "load source")
     d, s = dst.type, src.type
     if isinstance(d, RT) and isinstance(src, GlobalVar):
-        _register_scope(scope, "load")
-        return emit("load_rt_gl", dst, src, tile_coord(coord, "load"))
+        return emit("load_rt_gl", dst, src, _register_coord(coord, scope, "load"))
     if isinstance(d, RT) and isinstance(src, SharedRef) and isinstance(s, ST):
         _register_scope(scope, "load")
         _no_coord(coord, "load from a shared tile")
@@ -39,8 +39,7 @@ def store(dst, src, coord=None, *, scope: str = "warp"):
     dst, src = operand(dst, "store destination"), operand(src, "store source")
     d, s = dst.type, src.type
     if isinstance(dst, GlobalVar) and isinstance(s, RT):
-        _register_scope(scope, "store")
-        return emit("store_gl_rt", dst, src, tile_coord(coord, "store"))
+        return emit("store_gl_rt", dst, src, _register_coord(coord, scope, "store"))
     if isinstance(dst, SharedRef) and isinstance(d, ST) and isinstance(s, RT):
         _register_scope(scope, "store")
         _no_coord(coord, "store into a shared tile")
@@ -56,6 +55,16 @@ def _scope(scope: str) -> str:
     if scope not in SCOPES:
         fail(f"scope must be one of {tuple(SCOPES)}, got {scope!r}")
     return scope
+
+
+def _register_coord(coord, scope: str, what: str) -> tuple:
+    """Coordinates of a warp's register tile. At warpgroup scope the coordinate names a tile 4 times
+    as tall (the warpgroup's, as wgmma accumulators are laid out) and each warp takes its quarter."""
+    b, d, r, c = tile_coord(coord, what)
+    if _scope(scope) == "warpgroup":
+        return b, d, r * 4 + WARP_ID % 4, c
+    _register_scope(scope, what)
+    return b, d, r, c
 
 
 def _register_scope(scope: str, what: str) -> None:

@@ -161,6 +161,17 @@ class SV:
         return f"sv<{self.dtype}, {self.length}>"
 
 
+@dataclass(frozen=True)
+class Semaphore:
+    """An mbarrier in shared memory (8 bytes): counts arrivals and async-copy bytes per phase."""
+
+    nbytes: int = 8
+    alignment: int = 8
+
+    def __str__(self) -> str:
+        return "semaphore"
+
+
 GL_AXES = ("batch", "depth", "rows", "cols")
 
 
@@ -194,4 +205,4 @@ class GL:
         return f"gl<{self.dtype}, {', '.join(map(str, shown))}>"
 
 
-TileType = Union[RT, RV, ST, SV]
+TileType = Union[RT, RV, ST, SV, Semaphore]

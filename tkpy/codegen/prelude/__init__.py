@@ -5,9 +5,17 @@ written here, one module per area. Each module exposes SECTIONS, a list of C++
 texts (each closing any namespace it opens); the prelude is their concatenation
 in the order below.
 """
-from . import warp
+from . import hopper, warp
 
-PRELUDE = "\n".join(
-    ["// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----",
-     *warp.SECTIONS,
-     "// ---- end of prelude ----\n"])
+PRELUDE_HEAD = "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
+PRELUDE_TAIL = "// ---- end of prelude ----\n"
+MODULES = (warp, hopper)  # in order; a module's sections may use those of the modules before it
+SECTIONS = [section for module in MODULES for section in module.SECTIONS]
+PRELUDE = "\n".join([PRELUDE_HEAD, *SECTIONS, PRELUDE_TAIL])
+
+
+def prelude_for(wgmma_variants: set) -> str:
+    """The prelude plus the wgmma wrappers this kernel uses (generated per accumulator width)."""
+    if not wgmma_variants:
+        return PRELUDE
+    return "\n".join([PRELUDE_HEAD, *SECTIONS, hopper.wgmma_section(wgmma_variants), PRELUDE_TAIL])

@@ -69,6 +69,7 @@ struct row_l {};    // mma A / C layout: reg holds (row, col..col+1)
 struct col_l {};    // its transpose: mma B layout
 struct ortho_l {};  // vector: 2 values per 16, idx = ORTHO_INDEX
 struct align_l {};  // vector: 4 values per 16, idx = ALIGN_INDEX
+struct naive_l {};  // vector: 1 value per 32, idx = NAIVE_INDEX
 __device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_ROW; }
 __device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
 
@@ -80,7 +81,8 @@ template <typename T, int H, int W, typename L> struct rt {
 };
 template <typename T, int N, typename L> struct rv {
     typedef T dtype;
-    static constexpr int chunks = N, per_chunk = is_same<L, ortho_l>::value ? 2 : 4;
+    static constexpr int chunks = N, per_chunk = is_same<L, ortho_l>::value ? 2 : is_same<L, align_l>::value ? 4 : 1;
+    static constexpr int chunk_len = is_same<L, naive_l>::value ? 32 : 16;
     T data[N][per_chunk];
 };
 // (row, col) of element `half` of register `reg` of a lane, inside a base tile.
@@ -102,14 +104,16 @@ template <typename T> struct gl {
 };
 
 // Shared tile: column panels SWZ bytes wide, 16-byte chunks XOR-swizzled (tkpy/tiles/swizzle.py).
-template <typename T, int R, int C, int SWZ> struct st {
+// A subtile (tk::subtile) keeps the address function of the tile it views: panels PR rows tall,
+// unswizzled rows PC elements apart.
+template <typename T, int R, int C, int SWZ, int PR = R, int PC = C> struct st {
     typedef T dtype;
     static constexpr int rows = R, cols = C, swizzle = SWZ;
-    static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : C;
+    static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : PC;
     static constexpr int bytes = R * C * int(sizeof(T));
     unsigned char* base;
     __device__ __forceinline__ static u32 offset(int r, int c) {
-        const u32 byte = ((c / panel_cols) * R * panel_cols + r * panel_cols + c % panel_cols) * u32(sizeof(T));
+        const u32 byte = ((c / panel_cols) * PR * panel_cols + r * panel_cols + c % panel_cols) * u32(sizeof(T));
         if constexpr (SWZ == 0) return byte;
         else { constexpr u32 swizzle = SWZ; return SWIZZLE_EXPR; }
     }
@@ -199,8 +203,8 @@ template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& 
 }
 
 // rt <- st: ldmatrix for 16-bit tiles of the same dtype, element-wise otherwise.
-template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ>
-__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ>& src) {
+template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
     typedef typename rt<TD, H, W, L>::T2 T2;
     const int ln = lane();
     if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
@@ -232,8 +236,8 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
 }
 
 // st <- rt: stmatrix for 16-bit tiles of the same dtype, element-wise otherwise.
-template <typename TD, int R, int C, int SWZ, typename TS, int H, int W, typename L>
-__device__ __forceinline__ void store(const st<TD, R, C, SWZ>& dst, const rt<TS, H, W, L>& src) {
+template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     const int ln = lane();
     if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
         int lr, lc;
@@ -263,24 +267,26 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ>& dst, const rt<TS,
     }
 }
 
-// st <- gl and gl <- st, by NT threads (thread `t` of them), in 16-byte chunks.
-template <int NT, typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void load(const st<T, R, C, SWZ>& dst, const gl<T>& src, int b, int d, int r0, int c0, int t) {
+// The 16-byte chunks of an R x C tile of T, dealt round-robin to NT threads: f(row, col) for thread t's.
+template <int NT, typename T, int R, int C, typename F>
+__device__ __forceinline__ void for_each_chunk(int t, F f) {
     constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk;
     #pragma unroll 4
-    for (int idx = t; idx < R * chunks_per_row; idx += NT) {
-        const int r = idx / chunks_per_row, c = (idx % chunks_per_row) * per_chunk;
-        *reinterpret_cast<uint4*>(dst.ptr(r, c)) = *reinterpret_cast<const uint4*>(src.at(b, d, r0 + r, c0 + c));
-    }
+    for (int idx = t; idx < R * chunks_per_row; idx += NT) f(idx / chunks_per_row, (idx % chunks_per_row) * per_chunk);
 }
-template <int NT, typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void store(const gl<T>& dst, const st<T, R, C, SWZ>& src, int b, int d, int r0, int c0, int t) {
-    constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk;
-    #pragma unroll 4
-    for (int idx = t; idx < R * chunks_per_row; idx += NT) {
-        const int r = idx / chunks_per_row, c = (idx % chunks_per_row) * per_chunk;
+
+// st <- gl and gl <- st, by NT threads (thread `t` of them), in 16-byte chunks.
+template <int NT, typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0, int t) {
+    for_each_chunk<NT, T, R, C>(t, [&](int r, int c) {
+        *reinterpret_cast<uint4*>(dst.ptr(r, c)) = *reinterpret_cast<const uint4*>(src.at(b, d, r0 + r, c0 + c));
+    });
+}
+template <int NT, typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void store(const gl<T>& dst, const st<T, R, C, SWZ, PR, PC>& src, int b, int d, int r0, int c0, int t) {
+    for_each_chunk<NT, T, R, C>(t, [&](int r, int c) {
         *reinterpret_cast<uint4*>(dst.at(b, d, r0 + r, c0 + c)) = *reinterpret_cast<const uint4*>(src.ptr(r, c));
-    }
+    });
 }
 """
 
@@ -463,10 +469,11 @@ __device__ __forceinline__ void mma16816(float2& d0, float2& d1, const u32* a, u
     }
 }
 
-// d = a @ b + c: a (M x K) row layout, b (K x N) col layout, c and d (M x N) fp32 row layout.
-template <typename T, int M, int N, int K>
-__device__ __forceinline__ void mma_AB(rt<float, M, N, row_l>& d, const rt<T, M, K, row_l>& a,
-                                       const rt<T, K, N, col_l>& b, const rt<float, M, N, row_l>& c) {
+// d = op(a) @ op(b) + c over base tiles (M x N of them, K deep). A transposed operand is stored as
+// its transpose in the other layout, which holds the very same registers (a col-layout K x M tile
+// is a row-layout M x K one), so TA / TB only swap which base tile is read.
+template <bool TA, bool TB, typename T, int M, int N, int K, typename A, typename B>
+__device__ __forceinline__ void mma(rt<float, M, N, row_l>& d, const A& a, const B& b, const rt<float, M, N, row_l>& c) {
     #pragma unroll
     for (int i = 0; i < M; i++)
     #pragma unroll
@@ -474,14 +481,35 @@ __device__ __forceinline__ void mma_AB(rt<float, M, N, row_l>& d, const rt<T, M,
         float2 acc[4] = {c.data[i][j][0], c.data[i][j][1], c.data[i][j][2], c.data[i][j][3]};
         #pragma unroll
         for (int k = 0; k < K; k++) {
-            const u32* ar = reinterpret_cast<const u32*>(&a.data[i][k][0]);
-            const u32* br = reinterpret_cast<const u32*>(&b.data[k][j][0]);
+            const u32* ar = reinterpret_cast<const u32*>(&a.data[TA ? k : i][TA ? i : k][0]);
+            const u32* br = reinterpret_cast<const u32*>(&b.data[TB ? j : k][TB ? k : j][0]);
             mma16816<T>(acc[0], acc[1], ar, br[0], br[2], acc[0], acc[1]);  // n 0..7
             mma16816<T>(acc[2], acc[3], ar, br[1], br[3], acc[2], acc[3]);  // n 8..15
         }
         #pragma unroll
         for (int k = 0; k < 4; k++) d.data[i][j][k] = acc[k];
     }
+}
+// ThunderKittens' four: a is M x K row layout (At: K x M col layout); b is K x N col layout (Bt: N x K row).
+template <typename T, int M, int N, int K>
+__device__ __forceinline__ void mma_AB(rt<float, M, N, row_l>& d, const rt<T, M, K, row_l>& a,
+                                       const rt<T, K, N, col_l>& b, const rt<float, M, N, row_l>& c) {
+    mma<false, false, T, M, N, K>(d, a, b, c);
+}
+template <typename T, int M, int N, int K>
+__device__ __forceinline__ void mma_ABt(rt<float, M, N, row_l>& d, const rt<T, M, K, row_l>& a,
+                                        const rt<T, N, K, row_l>& b, const rt<float, M, N, row_l>& c) {
+    mma<false, true, T, M, N, K>(d, a, b, c);
+}
+template <typename T, int M, int N, int K>
+__device__ __forceinline__ void mma_AtB(rt<float, M, N, row_l>& d, const rt<T, K, M, col_l>& a,
+                                        const rt<T, K, N, col_l>& b, const rt<float, M, N, row_l>& c) {
+    mma<true, false, T, M, N, K>(d, a, b, c);
+}
+template <typename T, int M, int N, int K>
+__device__ __forceinline__ void mma_AtBt(rt<float, M, N, row_l>& d, const rt<T, K, M, col_l>& a,
+                                         const rt<T, N, K, row_l>& b, const rt<float, M, N, row_l>& c) {
+    mma<true, true, T, M, N, K>(d, a, b, c);
 }
 """
 

@@ -1,0 +1,145 @@
+"""Hopper primitives on the GPU: TMA, semaphores, wgmma, the warp-specialized GEMM (skipped without a GPU)."""
+import functools
+
+import pytest
+import torch
+
+import tkpy as tk
+from tkpy import bf16, f32, fp16
+
+from gpu_util import TORCH, poisoned, rand, rel_err, requires_gpu
+
+pytestmark = requires_gpu
+DT = {"bf16": bf16, "fp16": fp16, "f32": f32}
+
+
+@functools.cache
+def tma_roundtrip_kernel(dt, rows, cols, swizzle):
+    """TMA-load a tile, read it through ldmatrix/registers into y, and TMA-store it unchanged into z."""
+    @tk.kernel(warps=1, name=f"tma_roundtrip_{dt}_{rows}x{cols}_s{swizzle}")
+    def k(x: tk.gl[DT[dt], "R", "C"], y: tk.gl[DT[dt], "R", "C"], z: tk.gl[DT[dt], "R", "C"]):
+        s = tk.st(DT[dt], rows, cols, swizzle=swizzle)
+        sem = tk.semaphore()
+        t = tk.rt(DT[dt], rows, cols)
+        tk.init_semaphore(sem, 1)
+        tk.warp_sync()
+        tk.tma.expect(sem, s)
+        tk.tma.load_async(s, x, (tk.block_idx.y, tk.block_idx.x), sem)
+        tk.wait(sem, 0)
+        tk.load(t, s)                                  # generic-proxy read of the TMA-written tile
+        tk.store(y, t, (tk.block_idx.y, tk.block_idx.x))
+        tk.tma.store_async(z, s, (tk.block_idx.y, tk.block_idx.x))
+        tk.tma.store_commit_group()
+        tk.tma.store_async_wait()
+    return k
+
+
+@pytest.mark.parametrize("dt,rows,cols,swizzle", [
+    ("bf16", 64, 64, 128), ("bf16", 32, 128, 128), ("bf16", 16, 32, 64), ("bf16", 16, 16, 32), ("fp16", 64, 64, 128),
+    ("bf16", 64, 64, 0), ("bf16", 64, 64, 64), ("f32", 32, 32, 128), ("f32", 16, 16, 64), ("bf16", 64, 128, 128)])
+def test_tma_load_matches_the_shared_layout_and_stores_back(dt, rows, cols, swizzle):
+    """TMA's swizzle and tkpy's address function must agree, or the ldmatrix path reads garbage."""
+    x = rand(3 * rows, 2 * cols, dtype=TORCH[dt])
+    y, z = poisoned(*x.shape, dtype=TORCH[dt]), poisoned(*x.shape, dtype=TORCH[dt])
+    tma_roundtrip_kernel(dt, rows, cols, swizzle)[(2, 3)](x, y, z)
+    torch.cuda.synchronize()
+    assert torch.equal(z, x), "TMA load + store changed the tile"
+    assert torch.equal(y, x), "the tile TMA wrote is not where tkpy's swizzle looks for it"
+
+
+@functools.cache
+def tma_edge_kernel():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", "C"], z: tk.gl[bf16, "R", "C"], acc: tk.gl[bf16, "R", "C"]):
+        s = tk.st(bf16, 64, 64)
+        sem = tk.semaphore()
+        tk.init_semaphore(sem, 1)
+        tk.warp_sync()
+        tk.tma.expect(sem, s)
+        tk.tma.load_async(s, x, (tk.block_idx.y, tk.block_idx.x), sem)
+        tk.wait(sem, 0)
+        tk.tma.store_async(z, s, (tk.block_idx.y, tk.block_idx.x))
+        tk.tma.store_add_async(acc, s, (tk.block_idx.y, tk.block_idx.x))
+        tk.tma.store_commit_group()
+        tk.tma.store_async_wait()
+    return k
+
+
+def test_tma_partial_tiles_and_store_add():
+    """Sizes that are not tile multiples: loads zero-fill, stores clip; store_add adds."""
+    x = rand(100, 72, dtype=torch.bfloat16)
+    z = poisoned(100, 72, dtype=torch.bfloat16)
+    base = rand(100, 72, dtype=torch.bfloat16)
+    acc = base.clone()
+    tma_edge_kernel()[(2, 2)](x, z, acc)
+    torch.cuda.synchronize()
+    assert torch.equal(z, x)
+    assert rel_err(acc, base.double() + x.double()) < 1e-2
+
+
+@functools.cache
+def wgmma_kernel(dt, n, k, variant, a_regs):
+    """One warpgroup: TMA A and B into shared tiles, one wgmma op, store the 64 x n fp32 result."""
+    trans_a, trans_b = {"AB": (False, True), "ABt": (False, False), "AtB": (True, True), "AtBt": (True, False)}[variant]
+    a_shape = (k, 64) if trans_a else (64, k)
+    b_shape = (k, n) if trans_b else (n, k)
+
+    @tk.kernel(warps=4, name=f"wgmma_{variant}_{dt}_n{n}_k{k}_{'rs' if a_regs else 'ss'}")
+    def kern(a: tk.gl[DT[dt], "T", *a_shape], b: tk.gl[DT[dt], "T", *b_shape], c: tk.gl[f32, "T", 64, n],
+             d: tk.gl[f32, "T", 64, n]):
+        sa, sb = tk.st(DT[dt], *a_shape), tk.st(DT[dt], *b_shape)
+        sem = tk.semaphore()
+        acc = tk.rt(f32, 16, n)
+        with tk.if_(tk.warp_id() == 0):
+            tk.init_semaphore(sem, 1)
+        tk.sync()
+        with tk.if_(tk.warp_id() == 0):
+            tk.tma.expect(sem, sa, sb)
+            tk.tma.load_async(sa, a, (tk.block_idx.x, 0, 0), sem)
+            tk.tma.load_async(sb, b, (tk.block_idx.x, 0, 0), sem)
+        tk.warpgroup.load(acc, c, (tk.block_idx.x, 0, 0))
+        tk.wait(sem, 0)
+        if a_regs:
+            ra = tk.rt(DT[dt], 16, k)
+            tk.warpgroup.load(ra, a, (tk.block_idx.x, 0, 0))
+            getattr(tk.warpgroup, f"mma_{variant}")(acc, ra, sb)
+        else:
+            getattr(tk.warpgroup, f"mma_{variant}")(acc, sa, sb)
+        tk.warpgroup.mma_async_wait()
+        tk.warpgroup.store(d, acc, (tk.block_idx.x, 0, 0))
+    return kern
+
+
+@pytest.mark.parametrize("a_regs", [False, True])
+@pytest.mark.parametrize("variant", ["AB", "ABt", "AtB", "AtBt"])
+@pytest.mark.parametrize("dt,n,k", [("bf16", 64, 64), ("bf16", 256, 64), ("bf16", 16, 32), ("fp16", 128, 128),
+                                    ("bf16", 96, 16)])
+def test_wgmma(dt, n, k, variant, a_regs):
+    if a_regs and variant.startswith("At"):
+        pytest.skip("a transposed A comes from shared memory only")
+    trans_a, trans_b = {"AB": (False, True), "ABt": (False, False), "AtB": (True, True), "AtBt": (True, False)}[variant]
+    blocks = 3
+    a = rand(blocks, *((k, 64) if trans_a else (64, k)), dtype=TORCH[dt])
+    b = rand(blocks, *((k, n) if trans_b else (n, k)), dtype=TORCH[dt])
+    c = rand(blocks, 64, n, dtype=torch.float32)
+    d = poisoned(blocks, 64, n, dtype=torch.float32)
+    wgmma_kernel(dt, n, k, variant, a_regs)[(blocks,)](a, b, c, d)
+    am = a.double().transpose(1, 2) if trans_a else a.double()
+    bm = b.double() if trans_b else b.double().transpose(1, 2)
+    assert rel_err(d, am @ bm + c.double()) < 1e-5
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 256, 64), (256, 512, 512), (1024, 768, 1024), (2048, 2048, 4096)])
+def test_warp_specialized_gemm(m, n, k):
+    from kernels.gemm_ws import matmul
+    a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
+    c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16))
+    assert rel_err(c, a.double() @ b.double()) < 1e-2
+
+
+def test_gemm_sass_uses_hgmma_and_tma():
+    from kernels.gemm_ws import gemm_ws
+    a = torch.empty(256, 128, dtype=torch.bfloat16)
+    b = torch.empty(128, 512, dtype=torch.bfloat16)
+    sass = gemm_ws.sass(a, b, torch.empty(256, 512, dtype=torch.bfloat16))
+    assert "HGMMA.64x256x16.F32.BF16" in sass and "UTMALDG.4D" in sass

@@ -1,0 +1,101 @@
+"""Code generators of the Hopper ops: semaphores, TMA, wgmma, fences, named barriers, setmaxnreg.
+
+Single-issue ops (semaphore updates, TMA) run on lane 0 of the calling warp;
+arrivals first __syncwarp so that the whole warp's work precedes them.
+"""
+from __future__ import annotations
+
+from ..ir.expr import render
+from .abi import tensor_map_name
+from .emit import emits, operand, tile_coord
+
+LANE0 = "if (laneid == 0) "
+
+
+@emits("sem_init")
+def emit_sem_init(em, op):
+    yield f"{LANE0}tk::init_semaphore({operand(op.args[0])}, {op.attrs['arrivals']});"
+
+
+@emits("sem_arrive")
+def emit_sem_arrive(em, op):
+    yield "__syncwarp();"
+    yield f"{LANE0}tk::arrive({operand(op.args[0])}, {op.attrs['count']});"
+
+
+@emits("sem_expect")
+def emit_sem_expect(em, op):
+    sem, nbytes = op.args
+    yield f"{LANE0}tk::expect_bytes({operand(sem)}, {render(nbytes)});"
+
+
+@emits("sem_wait")
+def emit_sem_wait(em, op):
+    sem, phase = op.args
+    yield f"tk::wait({operand(sem)}, {render(phase)});"
+
+
+@emits("tma_load")
+def emit_tma_load(em, op):
+    tile, g, coord, sem = op.args
+    yield (f"{LANE0}tk::tma::load_async({operand(tile)}, &{tensor_map_name(g, tile.type)}, "
+           f"{tile_coord(tile, coord)}, {operand(sem)});")
+
+
+@emits("tma_store")
+def emit_tma_store(em, op):
+    g, tile, coord = op.args
+    add = "true" if op.attrs["add"] else "false"
+    yield (f"{LANE0}tk::tma::store_async<{add}>(&{tensor_map_name(g, tile.type)}, {operand(tile)}, "
+           f"{tile_coord(tile, coord)});")
+
+
+@emits("tma_prefetch")
+def emit_tma_prefetch(em, op):
+    tile, g, coord = op.args
+    yield f"{LANE0}tk::tma::prefetch({operand(tile)}, &{tensor_map_name(g, tile.type)}, {tile_coord(tile, coord)});"
+
+
+@emits("tma_store_commit")
+def emit_tma_store_commit(em, op):
+    yield f"{LANE0}tk::tma::store_commit_group();"
+
+
+@emits("tma_store_wait")
+def emit_tma_store_wait(em, op):
+    fn = "store_async_read_wait" if op.attrs["read_only"] else "store_async_wait"
+    yield f"{LANE0}tk::tma::{fn}<{op.attrs['pending']}>();"
+    yield "__syncwarp();"
+
+
+WGMMA_NAMES = {(False, True): "AB", (False, False): "ABt", (True, True): "AtB", (True, False): "AtBt"}
+
+
+@emits("wgmma")
+def emit_wgmma(em, op):
+    d, a, b = op.args
+    name = ("mma_" if op.attrs["accumulate"] else "mm_") + WGMMA_NAMES[(op.attrs["trans_a"], op.attrs["trans_b"])]
+    yield f"tk::warpgroup::{name}({operand(d)}, {operand(a)}, {operand(b)});"
+
+
+@emits("wgmma_wait")
+def emit_wgmma_wait(em, op):
+    yield f"tk::wgmma_wait<{op.attrs['pending']}>();"
+    for acc in op.args:
+        yield f"tk::register_fence({operand(acc)});"
+
+
+@emits("fence_proxy_async")
+def emit_fence_proxy_async(em, op):
+    yield "tk::fence_proxy_async();"
+
+
+@emits("named_sync")
+def emit_named_sync(em, op):
+    yield f"tk::named_sync({op.attrs['barrier_id']}, {op.attrs['threads']});"
+
+
+@emits("setmaxnreg")
+def emit_setmaxnreg(em, op):
+    fn = "increase_registers" if op.attrs["increase"] else "decrease_registers"
+    yield f"tk::{fn}<{op.attrs['registers']}>();"

@@ -1,0 +1,222 @@
+"""Prelude sections for Hopper's asynchronous machinery: mbarrier semaphores, TMA, wgmma, setmaxnreg.
+
+PTX references: "Parallel Synchronization and Communication Instructions: mbarrier",
+"cp.async.bulk.tensor", "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+Instructions" (wgmma and its shared-memory matrix descriptor) and "setmaxnreg".
+"""
+from __future__ import annotations
+
+_SYNC = r"""
+// The driver's 128-byte tensor map (no cuda.h under NVRTC); passed as a __grid_constant__ parameter.
+struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+
+// mbarrier semaphores: 8 bytes of shared memory each.
+struct semaphore { u64 state; };
+__device__ __forceinline__ void init_semaphore(semaphore* sem, u32 arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(sem)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void arrive(semaphore* sem, u32 count) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(sem)), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` of async-copy transactions still to come.
+__device__ __forceinline__ void expect_bytes(semaphore* sem, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(sem)), "r"(bytes) : "memory");
+}
+// Block until the phase with parity `phase` of the semaphore has completed.
+__device__ __forceinline__ void wait(semaphore* sem, int phase) {
+    const u32 bar = smem_addr(sem);
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" :: "r"(bar), "r"(phase) : "memory");
+}
+// Order this thread's generic-proxy shared-memory writes before later async-proxy (TMA, wgmma) reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void fence_semaphore_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+template <int N> __device__ __forceinline__ void increase_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
+template <int N> __device__ __forceinline__ void decrease_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
+"""
+
+_TMA = r"""
+// TMA: one cp.async.bulk.tensor per swizzle panel of the shared tile (a box is one panel wide).
+// Coordinates are elements, innermost first; the tensor map is always 4-d (cols, rows, depth, batch).
+namespace tma {
+template <typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void load_async(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
+                                           int b, int d, int r, int c, semaphore* sem) {
+    const u32 bar = smem_addr(sem);
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++)
+        asm volatile(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            " [%0], [%1, {%2, %3, %4, %5}], [%6];"
+            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
+               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(bar)
+            : "memory");
+}
+template <bool ADD, typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,
+                                            int b, int d, int r, int c) {
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++) {
+        const u32 s = smem_addr(src.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T));
+        const int cc = c + p * st<T, R, C, SWZ>::panel_cols;
+        if constexpr (ADD)
+            asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+                         " [%0, {%2, %3, %4, %5}], [%1];" :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b) : "memory");
+        else
+            asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+                         " [%0, {%2, %3, %4, %5}], [%1];" :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b) : "memory");
+    }
+}
+template <typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map, int b, int d, int r, int c) {
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++)
+        asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];"
+                     :: "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b) : "memory");
+}
+__device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until at most N committed store groups are still reading their shared-memory source.
+template <int N> __device__ __forceinline__ void store_async_read_wait() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+// Wait until at most N committed store groups are incomplete (their writes visible).
+template <int N> __device__ __forceinline__ void store_async_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+}  // namespace tma
+"""
+
+_WGMMA = r"""
+// wgmma shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): start address,
+// leading- and stride-dimension byte offsets (all >> 4) and the swizzle mode in bits 62-63.
+// A tile is MN-major when its rows run along K (B of mma_AB, A of mma_AtB), K-major otherwise.
+__device__ __forceinline__ u64 desc_encode(u64 x) { return (x & 0x3FFFF) >> 4; }
+template <typename S, bool MN_MAJOR>
+__device__ __forceinline__ u64 descriptor(const S& s, int k16) {
+    constexpr u64 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
+    constexpr u64 panel_bytes = u64(S::rows) * swz;
+    u64 start;
+    if constexpr (MN_MAJOR) start = smem_addr(s.base) + u64(k16) * 16 * swz;         // 16 more rows of K
+    else start = smem_addr(s.base) + (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes;  // 32 bytes of K
+    const u64 leading = MN_MAJOR ? panel_bytes : 16;   // K-major: unused by swizzled layouts
+    return desc_encode(start) | desc_encode(leading) << 16 | desc_encode(8 * swz) << 32 | mode << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+// Keep the compiler from moving accesses of accumulator registers across a wgmma wait.
+template <typename T, int H, int W, typename L> __device__ __forceinline__ void register_fence(rt<T, H, W, L>& t) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if constexpr (is_same<T, float>::value) asm volatile("" : "+f"(t.data[i][j][k].x), "+f"(t.data[i][j][k].y) :: "memory");
+        else asm volatile("" : "+r"(t.data[i][j][k].x) :: "memory");
+    }
+}
+"""
+
+
+def wgmma_instruction(n: int, dtype: str, a_in_registers: bool) -> str:
+    """C++ for one m64nNk16 wgmma with fp32 accumulators `d` (a warp's 16 x N tile, row layout).
+
+    The accumulator layout of wgmma per warp equals tkpy's row layout of a 16 x N fp32 tile, so
+    d.data[0][j][0..3] are wgmma registers d[8j .. 8j+7] in order.
+    """
+    ptx_type = {"bf16": "bf16", "fp16": "f16"}[dtype]
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    out_cons = ", ".join(f'"+f"(d.data[0][{i // 8}][{(i % 8) // 2}].{"xy"[i % 2]})' for i in range(regs))
+    if a_in_registers:
+        a_ops = f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}"
+        a_cons = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), '
+        b_op, scale, nxt = f"%{regs + 4}", f"%{regs + 5}", regs + 6
+        tail = f"p, 1, 1, %{nxt};"
+        params = "const u32* a, u64 b_desc, int scale_d"
+        trans_args = '"n"(TRANS_B)'
+        tmpl = "template <int TRANS_B>"
+    else:
+        a_ops = f"%{regs}"
+        a_cons = '"l"(a_desc), '
+        b_op, scale, nxt = f"%{regs + 1}", f"%{regs + 2}", regs + 3
+        tail = f"p, 1, 1, %{nxt}, %{nxt + 1};"
+        params = "u64 a_desc, u64 b_desc, int scale_d"
+        trans_args = '"n"(TRANS_A), "n"(TRANS_B)'
+        tmpl = "template <int TRANS_A, int TRANS_B>"
+    name = f"wgmma_m64n{n}k16_{'rs' if a_in_registers else 'ss'}_{dtype}"
+    return (
+        f"{tmpl}\n__device__ __forceinline__ void {name}(rt<float, 1, {n // 16}, row_l>& d, {params}) {{\n"
+        f"    asm volatile(\n"
+        f'        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, {scale}, 0;\\n"\n'
+        f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "\n'
+        f'        "{{{outs}}}, {a_ops}, {b_op}, {tail}\\n}}\\n"\n'
+        f"        : {out_cons}\n"
+        f'        : {a_cons}"l"(b_desc), "r"(scale_d), {trans_args});\n'
+        f"}}\n")
+
+
+def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
+    """tk::warpgroup::mma<TRANS_A, TRANS_B>(d, a, b, accumulate): fence, one wgmma per 16 of K, commit."""
+    name = f"wgmma_m64n{n}k16_{'rs' if a_in_registers else 'ss'}_{dtype}"
+    d = f"rt<float, 1, {n // 16}, row_l>& d"
+    if a_in_registers:
+        return (
+            f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB>\n"
+            f"__device__ __forceinline__ void mma({d}, const rt<{dtype}, 1, K, row_l>& a,\n"
+            f"                                    const st<{dtype}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f"    wgmma_fence();\n"
+            f"    #pragma unroll\n"
+            f"    for (int k = 0; k < K; k++)\n"
+            f"        {name}<TRANS_B>(d, reinterpret_cast<const u32*>(&a.data[0][k][0]),\n"
+            f"            descriptor<st<{dtype}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+            f"    wgmma_commit_group();\n}}\n")
+    return (
+        f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int RB, int CB, int SB>\n"
+        f"__device__ __forceinline__ void mma({d}, const st<{dtype}, RA, CA, SA>& a,\n"
+        f"                                    const st<{dtype}, RB, CB, SB>& b, bool accumulate) {{\n"
+        f"    constexpr int k16s = (TRANS_A ? RA : CA) / 16;\n"
+        f"    wgmma_fence();\n"
+        f"    #pragma unroll\n"
+        f"    for (int k = 0; k < k16s; k++)\n"
+        f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{dtype}, RA, CA, SA>, TRANS_A>(a, k),\n"
+        f"            descriptor<st<{dtype}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+        f"    wgmma_commit_group();\n}}\n")
+
+
+def wgmma_section(variants: set) -> str:
+    """The wgmma wrappers a kernel uses, generated per (n, dtype, a_in_registers) in `variants`."""
+    if not variants:
+        return ""
+    parts = ["namespace tk {\n// wgmma m64nNk16 with fp32 accumulators, as used by this kernel"]
+    for n, dt, rs in sorted(variants):
+        parts.append(wgmma_instruction(n, dt, rs))
+        parts.append("namespace warpgroup {\n" + warpgroup_mma(n, dt, rs) + "}  // namespace warpgroup")
+    parts.append(_NAMED_MMA)
+    return "\n".join(parts) + "\n}  // namespace tk\n"
+
+
+# ThunderKittens' names; TRANS_* = 1 means that operand is stored MN-major (K along its rows).
+_NAMED_MMA = "namespace warpgroup {\n" + "".join(
+    f"template <typename D, typename A, typename B> __device__ __forceinline__ void {name}(D& d, const A& a, const B& b) "
+    f"{{ mma<{ta}, {tb}>(d, a, b, {acc}); }}\n"
+    for name, ta, tb, acc in (("mma_AB", 0, 1, "true"), ("mm_AB", 0, 1, "false"), ("mma_ABt", 0, 0, "true"),
+                              ("mm_ABt", 0, 0, "false"), ("mma_AtB", 1, 1, "true"), ("mm_AtB", 1, 1, "false"),
+                              ("mma_AtBt", 1, 0, "true"), ("mm_AtBt", 1, 0, "false"))) + "}  // namespace warpgroup"
+
+
+SECTIONS = ["namespace tk {" + _SYNC + _TMA + _WGMMA + "}  // namespace tk\n"]

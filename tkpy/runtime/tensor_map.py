@@ -1,0 +1,76 @@
+"""TMA tensor maps: built on the host from a torch tensor and the shared tile it is copied into.
+
+Every map is 4-d, innermost first (cols, rows, depth, batch), whatever the
+tensor's rank, so generated code always issues `cp.async.bulk.tensor.4d`. The
+box is one swizzle panel of the shared tile: (panel_cols, rows, 1, 1).
+Encoding needs a driver and a current context; the geometry is pure Python.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from ..tiles.types import ST
+from .driver import _driver, check, ensure_context
+
+MAX_CACHED = 64   # encoded maps kept per tile shape (keyed by pointer, shape and strides)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    dims: tuple      # elements, innermost first
+    strides: tuple   # bytes, of dims 1..3
+    box: tuple       # elements per dim
+
+
+def geometry(shape, strides, elem_bytes: int, tile: ST) -> Geometry:
+    """The 4-d view of a tensor of up to 4 dims (right-aligned to batch, depth, rows, cols)."""
+    shape = (1,) * (4 - len(shape)) + tuple(int(s) for s in shape)
+    strides = (0,) * (4 - len(strides)) + tuple(int(s) for s in strides)
+    dims = tuple(reversed(shape))                      # cols, rows, depth, batch
+    elem_strides = list(reversed(strides))             # cols (1), rows, depth, batch
+    for i in (1, 2, 3):                                # padded or size-1 dims: any valid stride
+        if shape[3 - i] == 1 or elem_strides[i] == 0:
+            elem_strides[i] = elem_strides[i - 1] * dims[i - 1] if i > 1 else dims[0]
+    return Geometry(dims, tuple(s * elem_bytes for s in elem_strides[1:]), (tile.panel_cols, tile.rows, 1, 1))
+
+
+_DTYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+           "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
+             128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+
+
+def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
+    """The 128 bytes of a CUtensorMap (cuTensorMapEncodeTiled); out-of-bounds elements read as zero."""
+    d = _driver()
+    ensure_context(device)
+    u64, u32 = d.cuuint64_t, d.cuuint32_t
+    _, tmap = check(d.cuTensorMapEncodeTiled(
+        getattr(d.CUtensorMapDataType, _DTYPES[tile.dtype.name]), 4, pointer,
+        [u64(x) for x in geo.dims], [u64(x) for x in geo.strides], [u32(x) for x in geo.box], [u32(1)] * 4,
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(d.CUtensorMapSwizzle, _SWIZZLES[tile.swizzle]),
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), f"cuTensorMapEncodeTiled({geo}, {tile})")
+    return ctypes.string_at(tmap.getPtr(), 128)
+
+
+class TensorMapEncoder:
+    """tensor -> tensor-map bytes for one shared tile type, cached by (pointer, shape, strides)."""
+
+    def __init__(self, tile: ST, device: int):
+        self.tile = tile
+        self.device = device
+        self._cache: dict = {}
+
+    def __call__(self, t) -> bytes:
+        key = (t.data_ptr(), t.shape, t.stride())
+        blob = self._cache.get(key)
+        if blob is None:
+            geo = geometry(t.shape, t.stride(), t.element_size(), self.tile)
+            blob = encode(key[0], geo, self.tile, self.device)
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = blob
+        return blob
