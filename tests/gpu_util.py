@@ -14,13 +14,13 @@ requires_gpu = [
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
 
 
-def poisoned(*shape, dtype) -> torch.Tensor:
+def poisoned(*shape, dtype, device="cuda") -> torch.Tensor:
     """An output buffer full of NaN, so that any element the kernel fails to write shows up."""
-    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
 
-def rand(*shape, dtype, low=-2.0, high=2.0) -> torch.Tensor:
-    return (torch.rand(*shape, dtype=torch.float64, device="cuda") * (high - low) + low).to(dtype)
+def rand(*shape, dtype, low=-2.0, high=2.0, device="cuda") -> torch.Tensor:
+    return (torch.rand(*shape, dtype=torch.float64, device=device) * (high - low) + low).to(dtype)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

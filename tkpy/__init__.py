@@ -10,7 +10,7 @@ See README.md for the tour.
 """
 from .tiles.dtypes import bf16, fp16, f32, fp32, half, float16, bfloat16, float32
 from .tiles.types import RT, RV, ST, SV, GL
-from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError
+from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, InterpretError, DeadlockError
 from .frontend.kernel import kernel, Kernel
 from .frontend.signature import gl, constexpr
 from .frontend.control import range, if_, else_, block_idx, grid_dim, warp_id, lane_id, num_warps

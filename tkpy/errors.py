@@ -29,6 +29,20 @@ class UnsupportedError(TkpyError, NotImplementedError):
         super().__init__(_with_location(message, loc))
 
 
+class InterpretError(TkpyError):
+    """The CPU interpreter caught a kernel misbehaving at run time (an out-of-bounds access, a read of
+    memory nothing wrote, a tile used before it arrived); `loc` is the op's Python line."""
+
+    def __init__(self, message: str, loc=None):
+        self.loc = loc
+        super().__init__(_with_location(message, loc))
+
+
+class DeadlockError(InterpretError):
+    """The CPU interpreter found warps waiting on barriers that can never complete; the message names
+    each barrier, its phase and the blocked warps with their Python lines."""
+
+
 def _with_location(message: str, loc) -> str:
     if loc is None:
         return message

@@ -1,0 +1,58 @@
+"""`kernel.interpret[grid](*args)`: a kernel launch, with the GPU call syntax, run by the CPU interpreter."""
+from __future__ import annotations
+
+import functools
+import os
+
+from ..frontend.signature import SCALAR_DTYPES, bind_dims
+from ..tiles.dtypes import f32
+from .machine import Program, run_grid
+from .memory import GlobalTensor
+from .numerics import to_f32
+
+ENV_VAR = "TKPY_INTERPRET"
+
+
+def interpret_requested() -> bool:
+    """True when TKPY_INTERPRET is set (to anything but 0): `kernel[grid](...)` then runs on the CPU."""
+    return os.environ.get(ENV_VAR, "0") not in ("", "0")
+
+
+class Interpreted:
+    """A kernel's interpreter launcher; its traced programs are cached per specialization."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self._programs: dict = {}
+
+    def __getitem__(self, grid):
+        from ..frontend.kernel import _grid3
+
+        return functools.partial(self.run, _grid3(grid))
+
+    def program(self, args) -> Program:
+        """The interpretable program for these arguments (traced once per specialization)."""
+        key, _ = self.kernel._bind(args, need_cuda=False)
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = Program(self.kernel.trace(*args).ir)
+        return program
+
+    def run(self, grid: tuple, *args) -> None:
+        """Run the kernel over `grid` (3 ints) on these arguments. Tensors not on the CPU are copied to it
+        and back."""
+        program = self.program(args)
+        specs = self.kernel.specs
+        on_cpu = [a.cpu() if spec.kind == "gl" and a.device.type != "cpu" else a for spec, a in zip(specs, args)]
+        env = dict(bind_dims(specs, args))
+        tensors = {}
+        params = {p.name: p for p in program.ir.params}
+        for spec, a in zip(specs, on_cpu):
+            if spec.kind == "gl":
+                tensors[params[spec.name]] = GlobalTensor(spec.name, a, spec.gl.dtype)
+            elif spec.kind in SCALAR_DTYPES:
+                env[spec.name] = to_f32(a) if SCALAR_DTYPES[spec.kind] == f32 else a
+        run_grid(program, grid, env, tensors)
+        for a, cpu in zip(args, on_cpu):
+            if cpu is not a:
+                a.copy_(cpu)

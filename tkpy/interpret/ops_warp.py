@@ -1,0 +1,148 @@
+"""CPU semantics of the warp-level ops (the counterpart of codegen/ops_warp.py).
+
+Register tiles are logical rows x cols float32 arrays: no op here depends on
+which lane holds which element, so the fragment layouts (row/col) change
+nothing on the CPU. Every map computes in fp32 and rounds to the destination
+dtype, as the prelude's `to_float` / `from_float` do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.core import Var
+from ..tiles.types import RT
+from .memory import copy_share
+from .numerics import BINARY, REDUCE, UNARY, decode, encode, to_f32
+from .registry import semantics
+from .sync import Barrier
+
+_SCOPE_THREADS = {"warp": 32, "warpgroup": 128}   # as codegen's SCOPE_THREADS; "block": all threads
+
+
+def _start(warp, coord, tile) -> tuple:
+    """Element coordinates (b, d, row, col) of a coordinate in units of `tile`."""
+    b, d, r, c = (warp.value(x) for x in coord)
+    return b, d, r * tile.rows, c * tile.cols
+
+
+def _box(warp, g, coord, tile, what: str) -> tuple:
+    return g.box(_start(warp, coord, tile), tile.rows, tile.cols, what, warp.loc)
+
+
+def _share(warp, op, tile):
+    """The part of `tile` this warp copies in a cooperative shared <-> global copy (None: all of it)."""
+    scope = op.attrs["scope"]
+    if scope == "block":
+        return copy_share(tile, warp.block.program.ir.threads, warp.index)
+    return copy_share(tile, _SCOPE_THREADS[scope], warp.index % 4 if scope == "warpgroup" else 0)
+
+
+def _shape(var: Var) -> tuple:
+    t = var.type
+    return (t.rows, t.cols) if isinstance(t, RT) else (t.length,)
+
+
+@semantics("load_rt_gl")
+def load_rt_gl(warp, op):
+    dst, src, coord = op.args
+    g = warp.block.globals[src]
+    raw = g.raw[_box(warp, g, coord, dst.type, f"load into `{dst.name}` from `{src.name}`")]
+    warp.write(dst, decode(g.dtype, raw))
+
+
+@semantics("store_gl_rt")
+def store_gl_rt(warp, op):
+    dst, src, coord = op.args
+    g = warp.block.globals[dst]
+    g.raw[_box(warp, g, coord, src.type, f"store of `{src.name}` into `{dst.name}`")] = encode(g.dtype, warp.read(src))
+
+
+@semantics("load_rt_st")
+def load_rt_st(warp, op):
+    dst, src = op.args
+    base, name = warp.block.shared_tile(warp, src)
+    raw = warp.block.shared.read(base, src.type, f"load into `{dst.name}` from `{name}`", op.loc)
+    warp.write(dst, decode(src.type.dtype, raw))
+
+
+@semantics("store_st_rt")
+def store_st_rt(warp, op):
+    dst, src = op.args
+    base, _ = warp.block.shared_tile(warp, dst)
+    warp.block.shared.write(base, dst.type, encode(dst.type.dtype, warp.read(src)))
+
+
+@semantics("load_st_gl")
+def load_st_gl(warp, op):
+    dst, src, coord = op.args
+    base, name = warp.block.shared_tile(warp, dst)
+    g = warp.block.globals[src]
+    raw = g.raw[_box(warp, g, coord, dst.type, f"load into `{name}` from `{src.name}`")]
+    part = _share(warp, op, dst.type)
+    warp.block.shared.write(base, dst.type, raw if part is None else raw[part.rows, part.cols], part)
+
+
+@semantics("store_gl_st")
+def store_gl_st(warp, op):
+    dst, src, coord = op.args
+    base, name = warp.block.shared_tile(warp, src)
+    g = warp.block.globals[dst]
+    what = f"store of `{name}` into `{dst.name}`"
+    box = g.raw[_box(warp, g, coord, src.type, what)]        # a view: writing into it writes the tensor
+    part = _share(warp, op, src.type)
+    raw = warp.block.shared.read(base, src.type, what, op.loc, part)
+    if part is None:
+        box[...] = raw
+    else:
+        box[part.rows, part.cols] = raw
+
+
+@semantics("fill")
+def fill(warp, op):
+    dst, value = op.args
+    warp.write(dst, np.full(_shape(dst), to_f32(warp.value(value)), np.float32))
+
+
+@semantics("unary")
+def unary(warp, op):
+    dst, src = op.args
+    warp.write(dst, UNARY[op.attrs["fn"]](warp.read(src)))
+
+
+@semantics("binary")
+def binary(warp, op):
+    dst, a, b = op.args
+    other = warp.read(b) if isinstance(b, Var) else np.float32(to_f32(warp.value(b)))
+    warp.write(dst, BINARY[op.attrs["fn"]](warp.read(a), other))
+
+
+@semantics("reduce")
+def reduce(warp, op):
+    dst, src, *accum = op.args
+    fn = REDUCE[op.attrs["fn"]]
+    v = fn.reduce(warp.read(src), axis=1 if op.attrs["axis"] == "row" else 0)
+    warp.write(dst, fn(v, warp.read(accum[0])) if accum else v)
+
+
+@semantics("broadcast")
+def broadcast(warp, op):
+    dst, src, vec = op.args
+    v = warp.read(vec)
+    warp.write(dst, BINARY[op.attrs["fn"]](warp.read(src), v[:, None] if op.attrs["axis"] == "row" else v[None, :]))
+
+
+@semantics("mma")
+def mma(warp, op):
+    """d = a @ b + c: the bf16/fp16 inputs are exact in fp32, products and sums are fp32 (sgemm)."""
+    d, a, b, c = op.args
+    warp.write(d, np.matmul(warp.read(a), warp.read(b)) + warp.read(c))
+
+
+@semantics("sync")
+def sync(warp, op):
+    """__syncthreads: every warp of the block, from the same line. __syncwarp orders nothing on the CPU,
+    where a warp runs as one unit."""
+    if op.attrs["scope"] != "block":
+        return None
+    warps = warp.block.program.ir.warps
+    return warp.block.sync_object("syncthreads", lambda: Barrier("__syncthreads", warps, one_site=True)).arrive(warp)
