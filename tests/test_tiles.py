@@ -147,3 +147,12 @@ def test_gl_dims_right_aligned():
         GL(bf16, (1, 2, 3, 4, 5))
     with pytest.raises(ValueError):
         GL(bf16, ("not an identifier",))
+
+
+def test_tensor_map_geometry_is_4d_innermost_first():
+    from tkpy.runtime.tensor_map import geometry
+    g = geometry((100, 72), (72, 1), 2, ST(bf16, 64, 64))
+    assert g.dims == (72, 100, 1, 1) and g.box == (64, 64, 1, 1)
+    assert g.strides == (144, 144 * 100, 144 * 100)
+    g3 = geometry((3, 64, 256), (64 * 512, 512, 1), 2, ST(bf16, 64, 256))   # strided rows, 4 panels of 64
+    assert g3.dims == (256, 64, 3, 1) and g3.strides == (1024, 64 * 1024, 3 * 64 * 1024) and g3.box == (64, 64, 1, 1)

@@ -46,7 +46,7 @@ def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
     d = _driver()
     ensure_context(device)
     u64, u32 = d.cuuint64_t, d.cuuint32_t
-    _, tmap = check(d.cuTensorMapEncodeTiled(
+    tmap = check(d.cuTensorMapEncodeTiled(
         getattr(d.CUtensorMapDataType, _DTYPES[tile.dtype.name]), 4, pointer,
         [u64(x) for x in geo.dims], [u64(x) for x in geo.strides], [u32(x) for x in geo.box], [u32(1)] * 4,
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
