@@ -252,3 +252,94 @@ def test_unsupported_combinations_raise_not_implemented():
         tk.load(v, x, (0, 0))
     with pytest.raises(NotImplementedError, match="load into"):
         k.trace(torch.empty(16, 16))
+
+
+# -- the asynchronous protocol is checked at trace time --------------------------------------
+
+def _tma_kernel(expect_tiles: int, init: bool = True, fence: bool = True, expect: bool = True):
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", 64]):
+        s = tk.st(bf16, 64, 64, count=2)
+        sem = tk.semaphore()
+        t = tk.rt(bf16, 64, 64)
+        if init:
+            tk.init_semaphore(sem, 1)
+        if expect:
+            tk.tma.expect(sem, *[s[i] for i in range(expect_tiles)])
+        tk.tma.load_async(s[0], x, (0, 0), sem)
+        tk.tma.load_async(s[1], x, (1, 0), sem)
+        tk.wait(sem, 0)
+        tk.load(t, s[0])
+        tk.store(s[1], t)
+        if fence:
+            tk.fence_proxy_async()
+        tk.tma.store_async(x, s[1], (0, 0))
+    return k
+
+
+def test_matching_tma_protocol_passes():
+    _tma_kernel(2).trace(X64)
+
+
+def test_expect_bytes_must_match_the_loads():
+    with pytest.raises(tk.TraceError, match="announces 8192 bytes on `sem` but the loads that complete on it deliver 16384"):
+        _tma_kernel(1).trace(X64)
+
+
+def test_load_without_expect_and_uninitialised_semaphores():
+    with pytest.raises(tk.TraceError, match="no tk.tma.expect announces them"):
+        _tma_kernel(2, expect=False).trace(X64)
+    with pytest.raises(tk.TraceError, match="never initialised"):
+        _tma_kernel(2, init=False).trace(X64)
+
+
+def test_tma_store_of_generic_writes_needs_a_fence():
+    with pytest.raises(tk.TraceError, match="fence_proxy_async"):
+        _tma_kernel(2, fence=False).trace(X64)
+
+
+def test_wait_that_nothing_signals():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", 64]):
+        sem = tk.semaphore()
+        tk.init_semaphore(sem, 1)
+        tk.wait(sem, 0)
+    with pytest.raises(tk.TraceError, match="can never finish"):
+        k.trace(X64)
+
+
+def test_wgmma_result_read_before_wait():
+    @tk.kernel(warps=4)
+    def k(x: tk.gl[bf16, "R", 64], y: tk.gl[f32, "R2", 64]):
+        a, b = tk.st(bf16, 64, 64), tk.st(bf16, 64, 64)
+        acc = tk.rt(f32, 16, 64)
+        tk.zero(acc)
+        tk.warpgroup.mma_AB(acc, a, b)
+        tk.warpgroup.store(y, acc, (0, 0))
+    with pytest.raises(tk.TraceError, match="mma_async_wait"):
+        k.trace(X64, torch.empty(64, 64))
+
+
+def test_register_reallocation_must_fit():
+    @tk.kernel(warps=12)
+    def k(x: tk.gl[bf16, "R", 64]):
+        with tk.if_(tk.warpgroup_id() == 0):
+            tk.producer_registers(56)
+        with tk.else_():
+            tk.consumer_registers(240)
+    with pytest.raises(tk.TraceError, match="need 68608 registers"):
+        k.trace(X64)
+
+
+def test_hopper_kernel_codegen_and_sass():
+    from kernels.gemm_ws import gemm_ws
+    a, b = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 512, dtype=torch.bfloat16)
+    c = torch.empty(256, 512, dtype=torch.bfloat16)
+    src = gemm_ws.source(a, b, c)
+    assert "__launch_bounds__(384, 1)" in src                              # setmaxnreg needs the cap
+    assert "const __grid_constant__ tk::CUtensorMap A_tma_64x64_sw128" in src
+    assert "tk::warpgroup::mma_AB(acc, a[k % 4 * 2 + (warpid / 4 - 1)], b[k % 4]);" in src
+    sass = gemm_ws.sass(a, b, c)
+    for instr in ("HGMMA.64x256x16.F32.BF16", "UTMALDG.4D", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "USETMAXREG"):
+        assert instr in sass
+    assert gemm_ws.resources(a, b, c).spill_stores == 0

@@ -23,6 +23,9 @@ def _verify_block(stmts, tiles: set, syms: set) -> None:
     for s in stmts:
         if isinstance(s, Decl):
             tiles.add(s.var)
+            if s.var.view is not None:
+                _check_syms(s.var.view.row, syms, s)
+                _check_syms(s.var.view.col, syms, s)
         elif isinstance(s, Op):
             for a in _flat(s.args):
                 var = a.var if isinstance(a, SharedRef) else a
@@ -62,7 +65,7 @@ def plan_shared(kernel: KernelIR) -> None:
     offset = 0
     offsets = {}
     for s in walk(kernel.body):
-        if isinstance(s, Decl) and s.var.is_shared:
+        if isinstance(s, Decl) and s.var.is_shared and s.var.view is None:
             t = s.var.type
             offset = -(-offset // t.alignment) * t.alignment
             offsets[s.var] = offset
@@ -85,6 +88,8 @@ def register_estimate(kernel: KernelIR) -> int:
 
 
 def _regs(var: Var) -> int:
+    if var.view is not None:
+        return 0    # a subtile's registers are its base tile's
     t = var.type
     if isinstance(t, RT):
         return t.registers_per_lane
@@ -104,6 +109,9 @@ def check_registers(kernel: KernelIR) -> int:
 
 
 def run_all(kernel: KernelIR) -> None:
+    from . import protocol
+
     verify(kernel)
     plan_shared(kernel)
     check_registers(kernel)
+    protocol.check(kernel)

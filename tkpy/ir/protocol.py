@@ -1,0 +1,133 @@
+"""Static checks of the asynchronous protocol (TMA, semaphores, wgmma, setmaxnreg) at trace time.
+
+They catch, on the user's line, the mistakes that otherwise hang or corrupt a
+kernel silently: an expect that does not match the bytes its loads deliver, a
+load or wait on a semaphore nobody initialises or arrives on, a TMA store of a
+tile written by ordinary stores without a proxy fence, and register
+reallocations that do not fit the register file.
+"""
+from __future__ import annotations
+
+from ..errors import TraceError
+from ..ir.expr import Expr, render
+from .core import For, If, KernelIR, Op, SharedRef, walk
+
+REGISTER_FILE = 65536        # 32-bit registers per SM (and per block with one block per SM)
+GENERIC_SHARED_WRITES = ("store_st_rt", "load_st_gl")
+
+
+def check(kernel: KernelIR) -> None:
+    ops = [s for s in walk(kernel.body) if isinstance(s, Op)]
+    _semaphores_are_initialised_and_signalled(ops)
+    _expects_match_their_loads(kernel.body)
+    _tma_stores_are_fenced(kernel.body, set())
+    _register_reallocation_fits(kernel, ops)
+
+
+def _sem_of(op: Op):
+    """The semaphore an op uses, as a SharedRef, or None."""
+    for a in op.args:
+        if isinstance(a, SharedRef) and type(a.type).__name__ == "Semaphore":
+            return a
+    return None
+
+
+def _semaphores_are_initialised_and_signalled(ops) -> None:
+    inits = {_sem_of(o).var for o in ops if o.name == "sem_init"}
+    signals = {_sem_of(o).var for o in ops if o.name in ("sem_arrive", "sem_expect", "tma_load")}
+    for o in ops:
+        sem = _sem_of(o)
+        if sem is None or o.name == "sem_init":
+            continue
+        if sem.var not in inits:
+            raise TraceError(f"{o.name.replace('sem_', '')} uses semaphore `{sem.var.name}`, which is never "
+                             "initialised (tk.init_semaphore)", o.loc)
+        if o.name == "sem_wait" and sem.var not in signals:
+            raise TraceError(f"wait on semaphore `{sem.var.name}`, which nothing ever arrives on, expects "
+                             "bytes on or loads into: this wait can never finish", o.loc)
+        if o.name == "tma_load" and not any(p.name == "sem_expect" and _sem_of(p).var is sem.var for p in ops):
+            raise TraceError(f"TMA load completes bytes on semaphore `{sem.var.name}`, but no tk.tma.expect "
+                             "announces them: the phase would complete before the data arrives", o.loc)
+
+
+def _same_ref(a: SharedRef, b: SharedRef) -> bool:
+    if a.var is not b.var:
+        return False
+    if a.index is None or b.index is None:
+        return a.index is b.index
+    return render(a.index) == render(b.index)
+
+
+def _expects_match_their_loads(stmts) -> None:
+    """Within one block, the loads after an expect (until the next expect on that semaphore) must
+    deliver exactly the expected bytes."""
+    for i, s in enumerate(stmts):
+        if isinstance(s, For):
+            _expects_match_their_loads(s.body)
+        elif isinstance(s, If):
+            _expects_match_their_loads(s.then)
+            _expects_match_their_loads(s.orelse)
+        elif isinstance(s, Op) and s.name == "sem_expect":
+            sem, nbytes = s.args
+            if not hasattr(nbytes, "value"):
+                continue                      # a runtime byte count: checked by the interpreter
+            loads = []
+            for later in _flatten(stmts[i + 1:]):
+                if later.name == "sem_expect" and _same_ref(_sem_of(later), sem):
+                    break
+                if later.name == "tma_load" and _same_ref(_sem_of(later), sem):
+                    loads.append(later)
+            delivered = sum(l.args[0].type.nbytes for l in loads)
+            if loads and delivered != nbytes.value:
+                lines = ", ".join(f"{l.loc.short} ({l.args[0].type.nbytes} B)" for l in loads)
+                raise TraceError(f"tma.expect announces {nbytes.value} bytes on `{sem.var.name}` but the loads "
+                                 f"that complete on it deliver {delivered}: {lines}", s.loc)
+
+
+def _flatten(stmts):
+    for s in stmts:
+        if isinstance(s, Op):
+            yield s
+        elif isinstance(s, For):
+            yield from _flatten(s.body)
+        elif isinstance(s, If):
+            yield from _flatten(s.then)
+            yield from _flatten(s.orelse)
+
+
+def _tma_stores_are_fenced(stmts, dirty: set) -> set:
+    """Shared tiles written by ordinary stores must pass tk.fence_proxy_async() before a TMA store reads them."""
+    for s in stmts:
+        if isinstance(s, For):
+            dirty = _tma_stores_are_fenced(s.body, dirty)
+        elif isinstance(s, If):
+            dirty = _tma_stores_are_fenced(s.then, set(dirty)) | _tma_stores_are_fenced(s.orelse, set(dirty))
+        elif isinstance(s, Op):
+            if s.name in GENERIC_SHARED_WRITES:
+                dirty = dirty | {s.args[0].var}
+            elif s.name == "fence_proxy_async":
+                dirty = set()
+            elif s.name == "tma_store" and s.args[1].var in dirty:
+                raise TraceError(f"TMA store of `{s.args[1].var.name}`, which ordinary stores wrote: call "
+                                 "tk.fence_proxy_async() after writing it (and a barrier if other warps wrote it)",
+                                 s.loc)
+    return dirty
+
+
+def _register_reallocation_fits(kernel: KernelIR, ops) -> None:
+    realloc = [o for o in ops if o.name == "setmaxnreg"]
+    uses_warpgroups = realloc or any(o.name == "wgmma" for o in ops)
+    if uses_warpgroups and kernel.warps % 4:
+        raise TraceError(f"warpgroup ops need whole warpgroups: the kernel has {kernel.warps} warps, not a "
+                         "multiple of 4", (realloc or [o for o in ops if o.name == "wgmma"])[0].loc)
+    if not realloc:
+        return
+    producers = [o.attrs["registers"] for o in realloc if not o.attrs["increase"]]
+    consumers = [o.attrs["registers"] for o in realloc if o.attrs["increase"]]
+    groups = kernel.warps // 4
+    if producers and consumers:
+        need = 128 * (max(producers) + max(consumers) * (groups - 1))
+        if need > REGISTER_FILE:
+            raise TraceError(f"one producer warpgroup at {max(producers)} and {groups - 1} consumer warpgroups at "
+                             f"{max(consumers)} registers need {need} registers; an SM has {REGISTER_FILE}",
+                             realloc[0].loc)
