@@ -41,6 +41,8 @@ def ctype_of(t) -> str:
         return f"tk::rv<{e}, {t.chunks}, tk::{t.layout}_l>"
     if isinstance(t, ST):
         return f"tk::st<{e}, {t.rows}, {t.cols}, {t.swizzle}>"
+    if isinstance(t, SV):
+        return f"tk::sv<{e}, {t.length}>"
     raise UnsupportedError(f"no C++ type for {t}")
 
 
@@ -58,6 +60,14 @@ def operand(a) -> str:
 
 def float_operand(e: Expr) -> str:
     return render(e) if e.dtype == f32 else f"float({render(e)})"
+
+
+def view_decl(v: Var) -> str:
+    """A subtile: a reference to rows of a register tile, or a shared tile addressed inside another."""
+    t, base = v.type, operand(v.view.base)
+    if isinstance(t, RT):
+        return f"auto& {v.name} = tk::subtile_inplace<{t.rows}>({base}, {render(v.view.row)});"
+    return f"const auto {v.name} = tk::subtile<{t.rows}, {t.cols}>({base}, {render(v.view.row)}, {render(v.view.col)});"
 
 
 class KernelEmitter:
@@ -141,12 +151,14 @@ class KernelEmitter:
     # -- declarations ------------------------------------------------------
     def _decl(self, v: Var) -> str:
         t = v.type
+        if v.view is not None:
+            return view_decl(v)
         if isinstance(t, (RT, RV)):
             return f"{ctype_of(t)} {v.name};"
         offset = self.k.shared_offsets[v]
         if isinstance(t, Semaphore):
             return f"tk::semaphore* const {v.name} = reinterpret_cast<tk::semaphore*>({SMEM_BASE} + {offset});"
-        if isinstance(t, ST):
+        if isinstance(t, (ST, SV)):
             if v.count > 1:
                 return f"const tk::st_array<{ctype_of(t)}, {v.count}> {v.name}{{{SMEM_BASE} + {offset}}};"
             return f"const {ctype_of(t)} {v.name}{{{SMEM_BASE} + {offset}}};"

@@ -36,12 +36,17 @@ class Var:
     type: Union[RT, RV, ST, SV, Semaphore]
     loc: Loc
     count: int = 1  # shared tiles only: an array of `count` tiles
+    view: Optional["View"] = None  # a subtile: a window of another tile's storage
 
     def __getitem__(self, index) -> "SharedRef":
-        """Element `index` (an int or runtime scalar) of an array of shared tiles."""
+        """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,
+        a subtile of a tile (`t[16:32]`, `s[0:32, 64:128]`)."""
         from ..errors import TraceError
         from .expr import as_expr
 
+        if isinstance(index, (slice, tuple)):
+            from ..ops.views import slice_tile
+            return slice_tile(self, index)
         if not self.is_shared or self.count == 1:
             raise TraceError(f"`{self.name}` ({self.type}) is not an array of shared tiles; only "
                              "tk.st(..., count=n) can be indexed")
@@ -54,8 +59,37 @@ class Var:
     def is_shared(self) -> bool:
         return isinstance(self.type, (ST, SV, Semaphore))
 
+    def subtile(self, rows: int, cols: int, coord=(0, 0)) -> "Var":
+        """The rows x cols window at `coord` (in units of the window) of this tile: see tk.subtile."""
+        from ..ops.views import subtile
+        return subtile(self, rows, cols, coord)
+
+    def _operator(fn: str):  # noqa: N805 - builds the arithmetic dunders below
+        def op(self, *other):
+            from ..ops.operators import apply
+            return apply(fn, self, *other)
+        op.__name__ = f"__{fn}__"
+        return op
+
+    __add__, __radd__ = _operator("add"), _operator("radd")
+    __sub__, __rsub__ = _operator("sub"), _operator("rsub")
+    __mul__, __rmul__ = _operator("mul"), _operator("rmul")
+    __truediv__, __rtruediv__ = _operator("truediv"), _operator("rtruediv")
+    __neg__ = _operator("neg")
+    del _operator
+
     def __repr__(self) -> str:
         return f"%{self.name}"
+
+
+@dataclass(frozen=True)
+class View:
+    """Where a subtile lives: the window at coordinates (row, col), in units of the subtile's own
+    shape, of `base` (a register tile, a shared tile or an element of a shared-tile array)."""
+
+    base: Union[Var, "SharedRef"]
+    row: Expr
+    col: Expr
 
 
 @dataclass(eq=False, frozen=True)
@@ -72,6 +106,14 @@ class SharedRef:
     @property
     def name(self) -> str:
         return self.var.name
+
+    def subtile(self, rows: int, cols: int, coord=(0, 0)) -> Var:
+        from ..ops.views import subtile
+        return subtile(self, rows, cols, coord)
+
+    def __getitem__(self, index) -> Var:
+        from ..ops.views import slice_tile
+        return slice_tile(self, index)
 
 
 @dataclass(eq=False)
@@ -158,6 +200,7 @@ class KernelIR:
     constexprs: dict = field(default_factory=dict)
     shared_offsets: dict = field(default_factory=dict)  # Var -> byte offset, filled by plan_shared
     shared_bytes: int = 0
+    cluster: Optional[tuple] = None   # blocks per cluster (x, y, z), or None
 
     @property
     def threads(self) -> int:

@@ -54,6 +54,9 @@ def _block(stmts, lines, depth, kernel) -> None:
             extra = f" x{s.var.count}" if s.var.count > 1 else ""
             off = kernel.shared_offsets.get(s.var)
             at = f" @smem+{off}" if off is not None else ""
+            if s.var.view is not None:
+                v = s.var.view
+                at = f" subtile of {operand_text(v.base)} at ({render(v.row)}, {render(v.col)})"
             _line(lines, f"{pad}%{s.var.name} = {s.var.type}{extra}{at}", s.loc)
         elif isinstance(s, Op):
             _line(lines, f"{pad}{op_title(s)} " + ", ".join(operand_text(a) for a in s.args), s.loc)

@@ -36,6 +36,10 @@ VECTOR_SHUFFLES = {
     ("naive", "align"): VectorShuffle("(lane & 24) + 4 * (lane & 1) + ((lane >> 1) & 3)", "8 * c", "(lane >> 2) & 7", 8),
 }
 
+# Which lane of those holding the same vector values stores them: ortho values repeat across lane
+# bits 0-1, align values across bits 2-4, naive values do not repeat.
+VECTOR_OWNER = {"ortho": "(lane & 3) == 0", "align": "(lane >> 2) == 0", "naive": "lane < 32"}
+
 # Transposing the 8x8 block that one fp32 register pair of a fragment holds (swap_layout and
 # transpose of f32 tiles; 16-bit tiles use movmatrix). Lane (g, t) = (lane >> 2, lane & 3) holds
 # M[g][2t], M[g][2t+1] and wants M[2t][g], M[2t+1][g]: rows 2t and 2t+1 live in lanes 8t + g/2 and

@@ -539,7 +539,7 @@ def _named_ops() -> str:
 
 
 def _substitute(text: str) -> str:
-    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX"):
+    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX", "NAIVE_INDEX"):
         text = text.replace(name, getattr(layouts, name))
     return text.replace("SWIZZLE_EXPR", swizzle.SWIZZLE_EXPR)
 

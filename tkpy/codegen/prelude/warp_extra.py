@@ -1,0 +1,404 @@
+"""Prelude sections completing the warp-level vocabulary: layout swaps and transposes, vector layout
+conversions, subtiles, shared vectors, masks, generic maps, bounds-checked and asynchronous copies.
+
+The shuffle maps come from tkpy.tiles.shuffles and the fragment maps from tkpy.tiles.layouts, so
+the generated code and the CPU tests read one definition.
+"""
+from __future__ import annotations
+
+from ...tiles import shuffles
+from .warp import _substitute
+
+_LAYOUT = r"""
+// ---- Layout changes of register tiles ----
+template <typename L> struct transpose_of;
+template <> struct transpose_of<row_l> { typedef col_l type; };
+template <> struct transpose_of<col_l> { typedef row_l type; };
+
+// Transposes the 8x8 block that one register of a base tile spans across the warp: lane (g, t)
+// ends up with what lane (2t, g/2) held. 16-bit pairs: movmatrix; fp32 pairs: two shuffles
+// (tkpy/tiles/shuffles.py, TRANSPOSE8_*).
+__device__ __forceinline__ u32 movmatrix_trans(u32 v) {
+    u32 r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(v));
+    return r;
+}
+__device__ __forceinline__ bf16_2 transpose8(bf16_2 v) { return {movmatrix_trans(v.x)}; }
+__device__ __forceinline__ fp16_2 transpose8(fp16_2 v) { return {movmatrix_trans(v.x)}; }
+__device__ __forceinline__ float2 transpose8(float2 v) {
+    const int lane = tk::lane(), odd = TRANSPOSE8_ODD;
+    const float a = __shfl_sync(0xffffffffu, odd ? v.y : v.x, TRANSPOSE8_LANE_A);
+    const float b = __shfl_sync(0xffffffffu, odd ? v.x : v.y, TRANSPOSE8_LANE_B);
+    return odd ? make_float2(b, a) : make_float2(a, b);
+}
+
+template <typename D2, typename S2> __device__ __forceinline__ D2 convert2(S2 v) {
+    if constexpr (is_same<D2, S2>::value) return v;
+    else return from_float2<D2>(to_float2(v));
+}
+// A base tile's registers transposed: each 8x8 block in place, blocks 1 and 2 trading places. The
+// dtype changes before the shuffles when that narrows them, after otherwise. d may be s.
+template <typename D2, typename S2> __device__ __forceinline__ void transpose_base(D2 (&d)[4], const S2 (&s)[4]) {
+    if constexpr (sizeof(D2) <= sizeof(S2)) {
+        const D2 s0 = convert2<D2>(s[0]), s1 = convert2<D2>(s[1]), s2 = convert2<D2>(s[2]), s3 = convert2<D2>(s[3]);
+        d[0] = transpose8(s0); d[1] = transpose8(s2); d[2] = transpose8(s1); d[3] = transpose8(s3);
+    } else {
+        const S2 t0 = transpose8(s[0]), t1 = transpose8(s[2]), t2 = transpose8(s[1]), t3 = transpose8(s[3]);
+        d[0] = convert2<D2>(t0); d[1] = convert2<D2>(t1); d[2] = convert2<D2>(t2); d[3] = convert2<D2>(t3);
+    }
+}
+
+// dst = src held in the other layout (and dst's dtype): the same matrix, fragments transposed.
+template <typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void swap_layout(rt<TD, H, W, typename transpose_of<L>::type>& dst, const rt<TS, H, W, L>& src) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
+}
+// dst = src^T in the same layout; dst may be src (a square tile).
+template <typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, W, L>& src) {
+    const rt<TS, H, W, L> s = src;
+    #pragma unroll
+    for (int i = 0; i < W; i++)
+    #pragma unroll
+    for (int j = 0; j < H; j++) transpose_base(dst.data[i][j], s.data[j][i]);
+}
+"""
+
+_VECTORS = r"""
+// ---- Register vectors: lane indices, layout conversions, memory ----
+// Index within its chunk (16 elements; 32 for naive) of lane `lane`'s value k (tkpy/tiles/layouts.py).
+template <typename L> __device__ __forceinline__ int vec_idx(int lane, int k) {
+    if constexpr (is_same<L, ortho_l>::value) return ORTHO_INDEX;
+    else if constexpr (is_same<L, align_l>::value) return ALIGN_INDEX;
+    else return NAIVE_INDEX;
+}
+// Whether lane `lane` is the one copy, among the lanes holding the same values, that stores them.
+template <typename L> __device__ __forceinline__ bool vec_owner(int lane) {
+    if constexpr (is_same<L, ortho_l>::value) return VECTOR_OWNER_ORTHO;
+    else if constexpr (is_same<L, align_l>::value) return VECTOR_OWNER_ALIGN;
+    else return VECTOR_OWNER_NAIVE;
+}
+
+// Layout conversions, one shuffle per destination value (tkpy/tiles/shuffles.py, VECTOR_SHUFFLES).
+template <typename LD, typename LS> struct vec_shuffle;
+VECTOR_SHUFFLE_SPECIALIZATIONS
+// dst = src, converting the dtype and, between layouts, moving values across lanes.
+template <typename TD, int ND, typename LD, typename TS, int NS, typename LS>
+__device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& src) {
+    if constexpr (is_same<LD, LS>::value) {
+        map(dst, src, op_copy{});
+    } else {
+        typedef vec_shuffle<LD, LS> S;
+        constexpr int P = rv<TS, NS, LS>::per_chunk;
+        const int ln = lane(), offset = S::send_offset(ln);
+        #pragma unroll
+        for (int c = 0; c < ND; c++)
+        #pragma unroll
+        for (int k = 0; k < rv<TD, ND, LD>::per_chunk; k++) {
+            float send = 0.0f;
+            #pragma unroll
+            for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
+                const int f = S::send_base(c, k) + q;
+                if (q == offset) send = to_float(src.data[f / P][f % P]);
+            }
+            dst.data[c][k] = from_float<TD>(__shfl_sync(0xffffffffu, send, S::src_lane(ln, c, k)));
+        }
+    }
+}
+
+// Shared vector: N contiguous elements.
+template <typename T, int N> struct sv {
+    typedef T dtype;
+    static constexpr int length = N, bytes = N * int(sizeof(T));
+    unsigned char* base;
+    __device__ __forceinline__ T* ptr(int i) const { return reinterpret_cast<T*>(base) + i; }
+};
+
+// rv <- memory at p: each lane reads its own values; with MASKED, indices from n on read as `fill`.
+template <bool MASKED, typename TD, int N, typename L, typename TS>
+__device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, float fill) {
+    const int ln = lane();
+    #pragma unroll
+    for (int c = 0; c < N; c++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+        const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
+        dst.data[c][k] = from_float<TD>(!MASKED || i < n ? to_float(p[i]) : fill);
+    }
+}
+// memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped.
+template <bool MASKED, typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n) {
+    const int ln = lane();
+    if (!vec_owner<L>(ln)) return;
+    #pragma unroll
+    for (int c = 0; c < N; c++)
+    #pragma unroll
+    for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
+        const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
+        if (!MASKED || i < n) p[i] = from_float<TD>(to_float(src.data[c][k]));
+    }
+}
+// rv <-> gl: the vector lies along row r from column c0; rv <-> sv.
+template <typename TD, int N, typename L, typename TS>
+__device__ __forceinline__ void load(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0) {
+    load_vec<false>(dst, src.at(b, d, r, c0), 0, 0.0f);
+}
+template <typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void store(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
+    store_vec<false>(dst.at(b, d, r, c0), src, 0);
+}
+template <typename TD, int N, typename L, typename TS, int LEN>
+__device__ __forceinline__ void load(rv<TD, N, L>& dst, const sv<TS, LEN>& src) { load_vec<false>(dst, src.ptr(0), 0, 0.0f); }
+template <typename TD, int LEN, typename TS, int N, typename L>
+__device__ __forceinline__ void store(const sv<TD, LEN>& dst, const rv<TS, N, L>& src) { store_vec<false>(dst.ptr(0), src, 0); }
+
+// sv <- gl and gl <- sv, by NT threads (thread `t` of them), in 16-byte chunks.
+template <int NT, typename T, int N>
+__device__ __forceinline__ void load(const sv<T, N>& dst, const gl<T>& src, int b, int d, int r, int c0, int t) {
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) {
+        *reinterpret_cast<uint4*>(dst.ptr(c)) = *reinterpret_cast<const uint4*>(src.at(b, d, r, c0 + c));
+    });
+}
+template <int NT, typename T, int N>
+__device__ __forceinline__ void store(const gl<T>& dst, const sv<T, N>& src, int b, int d, int r, int c0, int t) {
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) {
+        *reinterpret_cast<uint4*>(dst.at(b, d, r, c0 + c)) = *reinterpret_cast<const uint4*>(src.ptr(c));
+    });
+}
+"""
+
+_VIEWS = r"""
+// ---- Subtiles ----
+// Rows [idx * SR, (idx + 1) * SR) of a register tile, in place (ThunderKittens' subtile_inplace).
+template <int SR, typename T, int H, int W, typename L>
+__device__ __forceinline__ rt<T, SR / 16, W, L>& subtile_inplace(rt<T, H, W, L>& t, int idx) {
+    return reinterpret_cast<rt<T, SR / 16, W, L>&>(t.data[idx * (SR / 16)]);
+}
+// The RS x CS window at subtile coordinates (r, c) of a shared tile. It keeps the address function of
+// the tile it views (RS is a multiple of 16 and, when swizzled, CS of the panel width, so the base
+// moves by whole swizzle atoms and panels and the XOR pattern is unchanged).
+template <int RS, int CS, typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ st<T, RS, CS, SWZ, PR, PC> subtile(const st<T, R, C, SWZ, PR, PC>& s, int r, int c) {
+    return {s.base + s.offset(r * RS, c * CS)};
+}
+"""
+
+_MASKS = r"""
+// ---- Masks: dst = keep(row, col) ? src : val, by each element's position in the tile ----
+template <typename F, typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F keep, float val) {
+    const int ln = lane();
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 v = to_float2(src.data[i][j][k]);
+        int r, c;
+        frag_pos<L>(ln, k, 0, r, c);
+        if (!keep(16 * i + r, 16 * j + c)) v.x = val;
+        frag_pos<L>(ln, k, 1, r, c);
+        if (!keep(16 * i + r, 16 * j + c)) v.y = val;
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(v);
+    }
+}
+// ThunderKittens' masks: keep on and below (tril) / above (triu) diagonal `diagonal`, left of column
+// `col` (right_fill fills from it on), from `col` on (left_fill), above row `row` (lower_fill), from it on.
+template <typename D, typename S> __device__ __forceinline__ void tril(D& d, const S& s, int diagonal, float val) {
+    mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void triu(D& d, const S& s, int diagonal, float val) {
+    mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void make_causal(D& d, const S& s, float val) { tril(d, s, 0, val); }
+template <typename D, typename S> __device__ __forceinline__ void make_causal_t(D& d, const S& s, float val) { triu(d, s, 0, val); }
+template <typename D, typename S> __device__ __forceinline__ void right_fill(D& d, const S& s, int col, float val) {
+    mask(d, s, [=](int, int c) { return c < col; }, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void left_fill(D& d, const S& s, int col, float val) {
+    mask(d, s, [=](int, int c) { return c >= col; }, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void lower_fill(D& d, const S& s, int row, float val) {
+    mask(d, s, [=](int r, int) { return r < row; }, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void upper_fill(D& d, const S& s, int row, float val) {
+    mask(d, s, [=](int r, int) { return r >= row; }, val);
+}
+"""
+
+_MAPS = r"""
+// ---- Generic maps (tk.map): dst = f(srcs...) elementwise, f a lambda on floats ----
+template <typename F, typename TD, int H, int W, typename L, typename... TS>
+__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, F f, const rt<TS, H, W, L>&... src) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++)
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
+            make_float2(f(to_float2(src.data[i][j][k]).x...), f(to_float2(src.data[i][j][k]).y...)));
+}
+template <typename F, typename TD, int N, typename L, typename... TS>
+__device__ __forceinline__ void map(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
+    #pragma unroll
+    for (int c = 0; c < N; c++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[c][k] = from_float<TD>(f(to_float(src.data[c][k])...));
+}
+
+// Every row (broadcast_row: one value per row) or column of dst set from a vector.
+struct op_second { __device__ __forceinline__ float operator()(float, float b) const { return b; } };
+template <typename D, typename V> __device__ __forceinline__ void broadcast_row(D& d, const V& v) {
+    broadcast<true>(d, d, v, op_second{});
+}
+template <typename D, typename V> __device__ __forceinline__ void broadcast_col(D& d, const V& v) {
+    broadcast<false>(d, d, v, op_second{});
+}
+"""
+
+_BOUNDED = r"""
+// ---- Bounds-checked copies for tiles at tensor edges ----
+// How many of the n elements from (r, c) on lie inside the tensor (none past its last row).
+template <typename T> __device__ __forceinline__ int in_bounds(const gl<T>& g, int r, int c, int n) {
+    return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0;
+}
+
+// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`
+// and are not stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
+template <typename TD, int H, int W, typename L, typename TS>
+__device__ __forceinline__ void load_masked(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0, float fill) {
+    if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }
+    const int ln = lane();
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float v[2];
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r, c;
+            frag_pos<L>(ln, k, h, r, c);
+            r += r0 + 16 * i; c += c0 + 16 * j;
+            v[h] = in_bounds(src, r, c, 1) ? to_float(*src.at(b, d, r, c)) : fill;
+        }
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(make_float2(v[0], v[1]));
+    }
+}
+template <typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
+    if (r0 + 16 * H <= dst.rows && c0 + 16 * W <= dst.cols) { store(dst, src, b, d, r0, c0); return; }
+    const int ln = lane();
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 v = to_float2(src.data[i][j][k]);
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r, c;
+            frag_pos<L>(ln, k, h, r, c);
+            r += r0 + 16 * i; c += c0 + 16 * j;
+            if (in_bounds(dst, r, c, 1)) *dst.at(b, d, r, c) = from_float<TD>(h ? v.y : v.x);
+        }
+    }
+}
+
+// rv <-> gl along row r from column c0, up to the tensor's last column.
+template <typename TD, int N, typename L, typename TS>
+__device__ __forceinline__ void load_masked(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0, float fill) {
+    load_vec<true>(dst, src.at(b, d, r, c0), in_bounds(src, r, c0, N * rv<TD, N, L>::chunk_len), fill);
+}
+template <typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void store_masked(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
+    store_vec<true>(dst.at(b, d, r, c0), src, in_bounds(dst, r, c0, N * rv<TS, N, L>::chunk_len));
+}
+
+// One 16-byte chunk between shared memory and the tensor at (r, c), by elements where it crosses the edge.
+template <typename T>
+__device__ __forceinline__ void load_chunk_masked(T* s, const gl<T>& g, int b, int d, int r, int c, float fill) {
+    constexpr int n = 16 / int(sizeof(T));
+    const int valid = in_bounds(g, r, c, n);
+    if (valid == n) { *reinterpret_cast<uint4*>(s) = *reinterpret_cast<const uint4*>(g.at(b, d, r, c)); return; }
+    #pragma unroll
+    for (int e = 0; e < n; e++) s[e] = e < valid ? g.at(b, d, r, c)[e] : from_float<T>(fill);
+}
+template <typename T>
+__device__ __forceinline__ void store_chunk_masked(const gl<T>& g, const T* s, int b, int d, int r, int c) {
+    constexpr int n = 16 / int(sizeof(T));
+    const int valid = in_bounds(g, r, c, n);
+    if (valid == n) { *reinterpret_cast<uint4*>(g.at(b, d, r, c)) = *reinterpret_cast<const uint4*>(s); return; }
+    for (int e = 0; e < valid; e++) g.at(b, d, r, c)[e] = s[e];
+}
+// st <-> gl and sv <-> gl by NT threads, bounds-checked per chunk.
+template <int NT, typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load_masked(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0,
+                                            float fill, int t) {
+    for_each_chunk<NT, T, R, C>(t, [&](int r, int c) { load_chunk_masked(dst.ptr(r, c), src, b, d, r0 + r, c0 + c, fill); });
+}
+template <int NT, typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void store_masked(const gl<T>& dst, const st<T, R, C, SWZ, PR, PC>& src, int b, int d, int r0, int c0, int t) {
+    for_each_chunk<NT, T, R, C>(t, [&](int r, int c) { store_chunk_masked(dst, src.ptr(r, c), b, d, r0 + r, c0 + c); });
+}
+template <int NT, typename T, int N>
+__device__ __forceinline__ void load_masked(const sv<T, N>& dst, const gl<T>& src, int b, int d, int r, int c0, float fill, int t) {
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { load_chunk_masked(dst.ptr(c), src, b, d, r, c0 + c, fill); });
+}
+template <int NT, typename T, int N>
+__device__ __forceinline__ void store_masked(const gl<T>& dst, const sv<T, N>& src, int b, int d, int r, int c0, int t) {
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { store_chunk_masked(dst, src.ptr(c), b, d, r, c0 + c); });
+}
+"""
+
+_ASYNC = r"""
+// ---- cp.async: st <- gl without passing through registers ----
+// One 16-byte chunk of which the first `src_bytes` come from global memory, the rest are zero.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Thread t of NT issues its chunks of the tile and commits them as one group (MASKED: zero past the edges).
+template <bool MASKED, int NT, typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0, int t) {
+    for_each_chunk<NT, T, R, C>(t, [&](int r, int c) {
+        const u32 bytes = MASKED ? in_bounds(src, r0 + r, c0 + c, 16 / int(sizeof(T))) * u32(sizeof(T)) : 16;
+        cp_async16(dst.addr(r, c), bytes ? src.at(b, d, r0 + r, c0 + c) : src.ptr, bytes);
+    });
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Wait until at most N of this thread's load_async groups are still in flight.
+template <int N> __device__ __forceinline__ void load_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+"""
+
+
+def _vector_shuffles() -> str:
+    out = []
+    for (dst, src), s in shuffles.VECTOR_SHUFFLES.items():
+        out.append(
+            f"template <> struct vec_shuffle<{dst}_l, {src}_l> {{\n"
+            f"    static constexpr int span = {s.span};\n"
+            f"    __device__ static constexpr int src_lane(int lane, int c, int k) {{ return {s.src_lane}; }}\n"
+            f"    __device__ static constexpr int send_base(int c, int k) {{ return {s.send_base}; }}\n"
+            f"    __device__ static constexpr int send_offset(int lane) {{ return {s.send_offset}; }}\n"
+            "};")
+    return "\n".join(out)
+
+
+def _paste(text: str) -> str:
+    for name in ("TRANSPOSE8_ODD", "TRANSPOSE8_LANE_A", "TRANSPOSE8_LANE_B"):
+        text = text.replace(name, getattr(shuffles, name))
+    for layout, expr in shuffles.VECTOR_OWNER.items():
+        text = text.replace(f"VECTOR_OWNER_{layout.upper()}", expr)
+    return _substitute(text.replace("VECTOR_SHUFFLE_SPECIALIZATIONS", _vector_shuffles()))
+
+
+SECTIONS = ["namespace tk {" + _paste(_LAYOUT + _VECTORS + _VIEWS + _MASKS + _MAPS + _BOUNDED + _ASYNC)
+            + "}  // namespace tk\n"]

@@ -1,0 +1,89 @@
+"""Subtiles: windows of register and shared tiles that ops read and write in place.
+
+`t.subtile(rows, cols, (r, c))` (or `tk.subtile(t, ...)`) is the rows x cols window at
+coordinates (r, c), in units of the window, as ThunderKittens' `subtile_inplace` and
+`st::subtile`; slicing (`t[16:32]`, `s[0:32, 64:128]`) names the same windows in elements.
+
+- Register tiles: whole rows only (the window must be a contiguous run of base tiles to alias
+  their registers), at a trace-time coordinate.
+- Shared tiles: any window whose rows are a multiple of 16 and, for a swizzled tile, whose
+  columns are a multiple of the swizzle panel; the coordinate may be a runtime value. Such a
+  window starts on a whole swizzle atom and panel, so it keeps the viewed tile's address function.
+"""
+from __future__ import annotations
+
+from ..frontend.context import current, user_loc
+from ..ir.core import Decl, SharedRef, Var, View
+from ..ir.expr import Const
+from ..tiles.types import RT, ST
+from ._checks import describe, fail, operand, scalar
+
+
+def subtile(tile, rows: int, cols: int, coord=(0, 0)) -> Var:
+    """The rows x cols window at `coord` (units of the window) of a register or shared tile."""
+    base = operand(tile, "subtile")
+    t = base.type
+    if not isinstance(t, (RT, ST)):
+        fail(f"subtile: expected a register or shared tile, got {describe(base)}")
+    if not (isinstance(coord, (tuple, list)) and len(coord) == 2):
+        fail(f"subtile: the coordinate is (row, col) in units of the subtile, got {coord!r}")
+    r, c = (scalar(x, "subtile coordinate") for x in coord)
+    for n, full, what in ((rows, t.rows, "rows"), (cols, t.cols, "cols")):
+        if not isinstance(n, int) or n <= 0 or n % 16 or n > full:
+            fail(f"subtile: {what} must be a positive multiple of 16 up to the tile's {full}, got {n!r}")
+    for x, n, full, what in ((r, rows, t.rows, "row"), (c, cols, t.cols, "col")):
+        if isinstance(x, Const) and not 0 <= x.value * n <= full - n:
+            fail(f"subtile: {what} coordinate {x.value} puts the {rows}x{cols} window outside {describe(base)}")
+    if isinstance(t, RT):
+        view_type = _register_view(t, rows, cols, r, c)
+    else:
+        view_type = _shared_view(t, rows, cols)
+    return _declare(view_type, base, r, c)
+
+
+def slice_tile(tile, index) -> Var:
+    """`t[r0:r1]` or `t[r0:r1, c0:c1]` (static, in elements): the subtile that range covers."""
+    base = operand(tile, "subtile")
+    t = base.type
+    index = index if isinstance(index, tuple) else (index,)
+    if len(index) > 2 or not all(isinstance(s, slice) for s in index):
+        fail(f"subtile: index a tile with one or two slices of static ints, e.g. t[16:32, :]; got {index!r}")
+    index = index + (slice(None),) * (2 - len(index))
+    shape, coord = [], []
+    for s, full, what in zip(index, (t.rows, t.cols), ("rows", "cols")):
+        start, stop, step = s.indices(full)
+        n = stop - start
+        if step != 1 or n <= 0 or start % n:
+            fail(f"subtile: the {what} slice {start}:{stop} must be a step-1 range starting at a multiple of "
+                 "its length (a subtile coordinate)")
+        shape.append(n)
+        coord.append(start // n)
+    return subtile(base, shape[0], shape[1], tuple(coord))
+
+
+def _register_view(t: RT, rows: int, cols: int, r, c) -> RT:
+    if cols != t.cols:
+        fail(f"subtile: a register subtile takes whole rows ({t.cols} columns here, as ThunderKittens' "
+             f"subtile_inplace) so that it can alias the tile's registers; got {cols} columns")
+    if not (isinstance(r, Const) and isinstance(c, Const)):
+        fail("subtile: a register subtile's coordinate must be known at trace time (registers cannot be indexed "
+             "at run time); use a Python int")
+    if t.rows % rows:
+        fail(f"subtile: {rows} rows do not divide the register tile's {t.rows}")
+    return t.with_(rows=rows)
+
+
+def _shared_view(t: ST, rows: int, cols: int) -> ST:
+    if t.swizzle and cols % t.panel_cols:
+        fail(f"subtile: a window of a {t.swizzle}-byte swizzled tile must span whole swizzle panels "
+             f"({t.panel_cols} columns of {t.dtype}) to keep its address function; got {cols} columns")
+    return ST(t.dtype, rows, cols, t.swizzle)
+
+
+def _declare(view_type, base, r, c) -> Var:
+    root = base.var if isinstance(base, SharedRef) and base.index is None else base
+    loc = user_loc()
+    ctx = current()
+    var = Var(ctx.fresh_name("sub"), view_type, loc, view=View(root, r, c))
+    ctx.emit(Decl(var, loc))
+    return var
