@@ -219,7 +219,8 @@ def off_by_one(x: tk.gl[f32, "R", 16], y: tk.gl[f32, "R", 16]):
 
 
 def test_out_of_range_coordinate_names_the_line():
-    with pytest.raises(tk.InterpretError, match=r"out-of-bounds access of `x` \(shape \(64, 16\)\).*row 64..79") as e:
+    with pytest.raises(tk.InterpretError, match=r"out-of-bounds access of `x` \(shape \(64, 16\)\).*row 64..79, "
+                                                r"but that axis has 64 \(in block \(1, 0, 0\), warp 1\)") as e:
         off_by_one.interpret[(2,)](X, X.clone())
     assert e.value.loc.line == line_of(off_by_one.fn, "tk.load(t, x")
     assert "tk.load(t, x, (tk.block_idx.x * 2 + tk.warp_id() + 1, 0))" in str(e.value)
@@ -261,7 +262,7 @@ def test_deadlock_names_the_barrier_the_blocked_warps_and_their_lines():
     assert "deadlock in block (0, 0, 0) of kernel skipped_sync" in text
     assert f"warp 0 waits at test_interpret.py:{sync_line} `tk.sync()" in text
     assert f"inside the branch at test_interpret.py:{branch_line}" in text
-    assert "__syncthreads (phase 0): 1 of 4 warps arrived (warps 0)" in text
+    assert "__syncthreads (phase 0): 1 of 4 warps arrived (warp 0)" in text
     assert "warps 1, 2, 3 have finished the kernel" in text
 
 

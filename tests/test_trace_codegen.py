@@ -222,10 +222,11 @@ def test_bad_arguments_are_explained(args, match):
         softmax_rows.trace(*args)
 
 
-def test_launch_without_gpu_or_with_cpu_tensors_fails_clearly():
+def test_launch_without_gpu_or_with_cpu_tensors_fails_clearly(monkeypatch):
     from tkpy.runtime import gpu_available
     if gpu_available():
         pytest.skip("this machine has a GPU")
+    monkeypatch.delenv("TKPY_INTERPRET", raising=False)    # which would run the launch on the CPU
     with pytest.raises(Exception, match="(?i)gpu|cuda"):
         softmax_rows[(1,)](X64, X64, 64)
 

@@ -35,6 +35,7 @@ class InterpretError(TkpyError):
 
     def __init__(self, message: str, loc=None):
         self.loc = loc
+        self.bare_message = message
         super().__init__(_with_location(message, loc))
 
 

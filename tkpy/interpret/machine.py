@@ -144,6 +144,8 @@ def run_block(block: Block) -> None:
             except StopIteration:
                 del running[w]
                 finished.append(w)
+            except InterpretError as e:
+                raise type(e)(f"{e.bare_message} (in {_block_name(block)}, warp {w.index})", e.loc) from None
         if not moved:
             raise DeadlockError(_deadlock_report(block, [(w, waits[w]) for w in running], finished))
 
@@ -158,9 +160,7 @@ def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict) -> 
 
 
 def _deadlock_report(block: Block, blocked: list, finished: list) -> str:
-    e = block.env
-    lines = [f"deadlock in block ({e['block_x']}, {e['block_y']}, {e['block_z']}) of kernel "
-             f"{block.program.ir.name}: no warp can make progress"]
+    lines = [f"deadlock in {_block_name(block)} of kernel {block.program.ir.name}: no warp can make progress"]
     for w, wait in blocked:
         roles = "".join(f", inside the branch at {_source(loc)}" for loc in w.roles)
         lines.append(f"  warp {w.index} waits at {_source(w.loc)}{roles}\n    on {wait.describe()}")
@@ -168,6 +168,11 @@ def _deadlock_report(block: Block, blocked: list, finished: list) -> str:
         lines.append(f"  warps {', '.join(str(w.index) for w in sorted(finished, key=lambda w: w.index))} "
                      "have finished the kernel and will never arrive")
     return "\n".join(lines)
+
+
+def _block_name(block: Block) -> str:
+    e = block.env
+    return f"block ({e['block_x']}, {e['block_y']}, {e['block_z']})"
 
 
 def _source(loc) -> str:

@@ -64,4 +64,5 @@ class _PhaseWait(Wait):
     def describe(self) -> str:
         b = self.barrier
         who = ", ".join(str(w) for w, _ in b.arrived)
-        return f"{b.name} (phase {self.phase}): {len(b.arrived)} of {b.expected} warps arrived (warps {who})"
+        plural = "s" if len(b.arrived) > 1 else ""
+        return f"{b.name} (phase {self.phase}): {len(b.arrived)} of {b.expected} warps arrived (warp{plural} {who})"
