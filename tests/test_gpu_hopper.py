@@ -143,3 +143,45 @@ def test_gemm_sass_uses_hgmma_and_tma():
     b = torch.empty(128, 512, dtype=torch.bfloat16)
     sass = gemm_ws.sass(a, b, torch.empty(256, 512, dtype=torch.bfloat16))
     assert "HGMMA.64x256x16.F32.BF16" in sass and "UTMALDG.4D" in sass
+
+
+@functools.cache
+def multicast_kernel():
+    """Clusters of 2: rank 0 multicasts one tile to both blocks; rank 1 then arrives on rank 0's semaphore."""
+    @tk.kernel(warps=1, cluster=(2, 1, 1))
+    def k(x: tk.gl[bf16, "R", 64], y: tk.gl[bf16, "R2", 64], ranks: tk.gl[f32, "B", 16]):
+        s = tk.st(bf16, 64, 64)
+        loaded, done = tk.semaphore(), tk.semaphore()
+        t = tk.rt(bf16, 64, 64)
+        r = tk.rt(f32, 16, 16)
+        tk.init_semaphore(loaded, 1)
+        tk.init_semaphore(done, 1)
+        tk.cluster.sync()                            # both blocks' semaphores exist before any signal
+        tk.tma.expect(loaded, s)
+        with tk.if_(tk.cluster.rank() == 0):
+            tk.tma.load_async(s, x, (tk.block_idx.x // 2, 0), loaded, multicast=0b11)
+        tk.wait(loaded, 0)
+        tk.load(t, s)
+        tk.store(y, t, (tk.block_idx.x, 0))
+        with tk.if_(tk.cluster.rank() == 1):
+            tk.cluster.arrive(done, 0)
+        with tk.if_(tk.cluster.rank() == 0):
+            tk.wait(done, 0)                         # rank 1 reached this point
+        tk.fill(r, tk.cluster.rank())
+        tk.store(ranks, r, (tk.block_idx.x, 0))
+        tk.cluster.sync()                            # no block exits while another may still signal it
+    return k
+
+
+def test_cluster_multicast_and_remote_arrive():
+    blocks = 6
+    x = rand(blocks // 2 * 64, 64, dtype=torch.bfloat16)
+    y = poisoned(blocks * 64, 64, dtype=torch.bfloat16)
+    ranks = poisoned(blocks * 16, 16, dtype=torch.float32)
+    multicast_kernel()[(blocks,)](x, y, ranks)
+    torch.cuda.synchronize()
+    assert torch.equal(y.view(blocks // 2, 2, 64, 64), x.view(blocks // 2, 1, 64, 64).expand(-1, 2, -1, -1))
+    expected = torch.tensor([0.0, 1.0] * (blocks // 2), device="cuda").repeat_interleave(16 * 16).view(-1, 16)
+    assert torch.equal(ranks, expected)
+    with pytest.raises(tk.ArgumentError, match="not a multiple of the cluster"):
+        multicast_kernel()[(3,)]

@@ -22,6 +22,7 @@ BUILTIN_DECLS = [  # declared in the kernel's prologue when the body uses them
     *((f"grid_{a}", f"const int grid_{a} = gridDim.{a};") for a in "xyz"),
     ("warpid", "const int warpid = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);  // warp-uniform"),
     ("laneid", "const int laneid = threadIdx.x % 32;"),
+    ("cluster_rank", "const int cluster_rank = tk::cluster_rank();"),
 ]
 SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 128")}
 
@@ -86,7 +87,9 @@ class KernelEmitter:
         # setmaxnreg only takes effect under a register cap at entry: one block per SM
         reallocates = any(isinstance(s, Op) and s.name == "setmaxnreg" for s in walk(k.body))
         bounds = f"{k.threads}, 1" if reallocates else f"{k.threads}"
-        self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds})\n{k.name}(\n    {params})\n{{')
+        cluster = f" __cluster_dims__({', '.join(map(str, k.cluster))})" if k.cluster else ""
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}\n'
+                          f'{k.name}(\n    {params})\n{{')
         prologue_at = len(self.lines)
         if k.shared_bytes:
             self.line("extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];")

@@ -15,6 +15,20 @@ LANE0 = "if (laneid == 0) "
 @emits("sem_init")
 def emit_sem_init(em, op):
     yield f"{LANE0}tk::init_semaphore({operand(op.args[0])}, {op.attrs['arrivals']});"
+    if em.k.cluster:
+        yield f"{LANE0}tk::fence_semaphore_init();  // visible to the cluster's async proxy"
+
+
+@emits("sem_arrive_remote")
+def emit_sem_arrive_remote(em, op):
+    sem, cta = op.args
+    yield "__syncwarp();"
+    yield f"{LANE0}tk::arrive_remote({operand(sem)}, {render(cta)}, {op.attrs['count']});"
+
+
+@emits("cluster_sync")
+def emit_cluster_sync(em, op):
+    yield "tk::cluster_sync();"
 
 
 @emits("sem_arrive")
@@ -37,9 +51,12 @@ def emit_sem_wait(em, op):
 
 @emits("tma_load")
 def emit_tma_load(em, op):
-    tile, g, coord, sem = op.args
-    yield (f"{LANE0}tk::tma::load_async({operand(tile)}, &{tensor_map_name(g, tile.type)}, "
-           f"{tile_coord(tile, coord)}, {operand(sem)});")
+    tile, g, coord, sem = op.args[:4]
+    where = f"{operand(tile)}, &{tensor_map_name(g, tile.type)}, {tile_coord(tile, coord)}, {operand(sem)}"
+    if len(op.args) == 5:
+        yield f"{LANE0}tk::tma::load_async_multicast({where}, {render(op.args[4])});"
+    else:
+        yield f"{LANE0}tk::tma::load_async({where});"
 
 
 @emits("tma_store")

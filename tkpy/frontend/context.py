@@ -15,9 +15,10 @@ _TKPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 class TraceContext:
     """Collects the statements of one kernel trace. Exactly one is active while tracing."""
 
-    def __init__(self, kernel_name: str, warps: int):
+    def __init__(self, kernel_name: str, warps: int, cluster=None):
         self.kernel_name = kernel_name
         self.warps = warps
+        self.cluster = cluster
         self.blocks: list[list] = [[]]
         self.open_loops: list = []
         self._counters: dict[str, int] = defaultdict(int)

@@ -26,11 +26,12 @@ MAX_WARPS = 32
 class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
-    def __init__(self, fn, warps: int, name: Optional[str] = None):
+    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         self.fn = fn
         self.warps = warps
+        self.cluster = _cluster3(cluster)
         self.name = name or fn.__name__
         self.specs = parse_signature(fn, _definition_locals())
         self.dim_names = dynamic_dim_names(self.specs)
@@ -76,7 +77,7 @@ class Kernel:
         """Trace for these arguments (torch tensors, CPU ones allowed; values only shape the specialization)."""
         key, constexprs = self._bind(args, need_cuda=False)
         contiguous = key[0]
-        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs)
+        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster)
         run_all(ir)
         return Traced(self, ir, key)
 
@@ -112,7 +113,10 @@ class Kernel:
         try:
             return self._bound[grid]
         except (KeyError, TypeError):
-            bound = functools.partial(self._fast_launch or self._launch, _grid3(grid))
+            g = _grid3(grid)
+            if self.cluster and any(x % c for x, c in zip(g, self.cluster)):
+                raise ArgumentError(f"grid {g} is not a multiple of the cluster {self.cluster} of {self.name}")
+            bound = functools.partial(self._fast_launch or self._launch, g)
             try:
                 if len(self._bound) > 4096:
                     self._bound.clear()
@@ -266,7 +270,7 @@ class _Ready:
 
         ir = compiled.lowered.traced.ir
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
-        launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, None)
+        launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
         params = ParamBuffer([s.kind for s in compiled.lowered.slots])
 
         def failed(err, grid, stream):
@@ -286,8 +290,21 @@ class _Ready:
             failed(err, grid, stream)
 
 
-def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None):
-    """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`."""
+def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
+    if cluster is None:
+        return None
+    c = (cluster,) if isinstance(cluster, int) else tuple(cluster)
+    if not 1 <= len(c) <= 3 or any(not isinstance(x, int) or x < 1 for x in c):
+        raise ValueError(f"cluster must be 1 to 3 positive ints, got {cluster!r}")
+    c = c + (1,) * (3 - len(c))
+    if c[0] * c[1] * c[2] > 8:
+        raise ValueError(f"a cluster holds at most 8 blocks (portable limit), got {c}")
+    return c
+
+
+def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None):
+    """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
+    clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it)."""
     if fn is None:
-        return lambda f: Kernel(f, warps, name)
-    return Kernel(fn, warps, name)
+        return lambda f: Kernel(f, warps, name, cluster)
+    return Kernel(fn, warps, name, cluster)

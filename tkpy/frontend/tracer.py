@@ -13,16 +13,16 @@ from .signature import SCALAR_DTYPES, ParamSpec
 _RESERVED = set(keyword.kwlist) | {
     "int", "float", "double", "char", "short", "long", "unsigned", "signed", "void", "bool", "auto", "const",
     "struct", "class", "namespace", "template", "typename", "tk", "warpid", "laneid", "threadIdx", "blockIdx",
-    "block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z",
+    "block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "cluster_rank",
     "blockDim", "gridDim", "smem", "min", "max", "register", "volatile", "static", "extern", "default",
     "switch", "case", "do", "goto", "new", "delete", "this", "union", "enum", "sizeof", "half", "bf16",
 }
 
 
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
-                 constexprs: dict) -> KernelIR:
+                 constexprs: dict, cluster=None) -> KernelIR:
     """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed."""
-    ctx = TraceContext(name, warps)
+    ctx = TraceContext(name, warps, cluster)
     args, params, gl_index = [], [], 0
     for spec in specs:
         if spec.kind == "gl":
@@ -42,7 +42,7 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
         body = ctx.finish()
     _name_variables(body, user_locals, {s.name for s in specs})
     loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
-    return KernelIR(name, params, body, warps, loc, dict(constexprs))
+    return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster)
 
 
 def _call_capturing_locals(fn, args, code) -> dict:

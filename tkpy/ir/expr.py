@@ -109,6 +109,8 @@ def as_expr(x) -> Expr:
 
 
 def binary(op: str, a, b, *, integer: bool = False, real: bool = False) -> Expr:
+    if not all(isinstance(x, (Expr, int, float)) for x in (a, b)):
+        return NotImplemented  # e.g. scalar * tile: the tile's reflected operator builds the result
     a, b = as_expr(a), as_expr(b)
     if op in ("&&", "||"):
         dtype = BOOL

@@ -8,7 +8,7 @@ from .expr import Expr, Sym, free_symbols
 
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
 MAX_REGISTERS_PER_THREAD = 255
-BUILTIN_SYMS = {"block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "warpid", "laneid"}
+BUILTIN_SYMS = {"block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "warpid", "laneid", "cluster_rank"}
 
 
 def verify(kernel: KernelIR) -> None:

@@ -34,7 +34,7 @@ def _sem_of(op: Op):
 
 def _semaphores_are_initialised_and_signalled(ops) -> None:
     inits = {_sem_of(o).var for o in ops if o.name == "sem_init"}
-    signals = {_sem_of(o).var for o in ops if o.name in ("sem_arrive", "sem_expect", "tma_load")}
+    signals = {_sem_of(o).var for o in ops if o.name in ("sem_arrive", "sem_arrive_remote", "sem_expect", "tma_load")}
     for o in ops:
         sem = _sem_of(o)
         if sem is None or o.name == "sem_init":

@@ -10,7 +10,7 @@ from .sync import sync, warp_sync
 
 from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, named_sync,
                          producer_registers, consumer_registers)
-from . import tma
+from . import cluster, tma
 from .warpgroup import warpgroup, warpgroup_id
 
 block = Scope("block")

@@ -11,7 +11,9 @@ from __future__ import annotations
 from ..ir.core import GlobalVar, SharedRef, Var
 from ..ir.expr import as_expr
 from ..tiles.types import ST
-from ._checks import describe, emit, fail, operand, tile_coord
+from ..frontend.context import current
+from ..ir.expr import Const
+from ._checks import describe, emit, fail, operand, scalar, tile_coord
 from .sync_async import semaphore_ref
 
 MAX_BOX = 256  # elements per box dimension
@@ -35,12 +37,21 @@ def _global(x, tile: SharedRef, what: str) -> GlobalVar:
     return x
 
 
-def load_async(dst, src, coord, sem):
+def load_async(dst, src, coord, sem, *, multicast=None):
     """Start copying the tile of `src` at `coord` (in units of dst's shape) into shared tile `dst`;
-    its bytes complete on semaphore `sem`."""
+    its bytes complete on semaphore `sem`. With `multicast` (a bit mask of cluster ranks) the tile
+    lands in `dst` of every block named, completing on each one's `sem`."""
     d = _shared_tile(dst, "tma.load_async destination")
     g = _global(src, d, "tma.load_async source")
-    return emit("tma_load", d, g, tile_coord(coord, "tma.load_async"), semaphore_ref(sem, "tma.load_async"))
+    args = [d, g, tile_coord(coord, "tma.load_async"), semaphore_ref(sem, "tma.load_async")]
+    if multicast is not None:
+        if current().cluster is None:
+            fail("tma.load_async: multicast needs a kernel launched in clusters (@tk.kernel(cluster=...))")
+        mask = scalar(multicast, "multicast mask")
+        if isinstance(mask, Const) and not 0 < mask.value < 1 << 16:
+            fail(f"tma.load_async: the multicast mask is a 16-bit set of cluster ranks, got {mask.value}")
+        args.append(mask)
+    return emit("tma_load", *args)
 
 
 def store_async(dst, src, coord):

@@ -41,6 +41,16 @@ __device__ __forceinline__ void fence_semaphore_init() { asm volatile("fence.mba
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
+__device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void arrive_remote(semaphore* sem, int cta, u32 count) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(sem)), "r"(cta));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0], %1;" :: "r"(remote), "r"(count) : "memory");
+}
 template <int N> __device__ __forceinline__ void increase_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
 template <int N> __device__ __forceinline__ void decrease_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 """
@@ -61,6 +71,22 @@ __device__ __forceinline__ void load_async(const st<T, R, C, SWZ>& dst, const CU
             " [%0], [%1, {%2, %3, %4, %5}], [%6];"
             :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
                "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(bar)
+            : "memory");
+}
+// The same tile lands at the same shared offset, and completes on the same semaphore, in every
+// block of the cluster named in the 16-bit `mask`.
+template <typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void load_async_multicast(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
+                                                     int b, int d, int r, int c, semaphore* sem, unsigned short mask) {
+    const u32 bar = smem_addr(sem);
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++)
+        asm volatile(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+            " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
+            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
+               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(bar), "h"(mask)
             : "memory");
 }
 template <bool ADD, typename T, int R, int C, int SWZ>

@@ -1,0 +1,132 @@
+"""Generic elementwise maps (`tk.map`) and filling a tile from a vector (`broadcast_row/col`)."""
+from __future__ import annotations
+
+from ..ir.core import Var
+from ..ir.expr import Expr, as_expr
+from ._checks import describe, emit, fail, register_tile, register_vector
+from .elementwise import compatible, register_operand
+from .reduce import vector_for
+
+MAP_UNARY = ("exp", "exp2", "log", "log2", "abs", "relu", "neg")
+MAP_BINARY = ("add", "sub", "mul", "div", "max", "min")
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_PRECEDENCE = {"add": 1, "sub": 1, "mul": 2, "div": 2, "neg": 3}
+
+
+class MapExpr:
+    """An elementwise function of a map's operands, recorded by calling the lambda given to `tk.map`
+    on placeholders. Nodes: `arg` (operand i), `scalar` (a Python number or runtime scalar),
+    and the MAP_UNARY / MAP_BINARY functions, built with + - * / and unary minus and with
+    tk.exp, tk.exp2, tk.log, tk.log2, tk.abs, tk.relu, tk.neg, tk.max, tk.min."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: str, args: tuple):
+        self.fn, self.args = fn, args
+
+    def _binary(fn: str, reflected: bool = False):  # noqa: N805 - builds the dunders below
+        def op(self, other):
+            a, b = (lift(other), self) if reflected else (self, lift(other))
+            return MapExpr(fn, (a, b))
+        return op
+
+    __add__, __radd__ = _binary("add"), _binary("add", True)
+    __sub__, __rsub__ = _binary("sub"), _binary("sub", True)
+    __mul__, __rmul__ = _binary("mul"), _binary("mul", True)
+    __truediv__, __rtruediv__ = _binary("div"), _binary("div", True)
+    del _binary
+
+    def __neg__(self):
+        return MapExpr("neg", (self,))
+
+    def __bool__(self):
+        fail("a tk.map function is traced once on placeholders and cannot branch on their values; "
+             "use tk.max / tk.min / tk.relu")
+
+    def precedence(self) -> int:
+        return _PRECEDENCE.get(self.fn, 4)
+
+    def render(self, arg, scalar, call) -> str:
+        """Text of the expression: `arg(i)`, `scalar(expr)` and `call(fn, texts)` render the leaves and
+        function calls; + - * / and negation are infix (parenthesised by precedence)."""
+        if self.fn == "arg":
+            return arg(self.args[0])
+        if self.fn == "scalar":
+            return scalar(self.args[0])
+        p = self.precedence()
+        texts = []
+        for i, a in enumerate(self.args):
+            t = a.render(arg, scalar, call)
+            tight = a.precedence() < p or (i == 1 and a.precedence() == p and p < 3)
+            texts.append(f"({t})" if tight and p < 4 else t)
+        if self.fn == "neg":
+            return f"-{texts[0]}"
+        if self.fn in _SYMBOLS and call(self.fn, None) is None:
+            return f"{texts[0]} {_SYMBOLS[self.fn]} {texts[1]}"
+        return call(self.fn, texts)
+
+    def scalars(self) -> list:
+        """The scalar leaves (runtime values the generated lambda captures)."""
+        if self.fn == "scalar":
+            return [self.args[0]]
+        if self.fn == "arg":
+            return []
+        return [s for a in self.args for s in a.scalars()]
+
+    def __str__(self) -> str:
+        return self.render(lambda i: f"x{i}", _scalar_text,
+                           lambda fn, texts: None if texts is None else f"{fn}({', '.join(texts)})")
+
+    __repr__ = __str__
+
+
+def _scalar_text(e: Expr) -> str:
+    from ..ir.expr import render
+    return render(e)
+
+
+def lift(x) -> MapExpr:
+    """A map-expression operand: a MapExpr, or a scalar constant / runtime scalar."""
+    if isinstance(x, MapExpr):
+        return x
+    if isinstance(x, Var) or hasattr(x, "type"):
+        fail(f"inside a tk.map function only its arguments and scalars can be used, not {describe(x)}; "
+             "pass the tile as another operand of tk.map")
+    try:
+        return MapExpr("scalar", (as_expr(x),))
+    except Exception:
+        fail(f"inside a tk.map function, expected a number or runtime scalar, got {describe(x)}")
+
+
+def map(dst, fn, *srcs):  # noqa: A001 - tk.map, as ThunderKittens' map
+    """dst = fn(*srcs) elementwise, fn a Python function of the operands' elements (traced once on
+    placeholders: + - * /, tk.exp/exp2/log/log2/abs/relu/neg/max/min and scalars), computed in fp32.
+
+        tk.map(y, lambda x, m: tk.exp2((x - m) * scale), s, mx)
+
+    The sources are tiles (or vectors) of dst's shape and layout; dtypes may differ."""
+    d = register_operand(dst, "map destination")
+    if not srcs:
+        fail("map: give at least one source tile or vector after the function")
+    sources = [register_operand(s, f"map source {i}") for i, s in enumerate(srcs)]
+    for s in sources:
+        compatible(d, s, "map")
+    if not callable(fn):
+        fail(f"map: the second argument is the function to apply, got {describe(fn)}")
+    body = lift(fn(*(MapExpr("arg", (i,)) for i in range(len(sources)))))
+    return emit("map", d, *sources, fn=body)
+
+
+def _broadcast_vector(axis: str):
+    def op(dst, vec):
+        d = register_tile(dst, f"broadcast_{axis} destination")
+        v = register_vector(vec, f"broadcast_{axis} vector")
+        vector_for(d, v, axis, f"broadcast_{axis}")
+        return emit(f"broadcast_{axis}", d, v)
+    op.__name__ = f"broadcast_{axis}"
+    op.__doc__ = (f"Set every {'row' if axis == 'row' else 'column'} of dst from a vector: dst[r][c] = "
+                  f"vec[{'r' if axis == 'row' else 'c'}] (vec holds one value per {axis} of dst).")
+    return op
+
+
+broadcast_row, broadcast_col = _broadcast_vector("row"), _broadcast_vector("col")
