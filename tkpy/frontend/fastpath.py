@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 
+from ..runtime import claunch
 from .signature import ALIGNMENT
 
 _TEMPLATE = '''
@@ -35,7 +36,7 @@ def launch(grid, {params}):
     go = prepared.get((grid, stream))
     if go is None:
         go = ready_prepare(launcher, prepared, params, grid, stream)
-    err = go()[0]
+    err = go()
     if err:
         failed(err, grid, stream)
 '''
@@ -89,7 +90,7 @@ def build(kernel, slots) -> tuple[str, callable]:
         params=", ".join(names), shapes="\n".join(shapes) or "        pass", key=", ".join(key_parts) or "",
         ptrs=ptrs, any_ptr=" | ".join(ptr_names) or "0", alignment=ALIGNMENT, values=", ".join(values))
     namespace = {"cache_get": kernel._fast.get, "slow": kernel._slow_launch, "struct_error": struct.error,
-                 "ready_prepare": _prepare}
+                 "ready_prepare": prepare_launch}
     exec(compile(source, f"<tkpy launcher of {kernel.name}>", "exec"), namespace)
     return source, namespace["launch"]
 
@@ -116,8 +117,14 @@ def slot_values(slots, specs, args, tensor_maps) -> tuple:
     return tuple(values)
 
 
-def _prepare(launcher, prepared, params, grid, stream):
-    go = launcher.prepare(grid, stream, params)
+def prepare_launch(launcher, prepared, params, grid, stream):
+    """The launch for one (grid, stream): a ctypes call of cuLaunchKernelEx returning the CUresult."""
+    if claunch.available():
+        go = claunch.prepare(launcher.function, grid, launcher.block, launcher.dynamic_smem, stream, params.address,
+                             launcher.cluster)
+    else:
+        bound = launcher.prepare(grid, stream, params)
+        go = lambda: bound()[0]  # noqa: E731
     if len(prepared) > 1024:  # bounded: many distinct grids must not leak
         prepared.clear()
     prepared[(grid, stream)] = go

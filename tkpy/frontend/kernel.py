@@ -274,7 +274,8 @@ class _Ready:
         params = ParamBuffer([s.kind for s in compiled.lowered.slots])
 
         def failed(err, grid, stream):
-            launcher.handle_error(err, grid, stream, params.address)
+            from ..runtime.driver import _driver
+            launcher.handle_error(_driver().CUresult(int(err)), grid, stream, params.address)
 
         tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in compiled.lowered.slots
                             if s.source[0] == "tmap")
@@ -285,7 +286,7 @@ class _Ready:
         params, _, stream_of, device, failed, launcher, tensor_maps = self.entry
         params.pack(*fastpath.slot_values(slots, kernel.specs, args, tensor_maps))
         stream = stream_of(device)
-        err = launcher.prepare(grid, stream, params)()[0]
+        err = fastpath.prepare_launch(launcher, {}, params, grid, stream)()
         if err:
             failed(err, grid, stream)
 
