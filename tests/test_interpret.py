@@ -207,6 +207,26 @@ def test_strided_views_are_read_and_written_in_place():
     assert torch.isnan(out[:, :32]).all() and torch.isnan(out[:, 48:]).all()
 
 
+@tk.kernel(warps=2)
+def subtiles(x: tk.gl[bf16, "R", 128], y: tk.gl[bf16, "R", 128]):
+    s = tk.st(bf16, 32, 128)                  # 128-byte swizzle: two panels of 64 columns
+    t = tk.rt(f32, 32, 64)
+    tk.block.load(s, x, (0, 0))
+    tk.sync()
+    tk.load(t, s.subtile(32, 64, (0, tk.warp_id())))   # warp w reads panel w: a runtime window
+    tk.mul(t[16:32], t[16:32], 2.0)           # a register window: rows 16..31
+    tk.store(y, t, (0, tk.warp_id()))
+
+
+def test_subtiles_are_windows_of_their_tiles():
+    x = rand(32, 128, dtype=torch.bfloat16)
+    y = poisoned(32, 128, dtype=torch.bfloat16)
+    subtiles.interpret[(1,)](x, y)
+    ref = x.clone()
+    ref[16:] *= 2
+    assert torch.equal(y, ref)
+
+
 # -- errors -------------------------------------------------------------------------------------------
 X = torch.zeros(64, 16)
 
@@ -266,6 +286,21 @@ def test_deadlock_names_the_barrier_the_blocked_warps_and_their_lines():
     assert "warps 1, 2, 3 have finished the kernel" in text
 
 
+@tk.kernel(warps=2, cluster=2)
+def skipped_sync_in_a_cluster(x: tk.gl[f32, "R", 16]):
+    with tk.if_((tk.block_idx.x == 1) & (tk.warp_id() == 0)):
+        tk.sync()
+
+
+def test_deadlock_in_a_cluster_names_the_blocks():
+    with pytest.raises(tk.DeadlockError) as e:
+        skipped_sync_in_a_cluster.interpret[(2,)](X)
+    text = str(e.value)
+    assert "deadlock in the cluster of block (0, 0, 0)" in text
+    assert f"block (1, 0, 0), warp 0 waits at test_interpret.py:{line_of(skipped_sync_in_a_cluster.fn, 'tk.sync()')}" in text
+    assert "warps block (0, 0, 0), warp 0, block (0, 0, 0), warp 1, block (1, 0, 0), warp 1 have finished" in text
+
+
 @tk.kernel(warps=2)
 def divergent_syncs(x: tk.gl[f32, "R", 16]):
     with tk.if_(tk.warp_id() == 0):
@@ -291,6 +326,12 @@ def tile_index_out_of_range(x: tk.gl[f32, "R", 16]):
     tk.load(s[tk.warp_id() + 1], x, (0, 0))
 
 
+@tk.kernel(warps=2)
+def subtile_out_of_range(x: tk.gl[f32, "R", 16]):
+    s = tk.st(f32, 32, 16)
+    tk.load(s.subtile(16, 16, (tk.warp_id() + 1, 0)), x, (0, 0))
+
+
 @tk.kernel(warps=1)
 def lane_dependent(x: tk.gl[f32, "R", 16]):
     t = tk.rt(f32, 16, 16)
@@ -302,6 +343,7 @@ def lane_dependent(x: tk.gl[f32, "R", 16]):
 @pytest.mark.parametrize("kern,error,match", [
     (uses_before_writing, tk.InterpretError, r"`acc` \(rt<f32, 16x16, row>\) is read before anything wrote it"),
     (tile_index_out_of_range, tk.InterpretError, "shared tile index 2 is out of range for `s`, an array of 2"),
+    (subtile_out_of_range, tk.InterpretError, r"the 16x16 subtile at element \(32, 0\) lies outside `s`"),
     (lane_dependent, NotImplementedError, "differs per lane"),
 ])
 def test_other_runtime_errors_name_the_line(kern, error, match):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 
+from ..errors import ArgumentError
 from ..frontend.signature import SCALAR_DTYPES, bind_dims
 from ..tiles.dtypes import f32
 from .machine import Program, run_grid
@@ -28,7 +29,11 @@ class Interpreted:
     def __getitem__(self, grid):
         from ..frontend.kernel import _grid3
 
-        return functools.partial(self.run, _grid3(grid))
+        g = _grid3(grid)
+        cluster = self.kernel.cluster
+        if cluster and any(x % c for x, c in zip(g, cluster)):
+            raise ArgumentError(f"grid {g} is not a multiple of the cluster {cluster} of {self.kernel.name}")
+        return functools.partial(self.run, g)
 
     def program(self, args) -> Program:
         """The interpretable program for these arguments (traced once per specialization)."""

@@ -1,12 +1,15 @@
-"""Executing a kernel's IR: blocks one after another, each block's warps as coroutines.
+"""Executing a kernel's IR: clusters of blocks one after another, their warps as coroutines.
 
 Each warp runs the kernel body as a Python generator (`execute`) over its own
 registers and scalar environment (`warpid` is its index). It runs without
 interruption until an op returns a `Wait` that is not ready (a barrier); then
-the block's scheduler (`run_block`) runs the other warps, round-robin, and
-resumes a warp once its wait is ready. When no warp can move, the block is
-deadlocked: the report names every blocked warp's barrier, phase, Python line
-and the branches (roles) it is in, and which warps have already finished.
+the scheduler (`run_together`) runs the other warps, round-robin, and resumes
+a warp once its wait is ready. The warps of all blocks of a cluster are
+scheduled together (one block per cluster without `cluster=`), so barriers
+between blocks can be modelled; blocks of different clusters are independent
+and run one after another. When no warp can move, the cluster is deadlocked:
+the report names every blocked warp's barrier, phase, Python line and the
+branches (roles) it is in, and which warps have already finished.
 """
 from __future__ import annotations
 
@@ -18,29 +21,47 @@ import numpy as np
 from ..errors import DeadlockError, InterpretError, UnsupportedError
 from ..ir.core import Decl, For, If, KernelIR, Op, SharedRef, Var
 from ..tiles.types import RT, RV
-from .memory import SharedMemory
+from .memory import SharedMemory, SharedTile
 from .numerics import round_to
 from .registry import semantics_of
 from .scalars import LaneDependent, ScalarCache, ScalarFault
 
 
 class Program:
-    """A traced kernel ready to interpret: its IR and its compiled scalar expressions."""
+    """A traced kernel ready to interpret: its IR, its compiled scalar expressions, its shared tiles."""
 
     def __init__(self, ir: KernelIR):
         self.ir = ir
         self.scalars = ScalarCache()
+        self._shared: dict = {}
+
+    def shared_tile(self, var: Var, index) -> SharedTile:
+        """Shared variable `var` (element `index` of an array of them, or None)."""
+        key = (var, index)
+        tile = self._shared.get(key)
+        if tile is None:
+            base = self.ir.shared_offsets[var] + (index or 0) * var.type.nbytes
+            name = var.name if index is None else f"{var.name}[{index}]"
+            tile = self._shared[key] = SharedTile(base, var.type, 0, 0, var.type, name)
+        return tile
 
 
 class Block:
-    """One thread block: its index, its shared memory and its synchronisation objects."""
+    """One thread block: its index (in `env`), its shared memory and its synchronisation objects.
+    `cluster` lists the blocks of its cluster (itself included), for ops between blocks."""
 
     def __init__(self, program: Program, env: dict, global_tensors: dict):
         self.program = program
         self.env = env                  # block_x.., grid_x.., parameters and dims
         self.globals = global_tensors   # GlobalVar -> memory.GlobalTensor
         self.shared = SharedMemory(program.ir.shared_bytes)
+        self.cluster: list = [self]
         self._sync_objects: dict = {}
+
+    @property
+    def name(self) -> str:
+        e = self.env
+        return f"block ({e['block_x']}, {e['block_y']}, {e['block_z']})"
 
     def sync_object(self, key, make):
         """The block's barrier / semaphore for `key`, made with `make()` on first use."""
@@ -49,32 +70,26 @@ class Block:
             obj = self._sync_objects[key] = make()
         return obj
 
-    def shared_tile(self, warp: "Warp", ref: SharedRef) -> tuple[int, str]:
-        """Byte offset of a shared tile (an array element: its index checked) and its name for messages."""
-        var = ref.var
-        base = self.program.ir.shared_offsets[var]
-        if ref.index is None:
-            return base, var.name
-        i = warp.value(ref.index)
-        if not 0 <= i < var.count:
-            raise InterpretError(f"shared tile index {i} is out of range for `{var.name}`, "
-                                 f"an array of {var.count}", warp.loc)
-        return base + i * var.type.nbytes, f"{var.name}[{i}]"
-
 
 class Warp:
-    """One warp's state: registers (Var -> float32 array, None until written), scalars, current line."""
+    """One warp's state: registers (Var -> float32 array, None until written), scalars, subtile windows
+    (register view -> row slice of its base, shared view -> SharedTile), and its current line."""
 
-    __slots__ = ("block", "index", "env", "regs", "loc", "roles", "_scalars")
+    __slots__ = ("block", "index", "env", "regs", "windows", "loc", "roles", "_scalars")
 
     def __init__(self, block: Block, index: int):
         self.block = block
         self.index = index
         self.env = dict(block.env, warpid=index)
         self.regs: dict = {}
+        self.windows: dict = {}
         self.loc = block.program.ir.loc
         self.roles: list = []           # locs of the runtime branches this warp is inside
         self._scalars = block.program.scalars
+
+    @property
+    def name(self) -> str:
+        return f"{self.block.name}, warp {self.index}"
 
     def value(self, e):
         """The value of a scalar expression for this warp."""
@@ -85,16 +100,65 @@ class Warp:
         except LaneDependent as why:
             raise UnsupportedError(str(why), self.loc) from None
 
+    # -- register tiles and vectors ------------------------------------------------------------------
     def read(self, var: Var) -> np.ndarray:
-        values = self.regs.get(var)
+        values = self.regs.get(var) if var.view is None else self._peek(var)
         if values is None:
             raise InterpretError(f"`{var.name}` ({var.type}) is read before anything wrote it "
                                  f"(declared at {var.loc.short})", self.loc)
         return values
 
     def write(self, var: Var, values) -> None:
-        """Set a register tile or vector, rounding to its dtype."""
-        self.regs[var] = round_to(var.type.dtype, values)
+        """Set a register tile or vector, rounding to its dtype. Writing a subtile rewrites its window of the
+        base tile; the rest of a base that nothing wrote reads as NaN."""
+        values = round_to(var.type.dtype, values)
+        if var.view is None:
+            self.regs[var] = values
+            return
+        base = var.view.base
+        whole = self._peek(base)
+        whole = np.full((base.type.rows, base.type.cols), np.nan, np.float32) if whole is None else whole.copy()
+        whole[self.windows[var]] = values
+        self.write(base, whole)
+
+    def _peek(self, var: Var):
+        if var.view is None:
+            return self.regs.get(var)
+        whole = self._peek(var.view.base)
+        return None if whole is None else whole[self.windows[var]]
+
+    # -- shared tiles --------------------------------------------------------------------------------
+    def shared_tile(self, ref: SharedRef) -> SharedTile:
+        """Where a shared operand lives (an array element's index checked, a subtile's window resolved)."""
+        var = ref.var
+        if var.view is not None:
+            return self.windows[var]
+        if ref.index is None:
+            return self.block.program.shared_tile(var, None)
+        i = self.value(ref.index)
+        if not 0 <= i < var.count:
+            raise InterpretError(f"shared tile index {i} is out of range for `{var.name}`, "
+                                 f"an array of {var.count}", self.loc)
+        return self.block.program.shared_tile(var, i)
+
+    def declare(self, var: Var) -> None:
+        """A declaration: a fresh register variable is uninitialised; a subtile binds its window now."""
+        view = var.view
+        if view is None:
+            if isinstance(var.type, (RT, RV)):
+                self.regs[var] = None
+            return
+        t = var.type
+        r, c = self.value(view.row) * t.rows, self.value(view.col) * t.cols
+        if isinstance(t, RT):
+            self.windows[var] = slice(r, r + t.rows)
+            return
+        parent = self.shared_tile(view.base if isinstance(view.base, SharedRef) else SharedRef(view.base))
+        if not (0 <= r <= parent.type.rows - t.rows and 0 <= c <= parent.type.cols - t.cols):
+            raise InterpretError(f"the {t.rows}x{t.cols} subtile at element ({r}, {c}) lies outside "
+                                 f"`{parent.name}` ({parent.type})", self.loc)
+        name = f"{parent.name}[{r}:{r + t.rows}, {c}:{c + t.cols}]"
+        self.windows[var] = SharedTile(parent.base, parent.root, parent.row + r, parent.col + c, t, name)
 
 
 def execute(warp: Warp, stmts):
@@ -106,8 +170,7 @@ def execute(warp: Warp, stmts):
             if wait is not None and not wait.ready():
                 yield wait
         elif isinstance(s, Decl):
-            if isinstance(s.var.type, (RT, RV)):
-                warp.regs[s.var] = None    # a fresh C++ variable: uninitialised
+            warp.declare(s.var)
         elif isinstance(s, For):
             start, stop, step = (warp.value(e) for e in (s.start, s.stop, s.step))
             if step <= 0 and start < stop:
@@ -127,12 +190,11 @@ def execute(warp: Warp, stmts):
             raise TypeError(f"tkpy internal error: not a statement: {s!r}")
 
 
-def run_block(block: Block) -> None:
-    """Run every warp of the block to its end, switching at barriers; raise DeadlockError if they stall."""
-    warps = [Warp(block, w) for w in range(block.program.ir.warps)]
-    running = {w: execute(w, block.program.ir.body) for w in warps}
+def run_together(blocks: list) -> None:
+    """Run every warp of these blocks to its end, switching at barriers; raise DeadlockError if they stall."""
+    warps = [Warp(b, w) for b in blocks for w in range(b.program.ir.warps)]
+    running = {w: execute(w, w.block.program.ir.body) for w in warps}
     waits = dict.fromkeys(warps)
-    finished: list = []
     while running:
         moved = False
         for w in list(running):
@@ -143,36 +205,38 @@ def run_block(block: Block) -> None:
                 waits[w] = next(running[w])
             except StopIteration:
                 del running[w]
-                finished.append(w)
             except InterpretError as e:
-                raise type(e)(f"{e.bare_message} (in {_block_name(block)}, warp {w.index})", e.loc) from None
+                raise type(e)(f"{e.bare_message} (in {w.name})", e.loc) from None
         if not moved:
-            raise DeadlockError(_deadlock_report(block, [(w, waits[w]) for w in running], finished))
+            raise DeadlockError(_deadlock_report(blocks, [(w, waits[w]) for w in running],
+                                                 [w for w in warps if w not in running]))
 
 
 def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict) -> None:
-    """Run every block of the grid, x fastest (blocks are independent, so the order is immaterial)."""
-    gx, gy, gz = grid
-    env = dict(env, grid_x=gx, grid_y=gy, grid_z=gz)
+    """Run every block of the grid, cluster by cluster (clusters are independent: their order is immaterial)."""
+    env = dict(env, grid_x=grid[0], grid_y=grid[1], grid_z=grid[2])
+    cluster = program.ir.cluster or (1, 1, 1)
     with np.errstate(all="ignore"):     # inf/nan arithmetic is the kernel's business, as on the GPU
-        for z, y, x in itertools.product(range(gz), range(gy), range(gx)):
-            run_block(Block(program, dict(env, block_x=x, block_y=y, block_z=z), global_tensors))
+        for origin in itertools.product(*(range(0, g, c) for g, c in zip(reversed(grid), reversed(cluster)))):
+            z0, y0, x0 = origin
+            blocks = [Block(program, dict(env, block_x=x0 + x, block_y=y0 + y, block_z=z0 + z), global_tensors)
+                      for z, y, x in itertools.product(*(range(c) for c in reversed(cluster)))]
+            for b in blocks:
+                b.cluster = blocks
+            run_together(blocks)
 
 
-def _deadlock_report(block: Block, blocked: list, finished: list) -> str:
-    lines = [f"deadlock in {_block_name(block)} of kernel {block.program.ir.name}: no warp can make progress"]
+def _deadlock_report(blocks: list, blocked: list, finished: list) -> str:
+    where = blocks[0].name if len(blocks) == 1 else f"the cluster of {blocks[0].name}"
+    lines = [f"deadlock in {where} of kernel {blocks[0].program.ir.name}: no warp can make progress"]
     for w, wait in blocked:
+        who = f"warp {w.index}" if len(blocks) == 1 else w.name
         roles = "".join(f", inside the branch at {_source(loc)}" for loc in w.roles)
-        lines.append(f"  warp {w.index} waits at {_source(w.loc)}{roles}\n    on {wait.describe()}")
+        lines.append(f"  {who} waits at {_source(w.loc)}{roles}\n    on {wait.describe()}")
     if finished:
-        lines.append(f"  warps {', '.join(str(w.index) for w in sorted(finished, key=lambda w: w.index))} "
-                     "have finished the kernel and will never arrive")
+        who = ", ".join(str(w.index) if len(blocks) == 1 else w.name for w in finished)
+        lines.append(f"  warps {who} have finished the kernel and will never arrive")
     return "\n".join(lines)
-
-
-def _block_name(block: Block) -> str:
-    e = block.env
-    return f"block ({e['block_x']}, {e['block_y']}, {e['block_z']})"
 
 
 def _source(loc) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir.core import Var
 from ..tiles.types import RT
-from .memory import copy_share
+from .memory import part
 from .numerics import BINARY, REDUCE, UNARY, decode, encode, to_f32
 from .registry import semantics
 from .sync import Barrier
@@ -19,22 +19,19 @@ from .sync import Barrier
 _SCOPE_THREADS = {"warp": 32, "warpgroup": 128}   # as codegen's SCOPE_THREADS; "block": all threads
 
 
-def _start(warp, coord, tile) -> tuple:
-    """Element coordinates (b, d, row, col) of a coordinate in units of `tile`."""
+def _box(warp, g, coord, tile, what: str):
+    """The global box a tile-sized transfer at `coord` (in units of `tile`) touches: a bounds-checked view."""
     b, d, r, c = (warp.value(x) for x in coord)
-    return b, d, r * tile.rows, c * tile.cols
+    return g.box((b, d, r * tile.rows, c * tile.cols), tile.rows, tile.cols, what, warp.loc)
 
 
-def _box(warp, g, coord, tile, what: str) -> tuple:
-    return g.box(_start(warp, coord, tile), tile.rows, tile.cols, what, warp.loc)
-
-
-def _share(warp, op, tile):
-    """The part of `tile` this warp copies in a cooperative shared <-> global copy (None: all of it)."""
-    scope = op.attrs["scope"]
+def _elements(warp, tile, scope: str = "warp"):
+    """The elements of shared `tile` this warp moves: all of them, or its share of a cooperative copy."""
     if scope == "block":
-        return copy_share(tile, warp.block.program.ir.threads, warp.index)
-    return copy_share(tile, _SCOPE_THREADS[scope], warp.index % 4 if scope == "warpgroup" else 0)
+        threads, slot = warp.block.program.ir.threads, warp.index
+    else:
+        threads, slot = _SCOPE_THREADS[scope], (warp.index % 4 if scope == "warpgroup" else 0)
+    return part(tile.root, tile.row, tile.col, tile.type, threads, slot)
 
 
 def _shape(var: Var) -> tuple:
@@ -46,55 +43,50 @@ def _shape(var: Var) -> tuple:
 def load_rt_gl(warp, op):
     dst, src, coord = op.args
     g = warp.block.globals[src]
-    raw = g.raw[_box(warp, g, coord, dst.type, f"load into `{dst.name}` from `{src.name}`")]
-    warp.write(dst, decode(g.dtype, raw))
+    warp.write(dst, decode(g.dtype, _box(warp, g, coord, dst.type, f"load into `{dst.name}` from `{src.name}`")))
 
 
 @semantics("store_gl_rt")
 def store_gl_rt(warp, op):
     dst, src, coord = op.args
     g = warp.block.globals[dst]
-    g.raw[_box(warp, g, coord, src.type, f"store of `{src.name}` into `{dst.name}`")] = encode(g.dtype, warp.read(src))
+    _box(warp, g, coord, src.type, f"store of `{src.name}` into `{dst.name}`")[...] = encode(g.dtype, warp.read(src))
 
 
 @semantics("load_rt_st")
 def load_rt_st(warp, op):
     dst, src = op.args
-    base, name = warp.block.shared_tile(warp, src)
-    raw = warp.block.shared.read(base, src.type, f"load into `{dst.name}` from `{name}`", op.loc)
-    warp.write(dst, decode(src.type.dtype, raw))
+    tile = warp.shared_tile(src)
+    raw = warp.block.shared.read(tile, _elements(warp, tile), f"load into `{dst.name}`", op.loc)
+    warp.write(dst, decode(tile.type.dtype, raw))
 
 
 @semantics("store_st_rt")
 def store_st_rt(warp, op):
     dst, src = op.args
-    base, _ = warp.block.shared_tile(warp, dst)
-    warp.block.shared.write(base, dst.type, encode(dst.type.dtype, warp.read(src)))
+    tile = warp.shared_tile(dst)
+    warp.block.shared.write(tile, encode(tile.type.dtype, warp.read(src)), _elements(warp, tile))
 
 
 @semantics("load_st_gl")
 def load_st_gl(warp, op):
     dst, src, coord = op.args
-    base, name = warp.block.shared_tile(warp, dst)
+    tile = warp.shared_tile(dst)
     g = warp.block.globals[src]
-    raw = g.raw[_box(warp, g, coord, dst.type, f"load into `{name}` from `{src.name}`")]
-    part = _share(warp, op, dst.type)
-    warp.block.shared.write(base, dst.type, raw if part is None else raw[part.rows, part.cols], part)
+    box = _box(warp, g, coord, tile.type, f"load into `{tile.name}` from `{src.name}`")
+    mine = _elements(warp, tile, op.attrs["scope"])
+    warp.block.shared.write(tile, box[mine.rows, mine.cols], mine)
 
 
 @semantics("store_gl_st")
 def store_gl_st(warp, op):
     dst, src, coord = op.args
-    base, name = warp.block.shared_tile(warp, src)
+    tile = warp.shared_tile(src)
     g = warp.block.globals[dst]
-    what = f"store of `{name}` into `{dst.name}`"
-    box = g.raw[_box(warp, g, coord, src.type, what)]        # a view: writing into it writes the tensor
-    part = _share(warp, op, src.type)
-    raw = warp.block.shared.read(base, src.type, what, op.loc, part)
-    if part is None:
-        box[...] = raw
-    else:
-        box[part.rows, part.cols] = raw
+    what = f"store of `{tile.name}` into `{dst.name}`"
+    box = _box(warp, g, coord, tile.type, what)
+    mine = _elements(warp, tile, op.attrs["scope"])
+    box[mine.rows, mine.cols] = warp.block.shared.read(tile, mine, what, op.loc)
 
 
 @semantics("fill")
