@@ -249,8 +249,8 @@ def test_nvrtc_error_maps_back_to_python_line(monkeypatch):
 def test_unsupported_combinations_raise_not_implemented():
     @tk.kernel(warps=1)
     def k(x: tk.gl[f32, "R", 16]):
-        v = tk.rv(f32, 16)
-        tk.load(v, x, (0, 0))
+        a, b = tk.st(f32, 16, 16), tk.st(f32, 16, 16)
+        tk.load(a, b)
     with pytest.raises(NotImplementedError, match="load into"):
         k.trace(torch.empty(16, 16))
 
@@ -344,3 +344,30 @@ def test_hopper_kernel_codegen_and_sass():
     for instr in ("HGMMA.64x256x16.F32.BF16", "UTMALDG.4D", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "USETMAXREG"):
         assert instr in sass
     assert gemm_ws.resources(a, b, c).spill_stores == 0
+
+
+def test_arrival_counts_must_match_the_init():
+    @tk.kernel(warps=8)
+    def k(x: tk.gl[bf16, "R", 64]):
+        sem = tk.semaphore()
+        with tk.if_(tk.warp_id() == 0):
+            tk.init_semaphore(sem, 4)
+        tk.sync()
+        with tk.if_(tk.warpgroup_id() == 1):     # warps 4..7: four arrivals, as initialised
+            tk.arrive(sem)
+        with tk.if_(tk.warp_id() == 0):
+            tk.wait(sem, 0)
+    k.trace(X64)
+
+    @tk.kernel(warps=8)
+    def bad(x: tk.gl[bf16, "R", 64]):
+        sem = tk.semaphore()
+        with tk.if_(tk.warp_id() == 0):
+            tk.init_semaphore(sem, 1)
+        tk.sync()
+        with tk.if_(tk.warpgroup_id() == 1):
+            tk.arrive(sem)
+        with tk.if_(tk.warp_id() == 0):
+            tk.wait(sem, 0)
+    with pytest.raises(tk.TraceError, match="initialised for 1 arrivals per phase, but 4 warp-level arrivals"):
+        bad.trace(X64)

@@ -19,6 +19,7 @@ GENERIC_SHARED_WRITES = ("store_st_rt", "load_st_gl")
 def check(kernel: KernelIR) -> None:
     ops = [s for s in walk(kernel.body) if isinstance(s, Op)]
     _semaphores_are_initialised_and_signalled(ops)
+    _arrivals_match_the_init(kernel, ops)
     _expects_match_their_loads(kernel.body)
     _tma_stores_are_fenced(kernel.body, set())
     _register_reallocation_fits(kernel, ops)
@@ -48,6 +49,62 @@ def _semaphores_are_initialised_and_signalled(ops) -> None:
         if o.name == "tma_load" and not any(p.name == "sem_expect" and _sem_of(p).var is sem.var for p in ops):
             raise TraceError(f"TMA load completes bytes on semaphore `{sem.var.name}`, but no tk.tma.expect "
                              "announces them: the phase would complete before the data arrives", o.loc)
+
+
+def _arrivals_match_the_init(kernel: KernelIR, ops) -> None:
+    """Per phase, the warps that arrive (an expect is one arrival) must add up to the init count.
+
+    Which warps run an op is known when every enclosing branch depends only on the warp id; ops
+    under other branches, and semaphores that other blocks arrive on, are left to the interpreter.
+    """
+    init_counts: dict = {}
+    for o in ops:
+        if o.name == "sem_init":
+            init_counts.setdefault(_sem_of(o).var, set()).add(o.attrs["arrivals"])
+    remote = {_sem_of(o).var for o in ops if o.name == "sem_arrive_remote"}
+    arrivals: dict = {}       # (var, index text) -> [count, first op]
+    unknown: set = set(remote)
+
+    def visit(stmts, warps):
+        for s in stmts:
+            if isinstance(s, For):
+                visit(s.body, warps)
+            elif isinstance(s, If):
+                taken = _warps_taking(s.cond, warps)
+                if taken is None:
+                    for o in _flatten(s.then + s.orelse):
+                        if o.name in ("sem_arrive", "sem_expect"):
+                            unknown.add(_sem_of(o).var)
+                else:
+                    visit(s.then, taken)
+                    visit(s.orelse, warps - taken)
+            elif isinstance(s, Op) and s.name in ("sem_arrive", "sem_expect") and warps:
+                sem = _sem_of(s)
+                key = (sem.var, None if sem.index is None else render(sem.index))
+                entry = arrivals.setdefault(key, [0, s])
+                entry[0] += len(warps) * s.attrs.get("count", 1)
+
+    visit(kernel.body, frozenset(range(kernel.warps)))
+    for (var, _), (count, first) in arrivals.items():
+        inits = init_counts.get(var)
+        if var in unknown or not inits or len(inits) != 1:
+            continue
+        (expected,) = inits
+        if count != expected:
+            raise TraceError(f"semaphore `{var.name}` is initialised for {expected} arrivals per phase, but "
+                             f"{count} warp-level arrivals reach it (arrive and expect are issued once per "
+                             "calling warp)", first.loc)
+
+
+def _warps_taking(cond: Expr, warps: frozenset):
+    """The warps of `warps` for which `cond` holds, or None if it depends on more than the warp id."""
+    from ..interpret.scalars import compile_expr
+
+    fn = compile_expr(cond)
+    try:
+        return frozenset(w for w in warps if fn({"warpid": w}))
+    except Exception:   # another symbol (loop counter, block index, parameter): unknown statically
+        return None
 
 
 def _same_ref(a: SharedRef, b: SharedRef) -> bool:
