@@ -352,6 +352,12 @@ def test_other_runtime_errors_name_the_line(kern, error, match):
     assert e.value.loc.file == __file__
 
 
+def test_an_op_attribute_the_semantics_do_not_handle_is_refused(monkeypatch):
+    monkeypatch.setitem(SEMANTICS, "unary", (SEMANTICS["unary"][0], frozenset()))
+    with pytest.raises(NotImplementedError, match="semantics of op `unary` do not handle fn='exp'"):
+        unary_kernel("exp", "row", "f32").interpret[(1,)](*(torch.zeros(WARPS * 32, 64) for _ in range(2)))
+
+
 def test_an_op_without_semantics_is_named(monkeypatch):
     monkeypatch.delitem(SEMANTICS, "store_gl_rt")
     with pytest.raises(NotImplementedError, match="no semantics for op `store_gl_rt`") as e:

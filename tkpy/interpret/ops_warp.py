@@ -13,7 +13,7 @@ from ..ir.core import Var
 from ..tiles.types import RT
 from .memory import part
 from .numerics import BINARY, REDUCE, UNARY, decode, encode, to_f32
-from .registry import semantics
+from .registry import lookup, semantics
 from .sync import Barrier
 
 _SCOPE_THREADS = {"warp": 32, "warpgroup": 128}   # as codegen's SCOPE_THREADS; "block": all threads
@@ -68,7 +68,7 @@ def store_st_rt(warp, op):
     warp.block.shared.write(tile, encode(tile.type.dtype, warp.read(src)), _elements(warp, tile))
 
 
-@semantics("load_st_gl")
+@semantics("load_st_gl", attrs=("scope",))
 def load_st_gl(warp, op):
     dst, src, coord = op.args
     tile = warp.shared_tile(dst)
@@ -78,7 +78,7 @@ def load_st_gl(warp, op):
     warp.block.shared.write(tile, box[mine.rows, mine.cols], mine)
 
 
-@semantics("store_gl_st")
+@semantics("store_gl_st", attrs=("scope",))
 def store_gl_st(warp, op):
     dst, src, coord = op.args
     tile = warp.shared_tile(src)
@@ -95,42 +95,46 @@ def fill(warp, op):
     warp.write(dst, np.full(_shape(dst), to_f32(warp.value(value)), np.float32))
 
 
-@semantics("unary")
+@semantics("unary", attrs=("fn",))
 def unary(warp, op):
     dst, src = op.args
-    warp.write(dst, UNARY[op.attrs["fn"]](warp.read(src)))
+    warp.write(dst, lookup(UNARY, op.attrs["fn"], op)(warp.read(src)))
 
 
-@semantics("binary")
+@semantics("binary", attrs=("fn",))
 def binary(warp, op):
     dst, a, b = op.args
     other = warp.read(b) if isinstance(b, Var) else np.float32(to_f32(warp.value(b)))
-    warp.write(dst, BINARY[op.attrs["fn"]](warp.read(a), other))
+    warp.write(dst, lookup(BINARY, op.attrs["fn"], op)(warp.read(a), other))
 
 
-@semantics("reduce")
+@semantics("reduce", attrs=("fn", "axis"))
 def reduce(warp, op):
     dst, src, *accum = op.args
-    fn = REDUCE[op.attrs["fn"]]
+    fn = lookup(REDUCE, op.attrs["fn"], op)
     v = fn.reduce(warp.read(src), axis=1 if op.attrs["axis"] == "row" else 0)
     warp.write(dst, fn(v, warp.read(accum[0])) if accum else v)
 
 
-@semantics("broadcast")
+@semantics("broadcast", attrs=("fn", "axis"))
 def broadcast(warp, op):
     dst, src, vec = op.args
     v = warp.read(vec)
-    warp.write(dst, BINARY[op.attrs["fn"]](warp.read(src), v[:, None] if op.attrs["axis"] == "row" else v[None, :]))
+    fn = lookup(BINARY, op.attrs["fn"], op)
+    warp.write(dst, fn(warp.read(src), v[:, None] if op.attrs["axis"] == "row" else v[None, :]))
 
 
-@semantics("mma")
+@semantics("mma", attrs=("trans_a", "trans_b"))
 def mma(warp, op):
-    """d = a @ b + c: the bf16/fp16 inputs are exact in fp32, products and sums are fp32 (sgemm)."""
+    """d = a @ b + c (a, b transposed when `trans_a`, `trans_b`): the bf16/fp16 inputs are exact in fp32,
+    products and sums are fp32 (sgemm)."""
     d, a, b, c = op.args
-    warp.write(d, np.matmul(warp.read(a), warp.read(b)) + warp.read(c))
+    a, b = warp.read(a), warp.read(b)
+    a, b = (a.T if op.attrs["trans_a"] else a), (b.T if op.attrs["trans_b"] else b)
+    warp.write(d, np.matmul(a, b) + warp.read(c))
 
 
-@semantics("sync")
+@semantics("sync", attrs=("scope",))
 def sync(warp, op):
     """__syncthreads: every warp of the block, from the same line. __syncwarp orders nothing on the CPU,
     where a warp runs as one unit."""
