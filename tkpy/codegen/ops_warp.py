@@ -5,16 +5,26 @@ from ..ir.expr import Expr
 from .emit import emits, float_operand, operand, scope_threads, tile_coord
 
 
+def bounded(op, name: str) -> tuple[str, str]:
+    """The prelude function of a global-memory copy and its extra arguments: `name`, or its
+    bounds-checked `name_masked` (loads pass their fill value)."""
+    if "fill" in op.attrs:
+        return f"{name}_masked", f", {float_operand(op.attrs['fill'])}"
+    return (f"{name}_masked", "") if op.attrs.get("masked") else (name, "")
+
+
 @emits("load_rt_gl")
 def emit_load_rt_gl(em, op):
     dst, src, coord = op.args
-    yield f"tk::load({dst.name}, {src.name}, {tile_coord(dst, coord)});"
+    fn, extra = bounded(op, "load")
+    yield f"tk::{fn}({dst.name}, {src.name}, {tile_coord(dst, coord)}{extra});"
 
 
 @emits("store_gl_rt")
 def emit_store_gl_rt(em, op):
     dst, src, coord = op.args
-    yield f"tk::store({dst.name}, {src.name}, {tile_coord(src, coord)});"
+    fn, extra = bounded(op, "store")
+    yield f"tk::{fn}({dst.name}, {src.name}, {tile_coord(src, coord)}{extra});"
 
 
 @emits("load_rt_st")
@@ -33,14 +43,16 @@ def emit_store_st_rt(em, op):
 def emit_load_st_gl(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])
-    yield f"tk::load<{n}>({operand(dst)}, {src.name}, {tile_coord(dst, coord)}, {t});"
+    fn, extra = bounded(op, "load")
+    yield f"tk::{fn}<{n}>({operand(dst)}, {src.name}, {tile_coord(dst, coord)}{extra}, {t});"
 
 
 @emits("store_gl_st")
 def emit_store_gl_st(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])
-    yield f"tk::store<{n}>({dst.name}, {operand(src)}, {tile_coord(src, coord)}, {t});"
+    fn, extra = bounded(op, "store")
+    yield f"tk::{fn}<{n}>({dst.name}, {operand(src)}, {tile_coord(src, coord)}{extra}, {t});"
 
 
 @emits("fill")
@@ -76,7 +88,8 @@ def emit_broadcast(em, op):
 @emits("mma")
 def emit_mma(em, op):
     d, a, b, c = op.args
-    yield f"tk::mma_AB({d.name}, {a.name}, {b.name}, {c.name});"
+    name = "mma_A" + ("t" if op.attrs["trans_a"] else "") + "B" + ("t" if op.attrs["trans_b"] else "")
+    yield f"tk::{name}({d.name}, {a.name}, {b.name}, {c.name});"
 
 
 @emits("sync")

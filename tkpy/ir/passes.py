@@ -78,13 +78,59 @@ def plan_shared(kernel: KernelIR) -> None:
 
 
 def register_estimate(kernel: KernelIR) -> int:
-    """32-bit registers per thread that the register tiles of the deepest scope chain need (a lower bound)."""
-    def block(stmts) -> int:
-        here = sum(_regs(s.var) for s in stmts if isinstance(s, Decl) and not s.var.is_shared)
-        inner = [block(s.body) for s in stmts if isinstance(s, For)]
-        inner += [max(block(s.then), block(s.orelse)) for s in stmts if isinstance(s, If)]
-        return here + max(inner, default=0)
-    return block(kernel.body)
+    """32-bit registers per thread that the register tiles live at the busiest statement need (a lower
+    bound). A tile is live from its declaration to its last use, or to the end of the outermost runtime
+    loop that uses it without declaring it (the next iteration reads it again); so temporaries such as
+    those of `a + b` cost registers only while they are in use."""
+    spans: dict = {}            # register Var -> [declared at, last live at] (statement positions)
+    loops: list = []            # [start, end] positions of the runtime loops enclosing the walk
+    position = 0
+
+    def use(var: Var, at: int) -> None:
+        while var.view is not None and isinstance(var.view.base, Var):
+            var = var.view.base                 # a subtile's registers are its base tile's
+        span = spans.get(var)
+        if span is None:
+            return
+        end = next((loop[1] for loop in loops if loop[0] > span[0]), at)
+        span[1] = max(span[1], end, at)
+
+    def visit(stmts) -> None:
+        nonlocal position
+        for s in stmts:
+            position += 1
+            if isinstance(s, Decl):
+                if not s.var.is_shared and s.var.view is None:
+                    spans[s.var] = [position, position]
+                elif s.var.view is not None and isinstance(s.var.view.base, Var):
+                    use(s.var.view.base, position)
+            elif isinstance(s, Op):
+                for a in _flat(s.args):
+                    if isinstance(a, Var):
+                        use(a, position)
+            elif isinstance(s, For):
+                loop = [position, position + _count(s.body)]
+                loops.append(loop)
+                visit(s.body)
+                loops.pop()
+            elif isinstance(s, If):
+                visit(s.then)
+                visit(s.orelse)
+
+    visit(kernel.body)
+    live = [0] * (position + 2)
+    for var, (first, last) in spans.items():
+        live[first] += _regs(var)
+        live[last + 1] -= _regs(var)
+    peak = running = 0
+    for delta in live:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def _count(stmts) -> int:
+    return sum(1 for _ in walk(stmts))
 
 
 def _regs(var: Var) -> int:

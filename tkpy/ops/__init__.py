@@ -1,11 +1,15 @@
 """The user-facing tile op namespace: thin functions that check their operands and record IR."""
 from .declare import rt, rv, st, sv, col_vec, row_vec
-from .memory import load, store, Scope
+from .memory import load, store, load_async, load_async_wait, Scope
 from .elementwise import (fill, zero, one, neg_infty, pos_infty, copy,
                           exp, exp2, log, log2, abs, relu, neg, add, sub, mul, div, max, min)
 from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_sum, col_prod,
                      add_row, sub_row, mul_row, div_row, add_col, sub_col, mul_col, div_col)
-from .mma import mma_AB
+from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt
+from .layout import swap_layout, transpose
+from .views import subtile
+from .maps import map, broadcast_row, broadcast_col
+from .masks import (make_causal, make_causal_t, tril, triu, left_fill, right_fill, upper_fill, lower_fill)
 from .sync import sync, warp_sync
 
 from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, named_sync,

@@ -11,21 +11,21 @@ UNARY_FNS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "copy")
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
 
 
-def _register(x, what: str) -> Var:
+def register_operand(x, what: str) -> Var:
     x = operand(x, what)
     if not isinstance(x.type, (RT, RV)):
         fail(f"{what}: expected a register tile or vector, got {describe(x)}")
     return x
 
 
-def _compatible(dst, src, what: str) -> None:
+def compatible(dst, src, what: str) -> None:
     same_shape(dst, src, what)
     same_layout(dst, src, what)
 
 
 def fill(dst, value):
     """Set every element of `dst` to a scalar."""
-    dst = _register(dst, "fill")
+    dst = register_operand(dst, "fill")
     return emit("fill", dst, scalar(value, "fill value"))
 
 
@@ -45,35 +45,53 @@ def pos_infty(dst):
     return fill(dst, math.inf)
 
 
-def copy(dst, src):
-    """dst = src, converting the dtype (rounding to nearest even)."""
-    dst, src = _register(dst, "copy destination"), _register(src, "copy source")
-    _compatible(dst, src, "copy")
+def copy(dst, src=None):
+    """dst = src, converting the dtype (rounding to nearest even) and the layout: a tile in the other
+    layout is tk.swap_layout, a vector in another layout moves its values across lanes.
+    `tk.copy(src)` returns a new copy."""
+    if src is None:
+        from .operators import unary_value
+        return unary_value("copy", dst)
+    dst, src = register_operand(dst, "copy destination"), register_operand(src, "copy source")
+    same_shape(dst, src, "copy")
+    if type(dst.type) is not type(src.type):
+        fail(f"copy: {describe(dst)} and {describe(src)} are not both tiles or both vectors")
+    if isinstance(dst.type, RT) and dst.type.layout != src.type.layout:
+        return emit("swap_layout", dst, src)
     return emit("unary", dst, src, fn="copy")
 
 
 def _unary(fn: str):
-    def op(dst, src):
-        d, s = _register(dst, f"{fn} destination"), _register(src, f"{fn} source")
-        _compatible(d, s, fn)
+    def op(dst, src=None):
+        if src is None:
+            from .operators import unary_value
+            return unary_value(fn, dst)
+        d, s = register_operand(dst, f"{fn} destination"), register_operand(src, f"{fn} source")
+        compatible(d, s, fn)
         return emit("unary", d, s, fn=fn)
     op.__name__ = fn
-    op.__doc__ = f"dst = {fn}(src), elementwise (computed in fp32)."
+    op.__doc__ = (f"dst = {fn}(src), elementwise (computed in fp32). `tk.{fn}(x)` returns a new tile or vector "
+                  "(inside a tk.map function: an expression).")
     return op
 
 
 def _binary(fn: str):
-    def op(dst, a, b):
-        d, a_ = _register(dst, f"{fn} destination"), _register(a, f"{fn} first operand")
-        _compatible(d, a_, fn)
+    def op(dst, a, b=None):
+        if b is None:
+            from .operators import binary_value
+            return binary_value(fn, dst, a)
+        d, a_ = register_operand(dst, f"{fn} destination"), register_operand(a, f"{fn} first operand")
+        compatible(d, a_, fn)
         if isinstance(b, (Var,)) or hasattr(b, "type"):
-            b_ = _register(b, f"{fn} second operand")
-            _compatible(d, b_, fn)
+            b_ = register_operand(b, f"{fn} second operand")
+            compatible(d, b_, fn)
         else:
             b_ = scalar(b, f"{fn} second operand")
         return emit("binary", d, a_, b_, fn=fn)
     op.__name__ = fn
-    op.__doc__ = f"dst = {fn}(a, b), elementwise; b is a tile/vector like a, or a scalar (computed in fp32)."
+    op.__doc__ = (f"dst = {fn}(a, b), elementwise; b is a tile/vector like a, or a scalar (computed in fp32). "
+                  f"`tk.{fn}(a, b)` returns a new tile or vector, broadcasting a vector b along rows or "
+                  "columns by its layout (inside a tk.map function: an expression).")
     return op
 
 

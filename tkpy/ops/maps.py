@@ -1,15 +1,16 @@
 """Generic elementwise maps (`tk.map`) and filling a tile from a vector (`broadcast_row/col`)."""
 from __future__ import annotations
 
+from ..errors import TraceError
 from ..ir.core import Var
-from ..ir.expr import Expr, as_expr
+from ..ir.expr import Const, Sym, as_expr, render
 from ._checks import describe, emit, fail, register_tile, register_vector
 from .elementwise import compatible, register_operand
 from .reduce import vector_for
 
 MAP_UNARY = ("exp", "exp2", "log", "log2", "abs", "relu", "neg")
 MAP_BINARY = ("add", "sub", "mul", "div", "max", "min")
-_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+PYTHON_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _PRECEDENCE = {"add": 1, "sub": 1, "mul": 2, "div": 2, "neg": 3}
 
 
@@ -43,27 +44,28 @@ class MapExpr:
         fail("a tk.map function is traced once on placeholders and cannot branch on their values; "
              "use tk.max / tk.min / tk.relu")
 
-    def precedence(self) -> int:
-        return _PRECEDENCE.get(self.fn, 4)
+    def precedence(self, infix) -> int:
+        """Binding strength when rendered: infix operators, unary minus, or a leaf / call (4)."""
+        return _PRECEDENCE[self.fn] if self.fn in infix or self.fn == "neg" else 4
 
-    def render(self, arg, scalar, call) -> str:
-        """Text of the expression: `arg(i)`, `scalar(expr)` and `call(fn, texts)` render the leaves and
-        function calls; + - * / and negation are infix (parenthesised by precedence)."""
+    def render(self, arg, scalar, call, infix) -> str:
+        """Text of the expression: `arg(i)`, `scalar(expr)` and `call(fn, texts)` render leaves and calls;
+        the functions in `infix` (fn -> symbol) and negation are operators, parenthesised so that the
+        text evaluates in the order it was built (fp addition does not reassociate)."""
         if self.fn == "arg":
             return arg(self.args[0])
         if self.fn == "scalar":
-            return scalar(self.args[0])
-        p = self.precedence()
-        texts = []
-        for i, a in enumerate(self.args):
-            t = a.render(arg, scalar, call)
-            tight = a.precedence() < p or (i == 1 and a.precedence() == p and p < 3)
-            texts.append(f"({t})" if tight and p < 4 else t)
-        if self.fn == "neg":
-            return f"-{texts[0]}"
-        if self.fn in _SYMBOLS and call(self.fn, None) is None:
-            return f"{texts[0]} {_SYMBOLS[self.fn]} {texts[1]}"
-        return call(self.fn, texts)
+            e = self.args[0]
+            text = scalar(e)
+            return text if isinstance(e, Sym) or (isinstance(e, Const) and e.value >= 0) else f"({text})"
+        texts = [a.render(arg, scalar, call, infix) for a in self.args]
+        p = self.precedence(infix)
+        if p == 4:
+            return call(self.fn, texts)
+        last = len(texts) - 1
+        texts = [f"({t})" if a.precedence(infix) < p or (i == last and a.precedence(infix) == p) else t
+                 for i, (a, t) in enumerate(zip(self.args, texts))]
+        return f"-{texts[0]}" if self.fn == "neg" else f"{texts[0]} {infix[self.fn]} {texts[1]}"
 
     def scalars(self) -> list:
         """The scalar leaves (runtime values the generated lambda captures)."""
@@ -74,15 +76,9 @@ class MapExpr:
         return [s for a in self.args for s in a.scalars()]
 
     def __str__(self) -> str:
-        return self.render(lambda i: f"x{i}", _scalar_text,
-                           lambda fn, texts: None if texts is None else f"{fn}({', '.join(texts)})")
+        return self.render(lambda i: f"x{i}", render, lambda fn, texts: f"{fn}({', '.join(texts)})", PYTHON_INFIX)
 
     __repr__ = __str__
-
-
-def _scalar_text(e: Expr) -> str:
-    from ..ir.expr import render
-    return render(e)
 
 
 def lift(x) -> MapExpr:
@@ -94,7 +90,7 @@ def lift(x) -> MapExpr:
              "pass the tile as another operand of tk.map")
     try:
         return MapExpr("scalar", (as_expr(x),))
-    except Exception:
+    except TraceError:
         fail(f"inside a tk.map function, expected a number or runtime scalar, got {describe(x)}")
 
 

@@ -11,18 +11,32 @@ from ..errors import UnsupportedError
 from ..frontend.context import user_loc
 from ..frontend.control import WARP_ID
 from ..ir.core import GlobalVar, SharedRef, Var
-from ..tiles.types import RT, ST
-from ._checks import describe, emit, fail, operand, same_shape, tile_coord
+from ..tiles.types import RT, RV, ST, SV
+from ._checks import describe, emit, fail, operand, same_shape, scalar, tile_coord
 
 SCOPES = {"warp": 1, "warpgroup": 4, "block": None}  # warps taking part (None: all)
 
 
-def load(dst, src, coord=None, *, scope: str = "warp"):
-    """Load `dst` from `src`: rt <- gl, rt <- st, st <- gl (dtype converted into register tiles)."""
+def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
+    """Load `dst` from `src`: rt <- gl, rt <- st, st <- gl, rv <- gl, rv <- sv, sv <- gl (dtype converted
+    into registers). Loads from a global tensor are bounds-checked with `masked=True` or a `fill`
+    value (elements past the tensor's last row or column read as `fill`, default 0), and
+    automatically when a static dim is not a multiple of the tile."""
     dst, src = operand(dst, "load destination"), operand(src, "load source")
     d, s = dst.type, src.type
     if isinstance(d, RT) and isinstance(src, GlobalVar):
-        return emit("load_rt_gl", dst, src, _register_coord(coord, scope, "load"))
+        return emit("load_rt_gl", dst, src, _register_coord(coord, scope, "load"),
+                    **_bounds(dst, src, masked, fill, "load"))
+    if isinstance(d, RV) and isinstance(src, GlobalVar):
+        _register_scope(scope, "load")
+        return emit("load_rv_gl", dst, src, tile_coord(coord, "load"), **_bounds(dst, src, masked, fill, "load"))
+    if isinstance(d, RV) and isinstance(s, SV):
+        _check_shared_vector(dst, src, coord, scope, "load")
+        return emit("load_rv_sv", dst, src)
+    if isinstance(d, SV) and isinstance(src, GlobalVar):
+        _same_dtype(dst, src, "load")
+        return emit("load_sv_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope),
+                    **_bounds(dst, src, masked, fill, "load"))
     if isinstance(d, RT) and isinstance(src, SharedRef) and isinstance(s, ST):
         _register_scope(scope, "load")
         _no_coord(coord, "load from a shared tile")
@@ -30,16 +44,30 @@ def load(dst, src, coord=None, *, scope: str = "warp"):
         return emit("load_rt_st", dst, src)
     if isinstance(d, ST) and isinstance(src, GlobalVar):
         _same_dtype(dst, src, "load")
-        return emit("load_st_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope))
+        return emit("load_st_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope),
+                    **_bounds(dst, src, masked, fill, "load"))
     raise UnsupportedError(f"load into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
 
-def store(dst, src, coord=None, *, scope: str = "warp"):
-    """Store `src` into `dst`: gl <- rt, st <- rt, gl <- st (dtype converted out of register tiles)."""
+def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
+    """Store `src` into `dst`: gl <- rt, st <- rt, gl <- st, gl <- rv, sv <- rv, gl <- sv (dtype converted
+    out of registers). Stores into a global tensor skip the elements past its last row or column
+    with `masked=True`, and automatically when a static dim is not a multiple of the tile."""
     dst, src = operand(dst, "store destination"), operand(src, "store source")
     d, s = dst.type, src.type
     if isinstance(dst, GlobalVar) and isinstance(s, RT):
-        return emit("store_gl_rt", dst, src, _register_coord(coord, scope, "store"))
+        return emit("store_gl_rt", dst, src, _register_coord(coord, scope, "store"),
+                    **_bounds(src, dst, masked, None, "store"))
+    if isinstance(dst, GlobalVar) and isinstance(s, RV):
+        _register_scope(scope, "store")
+        return emit("store_gl_rv", dst, src, tile_coord(coord, "store"), **_bounds(src, dst, masked, None, "store"))
+    if isinstance(d, SV) and isinstance(s, RV):
+        _check_shared_vector(src, dst, coord, scope, "store")
+        return emit("store_sv_rv", dst, src)
+    if isinstance(dst, GlobalVar) and isinstance(s, SV):
+        _same_dtype(dst, src, "store")
+        return emit("store_gl_sv", dst, src, tile_coord(coord, "store"), scope=_scope(scope),
+                    **_bounds(src, dst, masked, None, "store"))
     if isinstance(dst, SharedRef) and isinstance(d, ST) and isinstance(s, RT):
         _register_scope(scope, "store")
         _no_coord(coord, "store into a shared tile")
@@ -47,7 +75,8 @@ def store(dst, src, coord=None, *, scope: str = "warp"):
         return emit("store_st_rt", dst, src)
     if isinstance(dst, GlobalVar) and isinstance(s, ST):
         _same_dtype(dst, src, "store")
-        return emit("store_gl_st", dst, src, tile_coord(coord, "store"), scope=_scope(scope))
+        return emit("store_gl_st", dst, src, tile_coord(coord, "store"), scope=_scope(scope),
+                    **_bounds(src, dst, masked, None, "store"))
     raise UnsupportedError(f"store into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
 
@@ -83,14 +112,61 @@ def _same_dtype(a, b, what: str) -> None:
         fail(f"{what}: shared<->global copies do not convert; {describe(a)} vs {describe(b)}")
 
 
+def _bounds(tile, g: GlobalVar, masked, fill, what: str) -> dict:
+    """The attributes of a bounds-checked copy between `tile` and `g` ({} for an unchecked one): loads
+    carry their `fill` value, stores `masked=True`. Checking is on when asked for (masked=True or a
+    fill value) or when a static dim of `g` is not a multiple of the tile (a partial tile is certain)."""
+    t = tile.type
+    extent = (t.rows, t.cols) if isinstance(t, (RT, ST)) else (1, t.length)
+    ragged = [f"{dim} {axis}" for dim, n, axis in zip(g.type.dims[2:], extent, ("rows", "cols"))
+              if isinstance(dim, int) and dim % n]
+    if masked is False and (ragged or fill is not None):
+        fail(f"{what}: masked=False, but " + (f"{describe(g)} has {' and '.join(ragged)}, not a multiple of "
+             f"{describe(tile)}" if ragged else "a fill value was given"))
+    if not (masked or ragged or fill is not None):
+        return {}
+    if what == "store":
+        return {"masked": True}
+    return {"fill": scalar(0.0 if fill is None else fill, f"{what} fill value")}
+
+
+def _check_shared_vector(rv, sv, coord, scope: str, what: str) -> None:
+    _register_scope(scope, what)
+    _no_coord(coord, f"{what} between a register and a shared vector")
+    same_shape(rv, sv, what)
+
+
+def load_async(dst, src, coord=None, *, scope: str = "warp", masked=None):
+    """Start copying a shared tile from a global tensor with cp.async, bypassing registers; the
+    calling threads commit their copies as one group. `tk.load_async_wait(n)` waits for all but
+    the last n groups; then synchronise (tk.sync() for a block-scope copy) before reading the tile.
+    Bounds-checked like tk.load (elements outside the tensor read as 0)."""
+    dst, src = operand(dst, "load_async destination"), operand(src, "load_async source")
+    if not (isinstance(dst, SharedRef) and isinstance(dst.type, ST) and isinstance(src, GlobalVar)):
+        fail(f"load_async copies a global tensor into a shared tile; got {describe(dst)} <- {describe(src)}")
+    _same_dtype(dst, src, "load_async")
+    checked = {"masked": True} if _bounds(dst, src, masked, None, "load_async") else {}
+    return emit("load_async", dst, src, tile_coord(coord, "load_async"), scope=_scope(scope), **checked)
+
+
+def load_async_wait(pending: int = 0):
+    """Wait until at most `pending` of this thread's load_async groups are still in flight."""
+    if not isinstance(pending, int) or pending < 0:
+        fail(f"load_async_wait: pending must be a non-negative int, got {pending!r}")
+    return emit("load_async_wait", pending=pending)
+
+
 class Scope:
     """`tk.warpgroup` / `tk.block`: the same memory ops done cooperatively by more warps."""
 
     def __init__(self, name: str):
         self.name = name
 
-    def load(self, dst, src, coord=None):
-        return load(dst, src, coord, scope=self.name)
+    def load(self, dst, src, coord=None, **bounds):
+        return load(dst, src, coord, scope=self.name, **bounds)
 
-    def store(self, dst, src, coord=None):
-        return store(dst, src, coord, scope=self.name)
+    def store(self, dst, src, coord=None, **bounds):
+        return store(dst, src, coord, scope=self.name, **bounds)
+
+    def load_async(self, dst, src, coord=None, **bounds):
+        return load_async(dst, src, coord, scope=self.name, **bounds)

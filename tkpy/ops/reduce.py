@@ -1,14 +1,14 @@
 """Row/column reductions of register tiles into vectors, and vector broadcasts back onto tiles."""
 from __future__ import annotations
 
-from ..tiles.types import RT, RV
+from ..frontend.context import current
 from ._checks import describe, emit, fail, register_tile, register_vector, same_layout, same_shape
 
 REDUCE_FNS = ("max", "min", "sum", "prod")
 BROADCAST_FNS = ("add", "sub", "mul", "div")
 
 
-def _vector_for(tile, vec, axis: str, what: str):
+def vector_for(tile, vec, axis: str, what: str):
     """`vec` must be the vector type that `tile` reduces to along `axis` ('row': one value per row)."""
     expected = tile.type.col_vec() if axis == "row" else tile.type.row_vec()
     if vec.type.length != expected.length or vec.type.layout != expected.layout:
@@ -19,10 +19,15 @@ def _vector_for(tile, vec, axis: str, what: str):
 
 
 def _reduce(fn: str, axis: str):
-    def op(dst, src, accum=None):
+    def op(dst, src=None, accum=None):
+        if src is None:     # tk.row_max(t): a new vector
+            t = register_tile(dst, f"{axis}_{fn} source")
+            v = current().declare(t.type.col_vec() if axis == "row" else t.type.row_vec(), "v")
+            op(v, t)
+            return v
         v = register_vector(dst, f"{axis}_{fn} destination")
         t = register_tile(src, f"{axis}_{fn} source")
-        _vector_for(t, v, axis, f"{axis}_{fn}")
+        vector_for(t, v, axis, f"{axis}_{fn}")
         args = [v, t]
         if accum is not None:
             acc = register_vector(accum, f"{axis}_{fn} accumulator")
@@ -31,8 +36,8 @@ def _reduce(fn: str, axis: str):
             args.append(acc)
         return emit("reduce", *args, fn=fn, axis=axis)
     op.__name__ = f"{axis}_{fn}"
-    op.__doc__ = (f"dst[i] = {fn} over the {'columns of row' if axis == 'row' else 'rows of column'} i of src"
-                  f"{' ' if True else ''}(combined with `accum` when given).")
+    op.__doc__ = (f"dst[i] = {fn} over the {'columns of row' if axis == 'row' else 'rows of column'} i of src "
+                  f"(combined with `accum` when given). `tk.{axis}_{fn}(src)` returns a new vector.")
     return op
 
 
@@ -43,7 +48,7 @@ def _broadcast(fn: str, axis: str):
         same_shape(d, s, f"{fn}_{axis}")
         same_layout(d, s, f"{fn}_{axis}")
         v = register_vector(vec, f"{fn}_{axis} vector")
-        _vector_for(s, v, axis, f"{fn}_{axis}")
+        vector_for(s, v, axis, f"{fn}_{axis}")
         return emit("broadcast", d, s, v, fn=fn, axis=axis)
     op.__name__ = f"{fn}_{axis}"
     op.__doc__ = (f"dst = {fn}(src, vec) with vec broadcast along each "

@@ -1,0 +1,72 @@
+"""Masks by element position, as ThunderKittens names them: dst = src where kept, `val` elsewhere.
+
+Positions are the tile's own (row, col); offsets such as a query block's distance from a key
+block go into `diagonal` / `row` / `col`, which may be runtime values:
+
+    make_causal(dst, src, val)      keep col <= row            make_causal_t   keep col >= row
+    tril(dst, src, diagonal, val)   keep col <= row + diagonal triu            keep col >= row + diagonal
+    right_fill(dst, src, col, val)  fill columns >= col        left_fill       fill columns < col
+    lower_fill(dst, src, row, val)  fill rows >= row           upper_fill      fill rows < row
+"""
+from __future__ import annotations
+
+from ..tiles.dtypes import f32
+from ._checks import describe, emit, fail, register_tile, scalar
+
+
+def _operands(dst, src, what: str):
+    d, s = register_tile(dst, f"{what} destination"), register_tile(src, f"{what} source")
+    if (d.type.rows, d.type.cols, d.type.layout) != (s.type.rows, s.type.cols, s.type.layout):
+        fail(f"{what}: {describe(d)} and {describe(s)} differ in shape or layout")
+    return d, s
+
+
+def _mask(kind: str, dst, src, index, val, index_name: str = ""):
+    d, s = _operands(dst, src, kind)
+    extra = ()
+    if index_name:
+        e = scalar(index, f"{kind} {index_name}")
+        if e.dtype == f32:
+            fail(f"{kind}: {index_name} must be an integer, got a float")
+        extra = (e,)
+    return emit("mask", d, s, *extra, scalar(val, f"{kind} value"), kind=kind)
+
+
+def make_causal(dst, src, val=0.0):
+    """dst = src on and below the diagonal (col <= row), `val` above it."""
+    return _mask("make_causal", dst, src, None, val)
+
+
+def make_causal_t(dst, src, val=0.0):
+    """dst = src on and above the diagonal (col >= row), `val` below it."""
+    return _mask("make_causal_t", dst, src, None, val)
+
+
+def tril(dst, src, diagonal=0, val=0.0):
+    """dst = src where col <= row + diagonal, `val` elsewhere."""
+    return _mask("tril", dst, src, diagonal, val, "diagonal")
+
+
+def triu(dst, src, diagonal=0, val=0.0):
+    """dst = src where col >= row + diagonal, `val` elsewhere."""
+    return _mask("triu", dst, src, diagonal, val, "diagonal")
+
+
+def right_fill(dst, src, col, val=0.0):
+    """dst = src left of column `col`, `val` from it on."""
+    return _mask("right_fill", dst, src, col, val, "col")
+
+
+def left_fill(dst, src, col, val=0.0):
+    """dst = src from column `col` on, `val` left of it."""
+    return _mask("left_fill", dst, src, col, val, "col")
+
+
+def lower_fill(dst, src, row, val=0.0):
+    """dst = src above row `row`, `val` from it on."""
+    return _mask("lower_fill", dst, src, row, val, "row")
+
+
+def upper_fill(dst, src, row, val=0.0):
+    """dst = src from row `row` on, `val` above it."""
+    return _mask("upper_fill", dst, src, row, val, "row")
