@@ -11,18 +11,13 @@ import numpy as np
 
 from ..ir.core import Var
 from ..tiles.types import RT
+from .bounds import read_global, write_global
 from .memory import part
 from .numerics import BINARY, REDUCE, UNARY, decode, encode, to_f32
 from .registry import lookup, semantics
 from .sync import Barrier
 
 _SCOPE_THREADS = {"warp": 32, "warpgroup": 128}   # as codegen's SCOPE_THREADS; "block": all threads
-
-
-def _box(warp, g, coord, tile, what: str):
-    """The global box a tile-sized transfer at `coord` (in units of `tile`) touches: a bounds-checked view."""
-    b, d, r, c = (warp.value(x) for x in coord)
-    return g.box((b, d, r * tile.rows, c * tile.cols), tile.rows, tile.cols, what, warp.loc)
 
 
 def _elements(warp, tile, scope: str = "warp"):
@@ -39,54 +34,58 @@ def _shape(var: Var) -> tuple:
     return (t.rows, t.cols) if isinstance(t, RT) else (t.length,)
 
 
-@semantics("load_rt_gl")
+@semantics("load_rt_gl", "load_rv_gl", attrs=("fill",))
 def load_rt_gl(warp, op):
     dst, src, coord = op.args
     g = warp.block.globals[src]
-    warp.write(dst, decode(g.dtype, _box(warp, g, coord, dst.type, f"load into `{dst.name}` from `{src.name}`")))
+    raw = read_global(warp, op, g, coord, dst.type, f"load into `{dst.name}` from `{src.name}`")
+    warp.write(dst, decode(g.dtype, raw).reshape(_shape(dst)))
 
 
-@semantics("store_gl_rt")
+@semantics("store_gl_rt", "store_gl_rv", attrs=("masked",))
 def store_gl_rt(warp, op):
     dst, src, coord = op.args
     g = warp.block.globals[dst]
-    _box(warp, g, coord, src.type, f"store of `{src.name}` into `{dst.name}`")[...] = encode(g.dtype, warp.read(src))
+    what = f"store of `{src.name}` into `{dst.name}`"
+    write_global(warp, op, g, coord, src.type, encode(g.dtype, warp.read(src)), what)
 
 
-@semantics("load_rt_st")
+@semantics("load_rt_st", "load_rv_sv")
 def load_rt_st(warp, op):
     dst, src = op.args
     tile = warp.shared_tile(src)
     raw = warp.block.shared.read(tile, _elements(warp, tile), f"load into `{dst.name}`", op.loc)
-    warp.write(dst, decode(tile.type.dtype, raw))
+    warp.write(dst, decode(tile.type.dtype, raw).reshape(_shape(dst)))
 
 
-@semantics("store_st_rt")
+@semantics("store_st_rt", "store_sv_rv")
 def store_st_rt(warp, op):
     dst, src = op.args
     tile = warp.shared_tile(dst)
     warp.block.shared.write(tile, encode(tile.type.dtype, warp.read(src)), _elements(warp, tile))
 
 
-@semantics("load_st_gl", attrs=("scope",))
+@semantics("load_st_gl", "load_sv_gl", "load_async", attrs=("scope", "fill", "masked"))
 def load_st_gl(warp, op):
+    """Shared tiles and vectors from global memory. cp.async (load_async) lands at once here: a valid
+    execution of a kernel that waits for it (masked: zero past the edges, as its zero-fill does)."""
     dst, src, coord = op.args
     tile = warp.shared_tile(dst)
     g = warp.block.globals[src]
-    box = _box(warp, g, coord, tile.type, f"load into `{tile.name}` from `{src.name}`")
+    box = read_global(warp, op, g, coord, tile.type, f"load into `{tile.name}` from `{src.name}`")
     mine = _elements(warp, tile, op.attrs["scope"])
     warp.block.shared.write(tile, box[mine.rows, mine.cols], mine)
 
 
-@semantics("store_gl_st", attrs=("scope",))
+@semantics("store_gl_st", "store_gl_sv", attrs=("scope", "masked"))
 def store_gl_st(warp, op):
     dst, src, coord = op.args
     tile = warp.shared_tile(src)
     g = warp.block.globals[dst]
     what = f"store of `{tile.name}` into `{dst.name}`"
-    box = _box(warp, g, coord, tile.type, what)
     mine = _elements(warp, tile, op.attrs["scope"])
-    box[mine.rows, mine.cols] = warp.block.shared.read(tile, mine, what, op.loc)
+    write_global(warp, op, g, coord, tile.type, warp.block.shared.read(tile, mine, what, op.loc), what,
+                 mine.rows, mine.cols)
 
 
 @semantics("fill")

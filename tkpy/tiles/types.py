@@ -157,6 +157,16 @@ class SV:
     def alignment(self) -> int:
         return 16
 
+    # As a one-row tile: how copies to and from global memory address it.
+    rows = 1
+
+    @property
+    def cols(self) -> int:
+        return self.length
+
+    def byte_offset(self, row, col):
+        return col * self.dtype.nbytes
+
     def __str__(self) -> str:
         return f"sv<{self.dtype}, {self.length}>"
 

@@ -1,0 +1,72 @@
+"""CPU semantics of the rest of the warp-level vocabulary (the counterpart of codegen/ops_warp_extra.py):
+layout swaps and transposes, masks, generic maps and vector broadcasts. As in ops_warp.py, tiles
+are logical arrays, so a layout swap is a copy; the vector and shared-vector copies share the
+tile copies' semantics there."""
+from __future__ import annotations
+
+import numpy as np
+
+from .numerics import BINARY, UNARY, to_f32
+from .registry import lookup, semantics
+
+# Which elements each mask keeps, by row r, column c and its index i (ops/masks.py).
+_KEEP = {
+    "make_causal": lambda r, c, i: c <= r, "make_causal_t": lambda r, c, i: c >= r,
+    "tril": lambda r, c, i: c <= r + i, "triu": lambda r, c, i: c >= r + i,
+    "right_fill": lambda r, c, i: c < i, "left_fill": lambda r, c, i: c >= i,
+    "lower_fill": lambda r, c, i: r < i, "upper_fill": lambda r, c, i: r >= i,
+}
+
+
+@semantics("swap_layout")
+def swap_layout(warp, op):
+    dst, src = op.args
+    warp.write(dst, warp.read(src))
+
+
+@semantics("transpose")
+def transpose(warp, op):
+    dst, src = op.args
+    warp.write(dst, warp.read(src).T)
+
+
+@semantics("mask", attrs=("kind",))
+def mask(warp, op):
+    dst, src, *index, val = op.args
+    x = warp.read(src)
+    r, c = np.indices(x.shape)
+    keep = lookup(_KEEP, op.attrs["kind"], op)(r, c, warp.value(index[0]) if index else 0)
+    warp.write(dst, np.where(keep, x, np.float32(to_f32(warp.value(val)))))
+
+
+@semantics("map", attrs=("fn",))
+def map_(warp, op):
+    """The map expression evaluated on fp32 arrays, one numpy call per node, as the lambda computes."""
+    dst, *srcs = op.args
+    values = [warp.read(s) for s in srcs]
+
+    def evaluate(e):
+        if e.fn == "arg":
+            return values[e.args[0]]
+        if e.fn == "scalar":
+            return np.float32(to_f32(warp.value(e.args[0])))
+        table = UNARY if len(e.args) == 1 else BINARY
+        return lookup(table, e.fn, op)(*(evaluate(a) for a in e.args))
+
+    with np.errstate(all="ignore"):         # inf and NaN propagate as on the GPU
+        out = evaluate(op.attrs["fn"])
+    warp.write(dst, np.broadcast_to(out, values[0].shape))
+
+
+@semantics("broadcast_row", "broadcast_col")
+def broadcast_vector(warp, op):
+    dst, vec = op.args
+    v = warp.read(vec)
+    shape = (dst.type.rows, dst.type.cols)
+    warp.write(dst, np.broadcast_to(v[:, None] if op.name == "broadcast_row" else v[None, :], shape))
+
+
+@semantics("load_async_wait", attrs=("pending",))
+def load_async_wait(warp, op):
+    """Nothing to wait for: the interpreter's cp.async copies land when issued (ops_warp.load_st_gl)."""
+    return None
