@@ -185,3 +185,12 @@ def test_cluster_multicast_and_remote_arrive():
     assert torch.equal(ranks, expected)
     with pytest.raises(tk.ArgumentError, match="not a multiple of the cluster"):
         multicast_kernel()[(3,)]
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 256, 64), (512, 768, 320), (1920, 2048, 1024), (4096, 4096, 512)])
+def test_lcf_template_gemm(m, n, k):
+    """The persistent LCF-template GEMM, including more tiles than SMs (several tasks per block)."""
+    from kernels.gemm import matmul
+    a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
+    c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16))
+    assert rel_err(c, a.double() @ b.double()) < 1e-2

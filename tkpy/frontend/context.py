@@ -91,10 +91,15 @@ class activate:
         return False
 
 
+_TEMPLATES_DIR = _TKPY_DIR + "templates" + os.sep
+
+
 def user_frame():
-    """The innermost frame outside the tkpy package (the user's code), or None."""
+    """The innermost frame outside the tkpy package (the user's code), or None. Block templates
+    count as user code: the statements they generate point at the template's lines."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR) \
+            and not frame.f_code.co_filename.startswith(_TEMPLATES_DIR):
         frame = frame.f_back
     return frame
 

@@ -115,3 +115,16 @@ def lane_id() -> Expr:
 def num_warps() -> int:
     """Warps per block of the kernel being traced (a Python int)."""
     return current().warps
+
+
+def let(value, name: str = "v") -> Sym:
+    """Bind a runtime scalar to a name: `s = tk.let(k % 4, "stage")` emits `const int stage = k % 4;`
+    and later uses read `stage` instead of repeating the expression."""
+    from ..ir.core import Let
+
+    value = as_expr(value)
+    if not name.isidentifier():
+        raise TraceError(f"tk.let needs an identifier for a name, got {name!r}", user_loc())
+    sym = Sym(name, value.dtype)       # made unique after tracing, with the other names
+    current().emit(Let(sym, value, user_loc()))
+    return sym

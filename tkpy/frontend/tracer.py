@@ -86,7 +86,4 @@ def _name_variables(body, user_locals: dict, taken: set) -> None:
             final = f"{wanted}_{n}"
             n += 1
         used.add(final)
-        if isinstance(stmt, For):
-            object.__setattr__(obj, "name", final)
-        else:
-            obj.name = final
+        object.__setattr__(obj, "name", final)   # Syms are frozen; tile Vars are not

@@ -19,7 +19,7 @@ import linecache
 import numpy as np
 
 from ..errors import DeadlockError, InterpretError, UnsupportedError
-from ..ir.core import Decl, For, If, KernelIR, Op, SharedRef, Var
+from ..ir.core import Decl, For, If, KernelIR, Let, Op, SharedRef, Var
 from ..tiles.types import RT, RV
 from .memory import SharedMemory, SharedTile
 from .numerics import round_to
@@ -171,6 +171,8 @@ def execute(warp: Warp, stmts):
                 yield wait
         elif isinstance(s, Decl):
             warp.declare(s.var)
+        elif isinstance(s, Let):
+            warp.env[s.sym.name] = warp.value(s.value)
         elif isinstance(s, For):
             start, stop, step = (warp.value(e) for e in (s.start, s.stop, s.step))
             if step <= 0 and start < stop:

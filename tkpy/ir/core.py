@@ -160,6 +160,19 @@ class Decl:
 
 
 @dataclass(eq=False)
+class Let:
+    """`const int name = value;`: a named runtime scalar, for readable generated code."""
+
+    sym: Sym
+    value: Expr
+    loc: Loc
+
+    @property
+    def var(self) -> Sym:   # the name the tracer may rename, like Decl.var and For.var
+        return self.sym
+
+
+@dataclass(eq=False)
 class Op:
     """A tile operation. `args` are operands, destination first; `attrs` are static settings."""
 
@@ -187,7 +200,7 @@ class If:
     loc: Loc
 
 
-Stmt = Union[Decl, Op, For, If]
+Stmt = Union[Decl, Let, Op, For, If]
 
 
 @dataclass(eq=False)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import TraceError
 from ..tiles.types import RT, RV
-from .core import Decl, For, GlobalVar, If, KernelIR, Op, SharedRef, Var, walk
+from .core import Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from .expr import Expr, Sym, free_symbols
 
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
@@ -26,6 +26,9 @@ def _verify_block(stmts, tiles: set, syms: set) -> None:
             if s.var.view is not None:
                 _check_syms(s.var.view.row, syms, s)
                 _check_syms(s.var.view.col, syms, s)
+        elif isinstance(s, Let):
+            _check_syms(s.value, syms, s)
+            syms.add(s.sym.name)
         elif isinstance(s, Op):
             for a in _flat(s.args):
                 var = a.var if isinstance(a, SharedRef) else a

@@ -1,7 +1,7 @@
 """The IR's text form: what `kernel.ir(...)` shows."""
 from __future__ import annotations
 
-from .core import Decl, For, GlobalVar, If, KernelIR, Op, ScalarParam, SharedRef, Var
+from .core import Decl, For, GlobalVar, If, KernelIR, Let, Op, ScalarParam, SharedRef, Var
 from .expr import Expr, render
 
 
@@ -58,6 +58,8 @@ def _block(stmts, lines, depth, kernel) -> None:
                 v = s.var.view
                 at = f" subtile of {operand_text(v.base)} at ({render(v.row)}, {render(v.col)})"
             _line(lines, f"{pad}%{s.var.name} = {s.var.type}{extra}{at}", s.loc)
+        elif isinstance(s, Let):
+            _line(lines, f"{pad}{s.sym.name} = {render(s.value)}", s.loc)
         elif isinstance(s, Op):
             _line(lines, f"{pad}{op_title(s)} " + ", ".join(operand_text(a) for a in s.args), s.loc)
         elif isinstance(s, For):

@@ -93,6 +93,7 @@ def expect(sem, *tiles):
     """Announce on `sem` the bytes that TMA loads of `tiles` (shared tiles or arrays of them) will
     deliver; counts as one arrival."""
     total = 0
+    tiles = [x for t in tiles for x in (t.tiles() if hasattr(t, "tiles") else [t])]   # a template stage
     for t in tiles:
         if isinstance(t, Var) and isinstance(t.type, ST):
             total += t.type.nbytes * t.count

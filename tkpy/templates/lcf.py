@@ -1,0 +1,270 @@
+"""The load-compute-finish (LCF) block template, after ThunderKittens' `lcf`.
+
+The author writes, as methods of a class whose annotations are the kernel's
+global tensors:
+
+    tasks(g)                    -> (row_tiles, col_tiles): the output tiles
+    iters(g)                    -> how many load/compute steps each task takes
+    load(g, task, inp, k, sem)  (producer) TMA the k-th inputs of a task into `inp`, completing on `sem`
+    setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
+    start(st, task)             (optional) reset the state for a task (default: nothing)
+    compute(st, inp, k)         (consumers) use the k-th inputs
+    finish(g, st, task)         (consumers) write the task's result
+
+and the template owns the rest: a ring of `stages` input buffers with their
+`arrived`/`finished` semaphores and phases, one producer warpgroup (the last)
+and `consumer_warpgroups` consumers (warpgroups 0.., so tk.warpgroup.id() is the
+consumer's index), the setmaxnreg register split, and a persistent loop over
+tasks in an L2-friendly grouped order. Everything it generates is ordinary tkpy,
+visible in `.kernel.source(...)`.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import ops as tk
+from ..errors import ArgumentError, TraceError
+from ..frontend.context import current
+from ..frontend.control import block_idx, grid_dim, if_, else_, let, range as tk_range, warp_id
+from ..frontend.kernel import Kernel
+from ..frontend.signature import _resolve
+from ..ir.core import Var
+from ..ir.expr import call
+from ..tiles.dtypes import DType
+from ..tiles.types import GL, ST
+
+REGISTER_FILE_PER_THREAD_GROUP = 65536 // 128   # registers per thread if one warpgroup had the whole file
+PRODUCER_REGISTERS = 40
+
+
+@dataclass(frozen=True)
+class shared:
+    """An input buffer of the template: `count` shared tiles per stage (index them as inp.name[i])."""
+
+    dtype: DType
+    rows: int
+    cols: int
+    count: int = 1
+
+    @property
+    def type(self) -> ST:
+        return ST(self.dtype, self.rows, self.cols)
+
+
+class Namespace:
+    """An attribute bag that names the tiles stored on it after their attribute (for readable C++)."""
+
+    def __setattr__(self, key, value):
+        if isinstance(value, Var):
+            value.name = key
+        object.__setattr__(self, key, value)
+
+
+class _StageTiles:
+    """The tiles of one pipeline stage: `inp.a` (count 1) or `inp.a[i]`."""
+
+    def __init__(self, arrays: dict, specs: dict, stage):
+        self._arrays, self._specs, self._stage = arrays, specs, stage
+
+    def __getattr__(self, name):
+        spec, array = self._specs[name], self._arrays[name]
+        if spec.count == 1:
+            return array[self._stage]
+        return _Indexed(array, self._stage * spec.count, spec.count)
+
+    def tiles(self) -> list:
+        """Every tile of this stage (what tk.tma.expect(sem, inp) counts)."""
+        out = []
+        for name, spec in self._specs.items():
+            out += [self._arrays[name][self._stage * spec.count + i] for i in range(spec.count)] \
+                if spec.count > 1 else [self._arrays[name][self._stage]]
+        return out
+
+
+class _Indexed:
+    def __init__(self, array, base, count):
+        self._array, self._base, self._count = array, base, count
+
+    def __getitem__(self, i):
+        return self._array[self._base + i]
+
+
+@dataclass
+class Task:
+    """The output tile a block works on: its index and (row, col) in tiles."""
+
+    index: object
+    row: object
+    col: object
+
+
+def grouped_order(index, row_tiles, col_tiles, group: int) -> tuple:
+    """(row, col) of task `index` walking `group` rows of tiles at a time, column by column, so the
+    blocks running together share A row panels and B column panels in L2."""
+    per_group = group * col_tiles
+    first_row = (index // per_group) * group
+    rows_here = call("min", row_tiles - first_row, group)
+    within = index % per_group
+    return first_row + within % rows_here, within // rows_here
+
+
+def consumer_registers_for(consumers: int) -> int:
+    spare = (REGISTER_FILE_PER_THREAD_GROUP - PRODUCER_REGISTERS) // consumers
+    return min(240, spare // 8 * 8)
+
+
+class LCF:
+    """A template instance: call it with the global tensors; `.kernel` is the generated tkpy kernel."""
+
+    def __init__(self, cls, consumer_warpgroups: int, stages: int, persistent: bool, group: int,
+                 name: Optional[str]):
+        if not 1 <= consumer_warpgroups <= 3:
+            raise ValueError(f"consumer_warpgroups must be 1..3, got {consumer_warpgroups}")
+        if not 1 <= stages <= 8:
+            raise ValueError(f"stages must be 1..8, got {stages}")
+        self.user = cls()
+        self.consumers = consumer_warpgroups
+        self.stages = stages
+        self.persistent = persistent
+        self.group = group
+        self.inputs = dict(getattr(cls, "inputs", {}))
+        for k, v in self.inputs.items():
+            if not isinstance(v, shared):
+                raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
+        self.globals = self._global_annotations(cls)
+        self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower())
+
+    @staticmethod
+    def _global_annotations(cls) -> dict:
+        out = {}
+        for name, ann in getattr(cls, "__annotations__", {}).items():
+            if name == "inputs":
+                continue
+            ann = _resolve(ann, cls.tasks, {})
+            if not isinstance(ann, GL):
+                raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...])")
+            out[name] = ann
+        return out
+
+    def _body(self):
+        template = self
+
+        def body(*tensors):
+            template._trace(_globals_namespace(template.globals, tensors))
+        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a)
+                  for n, a in self.globals.items()]
+        body.__signature__ = inspect.Signature(params)
+        body.__name__ = type(self.user).__name__.lower()
+        return body
+
+    def _trace(self, g) -> None:
+        user, stages, consumers = self.user, self.stages, self.consumers
+        arrays = {name: tk.st(spec.dtype, spec.rows, spec.cols, count=spec.count * stages)
+                  for name, spec in self.inputs.items()}
+        for name, array in arrays.items():
+            array.name = name
+        arrived = tk.semaphore(stages)
+        finished = tk.semaphore(stages)
+        arrived.name, finished.name = "arrived", "finished"
+        with if_(warp_id() == 0):
+            for s in range(stages):
+                tk.init_semaphore(arrived[s], 1)
+                tk.init_semaphore(finished[s], 4 * consumers)
+        tk.sync()
+
+        row_tiles, col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
+        tasks = let(row_tiles * col_tiles, "tasks")
+        iters = let(user.iters(g), "iters")
+        first, step = (block_idx.x, grid_dim.x) if self.persistent else (block_idx.x, tasks)
+
+        def task_at(index):
+            row, col = grouped_order(index, row_tiles, col_tiles, self.group)
+            return Task(index, let(row, "task_row"), let(col, "task_col"))
+
+        def stage_of(local, k):
+            it = let(local * iters + k, "it")
+            return it, let(it % stages, "stage"), let(it // stages % 2, "phase")
+
+        with if_(tk.warpgroup_id() == consumers):                      # the producer
+            tk.producer_registers(PRODUCER_REGISTERS)
+            with if_(warp_id() == 4 * consumers):
+                for index in tk_range(first, tasks, step):
+                    local = let((index - first) // step, "local")
+                    task = task_at(index)
+                    for k in tk_range(iters):
+                        it, s, phase = stage_of(local, k)
+                        with if_(it >= stages):
+                            tk.wait(finished[s], 1 - phase)         # the stage's previous round was consumed
+                        user.load(g, task, _StageTiles(arrays, self.inputs, s), k, arrived[s])
+        with else_():                                                    # the consumers
+            tk.consumer_registers(consumer_registers_for(consumers))
+            st = Namespace()
+            user.setup(st)
+            for index in tk_range(first, tasks, step):
+                local = let((index - first) // step, "local")
+                task = task_at(index)
+                if hasattr(user, "start"):
+                    user.start(st, task)
+                for k in tk_range(iters):
+                    it, s, phase = stage_of(local, k)
+                    tk.wait(arrived[s], phase)
+                    user.compute(st, _StageTiles(arrays, self.inputs, s), k)
+                    if current().pending_wgmma:          # the stage is free only once wgmma has read it
+                        tk.warpgroup.mma_async_wait()
+                    tk.arrive(finished[s])
+                user.finish(g, st, task)
+
+    def grid(self, *tensors) -> tuple:
+        """Blocks to launch: one per task, or (persistent) at most one per SM."""
+        from ..runtime import sm_count
+
+        g = _globals_namespace(self.globals, tensors)
+        rows, cols = self.user.tasks(_Concrete(g))
+        tasks = int(rows) * int(cols)
+        if tasks < 1:
+            raise ArgumentError("the template has no tasks for these shapes")
+        if not self.persistent:
+            return (tasks,)
+        return (min(tasks, sm_count(tensors[0].get_device())),)
+
+    def __call__(self, *tensors) -> None:
+        self.kernel[self.grid(*tensors)](*tensors)
+
+
+def _globals_namespace(globals_: dict, tensors) -> Namespace:
+    if len(tensors) != len(globals_):
+        raise ArgumentError(f"the template takes {len(globals_)} tensors ({', '.join(globals_)}), got {len(tensors)}")
+    ns = Namespace()
+    for name, t in zip(globals_, tensors):
+        object.__setattr__(ns, name, t)
+    return ns
+
+
+class _Concrete:
+    """Lets tasks(g) run on real tensors too: g.A.rows / .cols / .depth / .batch read their shapes."""
+
+    def __init__(self, g):
+        self._g = g
+
+    def __getattr__(self, name):
+        t = getattr(self._g, name)
+        return _Shape(t)
+
+
+class _Shape:
+    def __init__(self, t):
+        shape = (1,) * (4 - t.dim()) + tuple(t.shape)
+        self.batch, self.depth, self.rows, self.cols = shape
+
+
+def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True, group: int = 8,
+        name: Optional[str] = None):
+    """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
+    def wrap(c):
+        for method in ("tasks", "iters", "load", "setup", "compute", "finish"):
+            if not callable(getattr(c, method, None)):
+                raise TypeError(f"an LCF class needs a `{method}` method; {c.__name__} has none")
+        return LCF(c, consumer_warpgroups, stages, persistent, group, name)
+    return wrap(cls) if cls is not None else wrap
