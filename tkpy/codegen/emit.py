@@ -9,7 +9,7 @@ import linecache
 import re
 
 from ..errors import UnsupportedError
-from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Op, SharedRef, Var, walk
+from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from ..ir.expr import Expr, Sym, as_expr, render
 from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
@@ -122,6 +122,10 @@ class KernelEmitter:
             if isinstance(s, Decl):
                 self.origin(s.loc, "declare")
                 self.line(self._decl(s.var))
+            elif isinstance(s, Let):
+                self.origin(s.loc, "let")
+                ctype = "float" if s.value.dtype == f32 else "bool" if s.value.dtype.name == "bool" else "int"
+                self.line(f"const {ctype} {s.sym.name} = {render(s.value)};")
             elif isinstance(s, Op):
                 self.origin(s.loc, s.name)
                 emitter = OP_EMITTERS.get(s.name)
