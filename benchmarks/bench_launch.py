@@ -7,7 +7,6 @@ Measures, for a trivial 4-argument kernel, the host time of:
   launcher_full   torch stream lookup + ParamBuffer.pack + Launcher call (what generated code does)
   launch_fn       tkpy.runtime.launch() free function (+ pack + stream lookup)
   prepared        Launcher.prepare(...)() alone: a functools.partial of cuLaunchKernelEx
-  raw_ctypes      libcuda's cuLaunchKernelEx through ctypes with a prebuilt C config (what tkpy calls)
   prepared_full   stream lookup + dict lookup of the prepared launch by stream + pack + call + check
   pack            ParamBuffer.pack alone
   stream          torch current raw stream lookup alone
@@ -184,11 +183,6 @@ def main() -> int:
         go()
 
     paths["prepared"] = (prepared, sync)
-
-    from tkpy.runtime import claunch
-
-    raw_c = claunch.prepare(fn, grid, block, 0, stream, addr)
-    paths["raw_ctypes"] = (raw_c, sync)
 
     by_stream = {stream: go}
 

@@ -103,7 +103,7 @@ def main() -> int:
         print(f"compile {name:14s} trace {r['trace_ms']:6.1f} ms  lower {r['lower_ms']:5.1f} ms  "
               f"cold NVRTC {r['cold_compile_ms']:6.1f} ms  disk cache {r['disk_cache_ms']:5.2f} ms")
     for name, r in report.get("launch", {}).items():
-        if name in ("raw_ex_int", "raw_ctypes", "tkpy_call", "torch_zero"):
+        if name in ("raw_ex_int", "prepared", "tkpy_call", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']}: LCF {r['lcf_tflops']:.0f}, hand-written {r['ws_tflops']:.0f}, "

@@ -98,8 +98,9 @@ def emit_wgmma(em, op):
 @emits("wgmma_wait")
 def emit_wgmma_wait(em, op):
     yield f"tk::wgmma_wait<{op.attrs['pending']}>();"
-    for acc in op.args:
-        yield f"tk::register_fence({operand(acc)});"
+    if op.attrs["pending"] == 0:   # fencing registers that a wgmma still writes would copy them mid-flight
+        for acc in op.args:
+            yield f"tk::register_fence({operand(acc)});"
 
 
 @emits("fence_proxy_async")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 
-from ..runtime import claunch
 from .signature import ALIGNMENT
 
 _TEMPLATE = '''
@@ -36,7 +35,7 @@ def launch(grid, {params}):
     go = prepared.get((grid, stream))
     if go is None:
         go = ready_prepare(launcher, prepared, params, grid, stream)
-    err = go()
+    err = go()[0]
     if err:
         failed(err, grid, stream)
 '''
@@ -118,13 +117,8 @@ def slot_values(slots, specs, args, tensor_maps) -> tuple:
 
 
 def prepare_launch(launcher, prepared, params, grid, stream):
-    """The launch for one (grid, stream): a ctypes call of cuLaunchKernelEx returning the CUresult."""
-    if claunch.available():
-        go = claunch.prepare(launcher.function, grid, launcher.block, launcher.dynamic_smem, stream, params.address,
-                             launcher.cluster)
-    else:
-        bound = launcher.prepare(grid, stream, params)
-        go = lambda: bound()[0]  # noqa: E731
+    """The launch for one (grid, stream): cuLaunchKernelEx with its config built once."""
+    go = launcher.prepare(grid, stream, params)
     if len(prepared) > 1024:  # bounded: many distinct grids must not leak
         prepared.clear()
     prepared[(grid, stream)] = go

@@ -274,8 +274,7 @@ class _Ready:
         params = ParamBuffer([s.kind for s in compiled.lowered.slots])
 
         def failed(err, grid, stream):
-            from ..runtime.driver import _driver
-            launcher.handle_error(_driver().CUresult(int(err)), grid, stream, params.address)
+            launcher.handle_error(err, grid, stream, params.address)
 
         tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in compiled.lowered.slots
                             if s.source[0] == "tmap")
@@ -286,7 +285,7 @@ class _Ready:
         params, _, stream_of, device, failed, launcher, tensor_maps = self.entry
         params.pack(*fastpath.slot_values(slots, kernel.specs, args, tensor_maps))
         stream = stream_of(device)
-        err = fastpath.prepare_launch(launcher, {}, params, grid, stream)()
+        err = fastpath.prepare_launch(launcher, {}, params, grid, stream)()[0]
         if err:
             failed(err, grid, stream)
 

@@ -211,9 +211,17 @@ class LCF:
                     it, s, phase = stage_of(local, k)
                     tk.wait(arrived[s], phase)
                     user.compute(st, _StageTiles(arrays, self.inputs, s), k)
-                    if current().pending_wgmma:          # the stage is free only once wgmma has read it
-                        tk.warpgroup.mma_async_wait()
-                    tk.arrive(finished[s])
+                    if not current().pending_wgmma:
+                        tk.arrive(finished[s])
+                        continue
+                    # Keep one warpgroup MMA in flight: once step k's is issued, step k-1's has read
+                    # its stage when at most one group is pending, so that stage can be released.
+                    with if_(k > 0):
+                        tk.warpgroup.mma_async_wait(1)
+                        tk.arrive(finished[(it - 1) % stages])
+                if current().pending_wgmma:
+                    tk.warpgroup.mma_async_wait()
+                    tk.arrive(finished[(local * iters + iters - 1) % stages])
                 user.finish(g, st, task)
 
     def grid(self, *tensors) -> tuple:
