@@ -1,8 +1,10 @@
 """C = A @ B on Hopper through tkpy's LCF block template: the kernel is just load, compute, finish.
 
-Each task is a 128 x 256 tile of C: two consumer warpgroups each own 64 rows, accumulate in fp32
-registers with wgmma, and a producer warpgroup streams 64-wide K slices of A and B with TMA through
-a 4-stage ring. Blocks are persistent (one per SM) and walk the tiles in L2-friendly groups.
+Each task is a 128 x 256 tile of C: two consumer warpgroups each own 64 rows and accumulate in fp32
+registers with wgmma, while a producer warpgroup streams 64-wide K slices of A and B with TMA
+through a 4-stage ring. Blocks are persistent (one per SM) and walk the tiles in L2-friendly groups.
+Where M allows, blocks run in clusters of two that take vertically adjacent tiles and share B: each
+loads half of B's slice and multicasts it to both, halving B's L2 traffic.
 """
 from __future__ import annotations
 
@@ -13,14 +15,15 @@ from tkpy import bf16, f32
 from tkpy.templates import shared
 
 BM, BN, BK = 128, 256, 64
+HALF = BN // 2
 
 
-@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True)
-class Matmul:
+class _Matmul:
     A: tk.gl[bf16, "M", "K"]
     B: tk.gl[bf16, "K", "N"]
     C: tk.gl[bf16, "M", "N"]
-    inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, BN))
+    inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, HALF, count=2))
+    multicast = False
 
     def tasks(self, g):
         return (g.C.rows + BM - 1) // BM, (g.C.cols + BN - 1) // BN
@@ -32,23 +35,43 @@ class Matmul:
         tk.tma.expect(arrived, inp)
         for i in range(2):
             tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
-        tk.tma.load_async(inp.b, g.B, (k, task.col), arrived)
+        if self.multicast:       # this block's half of B, for both blocks of the cluster
+            tk.tma.load_async(inp.b[task.rank], g.B, (k, task.col * 2 + task.rank), arrived, multicast=0b11)
+        else:
+            for h in range(2):
+                tk.tma.load_async(inp.b[h], g.B, (k, task.col * 2 + h), arrived)
 
     def setup(self, st):
-        st.acc = tk.rt(f32, 16, BN)
+        st.acc_left = tk.rt(f32, 16, HALF)
+        st.acc_right = tk.rt(f32, 16, HALF)
 
     def start(self, st, task):
-        tk.zero(st.acc)
+        tk.zero(st.acc_left)
+        tk.zero(st.acc_right)
 
     def compute(self, st, inp, k):
-        tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
+        a = inp.a[tk.warpgroup.id()]
+        tk.warpgroup.mma_AB(st.acc_left, a, inp.b[0])
+        tk.warpgroup.mma_AB(st.acc_right, a, inp.b[1])
 
     def finish(self, g, st, task):
-        tk.warpgroup.store(g.C, st.acc, (task.row * 2 + tk.warpgroup.id(), task.col))
+        row = task.row * 2 + tk.warpgroup.id()
+        tk.warpgroup.store(g.C, st.acc_left, (row, task.col * 2))
+        tk.warpgroup.store(g.C, st.acc_right, (row, task.col * 2 + 1))
+
+
+@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, name="matmul")
+class Matmul(_Matmul):
+    pass
+
+
+@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, cluster=2, name="matmul_cluster2")
+class MatmulCluster2(_Matmul):
+    multicast = True
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """bf16 a @ b with fp32 accumulation (M a multiple of 128, N of 256, K of 64 for now)."""
+    """bf16 a @ b with fp32 accumulation (M a multiple of 128, N of 256 and K of 64 for now)."""
     (m, k), n = a.shape, b.shape[1]
     if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16 or b.shape[0] != k:
         raise ValueError(f"expects bf16 (M, K) @ (K, N); got {a.dtype} {tuple(a.shape)} @ {b.dtype} {tuple(b.shape)}")
@@ -56,5 +79,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) ->
         raise NotImplementedError(f"tail tiles are not handled yet: needs M % {BM}, N % {BN}, K % {BK} == 0; "
                                   f"got M={m} N={n} K={k}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
-    Matmul(a, b, c)
+    (MatmulCluster2 if m % (2 * BM) == 0 else Matmul)(a, b, c)
     return c

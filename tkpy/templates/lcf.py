@@ -31,7 +31,7 @@ from ..frontend.control import block_idx, grid_dim, if_, else_, let, range as tk
 from ..frontend.kernel import Kernel
 from ..frontend.signature import _resolve
 from ..ir.core import Var
-from ..ir.expr import call
+from ..ir.expr import as_expr, call
 from ..tiles.dtypes import DType
 from ..tiles.types import GL, ST
 
@@ -93,11 +93,13 @@ class _Indexed:
 
 @dataclass
 class Task:
-    """The output tile a block works on: its index and (row, col) in tiles."""
+    """The output tile a block works on: its index, (row, col) in tiles, and the block's cluster rank
+    (blocks of a cluster take consecutive rows of the same column)."""
 
     index: object
     row: object
     col: object
+    rank: object
 
 
 def grouped_order(index, row_tiles, col_tiles, group: int) -> tuple:
@@ -119,7 +121,7 @@ class LCF:
     """A template instance: call it with the global tensors; `.kernel` is the generated tkpy kernel."""
 
     def __init__(self, cls, consumer_warpgroups: int, stages: int, persistent: bool, group: int,
-                 name: Optional[str]):
+                 name: Optional[str], cluster: int = 1):
         if not 1 <= consumer_warpgroups <= 3:
             raise ValueError(f"consumer_warpgroups must be 1..3, got {consumer_warpgroups}")
         if not 1 <= stages <= 8:
@@ -129,17 +131,24 @@ class LCF:
         self.stages = stages
         self.persistent = persistent
         self.group = group
+        if cluster not in (1, 2, 4):
+            raise ValueError(f"cluster must be 1, 2 or 4 blocks, got {cluster}")
+        self.cluster = cluster
         self.inputs = dict(getattr(cls, "inputs", {}))
         for k, v in self.inputs.items():
             if not isinstance(v, shared):
                 raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
         self.globals = self._global_annotations(cls)
-        self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower())
+        self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower(),
+                             cluster=(cluster, 1, 1) if cluster > 1 else None)
 
     @staticmethod
     def _global_annotations(cls) -> dict:
         out = {}
-        for name, ann in getattr(cls, "__annotations__", {}).items():
+        annotations = {}
+        for klass in reversed(cls.__mro__):          # base classes first, as dataclasses order fields
+            annotations.update(klass.__dict__.get("__annotations__", {}))
+        for name, ann in annotations.items():
             if name == "inputs":
                 continue
             ann = _resolve(ann, cls.tasks, {})
@@ -168,29 +177,39 @@ class LCF:
         arrived = tk.semaphore(stages)
         finished = tk.semaphore(stages)
         arrived.name, finished.name = "arrived", "finished"
+        blocks = self.cluster                       # blocks per cluster: they share a stage's release
         with if_(warp_id() == 0):
             for s in range(stages):
                 tk.init_semaphore(arrived[s], 1)
-                tk.init_semaphore(finished[s], 4 * consumers)
-        tk.sync()
+                tk.init_semaphore(finished[s], 4 * consumers * blocks)
+        tk.cluster.sync() if blocks > 1 else tk.sync()
 
         row_tiles, col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
-        tasks = let(row_tiles * col_tiles, "tasks")
+        groups = let(row_tiles // blocks * col_tiles, "task_groups")   # a cluster takes `blocks` rows of tiles
         iters = let(user.iters(g), "iters")
-        first, step = (block_idx.x, grid_dim.x) if self.persistent else (block_idx.x, tasks)
+        rank = tk.cluster.rank() if blocks > 1 else as_expr(0)
+        first = block_idx.x // blocks
+        step = grid_dim.x // blocks if self.persistent else groups
 
-        def task_at(index):
-            row, col = grouped_order(index, row_tiles, col_tiles, self.group)
-            return Task(index, let(row, "task_row"), let(col, "task_col"))
+        def task_at(group_index):
+            band, col = grouped_order(group_index, row_tiles // blocks, col_tiles, self.group)
+            return Task(group_index * blocks + rank, let(band * blocks + rank, "task_row"), let(col, "task_col"),
+                        rank)
 
         def stage_of(local, k):
             it = let(local * iters + k, "it")
             return it, let(it % stages, "stage"), let(it // stages % 2, "phase")
 
+        def release(stage):
+            """This warp is done with `stage`: tell every block of the cluster (they may refill it)."""
+            tk.arrive(finished[stage])
+            for peer in range(1, blocks):
+                tk.cluster.arrive(finished[stage], (rank + peer) % blocks)
+
         with if_(tk.warpgroup_id() == consumers):                      # the producer
             tk.producer_registers(PRODUCER_REGISTERS)
             with if_(warp_id() == 4 * consumers):
-                for index in tk_range(first, tasks, step):
+                for index in tk_range(first, groups, step):
                     local = let((index - first) // step, "local")
                     task = task_at(index)
                     for k in tk_range(iters):
@@ -202,7 +221,7 @@ class LCF:
             tk.consumer_registers(consumer_registers_for(consumers))
             st = Namespace()
             user.setup(st)
-            for index in tk_range(first, tasks, step):
+            for index in tk_range(first, groups, step):
                 local = let((index - first) // step, "local")
                 task = task_at(index)
                 if hasattr(user, "start"):
@@ -210,32 +229,40 @@ class LCF:
                 for k in tk_range(iters):
                     it, s, phase = stage_of(local, k)
                     tk.wait(arrived[s], phase)
+                    body = current().blocks[-1]
+                    before = len(body)
                     user.compute(st, _StageTiles(arrays, self.inputs, s), k)
+                    groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
                     if not current().pending_wgmma:
-                        tk.arrive(finished[s])
+                        release(s)
                         continue
-                    # Keep one warpgroup MMA in flight: once step k's is issued, step k-1's has read
-                    # its stage when at most one group is pending, so that stage can be released.
+                    # Keep step k's MMAs in flight: with only their `groups` commit groups pending,
+                    # step k-1's have read their stage, which can then be released.
                     with if_(k > 0):
-                        tk.warpgroup.mma_async_wait(1)
-                        tk.arrive(finished[(it - 1) % stages])
+                        tk.warpgroup.mma_async_wait(groups)
+                        release((it - 1) % stages)
                 if current().pending_wgmma:
                     tk.warpgroup.mma_async_wait()
-                    tk.arrive(finished[(local * iters + iters - 1) % stages])
+                    release((local * iters + iters - 1) % stages)
                 user.finish(g, st, task)
+        if blocks > 1:
+            tk.cluster.sync()          # no block leaves while its peers may still signal or fill it
 
     def grid(self, *tensors) -> tuple:
         """Blocks to launch: one per task, or (persistent) at most one per SM."""
         from ..runtime import sm_count
 
         g = _globals_namespace(self.globals, tensors)
-        rows, cols = self.user.tasks(_Concrete(g))
-        tasks = int(rows) * int(cols)
-        if tasks < 1:
+        rows, cols = (int(x) for x in self.user.tasks(_Concrete(g)))
+        if rows * cols < 1:
             raise ArgumentError("the template has no tasks for these shapes")
+        if rows % self.cluster:
+            raise ArgumentError(f"clusters of {self.cluster} blocks take {self.cluster} rows of tiles at a time; "
+                                f"these shapes have {rows} rows of tiles")
         if not self.persistent:
-            return (tasks,)
-        return (min(tasks, sm_count(tensors[0].get_device())),)
+            return (rows * cols,)
+        blocks = min(rows * cols, sm_count(tensors[0].get_device()))
+        return (blocks // self.cluster * self.cluster,)
 
     def __call__(self, *tensors) -> None:
         self.kernel[self.grid(*tensors)](*tensors)
@@ -268,11 +295,11 @@ class _Shape:
 
 
 def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True, group: int = 8,
-        name: Optional[str] = None):
+        cluster: int = 1, name: Optional[str] = None):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
     def wrap(c):
         for method in ("tasks", "iters", "load", "setup", "compute", "finish"):
             if not callable(getattr(c, method, None)):
                 raise TypeError(f"an LCF class needs a `{method}` method; {c.__name__} has none")
-        return LCF(c, consumer_warpgroups, stages, persistent, group, name)
+        return LCF(c, consumer_warpgroups, stages, persistent, group, name, cluster)
     return wrap(cls) if cls is not None else wrap
