@@ -3,8 +3,9 @@
 Each task is a 128 x 256 tile of C: two consumer warpgroups each own 64 rows and accumulate in fp32
 registers with wgmma, while a producer warpgroup streams 64-wide K slices of A and B with TMA
 through a 4-stage ring. Blocks are persistent (one per SM) and walk the tiles in L2-friendly groups.
-Where M allows, blocks run in clusters of two that take vertically adjacent tiles and share B: each
-loads half of B's slice and multicasts it to both, halving B's L2 traffic.
+`matmul(..., cluster=2)` runs blocks in clusters of two that take vertically adjacent tiles and
+share B: each loads half of B's slice and multicasts it to both, halving B's L2 traffic. On the H200
+it measured slower than the plain version (see benchmarks/RESULTS.md), so it is not the default.
 """
 from __future__ import annotations
 
@@ -18,28 +19,58 @@ BM, BN, BK = 128, 256, 64
 HALF = BN // 2
 
 
-class _Matmul:
+def _tasks(self, g):
+    return (g.C.rows + BM - 1) // BM, (g.C.cols + BN - 1) // BN
+
+
+def _iters(self, g):
+    return (g.A.cols + BK - 1) // BK
+
+
+@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, name="matmul")
+class Matmul:
     A: tk.gl[bf16, "M", "K"]
     B: tk.gl[bf16, "K", "N"]
     C: tk.gl[bf16, "M", "N"]
-    inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, HALF, count=2))
-    multicast = False
-
-    def tasks(self, g):
-        return (g.C.rows + BM - 1) // BM, (g.C.cols + BN - 1) // BN
-
-    def iters(self, g):
-        return (g.A.cols + BK - 1) // BK
+    inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, BN))
+    tasks, iters = _tasks, _iters
 
     def load(self, g, task, inp, k, arrived):
         tk.tma.expect(arrived, inp)
         for i in range(2):
             tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
-        if self.multicast:       # this block's half of B, for both blocks of the cluster
-            tk.tma.load_async(inp.b[task.rank], g.B, (k, task.col * 2 + task.rank), arrived, multicast=0b11)
-        else:
-            for h in range(2):
-                tk.tma.load_async(inp.b[h], g.B, (k, task.col * 2 + h), arrived)
+        tk.tma.load_async(inp.b, g.B, (k, task.col), arrived)
+
+    def setup(self, st):
+        st.acc = tk.rt(f32, 16, BN)
+
+    def start(self, st, task):
+        tk.zero(st.acc)
+
+    def compute(self, st, inp, k):
+        tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
+
+    def finish(self, g, st, task):
+        tk.warpgroup.store(g.C, st.acc, (task.row * 2 + tk.warpgroup.id(), task.col))
+
+
+@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, cluster=2, name="matmul_cluster2")
+class MatmulCluster2:
+    """Clusters of two blocks on vertically adjacent tiles; B's slice is split in halves, each block
+    loads one and multicasts it to both."""
+
+    A: tk.gl[bf16, "M", "K"]
+    B: tk.gl[bf16, "K", "N"]
+    C: tk.gl[bf16, "M", "N"]
+    inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, HALF, count=2))
+
+    tasks, iters = _tasks, _iters
+
+    def load(self, g, task, inp, k, arrived):
+        tk.tma.expect(arrived, inp)
+        for i in range(2):
+            tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
+        tk.tma.load_async(inp.b[task.rank], g.B, (k, task.col * 2 + task.rank), arrived, multicast=0b11)
 
     def setup(self, st):
         st.acc_left = tk.rt(f32, 16, HALF)
@@ -60,18 +91,9 @@ class _Matmul:
         tk.warpgroup.store(g.C, st.acc_right, (row, task.col * 2 + 1))
 
 
-@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, name="matmul")
-class Matmul(_Matmul):
-    pass
-
-
-@tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, cluster=2, name="matmul_cluster2")
-class MatmulCluster2(_Matmul):
-    multicast = True
-
-
-def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """bf16 a @ b with fp32 accumulation (M a multiple of 128, N of 256 and K of 64 for now)."""
+def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, cluster: int = 1) -> torch.Tensor:
+    """bf16 a @ b with fp32 accumulation (M a multiple of 128, N of 256 and K of 64 for now;
+    with cluster=2, M a multiple of 256)."""
     (m, k), n = a.shape, b.shape[1]
     if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16 or b.shape[0] != k:
         raise ValueError(f"expects bf16 (M, K) @ (K, N); got {a.dtype} {tuple(a.shape)} @ {b.dtype} {tuple(b.shape)}")
@@ -79,5 +101,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) ->
         raise NotImplementedError(f"tail tiles are not handled yet: needs M % {BM}, N % {BN}, K % {BK} == 0; "
                                   f"got M={m} N={n} K={k}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
-    (MatmulCluster2 if m % (2 * BM) == 0 else Matmul)(a, b, c)
+    if cluster not in (1, 2):
+        raise ValueError(f"cluster must be 1 or 2, got {cluster}")
+    (MatmulCluster2 if cluster == 2 else Matmul)(a, b, c)
     return c

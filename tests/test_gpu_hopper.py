@@ -187,10 +187,14 @@ def test_cluster_multicast_and_remote_arrive():
         multicast_kernel()[(3,)]
 
 
+@pytest.mark.parametrize("cluster", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (512, 768, 320), (1920, 2048, 1024), (4096, 4096, 512)])
-def test_lcf_template_gemm(m, n, k):
-    """The persistent LCF-template GEMM, including more tiles than SMs (several tasks per block)."""
+def test_lcf_template_gemm(m, n, k, cluster):
+    """The persistent LCF-template GEMM, including more tiles than SMs (several tasks per block),
+    and its 2-block-cluster variant with B multicast."""
     from kernels.gemm import matmul
+    if m % (128 * cluster):
+        pytest.skip("clusters of 2 take two rows of tiles")
     a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
-    c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16))
+    c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16), cluster=cluster)
     assert rel_err(c, a.double() @ b.double()) < 1e-2
