@@ -202,7 +202,8 @@ template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& 
     else { r = (ln & 7) + 8 * (q >> 1); c = 8 * (q & 1); }
 }
 
-// rt <- st: ldmatrix for 16-bit tiles of the same dtype, element-wise otherwise.
+// rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a packed pair per
+// register in the row layout, elements in the col layout.
 template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
     typedef typename rt<TD, H, W, L>::T2 T2;
@@ -227,15 +228,20 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
         for (int k = 0; k < 4; k++) {
             int r0, c0, r1, c1;
             frag_pos<L>(ln, k, 0, r0, c0);
-            frag_pos<L>(ln, k, 1, r1, c1);
-            const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
-            const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
-            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
+            if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
+                typedef typename packed_of<TS>::type S2;
+                dst.data[i][j][k] = from_float2<T2>(to_float2(*reinterpret_cast<const S2*>(src.ptr(16 * i + r0, 16 * j + c0))));
+            } else {
+                frag_pos<L>(ln, k, 1, r1, c1);
+                const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
+                const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
+                dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
+            }
         }
     }
 }
 
-// st <- rt: stmatrix for 16-bit tiles of the same dtype, element-wise otherwise.
+// st <- rt: stmatrix for 16-bit tiles of the same dtype; otherwise as rt <- st.
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     const int ln = lane();
@@ -259,10 +265,15 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
         for (int k = 0; k < 4; k++) {
             int r0, c0, r1, c1;
             frag_pos<L>(ln, k, 0, r0, c0);
-            frag_pos<L>(ln, k, 1, r1, c1);
             const float2 v = to_float2(src.data[i][j][k]);
-            *dst.ptr(16 * i + r0, 16 * j + c0) = from_float<TD>(v.x);
-            *dst.ptr(16 * i + r1, 16 * j + c1) = from_float<TD>(v.y);
+            if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
+                typedef typename packed_of<TD>::type D2;
+                *reinterpret_cast<D2*>(dst.ptr(16 * i + r0, 16 * j + c0)) = from_float2<D2>(v);
+            } else {
+                frag_pos<L>(ln, k, 1, r1, c1);
+                *dst.ptr(16 * i + r0, 16 * j + c0) = from_float<TD>(v.x);
+                *dst.ptr(16 * i + r1, 16 * j + c1) = from_float<TD>(v.y);
+            }
         }
     }
 }
@@ -270,9 +281,12 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
 // The 16-byte chunks of an R x C tile of T, dealt round-robin to NT threads: f(row, col) for thread t's.
 template <int NT, typename T, int R, int C, typename F>
 __device__ __forceinline__ void for_each_chunk(int t, F f) {
-    constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk;
-    #pragma unroll 4
-    for (int idx = t; idx < R * chunks_per_row; idx += NT) f(idx / chunks_per_row, (idx % chunks_per_row) * per_chunk);
+    constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk, chunks = R * chunks_per_row;
+    #pragma unroll
+    for (int i = 0; i < (chunks + NT - 1) / NT; i++) {   // a compile-time trip count: unrolled, predicated
+        const int idx = i * NT + t;
+        if (chunks % NT == 0 || idx < chunks) f(idx / chunks_per_row, (idx % chunks_per_row) * per_chunk);
+    }
 }
 
 // st <- gl and gl <- st, by NT threads (thread `t` of them), in 16-byte chunks.
