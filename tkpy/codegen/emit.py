@@ -95,10 +95,12 @@ class KernelEmitter:
             self.line("extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];")
             self.line(f"unsigned char* const {SMEM_BASE} = tk::align_up(tk_dynamic_smem, 1024);"
                       "  // swizzled tiles need 1024-byte alignment")
-        for p in k.params:
-            if isinstance(p, GlobalVar):
-                self.line(self._gl_decl(p))
+        gl_decls_at = len(self.lines)
         self.block(k.body)
+        body_text = "\n".join(self.lines[gl_decls_at:])
+        views = [self._gl_decl(p) for p in k.params   # tensors only TMA touches need no view
+                 if isinstance(p, GlobalVar) and re.search(rf"\b{p.name}\b", body_text)]
+        self.lines[gl_decls_at:gl_decls_at] = ["    " + v for v in views]
         self.lines.append("}")
         body = "\n".join(self.lines[prologue_at:])
         for name, decl in reversed(BUILTIN_DECLS):

@@ -7,6 +7,7 @@ global tensors:
     iters(g)                    -> how many load/compute steps each task takes
     load(g, task, inp, k, sem)  (producer) TMA the k-th inputs of a task into `inp`, completing on `sem`
     setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
+                                (`st.g` holds the kernel's parameters, as `g` elsewhere)
     start(st, task)             (optional) reset the state for a task (default: nothing)
     compute(st, inp, k)         (consumers) use the k-th inputs
     finish(g, st, task)         (consumers) write the task's result
@@ -121,7 +122,7 @@ class LCF:
     """A template instance: call it with the global tensors; `.kernel` is the generated tkpy kernel."""
 
     def __init__(self, cls, consumer_warpgroups: int, stages: int, persistent: bool, group: int,
-                 name: Optional[str], cluster: int = 1):
+                 name: Optional[str], cluster: int = 1, definition_locals: Optional[dict] = None):
         if not 1 <= consumer_warpgroups <= 3:
             raise ValueError(f"consumer_warpgroups must be 1..3, got {consumer_warpgroups}")
         if not 1 <= stages <= 8:
@@ -138,12 +139,12 @@ class LCF:
         for k, v in self.inputs.items():
             if not isinstance(v, shared):
                 raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
-        self.globals = self._global_annotations(cls)
+        self.globals = self._global_annotations(cls, definition_locals or {})
         self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower(),
                              cluster=(cluster, 1, 1) if cluster > 1 else None)
 
     @staticmethod
-    def _global_annotations(cls) -> dict:
+    def _global_annotations(cls, definition_locals: dict) -> dict:
         out = {}
         annotations = {}
         for klass in reversed(cls.__mro__):          # base classes first, as dataclasses order fields
@@ -151,9 +152,10 @@ class LCF:
         for name, ann in annotations.items():
             if name == "inputs":
                 continue
-            ann = _resolve(ann, cls.tasks, {})
-            if not isinstance(ann, GL):
-                raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...])")
+            ann = _resolve(ann, cls.tasks, definition_locals)
+            if not (isinstance(ann, GL) or ann in (int, float)):
+                raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...]), "
+                                "int or float")
             out[name] = ann
         return out
 
@@ -220,6 +222,7 @@ class LCF:
         with else_():                                                    # the consumers
             tk.consumer_registers(consumer_registers_for(consumers))
             st = Namespace()
+            st.g = g                       # the kernel's parameters, for compute() and friends
             user.setup(st)
             for index in tk_range(first, groups, step):
                 local = let((index - first) // step, "local")
@@ -270,7 +273,7 @@ class LCF:
 
 def _globals_namespace(globals_: dict, tensors) -> Namespace:
     if len(tensors) != len(globals_):
-        raise ArgumentError(f"the template takes {len(globals_)} tensors ({', '.join(globals_)}), got {len(tensors)}")
+        raise ArgumentError(f"the template takes {len(globals_)} arguments ({', '.join(globals_)}), got {len(tensors)}")
     ns = Namespace()
     for name, t in zip(globals_, tensors):
         object.__setattr__(ns, name, t)
@@ -285,7 +288,7 @@ class _Concrete:
 
     def __getattr__(self, name):
         t = getattr(self._g, name)
-        return _Shape(t)
+        return _Shape(t) if hasattr(t, "shape") else t
 
 
 class _Shape:
@@ -297,9 +300,14 @@ class _Shape:
 def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True, group: int = 8,
         cluster: int = 1, name: Optional[str] = None):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
+    import sys
+
+    caller = sys._getframe(1)
+    definition_locals = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else {}
+
     def wrap(c):
         for method in ("tasks", "iters", "load", "setup", "compute", "finish"):
             if not callable(getattr(c, method, None)):
                 raise TypeError(f"an LCF class needs a `{method}` method; {c.__name__} has none")
-        return LCF(c, consumer_warpgroups, stages, persistent, group, name, cluster)
+        return LCF(c, consumer_warpgroups, stages, persistent, group, name, cluster, definition_locals)
     return wrap(cls) if cls is not None else wrap

@@ -8,6 +8,9 @@ from ...tiles import layouts, swizzle
 _BASICS = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)   // no math.h under NVRTC
+#endif
 
 template <typename A, typename B> struct is_same { static constexpr bool value = false; };
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
