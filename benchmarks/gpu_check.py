@@ -94,6 +94,8 @@ def main() -> int:
         report["launch"] = bench_launch()
         from benchmarks import bench_gemm
         report["gemm"] = bench_gemm.main()
+        from benchmarks import bench_smem
+        report["smem"] = bench_smem.main()
     if OUT:
         (OUT / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
 
@@ -108,6 +110,10 @@ def main() -> int:
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']}: LCF {r['lcf_tflops']:.0f}, hand-written {r['ws_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['lcf_tflops'] / r['cublas_tflops']:.2f}x)")
+    for r in report.get("smem", []):
+        if r["op"] == "ldmatrix":
+            print(f"smem ldmatrix bf16 W={r['width']:<3} swizzle {r['swizzle']:>3}B: "
+                  f"{r['bytes_per_clock_per_sm']:5.1f} B/clk/SM")
     return report["tests"]["returncode"]
 
 
