@@ -51,21 +51,6 @@ def copy_kernel(width: int, swizzle: int, op: str):
     return k
 
 
-def median_ms(fn, reps: int = 20) -> float:
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def sm_clock_hz(device: int) -> float:
     from cuda.bindings import driver as drv
     err, khz = drv.cuDeviceGetAttribute(drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device)
@@ -75,6 +60,7 @@ def sm_clock_hz(device: int) -> float:
 def main() -> list[dict]:
     import torch
 
+    from benchmarks.bench_gemm import median_ms
     from tkpy.runtime import gpu_available
     if not gpu_available():
         print("bench_smem: no Hopper GPU visible; nothing to measure.")

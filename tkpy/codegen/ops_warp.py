@@ -13,33 +13,33 @@ def bounded(op, name: str) -> tuple[str, str]:
     return (f"{name}_masked", "") if op.attrs.get("masked") else (name, "")
 
 
-@emits("load_rt_gl")
+@emits("load_rt_gl", "load_rv_gl")
 def emit_load_rt_gl(em, op):
     dst, src, coord = op.args
     fn, extra = bounded(op, "load")
     yield f"tk::{fn}({dst.name}, {src.name}, {tile_coord(dst, coord)}{extra});"
 
 
-@emits("store_gl_rt")
+@emits("store_gl_rt", "store_gl_rv")
 def emit_store_gl_rt(em, op):
     dst, src, coord = op.args
     fn, extra = bounded(op, "store")
     yield f"tk::{fn}({dst.name}, {src.name}, {tile_coord(src, coord)}{extra});"
 
 
-@emits("load_rt_st")
+@emits("load_rt_st", "load_rv_sv")
 def emit_load_rt_st(em, op):
     dst, src = op.args
     yield f"tk::load({dst.name}, {operand(src)});"
 
 
-@emits("store_st_rt")
+@emits("store_st_rt", "store_sv_rv")
 def emit_store_st_rt(em, op):
     dst, src = op.args
     yield f"tk::store({operand(dst)}, {src.name});"
 
 
-@emits("load_st_gl")
+@emits("load_st_gl", "load_sv_gl")
 def emit_load_st_gl(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])
@@ -47,7 +47,7 @@ def emit_load_st_gl(em, op):
     yield f"tk::{fn}<{n}>({operand(dst)}, {src.name}, {tile_coord(dst, coord)}{extra}, {t});"
 
 
-@emits("store_gl_st")
+@emits("store_gl_st", "store_gl_sv")
 def emit_store_gl_st(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])

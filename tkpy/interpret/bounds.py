@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tiles.types import RV
 from .numerics import RAW, encode, to_f32
 
 
-def extent(t) -> tuple:
-    """(rows, cols) a copy of tile or vector type `t` covers; a vector lies along one row."""
-    return (1, t.length) if isinstance(t, RV) else (t.rows, t.cols)
-
-
 def _start(warp, g, coord, t) -> tuple:
-    rows, cols = extent(t)
+    """Element coordinates of a copy of tile or vector type `t` (a vector: one row) and how many of its
+    rows and columns lie inside the tensor."""
+    rows, cols = t.rows, t.cols
     b, d, r, c = (warp.value(x) for x in coord)
     start = (b, d, r * rows, c * cols)
     inside = tuple(max(0, min(n, size - lo)) for lo, n, size in zip(start[2:], (rows, cols), g.raw.shape[2:]))
@@ -25,7 +21,7 @@ def _start(warp, g, coord, t) -> tuple:
 
 def read_global(warp, op, g, coord, t, what: str) -> np.ndarray:
     """Raw bits of the (rows, cols) box of a copy of `t` at `coord` (in units of `t`)."""
-    rows, cols = extent(t)
+    rows, cols = t.rows, t.cols
     start, (n_r, n_c) = _start(warp, g, coord, t)
     if "fill" not in op.attrs and not op.attrs.get("masked"):
         return g.box(start, rows, cols, what, warp.loc)
@@ -40,11 +36,11 @@ def read_global(warp, op, g, coord, t, what: str) -> np.ndarray:
 def write_global(warp, op, g, coord, t, raw, what: str, rows=None, cols=None) -> None:
     """Store raw bits into the box of a copy of `t` at `coord`: all of it, or the elements (rows, cols) of it."""
     if rows is None:
-        rows, cols = np.indices(extent(t))
+        rows, cols = np.indices((t.rows, t.cols))
         raw = np.reshape(raw, rows.shape)
     start, (n_r, n_c) = _start(warp, g, coord, t)
     if not op.attrs.get("masked"):
-        g.box(start, *extent(t), what, warp.loc)[rows, cols] = raw
+        g.box(start, t.rows, t.cols, what, warp.loc)[rows, cols] = raw
         return
     keep = (rows < n_r) & (cols < n_c)
     if n_r and n_c:

@@ -30,21 +30,14 @@ def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
     if isinstance(d, RV) and isinstance(src, GlobalVar):
         _register_scope(scope, "load")
         return emit("load_rv_gl", dst, src, tile_coord(coord, "load"), **_bounds(dst, src, masked, fill, "load"))
-    if isinstance(d, RV) and isinstance(s, SV):
-        _check_shared_vector(dst, src, coord, scope, "load")
-        return emit("load_rv_sv", dst, src)
-    if isinstance(d, SV) and isinstance(src, GlobalVar):
-        _same_dtype(dst, src, "load")
-        return emit("load_sv_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope),
-                    **_bounds(dst, src, masked, fill, "load"))
-    if isinstance(d, RT) and isinstance(src, SharedRef) and isinstance(s, ST):
+    if (isinstance(d, RT) and isinstance(s, ST)) or (isinstance(d, RV) and isinstance(s, SV)):
         _register_scope(scope, "load")
-        _no_coord(coord, "load from a shared tile")
+        _no_coord(coord, "load from shared memory")
         same_shape(dst, src, "load")
-        return emit("load_rt_st", dst, src)
-    if isinstance(d, ST) and isinstance(src, GlobalVar):
+        return emit(f"load_{_kind(d)}_{_kind(s)}", dst, src)
+    if isinstance(d, (ST, SV)) and isinstance(src, GlobalVar):
         _same_dtype(dst, src, "load")
-        return emit("load_st_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope),
+        return emit(f"load_{_kind(d)}_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope),
                     **_bounds(dst, src, masked, fill, "load"))
     raise UnsupportedError(f"load into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
@@ -61,21 +54,14 @@ def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
     if isinstance(dst, GlobalVar) and isinstance(s, RV):
         _register_scope(scope, "store")
         return emit("store_gl_rv", dst, src, tile_coord(coord, "store"), **_bounds(src, dst, masked, None, "store"))
-    if isinstance(d, SV) and isinstance(s, RV):
-        _check_shared_vector(src, dst, coord, scope, "store")
-        return emit("store_sv_rv", dst, src)
-    if isinstance(dst, GlobalVar) and isinstance(s, SV):
-        _same_dtype(dst, src, "store")
-        return emit("store_gl_sv", dst, src, tile_coord(coord, "store"), scope=_scope(scope),
-                    **_bounds(src, dst, masked, None, "store"))
-    if isinstance(dst, SharedRef) and isinstance(d, ST) and isinstance(s, RT):
+    if (isinstance(d, ST) and isinstance(s, RT)) or (isinstance(d, SV) and isinstance(s, RV)):
         _register_scope(scope, "store")
-        _no_coord(coord, "store into a shared tile")
+        _no_coord(coord, "store into shared memory")
         same_shape(dst, src, "store")
-        return emit("store_st_rt", dst, src)
-    if isinstance(dst, GlobalVar) and isinstance(s, ST):
+        return emit(f"store_{_kind(d)}_{_kind(s)}", dst, src)
+    if isinstance(dst, GlobalVar) and isinstance(s, (ST, SV)):
         _same_dtype(dst, src, "store")
-        return emit("store_gl_st", dst, src, tile_coord(coord, "store"), scope=_scope(scope),
+        return emit(f"store_gl_{_kind(s)}", dst, src, tile_coord(coord, "store"), scope=_scope(scope),
                     **_bounds(src, dst, masked, None, "store"))
     raise UnsupportedError(f"store into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
@@ -116,9 +102,8 @@ def _bounds(tile, g: GlobalVar, masked, fill, what: str) -> dict:
     """The attributes of a bounds-checked copy between `tile` and `g` ({} for an unchecked one): loads
     carry their `fill` value, stores `masked=True`. Checking is on when asked for (masked=True or a
     fill value) or when a static dim of `g` is not a multiple of the tile (a partial tile is certain)."""
-    t = tile.type
-    extent = (t.rows, t.cols) if isinstance(t, (RT, ST)) else (1, t.length)
-    ragged = [f"{dim} {axis}" for dim, n, axis in zip(g.type.dims[2:], extent, ("rows", "cols"))
+    t = tile.type     # a vector lies along one row
+    ragged = [f"{dim} {axis}" for dim, n, axis in zip(g.type.dims[2:], (t.rows, t.cols), ("rows", "cols"))
               if isinstance(dim, int) and dim % n]
     if masked is False and (ragged or fill is not None):
         fail(f"{what}: masked=False, but " + (f"{describe(g)} has {' and '.join(ragged)}, not a multiple of "
@@ -130,10 +115,9 @@ def _bounds(tile, g: GlobalVar, masked, fill, what: str) -> dict:
     return {"fill": scalar(0.0 if fill is None else fill, f"{what} fill value")}
 
 
-def _check_shared_vector(rv, sv, coord, scope: str, what: str) -> None:
-    _register_scope(scope, what)
-    _no_coord(coord, f"{what} between a register and a shared vector")
-    same_shape(rv, sv, what)
+def _kind(t) -> str:
+    """rt, rv, st or sv: how op names spell a tile or vector type."""
+    return type(t).__name__.lower()
 
 
 def load_async(dst, src, coord=None, *, scope: str = "warp", masked=None):

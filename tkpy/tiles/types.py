@@ -93,6 +93,13 @@ class RV:
     def values_per_chunk(self) -> int:
         return 1 if self.layout == "naive" else layouts.VECTOR_VALUES_PER_16[self.layout]
 
+    # As a one-row tile: how copies to and from global memory address it (a vector lies along a row).
+    rows = 1
+
+    @property
+    def cols(self) -> int:
+        return self.length
+
     def __str__(self) -> str:
         return f"rv<{self.dtype}, {self.length}, {self.layout}>"
 
