@@ -92,8 +92,9 @@ def main() -> int:
     if not quick and gpu_available():
         report["compile"] = bench_compile()
         report["launch"] = bench_launch()
-        from benchmarks import bench_gemm
+        from benchmarks import bench_attention, bench_gemm
         report["gemm"] = bench_gemm.main()
+        report["attention"] = bench_attention.main()
         from benchmarks import bench_smem
         report["smem"] = bench_smem.main()
     if OUT:
@@ -107,6 +108,9 @@ def main() -> int:
     for name, r in report.get("launch", {}).items():
         if name in ("raw_ex_int", "prepared", "tkpy_call", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
+    for r in report.get("attention", []):
+        print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}: tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
+              f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']}: LCF {r['lcf_tflops']:.0f}, hand-written {r['ws_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['lcf_tflops'] / r['cublas_tflops']:.2f}x)")
