@@ -159,7 +159,11 @@ def test_generated_code_reads_like_thunderkittens():
                  "tk::load_async_wait<0>();", "= tk::subtile<32, 64>(sh, 1, block_x % 2);", "tk::copy(q, m);",
                  "tk::store_masked(v, q, 0, 0, 0, block_x * 32);"):
         assert stmt in body, stmt
-    assert "%top = rt<bf16, 16x64, row> subtile of %t at (1, 0)" in tour.ir(*TOUR_ARGS)
+    ir = tour.ir(*TOUR_ARGS)
+    for line in ("%top = rt<bf16, 16x64, row> subtile of %t at (1, 0)", "load[fill=0.0f] %t, @x",
+                 "map[fn=exp(x0 - x1) * s] %z, %z, %t", "tril %z, %z, block_x * 2, -1.0f",
+                 "load_async[scope=block] %sh", "store[masked=True] @v, %q"):
+        assert line in ir, line
 
 
 def test_sass_uses_movmatrix_cp_async_and_no_local_memory():

@@ -1,6 +1,8 @@
 """The IR's text form: what `kernel.ir(...)` shows."""
 from __future__ import annotations
 
+import re
+
 from .core import Decl, For, GlobalVar, If, KernelIR, Let, Op, ScalarParam, SharedRef, Var
 from .expr import Expr, render
 
@@ -28,8 +30,11 @@ def op_title(op: Op) -> str:
         return f"{a.pop('fn')}_{a.pop('axis')}"
     if op.name in ("unary", "binary"):
         return a.pop("fn")
-    title = op.name.split("_")[0] if op.name.startswith(("load_", "store_")) else op.name
-    return title + "".join(f"[{k}={v}]" for k, v in a.items())
+    if op.name == "mask":
+        return a.pop("kind")
+    copy = re.fullmatch(r"(load|store)_(rt|rv|st|sv|gl)_(rt|rv|st|sv|gl)", op.name)   # load_rt_gl -> load
+    title = copy.group(1) if copy else op.name
+    return title + "".join(f"[{k}={render(v) if isinstance(v, Expr) else v}]" for k, v in a.items())
 
 
 def print_ir(kernel: KernelIR) -> str:
