@@ -166,6 +166,24 @@ def test_generated_code_reads_like_thunderkittens():
         assert line in ir, line
 
 
+@pytest.mark.parametrize("fn,cpp", [
+    (lambda a, b: (a - b) - (a - b), "x0 - x1 - (x0 - x1)"),
+    (lambda a, b: -(-a) * (a + b), "-(-x0) * (x0 + x1)"),
+    (lambda a, b: a - -2.0 + b / 3.0, "x0 - (-2.0f) + tk::op_div{}(x1, 3.0f)"),
+    (lambda a, b: tk.max(tk.exp2(a), tk.relu(b)) * 0.5, "tk::op_max{}(tk::op_exp2{}(x0), tk::op_relu{}(x1)) * 0.5f"),
+    (lambda a, b: 1.0, "1.0f"),
+])
+def test_map_lambdas_evaluate_in_the_order_written(fn, cpp):
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16]):
+        a, b = tk.rt(f32, 16, 16), tk.rt(f32, 16, 16)
+        tk.load(a, x, (0, 0))
+        tk.load(b, x, (1, 0))
+        tk.map(a, fn, a, b)
+        tk.store(x, a, (0, 0))
+    assert f"tk::map(a, [](float x0, float x1) {{ return {cpp}; }}, a, b);" in k.source(torch.empty(32, 16))
+
+
 def test_sass_uses_movmatrix_cp_async_and_no_local_memory():
     sass = tour.sass(*TOUR_ARGS)
     assert "MOVM.16.MT88" in sass                   # 16-bit swap_layout

@@ -8,17 +8,15 @@ from ._checks import describe, emit, fail, register_tile, register_vector
 from .elementwise import compatible, register_operand
 from .reduce import vector_for
 
-MAP_UNARY = ("exp", "exp2", "log", "log2", "abs", "relu", "neg")
-MAP_BINARY = ("add", "sub", "mul", "div", "max", "min")
 PYTHON_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _PRECEDENCE = {"add": 1, "sub": 1, "mul": 2, "div": 2, "neg": 3}
 
 
 class MapExpr:
     """An elementwise function of a map's operands, recorded by calling the lambda given to `tk.map`
-    on placeholders. Nodes: `arg` (operand i), `scalar` (a Python number or runtime scalar),
-    and the MAP_UNARY / MAP_BINARY functions, built with + - * / and unary minus and with
-    tk.exp, tk.exp2, tk.log, tk.log2, tk.abs, tk.relu, tk.neg, tk.max, tk.min."""
+    on placeholders. Nodes: `arg` (operand i), `scalar` (a Python number or runtime scalar), and the
+    elementwise functions (`fn` as in the unary / binary ops): add, sub, mul, div and neg built with
+    + - * / and unary minus; exp, exp2, log, log2, abs, relu, neg, max, min with tk.exp(...) etc."""
 
     __slots__ = ("fn", "args")
 
@@ -68,9 +66,9 @@ class MapExpr:
         return f"-{texts[0]}" if self.fn == "neg" else f"{texts[0]} {infix[self.fn]} {texts[1]}"
 
     def scalars(self) -> list:
-        """The scalar leaves (runtime values the generated lambda captures)."""
+        """The runtime scalar leaves (what the generated lambda captures)."""
         if self.fn == "scalar":
-            return [self.args[0]]
+            return [] if isinstance(self.args[0], Const) else [self.args[0]]
         if self.fn == "arg":
             return []
         return [s for a in self.args for s in a.scalars()]
