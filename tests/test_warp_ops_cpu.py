@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tkpy as tk
-from tkpy import bf16, f32, fp16
+from tkpy import bf16, f32
 from tkpy.tiles import ST, layouts, shuffles, swizzle
 
 from test_gpu_ops_extra import ALL_CASES

@@ -215,8 +215,12 @@ template <typename D, typename S> __device__ __forceinline__ void tril(D& d, con
 template <typename D, typename S> __device__ __forceinline__ void triu(D& d, const S& s, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val);
 }
-template <typename D, typename S> __device__ __forceinline__ void make_causal(D& d, const S& s, float val) { tril(d, s, 0, val); }
-template <typename D, typename S> __device__ __forceinline__ void make_causal_t(D& d, const S& s, float val) { triu(d, s, 0, val); }
+template <typename D, typename S> __device__ __forceinline__ void make_causal(D& d, const S& s, float val) {
+    tril(d, s, 0, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void make_causal_t(D& d, const S& s, float val) {
+    triu(d, s, 0, val);
+}
 template <typename D, typename S> __device__ __forceinline__ void right_fill(D& d, const S& s, int col, float val) {
     mask(d, s, [=](int, int c) { return c < col; }, val);
 }
@@ -346,11 +350,13 @@ __device__ __forceinline__ void load_masked(const st<T, R, C, SWZ, PR, PC>& dst,
     for_each_chunk<NT, T, R, C>(t, [&](int r, int c) { load_chunk_masked(dst.ptr(r, c), src, b, d, r0 + r, c0 + c, fill); });
 }
 template <int NT, typename T, int R, int C, int SWZ, int PR, int PC>
-__device__ __forceinline__ void store_masked(const gl<T>& dst, const st<T, R, C, SWZ, PR, PC>& src, int b, int d, int r0, int c0, int t) {
+__device__ __forceinline__ void store_masked(const gl<T>& dst, const st<T, R, C, SWZ, PR, PC>& src, int b, int d, int r0, int c0,
+                                             int t) {
     for_each_chunk<NT, T, R, C>(t, [&](int r, int c) { store_chunk_masked(dst, src.ptr(r, c), b, d, r0 + r, c0 + c); });
 }
 template <int NT, typename T, int N>
-__device__ __forceinline__ void load_masked(const sv<T, N>& dst, const gl<T>& src, int b, int d, int r, int c0, float fill, int t) {
+__device__ __forceinline__ void load_masked(const sv<T, N>& dst, const gl<T>& src, int b, int d, int r, int c0, float fill,
+                                            int t) {
     for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { load_chunk_masked(dst.ptr(c), src, b, d, r, c0 + c, fill); });
 }
 template <int NT, typename T, int N>
@@ -367,7 +373,8 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 src_byt
 }
 // Thread t of NT issues its chunks of the tile and commits them as one group (MASKED: zero past the edges).
 template <bool MASKED, int NT, typename T, int R, int C, int SWZ, int PR, int PC>
-__device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0, int t) {
+__device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0,
+                                           int t) {
     for_each_chunk<NT, T, R, C>(t, [&](int r, int c) {
         const u32 bytes = MASKED ? in_bounds(src, r0 + r, c0 + c, 16 / int(sizeof(T))) * u32(sizeof(T)) : 16;
         cp_async16(dst.addr(r, c), bytes ? src.at(b, d, r0 + r, c0 + c) : src.ptr, bytes);
@@ -375,7 +382,9 @@ __device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, 
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 // Wait until at most N of this thread's load_async groups are still in flight.
-template <int N> __device__ __forceinline__ void load_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void load_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
 """
 
 
