@@ -34,9 +34,13 @@ def tma_roundtrip_kernel(dt, rows, cols, swizzle):
     return k
 
 
-@pytest.mark.parametrize("dt,rows,cols,swizzle", [
+TMA_TILES = [  # dtype, rows, cols, swizzle
     ("bf16", 64, 64, 128), ("bf16", 32, 128, 128), ("bf16", 16, 32, 64), ("bf16", 16, 16, 32), ("fp16", 64, 64, 128),
-    ("bf16", 64, 64, 0), ("bf16", 64, 64, 64), ("f32", 32, 32, 128), ("f32", 16, 16, 64), ("bf16", 64, 128, 128)])
+    ("bf16", 64, 64, 0), ("bf16", 64, 64, 64), ("f32", 32, 32, 128), ("f32", 16, 16, 64), ("bf16", 64, 128, 128)]
+WGMMA_SHAPES = [("bf16", 64, 64), ("bf16", 256, 64), ("bf16", 16, 32), ("fp16", 128, 128), ("bf16", 96, 16)]
+
+
+@pytest.mark.parametrize("dt,rows,cols,swizzle", TMA_TILES)
 def test_tma_load_matches_the_shared_layout_and_stores_back(dt, rows, cols, swizzle):
     """TMA's swizzle and tkpy's address function must agree, or the ldmatrix path reads garbage."""
     x = rand(3 * rows, 2 * cols, dtype=TORCH[dt])
@@ -112,8 +116,7 @@ def wgmma_kernel(dt, n, k, variant, a_regs):
 
 @pytest.mark.parametrize("a_regs", [False, True])
 @pytest.mark.parametrize("variant", ["AB", "ABt", "AtB", "AtBt"])
-@pytest.mark.parametrize("dt,n,k", [("bf16", 64, 64), ("bf16", 256, 64), ("bf16", 16, 32), ("fp16", 128, 128),
-                                    ("bf16", 96, 16)])
+@pytest.mark.parametrize("dt,n,k", WGMMA_SHAPES)
 def test_wgmma(dt, n, k, variant, a_regs):
     if a_regs and variant.startswith("At"):
         pytest.skip("a transposed A comes from shared memory only")

@@ -73,9 +73,11 @@ class Block:
 
 class Warp:
     """One warp's state: registers (Var -> float32 array, None until written), scalars, subtile windows
-    (register view -> row slice of its base, shared view -> SharedTile), and its current line."""
+    (register view -> row slice of its base, shared view -> SharedTile), and its current line.
+    `async_regs` holds the register tiles an asynchronous op (wgmma) still uses: base Var -> a guard whose
+    `why` says so and whose `blocks_reads` tells whether reads are off limits too (or only writes)."""
 
-    __slots__ = ("block", "index", "env", "regs", "windows", "loc", "roles", "_scalars")
+    __slots__ = ("block", "index", "env", "regs", "windows", "loc", "roles", "async_regs", "_scalars")
 
     def __init__(self, block: Block, index: int):
         self.block = block
@@ -85,6 +87,7 @@ class Warp:
         self.windows: dict = {}
         self.loc = block.program.ir.loc
         self.roles: list = []           # locs of the runtime branches this warp is inside
+        self.async_regs: dict = {}
         self._scalars = block.program.scalars
 
     @property
@@ -102,6 +105,8 @@ class Warp:
 
     # -- register tiles and vectors ------------------------------------------------------------------
     def read(self, var: Var) -> np.ndarray:
+        if self.async_regs:
+            self._check_async(var, "read")
         values = self.regs.get(var) if var.view is None else self._peek(var)
         if values is None:
             raise InterpretError(f"`{var.name}` ({var.type}) is read before anything wrote it "
@@ -111,6 +116,8 @@ class Warp:
     def write(self, var: Var, values) -> None:
         """Set a register tile or vector, rounding to its dtype. Writing a subtile rewrites its window of the
         base tile; the rest of a base that nothing wrote reads as NaN."""
+        if self.async_regs:
+            self._check_async(var, "written")
         values = round_to(var.type.dtype, values)
         if var.view is None:
             self.regs[var] = values
@@ -120,6 +127,14 @@ class Warp:
         whole = np.full((base.type.rows, base.type.cols), np.nan, np.float32) if whole is None else whole.copy()
         whole[self.windows[var]] = values
         self.write(base, whole)
+
+    def _check_async(self, var: Var, access: str) -> None:
+        base = var
+        while base.view is not None:
+            base = base.view.base
+        guard = self.async_regs.get(base)
+        if guard is not None and (access == "written" or guard.blocks_reads):
+            raise InterpretError(f"`{var.name}` is {access} while {guard.why}", self.loc)
 
     def _peek(self, var: Var):
         if var.view is None:
@@ -203,12 +218,13 @@ def run_together(blocks: list) -> None:
             if waits[w] is not None and not waits[w].ready():
                 continue
             moved = True
+            w.block.shared.writer = w.index     # the ordinary stores until it yields are this warp's
             try:
                 waits[w] = next(running[w])
             except StopIteration:
                 del running[w]
             except InterpretError as e:
-                raise type(e)(f"{e.bare_message} (in {w.name})", e.loc) from None
+                raise type(e)(f"{e.bare_message} (in {w.name})", e.loc or w.loc) from None
         if not moved:
             raise DeadlockError(_deadlock_report(blocks, [(w, waits[w]) for w in running],
                                                  [w for w in warps if w not in running]))
@@ -221,7 +237,8 @@ def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict) -> 
     with np.errstate(all="ignore"):     # inf/nan arithmetic is the kernel's business, as on the GPU
         for origin in itertools.product(*(range(0, g, c) for g, c in zip(reversed(grid), reversed(cluster)))):
             z0, y0, x0 = origin
-            blocks = [Block(program, dict(env, block_x=x0 + x, block_y=y0 + y, block_z=z0 + z), global_tensors)
+            blocks = [Block(program, dict(env, block_x=x0 + x, block_y=y0 + y, block_z=z0 + z,
+                                          cluster_rank=x + cluster[0] * (y + cluster[1] * z)), global_tensors)
                       for z, y, x in itertools.product(*(range(c) for c in reversed(cluster)))]
             for b in blocks:
                 b.cluster = blocks

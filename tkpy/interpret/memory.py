@@ -7,8 +7,9 @@ each tile at its planned offset (`KernelIR.shared_offsets`) and each element at
 the swizzled address of `tkpy.tiles` (`ST.byte_offset`, the function the
 prelude's `st::offset` is generated from); a subtile is a window of its root
 tile's elements, so it keeps the root's address function as `tk::subtile` does.
-Every 2-byte unit records whether anything wrote it, so a read of never-written
-shared memory is reported.
+Every 2-byte unit records its state, so that a read of shared memory that nothing
+wrote, or that a TMA load is still writing, is reported, and so is an async-proxy read
+(TMA store, wgmma) of ordinary stores that no proxy fence made visible to it.
 """
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ from ..errors import InterpretError
 from ..tiles.types import ST
 from .numerics import RAW
 
-_WRITTEN = {2: np.uint8(1), 4: np.uint16(0x0101)}  # state word of an element whose 2-byte units are all written
+# The state of a 2-byte unit of shared memory. GENERIC + w: warp w's ordinary stores wrote it and the warp
+# has not fenced them for the async proxy since (generic reads may see them; TMA and wgmma may not).
+UNWRITTEN, IN_FLIGHT, VISIBLE, GENERIC = 0, 1, 2, 3
+_SPREAD = {2: 1, 4: 0x0101}   # a unit's state times this sets every unit of an element of this many bytes
+_SPREAD_32 = {2: 1, 4: (1 << 32) + 1}   # the same for 32-bit values per unit
 _AXES = ("batch", "depth", "row", "col")
 
 
@@ -64,6 +69,11 @@ def part(root: ST, row: int, col: int, window: ST, threads: int = 32, slot: int 
     return Part(rows, cols, root.byte_offset(row + rows, col + cols))
 
 
+def whole(tile: SharedTile) -> Part:
+    """Every element of a shared tile (window), as one warp moves them."""
+    return part(tile.root, tile.row, tile.col, tile.type)
+
+
 class GlobalTensor:
     """A gl parameter: raw bits of the caller's tensor as a 4-d (batch, depth, rows, cols) numpy view."""
 
@@ -92,31 +102,110 @@ class GlobalTensor:
 
 
 class SharedMemory:
-    """One block's dynamic shared memory: raw bytes plus a written flag per 2-byte unit."""
+    """One block's dynamic shared memory: raw bytes, the state of each 2-byte unit (above) and, for units
+    a TMA load wrote, which of `transfers` it was (an object with `landed()` and `describe()`). Units that
+    an asynchronous op (wgmma, TMA store) may still be reading are held (`hold`) until it completes
+    (`release`): writing them meanwhile is an error.
+
+    `writer` is the warp whose ops run now (the scheduler sets it when it resumes a warp): ordinary
+    stores are attributed to it, for the proxy-fence check.
+    """
 
     def __init__(self, nbytes: int):
         nbytes = -(-nbytes // 16) * 16
         self.bytes = np.zeros(nbytes, np.uint8)
         self.words = {2: self.bytes.view(np.uint16), 4: self.bytes.view(np.uint32)}
-        units = np.zeros(nbytes // 2, np.uint8)
-        self.state = {2: units, 4: units.view(np.uint16)}   # indexed per element of 2 or 4 bytes
+        self.units = np.zeros(nbytes // 2, np.uint8)
+        self._state = {2: self.units, 4: self.units.view(np.uint16)}   # indexed per element of 2 or 4 bytes
+        self.unit_transfers = np.zeros(nbytes // 2, np.int32)
+        self._transfer = {2: self.unit_transfers, 4: self.unit_transfers.view(np.int64)}
+        self.transfers: list = []
+        self.reading = np.zeros(nbytes // 2, np.int16)   # asynchronous reads in flight, per unit
+        self.readers: list = []                          # (who, units) of those reads
+        self.writer = 0
 
     def write(self, tile: SharedTile, raw: np.ndarray, elements: Part) -> None:
-        """Store raw element bits into `elements` of the tile."""
+        """Ordinary stores (the generic proxy) of raw element bits into `elements` of the tile."""
+        self._store(tile, raw, elements, GENERIC + self.writer)
+
+    def write_async(self, tile: SharedTile, raw: np.ndarray, elements: Part, transfer) -> None:
+        """A TMA load's raw element bits: in flight until `transfer.landed()`."""
+        n = tile.type.dtype.nbytes
+        self._store(tile, raw, elements, IN_FLIGHT)
+        self._transfer[n][(tile.base + elements.offsets) // n] = len(self.transfers) * _SPREAD_32[n]
+        self.transfers.append(transfer)
+
+    def hold(self, tile: SharedTile, elements: Part, who) -> None:
+        """An asynchronous op `who` (its str names it in errors) starts reading `elements` of the tile."""
+        units = self._units(tile, elements)
+        self.reading[units] += 1
+        self.readers.append((who, units))
+
+    def release(self, who) -> None:
+        """The asynchronous op `who` (the object given to `hold`) has finished reading."""
+        for reader, units in self.readers:
+            if reader is who:
+                self.reading[units] -= 1
+        self.readers = [(reader, units) for reader, units in self.readers if reader is not who]
+
+    def fence(self, warp: int) -> None:
+        """fence.proxy.async by `warp`: its ordinary stores become visible to TMA and wgmma."""
+        self.units[self.units == GENERIC + warp] = VISIBLE
+
+    def read(self, tile: SharedTile, elements: Part, what: str, loc, *, async_proxy: bool = False) -> np.ndarray:
+        """Raw element bits of `elements` of the tile. An error if any was never written or is still in flight;
+        for an `async_proxy` reader (TMA store, wgmma), also if ordinary stores wrote it without a proxy fence."""
+        n = tile.type.dtype.nbytes
+        idx = (tile.base + elements.offsets) // n
+        units = (tile.base + elements.offsets) >> 1     # each element's first unit stands for it
+        state = self.units[units]
+        if (state != VISIBLE if async_proxy else state < VISIBLE).any():
+            self._check(tile, elements, idx, units, state, what, loc, async_proxy)
+        return self.words[n][idx]
+
+    def _store(self, tile: SharedTile, raw: np.ndarray, elements: Part, state: int) -> None:
+        if self.readers:
+            units = self._units(tile, elements)
+            if self.reading[units].any():
+                who = next(who for who, held in self.readers if np.isin(units, held).any())
+                # no line here: the scheduler adds the writing op's
+                raise InterpretError(f"a write into `{tile.name}` overwrites shared memory that {who} may still be "
+                                     "reading")
         n = tile.type.dtype.nbytes
         idx = (tile.base + elements.offsets) // n
         self.words[n][idx] = raw
-        self.state[n][idx] = _WRITTEN[n]
+        self._state[n][idx] = state * _SPREAD[n]
 
-    def read(self, tile: SharedTile, elements: Part, what: str, loc) -> np.ndarray:
-        """Raw element bits of `elements` of the tile; a never-written element is an error."""
+    @staticmethod
+    def _units(tile: SharedTile, elements: Part) -> np.ndarray:
+        """Every 2-byte unit of `elements` of the tile."""
+        first = (tile.base + elements.offsets.reshape(-1)) >> 1
+        return first if tile.type.dtype.nbytes == 2 else np.concatenate([first, first + 1])
+
+    def _check(self, tile, elements, idx, units, state, what: str, loc, async_proxy: bool) -> None:
+        """The slow path of `read`: mark the in-flight elements whose TMA load has landed visible, then report
+        what is still wrong."""
         n = tile.type.dtype.nbytes
-        idx = (tile.base + elements.offsets) // n
-        unwritten = self.state[n][idx] != _WRITTEN[n]
-        if unwritten.any():
-            first = tuple(np.argwhere(unwritten)[0])
+        flying = state == IN_FLIGHT
+        transfers = self.unit_transfers[units]
+        for t in np.unique(transfers[flying]):
+            if self.transfers[t].landed():
+                landed = flying & (transfers == t)
+                self._state[n][idx[landed]] = VISIBLE * _SPREAD[n]
+                state = np.where(landed, VISIBLE, state)
+
+        def fail(bad, problem: str, detail: str = ""):
+            first = tuple(np.argwhere(bad)[0])
             r, c = int(elements.rows[first]), int(elements.cols[first])
-            raise InterpretError(
-                f"{what} reads shared memory that nothing has written in this block: {int(unwritten.sum())} "
-                f"elements of `{tile.name}` ({tile.type}), the first at (row {r}, col {c})", loc)
-        return self.words[n][idx]
+            raise InterpretError(f"{what} reads {problem}: {int(bad.sum())} elements of `{tile.name}` ({tile.type}), "
+                                 f"the first at (row {r}, col {c}){detail}", loc)
+
+        if (state == UNWRITTEN).any():
+            fail(state == UNWRITTEN, "shared memory that nothing has written in this block")
+        if (state == IN_FLIGHT).any():
+            pending = self.transfers[transfers[state == IN_FLIGHT][0]]
+            fail(state == IN_FLIGHT, "shared memory before its TMA load arrived", f"; {pending.describe()}")
+        if async_proxy and (state >= GENERIC).any():
+            warp = int(state[state >= GENERIC][0]) - GENERIC
+            fail(state == GENERIC + warp, f"through the async proxy (TMA, wgmma) what warp {warp}'s ordinary "
+                 "stores wrote, with no tk.fence_proxy_async() by that warp since")

@@ -28,17 +28,19 @@ class Barrier:
 
     `one_site`: every warp of a phase must arrive from the same Python line; CUDA leaves a
     __syncthreads reached from different places undefined, so it is reported rather than matched.
+    `across_blocks`: the warps come from several blocks (a cluster barrier), so reports name their blocks.
     """
 
-    def __init__(self, name: str, expected: int, one_site: bool):
+    def __init__(self, name: str, expected: int, one_site: bool, across_blocks: bool = False):
         self.name = name
         self.expected = expected
         self.one_site = one_site
+        self.across_blocks = across_blocks
         self.phase = 0
-        self.arrived: list = []    # (warp index, loc) of this phase
+        self.arrived: list = []    # (warp index, or name across blocks; loc) of this phase
 
     def arrive(self, warp) -> Wait:
-        self.arrived.append((warp.index, warp.loc))
+        self.arrived.append((warp.name if self.across_blocks else warp.index, warp.loc))
         wait = _PhaseWait(self, self.phase)
         if len(self.arrived) == self.expected:
             self._complete()
