@@ -417,3 +417,15 @@ def split_warpgroup_mma(x: tk.gl[bf16, 64, 64]):
 def test_other_misuse_is_reported(kern, args, match):
     with pytest.raises(tk.InterpretError, match=match):
         kern.interpret[(2,) if kern is eager_multicast else (1,)](torch.zeros(64, 64).bfloat16(), *args)
+
+
+def test_template_kernels_run_under_TKPY_INTERPRET(monkeypatch):
+    """The torch-facing template functions pick a grid without asking a GPU for its SM count."""
+    from kernels.attention import attention
+    from kernels.gemm import matmul
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    a, b = rand(256, 128, dtype=torch.bfloat16), rand(128, 256, dtype=torch.bfloat16)
+    assert rel_err(matmul(a, b), a.double() @ b.double()) < 1e-2
+    q, k, v = (rand(1, 2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
+    s = q.double() @ k.double().transpose(-1, -2) / 8
+    assert rel_err(attention(q, k, v), torch.softmax(s, -1) @ v.double()) < 1e-2

@@ -253,8 +253,6 @@ class LCF:
 
     def grid(self, *tensors) -> tuple:
         """Blocks to launch: one per task, or (persistent) at most one per SM."""
-        from ..runtime import sm_count
-
         g = _globals_namespace(self.globals, tensors)
         rows, cols = (int(x) for x in self.user.tasks(_Concrete(g)))
         if rows * cols < 1:
@@ -264,11 +262,25 @@ class LCF:
                                 f"these shapes have {rows} rows of tiles")
         if not self.persistent:
             return (rows * cols,)
-        blocks = min(rows * cols, sm_count(tensors[0].get_device()))
+        blocks = min(rows * cols, _multiprocessors(tensors[0]))
         return (blocks // self.cluster * self.cluster,)
 
     def __call__(self, *tensors) -> None:
         self.kernel[self.grid(*tensors)](*tensors)
+
+
+H200_MULTIPROCESSORS = 132
+
+
+def _multiprocessors(tensor) -> int:
+    """SMs of the tensor's GPU; when interpreting on the CPU, an H200's, so the persistent loops
+    (several tasks per block) are exercised as they will run."""
+    from ..interpret.launch import interpret_requested
+    from ..runtime import sm_count
+
+    if interpret_requested() or not tensor.is_cuda:
+        return H200_MULTIPROCESSORS
+    return sm_count(tensor.get_device())
 
 
 def _globals_namespace(globals_: dict, tensors) -> Namespace:
