@@ -7,6 +7,7 @@ Measures, for a trivial 4-argument kernel, the host time of:
   launcher_full   torch stream lookup + ParamBuffer.pack + Launcher call (what generated code does)
   launch_fn       tkpy.runtime.launch() free function (+ pack + stream lookup)
   prepared        Launcher.prepare(...)() alone: a functools.partial of cuLaunchKernelEx
+  legacy_prepared the same with cuLaunchKernel (no launch-config struct; no clusters)
   prepared_full   stream lookup + dict lookup of the prepared launch by stream + pack + call + check
   pack            ParamBuffer.pack alone
   stream          torch current raw stream lookup alone
@@ -25,6 +26,7 @@ Usage: python benchmarks/bench_launch.py   (writes $OUT/launch.json if OUT is se
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import statistics
@@ -183,6 +185,11 @@ def main() -> int:
         go()
 
     paths["prepared"] = (prepared, sync)
+
+    from tkpy.runtime.driver import cu_stream
+
+    legacy = functools.partial(drv.cuLaunchKernel, fn, *grid, *block, 0, cu_stream(stream), addr, 0)
+    paths["legacy_prepared"] = (legacy, sync)
 
     by_stream = {stream: go}
 
