@@ -201,3 +201,14 @@ def test_lcf_template_gemm(m, n, k, cluster):
     a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
     c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16), cluster=cluster)
     assert rel_err(c, a.double() @ b.double()) < 1e-2
+
+
+def test_tensor_maps_retarget_to_new_tensors_of_the_same_shape():
+    """The second call reuses the first map's geometry (cuTensorMapReplaceAddress) for new pointers."""
+    kern = tma_roundtrip_kernel("bf16", 64, 64, 128)
+    for _ in range(3):
+        x = rand(128, 128, dtype=torch.bfloat16)
+        y, z = poisoned(*x.shape, dtype=torch.bfloat16), poisoned(*x.shape, dtype=torch.bfloat16)
+        kern[(2, 2)](x, y, z)
+        torch.cuda.synchronize()
+        assert torch.equal(y, x) and torch.equal(z, x)

@@ -371,3 +371,14 @@ def test_arrival_counts_must_match_the_init():
             tk.wait(sem, 0)
     with pytest.raises(tk.TraceError, match="initialised for 1 arrivals per phase, but 4 warp-level arrivals"):
         bad.trace(X64)
+
+
+def test_tma_store_sass_uses_utmastg():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", 64]):
+        s = tk.st(bf16, 64, 64)
+        tk.tma.store_async(x, s, (0, 0))
+        tk.tma.store_commit_group()
+        tk.tma.store_async_wait()
+    sass = k.sass(X64)
+    assert "UTMASTG" in sass

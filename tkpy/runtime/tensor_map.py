@@ -56,21 +56,38 @@ def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
     return ctypes.string_at(tmap.getPtr(), 128)
 
 
+def retarget(blob: bytes, pointer: int) -> bytes:
+    """The same tensor map at another address (cuTensorMapReplaceAddress: 0.4 us against 2 us to encode)."""
+    d = _driver()
+    tmap = d.CUtensorMap()
+    ctypes.memmove(tmap.getPtr(), blob, 128)
+    check(d.cuTensorMapReplaceAddress(tmap, pointer), "cuTensorMapReplaceAddress")
+    return ctypes.string_at(tmap.getPtr(), 128)
+
+
 class TensorMapEncoder:
-    """tensor -> tensor-map bytes for one shared tile type, cached by (pointer, shape, strides)."""
+    """tensor -> tensor-map bytes for one shared tile type: cached by (pointer, shape, strides); a new
+    pointer with a known shape and strides retargets the cached map instead of encoding anew."""
 
     def __init__(self, tile: ST, device: int):
         self.tile = tile
         self.device = device
-        self._cache: dict = {}
+        self._cache: dict = {}          # (pointer, shape, strides) -> bytes
+        self._by_geometry: dict = {}    # (shape, strides) -> bytes of some map with that geometry
 
     def __call__(self, t) -> bytes:
         key = (t.data_ptr(), t.shape, t.stride())
         blob = self._cache.get(key)
         if blob is None:
-            geo = geometry(t.shape, t.stride(), t.element_size(), self.tile)
-            blob = encode(key[0], geo, self.tile, self.device)
+            similar = self._by_geometry.get(key[1:])
+            if similar is not None:
+                blob = retarget(similar, key[0])
+            else:
+                geo = geometry(t.shape, t.stride(), t.element_size(), self.tile)
+                blob = encode(key[0], geo, self.tile, self.device)
             if len(self._cache) >= MAX_CACHED:
                 self._cache.clear()
+                self._by_geometry.clear()
             self._cache[key] = blob
+            self._by_geometry[key[1:]] = blob
         return blob
