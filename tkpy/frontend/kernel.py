@@ -16,6 +16,7 @@ from ..codegen import generate, param_slots
 from ..errors import ArgumentError
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
+from ..ir.passes import ALIGNMENT_SLACK
 from .signature import (bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
 from . import fastpath
 from .tracer import trace_kernel
@@ -251,7 +252,7 @@ class Compiled:
     @property
     def dynamic_smem(self) -> int:
         ir = self.lowered.traced.ir
-        return ir.shared_bytes + (1024 if ir.shared_bytes else 0)  # slack to align the base to 1024
+        return ir.shared_bytes + (ALIGNMENT_SLACK if ir.shared_bytes else 0)  # room to align the base
 
     def ready(self, device: int) -> "_Ready":
         r = self._ready.get(device)
