@@ -9,8 +9,9 @@ import linecache
 import re
 
 from ..errors import UnsupportedError
-from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
+from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from ..ir.expr import Expr, Sym, as_expr, render
+from ..ir.printer import assignment_text
 from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype
@@ -127,7 +128,10 @@ class KernelEmitter:
             elif isinstance(s, Let):
                 self.origin(s.loc, "let")
                 ctype = "float" if s.value.dtype == f32 else "bool" if s.value.dtype.name == "bool" else "int"
-                self.line(f"const {ctype} {s.sym.name} = {render(s.value)};")
+                self.line(f"{'' if s.mutable else 'const '}{ctype} {s.sym.name} = {render(s.value)};")
+            elif isinstance(s, Assign):
+                self.origin(s.loc, "assign")
+                self.line(assignment_text(s) + ";")
             elif isinstance(s, Op):
                 self.origin(s.loc, s.name)
                 emitter = OP_EMITTERS.get(s.name)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from ..errors import TraceError
 from ..ir.core import For, If
-from ..ir.expr import BOOL, Expr, Sym, as_expr
-from ..tiles.dtypes import i32
+from ..ir.expr import BOOL, Expr, Sym, as_expr, binary
+from ..tiles.dtypes import f32, i32
 from .context import current, user_loc
 
 
@@ -128,3 +128,48 @@ def let(value, name: str = "v") -> Sym:
     sym = Sym(name, value.dtype)       # made unique after tracing, with the other names
     current().emit(Let(sym, value, user_loc()))
     return sym
+
+
+class Mutable(Sym):
+    """A runtime scalar that can change (`tk.var`). Expressions that use it read its value where they
+    run (use `tk.let` for a snapshot); `x += n`, `x -= n`, `x *= n`, `x //= n`, `x %= n` and
+    `tk.assign(x, value)` give it a new value."""
+
+    def _update(op: str, integer: bool = False):  # noqa: N805 - builds the in-place dunders below
+        def update(self, other):
+            assign(self, binary(op, self, other, integer=integer))
+            return self
+        update.__name__ = f"__i{op}__"
+        return update
+
+    __iadd__, __isub__, __imul__ = _update("+"), _update("-"), _update("*")
+    __ifloordiv__, __imod__ = _update("/", True), _update("%", True)
+    del _update
+
+
+def var(value, name: str = "v") -> Mutable:
+    """A mutable runtime scalar: `n = tk.var(0, "n")` emits `int n = 0;`, and `n += k` (or
+    `tk.assign(n, value)`) emits `n += k;`. Declare it before the loop that updates it; it lives in
+    the block it is declared in, with one copy per thread as a C++ local (each warp has its own)."""
+    from ..ir.core import Let
+
+    value = as_expr(value)
+    if not name.isidentifier():
+        raise TraceError(f"tk.var needs an identifier for a name, got {name!r}", user_loc())
+    sym = Mutable(name, value.dtype)       # made unique after tracing, with the other names
+    current().emit(Let(sym, value, user_loc(), mutable=True))
+    return sym
+
+
+def assign(target, value) -> None:
+    """Give a mutable scalar (`tk.var`) a new value: `target = value;`."""
+    from ..ir.core import Assign
+
+    if not isinstance(target, Mutable):
+        raise TraceError(f"tk.assign needs a mutable scalar made by tk.var, got {type(target).__name__}; "
+                         "tk.let values, loop counters and parameters cannot change", user_loc())
+    value = as_expr(value)
+    if value.dtype != target.dtype and not (target.dtype == f32 and value.dtype == i32):
+        raise TraceError(f"tk.assign: `{target.name}` is a {target.dtype} variable; the new value is a "
+                         f"{value.dtype}", user_loc())
+    current().emit(Assign(target, value, user_loc()))

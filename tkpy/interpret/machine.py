@@ -19,7 +19,7 @@ import linecache
 import numpy as np
 
 from ..errors import DeadlockError, InterpretError, UnsupportedError
-from ..ir.core import Decl, For, If, KernelIR, Let, Op, SharedRef, Var
+from ..ir.core import Assign, Decl, For, If, KernelIR, Let, Op, SharedRef, Var
 from ..tiles.types import RT, RV
 from .memory import SharedMemory, SharedTile
 from .numerics import round_to
@@ -188,15 +188,20 @@ def execute(warp: Warp, stmts):
             warp.declare(s.var)
         elif isinstance(s, Let):
             warp.env[s.sym.name] = warp.value(s.value)
+        elif isinstance(s, Assign):
+            warp.env[s.target.name] = warp.value(s.value)
         elif isinstance(s, For):
             start, stop, step = (warp.value(e) for e in (s.start, s.stop, s.step))
             if step <= 0 and start < stop:
                 raise InterpretError(f"tk.range({start}, {stop}, {step}) never ends: its step must be positive",
                                      s.loc)
-            name = s.var.name
-            for i in range(start, stop, step):
+            name, i = s.var.name, start
+            while i < stop:             # the bounds are re-read per iteration, as in C++ (they may read a tk.var)
                 warp.env[name] = i
                 yield from execute(warp, s.body)
+                warp.loc = s.loc
+                i += step
+                stop, step = warp.value(s.stop), warp.value(s.step)
         elif isinstance(s, If):
             branch = s.then if warp.value(s.cond) else s.orelse
             if branch:

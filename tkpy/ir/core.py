@@ -161,15 +161,27 @@ class Decl:
 
 @dataclass(eq=False)
 class Let:
-    """`const int name = value;`: a named runtime scalar, for readable generated code."""
+    """`const int name = value;`: a named runtime scalar, for readable generated code. A mutable one
+    (`tk.var`) is `int name = value;` and may be reassigned later by `Assign` statements."""
 
     sym: Sym
     value: Expr
     loc: Loc
+    mutable: bool = False
 
     @property
     def var(self) -> Sym:   # the name the tracer may rename, like Decl.var and For.var
         return self.sym
+
+
+@dataclass(eq=False)
+class Assign:
+    """`name = value;`: a new value for a mutable scalar (a `tk.var`). Expressions that use `target`
+    read its value where they are evaluated, as the generated C++ does."""
+
+    target: Sym
+    value: Expr
+    loc: Loc
 
 
 @dataclass(eq=False)
@@ -200,7 +212,7 @@ class If:
     loc: Loc
 
 
-Stmt = Union[Decl, Let, Op, For, If]
+Stmt = Union[Decl, Let, Assign, Op, For, If]
 
 
 @dataclass(eq=False)

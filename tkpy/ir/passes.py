@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import TraceError
 from ..tiles.types import RT, RV
-from .core import Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
+from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from .expr import Expr, Sym, free_symbols
 
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
@@ -16,11 +16,11 @@ def verify(kernel: KernelIR) -> None:
     """Every variable and symbol is declared before use and used only in scope."""
     scalars = {p.sym.name for p in kernel.params if hasattr(p, "sym")}
     dims = {d for p in kernel.params if isinstance(p, GlobalVar) for d in p.type.dynamic_dims}
-    _verify_block(kernel.body, set(), scalars | dims)
+    _verify_block(kernel.body, set(), scalars | dims, set())
 
 
-def _verify_block(stmts, tiles: set, syms: set) -> None:
-    tiles, syms = set(tiles), set(syms)
+def _verify_block(stmts, tiles: set, syms: set, mutables: set) -> None:
+    tiles, syms, mutables = set(tiles), set(syms), set(mutables)
     for s in stmts:
         if isinstance(s, Decl):
             tiles.add(s.var)
@@ -30,6 +30,13 @@ def _verify_block(stmts, tiles: set, syms: set) -> None:
         elif isinstance(s, Let):
             _check_syms(s.value, syms, s)
             syms.add(s.sym.name)
+            if s.mutable:
+                mutables.add(s.sym.name)
+        elif isinstance(s, Assign):
+            if s.target.name not in mutables:
+                raise TraceError(f"`{s.target.name}` is assigned outside the block its tk.var was declared in",
+                                 s.loc)
+            _check_syms(s.value, syms, s)
         elif isinstance(s, Op):
             for a in _flat(s.args):
                 var = a.var if isinstance(a, SharedRef) else a
@@ -43,11 +50,11 @@ def _verify_block(stmts, tiles: set, syms: set) -> None:
         elif isinstance(s, For):
             for e in (s.start, s.stop, s.step):
                 _check_syms(e, syms, s)
-            _verify_block(s.body, tiles, syms | {s.var.name})
+            _verify_block(s.body, tiles, syms | {s.var.name}, mutables)
         elif isinstance(s, If):
             _check_syms(s.cond, syms, s)
-            _verify_block(s.then, tiles, syms)
-            _verify_block(s.orelse, tiles, syms)
+            _verify_block(s.then, tiles, syms, mutables)
+            _verify_block(s.orelse, tiles, syms, mutables)
 
 
 def _flat(args):

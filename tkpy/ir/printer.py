@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from .core import Decl, For, GlobalVar, If, KernelIR, Let, Op, ScalarParam, SharedRef, Var
-from .expr import Expr, render
+from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, ScalarParam, SharedRef, Var
+from .expr import BinOp, Expr, render
 
 
 def operand_text(a) -> str:
@@ -37,6 +37,14 @@ def op_title(op: Op) -> str:
     return title + "".join(f"[{k}={render(v) if isinstance(v, Expr) else v}]" for k, v in a.items())
 
 
+def assignment_text(s: Assign) -> str:
+    """`x += 1` for an update of x by an operator, else `x = value` (no semicolon; valid C++ with one)."""
+    v = s.value
+    if isinstance(v, BinOp) and v.a is s.target and v.op in ("+", "-", "*", "/", "%"):
+        return f"{s.target.name} {v.op}= {render(v.b)}"
+    return f"{s.target.name} = {render(v)}"
+
+
 def print_ir(kernel: KernelIR) -> str:
     params = []
     for p in kernel.params:
@@ -64,7 +72,9 @@ def _block(stmts, lines, depth, kernel) -> None:
                 at = f" subtile of {operand_text(v.base)} at ({render(v.row)}, {render(v.col)})"
             _line(lines, f"{pad}%{s.var.name} = {s.var.type}{extra}{at}", s.loc)
         elif isinstance(s, Let):
-            _line(lines, f"{pad}{s.sym.name} = {render(s.value)}", s.loc)
+            _line(lines, f"{pad}{'var ' if s.mutable else ''}{s.sym.name} = {render(s.value)}", s.loc)
+        elif isinstance(s, Assign):
+            _line(lines, f"{pad}{assignment_text(s)}", s.loc)
         elif isinstance(s, Op):
             _line(lines, f"{pad}{op_title(s)} " + ", ".join(operand_text(a) for a in s.args), s.loc)
         elif isinstance(s, For):
