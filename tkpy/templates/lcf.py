@@ -4,11 +4,16 @@ The author writes, as methods of a class whose annotations are the kernel's
 global tensors:
 
     tasks(g)                    -> (row_tiles, col_tiles): the output tiles
-    iters(g)                    -> how many load/compute steps each task takes
+    iters(g)                    -> how many load/compute steps each task takes, or
+    iters(g, task)              -> how many steps this task takes (may differ per task, may be 0)
+    order(g, index, row_tiles, col_tiles)
+                                (optional) -> (row, col) of the index-th task (default: grouped_order,
+                                `group` rows of tiles at a time); with clusters, rows are bands of them
     load(g, task, inp, k, sem)  (producer) TMA the k-th inputs of a task into `inp`, completing on `sem`
     setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
                                 (`st.g` holds the kernel's parameters, as `g` elsewhere)
-    start(st, task)             (optional) reset the state for a task (default: nothing)
+    start(st, task)             (optional) reset the state for a task (default: nothing); `st.task` is
+                                the current task in start, compute and finish
     compute(st, inp, k)         (consumers) use the k-th inputs
     finish(g, st, task)         (consumers) write the task's result
 
@@ -16,7 +21,10 @@ and the template owns the rest: a ring of `stages` input buffers with their
 `arrived`/`finished` semaphores and phases, one producer warpgroup (the last)
 and `consumer_warpgroups` consumers (warpgroups 0.., so tk.warpgroup.id() is the
 consumer's index), the setmaxnreg register split, and a persistent loop over
-tasks in an L2-friendly grouped order. Everything it generates is ordinary tkpy,
+tasks in an L2-friendly grouped order. The ring position of a step is
+task * iters + k with a constant `iters(g)`; with per-task counts producer and
+consumers each keep a running count (a `tk.var`) advanced by every task's count,
+so they agree on stage and phase. Everything it generates is ordinary tkpy,
 visible in `.kernel.source(...)`.
 """
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import Optional
 from .. import ops as tk
 from ..errors import ArgumentError, TraceError
 from ..frontend.context import current
-from ..frontend.control import block_idx, grid_dim, if_, else_, let, range as tk_range, warp_id
+from ..frontend.control import block_idx, grid_dim, if_, else_, let, range as tk_range, var, warp_id
 from ..frontend.kernel import Kernel
 from ..frontend.signature import _resolve
 from ..ir.core import Var
@@ -140,6 +148,7 @@ class LCF:
             if not isinstance(v, shared):
                 raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
         self.globals = self._global_annotations(cls, definition_locals or {})
+        self.per_task_iters = _positional_parameters(self.user.iters) >= 2     # iters(g, task)
         self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower(),
                              cluster=(cluster, 1, 1) if cluster > 1 else None)
 
@@ -188,18 +197,28 @@ class LCF:
 
         row_tiles, col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
         groups = let(row_tiles // blocks * col_tiles, "task_groups")   # a cluster takes `blocks` rows of tiles
-        iters = let(user.iters(g), "iters")
+        per_task = self.per_task_iters
+        iters = None if per_task else let(user.iters(g), "iters")
         rank = tk.cluster.rank() if blocks > 1 else as_expr(0)
         first = block_idx.x // blocks
         step = grid_dim.x // blocks if self.persistent else groups
 
         def task_at(group_index):
-            band, col = grouped_order(group_index, row_tiles // blocks, col_tiles, self.group)
+            if hasattr(user, "order"):
+                band, col = user.order(g, group_index, row_tiles // blocks, col_tiles)
+            else:
+                band, col = grouped_order(group_index, row_tiles // blocks, col_tiles, self.group)
             return Task(group_index * blocks + rank, let(band * blocks + rank, "task_row"), let(col, "task_col"),
                         rank)
 
-        def stage_of(local, k):
-            it = let(local * iters + k, "it")
+        def steps_of(task, index):
+            """(steps of this task, ring position of its first step)."""
+            if per_task:
+                return let(user.iters(g, task), "iters"), ring
+            return iters, let((index - first) // step, "local") * iters
+
+        def stage_of(base, k):
+            it = let(base + k, "it")
             return it, let(it % stages, "stage"), let(it // stages % 2, "phase")
 
         def release(stage):
@@ -211,26 +230,31 @@ class LCF:
         with if_(tk.warpgroup_id() == consumers):                      # the producer
             tk.producer_registers(PRODUCER_REGISTERS)
             with if_(warp_id() == 4 * consumers):
+                ring = var(0, "ring") if per_task else None             # steps of the tasks before this one
                 for index in tk_range(first, groups, step):
-                    local = let((index - first) // step, "local")
                     task = task_at(index)
-                    for k in tk_range(iters):
-                        it, s, phase = stage_of(local, k)
+                    n, base = steps_of(task, index)
+                    for k in tk_range(n):
+                        it, s, phase = stage_of(base, k)
                         with if_(it >= stages):
                             tk.wait(finished[s], 1 - phase)         # the stage's previous round was consumed
                         user.load(g, task, _StageTiles(arrays, self.inputs, s), k, arrived[s])
+                    if per_task:
+                        ring += n
         with else_():                                                    # the consumers
             tk.consumer_registers(consumer_registers_for(consumers))
             st = Namespace()
             st.g = g                       # the kernel's parameters, for compute() and friends
             user.setup(st)
+            ring = var(0, "ring") if per_task else None
             for index in tk_range(first, groups, step):
-                local = let((index - first) // step, "local")
                 task = task_at(index)
+                st.task = task
+                n, base = steps_of(task, index)
                 if hasattr(user, "start"):
                     user.start(st, task)
-                for k in tk_range(iters):
-                    it, s, phase = stage_of(local, k)
+                for k in tk_range(n):
+                    it, s, phase = stage_of(base, k)
                     tk.wait(arrived[s], phase)
                     body = current().blocks[-1]
                     before = len(body)
@@ -246,7 +270,13 @@ class LCF:
                         release((it - 1) % stages)
                 if current().pending_wgmma:
                     tk.warpgroup.mma_async_wait()
-                    release((local * iters + iters - 1) % stages)
+                    if per_task:
+                        with if_(n > 0):                    # a task of no steps has no last stage
+                            release((base + n - 1) % stages)
+                    else:
+                        release((base + n - 1) % stages)
+                if per_task:
+                    ring += n
                 user.finish(g, st, task)
         if blocks > 1:
             tk.cluster.sync()          # no block leaves while its peers may still signal or fill it
@@ -281,6 +311,15 @@ def _multiprocessors(tensor) -> int:
     if interpret_requested() or not tensor.is_cuda:
         return H200_MULTIPROCESSORS
     return sm_count(tensor.get_device())
+
+
+def _positional_parameters(method) -> int:
+    """How many positional parameters a bound method takes (a *args counts as many)."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(method).parameters.values()
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
+        return 99
+    return sum(1 for p in params if p.kind in kinds)
 
 
 def _globals_namespace(globals_: dict, tensors) -> Namespace:
