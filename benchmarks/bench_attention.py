@@ -1,6 +1,11 @@
 """tkpy attention forward against SDPA's cuDNN and flash backends in the same run (bf16).
 
-    PYTHONPATH=. python3 benchmarks/bench_attention.py     (writes $OUT/attention.json when OUT is set)
+Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-sequence B16 H16 N1024
+D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
+gives the relative difference between tkpy's and cuDNN's outputs.
+
+    PYTHONPATH=. python3 benchmarks/bench_attention.py   (table on stdout; $OUT/attention.json and
+                                                          $OUT/attention.png when OUT is set)
 """
 from __future__ import annotations
 
@@ -11,33 +16,92 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_gemm import median_ms  # noqa: E402
+SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
+CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
+TARGET_MS = 300            # timed milliseconds per measurement (bounds the run at about a minute)
 
-CASES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (16, 16, 1024, 128)]
+
+def median_ms(fn) -> float:
+    """Median of CUDA-event-timed calls after warm-up; as many calls as fit in TARGET_MS (5 to 50)."""
+    import torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    while len(times) < 5 or (len(times) < 50 and sum(times) < TARGET_MS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
 
 
 def main() -> list[dict]:
     import torch
+    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernels.attention import attention
     rows = []
-    for b, h, n, d in CASES:
+    for b, h, n, d, causal in CASES:
         q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-        flops = 4 * b * h * n * n * d
-        row = {"b": b, "h": h, "n": n, "d": d, "tkpy": flops / median_ms(lambda: attention(q, k, v), 20) / 1e9}
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        out = attention(q, k, v, causal=causal)
+        row = {"b": b, "h": h, "n": n, "d": d, "causal": causal,
+               "tkpy": flops / median_ms(lambda: attention(q, k, v, causal=causal)) / 1e9}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            with sdpa_kernel(backend):
-                fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)  # noqa: E731
-                row[name] = flops / median_ms(fn, 20) / 1e9
+            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+            try:
+                with sdpa_kernel(backend):
+                    ref = fn()
+                    row[name] = flops / median_ms(fn) / 1e9
+            except RuntimeError as e:          # a backend that does not take this case
+                print(f"  {name} unavailable for B{b} H{h} N{n} D{d} causal={causal}: {str(e).splitlines()[0]}")
+                row[name], ref = float("nan"), None
+            if name == "cudnn" and ref is not None:
+                row["diff_vs_cudnn"] = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
         rows.append(row)
-    print(f"{'B H N D':>18} {'tkpy':>6} {'cuDNN':>6} {'flash':>6} {'vs cuDNN':>9} {'vs flash':>9}  (TFLOP/s, non-causal)")
+        del q, k, v, out
+        torch.cuda.empty_cache()
+    print(f"{'B H N D':>18} {'causal':>6} {'tkpy':>6} {'cuDNN':>6} {'flash':>6} {'vs cuDNN':>9} {'vs flash':>9} "
+          f"{'diff':>8}  (TFLOP/s; causal at half the FLOPs)")
     for r in rows:
-        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {r['tkpy']:>6.0f} {r['cudnn']:>6.0f} {r['flash']:>6.0f} "
-              f"{r['tkpy'] / r['cudnn']:>9.2f} {r['tkpy'] / r['flash']:>9.2f}")
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "attention.json").write_text(json.dumps(rows, indent=2))
+        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
+              f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['tkpy'] / r['cudnn']:>9.2f} {r['tkpy'] / r['flash']:>9.2f} "
+              f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    if out_dir:
+        (out_dir / "attention.json").write_text(json.dumps(rows, indent=2))
+        plot(rows, out_dir / "attention.png")
     return rows
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Grouped bars of TFLOP/s per case (tkpy, cuDNN, flash); skipped without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no attention.png")
+        return
+    labels = [f"B{r['b']} H{r['h']}\nN{r['n']} D{r['d']}\n{'causal' if r['causal'] else 'full'}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(rows)), 4.5))
+    width = 0.27
+    for i, (key, name) in enumerate((("tkpy", "tkpy"), ("cudnn", "SDPA cuDNN"), ("flash", "SDPA flash"))):
+        xs = [j + (i - 1) * width for j in range(len(rows))]
+        ax.bar(xs, [r[key] for r in rows], width, label=name)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("TFLOP/s (causal at half the FLOPs)")
+    ax.set_title("Attention forward, bf16, H200")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ def main() -> int:
         if name in ("raw_ex_int", "prepared", "tkpy_call", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
     for r in report.get("attention", []):
-        print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}: tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
+        print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}{' causal' if r.get('causal') else ''}: "
+              f"tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
               f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']}: LCF {r['lcf_tflops']:.0f}, hand-written {r['ws_tflops']:.0f}, "

@@ -1,12 +1,15 @@
 """FlashAttention-style forward attention on Hopper with tkpy's LCF template.
 
 A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, keep
-their query tile in shared memory, and stream 128-row key/value tiles that a producer warpgroup
-loads with TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma, an
-online softmax in the log2 domain on its registers, and O += P V with P straight from registers.
-Grouped-query attention maps query head h to key/value head h // (H / H_kv).
+their query tile in shared memory, and stream key/value tiles that a producer warpgroup loads with
+TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma, an online softmax in
+the log2 domain on its registers, and O += P V with P straight from registers. Grouped-query
+attention maps query head h to key/value head h // (H / H_kv).
 
-Not yet: causal masking and sequence lengths that are not multiples of 128 (clear errors below).
+Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
+the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
+attention visits, per query tile, only the key tiles up to its diagonal (the template's per-task
+step counts) and masks the diagonal tiles; the longest query tiles are scheduled first.
 """
 from __future__ import annotations
 
@@ -16,69 +19,119 @@ import math
 import torch
 
 import tkpy as tk
-from tkpy import bf16, f32
+from tkpy import bf16, f32, fp16
+from tkpy.ir.expr import call
 from tkpy.templates import shared
 
-Q_ROWS, KV_ROWS = 128, 128          # per task, per stage
+Q_ROWS = 128                        # query rows per task (64 per consumer warpgroup)
 LOG2E = 1.4426950408889634
+FLT_MAX = 3.4028234663852886e38
+HEAD_GROUP = 8                      # heads per section of the task order (K/V of a section share L2)
+DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
+# head dim -> (key/value rows per stage, stages): K and V tiles of every stage, and the 128 x D query
+# tile, fit in shared memory; S (16 x kv rows), P and O (16 x D) of each warp fit in its registers.
+CONFIGS = {64: (128, 3), 128: (128, 2), 256: (64, 2)}
+CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
+          "bottom_right": "bottom_right", "lower_right": "bottom_right"}
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
 
 
 @functools.cache
-def _attention(d: int):
-    stages = 2 if d == 128 else 3
+def _attention(d: int, dtype=bf16, causal: bool = False):
+    """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not.
+    A causal kernel takes an `offset` scalar: query i sees key j when j <= i + offset."""
+    kv, stages = CONFIGS[d]
+    name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "")
 
-    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=f"attention_fwd_d{d}")
+    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
     class Attention:
-        Q: tk.gl[bf16, "B", "H", "N", d]
-        K: tk.gl[bf16, "B", "HKV", "NK", d]
-        V: tk.gl[bf16, "B", "HKV", "NK", d]
-        O: tk.gl[bf16, "B", "H", "N", d]
-        L: tk.gl[f32, "B", "H", "N"]
+        Q: tk.gl[dtype, "B", "H", "N", d]
+        K: tk.gl[dtype, "B", "HKV", "NK", d]
+        V: tk.gl[dtype, "B", "HKV", "NK", d]
+        O: tk.gl[dtype, "B", "H", "N", d]
+        L: tk.gl[f32, "B", "H", "NL"]       # NL: N rounded up to Q_ROWS (the stores need no bounds check)
         scale_log2: float                   # softmax scale * log2(e)
-        inputs = dict(k=shared(bf16, KV_ROWS, d), v=shared(bf16, KV_ROWS, d))
+        if causal:
+            offset: int                     # query i sees keys j <= i + offset
+        inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
 
         def tasks(self, g):
-            return g.Q.rows // Q_ROWS, g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
+            return cdiv(g.Q.rows, Q_ROWS), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
 
-        def iters(self, g):
-            return g.K.rows // KV_ROWS
+        if causal:
+            def iters(self, g, task):
+                """The key tiles holding a key that some (real) query row of the tile sees."""
+                last_row = call("min", task.row * Q_ROWS + Q_ROWS - 1, g.Q.rows - 1)
+                seen = last_row + g.offset + 1                           # keys 0 .. seen-1
+                return call("max", 0, call("min", cdiv(g.K.rows, kv), cdiv(seen, kv)))
+        else:
+            def iters(self, g):
+                return cdiv(g.K.rows, kv)
+
+        def order(self, g, index, row_tiles, col_tiles):
+            """Sections of HEAD_GROUP heads; in each, the last query tiles (the longest when causal)
+            first, heads inner: the blocks running together share the K/V of a few heads."""
+            per_section = HEAD_GROUP * row_tiles
+            first_col = index // per_section * HEAD_GROUP
+            cols_here = call("min", col_tiles - first_col, HEAD_GROUP)
+            within = index % per_section
+            return row_tiles - 1 - within // cols_here, first_col + within % cols_here
 
         def load(self, g, task, inp, k, arrived):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             hkv = h // (g.Q.depth // g.K.depth)
             tk.tma.expect(arrived, inp)
-            tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)
+            tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)      # rows past NK arrive as zeros
             tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
-            st.q = tk.st(bf16, Q_ROWS // 2, d, count=2)          # each consumer's 64 query rows
-            st.scores = tk.rt(f32, 16, KV_ROWS)                  # this warp's 16 rows of S
-            st.probs = tk.rt(bf16, 16, KV_ROWS)
+            st.q = tk.st(dtype, Q_ROWS // 2, d, count=2)         # each consumer's 64 query rows
+            st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
+            st.probs = tk.rt(dtype, 16, kv)
             st.out = tk.rt(f32, 16, d)
             st.row_max = tk.col_vec(st.scores)
             st.prev_max = tk.col_vec(st.scores)
             st.row_sum = tk.col_vec(st.scores)
+            if causal:
+                st.shift = tk.col_vec(st.scores)                 # row_max, finite for rows that see no key yet
 
         def start(self, st, task):
             g = st.g
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
-            tk.warpgroup.load(st.q[tk.warpgroup.id()], g.Q, (b, h, task.row * 2 + tk.warpgroup.id(), 0))
+            wg = tk.warpgroup.id()
+            tk.warpgroup.load(st.q[wg], g.Q, (b, h, task.row * 2 + wg, 0), masked=True)   # zeros past N
             tk.fence_proxy_async()                               # wgmma reads it through the async proxy
             tk.named_sync(1, 8)                                  # both consumer warpgroups
             tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
+            if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
+                st.diagonal = tk.let(task.row * Q_ROWS + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
 
         def compute(self, st, inp, k):
+            g = st.g
             wg = tk.warpgroup.id()
             tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
             tk.warpgroup.mma_async_wait()
-            tk.mul(st.scores, st.scores, st.g.scale_log2)
+            tk.mul(st.scores, st.scores, g.scale_log2)
+            if causal:
+                diagonal = st.diagonal - k * kv
+                with tk.if_(diagonal < kv - 1):                 # this tile crosses the warp's diagonal
+                    tk.tril(st.scores, st.scores, diagonal, -math.inf)
+            with tk.if_(k * kv + kv > g.K.rows):                # the last tile: keys past NK
+                tk.right_fill(st.scores, st.scores, g.K.rows - k * kv, -math.inf)
             tk.copy(st.prev_max, st.row_max)
             tk.row_max(st.row_max, st.scores, st.row_max)        # running max over the tiles so far
-            tk.sub_row(st.scores, st.scores, st.row_max)
+            shift = st.row_max
+            if causal:                                           # a row that saw only masked keys: exp2(-inf) = 0
+                tk.max(st.shift, st.row_max, -FLT_MAX)
+                shift = st.shift
+            tk.sub_row(st.scores, st.scores, shift)
             tk.exp2(st.scores, st.scores)
-            tk.sub(st.prev_max, st.prev_max, st.row_max)         # rescale what was accumulated
+            tk.sub(st.prev_max, st.prev_max, shift)              # rescale what was accumulated
             tk.exp2(st.prev_max, st.prev_max)
             tk.mul(st.row_sum, st.row_sum, st.prev_max)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
@@ -89,8 +142,12 @@ def _attention(d: int):
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             rows = task.row * 2 + tk.warpgroup.id()               # in 64-row units
-            tk.div_row(st.out, st.out, st.row_sum)
-            tk.warpgroup.store(g.O, st.out, (b, h, rows, 0))
+            if causal:                                           # rows that see no key: 0 / tiny = 0
+                tk.max(st.shift, st.row_sum, 1e-30)
+                tk.div_row(st.out, st.out, st.shift)
+            else:
+                tk.div_row(st.out, st.out, st.row_sum)
+            tk.warpgroup.store(g.O, st.out, (b, h, rows, 0), masked=True)       # rows past N are not written
             tk.log2(st.row_sum, st.row_sum)                      # lse = (max + log2(sum)) * ln 2
             tk.add(st.row_sum, st.row_sum, st.row_max)
             tk.mul(st.row_sum, st.row_sum, 1.0 / LOG2E)
@@ -99,27 +156,89 @@ def _attention(d: int):
     return Attention
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
-              return_lse: bool = False):
-    """softmax(q k^T * scale) v for (batch, heads, seq, dim) bf16 tensors; key/value heads may divide
-    the query heads (GQA/MQA). Returns the output, and with return_lse the fp32 log-sum-exp per row."""
-    if q.dim() != 4 or k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"expects q (B, H, N, D) and k, v (B, H_kv, N_kv, D); got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if q.dtype != torch.bfloat16 or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"expects bf16 tensors, got {q.dtype}, {k.dtype}, {v.dtype}")
-    (b, h, n, d), (hkv, nk) = q.shape, k.shape[1:3]
-    if d not in (64, 128):
-        raise ValueError(f"head dim {d} is not supported (64 or 128)")
-    if h % hkv:
-        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv})")
-    if causal:
-        raise NotImplementedError("causal attention is not implemented yet in tkpy's attention kernel")
-    if n % Q_ROWS or nk % KV_ROWS:
-        raise NotImplementedError(f"sequence lengths must be multiples of 128 for now; got {n} and {nk}")
-    q, k, v = (x.contiguous() for x in (q, k, v))
-    o = torch.empty_like(q)
-    lse = torch.empty(b, h, n, dtype=torch.float32, device=q.device)
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    _attention(d)(q, k, v, o, lse, scale * LOG2E)
-    return (o, lse) if return_lse else o
+def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    from tkpy.interpret.launch import interpret_requested
+
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"attention: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"attention expects (batch, heads, seq, head_dim) tensors; {name} has shape "
+                             f"{tuple(x.shape)}")
+    if q.dtype not in DTYPES:
+        raise ValueError(f"attention supports bf16 and fp16 tensors, got {q.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on the same device; got {q.device}, {k.device}, {v.device}")
+    if q.device.type != "cuda" and not interpret_requested():
+        raise ValueError(f"attention runs on CUDA tensors (got {q.device}); set TKPY_INTERPRET=1 to run it "
+                         "in tkpy's CPU interpreter")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape (a value head dim other than the key's is not "
+                         f"supported); got {tuple(k.shape)} and {tuple(v.shape)}")
+    (b, h, _, d), (bk, hkv, nk, dk) = q.shape, k.shape
+    if bk != b:
+        raise ValueError(f"q has batch {b} but k and v have batch {bk}")
+    if dk != d:
+        raise ValueError(f"q has head dim {d} but k and v have head dim {dk}")
+    if d not in CONFIGS:
+        raise ValueError(f"head dim {d} is not supported (supported: {', '.join(map(str, CONFIGS))})")
+    if hkv == 0 or h % hkv:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv}) (GQA/MQA)")
+    if nk == 0:
+        raise ValueError("attention over zero keys is undefined (k and v have sequence length 0)")
+
+
+def _usable(x: torch.Tensor) -> torch.Tensor:
+    """x itself when the kernel can read it in place (last dim contiguous, 16-byte aligned pointer and
+    strides: e.g. a (B, N, H, D) tensor transposed to (B, H, N, D)); otherwise a contiguous copy."""
+    esize = x.element_size()
+    if x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(s * esize % 16 == 0 for s in x.stride()[:-1]):
+        return x
+    return x.contiguous()
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
+              scale: float | None = None, return_lse: bool = False):
+    """softmax(q k^T * scale [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
+
+    - dtypes: bf16 or fp16 (all three the same); head dims 64, 128 and 256; CUDA tensors (or any
+      device under TKPY_INTERPRET=1, which runs tkpy's CPU interpreter).
+    - k and v: (batch, kv_heads, seq_k, head_dim) with kv_heads dividing heads: grouped-query and
+      multi-query attention (query head h reads key/value head h // (heads / kv_heads), as torch's
+      enable_gqa). Any seq and seq_k >= 1, equal or not.
+    - causal=True is torch's `scaled_dot_product_attention(is_causal=True)`: the top-left aligned mask,
+      query i sees keys j <= i (for seq == seq_k this is the usual lower triangle).
+      causal="bottom_right" aligns the diagonal to the last key instead (FlashAttention's causal,
+      torch.nn.attention.bias.causal_lower_right): query i sees keys j <= i + seq_k - seq. Query rows
+      that see no key (bottom-right with seq > seq_k) output 0 with a log-sum-exp of -inf.
+    - scale: defaults to 1 / sqrt(head_dim).
+    - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores,
+      (batch, heads, seq) (a view of a buffer padded to a multiple of 128 rows), as a backward pass needs.
+    Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a
+    (B, N, H, D) tensor transposed to (B, H, N, D)); others are copied with .contiguous(). The
+    output is a new contiguous tensor.
+    """
+    _checked(q, k, v)
+    (b, h, n, d) = q.shape
+    o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(b, h, cdiv(n, Q_ROWS) * Q_ROWS, dtype=torch.float32, device=q.device)
+    _launch(q, k, v, o, lse, causal, scale)
+    return (o, lse[..., :n]) if return_lse else o
+
+
+def _launch(q, k, v, o, lse, causal, scale) -> None:
+    """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, n rounded up to 128)."""
+    if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
+        raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
+                         f"got {causal!r}")
+    variant = CAUSAL[causal]
+    (n, d), nk = q.shape[2:], k.shape[2]
+    if not o.numel():
+        return
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
+    if variant is not None:
+        args.append(0 if variant == "top_left" else nk - n)
+    _attention(d, DTYPES[q.dtype], variant is not None)(*args)

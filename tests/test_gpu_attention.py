@@ -1,44 +1,126 @@
-"""kernels/attention.py against a float32 reference on the GPU (skipped without a Hopper GPU)."""
+"""kernels/attention.py against float64 / float32 references on the GPU (skipped without a Hopper GPU): odd and
+unequal lengths, causal (top-left as torch, and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256, strided
+inputs; outputs and log-sum-exp buffers poisoned with NaN."""
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from gpu_util import rand, rel_err, requires_gpu
+from gpu_util import poisoned, rand, rel_err, requires_gpu
 
 pytestmark = requires_gpu
+BF16, FP16 = torch.bfloat16, torch.float16
 
 
-def reference(q, k, v, scale):
-    """Explicit softmax(q k^T) v in float64, with key/value heads repeated for GQA."""
+def reference(q, k, v, causal=False, scale=None):
+    """Explicit softmax(q k^T * scale, masked) v in float64, key/value heads repeated for GQA; rows that see
+    no key give 0 and a log-sum-exp of -inf."""
+    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
     rep = q.shape[1] // k.shape[1]
     k, v = (x.double().repeat_interleave(rep, dim=1) for x in (k, v))
-    s = q.double() @ k.transpose(-1, -2) * scale
-    lse = torch.logsumexp(s, dim=-1)
-    return torch.softmax(s, dim=-1) @ v, lse
+    s = q.double() @ k.transpose(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
+    if causal:
+        offset = nk - n if causal == "bottom_right" else 0
+        keys, queries = torch.arange(nk, device=q.device), torch.arange(n, device=q.device)
+        s = s.masked_fill(keys[None] > queries[:, None] + offset, -math.inf)
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,d", [(1, 2, 2, 128, 128, 64), (2, 4, 4, 512, 384, 128), (1, 8, 2, 256, 1024, 64),
-                                            (2, 4, 1, 384, 256, 128), (1, 16, 16, 2048, 2048, 128)])
-def test_attention_forward(b, h, hkv, n, nk, d):
-    from kernels.attention import attention
-    q, k, v = rand(b, h, n, d, dtype=torch.bfloat16), rand(b, hkv, nk, d, dtype=torch.bfloat16), \
-        rand(b, hkv, nk, d, dtype=torch.bfloat16)
-    o, lse = attention(q, k, v, return_lse=True)
-    ref, ref_lse = reference(q, k, v, 1 / math.sqrt(d))
+def run_poisoned(q, k, v, causal=False, scale=None):
+    """The kernel on NaN-filled output and log-sum-exp buffers (the latter padded to 128 rows, as attention()
+    allocates it): every element of O and of L's first n rows must be written."""
+    from kernels import attention as att
+    b, h, n, d = q.shape
+    o = poisoned(b, h, n, d, dtype=q.dtype)
+    lse = poisoned(b, h, att.cdiv(n, att.Q_ROWS) * att.Q_ROWS, dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, scale)
+    return o, lse[..., :n]
+
+
+def check(o, lse, ref, ref_lse):
     assert rel_err(o, ref) < 1e-2
-    assert rel_err(lse, ref_lse) < 1e-4
-    sdpa = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(h // hkv, 1),
-                                                            v.float().repeat_interleave(h // hkv, 1))
-    assert rel_err(o, sdpa) < 1e-2
+    seen = torch.isfinite(ref_lse)
+    assert not torch.isnan(lse).any()
+    assert torch.equal(torch.isinf(lse) & (lse < 0), ~seen), "rows that see no key have lse -inf, others not"
+    assert (lse[seen] - ref_lse[seen]).abs().max() < 1e-3
+
+
+CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
+    (1, 2, 2, 128, 128, 64, False, BF16),
+    (2, 4, 4, 512, 384, 128, False, BF16),
+    (1, 8, 2, 256, 1024, 64, False, FP16),
+    (2, 4, 1, 384, 256, 128, False, BF16),
+    (1, 16, 16, 2048, 2048, 128, False, BF16),
+    (2, 3, 3, 1000, 777, 64, False, BF16),
+    (1, 4, 2, 1, 1, 128, False, FP16),
+    (1, 2, 2, 4099, 129, 128, False, BF16),
+    (1, 4, 4, 1000, 1000, 256, False, BF16),
+    (2, 4, 4, 1024, 1024, 128, True, BF16),
+    (1, 4, 4, 1000, 1000, 64, True, FP16),
+    (1, 8, 2, 700, 1300, 128, True, BF16),
+    (1, 8, 1, 1300, 700, 64, True, BF16),
+    (1, 2, 2, 2048, 2048, 256, True, FP16),
+    (1, 4, 4, 300, 1000, 128, "bottom_right", BF16),
+    (1, 4, 2, 1000, 300, 64, "bottom_right", FP16),     # the first 700 rows see no key
+    (4, 16, 4, 2048, 2048, 128, True, BF16),            # 1024 tasks: several per persistent block
+    (8, 16, 16, 1024, 1024, 64, False, FP16),
+]
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES)
+def test_attention_forward(b, h, hkv, n, nk, d, causal, dtype):
+    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    o, lse = run_poisoned(q, k, v, causal)
+    ref, ref_lse = reference(q, k, v, causal)
+    check(o, lse, ref, ref_lse)
+    if causal != "bottom_right":     # torch's own kernel, on float32 copies (is_causal is top-left)
+        kf, vf = (x.float().repeat_interleave(h // hkv, 1) for x in (k, v))
+        assert rel_err(o, F.scaled_dot_product_attention(q.float(), kf, vf, is_causal=bool(causal))) < 1e-2
+
+
+def test_torch_facing_function_and_lse_view():
+    from kernels.attention import attention
+    q, k, v = (rand(2, 4, 333, 128, dtype=BF16) for _ in range(3))
+    o, lse = attention(q, k, v, causal=True, return_lse=True)
+    assert o.shape == q.shape and o.is_contiguous() and lse.shape == (2, 4, 333)
+    check(o, lse, *reference(q, k, v, True))
+    assert torch.equal(attention(q, k, v, causal=True), o)          # deterministic
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.01])
+def test_large_and_small_scales(scale):
+    """scale 1 with d=128 makes scores of tens: the running max must keep exp2 in range."""
+    from kernels.attention import attention
+    q, k, v = (rand(1, 4, 700, 128, dtype=BF16) for _ in range(3))
+    o, lse = attention(q, k, v, causal=True, scale=scale, return_lse=True)
+    check(o, lse, *reference(q, k, v, True, scale=scale))
+
+
+def test_strided_bnhd_inputs_are_read_in_place():
+    """(B, N, H, D) tensors viewed as (B, H, N, D): TMA tensor maps and the Q loads use their strides."""
+    from kernels import attention as att
+    q = rand(2, 515, 8, 128, dtype=BF16).transpose(1, 2)
+    k, v = (rand(2, 600, 2, 128, dtype=BF16).transpose(1, 2) for _ in range(2))
+    assert att._usable(q) is q and att._usable(k) is k
+    check(*att.attention(q, k, v, causal="bottom_right", return_lse=True), *reference(q, k, v, "bottom_right"))
+    k_copied = rand(2, 2, 600, 132, dtype=BF16)[..., :128]         # 264-byte rows: copied with .contiguous()
+    assert att._usable(k_copied) is not k_copied
+    check(*att.attention(q, k_copied, v, return_lse=True), *reference(q, k_copied, v))
 
 
 def test_attention_rejects_what_it_cannot_do():
     from kernels.attention import attention
-    q = torch.empty(1, 2, 128, 64, dtype=torch.bfloat16, device="cuda")
+    q = torch.empty(1, 2, 128, 64, dtype=BF16, device="cuda")
     with pytest.raises(ValueError, match="head dim"):
         attention(q[..., :32], q[..., :32], q[..., :32])
     with pytest.raises(ValueError, match="multiple of key/value heads"):
-        attention(torch.empty(1, 3, 128, 64, dtype=torch.bfloat16, device="cuda"), q, q)
-    with pytest.raises(NotImplementedError, match="causal"):
-        attention(q, q, q, causal=True)
+        attention(torch.empty(1, 3, 128, 64, dtype=BF16, device="cuda"), q, q)
+    with pytest.raises(ValueError, match="bf16 and fp16"):
+        attention(q.float(), q.float(), q.float())
+    with pytest.raises(ValueError, match="same dtype"):
+        attention(q, q.half(), q)
+    with pytest.raises(ValueError, match="same device"):
+        attention(q, q.cpu(), q)
+    with pytest.raises(ValueError, match="causal must be"):
+        attention(q, q, q, causal="yes")

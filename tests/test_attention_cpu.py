@@ -1,0 +1,141 @@
+"""kernels/attention.py in the CPU interpreter (real TMA / mbarrier / wgmma semantics and protocol checks) at
+small sizes: odd and unequal lengths, causal (torch's top-left and bottom-right), GQA/MQA, bf16/fp16, head
+dims 64/128/256, several tasks per persistent block; against an explicit float64 softmax and torch's SDPA.
+Plus the input checks, NVRTC compiles and SASS of every variant. No GPU needed."""
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gpu_util
+from gpu_util import rel_err
+from kernels import attention as att
+from kernels.attention import attention
+
+rand = functools.partial(gpu_util.rand, device="cpu")
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def reference(q, k, v, causal=False, scale=None):
+    """float64 softmax(q k^T * scale, masked) v and the log-sum-exp; rows that see no key give 0 and -inf."""
+    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    rep = q.shape[1] // k.shape[1]
+    k, v = (x.double().repeat_interleave(rep, dim=1) for x in (k, v))
+    s = q.double() @ k.transpose(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
+    if causal:
+        offset = nk - n if causal == "bottom_right" else 0
+        s = s.masked_fill(torch.arange(nk)[None] > torch.arange(n)[:, None] + offset, -math.inf)
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)
+
+
+def check(o, lse, ref, ref_lse, n):
+    assert o.shape == ref.shape and lse.shape == ref_lse.shape
+    assert rel_err(o, ref) < 1e-2
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isinf(lse) & (lse < 0), ~seen), "rows that see no key have lse -inf, others not"
+    assert (lse[seen] - ref_lse[seen]).abs().max() < 1e-3
+
+
+CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
+    (1, 2, 2, 200, 130, 64, False, BF16),
+    (1, 2, 2, 77, 300, 128, False, FP16),
+    (2, 2, 1, 64, 64, 64, False, BF16),                 # MQA, one partial tile each
+    (1, 2, 2, 200, 130, 64, True, BF16),                # top-left, n > n_k
+    (1, 4, 2, 77, 300, 128, True, FP16),                # GQA, n < n_k
+    (1, 4, 1, 130, 200, 64, "bottom_right", BF16),
+    (1, 2, 2, 300, 77, 64, "bottom_right", BF16),       # the first 223 rows see no key
+    (1, 1, 1, 100, 100, 256, True, BF16),
+    (1, 1, 1, 1, 1, 64, True, FP16),
+]
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES)
+def test_attention_matches_float64(monkeypatch, b, h, hkv, n, nk, d, causal, dtype):
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True)
+    assert o.dtype == dtype and lse.dtype == torch.float32
+    check(o, lse, *reference(q, k, v, causal), n)
+
+
+@pytest.mark.parametrize("n,nk", [(200, 130), (77, 300), (128, 128)])
+def test_causal_is_torchs_is_causal_and_bottom_right_its_lower_right_bias(monkeypatch, n, nk):
+    """causal=True against SDPA(is_causal=True) (top-left) on float32 copies, 'bottom_right' against
+    torch.nn.attention.bias.causal_lower_right."""
+    from torch.nn.attention.bias import causal_lower_right
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q, k, v = rand(1, 2, n, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    assert rel_err(attention(q, k, v, causal=True), F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)) < 1e-2
+    if n <= nk:     # (SDPA's lower-right bias leaves NaN rows when n > n_k)
+        lower_right = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=causal_lower_right(n, nk))
+        assert rel_err(attention(q, k, v, causal="bottom_right"), lower_right) < 1e-2
+    assert rel_err(attention(q, k, v), F.scaled_dot_product_attention(qf, kf, vf)) < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_several_tasks_per_persistent_block(causal):
+    """8 tasks over 3 blocks: the ring of stages runs on across tasks of different lengths (causal), the
+    longest first; GQA; lengths that are not multiples of 128; a custom scale."""
+    n, nk, d = 460, 450, 64
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, 2, 512, dtype=torch.float32, device="cpu")
+    args = [q, k, v, o, lse, 0.1 * att.LOG2E] + ([0] if causal else [])
+    att._attention(d, att.DTYPES[BF16], causal).kernel.interpret[(3,)](*args)
+    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_strided_inputs_are_read_in_place_and_others_copied(monkeypatch):
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 150, 2, 64, dtype=BF16).transpose(1, 2)          # (B, N, H, D) viewed as (B, H, N, D)
+    k, v = (rand(1, 140, 2, 64, dtype=BF16).transpose(1, 2) for _ in range(2))
+    k_odd = rand(1, 2, 140, 68, dtype=BF16)[..., :64]           # 136-byte rows: not 16-byte aligned
+    assert att._usable(q) is q and att._usable(k) is k and att._usable(k_odd) is not k_odd
+    for kk in (k, k_odd):
+        o, lse = attention(q, kk, v, causal=True, return_lse=True)
+        check(o, lse, *reference(q, kk, v, True), 150)
+
+
+def test_empty_query_and_batch(monkeypatch):
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    k = rand(1, 2, 10, 64, dtype=BF16)
+    o, lse = attention(torch.empty(1, 2, 0, 64, dtype=BF16), k, k, causal=True, return_lse=True)
+    assert o.shape == (1, 2, 0, 64) and lse.shape == (1, 2, 0)
+
+
+def test_clear_errors(monkeypatch):
+    q = torch.zeros(1, 2, 128, 64, dtype=BF16)
+    with pytest.raises(ValueError, match="runs on CUDA tensors .* TKPY_INTERPRET=1"):
+        attention(q, q, q)
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    bad = [
+        ((q[..., :32], q[..., :32], q[..., :32]), "head dim 32 is not supported"),
+        ((torch.zeros(1, 3, 128, 64, dtype=BF16), q, q), r"multiple of key/value heads"),
+        ((q.float(), q.float(), q.float()), "supports bf16 and fp16"),
+        ((q, q.half(), q), "same dtype"),
+        ((q, q, q[:, :1]), "same shape"),
+        ((q, torch.zeros(2, 2, 128, 64, dtype=BF16), torch.zeros(2, 2, 128, 64, dtype=BF16)), "batch"),
+        ((q, q[..., :0, :], q[..., :0, :]), "zero keys"),
+        ((q[0], q, q), r"\(batch, heads, seq, head_dim\)"),
+    ]
+    for args, match in bad:
+        with pytest.raises(ValueError, match=match):
+            attention(*args)
+    with pytest.raises(ValueError, match="causal must be"):
+        attention(q, q, q, causal="diagonal")
+
+
+@pytest.mark.parametrize("d,dtype,causal", [(64, BF16, False), (128, FP16, True), (256, BF16, True)])
+def test_variants_compile_to_hgmma_without_spills(d, dtype, causal):
+    q, lse = torch.empty(1, 2, 256, d, dtype=dtype), torch.empty(1, 2, 256)
+    kernel = att._attention(d, att.DTYPES[dtype], causal).kernel
+    args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
+    r = kernel.resources(*args)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
+    sass = kernel.sass(*args)
+    assert "HGMMA" in sass and "STL" not in sass
