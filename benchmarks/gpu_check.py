@@ -113,8 +113,8 @@ def main() -> int:
               f"tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
               f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")
     for r in report.get("gemm", []):
-        print(f"gemm {r['m']}x{r['n']}x{r['k']}: LCF {r['lcf_tflops']:.0f}, hand-written {r['ws_tflops']:.0f}, "
-              f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['lcf_tflops'] / r['cublas_tflops']:.2f}x)")
+        print(f"gemm {r['m']}x{r['n']}x{r['k']} {r['layout']} {r.get('epilogue', '')}: tkpy {r['tkpy_tflops']:.0f}, "
+              f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")
     for r in report.get("smem", []):
         if r["op"] == "ldmatrix":
             print(f"smem ldmatrix bf16 W={r['width']:<3} swizzle {r['swizzle']:>3}B: "

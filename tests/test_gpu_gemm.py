@@ -1,0 +1,105 @@
+"""kernels/gemm.py's matmul on the GPU against float64 torch: many shapes (tile multiples, odd sizes, M = 1,
+K = 16, 1000x3000x700), both B layouts, bf16/fp16 inputs, bf16/fp16/fp32 outputs, fused epilogues, both
+tile widths; outputs poisoned with NaN, and a window of a larger buffer to check that edge tiles write
+nothing outside it (skipped without a GPU)."""
+import pytest
+import torch
+
+from gpu_util import poisoned, rand, rel_err, requires_gpu
+
+pytestmark = requires_gpu
+BF16, FP16, F32 = torch.bfloat16, torch.float16, torch.float32
+TOL = {BF16: 1e-2, FP16: 2e-3, F32: 1e-4}
+
+SHAPES = [(1000, 3000, 700), (1, 4096, 4096), (1, 48, 16), (4096, 4096, 4096), (1024, 1024, 16), (128, 8192, 8192),
+          (257, 129, 65), (2048, 2048, 2048), (100, 300, 70), (3000, 1000, 4096), (8, 28672, 1024), (640, 768, 8)]
+
+
+def operands(m, n, k, dtype, transposed):
+    a = rand(m, k, dtype=dtype)
+    b = rand(n, k, dtype=dtype).T if transposed else rand(k, n, dtype=dtype)
+    return a, b
+
+
+def reference(a, b, bias=None, activation=None, scale=None):
+    from kernels.gemm import _epilogue
+    return _epilogue(a.double() @ b.double(), None if bias is None else bias.double(), activation, scale)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+@pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
+def test_matmul(m, n, k, transposed, dtype):
+    from kernels.gemm import matmul
+    a, b = operands(m, n, k, dtype, transposed)
+    c = matmul(a, b, out=poisoned(m, n, dtype=dtype))
+    assert rel_err(c, reference(a, b)) < TOL[dtype]
+
+
+EPILOGUES = [  # out dtype, bias dtype, activation, scale
+    (F32, None, None, None), (FP16, None, None, 0.25), (F32, F32, None, None), (BF16, BF16, "relu", None),
+    (F32, BF16, "gelu", 0.02), (BF16, FP16, "silu", 0.02), (F32, F32, "silu", None), (FP16, None, "gelu", 0.01),
+    (F32, F32, "gelu", 0.02)]
+
+
+@pytest.mark.parametrize("out,bias,activation,scale", EPILOGUES)
+@pytest.mark.parametrize("m,n,k", [(1000, 3000, 700), (2048, 2048, 1024)])
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+def test_epilogues(out, bias, activation, scale, m, n, k, transposed):
+    """act(scale * a @ b + bias) in bf16/fp16/fp32 (the scales keep the pre-activation values near 1)."""
+    from kernels.gemm import matmul
+    dtype = FP16 if out == FP16 else BF16
+    a, b = operands(m, n, k, dtype, transposed)
+    v = None if bias is None else rand(n, dtype=bias)
+    c = matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale)
+    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
+
+
+@pytest.mark.parametrize("activation,scale", [("gelu", 0.1), ("silu", None)])
+@pytest.mark.parametrize("m,n,k", [(1, 512, 16), (7, 1000, 72)])
+def test_epilogues_of_few_rows(m, n, k, activation, scale):
+    from kernels.gemm import matmul
+    a, b = operands(m, n, k, BF16, False)
+    v = rand(n, dtype=BF16)
+    c = matmul(a, b, out=poisoned(m, n, dtype=F32), bias=v, activation=activation, scale=scale)
+    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[F32]
+
+
+@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 1024), (300, 520, 96), (1000, 3000, 700)])
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+def test_both_tile_widths(block_n, m, n, k, transposed):
+    from kernels.gemm import matmul
+    a, b = operands(m, n, k, BF16, transposed)
+    v = rand(n, dtype=F32)
+    c = matmul(a, b, out=poisoned(m, n, dtype=F32), bias=v, activation="gelu", scale=0.02, block_n=block_n)
+    assert rel_err(c, reference(a, b, v, "gelu", 0.02)) < TOL[F32]
+
+
+def test_stores_stay_inside_the_output_view():
+    from kernels.gemm import matmul
+    a, b = operands(1000, 3000, 704, BF16, True)
+    big = torch.full((1100, 3200), 7.0, dtype=F32, device="cuda")
+    c = matmul(a, b, out=big[50:1050, 64:3064])
+    torch.cuda.synchronize()
+    assert rel_err(c, reference(a, b)) < TOL[F32]
+    inside = torch.zeros_like(big, dtype=torch.bool)
+    inside[50:1050, 64:3064] = True
+    assert torch.all(big[~inside] == 7.0)
+
+
+def test_odd_layouts_are_copied_and_still_right():
+    from kernels.gemm import matmul
+    a = rand(512, 1000, dtype=BF16).T                          # (1000, 512), strides (1, 1000)
+    b = rand(512, 3002, dtype=BF16)[:, ::2][:, :1001]           # (512, 1001), column stride 2
+    v = rand(1002, dtype=F32)[1:]                              # misaligned
+    c = matmul(a, b, bias=v, activation="relu", scale=0.1)
+    assert c.shape == (1000, 1001) and c.is_contiguous()
+    assert rel_err(c, reference(a, b, v, "relu", 0.1)) < TOL[BF16]
+
+
+def test_matches_torch_matmul_like_for_like():
+    """bf16 in, bf16 out: within bf16 rounding of cuBLAS's result."""
+    from kernels.gemm import matmul
+    a, b = operands(2048, 4096, 1024, BF16, True)
+    assert rel_err(matmul(a, b), torch.matmul(a, b)) < 1e-2
