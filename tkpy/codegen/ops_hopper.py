@@ -113,6 +113,11 @@ def emit_named_sync(em, op):
     yield f"tk::named_sync({op.attrs['barrier_id']}, {op.attrs['threads']});"
 
 
+@emits("named_arrive")
+def emit_named_arrive(em, op):
+    yield f"tk::named_arrive({op.attrs['barrier_id']}, {op.attrs['threads']});"
+
+
 @emits("setmaxnreg")
 def emit_setmaxnreg(em, op):
     fn = "increase_registers" if op.attrs["increase"] else "decrease_registers"

@@ -201,14 +201,29 @@ def fence_proxy_async(warp, op):
 def named_sync(warp, op):
     """bar.sync id, threads: completes when threads / 32 warps have arrived (every arrival of a phase must
     give the same count)."""
+    return _named_barrier(warp, op).arrive(warp)
+
+
+@semantics("named_arrive", attrs=("barrier_id", "threads"))
+def named_arrive(warp, op):
+    """bar.arrive id, threads: counts this warp towards the barrier's phase and goes on."""
+    _named_barrier(warp, op).arrive(warp)
+
+
+def _named_barrier(warp, op) -> Barrier:
     bid, warps = op.attrs["barrier_id"], op.attrs["threads"] // 32
     barrier = warp.block.sync_object(("named barrier", bid),
                                      lambda: Barrier(f"named barrier {bid}", warps, one_site=False))
     if barrier.arrived and barrier.expected != warps:
         raise InterpretError(f"named barrier {bid} is given {32 * warps} threads here, but {32 * barrier.expected} "
                              f"by the warps already waiting on it ({barrier.arrived[0][1].short})", op.loc)
+    if any(w == warp.index for w, _ in barrier.arrived):
+        first = next(loc for w, loc in barrier.arrived if w == warp.index)
+        raise InterpretError(f"warp {warp.index} arrives twice on named barrier {bid} in one phase (first at "
+                             f"{first.short}): the barrier would complete without the warps it is meant to wait "
+                             "for", op.loc)
     barrier.expected = warps
-    return barrier.arrive(warp)
+    return barrier
 
 
 @semantics("cluster_sync")

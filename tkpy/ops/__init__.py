@@ -13,6 +13,7 @@ from .masks import (make_causal, make_causal_t, tril, triu, left_fill, right_fil
 from .sync import sync, warp_sync
 
 from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, named_sync,
+                         named_arrive,
                          producer_registers, consumer_registers)
 from . import cluster, tma
 from .warpgroup import warpgroup, warpgroup_id

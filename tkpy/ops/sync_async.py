@@ -78,6 +78,17 @@ def named_sync(barrier_id: int, warps: int):
     return emit("named_sync", barrier_id=barrier_id, threads=32 * warps)
 
 
+def named_arrive(barrier_id: int, warps: int):
+    """Arrive on barrier `barrier_id` (1..15) among `warps` warps without waiting (bar.arrive): the warps that
+    named_sync on it go on once `warps` warps have arrived or synced. A producer/consumer hand-off, e.g.
+    two warpgroups taking turns; a warp may arrive at most once per phase of the barrier."""
+    if not isinstance(barrier_id, int) or not 1 <= barrier_id <= MAX_NAMED_BARRIER:
+        fail(f"named_arrive: barrier id must be an int in 1..{MAX_NAMED_BARRIER}, got {barrier_id!r}")
+    if not isinstance(warps, int) or not 1 <= warps <= current().warps:
+        fail(f"named_arrive: warps must be an int in 1..{current().warps}, got {warps!r}")
+    return emit("named_arrive", barrier_id=barrier_id, threads=32 * warps)
+
+
 def _registers(n: int, increase: bool):
     if not isinstance(n, int) or not 24 <= n <= 256 or n % 8:
         fail(f"setmaxnreg takes a multiple of 8 in 24..256 registers per thread, got {n!r}")

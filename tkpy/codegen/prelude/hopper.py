@@ -41,6 +41,10 @@ __device__ __forceinline__ void fence_semaphore_init() { asm volatile("fence.mba
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// Arrive on named barrier `id` over `threads` threads without waiting for it.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 // Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
 __device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void cluster_sync() {
