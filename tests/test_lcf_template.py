@@ -94,3 +94,16 @@ def test_per_task_steps_source_keeps_a_running_ring_count():
         assert re.search(rf"{ring} \+= iters\w*;", src) and re.search(rf"const int it\w* = {ring} \+ ", src)
     assert re.search(r"if \(iters\w* > 0\)", src)      # the consumers release a last stage only if there was one
     assert kernel.trace(a, b, c).lower().compile() is not None
+
+
+def test_grid_is_cached_per_shapes_and_still_checked(monkeypatch):
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    template = ragged_gemm(2, False)
+    a, b, c = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 64, dtype=torch.bfloat16), \
+        torch.empty(256, 64)
+    assert template.grid(a, b, c) == (2,) and template.grid(a, b, c) == (2,)
+    assert template.grid(torch.empty(1024, 128, dtype=torch.bfloat16), b, torch.empty(1024, 64)) == (8,)
+    with pytest.raises(tk.ArgumentError, match="no tasks"):
+        template.grid(a[:0], b, c[:0])
+    with pytest.raises(tk.ArgumentError, match="takes 3 arguments"):
+        template.grid(a, b)

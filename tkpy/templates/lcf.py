@@ -149,6 +149,7 @@ class LCF:
                 raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
         self.globals = self._global_annotations(cls, definition_locals or {})
         self.per_task_iters = _positional_parameters(self.user.iters) >= 2     # iters(g, task)
+        self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower(),
                              cluster=(cluster, 1, 1) if cluster > 1 else None)
 
@@ -282,7 +283,19 @@ class LCF:
             tk.cluster.sync()          # no block leaves while its peers may still signal or fill it
 
     def grid(self, *tensors) -> tuple:
-        """Blocks to launch: one per task, or (persistent) at most one per SM."""
+        """Blocks to launch: one per task, or (persistent) at most one per SM. Cached per shapes, devices
+        and scalar values (tasks(g) may read scalars)."""
+        from ..interpret.launch import interpret_requested
+
+        key = (interpret_requested(),) + tuple((a.shape, a.device) if hasattr(a, "shape") else a for a in tensors)
+        grid = self._grids.get(key)
+        if grid is None:
+            if len(self._grids) > 256:     # e.g. a float scalar that changes every call
+                self._grids.clear()
+            grid = self._grids[key] = self._grid(tensors)
+        return grid
+
+    def _grid(self, tensors) -> tuple:
         g = _globals_namespace(self.globals, tensors)
         rows, cols = (int(x) for x in self.user.tasks(_Concrete(g)))
         if rows * cols < 1:
