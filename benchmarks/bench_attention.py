@@ -2,7 +2,10 @@
 
 Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-sequence B16 H16 N1024
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
-gives the relative difference between tkpy's and cuDNN's outputs.
+gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
+tkpy's kernel at B16 H16 N4096: consumer warpgroups taking turns (ping-pong) or in lockstep, with the
+default number of stages or the previous one (RESULTS.md run 14 had lockstep with 2 stages at D128, 3 at
+D64), to pick the defaults from.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py   (table on stdout; $OUT/attention.json and
                                                           $OUT/attention.png when OUT is set)
@@ -19,22 +22,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
 TARGET_MS = 300            # timed milliseconds per measurement (bounds the run at about a minute)
+PREVIOUS_STAGES = {64: 3, 128: 2}
 
 
 def median_ms(fn) -> float:
-    """Median of CUDA-event-timed calls after warm-up; as many calls as fit in TARGET_MS (5 to 50)."""
+    """Median milliseconds per call over CUDA-event-timed batches, after warm-up; a batch holds enough
+    calls to last about 1 ms, so that the host's per-call work overlaps the GPU's instead of being timed;
+    as many batches as fit in TARGET_MS (5 to 50)."""
     import torch
+
+    def timed(calls: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / calls
+
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    calls = max(1, min(20, round(1.0 / timed(1))))
     times = []
-    while len(times) < 5 or (len(times) < 50 and sum(times) < TARGET_MS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    while len(times) < 5 or (len(times) < 50 and sum(times) * calls < TARGET_MS):
+        times.append(timed(calls))
     return sorted(times)[len(times) // 2]
 
 
@@ -71,10 +83,42 @@ def main() -> list[dict]:
         print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
               f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['tkpy'] / r['cudnn']:>9.2f} {r['tkpy'] / r['flash']:>9.2f} "
               f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
+    variants = variant_table()
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
-        (out_dir / "attention.json").write_text(json.dumps(rows, indent=2))
+        (out_dir / "attention.json").write_text(json.dumps({"cases": rows, "variants": variants}, indent=2))
         plot(rows, out_dir / "attention.png")
+    return rows
+
+
+def variant_table() -> list[dict]:
+    """tkpy's kernel with and without ping-pong, at its default and its previous number of stages."""
+    import torch
+
+    from kernels import attention as att
+    b, h, n = 16, 16, 4096
+    rows = []
+    for d in (128, 64):
+        for causal in (False, True):
+            q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+            o = torch.empty_like(q)
+            lse = torch.empty(b, h, n, dtype=torch.float32, device="cuda")
+            flops = 4 * b * h * n * n * d / (2 if causal else 1)
+            stages = {"new": att.CONFIGS[d][1], "old": PREVIOUS_STAGES[d]}
+            row = {"b": b, "h": h, "n": n, "d": d, "causal": causal, "stages": stages}
+            for pingpong in (True, False):
+                for which, count in stages.items():
+                    fn = lambda: att._launch(q, k, v, o, lse, causal, None, pingpong, count)  # noqa: E731
+                    row[f"{'pingpong' if pingpong else 'lockstep'}/{which}"] = flops / median_ms(fn) / 1e9
+            rows.append(row)
+            del q, k, v, o
+    keys = ("pingpong/new", "pingpong/old", "lockstep/new", "lockstep/old")
+    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s): warpgroups taking turns (pingpong) or not (lockstep), "
+          "with the new or old number of stages (the default is pingpong/new)")
+    print(f"{'D':>4} {'causal':>6} {'stages new/old':>14} " + " ".join(f"{k:>12}" for k in keys))
+    for r in rows:
+        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['stages']['new']:>10}/{r['stages']['old']:<3} "
+              + " ".join(f"{r[k]:>12.0f}" for k in keys))
     return rows
 
 

@@ -4,7 +4,9 @@ A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 ro
 their query tile in shared memory, and stream key/value tiles that a producer warpgroup loads with
 TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma, an online softmax in
 the log2 domain on its registers, and O += P V with P straight from registers. Grouped-query
-attention maps query head h to key/value head h // (H / H_kv).
+attention maps query head h to key/value head h // (H / H_kv). The two consumer warpgroups take turns
+at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's
+S is done, so one's softmax runs while the other's matrix products do.
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
@@ -29,8 +31,12 @@ FLT_MAX = 3.4028234663852886e38
 HEAD_GROUP = 8                      # heads per section of the task order (K/V of a section share L2)
 DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 # head dim -> (key/value rows per stage, stages): K and V tiles of every stage, and the 128 x D query
-# tile, fit in shared memory; S (16 x kv rows), P and O (16 x D) of each warp fit in its registers.
-CONFIGS = {64: (128, 3), 128: (128, 2), 256: (64, 2)}
+# tile, fit in shared memory (D=128: 32 KB + 3 x 64 KB); S (16 x kv rows), P and O (16 x D) of each warp
+# fit in its registers. A consumer releases a stage one step after it arrived, so 3+ stages keep the
+# next step's tiles in flight while the current ones are in use.
+CONFIGS = {64: (128, 4), 128: (128, 3), 256: (64, 2)}
+PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
+TURN = (2, 3)                       # the named barriers on which warpgroup 0 / 1 waits for its turn
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
 
@@ -39,12 +45,25 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def _turn(sync_on_turn: bool) -> None:
+    """Warpgroup w waits for its turn (sync on TURN[w]), or hands the turn to the other (arrive on its barrier)."""
+    for wg in range(2):
+        with tk.if_(tk.warpgroup.id() == wg):
+            if sync_on_turn:
+                tk.named_sync(TURN[wg], 8)
+            else:
+                tk.named_arrive(TURN[1 - wg], 8)
+
+
 @functools.cache
-def _attention(d: int, dtype=bf16, causal: bool = False):
-    """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not.
-    A causal kernel takes an `offset` scalar: query i sees key j when j <= i + offset."""
-    kv, stages = CONFIGS[d]
-    name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "")
+def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None):
+    """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
+    consumer warpgroups taking turns or not, and `stages` (default: CONFIGS). A causal kernel takes an
+    `offset` scalar: query i sees key j when j <= i + offset."""
+    kv, default_stages = CONFIGS[d]
+    stages = stages or default_stages
+    name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "") \
+        + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages")
 
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
     class Attention:
@@ -110,12 +129,19 @@ def _attention(d: int, dtype=bf16, causal: bool = False):
             tk.neg_infty(st.row_max)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 st.diagonal = tk.let(task.row * Q_ROWS + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
+            if pingpong:                                         # warpgroup 0 takes the first turn
+                with tk.if_(wg == 1):
+                    tk.named_arrive(TURN[0], 8)
 
         def compute(self, st, inp, k):
             g = st.g
             wg = tk.warpgroup.id()
+            if pingpong:
+                _turn(sync_on_turn=True)
             tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
-            tk.warpgroup.mma_async_wait()
+            tk.warpgroup.mma_async_wait()                        # S, and the previous step's O += P V
+            if pingpong:                                         # the other's S runs during this softmax
+                _turn(sync_on_turn=False)
             tk.mul(st.scores, st.scores, g.scale_log2)
             if causal:
                 diagonal = st.diagonal - k * kv
@@ -152,6 +178,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False):
             tk.add(st.row_sum, st.row_sum, st.row_max)
             tk.mul(st.row_sum, st.row_sum, 1.0 / LOG2E)
             tk.store(g.L, st.row_sum, (b, h, rows * 4 + tk.warp_id() % 4))
+            if pingpong:                                         # take back warpgroup 1's last hand-off
+                with tk.if_(tk.warpgroup.id() == 0):
+                    tk.named_sync(TURN[0], 8)
 
     return Attention
 
@@ -228,7 +257,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     return (o, lse[..., :n]) if return_lse else o
 
 
-def _launch(q, k, v, o, lse, causal, scale) -> None:
+def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, n rounded up to 128)."""
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
@@ -241,4 +270,4 @@ def _launch(q, k, v, o, lse, causal, scale) -> None:
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None)(*args)
+    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages)(*args)
