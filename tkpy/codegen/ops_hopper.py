@@ -98,9 +98,8 @@ def emit_wgmma(em, op):
 @emits("wgmma_wait")
 def emit_wgmma_wait(em, op):
     yield f"tk::wgmma_wait<{op.attrs['pending']}>();"
-    if op.attrs["pending"] == 0:   # fencing registers that a wgmma still writes would copy them mid-flight
-        for acc in op.args:
-            yield f"tk::register_fence({operand(acc)});"
+    for acc in op.args:      # the accumulators it retires (fencing one a wgmma still writes would copy it mid-flight)
+        yield f"tk::register_fence({operand(acc)});"
 
 
 @emits("fence_proxy_async")

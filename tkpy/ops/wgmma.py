@@ -53,7 +53,9 @@ def _mma(d, a, b, *, trans_a: bool, trans_b: bool, accumulate: bool, name: str):
             fail(f"{name}: wgmma reads swizzled shared tiles; {describe(x)} is unswizzled")
     op = emit("wgmma", d, a, b, trans_a=trans_a, trans_b=trans_b, accumulate=accumulate,
                 n=n, dtype=at.dtype.name, a_regs=isinstance(at, RT))
-    current().pending_wgmma[d] = op.loc
+    ctx = current()
+    ctx.pending_wgmma[d] = op.loc
+    ctx.wgmma_groups.append((d, op.loc))
     return op
 
 
@@ -78,12 +80,16 @@ mm_AtBt = _make("mm_AtBt", True, False, False)
 
 
 def mma_async_wait(pending: int = 0):
-    """Wait until at most `pending` committed warpgroup MMAs are in flight; with 0, their results
-    may be read."""
+    """Wait until at most `pending` committed warpgroup MMAs are in flight (each MMA op is one group; they
+    complete in order): the results of all but the newest `pending` may be read."""
     if not isinstance(pending, int) or not 0 <= pending <= 7:
         fail(f"mma_async_wait: pending must be an int in 0..7, got {pending!r}")
     ctx = current()
-    accumulators = tuple(ctx.pending_wgmma)
-    if pending == 0:
-        ctx.pending_wgmma.clear()
-    return emit("wgmma_wait", *accumulators, pending=pending)
+    # Each wgmma op is one commit group and groups retire in order: all but the newest `pending` are done.
+    remaining = ctx.wgmma_groups[len(ctx.wgmma_groups) - pending:] if pending else []
+    retired = tuple(a for a in ctx.pending_wgmma if all(a is not d for d, _ in remaining))
+    ctx.wgmma_groups[:] = remaining
+    ctx.pending_wgmma.clear()
+    for d, loc in remaining:
+        ctx.pending_wgmma[d] = loc
+    return emit("wgmma_wait", *retired, pending=pending)   # the accumulators it makes readable
