@@ -27,8 +27,9 @@ def steps_of(row):
 
 
 @functools.cache
-def ragged_gemm(stages: int, reverse: bool):
-    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=f"ragged_gemm_{stages}_{int(reverse)}")
+def ragged_gemm(stages: int, reverse: bool, lagged: bool = False):
+    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True,
+            name=f"ragged_gemm_{stages}_{int(reverse)}" + ("_lagged" if lagged else ""))
     class Ragged:
         A: tk.gl[bf16, "M", "K"]
         B: tk.gl[bf16, "K", "N"]
@@ -58,8 +59,16 @@ def ragged_gemm(stages: int, reverse: bool):
         def start(self, st, task):
             tk.zero(st.acc)
 
-        def compute(self, st, inp, k):
-            tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
+        if lagged:
+            def compute(self, st, inp, k, prev):
+                """Step k multiplies step k-1's tiles (still held), the last step its own too."""
+                with tk.if_(k > 0):
+                    tk.warpgroup.mma_AB(st.acc, prev.a[tk.warpgroup.id()], prev.b)
+                with tk.if_(k == st.iters - 1):
+                    tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
+        else:
+            def compute(self, st, inp, k):
+                tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
 
         def finish(self, g, st, task):
             tk.warpgroup.store(g.C, st.acc, (st.task.row * 2 + tk.warpgroup.id(), task.col))
@@ -75,11 +84,13 @@ def reference(a, b):
     return out
 
 
-@pytest.mark.parametrize("stages,reverse,blocks", [(2, False, 2), (3, True, 3), (2, True, 1)])
-def test_per_task_steps_wrap_the_ring_across_tasks(stages, reverse, blocks):
+@pytest.mark.parametrize("stages,reverse,blocks,lagged", [(2, False, 2, False), (3, True, 3, False),
+                                                         (2, True, 1, False), (2, False, 2, True), (3, True, 1, True)])
+def test_per_task_steps_wrap_the_ring_across_tasks(stages, reverse, blocks, lagged):
+    """lagged: compute(st, inp, k, prev) uses the previous step's stage, which stays unreleased meanwhile."""
     a, b = rand(5 * BM, 2 * BK, dtype=torch.bfloat16), rand(2 * BK, 3 * BN, dtype=torch.bfloat16)
     c = poisoned(5 * BM, 3 * BN, dtype=torch.float32)
-    ragged_gemm(stages, reverse).kernel.interpret[(blocks,)](a, b, c)
+    ragged_gemm(stages, reverse, lagged).kernel.interpret[(blocks,)](a, b, c)
     assert rel_err(c, reference(a, b)) < 1e-2
 
 

@@ -13,8 +13,10 @@ global tensors:
     setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
                                 (`st.g` holds the kernel's parameters, as `g` elsewhere)
     start(st, task)             (optional) reset the state for a task (default: nothing); `st.task` is
-                                the current task in start, compute and finish
-    compute(st, inp, k)         (consumers) use the k-th inputs
+                                the current task and `st.iters` its step count in start, compute, finish
+    compute(st, inp, k)         (consumers) use the k-th inputs, or
+    compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
+                                tk.if_(k > 0)); they stay unreleased until this step's compute returns
     finish(g, st, task)         (consumers) write the task's result
 
 and the template owns the rest: a ring of `stages` input buffers with their
@@ -149,6 +151,7 @@ class LCF:
                 raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
         self.globals = self._global_annotations(cls, definition_locals or {})
         self.per_task_iters = _positional_parameters(self.user.iters) >= 2     # iters(g, task)
+        self.uses_previous = _positional_parameters(self.user.compute) >= 4    # compute(st, inp, k, prev)
         self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower(),
                              cluster=(cluster, 1, 1) if cluster > 1 else None)
@@ -250,8 +253,8 @@ class LCF:
             ring = var(0, "ring") if per_task else None
             for index in tk_range(first, groups, step):
                 task = task_at(index)
-                st.task = task
                 n, base = steps_of(task, index)
+                st.task, st.iters = task, n
                 if hasattr(user, "start"):
                     user.start(st, task)
                 for k in tk_range(n):
@@ -259,18 +262,28 @@ class LCF:
                     tk.wait(arrived[s], phase)
                     body = current().blocks[-1]
                     before = len(body)
-                    user.compute(st, _StageTiles(arrays, self.inputs, s), k)
+                    inp = _StageTiles(arrays, self.inputs, s)
+                    if self.uses_previous:      # released below, once this step's MMAs are done with it
+                        prev = _StageTiles(arrays, self.inputs, let((it + stages - 1) % stages, "previous"))
+                        user.compute(st, inp, k, prev)
+                    else:
+                        user.compute(st, inp, k)
+                    # The commit groups step k surely makes: its MMAs outside runtime branches and loops (a
+                    # lower bound, so the wait below may wait longer than needed, never too little).
                     groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
-                    if not current().pending_wgmma:
+                    in_flight = bool(current().pending_wgmma)     # (the wait below may hide it from
+                    if not in_flight and not self.uses_previous:  # the tracer, but runs only for k > 0)
                         release(s)
                         continue
-                    # Keep step k's MMAs in flight: with only their `groups` commit groups pending,
-                    # step k-1's have read their stage, which can then be released.
+                    # Keep step k's MMAs in flight (and its inputs, which step k+1 sees as `prev`): with only
+                    # their `groups` commit groups pending, step k-1's have read their stage, now released.
                     with if_(k > 0):
-                        tk.warpgroup.mma_async_wait(groups)
+                        if in_flight:
+                            tk.warpgroup.mma_async_wait(groups)
                         release((it - 1) % stages)
-                if current().pending_wgmma:
-                    tk.warpgroup.mma_async_wait()
+                if in_flight or self.uses_previous:
+                    if in_flight:
+                        tk.warpgroup.mma_async_wait()
                     if per_task:
                         with if_(n > 0):                    # a task of no steps has no last stage
                             release((base + n - 1) % stages)
