@@ -3,9 +3,9 @@
 Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-sequence B16 H16 N1024
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
-tkpy's kernel at B16 H16 N4096: consumer warpgroups taking turns (ping-pong) or in lockstep, with the
-default number of stages or the previous one (RESULTS.md run 14 had lockstep with 2 stages at D128, 3 at
-D64), to pick the defaults from.
+tkpy's kernel at B16 H16 N4096, to pick the defaults from: consumer warpgroups taking turns (ping-pong)
+or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, and
+the configuration of RESULTS.md run 14 (lockstep, no overlap, 2 stages at D128 and 3 at D64).
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py   (table on stdout; $OUT/attention.json and
                                                           $OUT/attention.png when OUT is set)
@@ -91,8 +91,13 @@ def main() -> list[dict]:
     return rows
 
 
+VARIANTS = {  # name -> (ping-pong, overlap, previous stage count)
+    "pp+overlap": (True, True, False), "pingpong": (True, False, False), "overlap": (False, True, False),
+    "lockstep": (False, False, False), "run 14": (False, False, True)}
+
+
 def variant_table() -> list[dict]:
-    """tkpy's kernel with and without ping-pong, at its default and its previous number of stages."""
+    """tkpy's kernel with and without ping-pong and intra-warpgroup overlap, and run 14's configuration."""
     import torch
 
     from kernels import attention as att
@@ -104,21 +109,18 @@ def variant_table() -> list[dict]:
             o = torch.empty_like(q)
             lse = torch.empty(b, h, n, dtype=torch.float32, device="cuda")
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
-            stages = {"new": att.CONFIGS[d][1], "old": PREVIOUS_STAGES[d]}
-            row = {"b": b, "h": h, "n": n, "d": d, "causal": causal, "stages": stages}
-            for pingpong in (True, False):
-                for which, count in stages.items():
-                    fn = lambda: att._launch(q, k, v, o, lse, causal, None, pingpong, count)  # noqa: E731
-                    row[f"{'pingpong' if pingpong else 'lockstep'}/{which}"] = flops / median_ms(fn) / 1e9
+            row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
+            for name, (pingpong, overlap, previous) in VARIANTS.items():
+                stages = PREVIOUS_STAGES[d] if previous else None
+                fn = lambda: att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap)  # noqa: E731
+                row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o
-    keys = ("pingpong/new", "pingpong/old", "lockstep/new", "lockstep/old")
-    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s): warpgroups taking turns (pingpong) or not (lockstep), "
-          "with the new or old number of stages (the default is pingpong/new)")
-    print(f"{'D':>4} {'causal':>6} {'stages new/old':>14} " + " ".join(f"{k:>12}" for k in keys))
+    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; the default is "
+          f"{'pp+overlap' if (att.PINGPONG, att.OVERLAP) == (True, True) else 'see kernels/attention.py'})")
+    print(f"{'D':>4} {'causal':>6} " + " ".join(f"{k:>11}" for k in VARIANTS))
     for r in rows:
-        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['stages']['new']:>10}/{r['stages']['old']:<3} "
-              + " ".join(f"{r[k]:>12.0f}" for k in keys))
+        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} " + " ".join(f"{r[k]:>11.0f}" for k in VARIANTS))
     return rows
 
 

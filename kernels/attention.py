@@ -36,6 +36,7 @@ DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 # next step's tiles in flight while the current ones are in use.
 CONFIGS = {64: (128, 4), 128: (128, 3), 256: (64, 2)}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
+OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
 TURN = (2, 3)                       # the named barriers on which warpgroup 0 / 1 waits for its turn
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
@@ -56,14 +57,17 @@ def _turn(sync_on_turn: bool) -> None:
 
 
 @functools.cache
-def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None):
+def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
+               overlap: bool = OVERLAP):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
-    consumer warpgroups taking turns or not, and `stages` (default: CONFIGS). A causal kernel takes an
-    `offset` scalar: query i sees key j when j <= i + offset."""
+    consumer warpgroups taking turns or not, `stages` (default: CONFIGS), and each step's softmax
+    overlapping the previous step's P V product or not. A causal kernel takes an `offset` scalar: query i
+    sees key j when j <= i + offset."""
     kv, default_stages = CONFIGS[d]
     stages = stages or default_stages
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "") \
-        + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages")
+        + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
+        + ("" if overlap else "_serial")
 
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
     class Attention:
@@ -116,6 +120,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             st.row_sum = tk.col_vec(st.scores)
             if causal:
                 st.shift = tk.col_vec(st.scores)                 # row_max, finite for rows that see no key yet
+            if overlap:                                          # where each warp stores its row sums, unread:
+                st.anchor = tk.sv(f32, 16, count=8)              # see compute
 
         def start(self, st, task):
             g = st.g
@@ -133,15 +139,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 with tk.if_(wg == 1):
                     tk.named_arrive(TURN[0], 8)
 
-        def compute(self, st, inp, k):
+        def softmax(self, st, k):
+            """S -> P = exp2(S * scale_log2 - running max) in place, masked; st.prev_max becomes the factor
+            that rescales what was accumulated (exp2 of the max's change); the row sums are updated."""
             g = st.g
-            wg = tk.warpgroup.id()
-            if pingpong:
-                _turn(sync_on_turn=True)
-            tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
-            tk.warpgroup.mma_async_wait()                        # S, and the previous step's O += P V
-            if pingpong:                                         # the other's S runs during this softmax
-                _turn(sync_on_turn=False)
             tk.mul(st.scores, st.scores, g.scale_log2)
             if causal:
                 diagonal = st.diagonal - k * kv
@@ -161,9 +162,53 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.exp2(st.prev_max, st.prev_max)
             tk.mul(st.row_sum, st.row_sum, st.prev_max)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
-            tk.mul_row(st.out, st.out, st.prev_max)
-            tk.copy(st.probs, st.scores)
-            tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
+
+        def rescale(self, st):
+            tk.mul_row(st.out, st.out, st.prev_max)              # O to the new running max
+            tk.copy(st.probs, st.scores)                         # P for O += P V
+
+        if overlap:
+            def compute(self, st, inp, k, prev):
+                """Step k issues S_k = Q K_k^T and then O += P_{k-1} V_{k-1} (P kept from step k-1, V_{k-1}
+                from the previous stage), so the softmax of S_k runs while that second product does; the last
+                step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
+                if every path waits before it reads an accumulator."""
+                wg = tk.warpgroup.id()
+                if pingpong:
+                    _turn(sync_on_turn=True)
+                with tk.if_(k > 0):
+                    tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
+                    tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
+                    if pingpong:
+                        _turn(sync_on_turn=False)
+                    tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
+                    self.softmax(st, k)
+                    # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
+                    # stores before the wait, and the row sums depend on every exp2.
+                    tk.store(st.anchor[tk.warp_id()], st.row_sum)
+                    tk.warpgroup.mma_async_wait()               # O and P are free again
+                    self.rescale(st)
+                with tk.else_():
+                    tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
+                    if pingpong:
+                        _turn(sync_on_turn=False)
+                    tk.warpgroup.mma_async_wait()
+                    self.softmax(st, k)
+                    self.rescale(st)
+                with tk.if_(k == st.iters - 1):
+                    tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
+        else:
+            def compute(self, st, inp, k):
+                wg = tk.warpgroup.id()
+                if pingpong:
+                    _turn(sync_on_turn=True)
+                tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
+                tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
+                if pingpong:                                     # the other's S runs during this softmax
+                    _turn(sync_on_turn=False)
+                self.softmax(st, k)
+                self.rescale(st)
+                tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
@@ -257,7 +302,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     return (o, lse[..., :n]) if return_lse else o
 
 
-def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None) -> None:
+def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
+            overlap: bool = OVERLAP) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, n rounded up to 128)."""
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
@@ -270,4 +316,4 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages)(*args)
+    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap)(*args)
