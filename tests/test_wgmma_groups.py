@@ -55,3 +55,11 @@ def test_reading_the_newer_product_after_wait_one_is_an_error():
     a = torch.zeros(64, 64, dtype=torch.bfloat16)
     with pytest.raises(tk.TraceError, match="`second` while a warpgroup MMA into it"):
         two_products(True).source(a, a, torch.zeros(64, 64), torch.zeros(64, 64))
+
+
+def test_serialized_wgmma_notes_count_as_ptxas_warnings():
+    from tkpy.runtime import parse_ptxas_log
+    log = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+           "non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline "
+           "stage in the function 'k' in line 0\nptxas info    : Used 168 registers\n")
+    assert any("serialized" in w for w in parse_ptxas_log(log, "k").warnings)

@@ -85,10 +85,10 @@ def _int(rx: re.Pattern[str], text: str) -> int:
 
 def parse_ptxas_log(log: str, kernel_name: str) -> Resources:
     """Extract ``kernel_name``'s resource usage from an NVRTC/ptxas log."""
-    warns = tuple(
+    warns = tuple(   # warnings, and the notes that the assembler serialized wgmma ("Performance Loss")
         line.strip()
         for line in log.splitlines()
-        if "ptxas" in line and "warning" in line.lower()
+        if "ptxas" in line and ("warning" in line.lower() or "performance loss" in line.lower())
     )
     sec = _section_for(log, kernel_name)
     if sec is None:
