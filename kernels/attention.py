@@ -6,7 +6,9 @@ TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma,
 the log2 domain on its registers, and O += P V with P straight from registers. Grouped-query
 attention maps query head h to key/value head h // (H / H_kv). The two consumer warpgroups take turns
 at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's
-S is done, so one's softmax runs while the other's matrix products do.
+S is done, so one's softmax runs while the other's matrix products do; and within a warpgroup, step k
+issues S_k and then step k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup
+overlap). PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
