@@ -239,7 +239,7 @@ def _kernel(body):
      r"b must be in row layout \(N x K"),
     (lambda x: tk.mma_AtB(tk.rt(f32, 16, 16), tk.rt(bf16, 32, 16, "col"), tk.rt(bf16, 16, 16, "col"),
                           tk.rt(f32, 16, 16)), "inner dimensions differ"),
-    (lambda x: tk.rt(f32, 32, 32).subtile(16, 16, (0, 0)), "takes whole rows"),
+    (lambda x: tk.rt(f32, 32, 32).subtile(32, 16, (0, 0)), "takes whole rows"),
     (lambda x: tk.rt(f32, 32, 32).subtile(16, 32, (tk.warp_id(), 0)), "known at trace time"),
     (lambda x: tk.st(bf16, 32, 128).subtile(16, 32, (0, 0)), "whole swizzle panels"),
     (lambda x: tk.st(bf16, 32, 64).subtile(16, 64, (2, 0)), "outside"),

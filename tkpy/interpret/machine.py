@@ -166,7 +166,7 @@ class Warp:
         t = var.type
         r, c = self.value(view.row) * t.rows, self.value(view.col) * t.cols
         if isinstance(t, RT):
-            self.windows[var] = slice(r, r + t.rows)
+            self.windows[var] = slice(r, r + t.rows), slice(c, c + t.cols)
             return
         parent = self.shared_tile(view.base if isinstance(view.base, SharedRef) else SharedRef(view.base))
         if not (0 <= r <= parent.type.rows - t.rows and 0 <= c <= parent.type.cols - t.cols):

@@ -62,35 +62,27 @@ def _arrivals_match_the_init(kernel: KernelIR, ops) -> None:
         if o.name == "sem_init":
             init_counts.setdefault(_sem_of(o).var, set()).add(o.attrs["arrivals"])
     remote = {_sem_of(o).var for o in ops if o.name == "sem_arrive_remote"}
-    arrivals: dict = {}       # (var, index text) -> [count, first op]
+    arrivals: dict = {}       # (var, index text) -> [count, first op, per-site counts]
     unknown: set = set(remote)
 
-    def visit(stmts, warps):
-        for s in stmts:
-            if isinstance(s, For):
-                visit(s.body, warps)
-            elif isinstance(s, If):
-                taken = _warps_taking(s.cond, warps)
-                if taken is None:
-                    for o in _flatten(s.then + s.orelse):
-                        if o.name in ("sem_arrive", "sem_expect"):
-                            unknown.add(_sem_of(o).var)
-                else:
-                    visit(s.then, taken)
-                    visit(s.orelse, warps - taken)
-            elif isinstance(s, Op) and s.name in ("sem_arrive", "sem_expect") and warps:
-                sem = _sem_of(s)
-                key = (sem.var, None if sem.index is None else render(sem.index))
-                entry = arrivals.setdefault(key, [0, s])
-                entry[0] += len(warps) * s.attrs.get("count", 1)
-
-    visit(kernel.body, frozenset(range(kernel.warps)))
-    for (var, _), (count, first) in arrivals.items():
+    for o, warps, known in _ops_by_warps(kernel.body, frozenset(range(kernel.warps))):
+        if o.name not in ("sem_arrive", "sem_expect"):
+            continue
+        sem = _sem_of(o)
+        if not known:
+            unknown.add(sem.var)
+        elif warps:
+            entry = arrivals.setdefault((sem.var, None if sem.index is None else render(sem.index)), [0, o, []])
+            entry[0] += len(warps) * o.attrs.get("count", 1)
+            entry[2].append(len(warps) * o.attrs.get("count", 1))
+    for (var, _), (count, first, sites) in arrivals.items():
         inits = init_counts.get(var)
         if var in unknown or not inits or len(inits) != 1:
             continue
         (expected,) = inits
-        if count != expected:
+        # Either the sites share a phase, or each completes one (a semaphore arrived on again in sequence,
+        # e.g. a ring of one stage used twice per iteration).
+        if count != expected and any(n != expected for n in sites):
             raise TraceError(f"semaphore `{var.name}` is initialised for {expected} arrivals per phase, but "
                              f"{count} warp-level arrivals reach it (arrive and expect are issued once per "
                              "calling warp)", first.loc)
@@ -162,22 +154,34 @@ def _tma_stores_are_fenced(stmts, dirty: set) -> set:
             dirty = _tma_stores_are_fenced(s.then, set(dirty)) | _tma_stores_are_fenced(s.orelse, set(dirty))
         elif isinstance(s, Op):
             if s.name in GENERIC_SHARED_WRITES:
-                dirty = dirty | {s.args[0].var}
+                dirty = dirty | {_shared_root(s.args[0])}
             elif s.name == "fence_proxy_async":
                 dirty = set()
-            elif s.name == "tma_store" and s.args[1].var in dirty:
-                raise TraceError(f"TMA store of `{s.args[1].var.name}`, which ordinary stores wrote: call "
+            elif s.name == "tma_store" and _shared_root(s.args[1]) in dirty:
+                raise TraceError(f"TMA store of `{_shared_root(s.args[1]).name}`, which ordinary stores wrote: call "
                                  "tk.fence_proxy_async() after writing it (and a barrier if other warps wrote it)",
                                  s.loc)
     return dirty
 
 
+def _shared_root(a):
+    """The declared shared tile (array) an operand lives in: a SharedRef's, or a subtile's viewed tile's."""
+    while True:
+        if isinstance(a, SharedRef):
+            a = a.var
+        elif getattr(a, "view", None) is not None:
+            a = a.view.base
+        else:
+            return a
+
+
 def _register_reallocation_fits(kernel: KernelIR, ops) -> None:
     realloc = [o for o in ops if o.name == "setmaxnreg"]
-    uses_warpgroups = realloc or any(o.name == "wgmma" for o in ops)
-    if uses_warpgroups and kernel.warps % 4:
-        raise TraceError(f"warpgroup ops need whole warpgroups: the kernel has {kernel.warps} warps, not a "
-                         "multiple of 4", (realloc or [o for o in ops if o.name == "wgmma"])[0].loc)
+    if realloc and kernel.warps % 4:
+        raise TraceError(f"setmaxnreg needs whole warpgroups: the kernel has {kernel.warps} warps, not a "
+                         "multiple of 4", realloc[0].loc)
+    if kernel.warps % 4:
+        _wgmma_runs_in_whole_warpgroups(kernel)
     if not realloc:
         return
     producers = [o.attrs["registers"] for o in realloc if not o.attrs["increase"]]
@@ -189,3 +193,31 @@ def _register_reallocation_fits(kernel: KernelIR, ops) -> None:
             raise TraceError(f"one producer warpgroup at {max(producers)} and {groups - 1} consumer warpgroups at "
                              f"{max(consumers)} registers need {need} registers; an SM has {REGISTER_FILE}",
                              realloc[0].loc)
+
+
+def _wgmma_runs_in_whole_warpgroups(kernel: KernelIR) -> None:
+    """In a kernel whose last warpgroup is partial (e.g. a template's producer of fewer than 4 warps), the
+    warps that may run a wgmma (as far as warp-id branches tell) must all be in whole warpgroups."""
+    whole = kernel.warps // 4 * 4
+    for o, warps, _ in _ops_by_warps(kernel.body, frozenset(range(kernel.warps))):
+        if o.name == "wgmma" and any(w >= whole for w in warps):
+            raise TraceError(f"warpgroup ops need whole warpgroups: warps {whole}..{kernel.warps - 1} of this "
+                             f"{kernel.warps}-warp kernel are a partial warpgroup and may reach this wgmma", o.loc)
+
+
+def _ops_by_warps(stmts, warps: frozenset, known: bool = True):
+    """Each op with the warps that may run it, and whether every enclosing branch depends only on the warp
+    id (else those are the warps that reach the undecided branch)."""
+    for s in stmts:
+        if isinstance(s, For):
+            yield from _ops_by_warps(s.body, warps, known)
+        elif isinstance(s, If):
+            taken = _warps_taking(s.cond, warps)
+            if taken is None:
+                yield from _ops_by_warps(s.then, warps, False)
+                yield from _ops_by_warps(s.orelse, warps, False)
+            else:
+                yield from _ops_by_warps(s.then, taken, known)
+                yield from _ops_by_warps(s.orelse, warps - taken, known)
+        elif isinstance(s, Op):
+            yield s, warps, known

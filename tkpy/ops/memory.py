@@ -31,8 +31,8 @@ def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
         _register_scope(scope, "load")
         return emit("load_rv_gl", dst, src, tile_coord(coord, "load"), **_bounds(dst, src, masked, fill, "load"))
     if (isinstance(d, RT) and isinstance(s, ST)) or (isinstance(d, RV) and isinstance(s, SV)):
-        _register_scope(scope, "load")
         _no_coord(coord, "load from shared memory")
+        src = _warp_quarter(src, dst, scope, "load")
         same_shape(dst, src, "load")
         return emit(f"load_{_kind(d)}_{_kind(s)}", dst, src)
     if isinstance(d, (ST, SV)) and isinstance(src, GlobalVar):
@@ -55,8 +55,8 @@ def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
         _register_scope(scope, "store")
         return emit("store_gl_rv", dst, src, tile_coord(coord, "store"), **_bounds(src, dst, masked, None, "store"))
     if (isinstance(d, ST) and isinstance(s, RT)) or (isinstance(d, SV) and isinstance(s, RV)):
-        _register_scope(scope, "store")
         _no_coord(coord, "store into shared memory")
+        dst = _warp_quarter(dst, src, scope, "store")
         same_shape(dst, src, "store")
         return emit(f"store_{_kind(d)}_{_kind(s)}", dst, src)
     if isinstance(dst, GlobalVar) and isinstance(s, (ST, SV)):
@@ -80,6 +80,21 @@ def _register_coord(coord, scope: str, what: str) -> tuple:
         return b, d, r * 4 + WARP_ID % 4, c
     _register_scope(scope, what)
     return b, d, r, c
+
+
+def _warp_quarter(shared, regs, scope: str, what: str):
+    """The shared tile a warp's register tile moves to or from: at warpgroup scope the shared tile is the
+    warpgroup's, 4 times as tall, and each warp takes its 16-row-aligned quarter (as wgmma accumulators are
+    laid out); at warp scope the tile itself."""
+    if _scope(scope) != "warpgroup" or not isinstance(regs.type, RT):
+        _register_scope(scope, what)
+        return shared
+    rows = regs.type.rows
+    if shared.type.rows != 4 * rows or shared.type.cols != regs.type.cols:
+        fail(f"warpgroup {what}: the shared tile is the warpgroup's, 4 x {rows} rows by {regs.type.cols}; got "
+             f"{describe(shared)} for {describe(regs)}")
+    from .views import subtile
+    return operand(subtile(shared, rows, regs.type.cols, (WARP_ID % 4, 0)), f"warpgroup {what}")
 
 
 def _register_scope(scope: str, what: str) -> None:

@@ -4,8 +4,9 @@
 coordinates (r, c), in units of the window, as ThunderKittens' `subtile_inplace` and
 `st::subtile`; slicing (`t[16:32]`, `s[0:32, 64:128]`) names the same windows in elements.
 
-- Register tiles: whole rows only (the window must be a contiguous run of base tiles to alias
-  their registers), at a trace-time coordinate.
+- Register tiles: whole rows, or any columns of a 16-row window (either way a contiguous run of
+  base tiles, so the window aliases their registers: e.g. a piece of a wgmma accumulator), at a
+  trace-time coordinate.
 - Shared tiles: any window whose rows are a multiple of 16 and, for a swizzled tile, whose
   columns are a multiple of the swizzle panel; the coordinate may be a runtime value. Such a
   window starts on a whole swizzle atom and panel, so it keeps the viewed tile's address function.
@@ -62,15 +63,16 @@ def slice_tile(tile, index) -> Var:
 
 
 def _register_view(t: RT, rows: int, cols: int, r, c) -> RT:
-    if cols != t.cols:
+    if cols != t.cols and rows != 16:
         fail(f"subtile: a register subtile takes whole rows ({t.cols} columns here, as ThunderKittens' "
-             f"subtile_inplace) so that it can alias the tile's registers; got {cols} columns")
+             f"subtile_inplace), or columns of one 16-row band, so that it aliases a contiguous run of the "
+             f"tile's registers; got {rows}x{cols}")
     if not (isinstance(r, Const) and isinstance(c, Const)):
         fail("subtile: a register subtile's coordinate must be known at trace time (registers cannot be indexed "
              "at run time); use a Python int")
-    if t.rows % rows:
-        fail(f"subtile: {rows} rows do not divide the register tile's {t.rows}")
-    return t.with_(rows=rows)
+    if t.rows % rows or t.cols % cols:
+        fail(f"subtile: {rows}x{cols} windows do not tile the {t.rows}x{t.cols} register tile")
+    return t.with_(rows=rows, cols=cols)
 
 
 def _shared_view(t: ST, rows: int, cols: int) -> ST:

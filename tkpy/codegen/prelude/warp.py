@@ -244,18 +244,32 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
     }
 }
 
-// st <- rt: stmatrix for 16-bit tiles of the same dtype; otherwise as rt <- st.
+__device__ __forceinline__ void sts(u32 addr, float v) {
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void sts(u32 addr, float2 v) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+
+// st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
+// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair (row layout) or element.
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     const int ln = lane();
-    if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
+    if constexpr (sizeof(TD) == 2) {
+        typedef typename packed_of<TD>::type D2;
         int lr, lc;
         ldmatrix_pos<L>(ln, lr, lc);
         #pragma unroll
         for (int i = 0; i < H; i++)
         #pragma unroll
         for (int j = 0; j < W; j++) {
-            const u32* s = reinterpret_cast<const u32*>(&src.data[i][j][0]);
+            u32 s[4];
+            #pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
+                else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
+            }
             if constexpr (is_same<L, row_l>::value) stmatrix_x4(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
             else stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
         }
@@ -270,12 +284,11 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
             frag_pos<L>(ln, k, 0, r0, c0);
             const float2 v = to_float2(src.data[i][j][k]);
             if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-                typedef typename packed_of<TD>::type D2;
-                *reinterpret_cast<D2*>(dst.ptr(16 * i + r0, 16 * j + c0)) = from_float2<D2>(v);
+                sts(dst.addr(16 * i + r0, 16 * j + c0), v);
             } else {
                 frag_pos<L>(ln, k, 1, r1, c1);
-                *dst.ptr(16 * i + r0, 16 * j + c0) = from_float<TD>(v.x);
-                *dst.ptr(16 * i + r1, 16 * j + c1) = from_float<TD>(v.y);
+                sts(dst.addr(16 * i + r0, 16 * j + c0), v.x);
+                sts(dst.addr(16 * i + r1, 16 * j + c1), v.y);
             }
         }
     }

@@ -178,6 +178,13 @@ template <int SR, typename T, int H, int W, typename L>
 __device__ __forceinline__ rt<T, SR / 16, W, L>& subtile_inplace(rt<T, H, W, L>& t, int idx) {
     return reinterpret_cast<rt<T, SR / 16, W, L>&>(t.data[idx * (SR / 16)]);
 }
+// The 16 x SC window at subtile coordinates (r, c): base tiles [c * SC / 16, (c + 1) * SC / 16) of base row
+// r, consecutive in the register array.
+template <int SR, int SC, typename T, int H, int W, typename L>
+__device__ __forceinline__ rt<T, 1, SC / 16, L>& subtile_inplace(rt<T, H, W, L>& t, int r, int c) {
+    static_assert(SR == 16, "a register window narrower than its tile is one 16-row band");
+    return reinterpret_cast<rt<T, 1, SC / 16, L>&>(t.data[r][c * (SC / 16)]);
+}
 // The RS x CS window at subtile coordinates (r, c) of a shared tile. It keeps the address function of
 // the tile it views (RS is a multiple of 16 and, when swizzled, CS of the panel width, so the base
 // moves by whole swizzle atoms and panels and the XOR pattern is unchanged).
