@@ -17,6 +17,6 @@ from .frontend.control import range, if_, else_, let, var, assign, block_idx, gr
 from .ops import *  # noqa: F401,F403 - the op namespace is the public API
 from .ops import warpgroup, block
 from . import templates
-from .templates import lcf
+from .templates import lcf, lcsf
 
 __version__ = "0.1.0"

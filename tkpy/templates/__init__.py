@@ -1,2 +1,4 @@
-"""Block templates: the author writes load / compute / finish; the template owns the pipeline."""
+"""Block templates: the author writes load / compute / finish (and store); the template owns the pipeline."""
 from .lcf import LCF, Task, lcf, shared
+from .lcsf import LCSF, lcsf
+from .schedule import Grouped, SplitK

@@ -7,7 +7,7 @@ global tensors:
     iters(g)                    -> how many load/compute steps each task takes, or
     iters(g, task)              -> how many steps this task takes (may differ per task, may be 0)
     order(g, index, row_tiles, col_tiles)
-                                (optional) -> (row, col) of the index-th task (default: grouped_order,
+                                (optional) -> (row, col) of the index-th tile (default: the scheduler's,
                                 `group` rows of tiles at a time); with clusters, rows are bands of them
     load(g, task, inp, k, sem)  (producer) TMA the k-th inputs of a task into `inp`, completing on `sem`
     setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
@@ -23,277 +23,121 @@ and the template owns the rest: a ring of `stages` input buffers with their
 `arrived`/`finished` semaphores and phases, one producer warpgroup (the last)
 and `consumer_warpgroups` consumers (warpgroups 0.., so tk.warpgroup.id() is the
 consumer's index), the setmaxnreg register split, and a persistent loop over
-tasks in an L2-friendly grouped order. The ring position of a step is
-task * iters + k with a constant `iters(g)`; with per-task counts producer and
-consumers each keep a running count (a `tk.var`) advanced by every task's count,
-so they agree on stage and phase. Everything it generates is ordinary tkpy,
-visible in `.kernel.source(...)`.
+tasks in the scheduler's order (schedule.py: L2-friendly groups, or split-K). The
+ring position of a step is task * iters + k with a constant `iters(g)`; with
+per-task counts (or split-K) producer and consumers each keep a running count (a
+`tk.var`) advanced by every task's count, so they agree on stage and phase.
+Everything it generates is ordinary tkpy, visible in `.kernel.source(...)`.
+
+Parameters (decorator arguments), checked when the class is decorated:
+    consumer_warpgroups   1..3 (default 2)
+    stages                1..8 input stages (default 4); they must fit in shared memory (a TraceError
+                          says how many would). With one stage each step waits for its MMAs before the
+                          stage is released; with more, a step's MMAs stay in flight while the previous
+                          stage is released
+    producer_warps        1..4 (default 4: a whole warpgroup, so the consumers can take its registers with
+                          setmaxnreg); fewer launch fewer threads and no register split. Warp 0 of the
+                          producer issues the loads
+    producer_registers, consumer_registers
+                          the setmaxnreg split (default 40, and the rest shared by the consumers, at most 240)
+    cluster               1, 2 or 4 blocks per cluster (blocks of a cluster take consecutive tile rows)
+    persistent, group, scheduler
+                          one block per SM looping over tasks (default) or one block per task; the task
+                          order: schedule.Grouped(group) by default, schedule.SplitK(splits) for split-K
 """
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+import sys
 from typing import Optional
 
 from .. import ops as tk
-from ..errors import ArgumentError, TraceError
+from ..errors import ArgumentError
 from ..frontend.context import current
 from ..frontend.control import block_idx, grid_dim, if_, else_, let, range as tk_range, var, warp_id
 from ..frontend.kernel import Kernel
-from ..frontend.signature import _resolve
-from ..ir.core import Var
-from ..ir.expr import as_expr, call
-from ..tiles.dtypes import DType
-from ..tiles.types import GL, ST
+from ..ir.core import Loc
+from ..ir.expr import Const, Sym, as_expr
+from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, buffer_specs, check_shared_memory,
+                     consumer_registers_for, declare_ring, element, global_annotations, globals_namespace,
+                     multiprocessors, positional_parameters, register_split, shared)
+from .schedule import Grouped, SplitK, grouped_order
 
-REGISTER_FILE_PER_THREAD_GROUP = 65536 // 128   # registers per thread if one warpgroup had the whole file
-PRODUCER_REGISTERS = 40
-
-
-@dataclass(frozen=True)
-class shared:
-    """An input buffer of the template: `count` shared tiles per stage (index them as inp.name[i])."""
-
-    dtype: DType
-    rows: int
-    cols: int
-    count: int = 1
-
-    @property
-    def type(self) -> ST:
-        return ST(self.dtype, self.rows, self.cols)
-
-
-class Namespace:
-    """An attribute bag that names the tiles stored on it after their attribute (for readable C++)."""
-
-    def __setattr__(self, key, value):
-        if isinstance(value, Var):
-            value.name = key
-        object.__setattr__(self, key, value)
-
-
-class _StageTiles:
-    """The tiles of one pipeline stage: `inp.a` (count 1) or `inp.a[i]`."""
-
-    def __init__(self, arrays: dict, specs: dict, stage):
-        self._arrays, self._specs, self._stage = arrays, specs, stage
-
-    def __getattr__(self, name):
-        spec, array = self._specs[name], self._arrays[name]
-        if spec.count == 1:
-            return array[self._stage]
-        return _Indexed(array, self._stage * spec.count, spec.count)
-
-    def tiles(self) -> list:
-        """Every tile of this stage (what tk.tma.expect(sem, inp) counts)."""
-        out = []
-        for name, spec in self._specs.items():
-            out += [self._arrays[name][self._stage * spec.count + i] for i in range(spec.count)] \
-                if spec.count > 1 else [self._arrays[name][self._stage]]
-        return out
-
-
-class _Indexed:
-    def __init__(self, array, base, count):
-        self._array, self._base, self._count = array, base, count
-
-    def __getitem__(self, i):
-        return self._array[self._base + i]
-
-
-@dataclass
-class Task:
-    """The output tile a block works on: its index, (row, col) in tiles, and the block's cluster rank
-    (blocks of a cluster take consecutive rows of the same column)."""
-
-    index: object
-    row: object
-    col: object
-    rank: object
-
-
-def grouped_order(index, row_tiles, col_tiles, group: int) -> tuple:
-    """(row, col) of task `index` walking `group` rows of tiles at a time, column by column, so the
-    blocks running together share A row panels and B column panels in L2."""
-    per_group = group * col_tiles
-    first_row = (index // per_group) * group
-    rows_here = call("min", row_tiles - first_row, group)
-    within = index % per_group
-    return first_row + within % rows_here, within // rows_here
-
-
-def consumer_registers_for(consumers: int) -> int:
-    spare = (REGISTER_FILE_PER_THREAD_GROUP - PRODUCER_REGISTERS) // consumers
-    return min(240, spare // 8 * 8)
+__all__ = ["LCF", "Task", "lcf", "shared", "grouped_order", "consumer_registers_for", "PRODUCER_REGISTERS"]
 
 
 class LCF:
     """A template instance: call it with the global tensors; `.kernel` is the generated tkpy kernel."""
 
-    def __init__(self, cls, consumer_warpgroups: int, stages: int, persistent: bool, group: int,
-                 name: Optional[str], cluster: int = 1, definition_locals: Optional[dict] = None):
+    kind = "LCF"
+    methods = ("tasks", "iters", "load", "setup", "compute", "finish")
+    min_producer_warps = 1
+
+    def __init__(self, cls, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True,
+                 group: int = 8, cluster: int = 1, producer_warps: int = 4, producer_registers: Optional[int] = None,
+                 consumer_registers: Optional[int] = None, scheduler: Optional[Grouped] = None,
+                 name: Optional[str] = None, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
+        for method in self.methods:
+            if not callable(getattr(cls, method, None)):
+                raise TypeError(f"an {self.kind} class needs a `{method}` method; {cls.__name__} has none")
         if not 1 <= consumer_warpgroups <= 3:
             raise ValueError(f"consumer_warpgroups must be 1..3, got {consumer_warpgroups}")
         if not 1 <= stages <= 8:
             raise ValueError(f"stages must be 1..8, got {stages}")
+        if cluster not in (1, 2, 4):
+            raise ValueError(f"cluster must be 1, 2 or 4 blocks, got {cluster}")
+        if producer_warps not in range(self.min_producer_warps, 5):
+            raise ValueError(f"producer_warps must be {self.min_producer_warps}..4 for an {self.kind} template, "
+                             f"got {producer_warps!r}")
+        if scheduler is not None and not isinstance(scheduler, Grouped):
+            raise TypeError(f"scheduler must be a tkpy.templates.schedule scheduler (Grouped, SplitK), got {scheduler!r}")
         self.user = cls()
         self.consumers = consumer_warpgroups
         self.stages = stages
         self.persistent = persistent
-        self.group = group
-        if cluster not in (1, 2, 4):
-            raise ValueError(f"cluster must be 1, 2 or 4 blocks, got {cluster}")
         self.cluster = cluster
-        self.inputs = dict(getattr(cls, "inputs", {}))
-        for k, v in self.inputs.items():
-            if not isinstance(v, shared):
-                raise TypeError(f"{cls.__name__}.inputs[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
-        self.globals = self._global_annotations(cls, definition_locals or {})
-        self.per_task_iters = _positional_parameters(self.user.iters) >= 2     # iters(g, task)
-        self.uses_previous = _positional_parameters(self.user.compute) >= 4    # compute(st, inp, k, prev)
+        self.producer_warps = producer_warps
+        self.registers = register_split(consumer_warpgroups, producer_warps, producer_registers, consumer_registers)
+        self.scheduler = scheduler if scheduler is not None else Grouped(group)
+        self.group = self.scheduler.group
+        self.inputs = buffer_specs(cls, "inputs")
+        self.globals = global_annotations(cls, definition_locals or {})
+        self.per_task_iters = positional_parameters(self.user.iters) >= 2     # iters(g, task)
+        self.uses_previous = positional_parameters(self.user.compute) >= 4    # compute(st, inp, k, prev)
+        if self.uses_previous and stages < 2:
+            raise ValueError("compute(st, inp, k, prev) keeps the previous step's stage while the next one loads: "
+                             "it needs stages >= 2")
+        self._configure(cls)
+        loc = loc or Loc("<template>", 0)
+        check_shared_memory(f"{cls.__name__} ({self.kind})", self._rings(), self._semaphores(), loc)
         self._grids: dict = {}
-        self.kernel = Kernel(self._body(), warps=4 * (consumer_warpgroups + 1), name=name or cls.__name__.lower(),
-                             cluster=(cluster, 1, 1) if cluster > 1 else None)
+        self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
+                             name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None)
 
-    @staticmethod
-    def _global_annotations(cls, definition_locals: dict) -> dict:
-        out = {}
-        annotations = {}
-        for klass in reversed(cls.__mro__):          # base classes first, as dataclasses order fields
-            annotations.update(klass.__dict__.get("__annotations__", {}))
-        for name, ann in annotations.items():
-            if name == "inputs":
-                continue
-            ann = _resolve(ann, cls.tasks, definition_locals)
-            if not (isinstance(ann, GL) or ann in (int, float)):
-                raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...]), "
-                                "int or float")
-            out[name] = ann
-        return out
+    # -- what subclasses add ------------------------------------------------------------------------------
+    def _configure(self, cls) -> None:
+        """Read the class's further declarations (LCSF: its output buffers)."""
 
+    def _rings(self) -> list:
+        """The rings of shared buffers, in declaration order: (what, specs, stages, parameter name)."""
+        return [("inputs", self.inputs, self.stages, "stages")]
+
+    def _semaphores(self) -> int:
+        return 2 * self.stages
+
+    pipeline = None            # the Pipeline class that traces this template (set below)
+
+    # -- the kernel -----------------------------------------------------------------------------------------
     def _body(self):
         template = self
 
         def body(*tensors):
-            template._trace(_globals_namespace(template.globals, tensors))
+            template.pipeline(template, globals_namespace(template.globals, tensors)).trace()
         params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a)
                   for n, a in self.globals.items()]
         body.__signature__ = inspect.Signature(params)
         body.__name__ = type(self.user).__name__.lower()
         return body
-
-    def _trace(self, g) -> None:
-        user, stages, consumers = self.user, self.stages, self.consumers
-        arrays = {name: tk.st(spec.dtype, spec.rows, spec.cols, count=spec.count * stages)
-                  for name, spec in self.inputs.items()}
-        for name, array in arrays.items():
-            array.name = name
-        arrived = tk.semaphore(stages)
-        finished = tk.semaphore(stages)
-        arrived.name, finished.name = "arrived", "finished"
-        blocks = self.cluster                       # blocks per cluster: they share a stage's release
-        with if_(warp_id() == 0):
-            for s in range(stages):
-                tk.init_semaphore(arrived[s], 1)
-                tk.init_semaphore(finished[s], 4 * consumers * blocks)
-        tk.cluster.sync() if blocks > 1 else tk.sync()
-
-        row_tiles, col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
-        groups = let(row_tiles // blocks * col_tiles, "task_groups")   # a cluster takes `blocks` rows of tiles
-        per_task = self.per_task_iters
-        iters = None if per_task else let(user.iters(g), "iters")
-        rank = tk.cluster.rank() if blocks > 1 else as_expr(0)
-        first = block_idx.x // blocks
-        step = grid_dim.x // blocks if self.persistent else groups
-
-        def task_at(group_index):
-            if hasattr(user, "order"):
-                band, col = user.order(g, group_index, row_tiles // blocks, col_tiles)
-            else:
-                band, col = grouped_order(group_index, row_tiles // blocks, col_tiles, self.group)
-            return Task(group_index * blocks + rank, let(band * blocks + rank, "task_row"), let(col, "task_col"),
-                        rank)
-
-        def steps_of(task, index):
-            """(steps of this task, ring position of its first step)."""
-            if per_task:
-                return let(user.iters(g, task), "iters"), ring
-            return iters, let((index - first) // step, "local") * iters
-
-        def stage_of(base, k):
-            it = let(base + k, "it")
-            return it, let(it % stages, "stage"), let(it // stages % 2, "phase")
-
-        def release(stage):
-            """This warp is done with `stage`: tell every block of the cluster (they may refill it)."""
-            tk.arrive(finished[stage])
-            for peer in range(1, blocks):
-                tk.cluster.arrive(finished[stage], (rank + peer) % blocks)
-
-        with if_(tk.warpgroup_id() == consumers):                      # the producer
-            tk.producer_registers(PRODUCER_REGISTERS)
-            with if_(warp_id() == 4 * consumers):
-                ring = var(0, "ring") if per_task else None             # steps of the tasks before this one
-                for index in tk_range(first, groups, step):
-                    task = task_at(index)
-                    n, base = steps_of(task, index)
-                    for k in tk_range(n):
-                        it, s, phase = stage_of(base, k)
-                        with if_(it >= stages):
-                            tk.wait(finished[s], 1 - phase)         # the stage's previous round was consumed
-                        user.load(g, task, _StageTiles(arrays, self.inputs, s), k, arrived[s])
-                    if per_task:
-                        ring += n
-        with else_():                                                    # the consumers
-            tk.consumer_registers(consumer_registers_for(consumers))
-            st = Namespace()
-            st.g = g                       # the kernel's parameters, for compute() and friends
-            user.setup(st)
-            ring = var(0, "ring") if per_task else None
-            for index in tk_range(first, groups, step):
-                task = task_at(index)
-                n, base = steps_of(task, index)
-                st.task, st.iters = task, n
-                if hasattr(user, "start"):
-                    user.start(st, task)
-                for k in tk_range(n):
-                    it, s, phase = stage_of(base, k)
-                    tk.wait(arrived[s], phase)
-                    body = current().blocks[-1]
-                    before = len(body)
-                    inp = _StageTiles(arrays, self.inputs, s)
-                    if self.uses_previous:      # released below, once this step's MMAs are done with it
-                        prev = _StageTiles(arrays, self.inputs, let((it + stages - 1) % stages, "previous"))
-                        user.compute(st, inp, k, prev)
-                    else:
-                        user.compute(st, inp, k)
-                    # The commit groups step k surely makes: its MMAs outside runtime branches and loops (a
-                    # lower bound, so the wait below may wait longer than needed, never too little).
-                    groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
-                    in_flight = bool(current().pending_wgmma)     # (the wait below may hide it from
-                    if not in_flight and not self.uses_previous:  # the tracer, but runs only for k > 0)
-                        release(s)
-                        continue
-                    # Keep step k's MMAs in flight (and its inputs, which step k+1 sees as `prev`): with only
-                    # their `groups` commit groups pending, step k-1's have read their stage, now released.
-                    with if_(k > 0):
-                        if in_flight:
-                            tk.warpgroup.mma_async_wait(groups)
-                        release((it - 1) % stages)
-                if in_flight or self.uses_previous:
-                    if in_flight:
-                        tk.warpgroup.mma_async_wait()
-                    if per_task:
-                        with if_(n > 0):                    # a task of no steps has no last stage
-                            release((base + n - 1) % stages)
-                    else:
-                        release((base + n - 1) % stages)
-                if per_task:
-                    ring += n
-                user.finish(g, st, task)
-        if blocks > 1:
-            tk.cluster.sync()          # no block leaves while its peers may still signal or fill it
 
     def grid(self, *tensors) -> tuple:
         """Blocks to launch: one per task, or (persistent) at most one per SM. Cached per shapes, devices
@@ -309,82 +153,218 @@ class LCF:
         return grid
 
     def _grid(self, tensors) -> tuple:
-        g = _globals_namespace(self.globals, tensors)
-        rows, cols = (int(x) for x in self.user.tasks(_Concrete(g)))
+        g = Concrete(globals_namespace(self.globals, tensors))
+        rows, cols = (int(x) for x in self.user.tasks(g))
         if rows * cols < 1:
             raise ArgumentError("the template has no tasks for these shapes")
         if rows % self.cluster:
             raise ArgumentError(f"clusters of {self.cluster} blocks take {self.cluster} rows of tiles at a time; "
                                 f"these shapes have {rows} rows of tiles")
+        splits = int(self.scheduler.splits(g))
+        if splits < 1:
+            raise ArgumentError(f"the scheduler splits each tile into {splits} tasks; it needs at least 1")
+        tasks = rows * cols * splits
         if not self.persistent:
-            return (rows * cols,)
-        blocks = min(rows * cols, _multiprocessors(tensors[0]))
+            return (tasks,)
+        blocks = min(tasks, multiprocessors(tensors[0]))
         return (blocks // self.cluster * self.cluster,)
 
     def __call__(self, *tensors) -> None:
         self.kernel[self.grid(*tensors)](*tensors)
 
 
-H200_MULTIPROCESSORS = 132
+class Pipeline:
+    """One trace of an LCF kernel: the stage ring, its semaphores, the producer and consumer loops."""
+
+    def __init__(self, template: LCF, g):
+        self.t, self.g, self.user = template, g, template.user
+        self.per_task = template.per_task_iters or template.scheduler.splits_k
+
+    def trace(self) -> None:
+        t, user, g = self.t, self.user, self.g
+        stages, consumers, blocks = t.stages, t.consumers, t.cluster
+        self.arrays = declare_ring(t.inputs, stages)
+        self.declare_buffers()
+        self.arrived, self.finished = tk.semaphore(stages), tk.semaphore(stages)
+        self.arrived.name, self.finished.name = "arrived", "finished"
+        self.declare_semaphores()
+        with if_(warp_id() == 0):
+            for s in range(stages):
+                tk.init_semaphore(element(self.arrived, s), 1)
+                tk.init_semaphore(element(self.finished, s), 4 * consumers * blocks)   # blocks share a release
+            self.init_semaphores()
+        tk.cluster.sync() if blocks > 1 else tk.sync()
+
+        self.row_tiles, self.col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
+        bands = self.row_tiles // blocks                  # a cluster takes `blocks` rows of tiles
+        if t.scheduler.splits_k:
+            self.tiles = let(bands * self.col_tiles, "tile_groups")
+            splits = as_expr(t.scheduler.splits(g))
+            self.splits = splits if isinstance(splits, (Const, Sym)) else let(splits, "splits")
+            self.groups = let(self.tiles * self.splits, "task_groups")
+        else:
+            self.groups = let(bands * self.col_tiles, "task_groups")
+        self.iters = None if t.per_task_iters else let(user.iters(g), "iters")
+        self.rank = tk.cluster.rank() if blocks > 1 else as_expr(0)
+        self.first = block_idx.x // blocks
+        self.step = grid_dim.x // blocks if t.persistent else self.groups
+
+        producer_registers, consumer_registers = t.registers
+        with if_(tk.warpgroup_id() == consumers):                      # the producer
+            if producer_registers is not None:
+                tk.producer_registers(producer_registers)
+            with if_(warp_id() == 4 * consumers):
+                self.producer()
+            self.other_producer_warps()
+        with else_():                                                    # the consumers
+            if consumer_registers is not None:
+                tk.consumer_registers(consumer_registers)
+            self.consumers()
+        if blocks > 1:
+            tk.cluster.sync()          # no block leaves while its peers may still signal or fill it
+
+    # -- what LCSF adds -----------------------------------------------------------------------------------
+    def declare_buffers(self) -> None:
+        """Shared buffers declared after the input ring."""
+
+    def declare_semaphores(self) -> None:
+        """Semaphores declared after `arrived` and `finished`."""
+
+    def init_semaphores(self) -> None:
+        """Their initialisation, by warp 0."""
+
+    def other_producer_warps(self) -> None:
+        """Work for the producer warpgroup's other warps (LCSF: the storer)."""
+
+    def finish(self, st, task, index) -> None:
+        self.user.finish(self.g, st, task)
+
+    # -- tasks and the ring ---------------------------------------------------------------------------------
+    def task_at(self, index) -> Task:
+        t, g, blocks = self.t, self.g, self.t.cluster
+        split, splits = 0, 1
+        if t.scheduler.splits_k:
+            split, splits, index = let(index // self.tiles, "split"), self.splits, let(index % self.tiles, "tile")
+        order = self.user.order if hasattr(self.user, "order") else t.scheduler.order
+        band, col = order(g, index, self.row_tiles // blocks, self.col_tiles)
+        return Task(index * blocks + self.rank, let(band * blocks + self.rank, "task_row"), let(col, "task_col"),
+                    self.rank, split, splits)
+
+    def local(self, index):
+        """How many tasks this block ran before task `index`."""
+        return (index - self.first) // self.step
+
+    def steps_of(self, task, index, ring) -> tuple:
+        """(steps of this task, ring position of its first step); sets task.k0 under split-K."""
+        if not self.per_task:
+            return self.iters, let(self.local(index), "local") * self.iters
+        total = self.user.iters(self.g, task) if self.t.per_task_iters else self.iters
+        if self.t.scheduler.splits_k:
+            first, end = SplitK.share(total, task.split, task.splits)
+            task.k0 = let(first, "k0")
+            total = end - task.k0
+        return let(total, "iters"), ring
+
+    def stage_of(self, base, k) -> tuple:
+        it = let(base + k, "it")
+        return it, let(it % self.t.stages, "stage"), let(it // self.t.stages % 2, "phase")
+
+    def release(self, stage) -> None:
+        """This warp is done with `stage`: tell every block of the cluster (they may refill it)."""
+        finished = element(self.finished, stage)
+        tk.arrive(finished)
+        for peer in range(1, self.t.cluster):
+            tk.cluster.arrive(finished, (self.rank + peer) % self.t.cluster)
+
+    def stage(self, s) -> StageTiles:
+        return StageTiles(self.arrays, self.t.inputs, s)
+
+    # -- the roles ----------------------------------------------------------------------------------------------
+    def producer(self) -> None:
+        ring = var(0, "ring") if self.per_task else None             # steps of the tasks before this one
+        for index in tk_range(self.first, self.groups, self.step):
+            task = self.task_at(index)
+            n, base = self.steps_of(task, index, ring)
+            for k in tk_range(n):
+                it, s, phase = self.stage_of(base, k)
+                with if_(it >= self.t.stages):
+                    tk.wait(element(self.finished, s), 1 - phase)   # the stage's previous round was consumed
+                self.user.load(self.g, task, self.stage(s), k, element(self.arrived, s))
+            if self.per_task:
+                ring += n
+
+    def consumers(self) -> None:
+        t, user, stages = self.t, self.user, self.t.stages
+        st = Namespace()
+        st.g = self.g                  # the kernel's parameters, for compute() and friends
+        user.setup(st)
+        ring = var(0, "ring") if self.per_task else None
+        for index in tk_range(self.first, self.groups, self.step):
+            task = self.task_at(index)
+            n, base = self.steps_of(task, index, ring)
+            st.task, st.iters = task, n
+            if hasattr(user, "start"):
+                user.start(st, task)
+            for k in tk_range(n):
+                it, s, phase = self.stage_of(base, k)
+                tk.wait(element(self.arrived, s), phase)
+                body = current().blocks[-1]
+                before = len(body)
+                if t.uses_previous:        # released below, once this step's MMAs are done with it
+                    user.compute(st, self.stage(s), k, self.stage(let((it + stages - 1) % stages, "previous")))
+                else:
+                    user.compute(st, self.stage(s), k)
+                # The commit groups step k surely makes: its MMAs outside runtime branches and loops (a
+                # lower bound, so the wait below may wait longer than needed, never too little).
+                groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
+                in_flight = bool(current().pending_wgmma)     # (the wait below may hide it from
+                holds = (in_flight or t.uses_previous) and stages > 1   # the tracer, but runs only for k > 0)
+                if not holds:
+                    if in_flight:              # one stage: its MMAs must be done before it is refilled
+                        tk.warpgroup.mma_async_wait()
+                    self.release(s)
+                    continue
+                # Keep step k's MMAs in flight (and its inputs, which step k+1 sees as `prev`): with only
+                # their `groups` commit groups pending, step k-1's have read their stage, now released.
+                with if_(k > 0):
+                    if in_flight:
+                        tk.warpgroup.mma_async_wait(groups)
+                    self.release((it - 1) % stages)
+            if holds:
+                if in_flight:
+                    tk.warpgroup.mma_async_wait()
+                if self.per_task:
+                    with if_(n > 0):                    # a task of no steps has no last stage
+                        self.release((base + n - 1) % stages)
+                else:
+                    self.release((base + n - 1) % stages)
+            if self.per_task:
+                ring += n
+            self.finish(st, task, index)
 
 
-def _multiprocessors(tensor) -> int:
-    """SMs of the tensor's GPU; when interpreting on the CPU, an H200's, so the persistent loops
-    (several tasks per block) are exercised as they will run."""
-    from ..interpret.launch import interpret_requested
-    from ..runtime import sm_count
-
-    if interpret_requested() or not tensor.is_cuda:
-        return H200_MULTIPROCESSORS
-    return sm_count(tensor.get_device())
+LCF.pipeline = Pipeline
 
 
-def _positional_parameters(method) -> int:
-    """How many positional parameters a bound method takes (a *args counts as many)."""
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    params = inspect.signature(method).parameters.values()
-    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
-        return 99
-    return sum(1 for p in params if p.kind in kinds)
+def _multiprocessors(tensor) -> int:       # the name kernels/gemm.py imports
+    return multiprocessors(tensor)
 
 
-def _globals_namespace(globals_: dict, tensors) -> Namespace:
-    if len(tensors) != len(globals_):
-        raise ArgumentError(f"the template takes {len(globals_)} arguments ({', '.join(globals_)}), got {len(tensors)}")
-    ns = Namespace()
-    for name, t in zip(globals_, tensors):
-        object.__setattr__(ns, name, t)
-    return ns
+def decorator(template_class, caller, cls, options: dict):
+    """The class decorator of a template: `@tk.lcf(...)` / `@tk.lcsf(...)` on a class, or bare."""
+    definition_locals = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else {}
+    loc = Loc(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
 
-
-class _Concrete:
-    """Lets tasks(g) run on real tensors too: g.A.rows / .cols / .depth / .batch read their shapes."""
-
-    def __init__(self, g):
-        self._g = g
-
-    def __getattr__(self, name):
-        t = getattr(self._g, name)
-        return _Shape(t) if hasattr(t, "shape") else t
-
-
-class _Shape:
-    def __init__(self, t):
-        shape = (1,) * (4 - t.dim()) + tuple(t.shape)
-        self.batch, self.depth, self.rows, self.cols = shape
+    def wrap(c):
+        return template_class(c, definition_locals=definition_locals, loc=loc, **options)
+    return wrap(cls) if cls is not None else wrap
 
 
 def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True, group: int = 8,
-        cluster: int = 1, name: Optional[str] = None):
+        cluster: int = 1, producer_warps: int = 4, producer_registers: Optional[int] = None,
+        consumer_registers: Optional[int] = None, scheduler: Optional[Grouped] = None, name: Optional[str] = None):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
-    import sys
-
-    caller = sys._getframe(1)
-    definition_locals = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else {}
-
-    def wrap(c):
-        for method in ("tasks", "iters", "load", "setup", "compute", "finish"):
-            if not callable(getattr(c, method, None)):
-                raise TypeError(f"an LCF class needs a `{method}` method; {c.__name__} has none")
-        return LCF(c, consumer_warpgroups, stages, persistent, group, name, cluster, definition_locals)
-    return wrap(cls) if cls is not None else wrap
+    options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, persistent=persistent, group=group,
+                   cluster=cluster, producer_warps=producer_warps, producer_registers=producer_registers,
+                   consumer_registers=consumer_registers, scheduler=scheduler, name=name)
+    return decorator(LCF, sys._getframe(1), cls, options)

@@ -1,0 +1,253 @@
+"""What the block templates (lcf.py, lcsf.py) share: the buffer specs and their per-stage views, the task
+record, the author's class (its tensors, its methods' arities), the host-side view of the tensors that
+tasks(g) reads to size the grid, and the checks of the template parameters (register split, shared memory)."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from ..errors import ArgumentError, TraceError
+from ..frontend.signature import _resolve
+from ..ir.core import Loc, Var
+from ..ir.passes import ALIGNMENT_SLACK, MAX_SHARED_BYTES
+from ..ir.protocol import REGISTER_FILE
+from ..tiles.dtypes import DType
+from ..tiles.types import GL, ST
+
+REGISTER_FILE_PER_THREAD_GROUP = REGISTER_FILE // 128   # registers per thread if one warpgroup had the whole file
+PRODUCER_REGISTERS = 40
+SEMAPHORE_BYTES = 8
+H200_MULTIPROCESSORS = 132
+
+
+@dataclass(frozen=True)
+class shared:
+    """A buffer of a template: `count` shared tiles per stage (index them as inp.name[i])."""
+
+    dtype: DType
+    rows: int
+    cols: int
+    count: int = 1
+
+    @property
+    def type(self) -> ST:
+        return ST(self.dtype, self.rows, self.cols)
+
+    def __str__(self) -> str:
+        each = f"{self.rows}x{self.cols} {self.dtype.name}"
+        return each if self.count == 1 else f"{self.count} x {each}"
+
+
+class Namespace:
+    """An attribute bag that names the tiles stored on it after their attribute (for readable C++)."""
+
+    def __setattr__(self, key, value):
+        if isinstance(value, Var):
+            value.name = key
+        object.__setattr__(self, key, value)
+
+
+def element(array: Var, index):
+    """Tile `index` of an array of shared tiles or semaphores; an array of one is that tile itself."""
+    return array if array.count == 1 else array[index]
+
+
+class StageTiles:
+    """The tiles of one stage of a ring of buffers: `inp.a` (count 1) or `inp.a[i]`."""
+
+    def __init__(self, arrays: dict, specs: dict, stage):
+        self._arrays, self._specs, self._stage = arrays, specs, stage
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._specs:
+            raise AttributeError(f"the stage has no buffer {name!r}; it has {', '.join(self._specs)}")
+        spec, array = self._specs[name], self._arrays[name]
+        if spec.count == 1:
+            return element(array, self._stage)
+        return _Indexed(array, self._stage * spec.count, spec.count)
+
+    def tiles(self) -> list:
+        """Every tile of this stage (what tk.tma.expect(sem, inp) counts)."""
+        out = []
+        for name, spec in self._specs.items():
+            array = self._arrays[name]
+            out += [array[self._stage * spec.count + i] for i in range(spec.count)] if spec.count > 1 \
+                else [element(array, self._stage)]
+        return out
+
+
+class _Indexed:
+    def __init__(self, array, base, count):
+        self._array, self._base, self._count = array, base, count
+
+    def __getitem__(self, i):
+        return self._array[self._base + i]
+
+
+def declare_ring(specs: dict, stages: int, prefix: str = "") -> dict:
+    """The shared tiles of `stages` stages of the buffers `specs`, one array per buffer (stage s's i-th
+    tile of buffer b at b[s * count + i])."""
+    from .. import ops as tk
+
+    arrays = {}
+    for name, spec in specs.items():
+        arrays[name] = tk.st(spec.dtype, spec.rows, spec.cols, count=spec.count * stages)
+        arrays[name].name = prefix + name
+    return arrays
+
+
+@dataclass
+class Task:
+    """The work item a block is on: its index, the output tile's (row, col) in tiles, and the block's
+    cluster rank (blocks of a cluster take consecutive rows of the same column). With split-K
+    (schedule.SplitK) a task covers the steps k0 .. k0 + st.iters - 1 of its tile: `split` of `splits`;
+    otherwise split = 0, splits = 1, k0 = 0."""
+
+    index: object
+    row: object
+    col: object
+    rank: object
+    split: object = 0
+    splits: object = 1
+    k0: object = 0
+
+
+def buffer_specs(cls, attribute: str) -> dict:
+    specs = dict(getattr(cls, attribute, {}))
+    for k, v in specs.items():
+        if not isinstance(v, shared):
+            raise TypeError(f"{cls.__name__}.{attribute}[{k!r}] must be tk.templates.shared(dtype, rows, cols, count)")
+    return specs
+
+
+def global_annotations(cls, definition_locals: dict) -> dict:
+    """The kernel's parameters: the class's annotations (base classes first, as dataclasses order fields)."""
+    annotations = {}
+    for klass in reversed(cls.__mro__):
+        annotations.update(klass.__dict__.get("__annotations__", {}))
+    out = {}
+    for name, ann in annotations.items():
+        if name in ("inputs", "outputs"):
+            continue
+        ann = _resolve(ann, cls.tasks, definition_locals)
+        if not (isinstance(ann, GL) or ann in (int, float)):
+            raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...]), "
+                            "int or float")
+        out[name] = ann
+    return out
+
+
+def positional_parameters(method) -> int:
+    """How many positional parameters a bound method takes (a *args counts as many)."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(method).parameters.values()
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
+        return 99
+    return sum(1 for p in params if p.kind in kinds)
+
+
+def globals_namespace(globals_: dict, tensors) -> Namespace:
+    if len(tensors) != len(globals_):
+        raise ArgumentError(f"the template takes {len(globals_)} arguments ({', '.join(globals_)}), got {len(tensors)}")
+    ns = Namespace()
+    for name, t in zip(globals_, tensors):
+        object.__setattr__(ns, name, t)
+    return ns
+
+
+class Concrete:
+    """Lets tasks(g) run on real tensors too: g.A.rows / .cols / .depth / .batch read their shapes."""
+
+    def __init__(self, g):
+        self._g = g
+
+    def __getattr__(self, name):
+        t = getattr(self._g, name)
+        return _Shape(t) if hasattr(t, "shape") else t
+
+
+class _Shape:
+    def __init__(self, t):
+        shape = (1,) * (4 - t.dim()) + tuple(t.shape)
+        self.batch, self.depth, self.rows, self.cols = shape
+
+
+def multiprocessors(tensor) -> int:
+    """SMs of the tensor's GPU; when interpreting on the CPU, an H200's, so the persistent loops
+    (several tasks per block) are exercised as they will run."""
+    from ..interpret.launch import interpret_requested
+    from ..runtime import sm_count
+
+    if interpret_requested() or not tensor.is_cuda:
+        return H200_MULTIPROCESSORS
+    return sm_count(tensor.get_device())
+
+
+# -- parameter checks --------------------------------------------------------------------------------------
+
+def register_split(consumers: int, producer_warps: int, producer: int | None, consumer: int | None) -> tuple:
+    """(producer, consumer) registers per thread for setmaxnreg, or (None, None) without a register split (a
+    producer of fewer than 4 warps is no whole warpgroup; every warp then keeps the launch's equal share).
+    Defaults: the producer keeps PRODUCER_REGISTERS, the consumers share the rest, at most 240 each."""
+    if producer_warps < 4:
+        if producer is not None or consumer is not None:
+            raise ValueError(f"a register split (setmaxnreg) needs a whole producer warpgroup; producer_warps="
+                             f"{producer_warps} launches a partial one, whose warps keep the launch's equal share")
+        return None, None
+    producer = PRODUCER_REGISTERS if producer is None else producer
+    if consumer is None:
+        spare = (REGISTER_FILE_PER_THREAD_GROUP - producer) // consumers
+        consumer = min(240, spare // 8 * 8)
+    for what, n in (("producer_registers", producer), ("consumer_registers", consumer)):
+        if not (isinstance(n, int) and 24 <= n <= 256 and n % 8 == 0):
+            raise ValueError(f"{what} must be a multiple of 8 from 24 to 256 (setmaxnreg), got {n!r}")
+    need = 128 * (producer + consumers * consumer)
+    if need > REGISTER_FILE:
+        raise ValueError(f"a producer warpgroup at {producer} and {consumers} consumer warpgroups at {consumer} "
+                         f"registers per thread need {need} registers; an SM has {REGISTER_FILE}")
+    return producer, consumer
+
+
+def consumer_registers_for(consumers: int) -> int:
+    """The consumers' default share next to a producer warpgroup at PRODUCER_REGISTERS."""
+    return register_split(consumers, 4, None, None)[1]
+
+
+def ring_bytes(specs: dict, stages: int, offset: int = 0) -> int:
+    """Where a ring of `stages` stages of `specs`, declared at byte `offset`, ends (as plan_shared places it)."""
+    for spec in specs.values():
+        t = spec.type
+        offset = -(-offset // t.alignment) * t.alignment + t.nbytes * spec.count * stages
+    return offset
+
+
+def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc) -> None:
+    """The rings [(what, specs, stages, stage parameter)], declared in order, and the semaphores must fit in a
+    block's shared memory; if not, say how many stages of the first ring would."""
+    def total(stages_of_first: int) -> int:
+        offset = 0
+        for i, (_, specs, stages, _) in enumerate(rings):
+            offset = ring_bytes(specs, stages_of_first if i == 0 else stages, offset)
+        return -(-offset // SEMAPHORE_BYTES) * SEMAPHORE_BYTES + SEMAPHORE_BYTES * semaphores + ALIGNMENT_SLACK
+
+    need = total(rings[0][2])
+    if need <= MAX_SHARED_BYTES:
+        return
+    parts = []
+    for what, specs, stages, parameter in rings:
+        per_stage = ring_bytes(specs, 1)
+        buffers = ", ".join(f"{n}: {s}" for n, s in specs.items())
+        parts.append(f"{parameter}={stages} x {_kb(per_stage)} of {what} ({buffers})")
+    fits = max((n for n in range(1, rings[0][2]) if total(n) <= MAX_SHARED_BYTES), default=0)
+    parameter = rings[0][3]
+    hint = f"at most {fits} {parameter} fit" if fits > 1 else \
+        f"{'only one' if fits else 'not even one'} {parameter.rstrip('s')} fits"
+    raise TraceError(f"{kind}: the stages do not fit in shared memory: {' + '.join(parts)} + semaphores and "
+                     f"{ALIGNMENT_SLACK} bytes of alignment = {_kb(need)}, over the {_kb(MAX_SHARED_BYTES)} a block "
+                     f"can have; {hint}", loc)
+
+
+def _kb(n: int) -> str:
+    return f"{n // 1024} KB" if n % 1024 == 0 else f"{n / 1024:.1f} KB"
