@@ -1,4 +1,5 @@
-"""tkpy's GEMM (kernels/gemm.py, the LCF template) against cuBLAS (torch.matmul) in the same run.
+"""tkpy's GEMM (kernels/gemm.py: the LCSF template, split-K for few tiles) against cuBLAS (torch.matmul)
+in the same run.
 
 Shapes: squares 1024..16384 (A @ B, both row-major); LLM-like projections, M tokens in {128, 2048,
 16384} against 8192x8192 and 28672x8192 weights, both as x @ W.T (the nn.Linear layout, W (N, K)) and
@@ -6,8 +7,9 @@ x @ W with W (K, N); one fused epilogue case against torch's unfused addmm + gel
 fp32 accumulation. The epilogue case compares with cuBLASLt's fused GELU epilogue
 (torch._addmm_activation) where torch has it, else with addmm + gelu. Each row also gives the relative difference between tkpy's and cuBLAS's outputs.
 
-    PYTHONPATH=. python3 benchmarks/bench_gemm.py     (table on stdout; $OUT/gemm.json and $OUT/gemm.png
-                                                        when OUT is set, else ./gemm.png)
+    PYTHONPATH=. python3 benchmarks/bench_gemm.py     (tables on stdout; $OUT/gemm.json and $OUT/gemm.png
+                                                        when OUT is set, else ./gemm.png; --no-variants
+                                                        skips the variant tables)
 """
 from __future__ import annotations
 
@@ -151,6 +153,61 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"plot: {path}")
 
 
+# Variants of the kernel, timed side by side on shapes where they matter (TFLOP/s):
+# epilogues: "tma" (the default: LCSF, 4 input + 2 output stages of 128 x 64 pieces), "tma 3+4" (3 input
+# stages, a whole 128 x 256 tile of output stages), "registers" (LCF, masked stores from the registers);
+# split-K with its split count and tile width forced, ordered (deterministic) or atomic.
+EPILOGUE_VARIANTS = {"tma": dict(), "tma 3+4": dict(stages=3, output_stages=4), "registers": dict(epilogue="registers")}
+EPILOGUE_SHAPES = [(2048, 2048, 2048, "nn"), (4096, 4096, 4096, "nn"), (8192, 8192, 8192, "nn"), (2048, 8192, 8192, "nt")]
+SPLIT_VARIANTS = {"auto": dict(), "no split": dict(split_k=1), "S2 n128": dict(split_k=2, block_n=128),
+                  "S4 n256": dict(split_k=4, block_n=256), "S4 n256 atomic": dict(split_k=4, block_n=256,
+                                                                                   deterministic=False),
+                  "S8 n256": dict(split_k=8, block_n=256)}
+SPLIT_SHAPES = [(128, 8192, 8192, "nt"), (1, 4096, 4096, "nt"), (1024, 1024, 1024, "nn"), (256, 4096, 8192, "nt")]
+
+
+def variant_tables() -> dict:
+    """Epilogue variants through the templates directly, split-K variants through matmul (GPU time per call)."""
+    import torch
+
+    import tkpy as tk
+    from kernels import gemm
+
+    def operands(m, n, k, layout):
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") if layout == "nt" else \
+            torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+        return a, w
+
+    epilogues = []
+    for m, n, k, layout in EPILOGUE_SHAPES:
+        a, w = operands(m, n, k, layout)
+        c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        row = dict(m=m, n=n, k=k, layout=layout)
+        for name, options in EPILOGUE_VARIANTS.items():
+            template = gemm.matmul_template(tk.bf16, tk.bf16, layout == "nt", **options)
+            row[name] = 2 * m * n * k / median_ms(lambda: template(a, w, c)) / 1e9
+        epilogues.append(row)
+    splits = []
+    for m, n, k, layout in SPLIT_SHAPES:
+        a, w = operands(m, n, k, layout)
+        b = w.T if layout == "nt" else w
+        c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        row = dict(m=m, n=n, k=k, layout=layout)
+        for name, options in SPLIT_VARIANTS.items():
+            row[name] = 2 * m * n * k / median_ms(lambda: gemm.matmul(a, b, out=c, **options)) / 1e9
+        row["cuBLAS"] = 2 * m * n * k / median_ms(lambda: torch.matmul(a, b, out=c)) / 1e9
+        splits.append(row)
+    for title, rows, names in (("epilogue variants", epilogues, list(EPILOGUE_VARIANTS)),
+                               ("split-K variants", splits, list(SPLIT_VARIANTS) + ["cuBLAS"])):
+        print(f"\ntkpy {title} (TFLOP/s, GPU time per call)")
+        print(f"{'M x N x K layout':>24} " + " ".join(f"{name:>15}" for name in names))
+        for r in rows:
+            print(f"{r['m']:>6}x{r['n']}x{r['k']} {r['layout']:>3} " + " ".join(f"{r[x]:>15.0f}" for x in names),
+                  flush=True)
+    return dict(epilogues=epilogues, splits=splits)
+
+
 def main() -> list[dict]:
     rows = []
     print(f"{'M x N x K layout':>34} {'tkpy':>6} {'cuBLAS':>7} {'ratio':>6} {'BN':>4} {'rel diff':>9}")
@@ -159,9 +216,10 @@ def main() -> list[dict]:
         rows.append(r)
         print(f"{label(r):>34} {r['tkpy_tflops']:>6.0f} {r['cublas_tflops']:>7.0f} {r['ratio']:>6.2f} "
               f"{r['block_n']:>4} {r['rel_diff']:>9.1e}", flush=True)
+    variants = variant_tables() if "--no-variants" not in sys.argv else {}
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out:
-        (out / "gemm.json").write_text(json.dumps(rows, indent=2))
+        (out / "gemm.json").write_text(json.dumps(dict(cases=rows, variants=variants), indent=2))
     plot(rows, (out or Path(".")) / "gemm.png")
     return rows
 

@@ -1,16 +1,24 @@
-"""C = epilogue(A @ B) on Hopper through tkpy's LCF block template: the kernel is just load, compute, finish.
+"""C = epilogue(A @ B) on Hopper through tkpy's block templates: the kernel is load, compute, finish, store.
 
 Each task is a 128 x BN tile of C (BN = 256, or 128 when that fills more SMs): two consumer
 warpgroups each own 64 rows and accumulate in fp32 registers with wgmma, while a producer warpgroup
 streams 64-wide K slices of A and B with TMA through a ring of stages. Blocks are persistent (one per
-SM) and walk the tiles in L2-friendly groups.
+SM) and walk the tiles in L2-friendly groups. The epilogue goes through shared memory (the LCSF
+template): the consumers apply scale, bias and activation in registers, copy the tile to a ring of
+two output stages in 128-byte-wide column pieces (stmatrix) and go on with the next tile while a
+storer warp TMA-stores the pieces, so the stores overlap the next tile's main loop. (The LCF variant,
+masked stores straight from the registers, is kept as `epilogue="registers"` for comparison.)
 
 `matmul(a, b)` takes bf16 or fp16 inputs, B as a (K, N) row-major tensor or as `w.T` of an (N, K)
 one (the nn.Linear weight layout; the kernel then multiplies by B^T tiles), writes bf16, fp16 or fp32,
 and fuses `act(scale * A @ B + bias)`. Any M, N, K: TMA zero-fills the parts of boxes past the
-tensors, so K tails add zeros and edge tiles compute on zeros, and the stores skip what lies past
+tensors, so K tails add zeros and edge tiles compute on zeros, and TMA stores clip what lies past
 C's last row or column. One kernel per (dtype, out dtype, B layout, epilogue, BN) is generated and
 cached (`matmul_template`).
+
+Products with few output tiles next to the SMs (e.g. M = 128 against an 8192 x 8192 weight) split
+each tile's K steps over several tasks whose fp32 partial sums a second kernel adds up before the
+epilogue (kernels/gemm_splitk.py; deterministic by default).
 
 `matmul(..., cluster=2)` runs the plain bf16 product in clusters of two blocks that take vertically
 adjacent tiles and share B: each loads half of B's slice and multicasts it to both, halving B's L2
@@ -49,24 +57,65 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+STAGES = {256: 4, 128: 6}           # input stages per tile width: 192 KB, beside 32 KB of output stages
+EPILOGUES = ("tma", "registers")
+SPLITS = (None, "ordered", "atomic")
+
+
+def _finish_epilogue(g, st, col, bias, scale, activation) -> None:
+    """act(scale * acc + bias) on this warp's accumulator, in place (`col`: the tile's column, in tiles)."""
+    if bias is not None:             # loaded first: its latency overlaps the scaling
+        tk.load(st.bias, g.Bias, (0, col), masked=True)
+    if scale:
+        tk.mul(st.acc, st.acc, g.alpha)
+    if bias is not None:
+        tk.add_col(st.acc, st.acc, st.bias)
+    if activation:
+        tk.map(st.acc, ACTIVATIONS[activation], st.acc)
+
+
 @functools.cache
 def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None, scale: bool = False,
-                    activation: str | None = None, bn: int = BN):
-    """The LCF GEMM for one combination: `dtype` of A and B (bf16/fp16), `out` dtype of C, B given as
+                    activation: str | None = None, bn: int = BN, epilogue: str = "tma", split: str | None = None,
+                    stages: int | None = None, output_stages: int = 2):
+    """The GEMM kernel for one combination: `dtype` of A and B (bf16/fp16), `out` dtype of C, B given as
     (N, K) tiles when `b_transposed`, the `bias` vector's dtype (None: no bias), a runtime `scale`, an
-    `activation` from ACTIVATIONS, and the tile width `bn` (256 or 128)."""
+    `activation` from ACTIVATIONS, the tile width `bn` (256 or 128), and
+    - epilogue "tma" (the LCSF template: the consumers copy their accumulators to shared output stages in
+      128-byte-wide column pieces and go on with the next tile while a storer warp TMA-stores them; TMA
+      clips the edge tiles) or "registers" (the LCF template: masked stores straight from the registers);
+    - split None, or split-K ("ordered" / "atomic"): C is then an fp32 workspace of partial sums, (S, M, N)
+      with split s at depth s ("ordered") or (1, M, N) zero-filled and added into by TMA ("atomic"); a
+      runtime `splits` says how many tasks share each tile's K steps (schedule.SplitK), and the epilogue is
+      left to `splitk_reduce_kernel`;
+    - stages: input stages (default STAGES[bn]); output_stages: pieces of C in shared memory at a time (the
+      TMA epilogue; e.g. 3 input and 4 output stages hold a whole 128 x 256 bf16 tile)."""
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or None, got {activation!r}")
-    plain = (dtype, out, b_transposed, bias, scale, activation, bn) == (bf16, bf16, False, None, False, None, BN)
+    if epilogue not in EPILOGUES or split not in SPLITS:
+        raise ValueError(f"epilogue must be one of {EPILOGUES} and split one of {SPLITS}; got {epilogue!r}, {split!r}")
+    if split and (out != f32 or bias is not None or scale or activation or epilogue != "tma"):
+        raise ValueError("a split-K kernel writes fp32 partial sums through TMA; the epilogue comes after the reduction")
+    stages = stages or STAGES[bn]
+    plain = (dtype, out, b_transposed, bias, scale, activation, bn, epilogue, split, stages, output_stages) == \
+        (bf16, bf16, False, None, False, None, BN, "tma", None, STAGES[BN], 2)
     tags = [dtype.name, out.name, "nt" if b_transposed else "nn", bias is not None and f"bias_{bias.name}",
-            scale and "scale", activation, f"n{bn}"]
+            scale and "scale", activation, f"n{bn}", epilogue == "registers" and "regstore", split and f"splitk_{split}",
+            stages != STAGES[bn] and f"{stages}stages", output_stages != 2 and f"{output_stages}out"]
     name = "matmul" if plain else "matmul_" + "_".join(t for t in tags if t)
+    piece_cols = 128 // out.nbytes           # columns of C per output piece: one 128-byte swizzle panel
+    pieces = bn // piece_cols
 
-    @tk.lcf(consumer_warpgroups=2, stages=4 if bn == 256 else 6, persistent=True, name=name)
-    class Matmul:
+    class Product:
+        """What both epilogues share: the tiles, the TMA loads and the wgmma main loop."""
+
         A: tk.gl[dtype, "M", "K"]
         B: tk.gl[dtype, "N", "K"] if b_transposed else tk.gl[dtype, "K", "N"]
-        C: tk.gl[out, "M", "N"]
+        if split:
+            C: tk.gl[f32, "S", "M", "N"]
+            splits: int
+        else:
+            C: tk.gl[out, "M", "N"]
         if bias is not None:
             Bias: tk.gl[bias, "N"]
         if scale:
@@ -81,6 +130,7 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
             return cdiv(g.A.cols, BK)
 
         def load(self, g, task, inp, k, arrived):
+            k = task.k0 + k                  # the K step (a split-K task starts at its share's first)
             tk.tma.expect(arrived, inp)
             for i in range(2):
                 tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
@@ -98,17 +148,35 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
             mma = tk.warpgroup.mma_ABt if b_transposed else tk.warpgroup.mma_AB
             mma(st.acc, inp.a[tk.warpgroup.id()], inp.b)
 
-        def finish(self, g, st, task):
-            if bias is not None:             # loaded first: its latency overlaps the scaling
-                tk.load(st.bias, g.Bias, (0, task.col), masked=True)
-            if scale:
-                tk.mul(st.acc, st.acc, g.alpha)
-            if bias is not None:
-                tk.add_col(st.acc, st.acc, st.bias)
-            if activation:
-                tk.map(st.acc, ACTIVATIONS[activation], st.acc)
-            tk.warpgroup.store(g.C, st.acc, (task.row * 2 + tk.warpgroup.id(), task.col), masked=True)
+    if epilogue == "registers":
+        @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
+        class Matmul(Product):
+            def finish(self, g, st, task):
+                _finish_epilogue(g, st, task.col, bias, scale, activation)
+                tk.warpgroup.store(g.C, st.acc, (task.row * 2 + tk.warpgroup.id(), task.col), masked=True)
+        return Matmul
 
+    @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=output_stages, persistent=True, name=name,
+             scheduler=tk.templates.SplitK(lambda g: g.splits) if split else None)
+    class Matmul(Product):
+        outputs = dict(c=shared(out, BM // 2, piece_cols, count=2))    # a piece of each consumer's 64 rows
+        output_pieces = pieces
+
+        def finish(self, g, st, task, stage, piece):
+            if piece == 0:
+                _finish_epilogue(g, st, task.col, bias, scale, activation)
+            columns = slice(piece * piece_cols, (piece + 1) * piece_cols)
+            tk.warpgroup.store(stage.c[tk.warpgroup.id()], st.acc[:, columns])
+
+        def store(self, g, task, stage, piece):
+            col = task.col * pieces + piece
+            for i in range(2):
+                if split == "ordered":
+                    tk.tma.store_async(g.C, stage.c[i], (task.split, task.row * 2 + i, col))
+                elif split == "atomic":
+                    tk.tma.store_add_async(g.C, stage.c[i], (0, task.row * 2 + i, col))
+                else:
+                    tk.tma.store_async(g.C, stage.c[i], (task.row * 2 + i, col))
     return Matmul
 
 
@@ -164,7 +232,8 @@ class MatmulCluster2:
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, bias: torch.Tensor | None = None,
            activation: str | None = None, scale: float | None = None, out_dtype: torch.dtype | None = None,
-           cluster: int = 1, block_n: int | None = None) -> torch.Tensor:
+           cluster: int = 1, block_n: int | None = None, split_k: int | None = None,
+           deterministic: bool = True) -> torch.Tensor:
     """`activation(scale * (a @ b) + bias)` with fp32 accumulation, written to `out` (or a new tensor).
 
     a: (M, K), b: (K, N), both bf16 or both fp16. b may be row-major, or the transpose of a row-major
@@ -178,7 +247,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     read and write of it), and so is C (computed into a padded buffer, then copied into place).
     `cluster=2`: the 2-block multicast variant (plain bf16 only; M must span an even number of 128-row
     tiles). `block_n`: force the tile width (256 or 128; default: 128 when 256-wide tiles would leave
-    more than half of the SMs idle)."""
+    more than half of the SMs idle).
+
+    Split-K (kernels/gemm_splitk.py): when the output has few tiles next to the SMs (e.g. M = 128 against
+    an 8192 x 8192 weight), S tasks share each tile's K steps and write fp32 partial sums that a second
+    kernel adds up before the epilogue. `split_k`: None picks S (1 when splitting does not pay), an int
+    forces it (1: never split). `deterministic=True` adds the partials in a fixed order (the same bits on
+    every run); False adds them with TMA fp32 reductions into one workspace (less traffic, run-to-run
+    rounding differences)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
     if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
@@ -219,28 +295,58 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         raise ValueError(f"cluster must be 1 or 2, got {cluster}")
     if block_n not in (None, 128, 256):
         raise ValueError(f"block_n must be 128 or 256, got {block_n}")
+    if split_k is not None and not (isinstance(split_k, int) and split_k >= 1):
+        raise ValueError(f"split_k must be None or a positive int, got {split_k!r}")
+    if cluster == 2 and split_k not in (None, 1):
+        raise ValueError("cluster=2 does not split K")
     a_, b_ = _tma_ready(a), _tma_ready(b.T if b_transposed else b)
     c = result if _tma_ready(result, copy=False) is not None else _padded_like(result)
-    args = (a_, b_, c) + (() if bias is None else (bias,)) + (() if scale is None else (scale,))
+    extras = (() if bias is None else (bias,)) + (() if scale is None else (scale,))
     key = (m, n, k, a.dtype, out_dtype, b_transposed, bias is None or bias.dtype, scale is None, activation,
-           block_n, cluster, a.device, interpret_requested())
+           block_n, cluster, split_k, deterministic, a.device, interpret_requested())
     plan = _PLANS.get(key)
-    if plan is None:                 # the kernel and its grid, once per shape and combination
-        if cluster == 2:
-            template = MatmulCluster2
-        else:
-            template = matmul_template(DTYPES[a.dtype], DTYPES[out_dtype], b_transposed,
-                                       None if bias is None else DTYPES[bias.dtype], scale is not None, activation,
-                                       block_n or _block_n(m, n, a))
-        plan = _PLANS[key] = template.kernel, template.grid(*args)
-    kernel, grid = plan
-    kernel[grid](*args)
+    if plan is None:                 # the kernels and their grids, once per shape and combination
+        plan = _PLANS[key] = _plan(a_, b_, c, extras, out_dtype, b_transposed, bias, scale, activation, cluster,
+                                   block_n, split_k, deterministic)
+    plan(a_, b_, c, extras)
     if c is not result:
         result.copy_(c)
     return result
 
 
 _PLANS: dict = {}
+
+
+def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, cluster, block_n, split_k,
+          deterministic):
+    """How to run one shape and combination: a callable (a, b, c, extras) launching the kernel(s)."""
+    from tkpy.templates.lcf import _multiprocessors
+    from . import gemm_splitk
+
+    (m, k), n = a.shape, c.shape[1]
+    if cluster == 2:
+        return _direct(MatmulCluster2, (a, b, c))
+    dtype, out, bias_dtype = DTYPES[a.dtype], DTYPES[out_dtype], None if bias is None else DTYPES[bias.dtype]
+    sms = _multiprocessors(a)
+    bn, splits = block_n or _block_n(m, n, a), 1
+    if split_k is None:
+        bn, splits = gemm_splitk.plan(m, n, k, sms, bn, block_n_forced=block_n is not None)
+    elif split_k > 1:
+        bn, splits = block_n or BN, split_k
+    if splits > 1:
+        return gemm_splitk.split_plan(dtype, out, b_transposed, bias_dtype, scale is not None, activation, bn,
+                                      splits, deterministic, m, n)
+    template = matmul_template(dtype, out, b_transposed, bias_dtype, scale is not None, activation, bn)
+    return _direct(template, (a, b, c) + extras)
+
+
+def _direct(template, args):
+    """One launch of `template`'s kernel on its grid for these shapes."""
+    kernel, grid = template.kernel, template.grid(*args)
+
+    def run(a, b, c, extras):
+        kernel[grid](a, b, c, *extras)
+    return run
 
 
 def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:

@@ -103,3 +103,71 @@ def test_matches_torch_matmul_like_for_like():
     from kernels.gemm import matmul
     a, b = operands(2048, 4096, 1024, BF16, True)
     assert rel_err(matmul(a, b), torch.matmul(a, b)) < 1e-2
+
+
+# -- the TMA epilogue (LCSF), split-K and the template variants (kernels/gemm_splitk.py, tests/test_lcsf_template.py)
+
+SPLIT_CASES = [  # m, n, k, split_k (None: matmul's choice), deterministic, B transposed, out, bias, activation, scale
+    (128, 8192, 8192, None, True, True, BF16, None, None, None),
+    (1, 4096, 4096, None, True, False, F32, F32, "gelu", 0.02),
+    (100, 3000, 7000, 3, True, False, BF16, BF16, "relu", None),
+    (257, 1000, 4096, 5, False, True, F32, None, "silu", 0.02),
+    (128, 8192, 8192, 4, False, False, FP16, FP16, None, 0.5),
+    (64, 200, 128, 6, True, True, BF16, None, None, None),          # more splits than K steps
+]
+
+
+@pytest.mark.parametrize("m,n,k,split_k,deterministic,transposed,out,bias,activation,scale", SPLIT_CASES)
+def test_split_k(m, n, k, split_k, deterministic, transposed, out, bias, activation, scale):
+    from kernels.gemm import matmul
+    dtype = FP16 if out == FP16 else BF16
+    a, b = operands(m, n, k, dtype, transposed)
+    v = None if bias is None else rand(n, dtype=bias)
+    c = matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale, split_k=split_k,
+               deterministic=deterministic)
+    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
+
+
+def test_split_k_ordered_gives_the_same_bits_every_run():
+    from kernels.gemm import matmul
+    a, b = operands(128, 8192, 8192, BF16, True)
+    first = matmul(a, b, out_dtype=F32, split_k=4)
+    for _ in range(3):
+        assert torch.equal(matmul(a, b, out_dtype=F32, split_k=4), first)
+    assert rel_err(matmul(a, b, out_dtype=F32, split_k=4, deterministic=False), first) < 1e-6
+
+
+@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+def test_register_store_epilogue(block_n, transposed):
+    """The LCF variant (masked stores from registers) kept for comparison with the TMA epilogue."""
+    import tkpy as tk
+    from kernels.gemm import matmul_template
+    a, b = operands(1000, 3000, 704, BF16, transposed)            # K: 16-byte rows, as TMA reads them in place
+    v, c = rand(3000, dtype=F32), poisoned(1000, 3000, dtype=F32)
+    template = matmul_template(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n, epilogue="registers")
+    template(a, b.T.contiguous() if transposed else b, c, v, 0.02)
+    assert rel_err(c, reference(a, b, v, "gelu", 0.02)) < TOL[F32]
+
+
+@pytest.mark.parametrize("stages,output_stages,pieces,producer_warps,ragged", [
+    (2, 2, 2, 4, False), (3, 1, 2, 4, False), (2, 3, 4, 2, False), (1, 2, 1, 3, False), (2, 2, 2, 4, True),
+    (3, 1, 4, 2, True)])
+def test_lcsf_template_kernels(stages, output_stages, pieces, producer_warps, ragged):
+    """tests/test_lcsf_template.py's kernels: output rings of 1-3 stages in 1-4 pieces, producers of 2-4 warps,
+    per-task step counts; 40 x 24 tiles, so every block runs several tasks."""
+    from test_lcsf_template import BK, BM, BN, piece_gemm
+    from test_lcsf_template import reference as lcsf_reference
+    a, b = rand(40 * BM, 6 * BK, dtype=BF16), rand(6 * BK, 24 * BN, dtype=BF16)
+    c = poisoned(40 * BM, 24 * BN, dtype=F32)
+    piece_gemm(stages, output_stages, pieces, producer_warps, ragged)(a, b, c)
+    assert rel_err(c, lcsf_reference(a, b, ragged)) < 1e-3
+
+
+@pytest.mark.parametrize("splits", [2, 3, 7])
+def test_lcsf_split_k_partials(splits):
+    from test_lcsf_template import BK, BM, BN, piece_gemm
+    a, b = rand(4 * BM, 20 * BK, dtype=BF16), rand(20 * BK, 6 * BN, dtype=BF16)
+    c = poisoned(splits, 4 * BM, 6 * BN, dtype=F32)
+    piece_gemm(2, 2, 2, 4, splits=splits)(a, b, c)
+    assert rel_err(c.sum(0), reference(a, b)) < 1e-3
