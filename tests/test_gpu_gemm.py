@@ -171,3 +171,14 @@ def test_lcsf_split_k_partials(splits):
     c = poisoned(splits, 4 * BM, 6 * BN, dtype=F32)
     piece_gemm(2, 2, 2, 4, splits=splits)(a, b, c)
     assert rel_err(c.sum(0), reference(a, b)) < 1e-3
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_lcf_finish_block_over_the_stages(stages):
+    """tests/test_lcsf_template.py's LCF kernel whose finish stages its tile in a block over the last input
+    stages (the producer holds back only the stages it overlaps until the finish is done)."""
+    from test_lcsf_template import BK, BM, BN, finish_block_gemm
+    a, b = rand(40 * BM, 6 * BK, dtype=BF16), rand(6 * BK, 24 * BN, dtype=BF16)
+    c = poisoned(40 * BM, 24 * BN, dtype=BF16)
+    finish_block_gemm(stages)(a, b, c)
+    assert rel_err(c, reference(a, b)) < TOL[BF16]

@@ -3,8 +3,8 @@ kernels whose results leave through rings of 1 to 3 output stages in 1 to 4 piec
 warp with TMA, run by the interpreter with fewer persistent blocks than tasks (so output stages are reused
 across tasks while the next task's loads run); per-task step counts (0 included), producers of 2 to 4
 warps (without a register split below 4), split-K (schedule.SplitK) writing partial sums at a depth per
-split, one input stage; the generated C++ compiled by NVRTC; and the errors of bad parameters. The same
-kernels run on the GPU in tests/test_gpu_gemm.py."""
+split, one input stage; LCF's finish block over the last input stages; the generated C++ compiled by NVRTC;
+and the errors of bad parameters. The same kernels run on the GPU in tests/test_gpu_gemm.py."""
 from __future__ import annotations
 
 import functools
@@ -21,6 +21,35 @@ from gpu_util import rel_err
 from test_lcf_template import BK, BM, BN, poisoned, rand, steps_of
 
 
+class GemmSteps:
+    """The main loop both test GEMMs share: 128 x 64 tiles of C, 64-wide K steps (from task.k0 on)."""
+
+    A: tk.gl[bf16, "M", "K"]
+    B: tk.gl[bf16, "K", "N"]
+    inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, BN))
+
+    def tasks(self, g):
+        return g.C.rows // BM, g.C.cols // BN
+
+    def iters(self, g):
+        return g.A.cols // BK
+
+    def load(self, g, task, inp, k, arrived):
+        tk.tma.expect(arrived, inp)
+        for i in range(2):
+            tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, task.k0 + k), arrived)
+        tk.tma.load_async(inp.b, g.B, (task.k0 + k, task.col), arrived)
+
+    def setup(self, st):
+        st.acc = tk.rt(f32, 16, BN)
+
+    def start(self, st, task):
+        tk.zero(st.acc)
+
+    def compute(self, st, inp, k):
+        tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
+
+
 @functools.cache
 def piece_gemm(stages: int = 2, output_stages: int = 2, pieces: int = 2, producer_warps: int = 4,
                ragged: bool = False, splits: int | None = None):
@@ -32,38 +61,14 @@ def piece_gemm(stages: int = 2, output_stages: int = 2, pieces: int = 2, produce
 
     @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=output_stages, producer_warps=producer_warps,
              scheduler=SplitK(splits) if splits else None, name=name)
-    class PieceGemm:
-        A: tk.gl[bf16, "M", "K"]
-        B: tk.gl[bf16, "K", "N"]
+    class PieceGemm(GemmSteps):
         C: tk.gl[f32, "S", "M", "N"] if splits else tk.gl[f32, "M", "N"]
-        inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, BN))
         outputs = dict(c=shared(f32, BM // 2, cols, count=2))
         output_pieces = pieces
-
-        def tasks(self, g):
-            return g.C.rows // BM, g.C.cols // BN
 
         if ragged:
             def iters(self, g, task):
                 return steps_of(task.row)
-        else:
-            def iters(self, g):
-                return g.A.cols // BK
-
-        def load(self, g, task, inp, k, arrived):
-            tk.tma.expect(arrived, inp)
-            for i in range(2):
-                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, task.k0 + k), arrived)
-            tk.tma.load_async(inp.b, g.B, (task.k0 + k, task.col), arrived)
-
-        def setup(self, st):
-            st.acc = tk.rt(f32, 16, BN)
-
-        def start(self, st, task):
-            tk.zero(st.acc)
-
-        def compute(self, st, inp, k):
-            tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
 
         def finish(self, g, st, task, out, piece):
             tk.warpgroup.store(out.c[tk.warpgroup.id()], st.acc[:, piece * cols:(piece + 1) * cols])
@@ -235,3 +240,67 @@ def test_lcf_takes_the_same_parameters():
     assert template.kernel.warps == 9 and template.registers == (None, None)
     with pytest.raises(tk.TraceError, match="at most 3 stages fit"):
         tk.lcf(stages=4)(type("Wide", (K,), dict(inputs=dict(a=shared(bf16, 128, 128, count=2)))))
+
+
+# -- LCF's finish block, over the last input stages ------------------------------------------------------------
+
+@functools.cache
+def finish_block_gemm(stages: int):
+    """C (bf16) = A @ B in 128 x 64 tiles, each consumer warpgroup's 64 x 64 result staged in an aliased finish
+    block and TMA-stored from there by its first warp."""
+    @tk.lcf(consumer_warpgroups=2, stages=stages, name=f"finish_block_gemm_{stages}")
+    class FinishBlockGemm(GemmSteps):
+        C: tk.gl[bf16, "M", "N"]
+        finish_block = dict(c=shared(bf16, BM // 2, BN, count=2))
+
+        def finish(self, g, st, task, fin):
+            wg = tk.warpgroup.id()
+            tk.warpgroup.store(fin.c[wg], st.acc)
+            tk.fence_proxy_async()
+            tk.named_sync(1, 8)                                  # both warpgroups' tiles are written
+            with tk.if_(tk.warp_id() % 4 == 0):
+                tk.tma.store_async(g.C, fin.c[wg], (task.row * 2 + wg, task.col))
+                tk.tma.store_commit_group()
+                tk.tma.store_async_wait(0, read_only=True)       # read before the stages are refilled
+    return FinishBlockGemm
+
+
+@pytest.mark.parametrize("stages,blocks", [(2, 2), (3, 3), (4, 1)])
+def test_the_finish_block_shares_the_last_stages(stages, blocks):
+    a, b = rand(5 * BM, 3 * BK, dtype=torch.bfloat16), rand(3 * BK, 3 * BN, dtype=torch.bfloat16)
+    c = poisoned(5 * BM, 3 * BN, dtype=torch.bfloat16)
+    finish_block_gemm(stages).kernel.interpret[(blocks,)](a, b, c)
+    assert rel_err(c, reference(a, b)) < 1e-2
+
+
+def test_the_finish_block_holds_back_only_the_stages_it_overlaps():
+    """3 stages of 24 KB (a: 16 KB per stage, then b: 8 KB per stage): the 16 KB block takes the last 16 KB,
+    b's stages 1 and 2, so those wait for the finish; stage 0 loads meanwhile."""
+    template = finish_block_gemm(3)
+    assert template.first_aliased_stage == 1 and template.finish_offsets == {"c": 72 * 1024 - 16 * 1024}
+    a, b, c = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 64, dtype=torch.bfloat16), \
+        torch.empty(256, 64, dtype=torch.bfloat16)
+    src = template.kernel.source(a, b, c)
+    assert re.search(r"if \(stage >= 1 && \(i0 - block_x\) / grid_x > 0\) \{\s*(//.*\s*)?tk::wait\(finish_done, "
+                     r"\(\(i0 - block_x\) / grid_x - 1\) % 2\);", src)
+    assert "tk::named_sync(15, 256);" in src or "bar.sync 15" in src or re.search(r"named_sync\w*\(15", src)
+    resources = template.kernel.resources(a, b, c)
+    assert resources.spill_stores == resources.spill_loads == 0
+
+
+def test_finish_block_errors():
+    class K(_class(with_outputs=False, with_store=False)):
+        finish_block = dict(c=shared(f32, 64, 256, count=4))
+
+        def finish(self, g, st, task):
+            pass
+    with pytest.raises(TypeError, match=r"write finish\(g, st, task, fin\)"):
+        tk.lcf(stages=2)(K)
+
+    class Big(K):
+        def finish(self, g, st, task, fin):
+            pass
+    with pytest.raises(tk.TraceError, match="finish block .* is larger than the"):
+        tk.lcf(stages=1)(Big)
+    with pytest.raises(TypeError, match="a finish block is for LCF"):
+        tk.lcsf(stages=2, output_stages=1)(type("L", (_class(),), dict(finish_block=K.finish_block)))

@@ -37,6 +37,7 @@ class Var:
     loc: Loc
     count: int = 1  # shared tiles only: an array of `count` tiles
     view: Optional["View"] = None  # a subtile: a window of another tile's storage
+    alias: Optional[tuple] = None  # shared: (earlier shared Var, byte offset): placed over its storage
 
     def __getitem__(self, index) -> "SharedRef":
         """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,

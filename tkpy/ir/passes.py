@@ -76,7 +76,15 @@ def plan_shared(kernel: KernelIR) -> None:
     offset = 0
     offsets = {}
     for s in walk(kernel.body):
-        if isinstance(s, Decl) and s.var.is_shared and s.var.view is None:
+        if isinstance(s, Decl) and s.var.is_shared and s.var.view is None and s.var.alias is not None:
+            base, at = s.var.alias           # storage reused (e.g. a template's finish block over its stages)
+            t = s.var.type
+            start = offsets[base] + at
+            if start % t.alignment or start + t.nbytes * s.var.count > offset:
+                raise TraceError(f"`{s.var.name}` ({t}, x{s.var.count}) placed at byte {start} is misaligned or "
+                                 f"reaches past the {offset} bytes declared before it", s.loc)
+            offsets[s.var] = start
+        elif isinstance(s, Decl) and s.var.is_shared and s.var.view is None:
             t = s.var.type
             offset = -(-offset // t.alignment) * t.alignment
             offsets[s.var] = offset

@@ -86,6 +86,45 @@ class _Indexed:
         return self._array[self._base + i]
 
 
+def declare_aliased(specs: dict, base: Var, offsets: dict) -> dict:
+    """Shared tiles of `specs` placed over the storage of `base` (byte offsets from its start)."""
+    from .. import ops as tk
+
+    arrays = {}
+    for name, spec in specs.items():
+        arrays[name] = tk.st(spec.dtype, spec.rows, spec.cols, count=spec.count)
+        arrays[name].name = name
+        arrays[name].alias = (base, offsets[name])
+    return arrays
+
+
+def finish_placement(inputs: dict, stages: int, finish: dict, loc: Loc) -> tuple:
+    """Where a finish block goes over the input stages: at their end, so that the next task's first
+    stages can load while the finish runs. (byte offset of each finish buffer from the first input
+    array, the first stage it overlaps: the stages from it on hold back their next loads until the
+    finish is done)."""
+    ends, offset = {s: [] for s in range(stages)}, 0        # each stage's tiles, as plan_shared lays them out
+    for spec in inputs.values():
+        t = spec.type
+        offset = -(-offset // t.alignment) * t.alignment
+        for s in range(stages):
+            ends[s] += [(offset + (s * spec.count + i) * t.nbytes, offset + (s * spec.count + i + 1) * t.nbytes)
+                        for i in range(spec.count)]
+        offset += t.nbytes * spec.count * stages
+    alignment = max(spec.type.alignment for spec in finish.values())
+    start = (offset - ring_bytes(finish, 1)) // alignment * alignment
+    if start < 0:
+        raise TraceError(f"the finish block ({_kb(ring_bytes(finish, 1))}) is larger than the {_kb(offset)} of input "
+                         "stages it shares its storage with", loc)
+    offsets, at = {}, start
+    for name, spec in finish.items():
+        at = -(-at // spec.type.alignment) * spec.type.alignment
+        offsets[name] = at
+        at += spec.type.nbytes * spec.count
+    first = min(s for s in range(stages) if any(a < offset and b > start for a, b in ends[s]))
+    return offsets, first
+
+
 def declare_ring(specs: dict, stages: int, prefix: str = "") -> dict:
     """The shared tiles of `stages` stages of the buffers `specs`, one array per buffer (stage s's i-th
     tile of buffer b at b[s * count + i])."""

@@ -17,7 +17,14 @@ global tensors:
     compute(st, inp, k)         (consumers) use the k-th inputs, or
     compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
                                 tk.if_(k > 0)); they stay unreleased until this step's compute returns
-    finish(g, st, task)         (consumers) write the task's result
+    finish(g, st, task)         (consumers) write the task's result, or
+    finish(g, st, task, fin)    ... with the shared tiles of the class's `finish_block` (a dict of shared
+                                buffers, like `inputs`), which share their storage with the last input
+                                stages: the consumers all finish their step before any writes it, and
+                                the stages it overlaps load the next task's steps only once every
+                                consumer warp has returned from finish (so wait for TMA stores from it
+                                to have read it, tk.tma.store_async_wait(read_only=True), before
+                                returning). The first stages keep loading meanwhile.
 
 and the template owns the rest: a ring of `stages` input buffers with their
 `arrived`/`finished` semaphores and phases, one producer warpgroup (the last)
@@ -59,11 +66,13 @@ from ..frontend.kernel import Kernel
 from ..ir.core import Loc
 from ..ir.expr import Const, Sym, as_expr
 from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, buffer_specs, check_shared_memory,
-                     consumer_registers_for, declare_ring, element, global_annotations, globals_namespace,
-                     multiprocessors, positional_parameters, register_split, shared)
+                     consumer_registers_for, declare_aliased, declare_ring, element, finish_placement,
+                     global_annotations, globals_namespace, multiprocessors, positional_parameters, register_split,
+                     shared)
 from .schedule import Grouped, SplitK, grouped_order
 
 __all__ = ["LCF", "Task", "lcf", "shared", "grouped_order", "consumer_registers_for", "PRODUCER_REGISTERS"]
+FINISH_BARRIER = 15      # the named barrier on which the consumers meet before a finish block is written
 
 
 class LCF:
@@ -107,8 +116,17 @@ class LCF:
         if self.uses_previous and stages < 2:
             raise ValueError("compute(st, inp, k, prev) keeps the previous step's stage while the next one loads: "
                              "it needs stages >= 2")
-        self._configure(cls)
         loc = loc or Loc("<template>", 0)
+        self.finish_block = buffer_specs(cls, "finish_block")
+        if self.finish_block:
+            if self.kind != "LCF":
+                raise TypeError(f"{cls.__name__}: an {self.kind} class writes its results into its output stages; "
+                                "a finish block is for LCF")
+            if positional_parameters(self.user.finish) < 4:
+                raise TypeError(f"{cls.__name__} has a finish_block: write finish(g, st, task, fin)")
+            self.finish_offsets, self.first_aliased_stage = finish_placement(self.inputs, stages, self.finish_block,
+                                                                             loc)
+        self._configure(cls)
         check_shared_memory(f"{cls.__name__} ({self.kind})", self._rings(), self._semaphores(), loc)
         self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
@@ -123,7 +141,7 @@ class LCF:
         return [("inputs", self.inputs, self.stages, "stages")]
 
     def _semaphores(self) -> int:
-        return 2 * self.stages
+        return 2 * self.stages + bool(self.finish_block)
 
     pipeline = None            # the Pipeline class that traces this template (set below)
 
@@ -184,14 +202,22 @@ class Pipeline:
         t, user, g = self.t, self.user, self.g
         stages, consumers, blocks = t.stages, t.consumers, t.cluster
         self.arrays = declare_ring(t.inputs, stages)
+        if t.finish_block:
+            self.fin = StageTiles(declare_aliased(t.finish_block, next(iter(self.arrays.values())),
+                                                  t.finish_offsets), t.finish_block, 0)
         self.declare_buffers()
         self.arrived, self.finished = tk.semaphore(stages), tk.semaphore(stages)
         self.arrived.name, self.finished.name = "arrived", "finished"
+        if t.finish_block:
+            self.finish_done = tk.semaphore()
+            self.finish_done.name = "finish_done"
         self.declare_semaphores()
         with if_(warp_id() == 0):
             for s in range(stages):
                 tk.init_semaphore(element(self.arrived, s), 1)
                 tk.init_semaphore(element(self.finished, s), 4 * consumers * blocks)   # blocks share a release
+            if t.finish_block:
+                tk.init_semaphore(self.finish_done, 4 * consumers)
             self.init_semaphores()
         tk.cluster.sync() if blocks > 1 else tk.sync()
 
@@ -237,7 +263,12 @@ class Pipeline:
         """Work for the producer warpgroup's other warps (LCSF: the storer)."""
 
     def finish(self, st, task, index) -> None:
-        self.user.finish(self.g, st, task)
+        if not self.t.finish_block:
+            self.user.finish(self.g, st, task)
+            return
+        tk.named_sync(FINISH_BARRIER, 4 * self.t.consumers)      # every consumer is done with the stages
+        self.user.finish(self.g, st, task, self.fin)
+        tk.arrive(self.finish_done)
 
     # -- tasks and the ring ---------------------------------------------------------------------------------
     def task_at(self, index) -> Task:
@@ -289,6 +320,10 @@ class Pipeline:
                 it, s, phase = self.stage_of(base, k)
                 with if_(it >= self.t.stages):
                     tk.wait(element(self.finished, s), 1 - phase)   # the stage's previous round was consumed
+                if self.t.finish_block:                            # it may hold the last task's finish block
+                    local = self.local(index)
+                    with if_((s >= self.t.first_aliased_stage) & (local > 0)):
+                        tk.wait(self.finish_done, (local - 1) % 2)
                 self.user.load(self.g, task, self.stage(s), k, element(self.arrived, s))
             if self.per_task:
                 ring += n
