@@ -62,16 +62,20 @@ EPILOGUES = ("tma", "registers")
 SPLITS = (None, "ordered", "atomic")
 
 
-def _finish_epilogue(g, st, col, bias, scale, activation) -> None:
-    """act(scale * acc + bias) on this warp's accumulator, in place (`col`: the tile's column, in tiles)."""
-    if bias is not None:             # loaded first: its latency overlaps the scaling
-        tk.load(st.bias, g.Bias, (0, col), masked=True)
+def _load_bias(g, bias_vec, col) -> None:
+    """The bias values of the columns at `col`, in units of the vector's length (none past N)."""
+    tk.load(bias_vec, g.Bias, (0, col), masked=True)
+
+
+def _apply_epilogue(g, acc, bias_vec, scale: bool, activation) -> None:
+    """act(scale * acc + bias) on a warp's accumulator (or a column piece of it), in place; `bias_vec`
+    (None: no bias) holds the bias of its columns."""
     if scale:
-        tk.mul(st.acc, st.acc, g.alpha)
-    if bias is not None:
-        tk.add_col(st.acc, st.acc, st.bias)
+        tk.mul(acc, acc, g.alpha)
+    if bias_vec is not None:
+        tk.add_col(acc, acc, bias_vec)
     if activation:
-        tk.map(st.acc, ACTIVATIONS[activation], st.acc)
+        tk.map(acc, ACTIVATIONS[activation], acc)
 
 
 @functools.cache
@@ -138,8 +142,8 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
 
         def setup(self, st):
             st.acc = tk.rt(f32, 16, bn)
-            if bias is not None:
-                st.bias = tk.row_vec(st.acc)
+            if bias is not None:             # the bias of the columns the epilogue works on at a time
+                st.bias = tk.rv(f32, bn if epilogue == "registers" else piece_cols, "align")
 
         def start(self, st, task):
             tk.zero(st.acc)
@@ -152,7 +156,9 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
         @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
         class Matmul(Product):
             def finish(self, g, st, task):
-                _finish_epilogue(g, st, task.col, bias, scale, activation)
+                if bias is not None:         # loaded first: its latency overlaps the scaling
+                    _load_bias(g, st.bias, task.col)
+                _apply_epilogue(g, st.acc, getattr(st, "bias", None), scale, activation)
                 tk.warpgroup.store(g.C, st.acc, (task.row * 2 + tk.warpgroup.id(), task.col), masked=True)
         return Matmul
 
@@ -163,10 +169,15 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
         output_pieces = pieces
 
         def finish(self, g, st, task, stage, piece):
-            if piece == 0:
-                _finish_epilogue(g, st, task.col, bias, scale, activation)
-            columns = slice(piece * piece_cols, (piece + 1) * piece_cols)
-            tk.warpgroup.store(stage.c[tk.warpgroup.id()], st.acc[:, columns])
+            """The epilogue piece by piece, so that only one piece's bias values are live next to the
+            accumulator; the next piece's are loaded as soon as this piece's are used."""
+            acc = st.acc[:, piece * piece_cols:(piece + 1) * piece_cols]
+            if bias is not None and piece == 0:
+                _load_bias(g, st.bias, task.col * pieces)
+            _apply_epilogue(g, acc, getattr(st, "bias", None), scale, activation)
+            tk.warpgroup.store(stage.c[tk.warpgroup.id()], acc)
+            if bias is not None and piece + 1 < pieces:
+                _load_bias(g, st.bias, task.col * pieces + piece + 1)
 
         def store(self, g, task, stage, piece):
             col = task.col * pieces + piece

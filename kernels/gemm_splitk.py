@@ -28,7 +28,7 @@ import tkpy as tk
 from tkpy import f32
 from tkpy.templates.common import Namespace
 
-from .gemm import BK, BM, _finish_epilogue, cdiv
+from .gemm import BK, BM, _apply_epilogue, _load_bias, cdiv
 
 STEP_US = {256: 0.62, 128: 0.33}   # one SM's 128 x BN x 64 step at about 860 TFLOP/s over 132 SMs
 WORKSPACE_BYTES_PER_US = 6e6        # partial sums written and read back, mostly in L2
@@ -88,13 +88,15 @@ def reduce_kernel(splits: int, out=tk.bf16, bias=None, scale: bool = False, acti
             setattr(st, f"partial{i}", tk.rt(f32, 16, REDUCE_COLS))
             partials.append(getattr(st, f"partial{i}"))
         tk.load(st.acc, g.W, (0, row, col), masked=True)
+        if bias is not None:                             # in flight with the partials
+            _load_bias(g, st.bias, col)
         for first in range(1, splits, LOADS_AHEAD):      # up to LOADS_AHEAD partials in flight, added in order
             batch = list(zip(partials, range(first, min(first + LOADS_AHEAD, splits))))
             for partial, s in batch:
                 tk.load(partial, g.W, (s, row, col), masked=True)
             for partial, _ in batch:
                 tk.add(st.acc, st.acc, partial)
-        _finish_epilogue(g, st, col, bias, scale, activation)
+        _apply_epilogue(g, st.acc, getattr(st, "bias", None), scale, activation)
         tk.store(g.C, st.acc, (row, col), masked=True)
 
     body.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,

@@ -96,7 +96,8 @@ def _args(dtype, out, transposed, bias=None, scale=False, split=False):
     ((tk.bf16, tk.bf16, False, None, False, None, 256), r"STSM"),
     ((tk.fp16, tk.fp16, True, tk.bf16, True, "silu", 128), r"STSM"),
     ((tk.bf16, tk.f32, True, tk.f32, True, "gelu", 256), r"STS\.64"),
-], ids=["bf16-nn-256", "fp16-nt-bias-silu-128", "bf16-f32-nt-bias-gelu-256"])
+    ((tk.bf16, tk.bf16, False, tk.bf16, True, "gelu", 256), r"STSM"),    # spilled with a whole-tile epilogue
+], ids=["bf16-nn-256", "fp16-nt-bias-silu-128", "bf16-f32-nt-bias-gelu-256", "bf16-nn-bias-bf16-gelu-256"])
 def test_the_tma_epilogue_compiles_to_hgmma_stmatrix_and_utmastg(variant, stores):
     template = gemm.matmul_template(*variant)
     args = _args(variant[0].torch, variant[1].torch, variant[2], variant[3] and variant[3].torch, variant[4])
