@@ -33,7 +33,11 @@ from .gemm import BK, BM, _apply_epilogue, _load_bias, cdiv
 STEP_US = {256: 0.62, 128: 0.33}   # one SM's 128 x BN x 64 step at about 860 TFLOP/s over 132 SMs
 WORKSPACE_BYTES_PER_US = 6e6        # partial sums written and read back, mostly in L2
 SECOND_LAUNCH_US = 4.0              # the reduction kernel's launch, ramp-up and tail
-SPLIT_GAIN = 0.85                   # split only if the model says it takes at most this much of the time
+# Split only if the model says it takes at most this fraction of the time. 0: never split on our own.
+# On the H200 (run 19, benchmarks/RESULTS.md) every split measured slower than no split (128 x 8192 x 8192:
+# 215 vs 246 TFLOP/s; 256 x 4096 x 8192: 256 vs 271), so automatic splitting stays off until the
+# reduction is fused into the product; split_k= still forces it.
+SPLIT_GAIN = 0.0
 MIN_STEPS = 4                       # K steps (of 64) per split at least
 MAX_SPLITS = 16
 REDUCE_COLS = 64                    # columns of a warp's 16-row tile in the reduction
@@ -50,12 +54,14 @@ def model_us(m: int, n: int, k: int, bn: int, splits: int, sms: int) -> float:
     return t
 
 
-def plan(m: int, n: int, k: int, sms: int, block_n: int, block_n_forced: bool = False) -> tuple:
+def plan(m: int, n: int, k: int, sms: int, block_n: int, block_n_forced: bool = False,
+         gain: float = SPLIT_GAIN) -> tuple:
     """(tile width, splits) for a product: `block_n` unsplit, unless splitting some tile width's K steps
-    is clearly faster by the model. With `block_n_forced` only that width is considered."""
+    takes at most `gain` of the unsplit time by the model. With `block_n_forced` only that width is
+    considered."""
     steps = cdiv(k, BK)
     unsplit = model_us(m, n, k, block_n, 1, sms)
-    best = (unsplit * SPLIT_GAIN, block_n, 1)
+    best = (unsplit * gain, block_n, 1)
     for bn in (block_n,) if block_n_forced else (256, 128):
         if cdiv(m, BM) * cdiv(n, bn) * 2 > sms:          # half the SMs have a tile already
             continue
