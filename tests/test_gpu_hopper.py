@@ -52,6 +52,52 @@ def test_tma_load_matches_the_shared_layout_and_stores_back(dt, rows, cols, swiz
 
 
 @functools.cache
+def tma_5d_kernel():
+    """On 5-d tensors (outer, batch, depth, rows, cols): block (x, y, z) moves the 64x64 tile at
+    (z // 6, z // 2 % 3, z % 2, y, x) of x by a 5-d TMA load (after a 5-d prefetch) and TMA store into z,
+    by register load/store into y, and by a shared-tile load/store into w."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, 2, 3, 2, "R", "C"], y: tk.gl[bf16, 2, 3, 2, "R", "C"],
+          z: tk.gl[bf16, 2, 3, 2, "R", "C"], w: tk.gl[bf16, 2, 3, 2, "R", "C"]):
+        s = tk.st(bf16, 64, 64)
+        s2 = tk.st(bf16, 64, 64)
+        sem = tk.semaphore()
+        t = tk.rt(bf16, 64, 64)
+        at = (tk.block_idx.z // 6, tk.block_idx.z // 2 % 3, tk.block_idx.z % 2, tk.block_idx.y, tk.block_idx.x)
+        tk.init_semaphore(sem, 1)
+        tk.warp_sync()
+        tk.tma.prefetch(s, x, at)
+        tk.tma.expect(sem, s)
+        tk.tma.load_async(s, x, at, sem)
+        tk.load(t, x, at)
+        tk.store(y, t, at)
+        tk.load(s2, x, at)
+        tk.warp_sync()
+        tk.store(w, s2, at)
+        tk.wait(sem, 0)
+        tk.tma.store_async(z, s, at)
+        tk.tma.store_commit_group()
+        tk.tma.store_async_wait()
+    return k
+
+
+def test_tma_round_trip_on_a_5d_tensor():
+    """5-d tensor maps (cuTensorMapEncodeTiled rank 5, cp.async.bulk.tensor.5d) and 5-d plain copies;
+    x is a strided view (every other outer slab of a bigger tensor) so the outer stride is exercised."""
+    big = rand(4, 3, 2, 128, 128, dtype=torch.bfloat16)
+    x = big[::2]
+    outs = [poisoned(*x.shape, dtype=torch.bfloat16) for _ in range(3)]
+    tma_5d_kernel()[(2, 2, 12)](x, *outs)
+    for out in outs:
+        assert torch.equal(out, x)
+    xc = x.contiguous()
+    outs = [poisoned(*x.shape, dtype=torch.bfloat16) for _ in range(3)]
+    tma_5d_kernel()[(2, 2, 12)](xc, *outs)
+    for out in outs:
+        assert torch.equal(out, xc)
+
+
+@functools.cache
 def tma_edge_kernel():
     @tk.kernel(warps=1)
     def k(x: tk.gl[bf16, "R", "C"], z: tk.gl[bf16, "R", "C"], acc: tk.gl[bf16, "R", "C"]):

@@ -17,8 +17,8 @@ from tkpy import bf16, f32
 
 import gpu_util
 from gpu_util import TORCH, rel_err
-from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, multicast_kernel, tma_edge_kernel, tma_roundtrip_kernel,
-                             wgmma_kernel)
+from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, multicast_kernel, tma_5d_kernel, tma_edge_kernel,
+                             tma_roundtrip_kernel, wgmma_kernel)
 from test_trace_codegen import line_of
 from kernels import attention, gemm, gemm_ws
 
@@ -44,6 +44,16 @@ def test_tma_zero_fills_partial_tiles_clips_stores_and_adds():
     tma_edge_kernel().interpret[(2, 2)](x, z, acc)
     assert torch.equal(z, x)
     assert torch.equal(acc, (base.float() + x.float()).bfloat16())    # fp32 sum, rounded once
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_tma_and_plain_copies_on_a_5d_tensor(strided):
+    big = rand(4, 3, 2, 128, 128, dtype=torch.bfloat16)
+    x = big[::2] if strided else big[:2].contiguous()
+    outs = [poisoned(*x.shape, dtype=torch.bfloat16) for _ in range(3)]
+    tma_5d_kernel().interpret[(2, 2, 12)](x, *outs)
+    for out in outs:
+        assert torch.equal(out, x)
 
 
 @tk.kernel(warps=1)

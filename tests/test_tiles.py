@@ -144,7 +144,7 @@ def test_gl_dims_right_aligned():
     assert g.dims == (1, 1, "M", 64) and g.rank == 2 and g.dynamic_dims == ("M",)
     assert str(g) == "gl<bf16, M, 64>"
     with pytest.raises(ValueError):
-        GL(bf16, (1, 2, 3, 4, 5))
+        GL(bf16, (1, 2, 3, 4, 5, 6))   # 5 dims are allowed (outer, batch, depth, rows, cols)
     with pytest.raises(ValueError):
         GL(bf16, ("not an identifier",))
 
@@ -156,3 +156,26 @@ def test_tensor_map_geometry_is_4d_innermost_first():
     assert g.strides == (144, 144 * 100, 144 * 100)
     g3 = geometry((3, 64, 256), (64 * 512, 512, 1), 2, ST(bf16, 64, 256))   # strided rows, 4 panels of 64
     assert g3.dims == (256, 64, 3, 1) and g3.strides == (1024, 64 * 1024, 3 * 64 * 1024) and g3.box == (64, 64, 1, 1)
+
+
+def test_tensor_map_geometry_of_5d_tensors_is_5d():
+    from tkpy.runtime.tensor_map import geometry
+    shape = (2, 3, 4, 64, 128)
+    strides = (3 * 4 * 64 * 128, 4 * 64 * 128, 64 * 128, 128, 1)
+    g = geometry(shape, strides, 2, ST(bf16, 64, 128))
+    assert g.dims == (128, 64, 4, 3, 2) and g.box == (64, 64, 1, 1, 1)
+    assert g.strides == tuple(2 * s for s in reversed(strides[:-1]))
+    g1 = geometry((5, 1, 1, 16, 64), (2 * 16 * 64, 16 * 64, 16 * 64, 64, 1), 4, ST(f32, 16, 64))  # size-1 dims
+    assert g1.dims == (64, 16, 1, 1, 5) and g1.strides == (256, 256 * 16, 256 * 16, 2 * 16 * 64 * 4)
+    with pytest.raises(ValueError, match="1 to 5 dims"):
+        geometry((1,) * 6, (1,) * 6, 2, ST(bf16, 16, 16))
+
+
+def test_gl_takes_up_to_5_dims_right_aligned():
+    g5 = GL(bf16, (2, "B", 4, 64, 64))
+    assert g5.rank == 5 and g5.outer == 2 and g5.dims == ("B", 4, 64, 64) and g5.shown == (2, "B", 4, 64, 64)
+    assert g5.dynamic_dims == ("B",) and str(g5) == "gl<bf16, 2, B, 4, 64, 64>"
+    g2 = GL(bf16, (64, "C"))
+    assert g2.outer == 1 and g2.dims == (1, 1, 64, "C") and g2.shown == (64, "C")
+    with pytest.raises(ValueError, match="1 to 5 dims"):
+        GL(bf16, (1, 2, 3, 4, 5, 6))

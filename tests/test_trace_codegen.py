@@ -382,3 +382,33 @@ def test_tma_store_sass_uses_utmastg():
         tk.tma.store_async_wait()
     sass = k.sass(X64)
     assert "UTMASTG" in sass
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_5d_tensors_compile_to_5d_tma_and_shifted_plain_copies(strided):
+    from test_gpu_hopper import tma_5d_kernel
+    k = tma_5d_kernel()
+    big = torch.empty(4, 3, 2, 128, 128, dtype=torch.bfloat16)
+    x = big[::2] if strided else big[:2].contiguous()
+    args = (x, *(torch.empty(2, 3, 2, 128, 128, dtype=torch.bfloat16) for _ in range(3)))
+    src = k.source(*args)
+    assert "x_outer_step = " + ("x_outer_stride" if strided else "6 * R * C") in src
+    assert "x.ptr + (long long)(block_z / 6) * x_outer_step" in src
+    ptx = k.ptx(*args)
+    for op in ("cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta",
+               "cp.async.bulk.prefetch.tensor.5d"):
+        assert op in ptx
+    assert "tensor.4d" not in ptx
+    assert "tensor.5d" not in _tma_kernel(2).source(X64)     # kernels of up to 4 dims do not get the 5-d section
+
+
+def test_5d_coordinates_and_6d_tensors_are_rejected_clearly():
+    with pytest.raises(ValueError, match="1 to 5 dims"):
+        tk.gl[bf16, 1, 2, 3, 4, 5, 6]
+
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", 64]):
+        t = tk.rt(bf16, 16, 64)
+        tk.load(t, x, (0, 0, 0, 0, 0))
+    with pytest.raises(tk.TraceError, match="5 coordinates need a 5-d global tensor"):
+        k.trace(torch.empty(64, 64, dtype=torch.bfloat16))

@@ -1,7 +1,8 @@
 """The kernel's parameter list: shared by the code generator (C++ signature) and the launcher (packing).
 
 Order: one pointer per global tensor; one int per distinct dynamic dim; three
-64-bit strides (batch, depth, rows; in elements) per strided global tensor;
+64-bit strides (batch, depth, rows; in elements) per strided global tensor (a 5-d one
+first has its outer stride, axis -1);
 one TMA tensor map per (global tensor, shared tile shape) that TMA ops use;
 then the scalar parameters in declaration order.
 """
@@ -41,7 +42,8 @@ def param_slots(kernel: KernelIR, arg_index: dict) -> list[Slot]:
                 slots.append(Slot(d, "int", "i32", ("dim", d)))
     for g in gls:
         if not g.contiguous:
-            for axis, label in enumerate(("batch", "depth", "row")):
+            labels = (((-1, "outer"),) if g.type.rank == 5 else ()) + tuple(enumerate(("batch", "depth", "row")))
+            for axis, label in labels:
                 slots.append(Slot(f"{g.name}_{label}_stride", "long long", "i64",
                                   ("stride", arg_index[g.name], axis)))
     for g, st in tensor_maps(kernel):

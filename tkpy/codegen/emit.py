@@ -14,7 +14,7 @@ from ..ir.expr import Expr, Sym, as_expr, render
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
-from .abi import Slot, element_ctype
+from .abi import Slot, element_ctype, tensor_maps
 from .prelude import prelude_for
 
 SMEM_BASE = "smem"
@@ -31,7 +31,8 @@ SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 1
 def generate(kernel: KernelIR, slots: list[Slot]) -> str:
     variants = {(s.attrs["n"], s.attrs["dtype"], s.attrs["a_regs"])
                 for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
-    return prelude_for(variants) + "\n" + KernelEmitter(kernel, slots).emit()
+    tma5 = any(g.type.rank == 5 for g, _ in tensor_maps(kernel))
+    return prelude_for(variants, tma5) + "\n" + KernelEmitter(kernel, slots).emit()
 
 
 def ctype_of(t) -> str:
@@ -190,8 +191,12 @@ class KernelEmitter:
         else:
             stride_text = ", ".join(f"{g.name}_{l}_stride" for l in ("batch", "depth", "row"))
         dims_text = ", ".join(render(x) for x in (b, d, r, c))
-        return (f"const tk::gl<{element_ctype(g.type.dtype)}> {g.name}{{{g.name}_ptr, {dims_text}, {stride_text}}};"
+        decl = (f"const tk::gl<{element_ctype(g.type.dtype)}> {g.name}{{{g.name}_ptr, {dims_text}, {stride_text}}};"
                 f"  // {g.type}")
+        if g.type.rank == 5:   # the view is of outer index 0; accesses shift it by the outer coordinate
+            outer = render(b * d * r * c) if g.contiguous else f"{g.name}_outer_stride"
+            decl += f"\n    const long long {g.name}_outer_step = {outer};"
+        return decl
 
 
 # Op name -> function(emitter, op) yielding C++ statements; filled by the codegen.ops_* modules.
@@ -209,11 +214,22 @@ def emits(*names):
     return register
 
 
-def tile_coord(tile, coord) -> str:
-    """Element coordinates (b, d, row, col) of a coordinate in units of `tile`."""
+def tile_coord(tile, coord, outer: bool = True) -> str:
+    """Element coordinates (b, d, row, col) of a coordinate in units of `tile`; a 5-d coordinate
+    starts with its outer index unless `outer` is false (then gl_view has taken it)."""
     t = tile.type
-    b, d, r, c = coord
-    return ", ".join(render(x) for x in (b, d, r * t.rows, c * t.cols))
+    *o, b, d, r, c = coord
+    return ", ".join(render(x) for x in ((*o,) if outer else ()) + (b, d, r * t.rows, c * t.cols))
+
+
+def gl_view(g, coord) -> str:
+    """The gl a plain (non-TMA) copy at `coord` uses: `g` itself, or for a 5-d coordinate the view
+    of `g` shifted to its outer index."""
+    if len(coord) == 4:
+        return g.name
+    n = g.name
+    return (f"tk::gl<{element_ctype(g.type.dtype)}>{{{n}.ptr + (long long)({render(coord[0])}) * {n}_outer_step, "
+            f"{n}.batch, {n}.depth, {n}.rows, {n}.cols, {n}.batch_stride, {n}.depth_stride, {n}.row_stride}}")
 
 
 def scope_threads(em: "KernelEmitter", scope: str) -> tuple[str, str]:

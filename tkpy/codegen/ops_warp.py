@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir.expr import Expr
-from .emit import emits, float_operand, operand, scope_threads, tile_coord
+from .emit import emits, float_operand, gl_view, operand, scope_threads, tile_coord
 
 
 def bounded(op, name: str) -> tuple[str, str]:
@@ -17,14 +17,14 @@ def bounded(op, name: str) -> tuple[str, str]:
 def emit_load_rt_gl(em, op):
     dst, src, coord = op.args
     fn, extra = bounded(op, "load")
-    yield f"tk::{fn}({dst.name}, {src.name}, {tile_coord(dst, coord)}{extra});"
+    yield f"tk::{fn}({dst.name}, {gl_view(src, coord)}, {tile_coord(dst, coord, False)}{extra});"
 
 
 @emits("store_gl_rt", "store_gl_rv")
 def emit_store_gl_rt(em, op):
     dst, src, coord = op.args
     fn, extra = bounded(op, "store")
-    yield f"tk::{fn}({dst.name}, {src.name}, {tile_coord(src, coord)}{extra});"
+    yield f"tk::{fn}({gl_view(dst, coord)}, {src.name}, {tile_coord(src, coord, False)}{extra});"
 
 
 @emits("load_rt_st", "load_rv_sv")
@@ -44,7 +44,7 @@ def emit_load_st_gl(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])
     fn, extra = bounded(op, "load")
-    yield f"tk::{fn}<{n}>({operand(dst)}, {src.name}, {tile_coord(dst, coord)}{extra}, {t});"
+    yield f"tk::{fn}<{n}>({operand(dst)}, {gl_view(src, coord)}, {tile_coord(dst, coord, False)}{extra}, {t});"
 
 
 @emits("store_gl_st", "store_gl_sv")
@@ -52,7 +52,7 @@ def emit_store_gl_st(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])
     fn, extra = bounded(op, "store")
-    yield f"tk::{fn}<{n}>({dst.name}, {operand(src)}, {tile_coord(src, coord)}{extra}, {t});"
+    yield f"tk::{fn}<{n}>({gl_view(dst, coord)}, {operand(src)}, {tile_coord(src, coord, False)}{extra}, {t});"
 
 
 @emits("fill")

@@ -4,7 +4,7 @@ tile copies' generators (ops_warp.py): a vector lies along one row."""
 from __future__ import annotations
 
 from ..ir.expr import render
-from .emit import emits, float_operand, operand, scope_threads, tile_coord
+from .emit import emits, float_operand, gl_view, operand, scope_threads, tile_coord
 
 CPP_INFIX = {"add": "+", "sub": "-", "mul": "*"}  # division goes through op_div (__fdividef), as tk::div
 
@@ -38,7 +38,7 @@ def emit_load_async(em, op):
     dst, src, coord = op.args
     n, t = scope_threads(em, op.attrs["scope"])
     masked = "true" if op.attrs.get("masked") else "false"
-    yield f"tk::load_async<{masked}, {n}>({operand(dst)}, {src.name}, {tile_coord(dst, coord)}, {t});"
+    yield f"tk::load_async<{masked}, {n}>({operand(dst)}, {gl_view(src, coord)}, {tile_coord(dst, coord, False)}, {t});"
 
 
 @emits("load_async_wait")

@@ -128,7 +128,7 @@ def prepare_launch(launcher, prepared, params, grid, stream):
 def _dim_position(specs, name: str) -> tuple[int, int]:
     for i, spec in enumerate(specs):
         if spec.kind == "gl":
-            shown = spec.gl.dims[4 - spec.gl.rank:]
+            shown = spec.gl.shown
             if name in shown:
                 return i, shown.index(name)
     raise KeyError(name)

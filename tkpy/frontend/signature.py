@@ -18,7 +18,7 @@ ALIGNMENT = 16  # bytes: base pointers and row strides, for vectorised and async
 
 
 class _GlFactory:
-    """`tk.gl[dtype, dim, ...]`: the annotation of a global tensor parameter (1 to 4 dims)."""
+    """`tk.gl[dtype, dim, ...]`: the annotation of a global tensor parameter (1 to 5 dims)."""
 
     def __getitem__(self, item) -> GL:
         if not isinstance(item, tuple) or not item or not isinstance(item[0], DType):
@@ -109,7 +109,7 @@ def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
         raise ArgumentError(f"`{spec.name}` has dtype {t.dtype}, the kernel declares {g} ({g.dtype.torch})")
     if t.dim() != g.rank:
         raise ArgumentError(f"`{spec.name}` has {t.dim()} dims {tuple(t.shape)}, the kernel declares {g}")
-    for axis, (want, got) in enumerate(zip(g.dims[4 - g.rank:], t.shape)):
+    for axis, (want, got) in enumerate(zip(g.shown, t.shape)):
         if isinstance(want, int) and want != got:
             raise ArgumentError(f"`{spec.name}` has shape {tuple(t.shape)}; dim {axis} must be {want} ({g})")
     if t.numel() and t.stride(-1) != 1:
@@ -142,7 +142,7 @@ def bind_dims(specs: list[ParamSpec], args) -> dict[str, int]:
     for spec, t in zip(specs, args):
         if spec.kind != "gl":
             continue
-        for want, got in zip(spec.gl.dims[4 - spec.gl.rank:], t.shape):
+        for want, got in zip(spec.gl.shown, t.shape):
             if isinstance(want, str):
                 if want in dims and dims[want] != got:
                     raise ArgumentError(f"dim {want!r} is {dims[want]} elsewhere but {got} in `{spec.name}` "

@@ -13,9 +13,9 @@ def _start(warp, g, coord, t) -> tuple:
     """Element coordinates of a copy of tile or vector type `t` (a vector: one row) and how many of its
     rows and columns lie inside the tensor."""
     rows, cols = t.rows, t.cols
-    b, d, r, c = (warp.value(x) for x in coord)
-    start = (b, d, r * rows, c * cols)
-    inside = tuple(max(0, min(n, size - lo)) for lo, n, size in zip(start[2:], (rows, cols), g.raw.shape[2:]))
+    *lead, r, c = (warp.value(x) for x in coord)   # lead: (batch, depth), or (outer, batch, depth) when 5-d
+    start = (*lead, r * rows, c * cols)
+    inside = tuple(max(0, min(n, size - lo)) for lo, n, size in zip(start[-2:], (rows, cols), g.raw.shape[-2:]))
     return start, inside
 
 

@@ -75,7 +75,8 @@ def whole(tile: SharedTile) -> Part:
 
 
 class GlobalTensor:
-    """A gl parameter: raw bits of the caller's tensor as a 4-d (batch, depth, rows, cols) numpy view."""
+    """A gl parameter: raw bits of the caller's tensor as a 4-d (batch, depth, rows, cols) numpy view, or
+    5-d (outer, batch, depth, rows, cols) for a 5-d tensor."""
 
     def __init__(self, name: str, tensor, dtype):
         import torch
@@ -91,14 +92,16 @@ class GlobalTensor:
     def box(self, start: tuple, rows: int, cols: int, what: str, loc) -> np.ndarray:
         """The rows x cols box at element coordinates `start` (b, d, r, c), bounds-checked: a numpy view,
         so writing into it writes the tensor."""
-        b, d, r, c = start
-        for axis, (lo, n, size) in enumerate(zip(start, (1, 1, rows, cols), self.raw.shape)):
+        *lead, r, c = start
+        axes = (("outer",) if len(start) == 5 else ()) + _AXES
+        for axis, (lo, n, size) in enumerate(zip(start, (1,) * len(lead) + (rows, cols), self.raw.shape)):
             if lo < 0 or lo + n > size:
+                at = ", ".join(f"{a} {v}" for a, v in zip(("outer", "batch", "depth")[-len(lead):], lead))
                 raise InterpretError(
                     f"{what}: out-of-bounds access of `{self.name}` (shape {self.shape}): the {rows}x{cols} tile "
-                    f"at element (batch {b}, depth {d}, row {r}, col {c}) needs {_AXES[axis]} {lo}..{lo + n - 1}, "
+                    f"at element ({at}, row {r}, col {c}) needs {axes[axis]} {lo}..{lo + n - 1}, "
                     f"but that axis has {size}", loc)
-        return self.raw[b, d, r:r + rows, c:c + cols]
+        return self.raw[(*lead, slice(r, r + rows), slice(c, c + cols))]
 
 
 class SharedMemory:

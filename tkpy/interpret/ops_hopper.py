@@ -89,13 +89,13 @@ def sem_wait(warp, op):
 def _inside(warp, g, coord, t):
     """The part of the box of tile type `t` at `coord` (in units of `t`) that lies inside global tensor `g`:
     (a view of it, the rows and columns of the box it covers), or None."""
-    b, d, r, c = (warp.value(x) for x in coord)
+    *lead, r, c = (warp.value(x) for x in coord)   # lead: (batch, depth), or (outer, batch, depth) when 5-d
     r, c = r * t.rows, c * t.cols
-    nb, nd, nr, nc = g.raw.shape
+    *sizes, nr, nc = g.raw.shape
     r0, r1, c0, c1 = max(r, 0), min(r + t.rows, nr), max(c, 0), min(c + t.cols, nc)
-    if not (0 <= b < nb and 0 <= d < nd and r0 < r1 and c0 < c1):
+    if not (all(0 <= i < n for i, n in zip(lead, sizes)) and r0 < r1 and c0 < c1):
         return None
-    return g.raw[b, d, r0:r1, c0:c1], slice(r0 - r, r1 - r), slice(c0 - c, c1 - c)
+    return g.raw[(*lead, slice(r0, r1), slice(c0, c1))], slice(r0 - r, r1 - r), slice(c0 - c, c1 - c)
 
 
 def _destinations(warp, mask) -> list:

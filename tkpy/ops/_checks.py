@@ -87,19 +87,25 @@ def same_layout(a, b, what: str) -> None:
         fail(f"{what}: layouts differ: {describe(a)} vs {describe(b)}; convert one with tk.swap_layout")
 
 
-def tile_coord(coord, what: str) -> tuple:
-    """Coordinates in tile units, right-aligned to (batch, depth, row, col)."""
+def tile_coord(coord, what: str, g=None) -> tuple:
+    """Coordinates in tile units, right-aligned to (batch, depth, row, col): 4 entries, or 5 (outer
+    first) when `g` is a 5-d global tensor."""
     if coord is None:
         coord = (0, 0)
     if not isinstance(coord, (tuple, list)):
         coord = (coord,)
-    if not 1 <= len(coord) <= 4:
-        fail(f"{what}: coordinates take 1 to 4 entries (batch, depth, row, col), got {len(coord)}")
+    n = 5 if g is not None and g.type.rank == 5 else 4
+    if len(coord) == 5 and n == 4:
+        fail(f"{what}: 5 coordinates need a 5-d global tensor; {describe(g) if g is not None else 'this one'} "
+             "has at most 4 dims")
+    if not 1 <= len(coord) <= n:
+        fail(f"{what}: coordinates take 1 to {n} entries ({'outer, ' if n == 5 else ''}batch, depth, row, col), "
+             f"got {len(coord)}")
     exprs = tuple(scalar(c, what) for c in coord)
     for c in exprs:
         if c.dtype == f32:
             fail(f"{what}: coordinates must be integers, got a float")
-    return (as_expr(0),) * (4 - len(exprs)) + exprs
+    return (as_expr(0),) * (n - len(exprs)) + exprs
 
 
 ASYNC_MMA_OPS = ("wgmma", "wgmma_wait")

@@ -25,11 +25,11 @@ def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
     dst, src = operand(dst, "load destination"), operand(src, "load source")
     d, s = dst.type, src.type
     if isinstance(d, RT) and isinstance(src, GlobalVar):
-        return emit("load_rt_gl", dst, src, _register_coord(coord, scope, "load"),
+        return emit("load_rt_gl", dst, src, _register_coord(coord, scope, "load", src),
                     **_bounds(dst, src, masked, fill, "load"))
     if isinstance(d, RV) and isinstance(src, GlobalVar):
         _register_scope(scope, "load")
-        return emit("load_rv_gl", dst, src, tile_coord(coord, "load"), **_bounds(dst, src, masked, fill, "load"))
+        return emit("load_rv_gl", dst, src, tile_coord(coord, "load", src), **_bounds(dst, src, masked, fill, "load"))
     if (isinstance(d, RT) and isinstance(s, ST)) or (isinstance(d, RV) and isinstance(s, SV)):
         _no_coord(coord, "load from shared memory")
         src = _warp_quarter(src, dst, scope, "load")
@@ -37,7 +37,7 @@ def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
         return emit(f"load_{_kind(d)}_{_kind(s)}", dst, src)
     if isinstance(d, (ST, SV)) and isinstance(src, GlobalVar):
         _same_dtype(dst, src, "load")
-        return emit(f"load_{_kind(d)}_gl", dst, src, tile_coord(coord, "load"), scope=_scope(scope),
+        return emit(f"load_{_kind(d)}_gl", dst, src, tile_coord(coord, "load", src), scope=_scope(scope),
                     **_bounds(dst, src, masked, fill, "load"))
     raise UnsupportedError(f"load into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
@@ -49,11 +49,11 @@ def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
     dst, src = operand(dst, "store destination"), operand(src, "store source")
     d, s = dst.type, src.type
     if isinstance(dst, GlobalVar) and isinstance(s, RT):
-        return emit("store_gl_rt", dst, src, _register_coord(coord, scope, "store"),
+        return emit("store_gl_rt", dst, src, _register_coord(coord, scope, "store", dst),
                     **_bounds(src, dst, masked, None, "store"))
     if isinstance(dst, GlobalVar) and isinstance(s, RV):
         _register_scope(scope, "store")
-        return emit("store_gl_rv", dst, src, tile_coord(coord, "store"), **_bounds(src, dst, masked, None, "store"))
+        return emit("store_gl_rv", dst, src, tile_coord(coord, "store", dst), **_bounds(src, dst, masked, None, "store"))
     if (isinstance(d, ST) and isinstance(s, RT)) or (isinstance(d, SV) and isinstance(s, RV)):
         _no_coord(coord, "store into shared memory")
         dst = _warp_quarter(dst, src, scope, "store")
@@ -61,7 +61,7 @@ def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
         return emit(f"store_{_kind(d)}_{_kind(s)}", dst, src)
     if isinstance(dst, GlobalVar) and isinstance(s, (ST, SV)):
         _same_dtype(dst, src, "store")
-        return emit(f"store_gl_{_kind(s)}", dst, src, tile_coord(coord, "store"), scope=_scope(scope),
+        return emit(f"store_gl_{_kind(s)}", dst, src, tile_coord(coord, "store", dst), scope=_scope(scope),
                     **_bounds(src, dst, masked, None, "store"))
     raise UnsupportedError(f"store into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
@@ -72,14 +72,14 @@ def _scope(scope: str) -> str:
     return scope
 
 
-def _register_coord(coord, scope: str, what: str) -> tuple:
+def _register_coord(coord, scope: str, what: str, g=None) -> tuple:
     """Coordinates of a warp's register tile. At warpgroup scope the coordinate names a tile 4 times
     as tall (the warpgroup's, as wgmma accumulators are laid out) and each warp takes its quarter."""
-    b, d, r, c = tile_coord(coord, what)
+    *outer, b, d, r, c = tile_coord(coord, what, g)
     if _scope(scope) == "warpgroup":
-        return b, d, r * 4 + WARP_ID % 4, c
+        return (*outer, b, d, r * 4 + WARP_ID % 4, c)
     _register_scope(scope, what)
-    return b, d, r, c
+    return (*outer, b, d, r, c)
 
 
 def _warp_quarter(shared, regs, scope: str, what: str):
@@ -145,7 +145,7 @@ def load_async(dst, src, coord=None, *, scope: str = "warp", masked=None):
         fail(f"load_async copies a global tensor into a shared tile; got {describe(dst)} <- {describe(src)}")
     _same_dtype(dst, src, "load_async")
     checked = {"masked": True} if _bounds(dst, src, masked, None, "load_async") else {}
-    return emit("load_async", dst, src, tile_coord(coord, "load_async"), scope=_scope(scope), **checked)
+    return emit("load_async", dst, src, tile_coord(coord, "load_async", src), scope=_scope(scope), **checked)
 
 
 def load_async_wait(pending: int = 0):

@@ -43,7 +43,7 @@ def load_async(dst, src, coord, sem, *, multicast=None):
     lands in `dst` of every block named, completing on each one's `sem`."""
     d = _shared_tile(dst, "tma.load_async destination")
     g = _global(src, d, "tma.load_async source")
-    args = [d, g, tile_coord(coord, "tma.load_async"), semaphore_ref(sem, "tma.load_async")]
+    args = [d, g, tile_coord(coord, "tma.load_async", g), semaphore_ref(sem, "tma.load_async")]
     if multicast is not None:
         if current().cluster is None:
             fail("tma.load_async: multicast needs a kernel launched in clusters (@tk.kernel(cluster=...))")
@@ -59,21 +59,21 @@ def store_async(dst, src, coord):
     visible first (tk.fence_proxy_async() after them, then a barrier)."""
     s = _shared_tile(src, "tma.store_async source")
     g = _global(dst, s, "tma.store_async destination")
-    return emit("tma_store", g, s, tile_coord(coord, "tma.store_async"), add=False)
+    return emit("tma_store", g, s, tile_coord(coord, "tma.store_async", g), add=False)
 
 
 def store_add_async(dst, src, coord):
     """Like store_async, but adds into `dst` (an atomic reduction done by the TMA unit)."""
     s = _shared_tile(src, "tma.store_add_async source")
     g = _global(dst, s, "tma.store_add_async destination")
-    return emit("tma_store", g, s, tile_coord(coord, "tma.store_add_async"), add=True)
+    return emit("tma_store", g, s, tile_coord(coord, "tma.store_add_async", g), add=True)
 
 
 def prefetch(tile, src, coord):
     """Warm L2 with the tile of `src` at `coord` that a load into `tile` would read."""
     t = _shared_tile(tile, "tma.prefetch tile")
     g = _global(src, t, "tma.prefetch source")
-    return emit("tma_prefetch", t, g, tile_coord(coord, "tma.prefetch"))
+    return emit("tma_prefetch", t, g, tile_coord(coord, "tma.prefetch", g))
 
 
 def store_commit_group():

@@ -1,8 +1,9 @@
 """TMA tensor maps: built on the host from a torch tensor and the shared tile it is copied into.
 
-Every map is 4-d, innermost first (cols, rows, depth, batch), whatever the
-tensor's rank, so generated code always issues `cp.async.bulk.tensor.4d`. The
-box is one swizzle panel of the shared tile: (panel_cols, rows, 1, 1).
+Every map of a tensor of up to 4 dims is 4-d, innermost first (cols, rows, depth,
+batch), whatever the tensor's rank, so generated code issues `cp.async.bulk.tensor.4d`;
+a 5-d tensor gets a 5-d map (cols, rows, depth, batch, outer) and `.5d` copies. The
+box is one swizzle panel of the shared tile: (panel_cols, rows, 1, 1[, 1]).
 Encoding needs a driver and a current context; the geometry is pure Python.
 """
 from __future__ import annotations
@@ -19,20 +20,24 @@ MAX_CACHED = 64   # encoded maps kept per tile shape (keyed by pointer, shape an
 @dataclass(frozen=True)
 class Geometry:
     dims: tuple      # elements, innermost first
-    strides: tuple   # bytes, of dims 1..3
+    strides: tuple   # bytes, of dims 1..3 (1..4 for a 5-d map)
     box: tuple       # elements per dim
 
 
 def geometry(shape, strides, elem_bytes: int, tile: ST) -> Geometry:
-    """The 4-d view of a tensor of up to 4 dims (right-aligned to batch, depth, rows, cols)."""
-    shape = (1,) * (4 - len(shape)) + tuple(int(s) for s in shape)
-    strides = (0,) * (4 - len(strides)) + tuple(int(s) for s in strides)
-    dims = tuple(reversed(shape))                      # cols, rows, depth, batch
-    elem_strides = list(reversed(strides))             # cols (1), rows, depth, batch
-    for i in (1, 2, 3):                                # padded or size-1 dims: any valid stride
-        if shape[3 - i] == 1 or elem_strides[i] == 0:
+    """The 4-d view of a tensor of up to 4 dims (right-aligned to batch, depth, rows, cols), or the
+    5-d view of a 5-d tensor (outer, batch, depth, rows, cols)."""
+    if not 1 <= len(shape) <= 5:
+        raise ValueError(f"TMA tensor maps take tensors of 1 to 5 dims, got shape {tuple(shape)}")
+    n = max(4, len(shape))
+    shape = (1,) * (n - len(shape)) + tuple(int(s) for s in shape)
+    strides = (0,) * (n - len(strides)) + tuple(int(s) for s in strides)
+    dims = tuple(reversed(shape))                      # cols, rows, depth, batch[, outer]
+    elem_strides = list(reversed(strides))             # cols (1), rows, depth, batch[, outer]
+    for i in range(1, n):                              # padded or size-1 dims: any valid stride
+        if shape[n - 1 - i] == 1 or elem_strides[i] == 0:
             elem_strides[i] = elem_strides[i - 1] * dims[i - 1] if i > 1 else dims[0]
-    return Geometry(dims, tuple(s * elem_bytes for s in elem_strides[1:]), (tile.panel_cols, tile.rows, 1, 1))
+    return Geometry(dims, tuple(s * elem_bytes for s in elem_strides[1:]), (tile.panel_cols, tile.rows) + (1,) * (n - 2))
 
 
 _DTYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
@@ -47,8 +52,8 @@ def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
     ensure_context(device)
     u64, u32 = d.cuuint64_t, d.cuuint32_t
     tmap = check(d.cuTensorMapEncodeTiled(
-        getattr(d.CUtensorMapDataType, _DTYPES[tile.dtype.name]), 4, pointer,
-        [u64(x) for x in geo.dims], [u64(x) for x in geo.strides], [u32(x) for x in geo.box], [u32(1)] * 4,
+        getattr(d.CUtensorMapDataType, _DTYPES[tile.dtype.name]), len(geo.dims), pointer,
+        [u64(x) for x in geo.dims], [u64(x) for x in geo.strides], [u32(x) for x in geo.box], [u32(1)] * len(geo.dims),
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(d.CUtensorMapSwizzle, _SWIZZLES[tile.swizzle]),
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

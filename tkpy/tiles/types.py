@@ -194,7 +194,10 @@ GL_AXES = ("batch", "depth", "rows", "cols")
 
 @dataclass(frozen=True)
 class GL:
-    """Global tensor view of up to 4 dims, right-aligned to (batch, depth, rows, cols).
+    """Global tensor view of up to 5 dims, right-aligned to (outer, batch, depth, rows, cols).
+
+    `dims` always holds the 4 innermost (batch, depth, rows, cols); a 5-d view keeps its leading
+    dim in `outer` (1 otherwise), so views of up to 4 dims are exactly what they were before.
 
     Each dim is static (an int, checked at call time and folded into the code) or
     dynamic (a name; dims sharing a name across parameters must be equal).
@@ -202,24 +205,30 @@ class GL:
 
     dtype: DType
     dims: tuple  # always 4 entries after construction
+    outer: object = 1   # the leading dim of a 5-d view (set from dims; compared, so 5-d views differ by it)
 
     def __post_init__(self):
         dims = tuple(self.dims)
-        if not 1 <= len(dims) <= 4:
-            raise ValueError(f"gl takes 1 to 4 dims, got {len(dims)}")
+        if not 1 <= len(dims) <= 5:
+            raise ValueError(f"gl takes 1 to 5 dims (outer, batch, depth, rows, cols), got {len(dims)}")
         for d in dims:
             if not (isinstance(d, str) and d.isidentifier()) and not (isinstance(d, int) and d > 0):
                 raise ValueError(f"gl dims are positive ints (static) or identifier strings (dynamic), got {d!r}")
-        object.__setattr__(self, "dims", (1,) * (4 - len(dims)) + dims)
+        object.__setattr__(self, "outer", dims[0] if len(dims) == 5 else 1)
+        object.__setattr__(self, "dims", (1,) * max(0, 4 - len(dims)) + dims[-4:])
         object.__setattr__(self, "rank", len(dims))
 
     @property
+    def shown(self) -> tuple:
+        """The dims as declared (one per dim of the tensor)."""
+        return ((self.outer,) + self.dims)[5 - self.rank:]
+
+    @property
     def dynamic_dims(self) -> tuple[str, ...]:
-        return tuple(d for d in self.dims if isinstance(d, str))
+        return tuple(d for d in self.shown if isinstance(d, str))
 
     def __str__(self) -> str:
-        shown = self.dims[4 - self.rank:]
-        return f"gl<{self.dtype}, {', '.join(map(str, shown))}>"
+        return f"gl<{self.dtype}, {', '.join(map(str, self.shown))}>"
 
 
 TileType = Union[RT, RV, ST, SV, Semaphore]

@@ -14,8 +14,10 @@ SECTIONS = [section for module in MODULES for section in module.SECTIONS]
 PRELUDE = "\n".join([PRELUDE_HEAD, *SECTIONS, PRELUDE_TAIL])
 
 
-def prelude_for(wgmma_variants: set) -> str:
-    """The prelude plus the wgmma wrappers this kernel uses (generated per accumulator width)."""
-    if not wgmma_variants:
+def prelude_for(wgmma_variants: set, tma5: bool = False) -> str:
+    """The prelude plus the wgmma wrappers this kernel uses (generated per accumulator width), and the
+    5-d TMA copies when it moves tiles of a 5-d global tensor by TMA."""
+    if not wgmma_variants and not tma5:
         return PRELUDE
-    return "\n".join([PRELUDE_HEAD, *SECTIONS, hopper.wgmma_section(wgmma_variants), PRELUDE_TAIL])
+    extra = ([hopper.wgmma_section(wgmma_variants)] if wgmma_variants else []) + ([hopper.TMA5_SECTION] if tma5 else [])
+    return "\n".join([PRELUDE_HEAD, *SECTIONS, *extra, PRELUDE_TAIL])

@@ -240,6 +240,69 @@ def wgmma_section(variants: set) -> str:
     return "\n".join(parts) + "\n}  // namespace tk\n"
 
 
+# 5-d TMA (a gl of 5 dims): overloads of the tma:: copies taking the outer coordinate first, on a
+# 5-d tensor map (cols, rows, depth, batch, outer). Only kernels that use one get this section.
+TMA5_SECTION = r"""namespace tk {
+namespace tma {
+template <typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void load_async(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
+                                           int o, int b, int d, int r, int c, semaphore* sem) {
+    const u32 bar = smem_addr(sem);
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++)
+        asm volatile(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
+               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(o), "r"(bar)
+            : "memory");
+}
+template <typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void load_async_multicast(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
+                                                     int o, int b, int d, int r, int c, semaphore* sem, unsigned short mask) {
+    const u32 bar = smem_addr(sem);
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++)
+        asm volatile(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+            " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;"
+            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
+               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(o), "r"(bar), "h"(mask)
+            : "memory");
+}
+template <bool ADD, typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,
+                                            int o, int b, int d, int r, int c) {
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++) {
+        const u32 s = smem_addr(src.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T));
+        const int cc = c + p * st<T, R, C, SWZ>::panel_cols;
+        if constexpr (ADD)
+            asm volatile("cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group"
+                         " [%0, {%2, %3, %4, %5, %6}], [%1];"
+                         :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b), "r"(o) : "memory");
+        else
+            asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group"
+                         " [%0, {%2, %3, %4, %5, %6}], [%1];"
+                         :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b), "r"(o) : "memory");
+    }
+}
+template <typename T, int R, int C, int SWZ>
+__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map,
+                                         int o, int b, int d, int r, int c) {
+    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
+    #pragma unroll
+    for (int p = 0; p < panels; p++)
+        asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];"
+                     :: "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(o) : "memory");
+}
+}  // namespace tma
+}  // namespace tk
+"""
+
 # ThunderKittens' names; TRANS_* = 1 means that operand is stored MN-major (K along its rows).
 _NAMED_MMA = "namespace warpgroup {\n" + "".join(
     f"template <typename D, typename A, typename B> __device__ __forceinline__ void {name}(D& d, const A& a, const B& b) "
