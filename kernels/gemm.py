@@ -36,6 +36,7 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.interpret.launch import interpret_requested
 from tkpy.templates import shared
+from tkpy.templates.common import multiprocessors
 
 BM, BN, BK = 128, 256, 64
 HALF = BN // 2
@@ -331,14 +332,13 @@ _PLANS: dict = {}
 def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, cluster, block_n, split_k,
           deterministic):
     """How to run one shape and combination: a callable (a, b, c, extras) launching the kernel(s)."""
-    from tkpy.templates.lcf import _multiprocessors
-    from . import gemm_splitk
+    from . import gemm_splitk          # it imports this module
 
     (m, k), n = a.shape, c.shape[1]
     if cluster == 2:
         return _direct(MatmulCluster2, (a, b, c))
     dtype, out, bias_dtype = DTYPES[a.dtype], DTYPES[out_dtype], None if bias is None else DTYPES[bias.dtype]
-    sms = _multiprocessors(a)
+    sms = multiprocessors(a)
     bn, splits = block_n or _block_n(m, n, a), 1
     if split_k is None:
         bn, splits = gemm_splitk.plan(m, n, k, sms, bn, block_n_forced=block_n is not None)
@@ -377,8 +377,7 @@ def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:
 
 def _block_n(m: int, n: int, a: torch.Tensor) -> int:
     """256-wide tiles, unless 128-wide ones keep clearly more SMs busy (small M or N)."""
-    from tkpy.templates.lcf import _multiprocessors
-    sms = _multiprocessors(a)
+    sms = multiprocessors(a)
 
     def busy(bn):                    # fraction of the SMs' slots over all waves that hold a task
         tasks = cdiv(m, BM) * cdiv(n, bn)

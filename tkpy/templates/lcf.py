@@ -381,10 +381,6 @@ class Pipeline:
 LCF.pipeline = Pipeline
 
 
-def _multiprocessors(tensor) -> int:       # the name kernels/gemm.py imports
-    return multiprocessors(tensor)
-
-
 def decorator(template_class, caller, cls, options: dict):
     """The class decorator of a template: `@tk.lcf(...)` / `@tk.lcsf(...)` on a class, or bare."""
     definition_locals = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else {}

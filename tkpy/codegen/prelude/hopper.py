@@ -59,65 +59,77 @@ template <int N> __device__ __forceinline__ void increase_registers() { asm vola
 template <int N> __device__ __forceinline__ void decrease_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 """
 
-_TMA = r"""
-// TMA: one cp.async.bulk.tensor per swizzle panel of the shared tile (a box is one panel wide).
-// Coordinates are elements, innermost first; the tensor map is always 4-d (cols, rows, depth, batch).
-namespace tma {
-template <typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void load_async(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
-                                           int b, int d, int r, int c, semaphore* sem) {
-    const u32 bar = smem_addr(sem);
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++)
-        asm volatile(
-            "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-            " [%0], [%1, {%2, %3, %4, %5}], [%6];"
-            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
-               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(bar)
-            : "memory");
-}
-// The same tile lands at the same shared offset, and completes on the same semaphore, in every
-// block of the cluster named in the 16-bit `mask`.
-template <typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void load_async_multicast(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
-                                                     int b, int d, int r, int c, semaphore* sem, unsigned short mask) {
-    const u32 bar = smem_addr(sem);
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++)
-        asm volatile(
-            "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-            " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
-            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
-               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(bar), "h"(mask)
-            : "memory");
-}
-template <bool ADD, typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,
-                                            int b, int d, int r, int c) {
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++) {
-        const u32 s = smem_addr(src.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T));
-        const int cc = c + p * st<T, R, C, SWZ>::panel_cols;
-        if constexpr (ADD)
-            asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
-                         " [%0, {%2, %3, %4, %5}], [%1];" :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b) : "memory");
-        else
-            asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
-                         " [%0, {%2, %3, %4, %5}], [%1];" :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b) : "memory");
-    }
-}
-template <typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map, int b, int d, int r, int c) {
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++)
-        asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];"
-                     :: "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b) : "memory");
-}
-__device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+def _tma_copies(rank: int) -> str:
+    """tma::load_async / load_async_multicast / store_async / prefetch on a `rank`-d tensor map (4, or 5 for
+    a 5-d gl, whose outer coordinate `o` comes first). One cp.async.bulk.tensor per swizzle panel."""
+    outer = rank == 5
+    params = ("int o, " if outer else "") + "int b, int d, int r, int c"
+    coords = '"r"(r), "r"(d), "r"(b)' + (', "r"(o)' if outer else "")
+    def slots(first):  # the `rank` coordinate operands, as %first .. %(first + rank - 1)
+        return ", ".join(f"%{i}" for i in range(first, first + rank))
+    panel = "st<T, R, C, SWZ>::panel_cols"
+    dst = f'"r"(smem_addr(dst.base) + p * R * {panel} * u32(sizeof(T)))'
+    load = (
+        f"template <typename T, int R, int C, int SWZ>\n"
+        f"__device__ __forceinline__ void load_async(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,\n"
+        f"                                           {params}, semaphore* sem) {{\n"
+        f"    const u32 bar = smem_addr(sem);\n"
+        f"    constexpr int panels = C / {panel};\n"
+        f"    #pragma unroll\n"
+        f"    for (int p = 0; p < panels; p++)\n"
+        f"        asm volatile(\n"
+        f'            "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"\n'
+        f'            " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}];"\n'
+        f"            :: {dst},\n"
+        f'               "l"(map), "r"(c + p * {panel}), {coords}, "r"(bar)\n'
+        f'            : "memory");\n}}\n')
+    multicast = (
+        "// The same tile lands at the same shared offset, and completes on the same semaphore, in every\n"
+        "// block of the cluster named in the 16-bit `mask`.\n"
+        f"template <typename T, int R, int C, int SWZ>\n"
+        f"__device__ __forceinline__ void load_async_multicast(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,\n"
+        f"                                                     {params}, semaphore* sem, unsigned short mask) {{\n"
+        f"    const u32 bar = smem_addr(sem);\n"
+        f"    constexpr int panels = C / {panel};\n"
+        f"    #pragma unroll\n"
+        f"    for (int p = 0; p < panels; p++)\n"
+        f"        asm volatile(\n"
+        f'            "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"\n'
+        f'            " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}], %{rank + 3};"\n'
+        f"            :: {dst},\n"
+        f'               "l"(map), "r"(c + p * {panel}), {coords}, "r"(bar), "h"(mask)\n'
+        f'            : "memory");\n}}\n')
+    store = (
+        f"template <bool ADD, typename T, int R, int C, int SWZ>\n"
+        f"__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,\n"
+        f"                                            {params}) {{\n"
+        f"    constexpr int panels = C / {panel};\n"
+        f"    #pragma unroll\n"
+        f"    for (int p = 0; p < panels; p++) {{\n"
+        f"        const u32 s = smem_addr(src.base) + p * R * {panel} * u32(sizeof(T));\n"
+        f"        const int cc = c + p * {panel};\n"
+        f"        if constexpr (ADD)\n"
+        f'            asm volatile("cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.add.tile.bulk_group"\n'
+        f'                         " [%0, {{{slots(2)}}}], [%1];" :: "l"(map), "r"(s), "r"(cc), {coords} : "memory");\n'
+        f"        else\n"
+        f'            asm volatile("cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group"\n'
+        f'                         " [%0, {{{slots(2)}}}], [%1];" :: "l"(map), "r"(s), "r"(cc), {coords} : "memory");\n'
+        f"    }}\n}}\n")
+    prefetch = (
+        f"template <typename T, int R, int C, int SWZ>\n"
+        f"__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map, {params}) {{\n"
+        f"    constexpr int panels = C / {panel};\n"
+        f"    #pragma unroll\n"
+        f"    for (int p = 0; p < panels; p++)\n"
+        f'        asm volatile("cp.async.bulk.prefetch.tensor.{rank}d.L2.global.tile [%0, {{{slots(1)}}}];"\n'
+        f'                     :: "l"(map), "r"(c + p * {panel}), {coords} : "memory");\n}}\n')
+    return load + multicast + store + prefetch
+
+
+_TMA = (
+    "\n// TMA: one cp.async.bulk.tensor per swizzle panel of the shared tile (a box is one panel wide).\n"
+    "// Coordinates are elements, innermost first; the tensor map is 4-d (cols, rows, depth, batch).\n"
+    "namespace tma {\n" + _tma_copies(4) + r"""__device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until at most N committed store groups are still reading their shared-memory source.
 template <int N> __device__ __forceinline__ void store_async_read_wait() {
     asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
@@ -127,7 +139,7 @@ template <int N> __device__ __forceinline__ void store_async_wait() {
     asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
 }
 }  // namespace tma
-"""
+""")
 
 _WGMMA = r"""
 // wgmma shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): start address,
@@ -242,66 +254,7 @@ def wgmma_section(variants: set) -> str:
 
 # 5-d TMA (a gl of 5 dims): overloads of the tma:: copies taking the outer coordinate first, on a
 # 5-d tensor map (cols, rows, depth, batch, outer). Only kernels that use one get this section.
-TMA5_SECTION = r"""namespace tk {
-namespace tma {
-template <typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void load_async(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
-                                           int o, int b, int d, int r, int c, semaphore* sem) {
-    const u32 bar = smem_addr(sem);
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++)
-        asm volatile(
-            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-            " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
-            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
-               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(o), "r"(bar)
-            : "memory");
-}
-template <typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void load_async_multicast(const st<T, R, C, SWZ>& dst, const CUtensorMap* map,
-                                                     int o, int b, int d, int r, int c, semaphore* sem, unsigned short mask) {
-    const u32 bar = smem_addr(sem);
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++)
-        asm volatile(
-            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-            " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;"
-            :: "r"(smem_addr(dst.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T))),
-               "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(o), "r"(bar), "h"(mask)
-            : "memory");
-}
-template <bool ADD, typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,
-                                            int o, int b, int d, int r, int c) {
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++) {
-        const u32 s = smem_addr(src.base) + p * R * st<T, R, C, SWZ>::panel_cols * u32(sizeof(T));
-        const int cc = c + p * st<T, R, C, SWZ>::panel_cols;
-        if constexpr (ADD)
-            asm volatile("cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group"
-                         " [%0, {%2, %3, %4, %5, %6}], [%1];"
-                         :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b), "r"(o) : "memory");
-        else
-            asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group"
-                         " [%0, {%2, %3, %4, %5, %6}], [%1];"
-                         :: "l"(map), "r"(s), "r"(cc), "r"(r), "r"(d), "r"(b), "r"(o) : "memory");
-    }
-}
-template <typename T, int R, int C, int SWZ>
-__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map,
-                                         int o, int b, int d, int r, int c) {
-    constexpr int panels = C / st<T, R, C, SWZ>::panel_cols;
-    #pragma unroll
-    for (int p = 0; p < panels; p++)
-        asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];"
-                     :: "l"(map), "r"(c + p * st<T, R, C, SWZ>::panel_cols), "r"(r), "r"(d), "r"(b), "r"(o) : "memory");
-}
-}  // namespace tma
-}  // namespace tk
-"""
+TMA5_SECTION = "namespace tk {\nnamespace tma {\n" + _tma_copies(5) + "}  // namespace tma\n}  // namespace tk\n"
 
 # ThunderKittens' names; TRANS_* = 1 means that operand is stored MN-major (K along its rows).
 _NAMED_MMA = "namespace warpgroup {\n" + "".join(
