@@ -1,0 +1,51 @@
+"""Run one kernel case a few times, for a profiler (ncu) on the GPU machine.
+
+    ncu --clock-control none -k regex:NAME --launch-skip 2 --launch-count 1 --set full \
+        python3 benchmarks/profile_cases.py CASE
+
+Cases: gemm M N K nn|nt (tkpy matmul, then cuBLAS: filter with -k), attention B H N D causal(0/1)
+(tkpy, then SDPA cuDNN). Each runs 3 times after building its inputs.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str]) -> None:
+    import torch
+    what, *dims = argv
+    if what == "gemm":
+        from kernels import gemm
+        m, n, k, layout = int(dims[0]), int(dims[1]), int(dims[2]), dims[3]
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+        b = w.T if layout == "nt" else w.reshape(k, n)
+        c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        extra = dict(x.split("=") for x in dims[4:])
+        options = {key: int(v) for key, v in extra.items()}
+        for _ in range(3):
+            gemm.matmul(a, b, out=c, **options)
+        for _ in range(3):
+            torch.matmul(a, b, out=c)
+    elif what == "attention":
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from kernels.attention import attention
+        bsz, h, n, d, causal = (int(x) for x in dims[:5])
+        q, k, v = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+        for _ in range(3):
+            attention(q, k, v, causal=bool(causal))
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            for _ in range(3):
+                F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+    else:
+        raise SystemExit(f"unknown case {what!r}")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
