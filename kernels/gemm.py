@@ -1,22 +1,24 @@
 """C = epilogue(A @ B) on Hopper through tkpy's block templates: the kernel is load, compute, finish, store.
 
-Each task is a 128 x BN tile of C (BN = 256, or 128 when that fills more SMs): two consumer
-warpgroups each own 64 rows and accumulate in fp32 registers with wgmma, while a producer warpgroup
-streams 64-wide K slices of A and B with TMA through a ring of stages. Blocks are persistent (one per
-SM) and walk the tiles in L2-friendly groups. The epilogue goes through shared memory (the LCSF
-template): the consumers apply scale, bias and activation in registers, copy the tile to a ring of
-two output stages in 128-byte-wide column pieces (stmatrix) and go on with the next tile while a
-storer warp TMA-stores the pieces, so the stores overlap the next tile's main loop. (The LCF variant,
-masked stores straight from the registers, is kept as `epilogue="registers"` for comparison.)
+Each task is a 128 x BN tile of C (BN = 256, or 128 or 64 when that keeps clearly more SMs busy, as
+for small products or few rows): two consumer warpgroups each own 64 rows and accumulate in fp32
+registers with wgmma, while a producer warpgroup streams 64-wide K slices of A and B with TMA through a
+ring of stages. Blocks are persistent (one per SM) and walk the tiles in L2-friendly groups. The
+epilogue goes through shared memory (the LCSF template): the consumers apply scale, bias and activation
+in registers, copy the tile to a ring of two output stages in 128-byte-wide column pieces (stmatrix)
+and go on with the next tile while a storer warp TMA-stores the pieces, so the stores overlap the next
+tile's main loop. (The LCF variant, masked stores straight from the registers, is kept as
+`epilogue="registers"` for comparison.)
 
 `matmul(a, b)` takes bf16 or fp16 inputs, B as a (K, N) row-major tensor or as `w.T` of an (N, K)
 one (the nn.Linear weight layout; the kernel then multiplies by B^T tiles), writes bf16, fp16 or fp32,
 and fuses `act(scale * A @ B + bias)`. Any M, N, K: TMA zero-fills the parts of boxes past the
 tensors, so K tails add zeros and edge tiles compute on zeros, and TMA stores clip what lies past
 C's last row or column. One kernel per (dtype, out dtype, B layout, epilogue, BN) is generated and
-cached (`matmul_template`).
+cached (`matmul_template`). The tile width follows the SMs (`_block_n`): e.g. 1024 x 1024 x 1024 has 32
+tiles of 128 x 256 for an H200's 132 SMs but 128 of 128 x 64, so it runs in 64-wide tiles.
 
-Products with few output tiles next to the SMs (e.g. M = 128 against an 8192 x 8192 weight) split
+Products with few output tiles next to the SMs (e.g. M = 128 against a 4096 x 8192 weight) may split
 each tile's K steps over several tasks whose fp32 partial sums a second kernel adds up before the
 epilogue (kernels/gemm_splitk.py; deterministic by default).
 
@@ -58,7 +60,11 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
-STAGES = {256: 4, 128: 6}           # input stages per tile width: 192 KB, beside 32 KB of output stages
+WIDTHS = (256, 128, 64)             # the tile widths BN, widest first
+# Input stages per tile width, as many as fit beside the 32 KB of two output stages in the 227 KB of shared
+# memory (a stage holds A's 128 x 64 slice, 16 KB, and B's 64 x BN one): 4 x 48 KB, 6 x 32 KB, 8 x 24 KB
+# (8 is also the template's most).
+STAGES = {256: 4, 128: 6, 64: 8}
 EPILOGUES = ("tma", "registers")
 SPLITS = (None, "ordered", "atomic")
 
@@ -85,7 +91,7 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
                     stages: int | None = None, output_stages: int = 2):
     """The GEMM kernel for one combination: `dtype` of A and B (bf16/fp16), `out` dtype of C, B given as
     (N, K) tiles when `b_transposed`, the `bias` vector's dtype (None: no bias), a runtime `scale`, an
-    `activation` from ACTIVATIONS, the tile width `bn` (256 or 128), and
+    `activation` from ACTIVATIONS, the tile width `bn` (one of WIDTHS: 256, 128 or 64), and
     - epilogue "tma" (the LCSF template: the consumers copy their accumulators to shared output stages in
       128-byte-wide column pieces and go on with the next tile while a storer warp TMA-stores them; TMA
       clips the edge tiles) or "registers" (the LCF template: masked stores straight from the registers);
@@ -99,6 +105,8 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or None, got {activation!r}")
     if epilogue not in EPILOGUES or split not in SPLITS:
         raise ValueError(f"epilogue must be one of {EPILOGUES} and split one of {SPLITS}; got {epilogue!r}, {split!r}")
+    if bn not in WIDTHS:
+        raise ValueError(f"bn must be one of {WIDTHS}, got {bn!r}")
     if split and (out != f32 or bias is not None or scale or activation or epilogue != "tma"):
         raise ValueError("a split-K kernel writes fp32 partial sums through TMA; the epilogue comes after the reduction")
     stages = stages or STAGES[bn]
@@ -108,7 +116,9 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
             scale and "scale", activation, f"n{bn}", epilogue == "registers" and "regstore", split and f"splitk_{split}",
             stages != STAGES[bn] and f"{stages}stages", output_stages != 2 and f"{output_stages}out"]
     name = "matmul" if plain else "matmul_" + "_".join(t for t in tags if t)
-    piece_cols = 128 // out.nbytes           # columns of C per output piece: one 128-byte swizzle panel
+    # Columns of C per output piece: one 128-byte swizzle panel (64 of bf16/fp16, 32 of fp32), or the whole
+    # tile if narrower; a 64-wide tile is one piece in bf16/fp16, two in fp32.
+    piece_cols = min(128 // out.nbytes, bn)
     pieces = bn // piece_cols
 
     class Product:
@@ -258,8 +268,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     multiple of 8 elements): an operand that is not is first copied into a padded buffer (one extra
     read and write of it), and so is C (computed into a padded buffer, then copied into place).
     `cluster=2`: the 2-block multicast variant (plain bf16 only; M must span an even number of 128-row
-    tiles). `block_n`: force the tile width (256 or 128; default: 128 when 256-wide tiles would leave
-    more than half of the SMs idle).
+    tiles). `block_n`: force the tile width (256, 128 or 64; default: `_block_n`, the widest unless a
+    narrower one keeps clearly more SMs busy).
 
     Split-K (kernels/gemm_splitk.py): when the output has few tiles next to the SMs (e.g. M = 128 against
     an 8192 x 8192 weight), S tasks share each tile's K steps and write fp32 partial sums that a second
@@ -305,8 +315,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
             raise ValueError("cluster=2 is the plain bf16 (M, K) @ (K, N) -> bf16 product only")
     elif cluster != 1:
         raise ValueError(f"cluster must be 1 or 2, got {cluster}")
-    if block_n not in (None, 128, 256):
-        raise ValueError(f"block_n must be 128 or 256, got {block_n}")
+    if block_n is not None and block_n not in WIDTHS:
+        raise ValueError(f"block_n must be 256, 128 or 64, got {block_n}")
     if split_k is not None and not (isinstance(split_k, int) and split_k >= 1):
         raise ValueError(f"split_k must be None or a positive int, got {split_k!r}")
     if cluster == 2 and split_k not in (None, 1):
@@ -376,13 +386,22 @@ def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:
 
 
 def _block_n(m: int, n: int, a: torch.Tensor) -> int:
-    """256-wide tiles, unless 128-wide ones keep clearly more SMs busy (small M or N)."""
+    """The tile width: 256, unless a narrower one keeps clearly more SMs busy (small M or N). Busy is the
+    fraction of the SMs' slots over all waves that hold a task (1 - the idle fraction); a narrower width
+    wins only with over 1/0.9 times the busy fraction of the best wider one (narrower tiles move more
+    bytes per flop). E.g. on 132 SMs 1024 x 1024
+    makes 32 tiles of 256 columns (24% busy), 64 of 128 (48%), 128 of 64 (97%): 64; 4096 x 4096 makes
+    512 of 256 (97% over 4 waves): 256."""
     sms = multiprocessors(a)
 
-    def busy(bn):                    # fraction of the SMs' slots over all waves that hold a task
+    def busy(bn):
         tasks = cdiv(m, BM) * cdiv(n, bn)
         return tasks / (cdiv(tasks, sms) * sms)
-    return 128 if busy(128) * 0.9 > busy(256) else 256
+    best = WIDTHS[0]
+    for bn in WIDTHS[1:]:
+        if busy(bn) * 0.9 > busy(best):
+            best = bn
+    return best
 
 
 def _tma_ready(x: torch.Tensor, copy: bool = True):

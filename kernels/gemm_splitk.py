@@ -1,7 +1,8 @@
 """Split-K for kernels/gemm.py's matmul: products with few output tiles next to the SMs.
 
-M = 128 against an 8192 x 8192 weight has 32 tiles of 128 x 256 (64 of 128 x 128) for 132 SMs, so
-most of the GPU would idle. With split-K each tile's K steps are shared by S tasks (the template's
+M = 128 against a 4096 x 8192 weight has 16 tiles of 128 x 256 (64 of 128 x 64) for 132 SMs, so
+much of the GPU would idle. (Against an 8192 x 8192 one, 128 tiles of 128 x 64 keep the SMs busy
+without splitting.) With split-K each tile's K steps are shared by S tasks (the template's
 `schedule.SplitK`), which write fp32 partial sums through TMA into a workspace; a second kernel
 (`reduce_kernel`) sums the partials and applies the epilogue (scale, bias, activation, the output dtype).
 
@@ -13,9 +14,9 @@ Determinism:
   with TMA reductions (`tk.tma.store_add_async`, fp32 adds in L2): S times less workspace traffic, but
   the order of the additions, and so the last bits, vary from run to run.
 
-`plan` picks the tile width and S from a cost model of the product (waves of 128 x BN x 64 steps over
-the SMs) plus the workspace traffic and the second launch, and splits only when that is clearly
-faster; shapes with enough tiles for half the SMs are never split.
+`plan` picks the tile width (256, 128 or 64) and S from a cost model of the product (waves of
+128 x BN x 64 steps over the SMs) plus the workspace traffic and the second launch, and splits only
+when that is clearly faster; shapes with enough tiles for half the SMs are never split.
 """
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ import tkpy as tk
 from tkpy import f32
 from tkpy.templates.common import Namespace
 
-from .gemm import BK, BM, _apply_epilogue, _load_bias, cdiv
+from .gemm import BK, BM, WIDTHS, _apply_epilogue, _load_bias, cdiv
 
-STEP_US = {256: 0.62, 128: 0.33}   # one SM's 128 x BN x 64 step at about 860 TFLOP/s over 132 SMs
+# One SM's 128 x BN x 64 step: at about 860 TFLOP/s over 132 SMs for BN = 256 and 128; a 64-wide step (24 KB
+# of inputs for 1 MFLOP, three times a 256-wide one's bytes per flop) estimated bound by L2 bandwidth.
+STEP_US = {256: 0.62, 128: 0.33, 64: 0.25}
 WORKSPACE_BYTES_PER_US = 6e6        # partial sums written and read back, mostly in L2
 SECOND_LAUNCH_US = 4.0              # the reduction kernel's launch, ramp-up and tail
 # Split only if the model says it takes at most this fraction of the time. 0: never split on our own.
@@ -62,7 +65,7 @@ def plan(m: int, n: int, k: int, sms: int, block_n: int, block_n_forced: bool = 
     steps = cdiv(k, BK)
     unsplit = model_us(m, n, k, block_n, 1, sms)
     best = (unsplit * gain, block_n, 1)
-    for bn in (block_n,) if block_n_forced else (256, 128):
+    for bn in (block_n,) if block_n_forced else WIDTHS:
         if cdiv(m, BM) * cdiv(n, bn) * 2 > sms:          # half the SMs have a tile already
             continue
         for splits in range(2, min(MAX_SPLITS, steps // MIN_STEPS) + 1):

@@ -1,6 +1,6 @@
 """kernels/gemm.py's matmul on the GPU against float64 torch: many shapes (tile multiples, odd sizes, M = 1,
-K = 16, 1000x3000x700), both B layouts, bf16/fp16 inputs, bf16/fp16/fp32 outputs, fused epilogues, both
-tile widths; outputs poisoned with NaN, and a window of a larger buffer to check that edge tiles write
+K = 16, 1000x3000x700), both B layouts, bf16/fp16 inputs, bf16/fp16/fp32 outputs, fused epilogues, every
+tile width (256, 128, 64); outputs poisoned with NaN, and a window of a larger buffer to check that edge tiles write
 nothing outside it (skipped without a GPU)."""
 import pytest
 import torch
@@ -65,15 +65,43 @@ def test_epilogues_of_few_rows(m, n, k, activation, scale):
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[F32]
 
 
-@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("block_n", [64, 128, 256])
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 1024), (300, 520, 96), (1000, 3000, 700)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
-def test_both_tile_widths(block_n, m, n, k, transposed):
+def test_every_tile_width(block_n, m, n, k, transposed):
     from kernels.gemm import matmul
     a, b = operands(m, n, k, BF16, transposed)
     v = rand(n, dtype=F32)
     c = matmul(a, b, out=poisoned(m, n, dtype=F32), bias=v, activation="gelu", scale=0.02, block_n=block_n)
     assert rel_err(c, reference(a, b, v, "gelu", 0.02)) < TOL[F32]
+
+
+WIDE64_SHAPES = [(1000, 3000, 700), (1, 1000, 4096), (640, 768, 16), (257, 129, 65), (1024, 1024, 1024),
+                 (128, 8192, 512)]
+
+
+@pytest.mark.parametrize("out", [BF16, FP16, F32], ids=["bf16", "fp16", "f32"])
+@pytest.mark.parametrize("m,n,k", WIDE64_SHAPES)
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+def test_64_wide_tiles(out, m, n, k, transposed):
+    """128 x 64 tiles in every output dtype (one piece per tile in bf16/fp16, two 32-column pieces in fp32)
+    at odd shapes: ragged edges, M = 1, K = 16, more tasks than SMs (1000 x 3000: 376 tiles)."""
+    from kernels.gemm import matmul
+    dtype = FP16 if out == FP16 else BF16
+    a, b = operands(m, n, k, dtype, transposed)
+    c = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=64)
+    assert rel_err(c, reference(a, b)) < TOL[out]
+
+
+@pytest.mark.parametrize("out,bias,activation,scale", EPILOGUES)
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+def test_64_wide_tiles_with_epilogues(out, bias, activation, scale, transposed):
+    from kernels.gemm import matmul
+    dtype = FP16 if out == FP16 else BF16
+    a, b = operands(1000, 3000, 700, dtype, transposed)
+    v = None if bias is None else rand(3000, dtype=bias)
+    c = matmul(a, b, out=poisoned(1000, 3000, dtype=out), bias=v, activation=activation, scale=scale, block_n=64)
+    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
 
 
 def test_stores_stay_inside_the_output_view():
@@ -115,16 +143,22 @@ SPLIT_CASES = [  # m, n, k, split_k (None: matmul's choice), deterministic, B tr
     (128, 8192, 8192, 4, False, False, FP16, FP16, None, 0.5),
     (64, 200, 128, 6, True, True, BF16, None, None, None),          # more splits than K steps
 ]
+SPLIT_CASES_64 = [  # the same with 64-wide tiles forced (the partials in two 32-column fp32 pieces per tile)
+    (128, 4096, 8192, 2, True, True, BF16, None, None, None),
+    (1000, 3000, 700, 3, False, False, F32, F32, "gelu", 0.02),
+    (1, 1000, 4096, 4, True, False, FP16, BF16, "silu", None),
+]
 
 
-@pytest.mark.parametrize("m,n,k,split_k,deterministic,transposed,out,bias,activation,scale", SPLIT_CASES)
-def test_split_k(m, n, k, split_k, deterministic, transposed, out, bias, activation, scale):
+@pytest.mark.parametrize("m,n,k,split_k,deterministic,transposed,out,bias,activation,scale,block_n",
+                         [c + (None,) for c in SPLIT_CASES] + [c + (64,) for c in SPLIT_CASES_64])
+def test_split_k(m, n, k, split_k, deterministic, transposed, out, bias, activation, scale, block_n):
     from kernels.gemm import matmul
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(m, n, k, dtype, transposed)
     v = None if bias is None else rand(n, dtype=bias)
     c = matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale, split_k=split_k,
-               deterministic=deterministic)
+               deterministic=deterministic, block_n=block_n)
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
 
 
@@ -137,7 +171,7 @@ def test_split_k_ordered_gives_the_same_bits_every_run():
     assert rel_err(matmul(a, b, out_dtype=F32, split_k=4, deterministic=False), first) < 1e-6
 
 
-@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("block_n", [64, 128, 256])
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
 def test_register_store_epilogue(block_n, transposed):
     """The LCF variant (masked stores from registers) kept for comparison with the TMA epilogue."""

@@ -1,6 +1,6 @@
 """kernels/gemm.py's matmul on the CPU interpreter (no GPU): every class of combination (bf16/fp16 inputs,
-B row-major or transposed, bf16/fp16/fp32 output, bias/scale/activation epilogues, 128- and 256-wide
-tiles) at small odd shapes against float64 torch, the host-side padding of operands TMA cannot read in
+B row-major or transposed, bf16/fp16/fp32 output, bias/scale/activation epilogues, 64-, 128- and
+256-wide tiles) at small odd shapes against float64 torch, the host-side padding of operands TMA cannot read in
 place, masked stores at the edges, degenerate shapes and argument errors; and (NVRTC + nvdisasm, no GPU)
 that the heaviest epilogues compile to HGMMA without register spills."""
 from __future__ import annotations
@@ -66,11 +66,11 @@ def test_output_dtypes_and_epilogues(out, bias, activation, scale, transposed):
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
 
 
-@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("block_n", [64, 128, 256])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_both_tile_widths_with_several_tasks_per_block(block_n, transposed):
-    """Two persistent blocks for 6 or 12 tiles: each runs several tasks (the accumulator and the bias are
-    reset and reloaded per task)."""
+def test_every_tile_width_with_several_tasks_per_block(block_n, transposed):
+    """Two persistent blocks for 6, 12 or 27 tiles: each runs several tasks (the accumulator and the bias
+    are reset and reloaded per task)."""
     a, b = operands(300, 520, 96, BF16, transposed)
     v, c = rand(520, dtype=F32), poisoned(300, 520, dtype=F32)
     template = gemm.matmul_template(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n)
@@ -95,11 +95,36 @@ def test_the_heaviest_epilogues_compile_to_hgmma_without_spills(variant, hgmma):
     assert re.search(hgmma, template.kernel.sass(*args))
 
 
-def test_the_tile_width_follows_the_number_of_tasks():
-    a = torch.empty(128, 64)
-    assert gemm._block_n(128, 8192, a) == 128                # 32 tasks of 256 columns on 132 SMs
-    assert gemm._block_n(4096, 4096, a) == 256
-    assert gemm._block_n(2048, 2048, a) == 256              # 128 tasks: one wave either way
+@pytest.mark.parametrize("out,bias,activation,scale", [
+    (BF16, None, None, None), (FP16, FP16, "silu", 0.25), (F32, None, None, None), (F32, F32, "gelu", 0.1),
+    (BF16, F32, "relu", -0.5)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_64_wide_tiles(out, bias, activation, scale, transposed):
+    """128 x 64 tiles at an odd shape (a ragged last row and column of tiles, a K tail): one output piece
+    per tile in bf16/fp16, two 32-column pieces in fp32, with and without the fused epilogue."""
+    dtype = FP16 if out == FP16 else BF16
+    m, n, k = 130, 200, 90
+    a, b = operands(m, n, k, dtype, transposed)
+    v = None if bias is None else rand(n, dtype=bias)
+    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale, block_n=64)
+    assert c.dtype == out
+    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
+
+
+@pytest.mark.parametrize("m,n,block_n", [
+    (1024, 1024, 64),     # 32 tasks of 256 columns on 132 SMs, 64 of 128, 128 of 64
+    (128, 8192, 64),      # the same counts
+    (256, 4096, 64),
+    (1, 4096, 64),        # 16, 32 or 64 tasks: as many SMs busy as can be
+    (4096, 4096, 256),    # 512 tasks: 4 full waves
+    (2048, 2048, 256),    # 128 tasks: one wave
+    (8192, 8192, 256),
+    (128, 28672, 256),    # 112 tasks of 256 columns: 85% busy, as with 128 or 64
+    (2048, 8192, 256),
+    (384, 4096, 128),     # 48 tasks of 256 (36% busy), 96 of 128 (73%), 192 of 64 (73% over 2 waves)
+])
+def test_the_tile_width_follows_the_number_of_tasks(m, n, block_n):
+    assert gemm._block_n(m, n, torch.empty(0)) == block_n
 
 
 def test_stores_stay_inside_the_output_view():
@@ -149,7 +174,7 @@ def test_empty_shapes():
     (dict(out=torch.empty(32, 16, dtype=BF16), out_dtype=F32), r"out must be a \(32, 16\) torch.float32"),
     (dict(out_dtype=torch.float64), "bf16, fp16 or fp32"),
     (dict(cluster=2, activation="relu"), "cluster=2 is the plain bf16"),
-    (dict(block_n=64), "block_n must be 128 or 256"),
+    (dict(block_n=96), "block_n must be 256, 128 or 64"),
 ])
 def test_argument_errors(kwargs, match):
     args = dict(a=rand(32, 64, dtype=BF16), b=rand(64, 16, dtype=BF16)) | kwargs
