@@ -332,6 +332,48 @@ def test_map(dt, layout):
     map_case(dt, layout).run()
 
 
+@functools.cache
+def map_broadcast_kernel(dt, layout, rows, cols):
+    @tk.kernel(warps=2, name=f"map_broadcast_{dt}_{layout}_{rows}x{cols}")
+    def k(x: tk.gl[DT[dt], "R", cols], r: tk.gl[f32, "T", rows], c: tk.gl[DT[dt], "T", cols],
+          y: tk.gl[DT[dt], 2, "R", cols], s: float):
+        t, out = tk.rt(DT[dt], rows, cols, layout), tk.rt(DT[dt], rows, cols, layout)
+        per_row, per_col = tk.col_vec(t, f32), tk.row_vec(t)      # one value per row (fp32) / per column
+        tile = tk.block_idx.x * 2 + tk.warp_id()
+        tk.load(t, x, (tile, 0))
+        tk.load(per_row, r, (tile, 0))
+        tk.load(per_col, c, (tile, 0))
+        tk.map(out, lambda v, m: tk.exp2(v * s - m), t, per_row)            # the attention softmax's form
+        tk.store(y, out, (0, tile, 0))
+        tk.map(out, lambda v, m, n: (v - n) * m + n, t, per_row, per_col)
+        tk.store(y, out, (1, tile, 0))
+    return k
+
+
+# square tiles too: there only the vectors' layouts tell per-row from per-column
+MAP_BROADCAST_PARAMS = [(d, l, r, c) for d in ("f32", "bf16") for l in ("row", "col") for r, c in ((32, 32), (16, 48))]
+
+
+def map_broadcast_case(dt, layout, rows, cols, device="cuda") -> Case:
+    x = rand(2 * 2 * rows, cols, dtype=TORCH[dt], device=device)
+    r = rand(2 * 2, rows, dtype=torch.float32, device=device)
+    c = rand(2 * 2, cols, dtype=TORCH[dt], device=device)
+    y = poisoned(2, *x.shape, dtype=TORCH[dt], device=device)
+    s = 0.75
+
+    def check():
+        xt = x.double().view(-1, rows, cols)
+        m, n = r.double()[:, :, None], c.double()[:, None, :]
+        assert rel_err(y[0].view_as(xt), torch.exp2(xt * s - m)) < tol(dt), "per-row vector"
+        assert rel_err(y[1].view_as(xt), (xt - n) * m + n) < tol(dt), "per-row and per-column vectors"
+    return Case(map_broadcast_kernel(dt, layout, rows, cols), (2,), (x, r, c, y, s), check)
+
+
+@pytest.mark.parametrize("dt,layout,rows,cols", MAP_BROADCAST_PARAMS)
+def test_map_broadcasts_vectors(dt, layout, rows, cols):
+    map_broadcast_case(dt, layout, rows, cols).run()
+
+
 # -- operators producing temporaries, vector broadcasts --------------------------------------------------
 OPERATOR_RESULTS = 8
 
@@ -546,5 +588,6 @@ def test_mma_variants(name, dt, m, n, k):
 # Every case above, for tests/test_warp_ops_cpu.py: (builder, parameter lists).
 ALL_CASES = [(swap_case, SWAP_PARAMS), (transpose_case, TRANSPOSE_PARAMS), (vector_layout_case, VECTOR_PARAMS),
              (shared_vector_case, SHARED_VECTOR_PARAMS), (subtile_case, SUBTILE_PARAMS), (mask_case, MASK_PARAMS),
-             (map_case, MAP_PARAMS), (operators_case, [("row",), ("col",)]), (masked_case, MASKED_PARAMS),
+             (map_case, MAP_PARAMS), (map_broadcast_case, MAP_BROADCAST_PARAMS),
+             (operators_case, [("row",), ("col",)]), (masked_case, MASKED_PARAMS),
              (async_case, ASYNC_PARAMS), (mma_variant_case, MMA_PARAMS)]

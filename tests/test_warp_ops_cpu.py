@@ -184,6 +184,54 @@ def test_map_lambdas_evaluate_in_the_order_written(fn, cpp):
     assert f"tk::map(a, [](float x0, float x1) {{ return {cpp}; }}, a, b);" in k.source(torch.empty(32, 16))
 
 
+def test_map_broadcasts_vectors_per_row_and_per_column():
+    """A vector source of a tile map is wrapped as tk::per_row / tk::per_col by its layout, also on a square
+    tile (row layout: col_vec is ortho, row_vec align; col layout the other way round)."""
+    for layout, (per_row, per_col) in (("row", ("ortho", "align")), ("col", ("align", "ortho"))):
+        @tk.kernel(warps=1)
+        def k(x: tk.gl[f32, "R", 32], s: float):
+            t = tk.rt(f32, 32, 32, layout)
+            m, c = tk.rv(f32, 32, per_row), tk.rv(f32, 32, per_col)
+            tk.load(t, x, (0, 0))
+            tk.load(m, x, (0, 0))
+            tk.load(c, x, (1, 0))
+            tk.map(t, lambda a, b: tk.exp2(a * s - b), t, m)
+            tk.map(t, lambda a, b, d: a * b + d, t, c, t)
+            tk.store(x, t, (0, 0))
+        src = k.source(torch.empty(32, 32), 1.0)
+        assert "tk::map(t, [=](float x0, float x1) { return tk::op_exp2{}(x0 * s - x1); }, t, tk::per_row(m));" in src
+        assert "tk::map(t, [](float x0, float x1, float x2) { return x0 * x1 + x2; }, t, tk::per_col(c), t);" in src
+
+
+def _fp_instructions(sass: str) -> dict:
+    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)(?:\.[A-Z0-9_.]+)?", sass, re.M)
+    mufu = re.findall(r"\bMUFU\.(\w+)", sass)
+    return {name: ops.count(name) for name in ("FMUL", "FADD", "FFMA", "FSETP", "FSEL")} | \
+        {f"MUFU.{f}": mufu.count(f) for f in set(mufu)}
+
+
+def test_exp2_and_exp_are_one_mufu_ex2_without_range_fixups():
+    """tk.exp2 is ex2.approx.ftz: a single MUFU.EX2 per element, none of exp2f's compare-select fix-up;
+    tk.exp adds one multiply by log2(e); in a map, `s * scale - m` with a per-row m is one FFMA."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16], s: float):
+        a, b, c = tk.rt(f32, 16, 16), tk.rt(f32, 16, 16), tk.rt(f32, 16, 16)
+        m = tk.col_vec(a)
+        tk.load(a, x, (0, 0))
+        tk.load(b, x, (1, 0))
+        tk.load(c, x, (2, 0))
+        tk.load(m, x, (3, 0))
+        tk.exp2(a, a)
+        tk.exp(b, b)
+        tk.map(c, lambda v, mx: tk.exp2(v * s - mx), c, m)
+        tk.store(x, a, (0, 0))
+        tk.store(x, b, (1, 0))
+        tk.store(x, c, (2, 0))
+    n = 16 * 16 // 32                                   # elements per lane per tile
+    counts = _fp_instructions(k.sass(torch.empty(64, 16), 0.5))
+    assert counts == {"FMUL": n, "FADD": 0, "FFMA": n, "FSETP": 0, "FSEL": 0, "MUFU.EX2": 3 * n}, counts
+
+
 def test_sass_uses_movmatrix_cp_async_and_no_local_memory():
     sass = tour.sass(*TOUR_ARGS)
     assert "MOVM.16.MT88" in sass                   # 16-bit swap_layout
@@ -256,6 +304,12 @@ def _kernel(body):
     (lambda x: tk.load_async_wait(-1), "non-negative"),
     (lambda x: tk.copy(tk.rv(f32, 16), tk.rt(f32, 16, 16)), "not the same kind of operand"),
     (lambda x: tk.broadcast_col(tk.rt(f32, 16, 32), tk.rv(f32, 16, "ortho")), "one value per column"),
+    (lambda x: tk.map(tk.rt(f32, 16, 32), lambda a, v: a - v, tk.rt(f32, 16, 32), tk.rv(f32, 32, "ortho")),
+     r"map source 1: .* neither one value per row .*expected rv<16, ortho>: tk.col_vec.*expected rv<32, align>"),
+    (lambda x: tk.map(tk.rt(f32, 32, 32, "col"), lambda a, v: a - v, tk.rt(f32, 32, 32, "col"), tk.rv(f32, 32, "naive")),
+     r"neither one value per row .*rv<32, align>: tk.col_vec.*rv<32, ortho>: tk.row_vec"),
+    (lambda x: tk.map(tk.rv(f32, 16), lambda v, a: v + a, tk.rv(f32, 16), tk.rt(f32, 16, 16)),
+     "not the same kind of operand"),
 ])
 def test_trace_time_errors(body, match):
     k = _kernel(body)

@@ -4,6 +4,7 @@ tile copies' generators (ops_warp.py): a vector lies along one row."""
 from __future__ import annotations
 
 from ..ir.expr import render
+from ..tiles.types import RT, RV
 from .emit import emits, float_operand, gl_view, operand, scope_threads, tile_coord
 
 CPP_INFIX = {"add": "+", "sub": "-", "mul": "*"}  # division goes through op_div (__fdividef), as tk::div
@@ -30,7 +31,14 @@ def emit_map(em, op):
                      lambda name, texts: f"tk::op_{name}{{}}({', '.join(texts)})", CPP_INFIX)
     capture = "[=]" if fn.scalars() else "[]"
     params = ", ".join(f"float x{i}" for i in range(len(srcs)))
-    yield f"tk::map({dst.name}, {capture}({params}) {{ return {body}; }}, {', '.join(s.name for s in srcs)});"
+    yield f"tk::map({dst.name}, {capture}({params}) {{ return {body}; }}, {', '.join(map_source(dst, s) for s in srcs)});"
+
+
+def map_source(dst, src) -> str:
+    """A tk::map operand: a vector operand of a tile map is wrapped to say its broadcast (per_row / per_col)."""
+    if isinstance(dst.type, RT) and isinstance(src.type, RV):
+        return f"tk::per_{dst.type.broadcast_axis(src.type)}({src.name})"
+    return src.name
 
 
 @emits("load_async")

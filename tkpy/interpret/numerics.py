@@ -53,11 +53,26 @@ def to_f32(v: float) -> float:
     return float(np.float32(v))
 
 
+TINY = np.float32(2.0 ** -126)            # the smallest normal float32
+
+
+def flush(x: np.ndarray) -> np.ndarray:
+    """Subnormal values flushed to (signed) zero, as the .ftz instructions do."""
+    return np.where(np.abs(x) < TINY, np.copysign(np.float32(0), x), x).astype(np.float32, copy=False)
+
+
+def exp2_ftz(x: np.ndarray) -> np.ndarray:
+    """exp2 as ex2.approx.ftz.f32 (the prelude's op_exp2): subnormal inputs read as zero, results below
+    2^-126 are zero."""
+    return flush(np.exp2(flush(np.asarray(x, np.float32))))
+
+
 # fp32 elementwise functions, as the prelude's op_* functors compute them. fmaxf/fminf ignore a NaN
-# operand (np.fmax/np.fmin), unlike np.maximum. __expf and __fdividef are approximations on the GPU;
-# the exact fp32 results here differ from them by a few ulp.
+# operand (np.fmax/np.fmin), unlike np.maximum. exp2 and exp (exp2 of x * log2 e) are ex2.approx.ftz on
+# the GPU and __fdividef, __logf and __log2f approximations: the exact fp32 results here differ from them
+# by a few ulp, but flush to zero where the GPU does.
 UNARY = {
-    "copy": lambda x: x, "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "log": np.log,
+    "copy": lambda x: x, "neg": np.negative, "exp": lambda x: flush(np.exp(x)), "exp2": exp2_ftz, "log": np.log,
     "log2": np.log2, "abs": np.abs, "relu": lambda x: np.fmax(x, np.float32(0)),
 }
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tiles.types import RT, RV
 from .numerics import BINARY, UNARY, to_f32
 from .registry import lookup, semantics
 
@@ -41,9 +42,11 @@ def mask(warp, op):
 
 @semantics("map", attrs=("fn",))
 def map_(warp, op):
-    """The map expression evaluated on fp32 arrays, one numpy call per node, as the lambda computes."""
+    """The map expression evaluated on fp32 arrays, one numpy call per node, as the lambda computes. A
+    vector source of a tile map is broadcast along rows (one value per row) or columns."""
     dst, *srcs = op.args
-    values = [warp.read(s) for s in srcs]
+    shape = (dst.type.rows, dst.type.cols) if isinstance(dst.type, RT) else (dst.type.length,)
+    values = [_map_source(warp, dst, s) for s in srcs]
 
     def evaluate(e):
         if e.fn == "arg":
@@ -55,7 +58,14 @@ def map_(warp, op):
 
     with np.errstate(all="ignore"):         # inf and NaN propagate as on the GPU
         out = evaluate(op.attrs["fn"])
-    warp.write(dst, np.broadcast_to(out, values[0].shape))
+    warp.write(dst, np.broadcast_to(out, shape))
+
+
+def _map_source(warp, dst, src):
+    v = warp.read(src)
+    if isinstance(dst.type, RT) and isinstance(src.type, RV):
+        return v[:, None] if dst.type.broadcast_axis(src.type) == "row" else v[None, :]
+    return v
 
 
 @semantics("broadcast_row", "broadcast_col")

@@ -96,4 +96,9 @@ def _binary(fn: str):
 
 
 exp, exp2, log, log2, abs, relu, neg = (_unary(f) for f in ("exp", "exp2", "log", "log2", "abs", "relu", "neg"))
+exp2.__doc__ += ("\n\nOn the GPU one MUFU.EX2 per element (PTX ex2.approx.ftz.f32): at most 2 ulp from the exact "
+                 "result, as exp2f, but subnormal inputs read as zero and results below 2^-126 flush to zero "
+                 "(exp2(-inf) = 0, exp2(x) for x < -126 is 0); the CPU interpreter flushes likewise.")
+exp.__doc__ += ("\n\nComputed as exp2(x * log2(e)) with the fast exp2 (see tk.exp2), as __expf: a few ulp for "
+                "moderate x, the error growing with |x|; results below 2^-126 flush to zero.")
 add, sub, mul, div, max, min = (_binary(f) for f in BINARY_FNS)

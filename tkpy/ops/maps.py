@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import TraceError
 from ..ir.core import Var
 from ..ir.expr import Const, Sym, as_expr, render
+from ..tiles.types import RT, RV
 from ._checks import describe, emit, fail, register_tile, register_vector
 from .elementwise import compatible, register_operand
 from .reduce import vector_for
@@ -96,19 +97,37 @@ def map(dst, fn, *srcs):  # noqa: A001 - tk.map, as ThunderKittens' map
     """dst = fn(*srcs) elementwise, fn a Python function of the operands' elements (traced once on
     placeholders: + - * /, tk.exp/exp2/log/log2/abs/relu/neg/max/min and scalars), computed in fp32.
 
-        tk.map(y, lambda x, m: tk.exp2((x - m) * scale), s, mx)
+        tk.map(p, lambda s, m: tk.exp2(s * scale - m), s, row_shift)
 
-    The sources are tiles (or vectors) of dst's shape and layout; dtypes may differ."""
+    The sources are tiles (or vectors) of dst's shape and layout; dtypes may differ. A source of a
+    tile map may also be a vector, broadcast as sub_row / sub_col do: one of type tk.col_vec(dst) (one
+    value per row, applied along each row: `row_shift` above) or tk.row_vec(dst) (one per column).
+    The vector layouts tell the two apart, also for square tiles. On the GPU the function is one
+    inlined lambda, so `s * scale - m` compiles to a single FFMA."""
     d = register_operand(dst, "map destination")
     if not srcs:
         fail("map: give at least one source tile or vector after the function")
     sources = [register_operand(s, f"map source {i}") for i, s in enumerate(srcs)]
-    for s in sources:
-        compatible(d, s, "map")
+    for i, s in enumerate(sources):
+        if isinstance(d.type, RT) and isinstance(s.type, RV):
+            broadcast_operand(d, s, f"map source {i}")
+        else:
+            compatible(d, s, "map")
     if not callable(fn):
         fail(f"map: the second argument is the function to apply, got {describe(fn)}")
     body = lift(fn(*(MapExpr("arg", (i,)) for i in range(len(sources)))))
     return emit("map", d, *sources, fn=body)
+
+
+def broadcast_operand(tile, vec, what: str) -> str:
+    """The axis ('row' / 'col') along which vector `vec`, an operand of a map onto `tile`, is broadcast."""
+    t = tile.type
+    axis = t.broadcast_axis(vec.type)
+    if axis is None:
+        fail(f"{what}: {describe(vec)} is neither one value per row of {describe(tile)} (expected "
+             f"rv<{t.rows}, {t.col_vec().layout}>: tk.col_vec) nor one per column (expected rv<{t.cols}, "
+             f"{t.row_vec().layout}>: tk.row_vec); convert it with tk.copy")
+    return axis
 
 
 def _broadcast_vector(axis: str):

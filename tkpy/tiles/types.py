@@ -62,6 +62,15 @@ class RT:
         """Type of a vector with one value per column (what col_max produces)."""
         return RV(dtype or self.dtype, self.cols, layouts.reduction_vector_layout(self.layout, "col"))
 
+    def broadcast_axis(self, vec: "RV") -> str | None:
+        """'row' if vector type `vec` holds one value per row of this tile (col_vec's length and layout),
+        'col' if one per column (row_vec's), else None. The two layouts differ (ortho / align), so this
+        is unambiguous for square tiles too."""
+        for axis, want in (("row", self.col_vec()), ("col", self.row_vec())):
+            if (vec.length, vec.layout) == (want.length, want.layout):
+                return axis
+        return None
+
     def with_(self, **changes) -> "RT":
         fields = dict(dtype=self.dtype, rows=self.rows, cols=self.cols, layout=self.layout)
         fields.update(changes)

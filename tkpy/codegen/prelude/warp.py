@@ -324,8 +324,15 @@ _MAPS = r"""
 // Elementwise maps, computed in fp32 and rounded to the destination type.
 struct op_copy { __device__ __forceinline__ float operator()(float x) const { return x; } };
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
-struct op_exp  { __device__ __forceinline__ float operator()(float x) const { return __expf(x); } };
-struct op_exp2 { __device__ __forceinline__ float operator()(float x) const { return exp2f(x); } };
+// exp2: one MUFU.EX2 (ex2.approx.ftz: at most 2 ulp, as exp2f; subnormal inputs and results flush to
+// zero), without the range fix-up of the non-ftz ex2.approx that exp2f and __expf compile to (a compare
+// and two predicated multiplies or selects per element). exp(x) = exp2(x * log2 e), as __expf computes it.
+struct op_exp2 {
+    __device__ __forceinline__ float operator()(float x) const {
+        float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;
+    }
+};
+struct op_exp  { __device__ __forceinline__ float operator()(float x) const { return op_exp2{}(x * 1.4426950408889634f); } };
 struct op_log  { __device__ __forceinline__ float operator()(float x) const { return __logf(x); } };
 struct op_log2 { __device__ __forceinline__ float operator()(float x) const { return __log2f(x); } };
 struct op_abs  { __device__ __forceinline__ float operator()(float x) const { return fabsf(x); } };
@@ -458,6 +465,18 @@ __device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>
     }
 }
 
+// The values of a vector broadcast along rows (ROWS=true: one value per row) or columns of a tile that
+// meet register k of the tile's base tile (i, j): the vector's chunk is the base tile's row (i) or column
+// (j); an ortho vector holds the register's one row (column), an align vector its two columns (rows).
+template <bool ROWS, typename TV, int N, typename VL>
+__device__ __forceinline__ float2 broadcast_at(const rv<TV, N, VL>& vec, int i, int j, int k) {
+    const int o = ROWS ? i : j;
+    float2 v;
+    if constexpr (is_same<VL, ortho_l>::value) { v.x = v.y = to_float(vec.data[o][k & 1]); }
+    else { v.x = to_float(vec.data[o][2 * (k >> 1)]); v.y = to_float(vec.data[o][2 * (k >> 1) + 1]); }
+    return v;
+}
+
 // dst = f(src, vec) with vec broadcast along rows (ROWS=true: one value per row) or columns.
 template <bool ROWS, typename F, typename TD, typename TS, int H, int W, typename L, typename TV, int N, typename VL>
 __device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, const rv<TV, N, VL>& vec, F f) {
@@ -466,13 +485,9 @@ __device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, 
     #pragma unroll
     for (int j = 0; j < W; j++)
     #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int o = ROWS ? i : j;
-        float2 v;
-        if constexpr (is_same<VL, ortho_l>::value) { v.x = v.y = to_float(vec.data[o][k & 1]); }
-        else { v.x = to_float(vec.data[o][2 * (k >> 1)]); v.y = to_float(vec.data[o][2 * (k >> 1) + 1]); }
-        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(apply(f, to_float2(src.data[i][j][k]), v));
-    }
+    for (int k = 0; k < 4; k++)
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
+            apply(f, to_float2(src.data[i][j][k]), broadcast_at<ROWS>(vec, i, j, k)));
 }
 """
 

@@ -244,8 +244,21 @@ template <typename D, typename S> __device__ __forceinline__ void upper_fill(D& 
 
 _MAPS = r"""
 // ---- Generic maps (tk.map): dst = f(srcs...) elementwise, f a lambda on floats ----
-template <typename F, typename TD, int H, int W, typename L, typename... TS>
-__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, F f, const rt<TS, H, W, L>&... src) {
+// A vector operand of a tile map, broadcast along rows (per_row: one value per row, as sub_row) or columns.
+template <bool ROWS, typename V> struct broadcast_vec { const V& v; };
+template <typename V> __device__ __forceinline__ broadcast_vec<true, V> per_row(const V& v) { return {v}; }
+template <typename V> __device__ __forceinline__ broadcast_vec<false, V> per_col(const V& v) { return {v}; }
+// The pair of values an operand of a tile map gives register k of base tile (i, j).
+template <typename T, int H, int W, typename L>
+__device__ __forceinline__ float2 map_operand(const rt<T, H, W, L>& t, int i, int j, int k) { return to_float2(t.data[i][j][k]); }
+template <bool ROWS, typename V>
+__device__ __forceinline__ float2 map_operand(const broadcast_vec<ROWS, V>& b, int i, int j, int k) {
+    return broadcast_at<ROWS>(b.v, i, j, k);
+}
+// Operands: tiles of dst's shape and layout, and per_row / per_col vectors (the tracer checks the shapes).
+template <typename F, typename TD, int H, int W, typename L, typename... S>
+__device__ __forceinline__ auto map(rt<TD, H, W, L>& dst, F f, const S&... src)
+    -> decltype((map_operand(src, 0, 0, 0), ..., void())) {
     #pragma unroll
     for (int i = 0; i < H; i++)
     #pragma unroll
@@ -253,7 +266,7 @@ __device__ __forceinline__ void map(rt<TD, H, W, L>& dst, F f, const rt<TS, H, W
     #pragma unroll
     for (int k = 0; k < 4; k++)
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
-            make_float2(f(to_float2(src.data[i][j][k]).x...), f(to_float2(src.data[i][j][k]).y...)));
+            make_float2(f(map_operand(src, i, j, k).x...), f(map_operand(src, i, j, k).y...)));
 }
 template <typename F, typename TD, int N, typename L, typename... TS>
 __device__ __forceinline__ void map(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
