@@ -4,8 +4,12 @@ Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-seq
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
 tkpy's kernel at B16 H16 N4096, to pick the defaults from: consumer warpgroups taking turns (ping-pong)
-or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, and
-the configuration of RESULTS.md run 14 (lockstep, no overlap, 2 stages at D128 and 3 at D64).
+or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, the
+configuration of RESULTS.md run 14 (lockstep, no overlap, 2 stages at D128 and 3 at D64), and wider
+key/value tiles (kv 160 / 176 at D128 with 2 stages, 160 / 192 at D64).
+
+Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
+calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py   (table on stdout; $OUT/attention.json and
                                                           $OUT/attention.png when OUT is set)
@@ -21,33 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
-TARGET_MS = 300            # timed milliseconds per measurement (bounds the run at about a minute)
 PREVIOUS_STAGES = {64: 3, 128: 2}
-
-
-def median_ms(fn) -> float:
-    """Median milliseconds per call over CUDA-event-timed batches, after warm-up; a batch holds enough
-    calls to last about 1 ms, so that the host's per-call work overlaps the GPU's instead of being timed;
-    as many batches as fit in TARGET_MS (5 to 50)."""
-    import torch
-
-    def timed(calls: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / calls
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    calls = max(1, min(20, round(1.0 / timed(1))))
-    times = []
-    while len(times) < 5 or (len(times) < 50 and sum(times) * calls < TARGET_MS):
-        times.append(timed(calls))
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> list[dict]:
@@ -55,6 +33,7 @@ def main() -> list[dict]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from benchmarks.timing import median_ms
     from kernels.attention import attention
     rows = []
     for b, h, n, d, causal in CASES:
@@ -91,15 +70,21 @@ def main() -> list[dict]:
     return rows
 
 
-VARIANTS = {  # name -> (ping-pong, overlap, previous stage count)
-    "pp+overlap": (True, True, False), "pingpong": (True, False, False), "overlap": (False, True, False),
-    "lockstep": (False, False, False), "run 14": (False, False, True)}
+# Wider key/value tiles (fewer steps, each softmax longer): (stages, kv) per head dim. At D128 only 2 stages
+# of 160- or 176-row K and V fit in shared memory (kv=192 fits but spills registers); at D64 the 4 default.
+WIDE_KV = {"kv160": {128: (2, 160), 64: (None, 160)}, "kv176/192": {128: (2, 176), 64: (None, 192)}}
+VARIANTS = {  # name -> (ping-pong, overlap, {head dim: (stages, kv)}; None: CONFIGS' defaults)
+    "pp+overlap": (True, True, None), "pingpong": (True, False, None), "overlap": (False, True, None),
+    "lockstep": (False, False, None), "run 14": (False, False, {d: (s, None) for d, s in PREVIOUS_STAGES.items()}),
+    **{name: (True, True, config) for name, config in WIDE_KV.items()}}
 
 
 def variant_table() -> list[dict]:
-    """tkpy's kernel with and without ping-pong and intra-warpgroup overlap, and run 14's configuration."""
+    """tkpy's kernel with and without ping-pong and intra-warpgroup overlap, run 14's configuration, and
+    wider key/value tiles (WIDE_KV)."""
     import torch
 
+    from benchmarks.timing import median_ms
     from kernels import attention as att
     b, h, n = 16, 16, 4096
     rows = []
@@ -110,9 +95,9 @@ def variant_table() -> list[dict]:
             lse = torch.empty(b, h, n, dtype=torch.float32, device="cuda")
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
-            for name, (pingpong, overlap, previous) in VARIANTS.items():
-                stages = PREVIOUS_STAGES[d] if previous else None
-                fn = lambda: att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap)  # noqa: E731
+            for name, (pingpong, overlap, config) in VARIANTS.items():
+                stages, kv = (config or {}).get(d, (None, None))
+                fn = lambda: att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, kv)  # noqa: E731
                 row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o

@@ -5,11 +5,19 @@ Shapes: squares 1024..16384 (A @ B, both row-major); LLM-like projections, M tok
 16384} against 8192x8192 and 28672x8192 weights, both as x @ W.T (the nn.Linear layout, W (N, K)) and
 x @ W with W (K, N); one fused epilogue case against torch's unfused addmm + gelu. bf16 in and out,
 fp32 accumulation. The epilogue case compares with cuBLASLt's fused GELU epilogue
-(torch._addmm_activation) where torch has it, else with addmm + gelu. Each row also gives the relative difference between tkpy's and cuBLAS's outputs.
+(torch._addmm_activation) where torch has it, else with addmm + gelu. Each row also gives the tile
+width tkpy runs (BN) and the relative difference between tkpy's and cuBLAS's outputs.
 
-    PYTHONPATH=. python3 benchmarks/bench_gemm.py     (tables on stdout; $OUT/gemm.json and $OUT/gemm.png
-                                                        when OUT is set, else ./gemm.png; --no-variants
-                                                        skips the variant tables)
+Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): each measurement replays a
+graph of back-to-back calls, so short kernels (1024^3: about 7 us) are timed without the host's launch
+work, for tkpy and cuBLAS alike. Inputs are not rotated: every call reads the same tensors.
+
+Variant tables follow (--no-variants skips them): the epilogue variants, split-K, and the tile widths
+(64, 128 and 256 forced, side by side with cuBLAS and the width matmul picks).
+
+    PYTHONPATH=. python3 benchmarks/bench_gemm.py [--quick] [--no-variants]
+        tables on stdout; $OUT/gemm.json and $OUT/gemm.png when OUT is set, else ./gemm.png.
+        --quick: only the main table's shapes of fewer than 4096^3 multiply-adds, and the tile-width table
 """
 from __future__ import annotations
 
@@ -23,57 +31,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SQUARES = [1024, 2048, 4096, 8192, 16384]
 TOKENS = [128, 2048, 16384]
 WEIGHTS = [(8192, 8192), (28672, 8192)]          # (N, K): (out features, in features)
-TARGET_MS = 400                                  # timed time per measurement (bounds the run at ~1-2 min)
+QUICK_MACS = 4096 ** 3                            # --quick: the main table's cases below this many multiply-adds
 
 
-def median_ms(fn, reps: int = 50) -> float:
-    """Median of `reps` timed calls (CUDA events) after warm-up, rotating nothing: inputs stay in HBM
-    (each operand is larger than L2 at these sizes)."""
-    import torch
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def queued_median_ms(fn, reps: int = 50) -> float:
-    """Median GPU time of `reps` back-to-back calls, each between its own pair of CUDA events and with no
-    synchronisation in between, so each call's host-side launch work overlaps the previous call's kernel
-    (as in a model's forward pass) instead of being timed when the kernel is short."""
-    import torch
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(start.elapsed_time(end) for start, end in events)
-    return times[len(times) // 2]
-
-
-def cases() -> list[dict]:
+def cases(quick: bool = False) -> list[dict]:
     out = [dict(kind="square", m=s, n=s, k=s, layout="nn") for s in SQUARES]
     out += [dict(kind="llm", m=m, n=n, k=k, layout=layout) for m in TOKENS for n, k in WEIGHTS
             for layout in ("nt", "nn")]
     out.append(dict(kind="epilogue", m=4096, n=4096, k=4096, layout="nt", epilogue="bias+gelu"))
-    return out
+    return [c for c in out if c["m"] * c["n"] * c["k"] < QUICK_MACS] if quick else out
+
+
+def tile_width(m: int, n: int, k: int, a) -> tuple:
+    """(tile width, splits) that matmul runs for this shape by default."""
+    from kernels import gemm, gemm_splitk
+    from tkpy.templates.common import multiprocessors
+    return gemm_splitk.plan(m, n, k, multiprocessors(a), gemm._block_n(m, n, a))
 
 
 def measure(case: dict) -> dict:
     import torch
 
+    from benchmarks.timing import median_ms
     from kernels import gemm
     m, n, k, layout = case["m"], case["n"], case["k"], case["layout"]
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
@@ -106,11 +85,10 @@ def measure(case: dict) -> dict:
     expected = got.get("ref", ref)
     diff = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
     flops = 2 * m * n * k
-    estimate = flops / 600e12 * 1e3                  # ms at ~600 TFLOP/s
-    reps = max(10, min(50, int(TARGET_MS / max(estimate, 1e-3))))
-    t_ours, t_theirs = queued_median_ms(ours, reps), queued_median_ms(theirs, reps)
+    t_ours, t_theirs = median_ms(ours), median_ms(theirs)
+    block_n, splits = tile_width(m, n, k, a)
     row = dict(case, tkpy_tflops=flops / t_ours / 1e9, cublas_tflops=flops / t_theirs / 1e9, rel_diff=diff,
-               block_n=gemm._block_n(m, n, torch.empty(0, device="cuda")))
+               block_n=block_n, splits=splits, tkpy_us=t_ours * 1e3, cublas_us=t_theirs * 1e3)
     row["ratio"] = row["tkpy_tflops"] / row["cublas_tflops"]
     row["lcf_tflops"] = row["tkpy_tflops"]            # the name earlier runs used
     return row
@@ -156,7 +134,8 @@ def plot(rows: list[dict], path: Path) -> None:
 # Variants of the kernel, timed side by side on shapes where they matter (TFLOP/s):
 # epilogues: "tma" (the default: LCSF, 4 input + 2 output stages of 128 x 64 pieces), "tma 3+4" (3 input
 # stages, a whole 128 x 256 tile of output stages), "registers" (LCF, masked stores from the registers);
-# split-K with its split count and tile width forced, ordered (deterministic) or atomic.
+# split-K with its split count and tile width forced, ordered (deterministic) or atomic;
+# tile widths: 128 x 64, 128 x 128 and 128 x 256 tiles forced (matmul's block_n), and the width matmul picks.
 EPILOGUE_VARIANTS = {"tma": dict(), "tma 3+4": dict(stages=3, output_stages=4), "registers": dict(epilogue="registers")}
 EPILOGUE_SHAPES = [(2048, 2048, 2048, "nn"), (4096, 4096, 4096, "nn"), (8192, 8192, 8192, "nn"), (2048, 8192, 8192, "nt")]
 SPLIT_VARIANTS = {"auto": dict(), "no split": dict(split_k=1), "S2 n128": dict(split_k=2, block_n=128),
@@ -164,65 +143,78 @@ SPLIT_VARIANTS = {"auto": dict(), "no split": dict(split_k=1), "S2 n128": dict(s
                                                                                    deterministic=False),
                   "S8 n256": dict(split_k=8, block_n=256)}
 SPLIT_SHAPES = [(128, 8192, 8192, "nt"), (1, 4096, 4096, "nt"), (1024, 1024, 1024, "nn"), (256, 4096, 8192, "nt")]
+TILE_VARIANTS = {"n64": dict(block_n=64), "n128": dict(block_n=128), "n256": dict(block_n=256)}
+TILE_SHAPES = [(1024, 1024, 1024, "nn"), (2048, 2048, 2048, "nn"), (128, 8192, 8192, "nt"), (128, 8192, 8192, "nn"),
+               (256, 4096, 8192, "nt"), (4096, 4096, 4096, "nn"),
+               (1024, 3072, 4096, "nn")]    # 96 tiles of 256 (73% of the SMs) or 384 of 64 (97% over 3 waves)
 
 
-def variant_tables() -> dict:
-    """Epilogue variants through the templates directly, split-K variants through matmul (GPU time per call)."""
+def variant_tables(quick: bool = False) -> dict:
+    """The tile-width table (matmul with block_n forced), and unless `quick` the epilogue variants (through
+    the templates directly) and the split-K variants (through matmul); TFLOP/s from GPU time per call."""
     import torch
 
     import tkpy as tk
     from kernels import gemm
 
-    def operands(m, n, k, layout):
+    def through_matmul(options):
+        return lambda a, w, b, c: gemm.matmul(a, b, out=c, **options)
+
+    def through_template(options):
+        return lambda a, w, b, c: gemm.matmul_template(tk.bf16, tk.bf16, w is not b, **options)(a, w, c)
+
+    cublas = {"cuBLAS": lambda a, w, b, c: torch.matmul(a, b, out=c)}
+    tables = {"tile widths": (TILE_SHAPES, {n: through_matmul(o) for n, o in TILE_VARIANTS.items()} | cublas)}
+    if not quick:
+        tables["epilogue variants"] = (EPILOGUE_SHAPES, {n: through_template(o) for n, o in EPILOGUE_VARIANTS.items()})
+        tables["split-K variants"] = (SPLIT_SHAPES, {n: through_matmul(o) for n, o in SPLIT_VARIANTS.items()} | cublas)
+    return {title: variant_table(title, shapes, variants) for title, (shapes, variants) in tables.items()}
+
+
+def variant_table(title: str, shapes: list, variants: dict) -> list[dict]:
+    """TFLOP/s of each variant (a function of a, w as stored, b as matmul takes it, c) on each shape, printed
+    row by row; with the tile width matmul picks by default."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    print(f"\ntkpy {title} (TFLOP/s, GPU time per call; BN: the tile width matmul picks)")
+    print(f"{'M x N x K layout':>24} " + " ".join(f"{name:>{max(8, len(name))}}" for name in variants) + f" {'BN':>4}")
+    rows = []
+    for m, n, k, layout in shapes:
         a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") if layout == "nt" else \
             torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
-        return a, w
-
-    epilogues = []
-    for m, n, k, layout in EPILOGUE_SHAPES:
-        a, w = operands(m, n, k, layout)
-        c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        row = dict(m=m, n=n, k=k, layout=layout)
-        for name, options in EPILOGUE_VARIANTS.items():
-            template = gemm.matmul_template(tk.bf16, tk.bf16, layout == "nt", **options)
-            row[name] = 2 * m * n * k / median_ms(lambda: template(a, w, c)) / 1e9
-        epilogues.append(row)
-    splits = []
-    for m, n, k, layout in SPLIT_SHAPES:
-        a, w = operands(m, n, k, layout)
         b = w.T if layout == "nt" else w
         c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        row = dict(m=m, n=n, k=k, layout=layout)
-        for name, options in SPLIT_VARIANTS.items():
-            row[name] = 2 * m * n * k / median_ms(lambda: gemm.matmul(a, b, out=c, **options)) / 1e9
-        row["cuBLAS"] = 2 * m * n * k / median_ms(lambda: torch.matmul(a, b, out=c)) / 1e9
-        splits.append(row)
-    for title, rows, names in (("epilogue variants", epilogues, list(EPILOGUE_VARIANTS)),
-                               ("split-K variants", splits, list(SPLIT_VARIANTS) + ["cuBLAS"])):
-        print(f"\ntkpy {title} (TFLOP/s, GPU time per call)")
-        print(f"{'M x N x K layout':>24} " + " ".join(f"{name:>15}" for name in names))
-        for r in rows:
-            print(f"{r['m']:>6}x{r['n']}x{r['k']} {r['layout']:>3} " + " ".join(f"{r[x]:>15.0f}" for x in names),
-                  flush=True)
-    return dict(epilogues=epilogues, splits=splits)
+        row = dict(m=m, n=n, k=k, layout=layout, block_n=tile_width(m, n, k, a)[0])
+        for name, run in variants.items():
+            row[name] = 2 * m * n * k / median_ms(lambda: run(a, w, b, c)) / 1e9
+        rows.append(row)
+        shape = f"{m}x{n}x{k} {layout}"
+        print(f"{shape:>24} " + " ".join(f"{row[name]:>{max(8, len(name))}.0f}" for name in variants)
+              + f" {row['block_n']:>4}", flush=True)
+    return rows
 
 
-def main() -> list[dict]:
+def main(quick: bool = False, variants: bool = True) -> list[dict]:
+    """The main table (with `quick`, only its cases below QUICK_MACS), then the variant tables (with `quick`,
+    only the tile widths); returns the main table's rows."""
     rows = []
-    print(f"{'M x N x K layout':>34} {'tkpy':>6} {'cuBLAS':>7} {'ratio':>6} {'BN':>4} {'rel diff':>9}")
-    for case in cases():
+    print(f"{'M x N x K layout':>34} {'tkpy':>6} {'cuBLAS':>7} {'ratio':>6} {'BN':>4} {'tkpy us':>8} {'cuBLAS us':>9} "
+          f"{'rel diff':>9}  (TFLOP/s, GPU time per call; BN: tkpy's tile width)")
+    for case in cases(quick):
         r = measure(case)
         rows.append(r)
-        print(f"{label(r):>34} {r['tkpy_tflops']:>6.0f} {r['cublas_tflops']:>7.0f} {r['ratio']:>6.2f} "
-              f"{r['block_n']:>4} {r['rel_diff']:>9.1e}", flush=True)
-    variants = variant_tables() if "--no-variants" not in sys.argv else {}
+        tile = str(r["block_n"]) + ("" if r["splits"] == 1 else f"/S{r['splits']}")   # e.g. 256/S4: split-K
+        print(f"{label(r):>34} {r['tkpy_tflops']:>6.0f} {r['cublas_tflops']:>7.0f} {r['ratio']:>6.2f} {tile:>4} "
+              f"{r['tkpy_us']:>8.1f} {r['cublas_us']:>9.1f} {r['rel_diff']:>9.1e}", flush=True)
+    tables = variant_tables(quick) if variants else {}
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out:
-        (out / "gemm.json").write_text(json.dumps(dict(cases=rows, variants=variants), indent=2))
+        (out / "gemm.json").write_text(json.dumps(dict(cases=rows, variants=tables), indent=2))
     plot(rows, (out or Path(".")) / "gemm.png")
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    main(quick="--quick" in sys.argv, variants="--no-variants" not in sys.argv)

@@ -5,7 +5,8 @@ to or from a register tile: ldmatrix (row layout), ldmatrix.trans (col layout), 
 stmatrix.trans. A 16-byte-per-lane ldmatrix phase reads 8 rows of 16 bytes; unswizzled, those
 rows lie W * 2 bytes apart, a multiple of 128, so all 8 hit the same 4 banks (an 8-way conflict);
 the 32/64/128-byte swizzles spread them over 2/4/8 bank groups. The table gives bytes moved per
-clock per SM (the shared-memory peak is 128) and the speed-up over the unswizzled tile.
+clock per SM (the shared-memory peak is 128) and the speed-up over the unswizzled tile, from GPU time per
+call in CUDA-graph replays (benchmarks/timing.py).
 
     PYTHONPATH=. python3 benchmarks/bench_smem.py     (writes $OUT/smem.json when OUT is set)
 """
@@ -63,7 +64,7 @@ def sm_clock_hz(device: int) -> float:
 def main() -> list[dict]:
     import torch
 
-    from benchmarks.bench_gemm import median_ms
+    from benchmarks.timing import median_ms
     from tkpy.runtime import gpu_available
     if not gpu_available():
         print("bench_smem: no Hopper GPU visible; nothing to measure.")

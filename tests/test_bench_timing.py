@@ -1,0 +1,73 @@
+"""benchmarks/timing.py's graph-replay timing on the CPU, against a stand-in for torch.cuda whose graphs
+replay on a simulated clock: the graph grows until a replay lasts TARGET_REPLAY_MS (up to MAX_CALLS
+calls), the warm-up runs outside the capture, and the result is the median time per call."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from benchmarks import timing
+
+LAUNCH_MS = 0.004          # a graph launch's own cost on the simulated clock
+
+
+class Clock:
+    def __init__(self, per_call_ms: float):
+        self.per_call_ms, self.now, self.capturing, self.calls, self.graphs = per_call_ms, 0.0, None, [], []
+
+    def fn(self):
+        self.calls.append(self.capturing)
+        if self.capturing is not None:
+            self.capturing.calls += 1
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock(0.0)
+
+    class Graph:
+        def __init__(self):
+            self.calls = 0
+            clock.graphs.append(self)
+
+        def replay(self):
+            clock.now += LAUNCH_MS + self.calls * clock.per_call_ms
+
+    @contextlib.contextmanager
+    def graph(g):
+        clock.capturing = g
+        yield
+        clock.capturing = None
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = clock.now
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    for name, value in dict(CUDAGraph=Graph, graph=graph, Event=Event, Stream=Stream, current_stream=Stream,
+                            stream=lambda s: contextlib.nullcontext(), synchronize=lambda: None).items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    return clock
+
+
+@pytest.mark.parametrize("per_call_ms", [0.007, 0.0001, 0.5, 20.0])
+def test_median_per_call_from_replays_of_a_long_enough_graph(clock, per_call_ms):
+    clock.per_call_ms = per_call_ms
+    ms = timing.median_ms(clock.fn)
+    assert clock.calls[:timing.WARMUP_CALLS] == [None] * timing.WARMUP_CALLS    # warm-up outside the capture
+    assert all(c is not None for c in clock.calls[timing.WARMUP_CALLS:])        # then only captures
+    last = clock.graphs[-1]
+    assert last.calls == timing.MAX_CALLS or LAUNCH_MS + last.calls * per_call_ms >= timing.TARGET_REPLAY_MS
+    assert ms == pytest.approx(per_call_ms + LAUNCH_MS / last.calls)
+    assert len(clock.graphs) <= 3
