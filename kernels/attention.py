@@ -60,16 +60,21 @@ def _turn(sync_on_turn: bool) -> None:
 
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
-               overlap: bool = OVERLAP):
+               overlap: bool = OVERLAP, kv: int | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
-    consumer warpgroups taking turns or not, `stages` (default: CONFIGS), and each step's softmax
-    overlapping the previous step's P V product or not. A causal kernel takes an `offset` scalar: query i
-    sees key j when j <= i + offset."""
-    kv, default_stages = CONFIGS[d]
+    consumer warpgroups taking turns or not, `stages` (default: CONFIGS), each step's softmax overlapping
+    the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
+    of 16 up to 256, the wgmma N of S = Q K^T; the template raises if its stages do not fit in shared
+    memory). The kernel takes `scale_log2` = softmax scale * log2(e), which must be positive (attention()
+    makes it so), and, when causal, an `offset` scalar: query i sees key j when j <= i + offset."""
+    default_kv, default_stages = CONFIGS[d]
+    kv = kv or default_kv
+    if kv % 16 or not 16 <= kv <= 256:
+        raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
     stages = stages or default_stages
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
-        + ("" if overlap else "_serial")
+        + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
 
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
     class Attention:
@@ -78,7 +83,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
         V: tk.gl[dtype, "B", "HKV", "NK", d]
         O: tk.gl[dtype, "B", "H", "N", d]
         L: tk.gl[f32, "B", "H", "NL"]       # NL: N rounded up to Q_ROWS (the stores need no bounds check)
-        scale_log2: float                   # softmax scale * log2(e)
+        scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
         inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
@@ -117,11 +122,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             st.probs = tk.rt(dtype, 16, kv)
             st.out = tk.rt(f32, 16, d)
-            st.row_max = tk.col_vec(st.scores)
-            st.prev_max = tk.col_vec(st.scores)
+            st.row_max = tk.col_vec(st.scores)                   # running max of the raw scores
+            st.shift = tk.col_vec(st.scores)                     # row_max * scale_log2 (causal: at least -FLT_MAX)
+            st.factor = tk.col_vec(st.scores)                    # the previous shift, then exp2(its change)
             st.row_sum = tk.col_vec(st.scores)
-            if causal:
-                st.shift = tk.col_vec(st.scores)                 # row_max, finite for rows that see no key yet
             if overlap:                                          # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=8)              # see compute
 
@@ -135,6 +139,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
+            tk.neg_infty(st.shift)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 st.diagonal = tk.let(task.row * Q_ROWS + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
             if pingpong:                                         # warpgroup 0 takes the first turn
@@ -142,31 +147,30 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                     tk.named_arrive(TURN[0], 8)
 
         def softmax(self, st, k):
-            """S -> P = exp2(S * scale_log2 - running max) in place, masked; st.prev_max becomes the factor
-            that rescales what was accumulated (exp2 of the max's change); the row sums are updated."""
+            """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
+            of the raw scores: the scale is positive); st.factor becomes the factor that rescales what was
+            accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
+            FFMA and MUFU.EX2 (P), FADD (sum)."""
             g = st.g
-            tk.mul(st.scores, st.scores, g.scale_log2)
             if causal:
                 diagonal = st.diagonal - k * kv
                 with tk.if_(diagonal < kv - 1):                 # this tile crosses the warp's diagonal
                     tk.tril(st.scores, st.scores, diagonal, -math.inf)
             with tk.if_(k * kv + kv > g.K.rows):                # the last tile: keys past NK
                 tk.right_fill(st.scores, st.scores, g.K.rows - k * kv, -math.inf)
-            tk.copy(st.prev_max, st.row_max)
+            tk.copy(st.factor, st.shift)
             tk.row_max(st.row_max, st.scores, st.row_max)        # running max over the tiles so far
-            shift = st.row_max
             if causal:                                           # a row that saw only masked keys: exp2(-inf) = 0
-                tk.max(st.shift, st.row_max, -FLT_MAX)
-                shift = st.shift
-            tk.sub_row(st.scores, st.scores, shift)
-            tk.exp2(st.scores, st.scores)
-            tk.sub(st.prev_max, st.prev_max, shift)              # rescale what was accumulated
-            tk.exp2(st.prev_max, st.prev_max)
-            tk.mul(st.row_sum, st.row_sum, st.prev_max)
+                tk.map(st.shift, lambda m: tk.max(m * g.scale_log2, -FLT_MAX), st.row_max)
+            else:
+                tk.mul(st.shift, st.row_max, g.scale_log2)
+            tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), st.scores, st.shift)
+            tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
+            tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
         def rescale(self, st):
-            tk.mul_row(st.out, st.out, st.prev_max)              # O to the new running max
+            tk.mul_row(st.out, st.out, st.factor)                # O to the new running max
             tk.copy(st.probs, st.scores)                         # P for O += P V
 
         if overlap:
@@ -216,14 +220,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             rows = task.row * 2 + tk.warpgroup.id()               # in 64-row units
             if causal:                                           # rows that see no key: 0 / tiny = 0
-                tk.max(st.shift, st.row_sum, 1e-30)
-                tk.div_row(st.out, st.out, st.shift)
+                tk.max(st.factor, st.row_sum, 1e-30)
+                tk.div_row(st.out, st.out, st.factor)
             else:
                 tk.div_row(st.out, st.out, st.row_sum)
             tk.warpgroup.store(g.O, st.out, (b, h, rows, 0), masked=True)       # rows past N are not written
-            tk.log2(st.row_sum, st.row_sum)                      # lse = (max + log2(sum)) * ln 2
-            tk.add(st.row_sum, st.row_sum, st.row_max)
-            tk.mul(st.row_sum, st.row_sum, 1.0 / LOG2E)
+            # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
+            # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
+            tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
             tk.store(g.L, st.row_sum, (b, h, rows * 4 + tk.warp_id() % 4))
             if pingpong:                                         # take back warpgroup 1's last hand-off
                 with tk.if_(tk.warpgroup.id() == 0):
@@ -289,7 +293,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
       causal="bottom_right" aligns the diagonal to the last key instead (FlashAttention's causal,
       torch.nn.attention.bias.causal_lower_right): query i sees keys j <= i + seq_k - seq. Query rows
       that see no key (bottom-right with seq > seq_k) output 0 with a log-sum-exp of -inf.
-    - scale: defaults to 1 / sqrt(head_dim).
+    - scale: defaults to 1 / sqrt(head_dim); any value (the kernel takes a positive one: a negative
+      scale runs on -k with |scale|, a zero scale on a zero k with scale 1, both exact).
     - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores,
       (batch, heads, seq) (a view of a buffer padded to a multiple of 128 rows), as a backward pass needs.
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a
@@ -305,7 +310,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-            overlap: bool = OVERLAP) -> None:
+            overlap: bool = OVERLAP, kv: int | None = None) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, n rounded up to 128)."""
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
@@ -315,7 +320,19 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if not o.numel():
         return
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    k, scale = _positive_scale(k, scale)
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap)(*args)
+    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv)(*args)
+
+
+def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
+    """Keys and a positive scale giving the same scores q k^T * scale: the kernel takes the running max of
+    the raw scores, which is the max of the scaled ones only for a positive scale. A negative scale: -k
+    (negation is exact) and |scale|; zero: every score is 0, as q zeros^T * 1. (NaN passes through.)"""
+    if scale < 0:
+        return -k, -scale
+    if scale == 0:
+        return torch.zeros_like(k), 1.0
+    return k, scale

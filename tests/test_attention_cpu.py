@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import pytest
 import torch
@@ -93,6 +94,36 @@ def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("scale", [-0.2, -1.0, 0.0, -0.0])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+def test_negative_and_zero_scales(monkeypatch, scale, causal):
+    """The kernel's running max is of the raw scores, valid for a positive scale: attention() runs a negative
+    scale on -k with |scale| and a zero scale on zero keys (uniform weights over the keys a row sees)."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q, k, v = rand(1, 2, 150, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
+    o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    check(o, lse, *reference(q, k, v, causal, scale=scale), 150)
+
+
+@pytest.mark.parametrize("d,stages,kv,causal", [(128, 2, 176, False), (128, 2, 176, True), (64, None, 192, True)])
+def test_wider_key_value_tiles(d, stages, kv, causal):
+    """_attention's kv (key/value rows per tile) other than CONFIGS': partial last tiles, causal diagonals that
+    cross tiles at other offsets, several tasks per block."""
+    n, nk = 300, 400                                   # 400 keys: 2 full 176-row tiles and 48 rows (or 192 + 192 + 16)
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, 2, 384, dtype=torch.float32, device="cpu")
+    kernel = att._attention(d, att.DTYPES[BF16], causal, True, stages, True, kv).kernel
+    assert kernel.name.endswith(f"_kv{kv}")
+    kernel.interpret[(2,)](q, k, v, o, lse, 0.1 * att.LOG2E, *([0] if causal else []))
+    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_kv_must_suit_wgmma():
+    with pytest.raises(ValueError, match="multiple of 16 from 16 to 256"):
+        att._attention(64, att.DTYPES[BF16], kv=200)
+
+
 def test_strided_inputs_are_read_in_place_and_others_copied(monkeypatch):
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 150, 2, 64, dtype=BF16).transpose(1, 2)          # (B, N, H, D) viewed as (B, H, N, D)
@@ -133,13 +164,32 @@ def test_clear_errors(monkeypatch):
         attention(q, q, q, causal="diagonal")
 
 
-@pytest.mark.parametrize("d,dtype,causal", [(64, BF16, False), (128, FP16, True), (256, BF16, True)])
-def test_variants_compile_to_hgmma_without_spills(d, dtype, causal):
+@pytest.mark.parametrize("d,dtype,causal,stages,kv", [
+    (64, BF16, False, None, None), (128, FP16, True, None, None), (256, BF16, True, None, None),
+    (128, BF16, False, 2, 160), (128, BF16, True, 2, 176), (64, BF16, False, None, 160), (64, BF16, True, None, 192)])
+def test_variants_compile_to_hgmma_without_spills(d, dtype, causal, stages, kv):
+    """Every variant compiles without spills, and also those of benchmarks/bench_attention.py's wider key/value
+    tiles (WIDE_KV)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=dtype), torch.empty(1, 2, 256)
-    kernel = att._attention(d, att.DTYPES[dtype], causal).kernel
+    kernel = att._attention(d, att.DTYPES[dtype], causal, att.PINGPONG, stages, att.OVERLAP, kv).kernel
     args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
     r = kernel.resources(*args)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
     assert not any("Performance Loss" in w for w in r.warnings), r.warnings      # wgmma kept asynchronous
     sass = kernel.sass(*args)
     assert "HGMMA" in sass and "STL" not in sass
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d):
+    """P = exp2(S * scale_log2 - shift) is an FFMA and a MUFU.EX2 per score, without the range fix-up of a non-ftz
+    exp2 (FSETP + FSEL / predicated FMUL) and without a separate scale multiply or max subtraction."""
+    q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
+    sass = att._attention(d, att.DTYPES[BF16], False).kernel.sass(q, q, q, q, lse, 1.0)
+    count = lambda op: len(re.findall(rf"\b{op}\b", sass))   # noqa: E731
+    scores = 16 * att.CONFIGS[d][0] // 32               # per lane per step; the softmax is inlined twice (k == 0 or not)
+    assert 2 * scores <= count("MUFU.EX2") <= 2 * scores + 8
+    assert count("FFMA") >= 2 * scores
+    assert count("FSETP") <= 4
+    out = 16 * d // 32                                  # O elements per lane
+    assert count("FMUL") <= 4 * out + 16                # O's rescales (twice) and final division: none per score

@@ -97,6 +97,15 @@ def test_large_and_small_scales(scale):
     check(o, lse, *reference(q, k, v, True, scale=scale))
 
 
+@pytest.mark.parametrize("scale", [-0.125, -1.0, 0.0])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+def test_negative_and_zero_scales(scale, causal):
+    """The kernel's running max is of the raw scores (valid for a positive scale): a negative scale runs on -k with
+    |scale|, a zero one on zero keys (uniform weights over the keys a row sees)."""
+    q, k, v = rand(2, 4, 700, 128, dtype=BF16), rand(2, 2, 900, 128, dtype=BF16), rand(2, 2, 900, 128, dtype=BF16)
+    check(*run_poisoned(q, k, v, causal, scale), *reference(q, k, v, causal, scale=scale))
+
+
 def test_strided_bnhd_inputs_are_read_in_place():
     """(B, N, H, D) tensors viewed as (B, H, N, D): TMA tensor maps and the Q loads use their strides."""
     from kernels import attention as att
@@ -138,4 +147,17 @@ def test_kernel_variants(pingpong, overlap, stages, d, causal):
     o = poisoned(2, 16, 1100, d, dtype=BF16)
     lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap)
+    check(o, lse[..., :1100], *reference(q, k, v, causal))
+
+
+@pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (64, None, 160), (64, None, 192)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_wider_key_value_tiles(d, stages, kv, causal):
+    """The wider key/value tiles benchmarks/bench_attention.py times (WIDE_KV): partial last tiles, diagonals at
+    other offsets within a tile, several tasks per persistent block."""
+    from kernels import attention as att
+    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
+    o = poisoned(2, 16, 1100, d, dtype=BF16)
+    lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, None, True, stages, True, kv)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
