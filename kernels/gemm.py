@@ -61,6 +61,9 @@ def cdiv(a, b):
 
 
 WIDTHS = (256, 128, 64)             # the tile widths BN, widest first
+# TFLOP/s of each width with every SM busy (4096^3 bf16 on the H200, benchmarks/RESULTS.md run 21): the
+# per-tile cost model of _block_n.
+TILE_RATE = {256: 662, 128: 579, 64: 475}
 # Input stages per tile width, as many as fit beside the 32 KB of two output stages in the 227 KB of shared
 # memory (a stage holds A's 128 x 64 slice, 16 KB, and B's 64 x BN one): 4 x 48 KB, 6 x 32 KB, 8 x 24 KB
 # (8 is also the template's most).
@@ -386,22 +389,16 @@ def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:
 
 
 def _block_n(m: int, n: int, a: torch.Tensor) -> int:
-    """The tile width: 256, unless a narrower one keeps clearly more SMs busy (small M or N). Busy is the
-    fraction of the SMs' slots over all waves that hold a task (1 - the idle fraction); a narrower width
-    wins only with over 1/0.9 times the busy fraction of the best wider one (narrower tiles move more
-    bytes per flop). E.g. on 132 SMs 1024 x 1024
-    makes 32 tiles of 256 columns (24% busy), 64 of 128 (48%), 128 of 64 (97%): 64; 4096 x 4096 makes
-    512 of 256 (97% over 4 waves): 256."""
+    """The tile width with the least modelled time: waves of tasks over the SMs, times one tile's work
+    (proportional to its width) over the rate a full machine of such tiles sustains (TILE_RATE). Narrow
+    tiles fill the SMs when there are few tasks, wide ones do more per byte. E.g. on 132 SMs: 1024^3
+    -> 64 (64 tiles of 128 x 64 in one wave, against 16 of 256 columns); 1024 x 3072 -> 256 (96 tiles in
+    one wave beat 384 narrow ones in three); 4096^3 -> 256."""
     sms = multiprocessors(a)
 
-    def busy(bn):
-        tasks = cdiv(m, BM) * cdiv(n, bn)
-        return tasks / (cdiv(tasks, sms) * sms)
-    best = WIDTHS[0]
-    for bn in WIDTHS[1:]:
-        if busy(bn) * 0.9 > busy(best):
-            best = bn
-    return best
+    def time(bn):
+        return cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn]
+    return min(WIDTHS, key=lambda bn: (time(bn), -bn))
 
 
 def _tma_ready(x: torch.Tensor, copy: bool = True):

@@ -122,6 +122,7 @@ def test_64_wide_tiles(out, bias, activation, scale, transposed):
     (128, 28672, 256),    # 112 tasks of 256 columns: 85% busy, as with 128 or 64
     (2048, 8192, 256),
     (384, 4096, 128),     # 48 tasks of 256 (36% busy), 96 of 128 (73%), 192 of 64 (73% over 2 waves)
+    (1024, 3072, 256),    # 96 wide tiles in one wave beat 384 of 64 columns in three (measured, run 21)
 ])
 def test_the_tile_width_follows_the_number_of_tasks(m, n, block_n):
     assert gemm._block_n(m, n, torch.empty(0)) == block_n
