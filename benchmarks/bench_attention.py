@@ -4,8 +4,8 @@ Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-seq
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
 tkpy's kernel at B16 H16 N4096, to pick the defaults from: consumer warpgroups taking turns (ping-pong)
-or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, the
-configuration of RESULTS.md run 14 (lockstep, no overlap, 2 stages at D128 and 3 at D64), and wider
+or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, O
+rescaled while the next S = Q K^T runs (early, the default) or after the softmax (late), and wider
 key/value tiles (kv 160 / 176 at D128 with 2 stages, 160 / 192 at D64).
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
-PREVIOUS_STAGES = {64: 3, 128: 2}
 
 
 def main() -> list[dict]:
@@ -73,14 +72,14 @@ def main() -> list[dict]:
 # Wider key/value tiles (fewer steps, each softmax longer): (stages, kv) per head dim. At D128 only 2 stages
 # of 160- or 176-row K and V fit in shared memory (kv=192 fits but spills registers); at D64 the 4 default.
 WIDE_KV = {"kv160": {128: (2, 160), 64: (None, 160)}, "kv176/192": {128: (2, 176), 64: (None, 192)}}
-VARIANTS = {  # name -> (ping-pong, overlap, {head dim: (stages, kv)}; None: CONFIGS' defaults)
-    "pp+overlap": (True, True, None), "pingpong": (True, False, None), "overlap": (False, True, None),
-    "lockstep": (False, False, None), "run 14": (False, False, {d: (s, None) for d, s in PREVIOUS_STAGES.items()}),
-    **{name: (True, True, config) for name, config in WIDE_KV.items()}}
+VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaults where not given)
+    "default": {}, "late rescale": dict(early_rescale=False), "pingpong": dict(overlap=False),
+    "overlap": dict(pingpong=False), "lockstep": dict(pingpong=False, overlap=False),
+    **{name: dict(config=config) for name, config in WIDE_KV.items()}}
 
 
 def variant_table() -> list[dict]:
-    """tkpy's kernel with and without ping-pong and intra-warpgroup overlap, run 14's configuration, and
+    """tkpy's kernel with and without ping-pong, intra-warpgroup overlap and the early rescale of O, and
     wider key/value tiles (WIDE_KV)."""
     import torch
 
@@ -95,14 +94,15 @@ def variant_table() -> list[dict]:
             lse = torch.empty(b, h, n, dtype=torch.float32, device="cuda")
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
-            for name, (pingpong, overlap, config) in VARIANTS.items():
-                stages, kv = (config or {}).get(d, (None, None))
-                fn = lambda: att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, kv)  # noqa: E731
+            for name, options in VARIANTS.items():
+                options = dict(options)
+                stages, kv = options.pop("config", {}).get(d, (None, None))
+                fn = lambda: att._launch(q, k, v, o, lse, causal, None, stages=stages, kv=kv, **options)  # noqa: E731
                 row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o
-    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; the default is "
-          f"{'pp+overlap' if (att.PINGPONG, att.OVERLAP) == (True, True) else 'see kernels/attention.py'})")
+    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; default: ping-pong {att.PINGPONG}, overlap {att.OVERLAP}, "
+          f"early rescale {att.EARLY_RESCALE})")
     print(f"{'D':>4} {'causal':>6} " + " ".join(f"{k:>11}" for k in VARIANTS))
     for r in rows:
         print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} " + " ".join(f"{r[k]:>11.0f}" for k in VARIANTS))

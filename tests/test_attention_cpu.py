@@ -78,10 +78,11 @@ def test_causal_is_torchs_is_causal_and_bottom_right_its_lower_right_bias(monkey
     assert rel_err(attention(q, k, v), F.scaled_dot_product_attention(qf, kf, vf)) < 1e-2
 
 
-@pytest.mark.parametrize("causal,pingpong,stages,overlap", [
-    (False, True, None, True), (True, True, None, True), (True, False, None, True), (True, True, 2, True),
-    (True, True, None, False), (False, False, 2, False)])
-def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
+@pytest.mark.parametrize("causal,pingpong,stages,overlap,early", [
+    (False, True, None, True, True), (True, True, None, True, True), (True, False, None, True, True),
+    (True, True, 2, True, True), (True, True, None, True, False), (False, True, None, True, False),
+    (True, True, None, False, True), (False, False, 2, False, True)])
+def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap, early):
     """8 tasks over 3 blocks: the ring of stages runs on across tasks of different lengths (causal), the
     longest first, the warpgroups taking turns (or in lockstep), each softmax overlapping the previous P V
     (or not); GQA; lengths that are not multiples of 128; a custom scale."""
@@ -90,7 +91,8 @@ def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
     lse = gpu_util.poisoned(1, 2, 512, dtype=torch.float32, device="cpu")
     args = [q, k, v, o, lse, 0.1 * att.LOG2E] + ([0] if causal else [])
-    att._attention(d, att.DTYPES[BF16], causal, pingpong, stages, overlap).kernel.interpret[(3,)](*args)
+    att._attention(d, att.DTYPES[BF16], causal, pingpong, stages, overlap,
+                   early_rescale=early).kernel.interpret[(3,)](*args)
     check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
 
 
