@@ -144,6 +144,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
             tk.neg_infty(st.shift)
+            if overlap and early_rescale:                        # step 0 rescales the zero O by it
+                tk.one(st.factor)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 st.diagonal = tk.let(task.row * Q_ROWS + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
             if pingpong:                                         # warpgroup 0 takes the first turn
