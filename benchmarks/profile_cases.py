@@ -3,8 +3,8 @@
     ncu --clock-control none -k regex:NAME --launch-skip 2 --launch-count 1 --set full \
         python3 benchmarks/profile_cases.py CASE
 
-Cases: gemm M N K nn|nt (tkpy matmul, then cuBLAS: filter with -k), attention B H N D causal(0/1)
-(tkpy, then SDPA cuDNN). Each runs 3 times after building its inputs.
+Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
+causal(0/1) [--only-sdpa] (tkpy, then SDPA cuDNN). Each runs 3 times after building its inputs.
 """
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def main(argv: list[str]) -> None:
         from kernels.attention import attention
         bsz, h, n, d, causal = (int(x) for x in dims[:5])
         q, k, v = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-        for _ in range(3):
-            attention(q, k, v, causal=bool(causal))
+        if "--only-sdpa" not in argv:
+            for _ in range(3):
+                attention(q, k, v, causal=bool(causal))
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             for _ in range(3):
                 F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
