@@ -12,7 +12,7 @@ from ..errors import UnsupportedError
 from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from ..ir.expr import Expr, Sym, as_expr, render
 from ..ir.printer import assignment_text
-from ..tiles.dtypes import f32
+from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype, tensor_maps
 from .prelude import prelude_for
@@ -29,10 +29,17 @@ SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 1
 
 
 def generate(kernel: KernelIR, slots: list[Slot]) -> str:
-    variants = {(s.attrs["n"], s.attrs["dtype"], s.attrs["a_regs"])
-                for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
+    variants = {(s.attrs["n"], s.attrs["dtype"] + (f"_{s.attrs['b_dtype']}" if "b_dtype" in s.attrs else ""),
+                 s.attrs["a_regs"]) for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
     tma5 = any(g.type.rank == 5 for g, _ in tensor_maps(kernel))
-    return prelude_for(variants, tma5) + "\n" + KernelEmitter(kernel, slots).emit()
+    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + KernelEmitter(kernel, slots).emit()
+
+
+def uses_fp8(kernel: KernelIR) -> bool:
+    """Whether any tensor or declared tile of the kernel holds 8-bit floats (it then gets the fp8 prelude)."""
+    types = [p.type for p in kernel.params if isinstance(p, GlobalVar)]
+    types += [s.var.type for s in walk(kernel.body) if isinstance(s, Decl)]
+    return any(getattr(t, "dtype", None) in FP8_DTYPES for t in types)
 
 
 def ctype_of(t) -> str:

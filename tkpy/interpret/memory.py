@@ -7,7 +7,7 @@ each tile at its planned offset (`KernelIR.shared_offsets`) and each element at
 the swizzled address of `tkpy.tiles` (`ST.byte_offset`, the function the
 prelude's `st::offset` is generated from); a subtile is a window of its root
 tile's elements, so it keeps the root's address function as `tk::subtile` does.
-Every 2-byte unit records its state, so that a read of shared memory that nothing
+Every 2-byte unit records its state (fp8 elements share one: their tiles' rows are whole 16-byte chunks), so that a read of shared memory that nothing
 wrote, or that a TMA load is still writing, is reported, and so is an async-proxy read
 (TMA store, wgmma) of ordinary stores that no proxy fence made visible to it.
 """
@@ -25,8 +25,8 @@ from .numerics import RAW
 # The state of a 2-byte unit of shared memory. GENERIC + w: warp w's ordinary stores wrote it and the warp
 # has not fenced them for the async proxy since (generic reads may see them; TMA and wgmma may not).
 UNWRITTEN, IN_FLIGHT, VISIBLE, GENERIC = 0, 1, 2, 3
-_SPREAD = {2: 1, 4: 0x0101}   # a unit's state times this sets every unit of an element of this many bytes
-_SPREAD_32 = {2: 1, 4: (1 << 32) + 1}   # the same for 32-bit values per unit
+_SPREAD = {1: 1, 2: 1, 4: 0x0101}   # a unit's state times this sets every unit of an element of this many bytes
+_SPREAD_32 = {1: 1, 2: 1, 4: (1 << 32) + 1}   # the same for 32-bit values per unit
 _AXES = ("batch", "depth", "row", "col")
 
 
@@ -74,6 +74,12 @@ def whole(tile: SharedTile) -> Part:
     return part(tile.root, tile.row, tile.col, tile.type)
 
 
+def _slot(n: int, byte: np.ndarray) -> np.ndarray:
+    """Where the state of elements of `n` bytes at these byte addresses is kept in `_state[n]` / `_transfer[n]`:
+    per element for 2 and 4 bytes, per 2-byte unit (shared by a pair) for fp8."""
+    return byte >> 1 if n == 1 else byte // n
+
+
 class GlobalTensor:
     """A gl parameter: raw bits of the caller's tensor as a 4-d (batch, depth, rows, cols) numpy view, or
     5-d (outer, batch, depth, rows, cols) for a 5-d tensor."""
@@ -87,7 +93,7 @@ class GlobalTensor:
         self.name = name
         self.dtype = dtype
         self.shape = tuple(tensor.shape)
-        self.raw = t.view({2: torch.int16, 4: torch.int32}[dtype.nbytes]).numpy().view(RAW[dtype.nbytes])
+        self.raw = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[dtype.nbytes]).numpy().view(RAW[dtype.nbytes])
 
     def box(self, start: tuple, rows: int, cols: int, what: str, loc) -> np.ndarray:
         """The rows x cols box at element coordinates `start` (b, d, r, c), bounds-checked: a numpy view,
@@ -117,11 +123,11 @@ class SharedMemory:
     def __init__(self, nbytes: int):
         nbytes = -(-nbytes // 16) * 16
         self.bytes = np.zeros(nbytes, np.uint8)
-        self.words = {2: self.bytes.view(np.uint16), 4: self.bytes.view(np.uint32)}
+        self.words = {1: self.bytes, 2: self.bytes.view(np.uint16), 4: self.bytes.view(np.uint32)}
         self.units = np.zeros(nbytes // 2, np.uint8)
-        self._state = {2: self.units, 4: self.units.view(np.uint16)}   # indexed per element of 2 or 4 bytes
+        self._state = {1: self.units, 2: self.units, 4: self.units.view(np.uint16)}   # indexed by _slot
         self.unit_transfers = np.zeros(nbytes // 2, np.int32)
-        self._transfer = {2: self.unit_transfers, 4: self.unit_transfers.view(np.int64)}
+        self._transfer = {1: self.unit_transfers, 2: self.unit_transfers, 4: self.unit_transfers.view(np.int64)}
         self.transfers: list = []
         self.reading = np.zeros(nbytes // 2, np.int16)   # asynchronous reads in flight, per unit
         self.readers: list = []                          # (who, units) of those reads
@@ -135,7 +141,7 @@ class SharedMemory:
         """A TMA load's raw element bits: in flight until `transfer.landed()`."""
         n = tile.type.dtype.nbytes
         self._store(tile, raw, elements, IN_FLIGHT)
-        self._transfer[n][(tile.base + elements.offsets) // n] = len(self.transfers) * _SPREAD_32[n]
+        self._transfer[n][_slot(n, tile.base + elements.offsets)] = len(self.transfers) * _SPREAD_32[n]
         self.transfers.append(transfer)
 
     def hold(self, tile: SharedTile, elements: Part, who) -> None:
@@ -177,13 +183,14 @@ class SharedMemory:
         n = tile.type.dtype.nbytes
         idx = (tile.base + elements.offsets) // n
         self.words[n][idx] = raw
-        self._state[n][idx] = state * _SPREAD[n]
+        self._state[n][_slot(n, tile.base + elements.offsets)] = state * _SPREAD[n]
 
     @staticmethod
     def _units(tile: SharedTile, elements: Part) -> np.ndarray:
         """Every 2-byte unit of `elements` of the tile."""
         first = (tile.base + elements.offsets.reshape(-1)) >> 1
-        return first if tile.type.dtype.nbytes == 2 else np.concatenate([first, first + 1])
+        n = tile.type.dtype.nbytes
+        return first if n == 2 else np.unique(first) if n == 1 else np.concatenate([first, first + 1])
 
     def _check(self, tile, elements, idx, units, state, what: str, loc, async_proxy: bool) -> None:
         """The slow path of `read`: mark the in-flight elements whose TMA load has landed visible, then report
@@ -194,7 +201,7 @@ class SharedMemory:
         for t in np.unique(transfers[flying]):
             if self.transfers[t].landed():
                 landed = flying & (transfers == t)
-                self._state[n][idx[landed]] = VISIBLE * _SPREAD[n]
+                self._state[n][_slot(n, tile.base + elements.offsets)[landed]] = VISIBLE * _SPREAD[n]
                 state = np.where(landed, VISIBLE, state)
 
         def fail(bad, problem: str, detail: str = ""):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tiles.dtypes import DType, bf16, f32, fp16
+from ..tiles.dtypes import FP8_DTYPES, DType, bf16, f32, fp16
+from . import fp8
 
-RAW = {2: np.uint16, 4: np.uint32}   # storage word of an element of this many bytes
+RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32}   # storage word of an element of this many bytes
 BF16_NAN = np.uint16(0x7FFF)          # what cvt.rn.bf16.f32 makes of any NaN
 
 
@@ -28,6 +29,8 @@ def encode(dtype: DType, x: np.ndarray) -> np.ndarray:
         u = x.view(np.uint32)
         bits = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
         return np.where(np.isnan(x), BF16_NAN, bits)
+    if dtype in FP8_DTYPES:                           # nearest even, saturating (cvt.rn.satfinite)
+        return fp8.encode(dtype.name, x)
     raise TypeError(f"the interpreter has no storage for {dtype}")
 
 
@@ -39,6 +42,8 @@ def decode(dtype: DType, raw: np.ndarray) -> np.ndarray:
         return raw.view(np.float16).astype(np.float32)
     if dtype == bf16:
         return (raw.astype(np.uint32) << 16).view(np.float32)
+    if dtype in FP8_DTYPES:
+        return fp8.decode(dtype.name, raw)
     raise TypeError(f"the interpreter has no storage for {dtype}")
 
 

@@ -65,7 +65,7 @@ def _shared_operands(warp, op) -> tuple:
     return (None if op.attrs["a_regs"] else warp.shared_tile(a)), warp.shared_tile(b)
 
 
-@semantics("wgmma", attrs=("trans_a", "trans_b", "accumulate", "n", "dtype", "a_regs"))
+@semantics("wgmma", attrs=("trans_a", "trans_b", "accumulate", "n", "dtype", "a_regs", "b_dtype"))
 def wgmma(warp, op):
     """Issue the op for this warp; the last warp of the warpgroup to issue it runs it."""
     state = warp.block.sync_object(("wgmma", warp.index // 4), _Warpgroup)
@@ -96,7 +96,8 @@ def wgmma(warp, op):
 
 
 def _run(mma: _Collective) -> None:
-    """d (+)= A @ B for the whole warpgroup: fp32 products and sums of the exact bf16/fp16 inputs."""
+    """d (+)= A @ B for the whole warpgroup: fp32 products and sums of the exact bf16/fp16/fp8 inputs (each
+    operand decoded from its own tile's dtype, so an e4m3 x e5m2 product needs nothing more)."""
     op = mma.op
     d, a, _ = op.args
     warps = sorted(mma.warps, key=lambda w: w.index)

@@ -5,7 +5,7 @@ from ..errors import TraceError
 from ..frontend.context import current, user_frame, user_loc
 from ..ir.core import GlobalVar, Op, SharedRef, Var
 from ..ir.expr import Expr, as_expr
-from ..tiles.dtypes import f32
+from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import GL, RT, RV, ST, SV
 
 
@@ -109,10 +109,26 @@ def tile_coord(coord, what: str, g=None) -> tuple:
 
 
 ASYNC_MMA_OPS = ("wgmma", "wgmma_wait")
+# The ops that take fp8 register tiles: copies to and from global and shared memory, maps (tk.copy
+# converts), fills, masks, reductions / broadcasts with f32/bf16/fp16 vectors, and wgmma's A (checked
+# there). Everything else (layout swaps and transposes, which move 16-bit elements; warp mma.sync) is
+# refused, naming the op.
+FP8_REGISTER_OPS = frozenset({"load_rt_gl", "store_gl_rt", "load_rt_st", "store_st_rt", "unary", "binary", "map",
+                              "fill", "mask", "reduce", "broadcast", "wgmma"})
+
+
+def _check_fp8_registers(name: str, args) -> None:
+    if name in FP8_REGISTER_OPS:
+        return
+    for a in args:
+        if isinstance(a, Var) and not a.is_shared and getattr(a.type, "dtype", None) in FP8_DTYPES:
+            fail(f"{name} does not support fp8 register tiles ({describe(a)}); fp8 register tiles can be loaded, "
+                 "stored, converted (tk.copy), mapped and reduced; convert to bf16/fp16/f32 first (tk.copy)")
 
 
 def emit(name: str, *args, **attrs) -> Op:
     ctx = current()
+    _check_fp8_registers(name, args)
     if ctx.pending_wgmma and name not in ASYNC_MMA_OPS:
         for a in args:
             if isinstance(a, Var) and a in ctx.pending_wgmma:

@@ -14,7 +14,7 @@ c and d are M x N fp32 row-layout tiles; a and b are bf16 or fp16 (the same); d 
 """
 from __future__ import annotations
 
-from ..tiles.dtypes import MMA_INPUT_DTYPES, f32
+from ..tiles.dtypes import FP8_DTYPES, MMA_INPUT_DTYPES, f32
 from ._checks import describe, emit, fail, register_tile
 
 
@@ -25,6 +25,10 @@ def _mma(name: str, trans_a: bool, trans_b: bool):
     def op(d, a, b, c):
         d, a, b, c = (register_tile(x, f"{name} {n}") for x, n in ((d, "d"), (a, "a"), (b, "b"), (c, "c")))
         at, bt, ct, dt = a.type, b.type, c.type, d.type
+        if at.dtype in FP8_DTYPES or bt.dtype in FP8_DTYPES:
+            fail(f"{name}: warp mma.sync (m16n8k16) takes bf16/fp16, not fp8; got {describe(a)}, {describe(b)}; "
+                 "fp8 products run on tk.warpgroup.mma_ABt (wgmma) from shared tiles, or convert the tiles "
+                 "with tk.copy")
         if at.dtype not in MMA_INPUT_DTYPES or bt.dtype != at.dtype:
             fail(f"{name}: a and b must both be bf16 or both fp16; got {describe(a)}, {describe(b)}")
         if dt.dtype != f32 or ct.dtype != f32:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..ir.core import GlobalVar, SharedRef, Var
 from ..ir.expr import as_expr
+from ..tiles.dtypes import FP8_DTYPES
 from ..tiles.types import ST
 from ..frontend.context import current
 from ..ir.expr import Const
@@ -66,6 +67,8 @@ def store_add_async(dst, src, coord):
     """Like store_async, but adds into `dst` (an atomic reduction done by the TMA unit)."""
     s = _shared_tile(src, "tma.store_add_async source")
     g = _global(dst, s, "tma.store_add_async destination")
+    if s.type.dtype in FP8_DTYPES:
+        fail(f"tma.store_add_async: TMA reductions do not add fp8 ({describe(s)}); add in f32/bf16/fp16 tiles")
     return emit("tma_store", g, s, tile_coord(coord, "tma.store_add_async", g), add=True)
 
 

@@ -5,12 +5,16 @@ product; each warp holds its 16 x N slice of the fp32 accumulator `d` in row
 layout. `a` is a 64 x K shared tile (K x 64 for the At forms) or the warp's own
 16 x K register tile; `b` is a shared tile, K x N (N x K for the Bt forms).
 The ops are asynchronous: read `d` only after `tk.warpgroup.mma_async_wait()`.
+
+fp8 (e4m3, e5m2, or one of each): in the ABt form only (A 64 x K in shared memory or each warp's
+16 x K register tile, B N x K: PTX's wgmma transposes only 16-bit types, so fp8 operands must be
+K-major), K a multiple of 32 (m64nNk32 instructions), products and sums in fp32.
 """
 from __future__ import annotations
 
 from ..frontend.context import current
 from ..ir.core import SharedRef
-from ..tiles.dtypes import MMA_INPUT_DTYPES, f32
+from ..tiles.dtypes import FP8_DTYPES, MMA_INPUT_DTYPES, f32
 from ..tiles.types import RT, ST
 from ._checks import describe, emit, fail, operand
 
@@ -39,8 +43,11 @@ def _mma(d, a, b, *, trans_a: bool, trans_b: bool, accumulate: bool, name: str):
             fail(f"{name}: a shared A is {'K x 64' if trans_a else '64 x K'} for a warpgroup; got {describe(a)}")
     else:
         fail(f"{name}: a must be a shared tile or a register tile; got {describe(a)}")
-    if at.dtype not in MMA_INPUT_DTYPES or bt.dtype != at.dtype:
-        fail(f"{name}: a and b must both be bf16 or both fp16; got {describe(a)}, {describe(b)}")
+    fp8 = at.dtype in FP8_DTYPES
+    if fp8 and bt.dtype in FP8_DTYPES:
+        _check_fp8(name, a, b, trans_a, trans_b, k)
+    elif at.dtype not in MMA_INPUT_DTYPES or bt.dtype != at.dtype:
+        fail(f"{name}: a and b must both be bf16, both fp16, or both fp8 (e4m3/e5m2); got {describe(a)}, {describe(b)}")
     bk, bn = (bt.rows, bt.cols) if trans_b else (bt.cols, bt.rows)
     if (bk, bn) != (k, n):
         want = f"{k} x {n}" if trans_b else f"{n} x {k}"
@@ -51,12 +58,23 @@ def _mma(d, a, b, *, trans_a: bool, trans_b: bool, accumulate: bool, name: str):
     for x in (a, b):
         if isinstance(x.type, ST) and x.type.swizzle == 0:
             fail(f"{name}: wgmma reads swizzled shared tiles; {describe(x)} is unswizzled")
+    mixed = {"b_dtype": bt.dtype.name} if bt.dtype != at.dtype else {}
     op = emit("wgmma", d, a, b, trans_a=trans_a, trans_b=trans_b, accumulate=accumulate,
-                n=n, dtype=at.dtype.name, a_regs=isinstance(at, RT))
+              n=n, dtype=at.dtype.name, a_regs=isinstance(at, RT), **mixed)
     ctx = current()
     ctx.pending_wgmma[d] = op.loc
     ctx.wgmma_groups.append((d, op.loc))
     return op
+
+
+def _check_fp8(name: str, a, b, trans_a: bool, trans_b: bool, k: int) -> None:
+    """fp8 operands: K-major (the ABt form), K a multiple of 32."""
+    if trans_a or trans_b:
+        fail(f"{name}: fp8 wgmma needs K-major operands (PTX's wgmma transposes only bf16/fp16), so only "
+             f"mma_ABt / mm_ABt take fp8: A as a 64 x K tile and B as an N x K tile (store B^T); "
+             f"got {describe(a)}, {describe(b)}")
+    if k % 32:
+        fail(f"{name}: fp8 wgmma takes K in steps of 32 (m64nNk32); got K = {k} from {describe(a)}")
 
 
 def _make(name: str, trans_a: bool, trans_b: bool, accumulate: bool):

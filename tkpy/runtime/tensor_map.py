@@ -41,7 +41,10 @@ def geometry(shape, strides, elem_bytes: int, tile: ST) -> Geometry:
 
 
 _DTYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-           "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+           "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+           # fp8 moves as raw bytes (the driver has no fp8 element type; TMA copies do not convert, and
+           # reductions, which would add them as integers, are refused at trace time)
+           "fp8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8", "fp8e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
 _SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
              128: "CU_TENSOR_MAP_SWIZZLE_128B"}
 

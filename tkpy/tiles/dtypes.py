@@ -38,6 +38,11 @@ bf16 = DType("bf16", 16, "bf16", "bf16_2", "bfloat16")
 fp16 = DType("fp16", 16, "fp16", "fp16_2", "float16")
 f32 = DType("f32", 32, "float", "float2", "float32")
 i32 = DType("i32", 32, "int", "int2", "int32", is_float=False)
+# 8-bit floats (OCP FP8): e4m3 without infinities (max 448, torch's float8_e4m3fn) and e5m2 (max 57344).
+# Register tiles hold them in pairs (16-bit fp8x2 structs in the row/col fragment layout of 16-bit
+# tiles); conversions round to nearest even and saturate to the largest finite value (cvt.rn.satfinite).
+fp8e4m3 = DType("fp8e4m3", 8, "fp8e4m3", "fp8e4m3_2", "float8_e4m3fn")
+fp8e5m2 = DType("fp8e5m2", 8, "fp8e5m2", "fp8e5m2_2", "float8_e5m2")
 
 fp32 = f32
 half = fp16
@@ -47,11 +52,14 @@ float32 = f32
 
 TILE_DTYPES = (bf16, fp16, f32)
 MMA_INPUT_DTYPES = (bf16, fp16)
+FP8_DTYPES = (fp8e4m3, fp8e5m2)
+FP8_MAX = {"fp8e4m3": 448.0, "fp8e5m2": 57344.0}   # the largest finite values (where satfinite clamps)
 
 
 def from_torch(torch_dtype) -> DType:
     """The tkpy dtype of a torch dtype, or a clear error."""
-    for dt in (bf16, fp16, f32, i32):
+    for dt in (bf16, fp16, f32, i32, *FP8_DTYPES):
         if dt.torch == torch_dtype:
             return dt
-    raise TypeError(f"tkpy has no element type for torch dtype {torch_dtype}; supported: bf16, fp16, f32")
+    raise TypeError(f"tkpy has no element type for torch dtype {torch_dtype}; supported: bf16, fp16, f32, "
+                    "fp8e4m3 (float8_e4m3fn), fp8e5m2 (float8_e5m2)")

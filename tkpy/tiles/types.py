@@ -10,14 +10,19 @@ from dataclasses import dataclass
 from typing import Union
 
 from . import layouts, swizzle as swz
-from .dtypes import DType, TILE_DTYPES
+from .dtypes import DType, FP8_DTYPES, TILE_DTYPES, f32
 
 Dim = Union[int, str]  # static size or the name of a dynamic one
 
 
-def _check_dtype(dtype: DType, what: str) -> None:
+def _check_dtype(dtype: DType, what: str, fp8: bool = True) -> None:
+    if dtype in FP8_DTYPES:
+        if not fp8:
+            raise TypeError(f"{what} element type {dtype!r} is not supported: fp8 is for register and shared tiles "
+                            "(rt, st) and global tensors; give vectors a 16- or 32-bit type (e.g. f32)")
+        return
     if dtype not in TILE_DTYPES:
-        raise TypeError(f"{what} element type must be one of {TILE_DTYPES}, got {dtype!r}")
+        raise TypeError(f"{what} element type must be one of {TILE_DTYPES + FP8_DTYPES}, got {dtype!r}")
 
 
 def _check_multiple(n: int, of: int, what: str) -> None:
@@ -55,12 +60,12 @@ class RT:
         return self.height * self.width * layouts.ELEMS_PER_BASE * self.dtype.nbytes // 4
 
     def col_vec(self, dtype: DType | None = None) -> "RV":
-        """Type of a vector with one value per row (what row_max produces)."""
-        return RV(dtype or self.dtype, self.rows, layouts.reduction_vector_layout(self.layout, "row"))
+        """Type of a vector with one value per row (what row_max produces); f32 for an fp8 tile."""
+        return RV(dtype or self._vector_dtype, self.rows, layouts.reduction_vector_layout(self.layout, "row"))
 
     def row_vec(self, dtype: DType | None = None) -> "RV":
-        """Type of a vector with one value per column (what col_max produces)."""
-        return RV(dtype or self.dtype, self.cols, layouts.reduction_vector_layout(self.layout, "col"))
+        """Type of a vector with one value per column (what col_max produces); f32 for an fp8 tile."""
+        return RV(dtype or self._vector_dtype, self.cols, layouts.reduction_vector_layout(self.layout, "col"))
 
     def broadcast_axis(self, vec: "RV") -> str | None:
         """'row' if vector type `vec` holds one value per row of this tile (col_vec's length and layout),
@@ -70,6 +75,10 @@ class RT:
             if (vec.length, vec.layout) == (want.length, want.layout):
                 return axis
         return None
+
+    @property
+    def _vector_dtype(self) -> DType:
+        return f32 if self.dtype in FP8_DTYPES else self.dtype   # there are no fp8 vectors
 
     def with_(self, **changes) -> "RT":
         fields = dict(dtype=self.dtype, rows=self.rows, cols=self.cols, layout=self.layout)
@@ -89,7 +98,7 @@ class RV:
     layout: str = "ortho"
 
     def __post_init__(self):
-        _check_dtype(self.dtype, "rv")
+        _check_dtype(self.dtype, "rv", fp8=False)
         if self.layout not in ("ortho", "align", "naive"):
             raise ValueError(f"rv layout must be 'ortho', 'align' or 'naive', got {self.layout!r}")
         _check_multiple(self.length, 32 if self.layout == "naive" else 16, f"rv length ({self.layout})")
@@ -162,7 +171,7 @@ class SV:
     length: int
 
     def __post_init__(self):
-        _check_dtype(self.dtype, "sv")
+        _check_dtype(self.dtype, "sv", fp8=False)
         _check_multiple(self.length, 16, "sv length")
 
     @property

@@ -5,7 +5,7 @@ written here, one module per area. Each module exposes SECTIONS, a list of C++
 texts (each closing any namespace it opens); the prelude is their concatenation
 in the order below.
 """
-from . import hopper, warp, warp_extra
+from . import fp8 as fp8_section, hopper, warp, warp_extra
 
 PRELUDE_HEAD = "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
 PRELUDE_TAIL = "// ---- end of prelude ----\n"
@@ -14,10 +14,12 @@ SECTIONS = [section for module in MODULES for section in module.SECTIONS]
 PRELUDE = "\n".join([PRELUDE_HEAD, *SECTIONS, PRELUDE_TAIL])
 
 
-def prelude_for(wgmma_variants: set, tma5: bool = False) -> str:
-    """The prelude plus the wgmma wrappers this kernel uses (generated per accumulator width), and the
-    5-d TMA copies when it moves tiles of a 5-d global tensor by TMA."""
-    if not wgmma_variants and not tma5:
+def prelude_for(wgmma_variants: set, tma5: bool = False, fp8: bool = False) -> str:
+    """The prelude plus the wgmma wrappers this kernel uses (generated per accumulator width), the
+    5-d TMA copies when it moves tiles of a 5-d global tensor by TMA, and the fp8 types and conversions
+    when it has fp8 tensors or tiles."""
+    if not wgmma_variants and not tma5 and not fp8:
         return PRELUDE
-    extra = ([hopper.wgmma_section(wgmma_variants)] if wgmma_variants else []) + ([hopper.TMA5_SECTION] if tma5 else [])
+    extra = (([fp8_section.SECTION] if fp8 else []) + ([hopper.wgmma_section(wgmma_variants)] if wgmma_variants else [])
+             + ([hopper.TMA5_SECTION] if tma5 else []))
     return "\n".join([PRELUDE_HEAD, *SECTIONS, *extra, PRELUDE_TAIL])

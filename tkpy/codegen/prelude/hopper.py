@@ -55,6 +55,13 @@ __device__ __forceinline__ void arrive_remote(semaphore* sem, int cta, u32 count
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(sem)), "r"(cta));
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0], %1;" :: "r"(remote), "r"(count) : "memory");
 }
+// The same with a CTA-scope release, as CUTLASS and ThunderKittens hand back consumed stages: the cluster-scope
+// release above compiles to a GPU-wide memory barrier (MEMBAR.ALL.GPU) before the arrival.
+__device__ __forceinline__ void arrive_remote_cta(semaphore* sem, int cta, u32 count) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(sem)), "r"(cta));
+    asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0], %1;" :: "r"(remote), "r"(count) : "memory");
+}
 template <int N> __device__ __forceinline__ void increase_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
 template <int N> __device__ __forceinline__ void decrease_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 """
@@ -146,6 +153,8 @@ _WGMMA = r"""
 // leading- and stride-dimension byte offsets (all >> 4) and the swizzle mode in bits 62-63.
 // A tile is MN-major when its rows run along K (B of mma_AB, A of mma_AtB), K-major otherwise.
 __device__ __forceinline__ u64 desc_encode(u64 x) { return (x & 0x3FFFF) >> 4; }
+// Step k16 is the k16-th instruction along K: 16 K rows of an MN-major tile, or 32 bytes of each row of a
+// K-major one (16 bf16/fp16 or 32 fp8 elements). tkpy/tiles/wgmma.py models these and the layouts they read.
 template <typename S, bool MN_MAJOR>
 __device__ __forceinline__ u64 descriptor(const S& s, int k16) {
     constexpr u64 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
@@ -174,13 +183,36 @@ template <typename T, int H, int W, typename L> __device__ __forceinline__ void 
 """
 
 
+WGMMA_PTX = {"bf16": "bf16", "fp16": "f16", "fp8e4m3": "e4m3", "fp8e5m2": "e5m2"}
+
+
+def wgmma_types(dtype: str) -> tuple[str, str]:
+    """The element types (A, B) of a wgmma variant's `dtype`: one name for both ("bf16", "fp8e4m3"), or
+    "<a>_<b>" for an fp8 product of two kinds ("fp8e4m3_fp8e5m2")."""
+    a, _, b = dtype.partition("_")
+    return a, b or a
+
+
+def wgmma_k(dtype: str) -> int:
+    """K of one instruction: 32 bytes of each K-major row, so 16 for 16-bit types and 32 for fp8."""
+    return 32 if wgmma_types(dtype)[0].startswith("fp8") else 16
+
+
+def wgmma_name(n: int, dtype: str, a_in_registers: bool) -> str:
+    return f"wgmma_m64n{n}k{wgmma_k(dtype)}_{'rs' if a_in_registers else 'ss'}_{dtype}"
+
+
 def wgmma_instruction(n: int, dtype: str, a_in_registers: bool) -> str:
-    """C++ for one m64nNk16 wgmma with fp32 accumulators `d` (a warp's 16 x N tile, row layout).
+    """C++ for one m64nNk16 (bf16/fp16) or m64nNk32 (fp8) wgmma with fp32 accumulators `d` (a warp's
+    16 x N tile, row layout).
 
     The accumulator layout of wgmma per warp equals tkpy's row layout of a 16 x N fp32 tile, so
-    d.data[0][j][0..3] are wgmma registers d[8j .. 8j+7] in order.
+    d.data[0][j][0..3] are wgmma registers d[8j .. 8j+7] in order. fp8 variants take no transpose
+    operands (PTX transposes only .f16/.bf16: both operands are K-major).
     """
-    ptx_type = {"bf16": "bf16", "fp16": "f16"}[dtype]
+    a_type, b_type = wgmma_types(dtype)
+    fp8 = a_type.startswith("fp8")
+    k = wgmma_k(dtype)
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     out_cons = ", ".join(f'"+f"(d.data[0][{i // 8}][{(i % 8) // 2}].{"xy"[i % 2]})' for i in range(regs))
@@ -188,60 +220,90 @@ def wgmma_instruction(n: int, dtype: str, a_in_registers: bool) -> str:
         a_ops = f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}"
         a_cons = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), '
         b_op, scale, nxt = f"%{regs + 4}", f"%{regs + 5}", regs + 6
-        tail = f"p, 1, 1, %{nxt};"
+        tail = "p, 1, 1;" if fp8 else f"p, 1, 1, %{nxt};"
         params = "const u32* a, u64 b_desc, int scale_d"
-        trans_args = '"n"(TRANS_B)'
-        tmpl = "template <int TRANS_B>"
+        trans_args = "" if fp8 else ', "n"(TRANS_B)'
+        tmpl = "" if fp8 else "template <int TRANS_B>"
     else:
         a_ops = f"%{regs}"
         a_cons = '"l"(a_desc), '
         b_op, scale, nxt = f"%{regs + 1}", f"%{regs + 2}", regs + 3
-        tail = f"p, 1, 1, %{nxt}, %{nxt + 1};"
+        tail = "p, 1, 1;" if fp8 else f"p, 1, 1, %{nxt}, %{nxt + 1};"
         params = "u64 a_desc, u64 b_desc, int scale_d"
-        trans_args = '"n"(TRANS_A), "n"(TRANS_B)'
-        tmpl = "template <int TRANS_A, int TRANS_B>"
-    name = f"wgmma_m64n{n}k16_{'rs' if a_in_registers else 'ss'}_{dtype}"
+        trans_args = "" if fp8 else ', "n"(TRANS_A), "n"(TRANS_B)'
+        tmpl = "" if fp8 else "template <int TRANS_A, int TRANS_B>"
     return (
-        f"{tmpl}\n__device__ __forceinline__ void {name}(rt<float, 1, {n // 16}, row_l>& d, {params}) {{\n"
+        f"{tmpl + chr(10) if tmpl else ''}__device__ __forceinline__ void {wgmma_name(n, dtype, a_in_registers)}(rt<float, 1, {n // 16}, row_l>& d, "
+        f"{params}) {{\n"
         f"    asm volatile(\n"
         f'        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, {scale}, 0;\\n"\n'
-        f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "\n'
+        f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{WGMMA_PTX[a_type]}.{WGMMA_PTX[b_type]} "\n'
         f'        "{{{outs}}}, {a_ops}, {b_op}, {tail}\\n}}\\n"\n'
         f"        : {out_cons}\n"
-        f'        : {a_cons}"l"(b_desc), "r"(scale_d), {trans_args});\n'
+        f'        : {a_cons}"l"(b_desc), "r"(scale_d){trans_args});\n'
         f"}}\n")
 
 
 def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
-    """tk::warpgroup::mma<TRANS_A, TRANS_B>(d, a, b, accumulate): fence, one wgmma per 16 of K, commit."""
-    name = f"wgmma_m64n{n}k16_{'rs' if a_in_registers else 'ss'}_{dtype}"
+    """tk::warpgroup::mma<TRANS_A, TRANS_B>(d, a, b, accumulate): fence, one wgmma per 32 bytes of K
+    (16 bf16/fp16 or 32 fp8 elements), commit."""
+    name = wgmma_name(n, dtype, a_in_registers)
+    a_type, b_type = wgmma_types(dtype)
+    k = wgmma_k(dtype)
     d = f"rt<float, 1, {n // 16}, row_l>& d"
+    if a_in_registers and k == 32:   # fp8: the A fragments are gathered from tkpy's layout first (prelude/fp8.py)
+        return (
+            f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB>\n"
+            f"__device__ __forceinline__ void mma({d}, const rt<{a_type}, 1, K, row_l>& a,\n"
+            f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f'    static_assert(TRANS_B == 0 && K % 2 == 0, "fp8 wgmma reads B K-major (mma_ABt), K in steps of 32");\n'
+            f"    u32 frag[K / 2][4];\n"
+            f"    #pragma unroll\n"
+            f"    for (int k = 0; k < K / 2; k++) wgmma_fp8_a_fragment(a, k, frag[k]);\n"
+            f"    wgmma_fence();\n"
+            f"    #pragma unroll\n"
+            f"    for (int k = 0; k < K / 2; k++)\n"
+            f"        {name}(d, frag[k], descriptor<st<{b_type}, RB, CB, SB>, false>(b, k), accumulate || k > 0);\n"
+            f"    wgmma_commit_group();\n}}\n")
     if a_in_registers:
         return (
             f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB>\n"
-            f"__device__ __forceinline__ void mma({d}, const rt<{dtype}, 1, K, row_l>& a,\n"
-            f"                                    const st<{dtype}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f"__device__ __forceinline__ void mma({d}, const rt<{a_type}, 1, K, row_l>& a,\n"
+            f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
             f"    wgmma_fence();\n"
             f"    #pragma unroll\n"
             f"    for (int k = 0; k < K; k++)\n"
             f"        {name}<TRANS_B>(d, reinterpret_cast<const u32*>(&a.data[0][k][0]),\n"
-            f"            descriptor<st<{dtype}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+            f"            descriptor<st<{b_type}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+            f"    wgmma_commit_group();\n}}\n")
+    if k == 32:   # fp8: K-major operands only, no transpose operands in the instruction
+        return (
+            f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int RB, int CB, int SB>\n"
+            f"__device__ __forceinline__ void mma({d}, const st<{a_type}, RA, CA, SA>& a,\n"
+            f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f'    static_assert(TRANS_A == 0 && TRANS_B == 0, "fp8 wgmma reads both operands K-major (mma_ABt)");\n'
+            f"    wgmma_fence();\n"
+            f"    #pragma unroll\n"
+            f"    for (int k = 0; k < CA / 32; k++)\n"
+            f"        {name}(d, descriptor<st<{a_type}, RA, CA, SA>, false>(a, k),\n"
+            f"            descriptor<st<{b_type}, RB, CB, SB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
     return (
         f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int RB, int CB, int SB>\n"
-        f"__device__ __forceinline__ void mma({d}, const st<{dtype}, RA, CA, SA>& a,\n"
-        f"                                    const st<{dtype}, RB, CB, SB>& b, bool accumulate) {{\n"
+        f"__device__ __forceinline__ void mma({d}, const st<{a_type}, RA, CA, SA>& a,\n"
+        f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
         f"    constexpr int k16s = (TRANS_A ? RA : CA) / 16;\n"
         f"    wgmma_fence();\n"
         f"    #pragma unroll\n"
         f"    for (int k = 0; k < k16s; k++)\n"
-        f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{dtype}, RA, CA, SA>, TRANS_A>(a, k),\n"
-        f"            descriptor<st<{dtype}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+        f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{a_type}, RA, CA, SA>, TRANS_A>(a, k),\n"
+        f"            descriptor<st<{b_type}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
         f"    wgmma_commit_group();\n}}\n")
 
 
 def wgmma_section(variants: set) -> str:
-    """The wgmma wrappers a kernel uses, generated per (n, dtype, a_in_registers) in `variants`."""
+    """The wgmma wrappers a kernel uses, generated per (n, dtype, a_in_registers) in `variants` (dtype as
+    `wgmma_types` reads it)."""
     if not variants:
         return ""
     parts = ["namespace tk {\n// wgmma m64nNk16 with fp32 accumulators, as used by this kernel"]
