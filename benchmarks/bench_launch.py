@@ -13,6 +13,11 @@ Measures, for a trivial 4-argument kernel, the host time of:
   stream          torch current raw stream lookup alone
   torch_zero      torch x.zero_() on a small tensor (a reference torch op)
   tkpy_call       a whole tkpy kernel call, kernel[grid](x, y, n, s): checks, key lookup, pack, launch
+                  (through the native launcher when it builds: meta["tkpy_call_native"])
+  tkpy_python     the same with TKPY_NATIVE_LAUNCH=0: the generated Python launcher
+  native_raw      cuLaunchKernelEx called from tkpy's C extension, pre-packed params, given stream
+  native_noop     tkpy_call's native launcher with a driver function that does nothing: tkpy's own
+                  host cost per call (key, pointers, pack, stream), without the driver
 
 Each figure is the median over batches (40 x 500 calls after warm-up) of the
 batch's mean per-call time; the paths are interleaved (one batch of each per
@@ -48,12 +53,14 @@ extern "C" __global__ void noop4(float* a, const float* b, int n, float s) {
 """
 
 
-def bench_tkpy_call() -> Callable[[], None]:
+def bench_tkpy_call(native_launch: bool = True):
     """One complete tkpy kernel call (argument checks, specialization lookup, pack, launch) of a
-    4-argument kernel that does no work, on small CUDA tensors, already compiled and warm."""
+    4-argument kernel that does no work, on small CUDA tensors, already compiled and warm; through
+    the native launcher, or with TKPY_NATIVE_LAUNCH=0 the Python one. Returns (call, kernel)."""
     import torch
 
     import tkpy as tk
+    from tkpy.runtime import native
 
     @tk.kernel(warps=1)
     def noop4(x: tk.gl[tk.f32, "N", 16], y: tk.gl[tk.f32, "N", 16], n: int, s: float):
@@ -65,10 +72,40 @@ def bench_tkpy_call() -> Callable[[], None]:
 
     x = torch.randn(64, 16, device="cuda")
     y = torch.empty_like(x)
+    saved = os.environ.get(native.ENV)
+    os.environ[native.ENV] = "1" if native_launch else "0"
+    try:
+        noop4[(1,)](x, y, 1, 0.5)           # the first launch picks the launcher
+    finally:
+        if saved is None:
+            del os.environ[native.ENV]
+        else:
+            os.environ[native.ENV] = saved
     launch = noop4[(1,)]
     launch(x, y, 1, 0.5)
     torch.cuda.synchronize()
-    return lambda: launch(x, y, 1, 0.5)
+    return (lambda: launch(x, y, 1, 0.5)), noop4
+
+
+def native_noop_call(kernel) -> Callable[[], None] | None:
+    """`kernel`'s native launch path with cuLaunchKernelEx replaced by a function that does nothing."""
+    import torch
+
+    from tkpy.runtime import ParamBuffer, native
+
+    module = native.load()
+    if module is None or not kernel.uses_native_launch:
+        return None
+    (key, _), = kernel._fast.items()
+    (compiled,) = kernel._compiled.values()
+    params, _, stream_of, device, _, launcher, maps = compiled.ready(torch.cuda.current_device()).entry
+    entry = native.entry(compiled.lowered.slots, kernel.specs, launcher, ParamBuffer(params.kinds), maps, device,
+                         stream_of, launch_address=module.NOOP_LAUNCH)
+    noop = module.Launcher(native.spec_kinds(module, kernel.specs), {key: entry}, kernel._slow_launch)
+    x = torch.randn(64, 16, device="cuda")
+    y = torch.empty_like(x)
+    call = functools.partial(noop, (1, 1, 1))
+    return lambda: call(x, y, 1, 0.5)
 
 
 def _time_interleaved(paths: dict) -> dict[str, dict[str, float]]:
@@ -219,7 +256,17 @@ def main() -> int:
 
     paths["torch_zero"] = (torch_zero, sync)
 
-    paths["tkpy_call"] = (bench_tkpy_call(), sync)
+    from tkpy.runtime import native
+
+    tkpy_call, kernel = bench_tkpy_call(native_launch=True)
+    paths["tkpy_call"] = (tkpy_call, sync)
+    paths["tkpy_python"] = (bench_tkpy_call(native_launch=False)[0], sync)
+    module = native.load()
+    if module is not None and kernel.uses_native_launch:
+        entry = native.entry([], [], lr, pb, (), dev, get_stream)     # pb as packed above; no slots to pack
+        prepacked = functools.partial(entry.launch_prepacked, grid, stream)
+        paths["native_raw"] = (prepacked, sync)
+        paths["native_noop"] = (native_noop_call(kernel), lambda: None)
     results = _time_interleaved(paths)
 
     sync()
@@ -229,6 +276,7 @@ def main() -> int:
         "python": sys.version.split()[0],
         "calls_per_batch": BATCH,
         "batches": BATCHES,
+        "tkpy_call_native": kernel.uses_native_launch,
     }
     try:
         import cuda.bindings

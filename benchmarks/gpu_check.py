@@ -106,7 +106,7 @@ def main() -> int:
         print(f"compile {name:14s} trace {r['trace_ms']:6.1f} ms  lower {r['lower_ms']:5.1f} ms  "
               f"cold NVRTC {r['cold_compile_ms']:6.1f} ms  disk cache {r['disk_cache_ms']:5.2f} ms")
     for name, r in report.get("launch", {}).items():
-        if name in ("raw_ex_int", "prepared", "tkpy_call", "torch_zero"):
+        if name in ("raw_ex_int", "prepared", "native_raw", "native_noop", "tkpy_call", "tkpy_python", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
     for r in report.get("attention", []):
         print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}{' causal' if r.get('causal') else ''}: "

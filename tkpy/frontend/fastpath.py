@@ -7,6 +7,9 @@ unusual (first call, new shapes, bad arguments, strided views) falls back to
 the slow path, which checks everything and explains errors. Strided
 (non-contiguous) tensors always take the slow path: their strides are not in
 the key, so each call re-checks them (about 10 us more per call).
+
+When a C compiler is at hand, tkpy.runtime.native does the same steps in C (native_launch.c) and
+this Python launcher is the fallback (TKPY_NATIVE_LAUNCH=0, no compiler); the two must agree.
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ def launch(grid, {params}):
     try:
 {shapes}
         ready = cache_get(({key},))
-    except AttributeError:          # not a tensor where one belongs: the slow path explains
-        ready = None
+    except (AttributeError, TypeError):   # not a tensor where one belongs, an unhashable constexpr:
+        ready = None                        # the slow path explains
     if ready is None:
         return slow(grid, ({params},))
 {ptrs}

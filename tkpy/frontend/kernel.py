@@ -38,9 +38,11 @@ class Kernel:
         self.dim_names = dynamic_dim_names(self.specs)
         self._gl_positions = [i for i, s in enumerate(self.specs) if s.kind == "gl"]
         self._compiled: dict[tuple, "Compiled"] = {}
-        self._fast: dict[tuple, tuple] = {}        # fast-path key -> _Ready.entry
+        self._fast: dict[tuple, Any] = {}          # fast-path key -> _Ready.entry (or its native_entry);
+                                                    # only grows (the native launcher remembers its last hit)
         self._bound: dict = {}                      # grid -> launcher bound to it
-        self._fast_launch = None
+        self._fast_launch = None                    # the native launcher (tkpy.runtime.native) or the Python one
+        self._native = None                         # the native launcher, when in use
         self._launcher_source: str | None = None
         self._interpreted = None                    # the CPU interpreter's launcher, made on first use
         functools.update_wrapper(self, fn)
@@ -159,19 +161,28 @@ class Kernel:
             ready.launch_once(grid, args, compiled.lowered.slots, self)
             return
         if self._launcher_source is None:
+            from ..runtime import native
+
             self._launcher_source, fast = fastpath.build(self, compiled.lowered.slots)
-            self._fast_launch = fast
+            self._native = native.launcher(self)    # None: disabled (TKPY_NATIVE_LAUNCH=0) or unavailable
+            self._fast_launch = self._native or fast
             self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
         key = fastpath.cache_key(self.specs, args)
         if key in self._fast:
             raise AssertionError(f"tkpy internal error: the fast launcher of {self.name} rejected cached key {key}")
-        self._fast[key] = ready.entry
+        self._fast[key] = ready.entry if self._native is None else ready.native_entry(self.specs)
         self._fast_launch(grid, *args)
 
     @property
     def launcher_source(self) -> str | None:
-        """The generated Python of the per-call path (after the first launch)."""
+        """The generated Python of the per-call path (after the first launch); when
+        `uses_native_launch`, the C launcher does the same steps instead."""
         return self._launcher_source
+
+    @property
+    def uses_native_launch(self) -> bool:
+        """Whether cache hits go through the native launcher (tkpy.runtime.native; decided at the first launch)."""
+        return self._native is not None
 
 
 def _current_device() -> int:
@@ -280,6 +291,18 @@ class _Ready:
         tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in compiled.lowered.slots
                             if s.source[0] == "tmap")
         self.entry = (params, {}, stream_getter(), device, failed, launcher, tensor_maps)
+        self._compiled = compiled
+        self._native = None
+
+    def native_entry(self, specs):
+        """What the native launcher's cache maps a key to (made on first use)."""
+        if self._native is None:
+            from ..runtime import native
+
+            params, _, stream_of, device, failed, launcher, tensor_maps = self.entry
+            self._native = native.entry(self._compiled.lowered.slots, specs, launcher, params, tensor_maps,
+                                        device, stream_of)
+        return self._native
 
     def launch_once(self, grid, args, slots, kernel) -> None:
         """Pack and launch without the fast path (strided tensors, whose strides are per call)."""

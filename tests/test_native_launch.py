@@ -1,0 +1,416 @@
+"""CPU tests of the native launch path (tkpy/runtime/native.py, native_launch.c).
+
+The extension is built with this machine's C compiler (skipped, with the reason, where there is
+none). The driver is replaced by a ctypes callback that records what cuLaunchKernelEx would get, so
+the whole per-call path (key, pointers, packing, stream, launch configuration, errors) runs here and
+is compared with the generated Python launcher, whose cuda-bindings call is replaced the same way.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import struct
+import sysconfig
+import threading
+
+import pytest
+import torch
+
+import tkpy as tk
+from tkpy import f32
+from tkpy.codegen.abi import Slot
+from tkpy.frontend import fastpath
+from tkpy.runtime import DriverError, Launcher, ParamBuffer, native
+from tkpy.runtime.driver import make_launch_config
+
+
+def _build_problem() -> str | None:
+    try:
+        native.compiler()
+        native.python_include()
+    except native.NativeBuildError as e:
+        return str(e)
+    return None
+
+
+_PROBLEM = _build_problem()
+pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=f"cannot build the native launcher: {_PROBLEM}")
+
+
+@pytest.fixture(scope="module")
+def mod():
+    m = native.load()
+    assert m is not None, "the extension did not build or import (see the tkpy.native debug log)"
+    return m
+
+
+@tk.kernel(warps=1)
+def noop5(x: tk.gl[f32, "N", 16], y: tk.gl[f32, "N", 16], n: int, s: float, c: tk.constexpr):
+    with tk.if_(n < 0):                     # never true
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x, (0, 0))
+        tk.mul(t, t, s)
+        tk.store(y, t, (0, 0))
+
+
+def _args(rows=64, n=5, s=0.5, c=1):
+    return (torch.randn(rows, 16), torch.randn(rows, 16), n, s, c)
+
+
+def _encoder(tag: int):
+    """A stand-in TMA encoder: 128 bytes that depend on the tensor's pointer and shape."""
+    def encode(t):
+        return struct.pack("<QQQ", tag, t.data_ptr(), t.shape[0]).ljust(128, b"\x7f")
+    return encode
+
+
+def _slot_sets():
+    """The kernel's own slots, and a synthetic list with tensor maps and every slot source."""
+    real = noop5.trace(*_args()).lower().slots
+    synthetic = [Slot("x_ptr", "", "ptr", ("ptr", 0)), Slot("N", "", "i32", ("dim", "N")),
+                 Slot("x_tma", "", "blob128", ("tmap", 0, None)), Slot("s", "", "f32", ("scalar", 3)),
+                 Slot("y_ptr", "", "ptr", ("ptr", 1)), Slot("y_tma", "", "blob128", ("tmap", 1, None)),
+                 Slot("n", "", "i32", ("scalar", 2))]
+    return {"kernel": (real, ()), "tmaps": (synthetic, (_encoder(1), _encoder(2)))}
+
+
+# ---------------------------------------------------------------------------- fake driver
+
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                           ctypes.c_void_p)
+_CONFIG = struct.Struct("<7I4xQQI4x")       # CUlaunchConfig: grid, block, smem, stream, attrs, numAttrs
+
+
+class FakeDriver:
+    """cuLaunchKernelEx as a C function pointer: records (grid, block, smem, stream, cluster, function,
+    parameter block) per launch and returns `result`."""
+
+    def __init__(self, size: int, nslots: int, result: int = 0):
+        self.size, self.nslots, self.result = size, nslots, result
+        self.calls: list = []
+        self.raw_configs: list = []
+        self.callback = _LAUNCH(self._launch)
+        self.address = ctypes.cast(self.callback, ctypes.c_void_p).value
+
+    def _launch(self, cfg, fn, params, extra):
+        raw = ctypes.string_at(cfg, _CONFIG.size)
+        *dims, smem, stream, attrs, nattrs = _CONFIG.unpack(raw)
+        cluster = None
+        attr_raw = b""
+        if nattrs:
+            attr_raw = ctypes.string_at(attrs, 72)
+            assert struct.unpack_from("<I", attr_raw)[0] == 4       # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            cluster = struct.unpack_from("<3I", attr_raw, 8)
+        block = ctypes.string_at(params[0], self.size) if self.nslots else b""
+        self.raw_configs.append((raw, attr_raw))
+        self.calls.append(("launch", tuple(dims[:3]), tuple(dims[3:]), smem, stream, cluster, fn, block,
+                           [params[i] - params[0] for i in range(self.nslots)]))
+        return self.result
+
+
+class Setup:
+    """One kernel's two launchers (Python and native) over the same slots, each with its own cache
+    holding one specialization for `args`, and the same fake driver behind both."""
+
+    def __init__(self, mod, slots, tensor_maps, args, *, cluster=(1, 1, 1), smem=1024, result=0):
+        specs = noop5.specs
+        self.specs = specs
+        self.slow_calls: list = []
+        self.streams: list = []
+        kinds = [s.kind for s in slots]
+
+        def stream_of(device):
+            self.streams.append(device)
+            return 0x5000 + device
+
+        # Python launcher: fastpath.build over a stand-in kernel, cuda-bindings' launch replaced
+        self.py_params = ParamBuffer(kinds)
+        self.py_launcher = Launcher(0xF00, (32, 1, 1), smem, cluster)
+        self.py_calls: list = []
+
+        def py_launch(cfg, fn, address, extra):
+            block = bytes(self.py_params._mv)
+            cl = cfg.attrs[0].value.clusterDim if cfg.numAttrs else None
+            self.py_calls.append(("launch", (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
+                                  (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), cfg.sharedMemBytes,
+                                  int(cfg.hStream), (cl.x, cl.y, cl.z) if cl else None, fn, block,
+                                  [o for o in self.py_params.offsets]))
+            return (result,)
+
+        self.py_launcher._launch = py_launch
+        py_kernel = _StubKernel(specs, self._slow)
+        _, self.py = fastpath.build(py_kernel, slots)
+
+        def py_failed(err, grid, stream):
+            self.py_launcher.handle_error(err, grid, stream, self.py_params.address)
+
+        key = fastpath.cache_key(specs, args)
+        py_kernel._fast[key] = (self.py_params, {}, stream_of, 0, py_failed, self.py_launcher, tensor_maps)
+
+        # native launcher
+        self.params = ParamBuffer(kinds)
+        self.launcher = Launcher(0xF00, (32, 1, 1), smem, cluster)
+        self.driver = FakeDriver(self.params.size, len(kinds), result)
+        self.fast: dict = {}
+        self.native = mod.Launcher(native.spec_kinds(mod, specs), self.fast, self._slow)
+        self.fast[key] = native.entry(slots, specs, self.launcher, self.params, tensor_maps, 0, stream_of,
+                                      launch_address=self.driver.address)
+
+    def _slow(self, grid, args):
+        self.slow_calls.append(("slow", grid, args))
+
+    def outcome(self, which, grid, args):
+        """What one call did: a launch record, a slow-path call, or the exception it raised."""
+        calls = self.py_calls if which == "python" else self.driver.calls
+        before, slow_before = len(calls), len(self.slow_calls)
+        try:
+            result = (self.py if which == "python" else self.native)(grid, *args)
+        except Exception as e:                       # noqa: BLE001 - compared between the paths
+            return ("raised", type(e), str(e).split("\n")[0])
+        assert result is None
+        done = calls[before:] + self.slow_calls[slow_before:]
+        assert len(done) == 1, done
+        return done[0]
+
+
+class _StubKernel:
+    name = "noop5"
+
+    def __init__(self, specs, slow):
+        self.specs = specs
+        self._fast: dict = {}
+        self._slow_launch = slow
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_builds_once_and_imports(mod, tmp_path):
+    assert {"Launcher", "Entry", "KINDS", "SOURCES", "NOOP_LAUNCH"} <= set(dir(mod))
+    path = native.build(tmp_path)
+    mtime = path.stat().st_mtime_ns
+    assert native.build(tmp_path) == path and path.stat().st_mtime_ns == mtime      # cached, not rebuilt
+    assert path.name.startswith(native.MODULE_NAME) and path.name.endswith(sysconfig.get_config_var("EXT_SUFFIX"))
+    cc = native.compiler()
+    assert native.build_key(b"a", cc) != native.build_key(b"b", cc)
+
+
+def _struct_outcome(pb, values):
+    try:
+        pb.pack(*values)
+    except struct.error:
+        return None
+    except Exception as e:                           # noqa: BLE001
+        return type(e)
+    return bytes(pb._mv)
+
+
+def _native_outcome(entry, values):
+    try:
+        return entry.pack_values(tuple(values))
+    except Exception as e:                           # noqa: BLE001
+        return type(e)
+
+
+class _Index:
+    def __index__(self):
+        return 42
+
+
+@pytest.mark.parametrize("kinds", [["ptr", "i32", "f32", "i64", "u32", "f64", "blob128", "u64"],
+                                   ["i32", "blob128", "f32", "ptr"], ["f32"], []])
+def test_pack_values_byte_identical_to_param_buffer(mod, kinds):
+    pb = ParamBuffer(kinds)
+    lr = Launcher(0, (32, 1, 1))
+    slots = [Slot(f"v{i}", "", k, ("scalar", 0)) for i, k in enumerate(kinds)]
+    entry = native.entry(slots, noop5.specs, lr, pb, (), 0, None, launch_address=0, failed=print)
+    assert entry.size == pb.size
+    samples = {
+        "ptr": [0, 16, 2**64 - 1, 2**64, -1, 1.0, "x", _Index(), True],
+        "u64": [0, 2**63, 2**64 - 1, 2**64, -5],
+        "i64": [0, -2**63, 2**63 - 1, 2**63, -2**63 - 1, 7.5],
+        "i32": [0, -7, 2**31 - 1, -2**31, 2**31, -2**31 - 1, True, 3.0, None, _Index()],
+        "u32": [0, 2**32 - 1, 2**32, -1],
+        "f32": [0.5, -1e-45, 3.4e38, 3.5e38, 1e300, float("inf"), float("nan"), 7, 10**400, "x",
+                torch.tensor(2.5)],
+        "f64": [1.5, 1e300, float("-inf"), 10**400, 3],
+        "blob128": [bytes(range(128)), b"short", b"x" * 200, bytearray(b"\x11" * 128), "str", None],
+    }
+    first = [samples[k][0] for k in kinds]
+    for i, k in enumerate(kinds):
+        for v in samples[k]:
+            values = list(first)
+            values[i] = v
+            want, got = _struct_outcome(pb, values), _native_outcome(entry, values)
+            assert want == got, (k, v, want, got)
+
+
+@pytest.mark.parametrize("which", ["kernel", "tmaps"])
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1), None])
+def test_native_and_python_launchers_agree(mod, which, cluster):
+    slots, maps = _slot_sets()[which]
+    args = _args()
+    st = Setup(mod, slots, maps, args, cluster=cluster)
+    x, y, n, s, c = args
+    misaligned = torch.empty(64 * 16 + 1)[1:].view(64, 16)
+    strided = torch.empty(64, 32)[:, :16]
+    cases = [
+        args,                                   # the cached specialization
+        (x.clone(), y.clone(), -3, 2.0, c),     # new pointers and values, same key
+        (x, y, 2**31 - 1, -0.0, c),
+        (x, y, 2**31, s, c),                    # does not fit the i32: slow (struct.error there)
+        (x, y, n, 1e300, c),                    # OverflowError in both
+        (x, y, n, 10**400, c),                  # struct.error: slow
+        (x.double(), y, n, s, c),               # another dtype: a miss
+        (torch.randn(32, 16), y, n, s, c),      # another shape: a miss
+        (strided, y, n, s, c),                  # not contiguous: a miss
+        (misaligned, y, n, s, c),               # misaligned pointer: slow
+        (x, [1, 2], n, s, c),                   # not a tensor: slow
+        (x, y, n, s, [1]),                      # unhashable constexpr: slow
+        (x, y, n, s, 2),                        # another constexpr: a miss
+        (x, y, 5.0, s, c),                      # a float where the int was: a miss (the type is keyed)
+        (x, y, n, s),                           # too few arguments
+    ]
+    for grid in [(4, 1, 1), (2, 3, 4)]:
+        for case in cases:
+            py, nat = st.outcome("python", grid, case), st.outcome("native", grid, case)
+            if case is cases[-1] and py[0] == "raised":      # Python: a TypeError from the generated def
+                assert nat[0] == "slow" and issubclass(py[1], TypeError)
+                continue
+            assert py == nat, (case[2:], py, nat)
+    assert st.driver.calls, "nothing was launched"
+    key = fastpath.cache_key(st.specs, args)
+    assert st.native.key(args) == key and hash(st.native.key(args)) == hash(key)
+    assert st.native.key((x, [1], n, s, c)) is None
+
+
+def test_config_abi_matches_cuda_bindings(mod):
+    pytest.importorskip("cuda.bindings.driver")
+    slots, maps = _slot_sets()["kernel"]
+    args = _args()
+    st = Setup(mod, slots, maps, args, cluster=(2, 1, 1), smem=65536)
+    st.native((6, 2, 1), *args)
+    raw, attr = st.driver.raw_configs[-1]
+    ref = make_launch_config((6, 2, 1), (32, 1, 1), 65536, 0x5000, (2, 1, 1))
+    ref_raw = ctypes.string_at(ref.getPtr(), 56)
+    assert raw[:40] == ref_raw[:40] and raw[48:52] == ref_raw[48:52]      # all but the attrs pointer
+    ref_attr = ctypes.string_at(ref.attrs[0].getPtr(), 72)
+    assert attr[:4] == ref_attr[:4] and attr[8:20] == ref_attr[8:20]
+
+
+def test_failed_launch_reports_with_the_packed_values(mod):
+    slots, maps = _slot_sets()["kernel"]
+    args = _args()
+    st = Setup(mod, slots, maps, args, result=1)           # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(DriverError, match=r"cuLaunchKernelEx\(grid=\(3, 1, 1\), block=\(32, 1, 1\)"):
+        st.native((3, 1, 1), *args)
+    # the retry after a missing context (handle_error) launches from the ParamBuffer: it holds the call's values
+    assert bytes(st.params._mv) == st.driver.calls[-1][7]
+    seen = []
+    fast: dict = {}
+    launcher = mod.Launcher(native.spec_kinds(mod, st.specs), fast, st._slow)
+    fast[fastpath.cache_key(st.specs, args)] = native.entry(
+        slots, st.specs, st.launcher, st.params, maps, 0, lambda d: 0x77, launch_address=st.driver.address,
+        failed=lambda *a: seen.append(a))
+    assert launcher((3, 1, 1), *args) is None
+    assert seen == [(1, (3, 1, 1), 0x77)]
+
+
+def test_concurrent_calls_keep_their_own_values(mod):
+    """The block is packed on the C stack and the GIL is released only around the driver call: calls
+    from several threads never see each other's values."""
+    slots, maps = _slot_sets()["kernel"]
+    args = _args()
+    st = Setup(mod, slots, maps, args)
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(200):
+                st.native((1, 1, 1), args[0], args[1], k * 1000 + i, float(k), args[4])
+        except Exception as e:                       # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    n_offset = st.params.offsets[[s.source for s in slots].index(("scalar", 2))]
+    s_offset = st.params.offsets[[s.source for s in slots].index(("scalar", 3))]
+    assert len(st.driver.calls) == 800
+    for call in st.driver.calls:
+        n = struct.unpack_from("<i", call[7], n_offset)[0]
+        assert struct.unpack_from("<f", call[7], s_offset)[0] == float(n // 1000)
+
+
+def test_noop_launch_runs_the_whole_path(mod):
+    slots, maps = _slot_sets()["kernel"]
+    args = _args()
+    params = ParamBuffer([s.kind for s in slots])
+    fast: dict = {}
+    launcher = mod.Launcher(native.spec_kinds(mod, noop5.specs), fast, lambda grid, a: pytest.fail("slow path"))
+    fast[fastpath.cache_key(noop5.specs, args)] = native.entry(
+        slots, noop5.specs, Launcher(0, (32, 1, 1)), params, maps, 0, abs, launch_address=mod.NOOP_LAUNCH)
+    for _ in range(1000):
+        launcher((1, 1, 1), *args)
+
+
+def test_disabled_by_environment(monkeypatch, caplog):
+    monkeypatch.setenv(native.ENV, "0")
+    native._logged.clear()
+    with caplog.at_level(logging.DEBUG, logger="tkpy.native"):
+        assert native.launcher(noop5) is None
+    assert "TKPY_NATIVE_LAUNCH=0" in caplog.text and not native.enabled()
+
+
+def test_no_compiler_falls_back(monkeypatch, caplog, tmp_path):
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: "/nonexistent/tkpy-cc" if name == "CC" else real(name))
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setenv("TKPY_CACHE_DIR", str(tmp_path))
+    native._logged.clear()
+    with caplog.at_level(logging.DEBUG, logger="tkpy.native"):
+        assert native.load() is None
+        assert native.launcher(noop5) is None
+    assert "no C compiler found" in caplog.text
+    with pytest.raises(native.NativeBuildError):
+        native.build(tmp_path)
+
+
+def test_latest_hit_shortcut_never_widens_the_key(mod):
+    """The launcher checks its latest hit before the dict: alternating specializations, equal but
+    distinct constexprs and look-alike unhashable ones must behave exactly as a dict lookup."""
+    slots, maps = _slot_sets()["kernel"]
+    specs = noop5.specs
+    big = 10**6
+    a64, a32 = _args(64, c=big), _args(32, c=big)
+    params = {k: ParamBuffer([s.kind for s in slots]) for k in (64, 32)}
+    driver = FakeDriver(params[64].size, len(slots))
+    fast: dict = {}
+    slow = []
+    launcher = mod.Launcher(native.spec_kinds(mod, specs), fast, lambda grid, a: slow.append(a))
+    for rows, args in ((64, a64), (32, a32)):
+        fast[fastpath.cache_key(specs, args)] = native.entry(slots, specs, Launcher(rows, (32, 1, 1)), params[rows],
+                                                             maps, 0, abs, launch_address=driver.address)
+    n_offset = params[64].offsets[[s.source for s in slots].index(("dim", "N"))]
+    for i in range(6):
+        rows, args = (64, a64) if i % 2 else (32, a32)
+        launcher((1, 1, 1), *args[:4], int(str(big)))        # an equal constexpr, another int object
+        call = driver.calls[-1]
+        assert call[6] == rows and struct.unpack_from("<i", call[7], n_offset)[0] == rows
+    launcher((1, 1, 1), *a32[:4], frozenset({1}))            # a miss, through the dict
+    launcher((1, 1, 1), *a32[:4], {1})                       # unhashable: slow, like the Python launcher
+    assert len(slow) == 2 and len(driver.calls) == 6
+
+
+def test_launch_prepacked_launches_the_param_buffer_as_is(mod):
+    pb = ParamBuffer(["ptr", "i32", "f32"])
+    pb.pack(0xABC0, 7, 0.5)
+    driver = FakeDriver(pb.size, len(pb))
+    entry = native.entry([], [], Launcher(0xF00, (64, 1, 1), 128), pb, (), 0, None, launch_address=driver.address)
+    assert entry.launch_prepacked((3, 2, 1), 0x99) is None
+    assert driver.calls == [("launch", (3, 2, 1), (64, 1, 1), 128, 0x99, None, 0xF00, bytes(pb._mv),
+                             list(pb.offsets))]

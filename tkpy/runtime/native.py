@@ -1,0 +1,253 @@
+"""The native launch path: a cache hit of ``kernel[grid](*args)`` as one C call.
+
+``native_launch.c`` is a small CPython extension (plain C API; no CUDA or torch headers) that does
+what the generated Python launcher (:mod:`tkpy.frontend.fastpath`) does: the key check, the data
+pointers, the packing, torch's current stream and ``cuLaunchKernelEx``, which it calls through the
+driver's function pointer (``cuGetProcAddress``). It is compiled on first use with the C compiler
+Python was built with (sysconfig's ``CC``) and cached in ``<tkpy cache dir>/native/``, keyed by the
+source, the Python version and the platform.
+
+``TKPY_NATIVE_LAUNCH=0``, or no compiler, no ``Python.h`` or a failed build, leaves the Python
+launcher in charge, with no other change; the reason is logged once at debug level (logger
+``tkpy.native``).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from .cache import cache_dir, cache_enabled
+
+ENV = "TKPY_NATIVE_LAUNCH"
+MODULE_NAME = "tkpy_native_launch"
+SOURCE = Path(__file__).with_name("native_launch.c")
+
+#: ParamBuffer kinds -> the extension's slot kinds ("ptr" is a u64)
+_KIND_ALIASES = {"ptr": "u64"}
+_SPEC_KINDS = {"gl": "SPEC_GL", "constexpr": "SPEC_CONSTEXPR"}   # anything else is a runtime scalar
+
+log = logging.getLogger("tkpy.native")
+
+_lock = threading.Lock()
+_module: Any = None
+_tried = False
+_launch_address: Optional[int] = None
+_logged: set = set()
+
+
+class NativeBuildError(RuntimeError):
+    """The extension could not be built (no compiler, no Python headers, a compiler error)."""
+
+
+def enabled() -> bool:
+    """False when ``TKPY_NATIVE_LAUNCH`` is 0/false/no/off."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _unavailable(why: str) -> None:
+    if why not in _logged:
+        _logged.add(why)
+        log.debug("tkpy: native launch path unavailable, using the Python launcher: %s", why)
+
+
+# ---------------------------------------------------------------------------
+# building and loading
+# ---------------------------------------------------------------------------
+
+
+def compiler() -> list[str]:
+    """The C compiler command (sysconfig's CC, else cc); NativeBuildError if it is not installed."""
+    cmd = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    if not cmd or shutil.which(cmd[0]) is None:
+        raise NativeBuildError(f"no C compiler found ({' '.join(cmd) or 'CC unset'})")
+    return cmd
+
+
+def python_include() -> Path:
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").is_file():
+        raise NativeBuildError(f"Python.h not found in {include} (install the Python development headers)")
+    return include
+
+
+def build_key(source: bytes, cc: list[str]) -> str:
+    """sha256 over what determines the binary: source, compiler, Python version and ABI, platform."""
+    h = hashlib.sha256()
+    for part in (source, " ".join(cc).encode(), sys.version.encode(), sys.implementation.cache_tag.encode(),
+                 sysconfig.get_platform().encode(), (sysconfig.get_config_var("EXT_SUFFIX") or "").encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def build(directory: Optional[Path] = None, *, force: bool = False) -> Path:
+    """Compile the extension (unless a cached build exists) and return the shared library's path."""
+    cc = compiler()
+    include = python_include()
+    source = SOURCE.read_bytes()
+    if directory is None:
+        directory = cache_dir() / "native" if cache_enabled() else Path(tempfile.mkdtemp(prefix="tkpy-native-"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    path = Path(directory) / f"{MODULE_NAME}-{build_key(source, cc)[:24]}{suffix}"
+    if path.is_file() and not force:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    cmd = cc + ["-O2", "-shared", "-fPIC", "-std=c11", "-Wall", f"-I{include}", str(SOURCE), "-o", tmp]
+    if sys.platform == "darwin":
+        cmd += ["-undefined", "dynamic_lookup"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise NativeBuildError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr.strip()}")
+        os.replace(tmp, path)   # atomic: concurrent builders write the same bytes
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NativeBuildError(f"could not run the C compiler: {e}") from e
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _import(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load() -> Any:
+    """The extension module, built and imported on first use; None where it cannot be (see the log)."""
+    global _module, _tried
+    if _tried:
+        return _module
+    with _lock:
+        if not _tried:
+            try:
+                try:
+                    path = build()
+                except OSError:         # an unwritable cache directory: build in a temporary one
+                    path = build(Path(tempfile.mkdtemp(prefix="tkpy-native-")))
+                try:
+                    _module = _import(path)
+                except ImportError:     # an unloadable cached build: rebuild it once
+                    _module = _import(build(path.parent, force=True))
+            except (NativeBuildError, ImportError, OSError) as e:
+                _unavailable(str(e))
+            _tried = True
+    return _module
+
+
+def driver_launch_address() -> Optional[int]:
+    """Address of the driver's ``cuLaunchKernelEx`` (cuGetProcAddress; the legacy default stream
+    unless cuda-bindings is set to per-thread default streams), or None. Needs an initialised driver."""
+    global _launch_address
+    if _launch_address is None:
+        from .driver import _driver, _init_driver
+
+        try:
+            _init_driver()
+            d = _driver()
+            per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+            flags = (d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread
+                     else d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+            err, address, _status = d.cuGetProcAddress(b"cuLaunchKernelEx", 12000, flags)
+            if err != 0 or not address:
+                _unavailable(f"cuGetProcAddress(cuLaunchKernelEx) returned {err}, address {address}")
+                return None
+            _launch_address = int(address)
+        except Exception as e:   # an old driver or bindings: the Python path still works
+            _unavailable(f"cuGetProcAddress(cuLaunchKernelEx) failed: {e}")
+            return None
+    return _launch_address
+
+
+# ---------------------------------------------------------------------------
+# what the kernel layer builds
+# ---------------------------------------------------------------------------
+
+
+def spec_kinds(module: Any, specs) -> bytes:
+    """One byte per kernel argument: tensor, constexpr or runtime scalar."""
+    return bytes(getattr(module, _SPEC_KINDS.get(s.kind, "SPEC_SCALAR")) for s in specs)
+
+
+def launcher(kernel) -> Any:
+    """A native launcher for `kernel` (sharing its cache ``kernel._fast`` and slow path), or None when
+    the native path is disabled or unavailable."""
+    if not enabled():
+        _unavailable(f"{ENV}=0")
+        return None
+    module = load()
+    if module is None or driver_launch_address() is None:
+        return None
+    return module.Launcher(spec_kinds(module, kernel.specs), kernel._fast, kernel._slow_launch)
+
+
+def layout(module: Any, slots, specs, params) -> tuple:
+    """The extension's layout of a kernel's parameter slots: (kind, offset, source, arg, index) each.
+
+    The offsets are the ParamBuffer's, so both paths share one layout computation."""
+    from ..frontend.fastpath import _dim_position
+
+    out = []
+    maps = 0
+    for slot, kind, offset in zip(slots, params.kinds, params.offsets):
+        src = slot.source
+        if src[0] == "dim":
+            arg, index = _dim_position(specs, src[1])
+        elif src[0] == "tmap":
+            arg, index = src[1], maps
+            maps += 1
+        elif src[0] in ("ptr", "scalar"):
+            arg, index = src[1], 0
+        else:
+            raise ValueError(f"the native launcher serves packed tensors only, not a {src[0]!r} slot")
+        out.append((module.KINDS[_KIND_ALIASES.get(kind, kind)], offset, module.SOURCES[src[0]], arg, index))
+    return tuple(out)
+
+
+def entry(slots, specs, launcher, params, tensor_maps: tuple, device: int, stream_of,
+          *, launch_address: Optional[int] = None, failed=None) -> Any:
+    """The native entry of one specialization on one device (what ``kernel._fast`` maps its key to).
+
+    `launcher` is the driver.Launcher (function, block, shared memory, cluster; its handle_error deals
+    with failed launches), `params` its ParamBuffer (its layout; a failed launch's values land there).
+    """
+    module = load()
+    if failed is None:
+        def failed(err, grid, stream):
+            launcher.handle_error(_cu_result(err), grid, stream, params.address)
+    function = launcher.function
+    return module.Entry(
+        launch=launch_address if launch_address is not None else driver_launch_address(),
+        function=int(function) if function is not None else 0,
+        block=tuple(launcher.block), smem=launcher.dynamic_smem,
+        cluster=tuple(launcher.cluster) if launcher.cluster is not None else None,
+        layout=layout(module, slots, specs, params), size=params.size, spec_kinds=spec_kinds(module, specs),
+        tensor_maps=tuple(tensor_maps), device=device, stream_of=stream_of, failed=failed, params=params,
+        params_base=params._base, params_address=params.address)
+
+
+def _cu_result(err: int) -> Any:
+    from .driver import _driver
+
+    try:
+        return _driver().CUresult(err)
+    except Exception:   # a code this cuda-bindings does not know: report the number
+        return err
+
+
+__all__ = ["ENV", "NativeBuildError", "build", "driver_launch_address", "enabled", "entry", "launcher", "load"]
