@@ -284,7 +284,8 @@ def main() -> int:
         meta["cuda_bindings"] = cuda.bindings.__version__
     except Exception:
         pass
-    print(f"# launch host overhead on {meta['device']} (torch {meta['torch']}, py {meta['python']})")
+    print(f"# launch host overhead on {meta['device']} (torch {meta['torch']}, py {meta['python']}); "
+          f"tkpy_call through the {'native' if meta['tkpy_call_native'] else 'Python'} launcher")
     print(f"{'path':<16}{'median us':>11}{'min us':>9}{'max us':>9}")
     for k, v in results.items():
         print(f"{k:<16}{v['median_us']:>11.2f}{v['min_us']:>9.2f}{v['max_us']:>9.2f}")
