@@ -1,0 +1,205 @@
+"""C = scale_a * scale_b * (A @ B) in fp8 (e4m3 / e5m2) on Hopper, on the LCSF template: bf16 out.
+
+The same structure as kernels/gemm.py's GEMM: persistent blocks, a producer warp streaming K slices of A
+and B with TMA through a ring of stages, two consumer warpgroups each accumulating 64 rows of a
+128 x BN tile in fp32 registers with wgmma (m64nNk32 e4m3/e5m2, one instruction per 32 of K), and an
+epilogue through shared memory: each consumer scales its accumulator by the column scales, rounds it
+to bf16 into a 128-byte-wide output piece and a storer warp TMA-stores it while the next tile runs.
+
+fp8 wgmma reads both operands K-major, so B comes as the transpose of a row-major (N, K) tensor: `b` is
+(K, N) with strides (1, K), `w.T`, as torch._scaled_mm takes its second operand. K slices are 128 wide
+(128 bytes: one 128-byte swizzle panel). Scales are fp32 tensors on the GPU, as _scaled_mm's: `scale_a`
+one value (per tensor), `scale_b` one value or one per column of C; the kernel reads their products as a
+vector of N column scales (made on the GPU: no host synchronisation). Any M and N; K and N multiples of
+16 (TMA's 16-byte row strides: K for the fp8 operands, N for the bf16 output, as _scaled_mm requires);
+TMA zero-fills partial boxes and clips the stores.
+
+`python -m kernels.gemm_fp8` checks a product against a float64 reference (on the CPU interpreter
+without a GPU) and, on a GPU, times it against torch._scaled_mm in the same run.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import tkpy as tk
+from tkpy import bf16, f32, fp16
+from tkpy.templates import shared
+from tkpy.templates.common import multiprocessors
+
+BM, BK = 128, 128
+WIDTHS = (256, 128)
+# Input stages per tile width, as many as fit beside the 32 KB of two output stages in 227 KB of shared
+# memory: a stage holds A's 128 x 128 slice (16 KB) and B's BN x 128 one (32 or 16 KB).
+STAGES = {256: 4, 128: 6}
+# Relative throughput of a full machine of each tile width: not measured for fp8 yet; the bf16 GEMM's
+# ratio (kernels/gemm.py TILE_RATE) stands in.
+TILE_RATE = {256: 662, 128: 579}
+FP8 = {torch.float8_e4m3fn: tk.fp8e4m3, torch.float8_e5m2: tk.fp8e5m2}
+OUT = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@functools.cache
+def fp8_matmul_template(a_dtype=tk.fp8e4m3, b_dtype=tk.fp8e4m3, out=bf16, bn: int = 256, stages: int | None = None):
+    """The kernel for one combination: fp8 kinds of A and B (any of e4m3 / e5m2 each), the output dtype,
+    the tile width (256 or 128) and the number of input stages (default STAGES[bn])."""
+    if bn not in WIDTHS:
+        raise ValueError(f"bn must be one of {WIDTHS}, got {bn!r}")
+    stages = stages or STAGES[bn]
+    piece_cols = min(128 // out.nbytes, bn)       # an output piece is one 128-byte swizzle panel wide
+    pieces = bn // piece_cols
+    name = f"matmul_fp8_{a_dtype.name[3:]}_{b_dtype.name[3:]}_{out.name}_n{bn}" + (
+        f"_{stages}stages" if stages != STAGES[bn] else "")
+
+    @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=2, persistent=True, name=name)
+    class MatmulFP8:
+        A: tk.gl[a_dtype, "M", "K"]
+        B: tk.gl[b_dtype, "N", "K"]            # B^T, row-major: both operands K-major
+        C: tk.gl[out, "M", "N"]
+        Scale: tk.gl[f32, "N"]                 # scale_a * scale_b per column of C
+        inputs = dict(a=shared(a_dtype, BM // 2, BK, count=2), b=shared(b_dtype, bn, BK))
+        outputs = dict(c=shared(out, BM // 2, piece_cols, count=2))
+        output_pieces = pieces
+
+        def tasks(self, g):
+            return cdiv(g.C.rows, BM), cdiv(g.C.cols, bn)
+
+        def iters(self, g):
+            return cdiv(g.A.cols, BK)
+
+        def load(self, g, task, inp, k, arrived):
+            tk.tma.expect(arrived, inp)
+            for i in range(2):
+                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
+            tk.tma.load_async(inp.b, g.B, (task.col, k), arrived)
+
+        def setup(self, st):
+            st.acc = tk.rt(f32, 16, bn)
+            st.scale = tk.rv(f32, piece_cols, "align")     # the column scales of one output piece
+
+        def start(self, st, task):
+            tk.zero(st.acc)
+
+        def compute(self, st, inp, k):
+            tk.warpgroup.mma_ABt(st.acc, inp.a[tk.warpgroup.id()], inp.b)
+
+        def finish(self, g, st, task, stage, piece):
+            acc = st.acc[:, piece * piece_cols:(piece + 1) * piece_cols]
+            tk.load(st.scale, g.Scale, (0, task.col * pieces + piece), masked=True)
+            tk.mul_col(acc, acc, st.scale)
+            tk.warpgroup.store(stage.c[tk.warpgroup.id()], acc)
+
+        def store(self, g, task, stage, piece):
+            for i in range(2):
+                tk.tma.store_async(g.C, stage.c[i], (task.row * 2 + i, task.col * pieces + piece))
+    return MatmulFP8
+
+
+def _block_n(m: int, n: int, a: torch.Tensor) -> int:
+    """The tile width with the least modelled time (waves of tiles over the SMs, times the tile's width over
+    its full-machine rate), as kernels/gemm.py chooses."""
+    sms = multiprocessors(a)
+    return min(WIDTHS, key=lambda bn: (cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn], -bn))
+
+
+def column_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, n: int) -> torch.Tensor:
+    """The (N,) fp32 column scales scale_a * scale_b (computed on the tensors' device, no synchronisation)."""
+    if scale_a.numel() != 1:
+        raise ValueError(f"scale_a must hold one value (per-tensor scaling); got shape {tuple(scale_a.shape)}")
+    if scale_b.numel() not in (1, n):
+        raise ValueError(f"scale_b must hold one value or one per column ({n}); got shape {tuple(scale_b.shape)}")
+    return (scale_a.float().reshape(1) * scale_b.float().reshape(-1)).expand(n).contiguous()
+
+
+def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+               out: torch.Tensor | None = None, *, out_dtype: torch.dtype = torch.bfloat16,
+               block_n: int | None = None) -> torch.Tensor:
+    """`scale_a * scale_b * (a @ b)` with fp32 accumulation, rounded to `out_dtype` (bf16 by default; fp16, fp32).
+
+    a: (M, K) fp8 (float8_e4m3fn or float8_e5m2), row-major. b: (K, N) fp8, the transpose of a row-major
+    (N, K) tensor (strides (1, K)), as torch._scaled_mm takes it. scale_a: a one-element fp32 tensor;
+    scale_b: one element or (N,) (per-column scales). K and N multiples of 16. `block_n`: force the tile
+    width (256 or 128)."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
+    if a.dtype not in FP8 or b.dtype not in FP8:
+        raise ValueError(f"expects fp8 operands (float8_e4m3fn / float8_e5m2); got {a.dtype} and {b.dtype}")
+    (m, k), n = a.shape, b.shape[1]
+    if k % 16 or n % 16:
+        raise ValueError(f"K and N must be multiples of 16 (16-byte TMA row strides); got K = {k}, N = {n}")
+    if a.stride() != (k, 1):
+        raise ValueError(f"a must be row-major (strides ({k}, 1)); got {a.stride()}")
+    if b.stride() != (1, k):
+        raise ValueError(f"b must be the transpose of a row-major (N, K) tensor (strides (1, {k}), e.g. w.T); "
+                         f"got strides {b.stride()}")
+    if out_dtype not in OUT:
+        raise ValueError(f"out_dtype must be bf16, fp16 or fp32; got {out_dtype}")
+    if out is None:
+        out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    elif out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor; got {tuple(out.shape)} {out.dtype}")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    if block_n is not None and block_n not in WIDTHS:
+        raise ValueError(f"block_n must be 256 or 128, got {block_n}")
+    scales = column_scales(scale_a, scale_b, n)
+    template = fp8_matmul_template(FP8[a.dtype], FP8[b.dtype], OUT[out_dtype], block_n or _block_n(m, n, a))
+    args = (a, b.T, out, scales)
+    template.kernel[template.grid(*args)](*args)
+    return out
+
+
+def reference(a, b, scale_a, scale_b, out_dtype=torch.bfloat16) -> torch.Tensor:
+    """The float64 product of the fp8 values, scaled, rounded to `out_dtype` once."""
+    n = b.shape[1]
+    scales = column_scales(scale_a, scale_b, n).double()
+    return ((a.double() @ b.double()) * scales).to(out_dtype)
+
+
+def _main():
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", type=int, nargs=3, default=None, metavar=("M", "N", "K"))
+    parser.add_argument("--kinds", default="e4m3,e4m3", help="fp8 kinds of A and B, e.g. e4m3,e5m2")
+    args = parser.parse_args()
+    kinds = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    ka, kb = (kinds[x] for x in args.kinds.split(","))
+    gpu = torch.cuda.is_available()
+    m, n, k = args.shape or ((4096, 4096, 4096) if gpu else (256, 512, 256))
+    device = "cuda" if gpu else "cpu"
+    a = (torch.randn(m, k, device=device) * 2).to(ka)
+    w = (torch.randn(n, k, device=device) * 2).to(kb)
+    scale_a = torch.tensor([0.5], device=device)
+    scale_b = torch.tensor([0.25], device=device)
+    if not gpu:
+        import os
+        os.environ["TKPY_INTERPRET"] = "1"      # no GPU: run the kernel on the CPU interpreter
+    c = matmul_fp8(a, w.T, scale_a, scale_b)
+    ref = reference(a, w.T, scale_a, scale_b)
+    err = ((c.double() - ref.double()).norm() / ref.double().norm()).item()
+    print(f"matmul_fp8 {m}x{n}x{k} {args.kinds}: relative error {err:.2e} against float64 ({'GPU' if gpu else 'interpreter'})")
+    if not gpu:
+        return
+    from benchmarks.timing import median_ms
+
+    flops = 2 * m * n * k
+    ours = median_ms(lambda: matmul_fp8(a, w.T, scale_a, scale_b, out=c))
+    print(f"  tkpy matmul_fp8:       {ours * 1e3:8.1f} us  {flops / ours / 1e9:7.1f} TFLOP/s")
+    try:
+        theirs = median_ms(lambda: torch._scaled_mm(a, w.T, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16))
+        print(f"  torch._scaled_mm:      {theirs * 1e3:8.1f} us  {flops / theirs / 1e9:7.1f} TFLOP/s"
+              f"  (tkpy / torch time: {ours / theirs:.2f})")
+    except RuntimeError as e:          # e.g. an fp8 combination cuBLASLt does not take
+        print(f"  torch._scaled_mm: not run ({str(e).splitlines()[0]})")
+
+
+if __name__ == "__main__":
+    _main()
