@@ -42,12 +42,28 @@ OVERLAP = True                      # step k's softmax overlaps step k-1's O += 
 EARLY_RESCALE = True                # with OVERLAP: O is rescaled at the start of the next step, not after the
                                     # softmax (between S_k's and P V's issue it would make ptxas wait for S_k)
 TURN = (2, 3)                       # the named barriers on which warpgroup 0 / 1 waits for its turn
+OWN = (4, 5)                        # the named barriers of warpgroup 0 / 1 alone
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
 
 
 def cdiv(a, b):
     return (a + b - 1) // b
+
+
+def _own_sync() -> None:
+    """A barrier among the calling consumer warpgroup's 4 warps."""
+    for wg in range(2):
+        with tk.if_(tk.warpgroup.id() == wg):
+            tk.warpgroup.sync(OWN[wg])
+
+
+def _first_warp_of_each(body) -> None:
+    """body(wg) on the first warp of consumer warpgroup wg (a Python int, so that semaphores indexed by it
+    are told apart by the protocol checks)."""
+    for wg in range(2):
+        with tk.if_(tk.warp_id() == 4 * wg):
+            body(wg)
 
 
 def _turn(sync_on_turn: bool) -> None:
@@ -122,7 +138,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
-            st.q = tk.st(dtype, Q_ROWS // 2, d, count=2)         # each consumer's 64 query rows
+            st.q = tk.st(dtype, Q_ROWS // 2, d, count=2)         # each consumer's 64 query rows, then its output
+            st.q_arrived = tk.semaphore(2)                       # each consumer's query tile has landed
+            st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
+            _first_warp_of_each(lambda wg: tk.init_semaphore(st.q_arrived[wg], 1))
+            _own_sync()
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             st.probs = tk.rt(dtype, 16, kv)
             st.out = tk.rt(f32, 16, d)
@@ -137,9 +157,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             g = st.g
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             wg = tk.warpgroup.id()
-            tk.warpgroup.load(st.q[wg], g.Q, (b, h, task.row * 2 + wg, 0), masked=True)   # zeros past N
-            tk.fence_proxy_async()                               # wgmma reads it through the async proxy
-            tk.named_sync(1, 8)                                  # both consumer warpgroups
+            def load_q(wg):                                      # one warp loads the tile (zeros past N)
+                tk.tma.expect(st.q_arrived[wg], st.q[wg])
+                tk.tma.load_async(st.q[wg], g.Q, (b, h, task.row * 2 + wg, 0), st.q_arrived[wg])
+            _first_warp_of_each(load_q)
+            tk.wait(st.q_arrived[wg], st.tasks_done % 2)
+            st.tasks_done += 1
             tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
@@ -235,7 +258,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 tk.div_row(st.out, st.out, st.factor)
             else:
                 tk.div_row(st.out, st.out, st.row_sum)
-            tk.warpgroup.store(g.O, st.out, (b, h, rows, 0), masked=True)       # rows past N are not written
+            wg = tk.warpgroup.id()                               # O through the query tile's shared memory:
+            tk.warpgroup.store(st.q[wg], st.out)                 # every MMA reading Q is done
+            tk.fence_proxy_async()                               # TMA reads it through the async proxy
+            _own_sync()
+            with tk.if_(tk.warp_id() % 4 == 0):                 # rows past N are clipped
+                tk.tma.store_async(g.O, st.q[wg], (b, h, rows, 0))
+                tk.tma.store_commit_group()
+                tk.tma.store_async_wait(read_only=True)         # the next task's Q may land there
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
