@@ -1,6 +1,7 @@
 """Where a kernel's warps stall, instruction by instruction, from Nsight Compute's PC sampling.
 
     python3 benchmarks/ncu_hotspots.py REGEX [--top N] -- python3 benchmarks/profile_cases.py CASE...
+    python3 benchmarks/ncu_hotspots.py --csv hotspots_NAME.csv [N]     (a table saved to $OUT before)
 
 Profiles the second launch of the kernels whose name matches REGEX (ncu, clocks left alone), then prints
 the SASS instructions with the most warp-state samples, each with its top stall reasons, and a summary of
@@ -31,12 +32,16 @@ def main(argv: list[str]) -> None:
     if os.environ.get("OUT"):                      # the whole table, to study off the GPU machine
         with open(os.path.join(os.environ["OUT"], f"hotspots_{regex.strip('^$').replace('|', '_')}.csv"), "w") as f:
             f.write(text)
-    rows = list(csv.DictReader(io.StringIO(text[text.index('"'):])))
-    print("columns:", list(rows[0])[:60] if rows else None)
+    report_text(text, top)
+
+
+def report_text(text: str, top: int) -> None:
+    """Print the hot instructions of ncu's source-page CSV (its first line names the kernel)."""
+    rows = list(csv.DictReader(io.StringIO(text[text.index("\n") + 1:])))
     if not rows:
         raise SystemExit("ncu printed no source rows")
     sample_col = next(c for c in rows[0] if c.startswith("Warp Stall Sampling (All"))
-    reasons = [c for c in rows[0] if c.startswith("stall_") or c.endswith("(All Samples)") and c != sample_col]
+    reasons = [c for c in rows[0] if c.startswith("stall_") and not c.endswith("(Not Issued)")]
 
     def number(x) -> float:
         try:
@@ -44,7 +49,10 @@ def main(argv: list[str]) -> None:
         except (AttributeError, ValueError):
             return 0.0
     total = sum(number(r[sample_col]) for r in rows) or 1.0
-    print(f"{len(rows)} SASS instructions, {total:.0f} warp samples; columns: {', '.join(reasons[:30])}")
+    print(f"{len(rows)} SASS instructions, {total:.0f} warp samples")
+    per_reason = {c: sum(number(r[c]) for r in rows) for c in reasons}
+    print("samples by reason: " + ", ".join(f"{c.replace('stall_', '')} {100 * n / total:.1f}%"
+                                             for c, n in sorted(per_reason.items(), key=lambda x: -x[1])[:10]))
     by_opcode = collections.Counter()
     for r in rows:
         by_opcode[r["Source"].split()[0] if r["Source"].split() else "?"] += number(r[sample_col])
@@ -57,4 +65,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1] == "--csv":                      # a CSV saved by an earlier run
+        report_text(open(sys.argv[2]).read(), int(sys.argv[3]) if len(sys.argv) > 3 else 40)
+    else:
+        main(sys.argv[1:])
