@@ -1,6 +1,8 @@
 """The LCF template's per-task step counts (`iters(g, task)`, 0 included) and task-order hook, run by the
 CPU interpreter with fewer persistent blocks than tasks, so the ring of stages wraps across tasks of
-different lengths; and the generated C++ compiled by NVRTC. No GPU needed."""
+different lengths, also in clusters of two blocks on adjacent tile columns (cluster_along="cols") that
+share A by multicast; the cluster options' errors; and the generated C++ compiled by NVRTC (SASS: the
+multicast loads, peers told without a GPU-wide memory barrier). No GPU needed."""
 from __future__ import annotations
 
 import functools
@@ -27,9 +29,11 @@ def steps_of(row):
 
 
 @functools.cache
-def ragged_gemm(stages: int, reverse: bool, lagged: bool = False):
-    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True,
-            name=f"ragged_gemm_{stages}_{int(reverse)}" + ("_lagged" if lagged else ""))
+def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int = 1):
+    """cluster: blocks on adjacent tile columns (the same rows, so the same step counts) that share A: rank r
+    loads A's r-th half and multicasts it to both."""
+    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, cluster=cluster, cluster_along="cols",
+            name=f"ragged_gemm_{stages}_{int(reverse)}" + ("_lagged" if lagged else "") + f"_cluster{cluster}")
     class Ragged:
         A: tk.gl[bf16, "M", "K"]
         B: tk.gl[bf16, "K", "N"]
@@ -49,8 +53,11 @@ def ragged_gemm(stages: int, reverse: bool, lagged: bool = False):
 
         def load(self, g, task, inp, k, arrived):
             tk.tma.expect(arrived, inp)
-            for i in range(2):
-                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
+            if cluster > 1:
+                tk.tma.load_async(inp.a[task.rank], g.A, (task.row * 2 + task.rank, k), arrived, multicast=0b11)
+            else:
+                for i in range(2):
+                    tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
             tk.tma.load_async(inp.b, g.B, (k, task.col), arrived)
 
         def setup(self, st):
@@ -92,6 +99,52 @@ def test_per_task_steps_wrap_the_ring_across_tasks(stages, reverse, blocks, lagg
     c = poisoned(5 * BM, 3 * BN, dtype=torch.float32)
     ragged_gemm(stages, reverse, lagged).kernel.interpret[(blocks,)](a, b, c)
     assert rel_err(c, reference(a, b)) < 1e-2
+
+
+@pytest.mark.parametrize("stages,reverse,blocks,lagged", [(2, False, 2, False), (3, True, 4, False),
+                                                         (2, False, 4, True), (4, True, 2, False)])
+def test_clusters_on_adjacent_columns_share_a(stages, reverse, blocks, lagged):
+    """Clusters of two blocks on tile columns 2j and 2j + 1 of a row, fewer persistent blocks than the 10 pairs
+    of tiles: each block loads one half of A for both, and releases every stage to both."""
+    a, b = rand(5 * BM, 2 * BK, dtype=torch.bfloat16), rand(2 * BK, 4 * BN, dtype=torch.bfloat16)
+    c = poisoned(5 * BM, 4 * BN, dtype=torch.float32)
+    template = ragged_gemm(stages, reverse, lagged, cluster=2)
+    template.kernel.interpret[(blocks,)](a, b, c)
+    assert rel_err(c, reference(a, b)) < 1e-2
+
+
+def test_column_clusters_source_and_sass():
+    """The tile column is 2 x the pair's column + the rank; the peers are told with a CTA-scope release (no
+    MEMBAR.ALL.GPU before each remote arrival: only the two cluster barriers have one)."""
+    a, b, c = torch.empty(512, 128, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16), \
+        torch.empty(512, 256)
+    kernel = ragged_gemm(2, False, cluster=2).kernel
+    src = kernel.source(a, b, c)
+    assert re.search(r"task_col\w* = .*\* 2 \+ cluster_rank", src)
+    assert "tk::arrive_remote_cta(" in src and "tk::arrive_remote(" not in src
+    sass = kernel.sass(a, b, c)
+    assert re.search(r"UTMALDG\.\dD\.MULTICAST", sass) and "SYNCS.ARRIVE.TRANS64.RED" in sass
+    assert sass.count("MEMBAR.ALL.GPU") == sass.count("UCGABAR_ARV") == 2
+
+
+def test_cluster_errors(monkeypatch):
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    with pytest.raises(ValueError, match="cluster_along must be one of"):
+        tk.lcf(cluster=2, cluster_along="diagonal")(type(ragged_gemm(2, False).user))
+    template = ragged_gemm(2, False, cluster=2)
+    a, b = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 3 * BN, dtype=torch.bfloat16)
+    with pytest.raises(tk.ArgumentError, match="clusters of 2 blocks take 2 columns of tiles at a time; these "
+                                               "shapes have 3 columns of tiles"):
+        template.grid(a, b, torch.empty(256, 3 * BN))
+    assert template.grid(torch.empty(5 * BM, 128, dtype=torch.bfloat16), torch.empty(128, 4 * BN, dtype=torch.bfloat16),
+                         torch.empty(5 * BM, 4 * BN)) == (20,)        # 20 tasks, 20 blocks: 10 clusters
+    with pytest.raises(tk.TraceError, match="cluster.arrive: scope must be one of"):
+        @tk.kernel(warps=1, cluster=2)
+        def bad(x: tk.gl[f32, 16, 16]):
+            sem = tk.semaphore()
+            tk.init_semaphore(sem, 1)
+            tk.cluster.arrive(sem, 0, scope="gpu")
+        bad.source(torch.empty(16, 16))
 
 
 def test_per_task_steps_source_keeps_a_running_ring_count():

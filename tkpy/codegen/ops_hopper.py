@@ -22,8 +22,9 @@ def emit_sem_init(em, op):
 @emits("sem_arrive_remote")
 def emit_sem_arrive_remote(em, op):
     sem, cta = op.args
+    fn = "arrive_remote_cta" if op.attrs.get("scope") == "cta" else "arrive_remote"    # the release's scope
     yield "__syncwarp();"
-    yield f"{LANE0}tk::arrive_remote({operand(sem)}, {render(cta)}, {op.attrs['count']});"
+    yield f"{LANE0}tk::{fn}({operand(sem)}, {render(cta)}, {op.attrs['count']});"
 
 
 @emits("cluster_sync")

@@ -61,8 +61,9 @@ def sem_arrive(warp, op):
     _semaphore(warp, op.args[0]).arrive(op.attrs["count"], op.loc)
 
 
-@semantics("sem_arrive_remote", attrs=("count",))
+@semantics("sem_arrive_remote", attrs=("count", "scope"))
 def sem_arrive_remote(warp, op):
+    """(The release's scope makes no difference here: the interpreter's memory is sequentially consistent.)"""
     sem, rank = op.args
     _semaphore(warp, sem, _peer(warp, warp.value(rank))).arrive(op.attrs["count"], op.loc)
 

@@ -140,7 +140,8 @@ def declare_ring(specs: dict, stages: int, prefix: str = "") -> dict:
 @dataclass
 class Task:
     """The work item a block is on: its index, the output tile's (row, col) in tiles, and the block's
-    cluster rank (blocks of a cluster take consecutive rows of the same column). With split-K
+    cluster rank (blocks of a cluster take consecutive rows of the same column, or with cluster_along="cols"
+    consecutive columns of the same row). With split-K
     (schedule.SplitK) a task covers the steps k0 .. k0 + st.iters - 1 of its tile: `split` of `splits`;
     otherwise split = 0, splits = 1, k0 = 0."""
 

@@ -8,7 +8,8 @@ global tensors:
     iters(g, task)              -> how many steps this task takes (may differ per task, may be 0)
     order(g, index, row_tiles, col_tiles)
                                 (optional) -> (row, col) of the index-th tile (default: the scheduler's,
-                                `group` rows of tiles at a time); with clusters, rows are bands of them
+                                `group` rows of tiles at a time); with clusters, the rows (or, along
+                                "cols", the columns) it sees are bands of `cluster` of them
     load(g, task, inp, k, sem)  (producer) TMA the k-th inputs of a task into `inp`, completing on `sem`
     setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
                                 (`st.g` holds the kernel's parameters, as `g` elsewhere)
@@ -47,7 +48,14 @@ Parameters (decorator arguments), checked when the class is decorated:
                           producer issues the loads
     producer_registers, consumer_registers
                           the setmaxnreg split (default 40, and the rest shared by the consumers, at most 240)
-    cluster               1, 2 or 4 blocks per cluster (blocks of a cluster take consecutive tile rows)
+    cluster               1, 2 or 4 blocks per cluster (default 1); the blocks of a cluster run their tasks in
+                          lockstep (each releases a stage to all of them, so one block may load, e.g.
+                          multicast, into its peers' stages; so with iters(g, task) the blocks of a cluster
+                          must take as many steps as each other); `task.rank` is the block's rank
+    cluster_along         "rows" (default): a cluster's blocks take `cluster` consecutive tile rows of one
+                          column (they can share B's slice), so row_tiles must be a multiple of `cluster`;
+                          "cols": consecutive tile columns of one row (they can share A's slice), so
+                          col_tiles must be a multiple of `cluster` (an ArgumentError otherwise)
     persistent, group, scheduler
                           one block per SM looping over tasks (default) or one block per task; the task
                           order: schedule.Grouped(group) by default, schedule.SplitK(splits) for split-K
@@ -72,6 +80,7 @@ from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, 
 from .schedule import Grouped, SplitK, grouped_order
 
 __all__ = ["LCF", "Task", "lcf", "shared", "grouped_order", "consumer_registers_for", "PRODUCER_REGISTERS"]
+CLUSTER_ALONG = ("rows", "cols")   # what the blocks of a cluster take consecutive tiles of
 FINISH_BARRIER = 15      # the named barrier on which the consumers meet before a finish block is written
 
 
@@ -83,9 +92,10 @@ class LCF:
     min_producer_warps = 1
 
     def __init__(self, cls, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True,
-                 group: int = 8, cluster: int = 1, producer_warps: int = 4, producer_registers: Optional[int] = None,
-                 consumer_registers: Optional[int] = None, scheduler: Optional[Grouped] = None,
-                 name: Optional[str] = None, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
+                 group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
+                 producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
+                 scheduler: Optional[Grouped] = None, name: Optional[str] = None,
+                 definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
                 raise TypeError(f"an {self.kind} class needs a `{method}` method; {cls.__name__} has none")
@@ -95,6 +105,8 @@ class LCF:
             raise ValueError(f"stages must be 1..8, got {stages}")
         if cluster not in (1, 2, 4):
             raise ValueError(f"cluster must be 1, 2 or 4 blocks, got {cluster}")
+        if cluster_along not in CLUSTER_ALONG:
+            raise ValueError(f"cluster_along must be one of {CLUSTER_ALONG}, got {cluster_along!r}")
         if producer_warps not in range(self.min_producer_warps, 5):
             raise ValueError(f"producer_warps must be {self.min_producer_warps}..4 for an {self.kind} template, "
                              f"got {producer_warps!r}")
@@ -105,6 +117,7 @@ class LCF:
         self.stages = stages
         self.persistent = persistent
         self.cluster = cluster
+        self.cluster_along = cluster_along
         self.producer_warps = producer_warps
         self.registers = register_split(consumer_warpgroups, producer_warps, producer_registers, consumer_registers)
         self.scheduler = scheduler if scheduler is not None else Grouped(group)
@@ -175,9 +188,10 @@ class LCF:
         rows, cols = (int(x) for x in self.user.tasks(g))
         if rows * cols < 1:
             raise ArgumentError("the template has no tasks for these shapes")
-        if rows % self.cluster:
-            raise ArgumentError(f"clusters of {self.cluster} blocks take {self.cluster} rows of tiles at a time; "
-                                f"these shapes have {rows} rows of tiles")
+        along, what = (rows, "rows") if self.cluster_along == "rows" else (cols, "columns")
+        if along % self.cluster:
+            raise ArgumentError(f"clusters of {self.cluster} blocks take {self.cluster} {what} of tiles at a time; "
+                                f"these shapes have {along} {what} of tiles")
         splits = int(self.scheduler.splits(g))
         if splits < 1:
             raise ArgumentError(f"the scheduler splits each tile into {splits} tasks; it needs at least 1")
@@ -222,14 +236,18 @@ class Pipeline:
         tk.cluster.sync() if blocks > 1 else tk.sync()
 
         self.row_tiles, self.col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
-        bands = self.row_tiles // blocks                  # a cluster takes `blocks` rows of tiles
+        if t.cluster_along == "rows":                    # a cluster takes `blocks` rows of tiles
+            self.bands = self.row_tiles // blocks, self.col_tiles
+        else:                                            # ... or `blocks` columns
+            self.bands = self.row_tiles, self.col_tiles // blocks
+        bands = self.bands[0] * self.bands[1]
         if t.scheduler.splits_k:
-            self.tiles = let(bands * self.col_tiles, "tile_groups")
+            self.tiles = let(bands, "tile_groups")
             splits = as_expr(t.scheduler.splits(g))
             self.splits = splits if isinstance(splits, (Const, Sym)) else let(splits, "splits")
             self.groups = let(self.tiles * self.splits, "task_groups")
         else:
-            self.groups = let(bands * self.col_tiles, "task_groups")
+            self.groups = let(bands, "task_groups")
         self.iters = None if t.per_task_iters else let(user.iters(g), "iters")
         self.rank = tk.cluster.rank() if blocks > 1 else as_expr(0)
         self.first = block_idx.x // blocks
@@ -277,9 +295,12 @@ class Pipeline:
         if t.scheduler.splits_k:
             split, splits, index = let(index // self.tiles, "split"), self.splits, let(index % self.tiles, "tile")
         order = self.user.order if hasattr(self.user, "order") else t.scheduler.order
-        band, col = order(g, index, self.row_tiles // blocks, self.col_tiles)
-        return Task(index * blocks + self.rank, let(band * blocks + self.rank, "task_row"), let(col, "task_col"),
-                    self.rank, split, splits)
+        row, col = order(g, index, *self.bands)           # of bands of `blocks` rows (or columns)
+        if t.cluster_along == "rows":
+            row = row * blocks + self.rank
+        else:
+            col = col * blocks + self.rank
+        return Task(index * blocks + self.rank, let(row, "task_row"), let(col, "task_col"), self.rank, split, splits)
 
     def local(self, index):
         """How many tasks this block ran before task `index`."""
@@ -301,11 +322,13 @@ class Pipeline:
         return it, let(it % self.t.stages, "stage"), let(it // self.t.stages % 2, "phase")
 
     def release(self, stage) -> None:
-        """This warp is done with `stage`: tell every block of the cluster (they may refill it)."""
+        """This warp is done with `stage`: tell every block of the cluster (they may refill it). The peers
+        are told with a CTA-scope release, as the local arrive is: the warp only read the stage, so no
+        cluster-scope release (a GPU-wide memory barrier per arrival) is needed."""
         finished = element(self.finished, stage)
         tk.arrive(finished)
         for peer in range(1, self.t.cluster):
-            tk.cluster.arrive(finished, (self.rank + peer) % self.t.cluster)
+            tk.cluster.arrive(finished, (self.rank + peer) % self.t.cluster, scope="cta")
 
     def stage(self, s) -> StageTiles:
         return StageTiles(self.arrays, self.t.inputs, s)
@@ -392,10 +415,12 @@ def decorator(template_class, caller, cls, options: dict):
 
 
 def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True, group: int = 8,
-        cluster: int = 1, producer_warps: int = 4, producer_registers: Optional[int] = None,
-        consumer_registers: Optional[int] = None, scheduler: Optional[Grouped] = None, name: Optional[str] = None):
+        cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
+        producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
+        scheduler: Optional[Grouped] = None, name: Optional[str] = None):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, persistent=persistent, group=group,
-                   cluster=cluster, producer_warps=producer_warps, producer_registers=producer_registers,
-                   consumer_registers=consumer_registers, scheduler=scheduler, name=name)
+                   cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
+                   producer_registers=producer_registers, consumer_registers=consumer_registers,
+                   scheduler=scheduler, name=name)
     return decorator(LCF, sys._getframe(1), cls, options)
