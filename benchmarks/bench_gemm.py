@@ -13,7 +13,9 @@ graph of back-to-back calls, so short kernels (1024^3: about 7 us) are timed wit
 work, for tkpy and cuBLAS alike. Inputs are not rotated: every call reads the same tensors.
 
 Variant tables follow (--no-variants skips them): the epilogue variants, split-K, and the tile widths
-(64, 128 and 256 forced, side by side with cuBLAS and the width matmul picks).
+(64, 128 and 256 forced, 64 and 128 also in clusters of two column-adjacent blocks that share A ("A2"),
+side by side with cuBLAS and what matmul picks). BN: the tile width matmul runs, "A2" when it shares A
+in clusters of two (kernels/gemm.py's CLUSTER_A_WIDTHS), "/S4" when it splits K in 4.
 
     PYTHONPATH=. python3 benchmarks/bench_gemm.py [--quick] [--no-variants]
         tables on stdout; $OUT/gemm.json and $OUT/gemm.png when OUT is set, else ./gemm.png.
@@ -47,6 +49,16 @@ def tile_width(m: int, n: int, k: int, a) -> tuple:
     from kernels import gemm, gemm_splitk
     from tkpy.templates.common import multiprocessors
     return gemm_splitk.plan(m, n, k, multiprocessors(a), gemm._block_n(m, n, a))
+
+
+def tile_label(m: int, n: int, k: int, a) -> str:
+    """What matmul runs for this shape by default: e.g. "256", "64A2" (64-wide tiles, A shared by clusters
+    of two blocks), "256/S4" (K split in 4)."""
+    from kernels import gemm
+    bn, splits = tile_width(m, n, k, a)
+    if splits > 1:
+        return f"{bn}/S{splits}"
+    return f"{bn}" + ("A2" if gemm._cluster(bn, n) == 2 else "")
 
 
 def measure(case: dict) -> dict:
@@ -88,7 +100,8 @@ def measure(case: dict) -> dict:
     t_ours, t_theirs = median_ms(ours), median_ms(theirs)
     block_n, splits = tile_width(m, n, k, a)
     row = dict(case, tkpy_tflops=flops / t_ours / 1e9, cublas_tflops=flops / t_theirs / 1e9, rel_diff=diff,
-               block_n=block_n, splits=splits, tkpy_us=t_ours * 1e3, cublas_us=t_theirs * 1e3)
+               block_n=block_n, splits=splits, tile=tile_label(m, n, k, a), tkpy_us=t_ours * 1e3,
+               cublas_us=t_theirs * 1e3)
     row["ratio"] = row["tkpy_tflops"] / row["cublas_tflops"]
     row["lcf_tflops"] = row["tkpy_tflops"]            # the name earlier runs used
     return row
@@ -135,7 +148,8 @@ def plot(rows: list[dict], path: Path) -> None:
 # epilogues: "tma" (the default: LCSF, 4 input + 2 output stages of 128 x 64 pieces), "tma 3+4" (3 input
 # stages, a whole 128 x 256 tile of output stages), "registers" (LCF, masked stores from the registers);
 # split-K with its split count and tile width forced, ordered (deterministic) or atomic;
-# tile widths: 128 x 64, 128 x 128 and 128 x 256 tiles forced (matmul's block_n), and the width matmul picks.
+# tile widths: 128 x 64, 128 x 128 and 128 x 256 tiles forced (matmul's block_n), unclustered, and 64 and 128
+# also in clusters of two column-adjacent blocks sharing A ("A2": matmul's cluster=2), and what matmul picks.
 EPILOGUE_VARIANTS = {"tma": dict(), "tma 3+4": dict(stages=3, output_stages=4), "registers": dict(epilogue="registers")}
 EPILOGUE_SHAPES = [(2048, 2048, 2048, "nn"), (4096, 4096, 4096, "nn"), (8192, 8192, 8192, "nn"), (2048, 8192, 8192, "nt")]
 SPLIT_VARIANTS = {"auto": dict(), "no split": dict(split_k=1), "S2 n128": dict(split_k=2, block_n=128),
@@ -143,7 +157,9 @@ SPLIT_VARIANTS = {"auto": dict(), "no split": dict(split_k=1), "S2 n128": dict(s
                                                                                    deterministic=False),
                   "S8 n256": dict(split_k=8, block_n=256)}
 SPLIT_SHAPES = [(128, 8192, 8192, "nt"), (1, 4096, 4096, "nt"), (1024, 1024, 1024, "nn"), (256, 4096, 8192, "nt")]
-TILE_VARIANTS = {"n64": dict(block_n=64), "n128": dict(block_n=128), "n256": dict(block_n=256)}
+TILE_VARIANTS = {"n64": dict(block_n=64, cluster=1), "n64 A2": dict(block_n=64, cluster=2),
+                 "n128": dict(block_n=128, cluster=1), "n128 A2": dict(block_n=128, cluster=2),
+                 "n256": dict(block_n=256, cluster=1)}
 TILE_SHAPES = [(1024, 1024, 1024, "nn"), (2048, 2048, 2048, "nn"), (128, 8192, 8192, "nt"), (128, 8192, 8192, "nn"),
                (256, 4096, 8192, "nt"), (4096, 4096, 4096, "nn"),
                (1024, 3072, 4096, "nn")]    # 96 tiles of 256 (73% of the SMs) or 384 of 64 (97% over 3 waves)
@@ -173,12 +189,13 @@ def variant_tables(quick: bool = False) -> dict:
 
 def variant_table(title: str, shapes: list, variants: dict) -> list[dict]:
     """TFLOP/s of each variant (a function of a, w as stored, b as matmul takes it, c) on each shape, printed
-    row by row; with the tile width matmul picks by default."""
+    row by row; with what matmul picks by default (tile_label). A variant that does not apply to a shape
+    (e.g. clusters of two column tiles for an odd number of them: a ValueError) shows as nan."""
     import torch
 
     from benchmarks.timing import median_ms
     print(f"\ntkpy {title} (TFLOP/s, GPU time per call; BN: the tile width matmul picks)")
-    print(f"{'M x N x K layout':>24} " + " ".join(f"{name:>{max(8, len(name))}}" for name in variants) + f" {'BN':>4}")
+    print(f"{'M x N x K layout':>24} " + " ".join(f"{name:>{max(8, len(name))}}" for name in variants) + f" {'BN':>6}")
     rows = []
     for m, n, k, layout in shapes:
         a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
@@ -186,13 +203,17 @@ def variant_table(title: str, shapes: list, variants: dict) -> list[dict]:
             torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
         b = w.T if layout == "nt" else w
         c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        row = dict(m=m, n=n, k=k, layout=layout, block_n=tile_width(m, n, k, a)[0])
+        row = dict(m=m, n=n, k=k, layout=layout, block_n=tile_width(m, n, k, a)[0], tile=tile_label(m, n, k, a))
         for name, run in variants.items():
-            row[name] = 2 * m * n * k / median_ms(lambda: run(a, w, b, c)) / 1e9
+            try:
+                row[name] = 2 * m * n * k / median_ms(lambda: run(a, w, b, c)) / 1e9
+            except ValueError as e:
+                print(f"  {name} on {m}x{n}x{k}: {e}")
+                row[name] = float("nan")
         rows.append(row)
         shape = f"{m}x{n}x{k} {layout}"
         print(f"{shape:>24} " + " ".join(f"{row[name]:>{max(8, len(name))}.0f}" for name in variants)
-              + f" {row['block_n']:>4}", flush=True)
+              + f" {row['tile']:>6}", flush=True)
     return rows
 
 
@@ -200,13 +221,12 @@ def main(quick: bool = False, variants: bool = True) -> list[dict]:
     """The main table (with `quick`, only its cases below QUICK_MACS), then the variant tables (with `quick`,
     only the tile widths); returns the main table's rows."""
     rows = []
-    print(f"{'M x N x K layout':>34} {'tkpy':>6} {'cuBLAS':>7} {'ratio':>6} {'BN':>4} {'tkpy us':>8} {'cuBLAS us':>9} "
-          f"{'rel diff':>9}  (TFLOP/s, GPU time per call; BN: tkpy's tile width)")
+    print(f"{'M x N x K layout':>34} {'tkpy':>6} {'cuBLAS':>7} {'ratio':>6} {'BN':>6} {'tkpy us':>8} {'cuBLAS us':>9} "
+          f"{'rel diff':>9}  (TFLOP/s, GPU time per call; BN: tkpy's tile width, A2: A shared by 2-block clusters)")
     for case in cases(quick):
         r = measure(case)
         rows.append(r)
-        tile = str(r["block_n"]) + ("" if r["splits"] == 1 else f"/S{r['splits']}")   # e.g. 256/S4: split-K
-        print(f"{label(r):>34} {r['tkpy_tflops']:>6.0f} {r['cublas_tflops']:>7.0f} {r['ratio']:>6.2f} {tile:>4} "
+        print(f"{label(r):>34} {r['tkpy_tflops']:>6.0f} {r['cublas_tflops']:>7.0f} {r['ratio']:>6.2f} {r['tile']:>6} "
               f"{r['tkpy_us']:>8.1f} {r['cublas_us']:>9.1f} {r['rel_diff']:>9.1e}", flush=True)
     tables = variant_tables(quick) if variants else {}
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None

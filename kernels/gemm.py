@@ -22,10 +22,18 @@ Products with few output tiles next to the SMs (e.g. M = 128 against a 4096 x 81
 each tile's K steps over several tasks whose fp32 partial sums a second kernel adds up before the
 epilogue (kernels/gemm_splitk.py; deterministic by default).
 
-`matmul(..., cluster=2)` runs the plain bf16 product in clusters of two blocks that take vertically
-adjacent tiles and share B: each loads half of B's slice and multicasts it to both, halving B's L2
-traffic. On the H200 it measured slower than the plain version (see benchmarks/RESULTS.md), so it is
-not the default.
+Clusters that share A (`matmul_template(cluster=2)`, `matmul(cluster=2)`): two blocks on horizontally
+adjacent tiles (the same 128 rows of A, consecutive column tiles; the template's cluster_along="cols")
+run their tasks in lockstep; block rank r loads the r-th 64-row half of A's K slice and multicasts it
+into both blocks' stage, and each loads its own B slice. Each block still receives a whole stage (its
+`expect` counts all of it), and a stage is released to both blocks, since either may refill it. A block
+then reads half as much of A from L2: with 64-wide tiles a step's L2 traffic drops from 24 KB to 16 KB a
+block, which is what bounds small products (e.g. 128 x 8192 x 8192 reads 384 MB from L2 unclustered,
+256 MB clustered). `matmul` uses it by itself where the column tile count is even and the tile width is
+in CLUSTER_A_WIDTHS (`_cluster`), like cuBLAS's 128 x 64 1x2-cluster kernels for those shapes.
+(`MatmulCluster2`, clusters on vertically adjacent tiles that multicast halves of B, measured slower
+than unclustered tiles on the H200, see benchmarks/RESULTS.md; it stays as the template's row-cluster
+example and test.)
 """
 from __future__ import annotations
 
@@ -68,6 +76,12 @@ TILE_RATE = {256: 662, 128: 579, 64: 475}
 # memory (a stage holds A's 128 x 64 slice, 16 KB, and B's 64 x BN one): 4 x 48 KB, 6 x 32 KB, 8 x 24 KB
 # (8 is also the template's most).
 STAGES = {256: 4, 128: 6, 64: 8}
+# Tile widths at which matmul shares A in clusters of two column-adjacent blocks by itself, when the
+# column tile count is even (`_cluster`); () never. A guess until the GPU benchmark's tile-width table
+# (benchmarks/bench_gemm.py --quick: n64 / n64 A2 / n128 / n128 A2 columns) says otherwise: sharing A saves
+# a third of a 64-wide tile's L2 reads, a quarter of a 128-wide one's.
+CLUSTER_A_WIDTHS = (64,)
+CLUSTERS = (1, 2)                   # matmul_template's cluster: 1, or 2 blocks sharing A
 EPILOGUES = ("tma", "registers")
 SPLITS = (None, "ordered", "atomic")
 
@@ -91,7 +105,7 @@ def _apply_epilogue(g, acc, bias_vec, scale: bool, activation) -> None:
 @functools.cache
 def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None, scale: bool = False,
                     activation: str | None = None, bn: int = BN, epilogue: str = "tma", split: str | None = None,
-                    stages: int | None = None, output_stages: int = 2):
+                    stages: int | None = None, output_stages: int = 2, cluster: int = 1):
     """The GEMM kernel for one combination: `dtype` of A and B (bf16/fp16), `out` dtype of C, B given as
     (N, K) tiles when `b_transposed`, the `bias` vector's dtype (None: no bias), a runtime `scale`, an
     `activation` from ACTIVATIONS, the tile width `bn` (one of WIDTHS: 256, 128 or 64), and
@@ -103,26 +117,33 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
       runtime `splits` says how many tasks share each tile's K steps (schedule.SplitK), and the epilogue is
       left to `splitk_reduce_kernel`;
     - stages: input stages (default STAGES[bn]); output_stages: pieces of C in shared memory at a time (the
-      TMA epilogue; e.g. 3 input and 4 output stages hold a whole 128 x 256 bf16 tile)."""
+      TMA epilogue; e.g. 3 input and 4 output stages hold a whole 128 x 256 bf16 tile);
+    - cluster 1, or 2: clusters of two blocks on horizontally adjacent tiles that share A (the template's
+      cluster_along="cols"): block rank r loads A's r-th 64-row half and multicasts it to both; each loads
+      its own B. The column tile count, cdiv(N, bn), must then be even (an ArgumentError otherwise)."""
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or None, got {activation!r}")
     if epilogue not in EPILOGUES or split not in SPLITS:
         raise ValueError(f"epilogue must be one of {EPILOGUES} and split one of {SPLITS}; got {epilogue!r}, {split!r}")
     if bn not in WIDTHS:
         raise ValueError(f"bn must be one of {WIDTHS}, got {bn!r}")
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster!r}")
     if split and (out != f32 or bias is not None or scale or activation or epilogue != "tma"):
         raise ValueError("a split-K kernel writes fp32 partial sums through TMA; the epilogue comes after the reduction")
     stages = stages or STAGES[bn]
-    plain = (dtype, out, b_transposed, bias, scale, activation, bn, epilogue, split, stages, output_stages) == \
-        (bf16, bf16, False, None, False, None, BN, "tma", None, STAGES[BN], 2)
+    plain = (dtype, out, b_transposed, bias, scale, activation, bn, epilogue, split, stages, output_stages,
+             cluster) == (bf16, bf16, False, None, False, None, BN, "tma", None, STAGES[BN], 2, 1)
     tags = [dtype.name, out.name, "nt" if b_transposed else "nn", bias is not None and f"bias_{bias.name}",
             scale and "scale", activation, f"n{bn}", epilogue == "registers" and "regstore", split and f"splitk_{split}",
-            stages != STAGES[bn] and f"{stages}stages", output_stages != 2 and f"{output_stages}out"]
+            stages != STAGES[bn] and f"{stages}stages", output_stages != 2 and f"{output_stages}out",
+            cluster > 1 and f"cluster{cluster}a"]
     name = "matmul" if plain else "matmul_" + "_".join(t for t in tags if t)
     # Columns of C per output piece: one 128-byte swizzle panel (64 of bf16/fp16, 32 of fp32), or the whole
     # tile if narrower; a 64-wide tile is one piece in bf16/fp16, two in fp32.
     piece_cols = min(128 // out.nbytes, bn)
     pieces = bn // piece_cols
+    clustering = dict(cluster=cluster, cluster_along="cols") if cluster > 1 else {}
 
     class Product:
         """What both epilogues share: the tiles, the TMA loads and the wgmma main loop."""
@@ -149,9 +170,12 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
 
         def load(self, g, task, inp, k, arrived):
             k = task.k0 + k                  # the K step (a split-K task starts at its share's first)
-            tk.tma.expect(arrived, inp)
-            for i in range(2):
-                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
+            tk.tma.expect(arrived, inp)          # the whole stage, A's halves from the cluster included
+            if cluster > 1:                      # half `rank` of A, to both blocks of the cluster
+                tk.tma.load_async(inp.a[task.rank], g.A, (task.row * 2 + task.rank, k), arrived, multicast=0b11)
+            else:
+                for i in range(2):
+                    tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
             tk.tma.load_async(inp.b, g.B, (task.col, k) if b_transposed else (k, task.col), arrived)
 
         def setup(self, st):
@@ -167,7 +191,7 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
             mma(st.acc, inp.a[tk.warpgroup.id()], inp.b)
 
     if epilogue == "registers":
-        @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
+        @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name, **clustering)
         class Matmul(Product):
             def finish(self, g, st, task):
                 if bias is not None:         # loaded first: its latency overlaps the scaling
@@ -177,7 +201,7 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
         return Matmul
 
     @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=output_stages, persistent=True, name=name,
-             scheduler=tk.templates.SplitK(lambda g: g.splits) if split else None)
+             scheduler=tk.templates.SplitK(lambda g: g.splits) if split else None, **clustering)
     class Matmul(Product):
         outputs = dict(c=shared(out, BM // 2, piece_cols, count=2))    # a piece of each consumer's 64 rows
         output_pieces = pieces
@@ -219,7 +243,8 @@ def _iters(self, g):
 @tk.lcf(consumer_warpgroups=2, stages=4, persistent=True, cluster=2, name="matmul_cluster2")
 class MatmulCluster2:
     """Clusters of two blocks on vertically adjacent tiles; B's slice is split in halves, each block
-    loads one and multicasts it to both."""
+    loads one and multicasts it to both. (Slower than unclustered tiles on the H200; matmul does not use
+    it: its clusters share A, matmul_template(cluster=2).)"""
 
     A: tk.gl[bf16, "M", "K"]
     B: tk.gl[bf16, "K", "N"]
@@ -257,7 +282,7 @@ class MatmulCluster2:
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, bias: torch.Tensor | None = None,
            activation: str | None = None, scale: float | None = None, out_dtype: torch.dtype | None = None,
-           cluster: int = 1, block_n: int | None = None, split_k: int | None = None,
+           cluster: int | None = None, block_n: int | None = None, split_k: int | None = None,
            deterministic: bool = True) -> torch.Tensor:
     """`activation(scale * (a @ b) + bias)` with fp32 accumulation, written to `out` (or a new tensor).
 
@@ -270,9 +295,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     Any M, N, K. TMA needs 16-byte aligned base pointers and row strides (K, or N for a row-major b, a
     multiple of 8 elements): an operand that is not is first copied into a padded buffer (one extra
     read and write of it), and so is C (computed into a padded buffer, then copied into place).
-    `cluster=2`: the 2-block multicast variant (plain bf16 only; M must span an even number of 128-row
-    tiles). `block_n`: force the tile width (256, 128 or 64; default: `_block_n`, the widest unless a
-    narrower one keeps clearly more SMs busy).
+    `block_n`: force the tile width (256, 128 or 64; default: `_block_n`, the widest unless a narrower one
+    keeps clearly more SMs busy). `cluster`: None (default) shares A between pairs of column-adjacent
+    blocks where `_cluster` says so (tile widths in CLUSTER_A_WIDTHS, an even number of column tiles); 1
+    never; 2 always (any dtype and epilogue; cdiv(N, tile width) must be even, and K is not split).
 
     Split-K (kernels/gemm_splitk.py): when the output has few tiles next to the SMs (e.g. M = 128 against
     an 8192 x 8192 weight), S tasks share each tile's K steps and write fp32 partial sums that a second
@@ -312,12 +338,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         return result.copy_(_epilogue(torch.zeros(m, n, device=a.device), bias, activation, scale))
 
     b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and n > 1     # b = w.T of a row-major (N, K) w
-    if cluster == 2:
-        plain = a.dtype == out_dtype == torch.bfloat16 and not b_transposed
-        if not plain or bias is not None or activation is not None or scale is not None:
-            raise ValueError("cluster=2 is the plain bf16 (M, K) @ (K, N) -> bf16 product only")
-    elif cluster != 1:
-        raise ValueError(f"cluster must be 1 or 2, got {cluster}")
+    if cluster is not None and cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be None, 1 or 2, got {cluster!r}")
     if block_n is not None and block_n not in WIDTHS:
         raise ValueError(f"block_n must be 256, 128 or 64, got {block_n}")
     if split_k is not None and not (isinstance(split_k, int) and split_k >= 1):
@@ -348,28 +370,33 @@ def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, clu
     from . import gemm_splitk          # it imports this module
 
     (m, k), n = a.shape, c.shape[1]
-    if cluster == 2:
-        return _direct(MatmulCluster2, (a, b, c))
     dtype, out, bias_dtype = DTYPES[a.dtype], DTYPES[out_dtype], None if bias is None else DTYPES[bias.dtype]
     sms = multiprocessors(a)
     bn, splits = block_n or _block_n(m, n, a), 1
     if split_k is None:
-        bn, splits = gemm_splitk.plan(m, n, k, sms, bn, block_n_forced=block_n is not None)
+        if cluster != 2:             # (clusters do not split K)
+            bn, splits = gemm_splitk.plan(m, n, k, sms, bn, block_n_forced=block_n is not None)
     elif split_k > 1:
         bn, splits = block_n or BN, split_k
     if splits > 1:
         return gemm_splitk.split_plan(dtype, out, b_transposed, bias_dtype, scale is not None, activation, bn,
                                       splits, deterministic, m, n)
-    template = matmul_template(dtype, out, b_transposed, bias_dtype, scale is not None, activation, bn)
+    blocks = _cluster(bn, n) if cluster is None else cluster
+    if blocks > 1 and cdiv(n, bn) % blocks:
+        raise ValueError(f"cluster={blocks} pairs adjacent column tiles: N = {n} makes {cdiv(n, bn)} tiles of {bn} "
+                         "columns, an odd number")
+    clustering = dict(cluster=blocks) if blocks > 1 else {}     # (the unclustered kernels' cache key as it was)
+    template = matmul_template(dtype, out, b_transposed, bias_dtype, scale is not None, activation, bn, **clustering)
     return _direct(template, (a, b, c) + extras)
 
 
 def _direct(template, args):
-    """One launch of `template`'s kernel on its grid for these shapes."""
+    """One launch of `template`'s kernel on its grid for these shapes (`.template` says which)."""
     kernel, grid = template.kernel, template.grid(*args)
 
     def run(a, b, c, extras):
         kernel[grid](a, b, c, *extras)
+    run.template = template
     return run
 
 
@@ -399,6 +426,13 @@ def _block_n(m: int, n: int, a: torch.Tensor) -> int:
     def time(bn):
         return cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn]
     return min(WIDTHS, key=lambda bn: (time(bn), -bn))
+
+
+def _cluster(bn: int, n: int) -> int:
+    """Blocks per cluster sharing A that matmul runs by itself for `bn`-wide tiles of N columns: 2 when bn is
+    in CLUSTER_A_WIDTHS and the column tile count is even, else 1 (an odd count falls back to unclustered
+    tiles rather than pair the last tile with one past N)."""
+    return 2 if bn in CLUSTER_A_WIDTHS and cdiv(n, bn) % 2 == 0 else 1
 
 
 def _tma_ready(x: torch.Tensor, copy: bool = True):

@@ -1,6 +1,7 @@
 """kernels/gemm.py's matmul on the GPU against float64 torch: many shapes (tile multiples, odd sizes, M = 1,
 K = 16, 1000x3000x700), both B layouts, bf16/fp16 inputs, bf16/fp16/fp32 outputs, fused epilogues, every
-tile width (256, 128, 64); outputs poisoned with NaN, and a window of a larger buffer to check that edge tiles write
+tile width (256, 128, 64), clusters of two column-adjacent blocks sharing A (also bit for bit against the
+unclustered kernel); outputs poisoned with NaN, and a window of a larger buffer to check that edge tiles write
 nothing outside it (skipped without a GPU)."""
 import pytest
 import torch
@@ -216,3 +217,73 @@ def test_lcf_finish_block_over_the_stages(stages):
     c = poisoned(40 * BM, 24 * BN, dtype=BF16)
     finish_block_gemm(stages)(a, b, c)
     assert rel_err(c, reference(a, b)) < TOL[BF16]
+
+
+# -- clusters of two blocks on adjacent tile columns that share A (matmul_template(cluster=2)) -----------------
+
+CLUSTER_SHAPES = [  # m, n, k, B transposed
+    (1024, 1024, 1024, False), (128, 8192, 512, True), (128, 8192, 512, False), (256, 4096, 1024, True),
+    (1000, 3072, 700, False),      # ragged rows and K
+    (1000, 3000, 700, True),       # a ragged last column tile (64: 47 tiles, odd, so not run clustered)
+    (1, 4096, 4096, True),         # one row of A
+    (4096, 4096, 512, False),      # many more pairs of tiles than clusters: several tasks per cluster
+]
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("out", [BF16, FP16, F32], ids=["bf16", "fp16", "f32"])
+@pytest.mark.parametrize("block_n", [64, 128, 256])
+@pytest.mark.parametrize("m,n,k,transposed", CLUSTER_SHAPES)
+def test_clusters_sharing_a(m, n, k, transposed, block_n, out):
+    """Against float64, and element for element against the unclustered kernel (the same products in the same
+    order per tile, so the same bits)."""
+    from kernels.gemm import matmul
+    if _cdiv(n, block_n) % 2:
+        pytest.skip(f"{_cdiv(n, block_n)} column tiles of {block_n}: an odd number, not clustered")
+    dtype = FP16 if out == FP16 else BF16
+    a, b = operands(m, n, k, dtype, transposed)
+    c = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=block_n, cluster=2)
+    alone = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=block_n, cluster=1)
+    torch.cuda.synchronize()
+    assert rel_err(c, reference(a, b)) < TOL[out]
+    assert torch.equal(c, alone)
+
+
+@pytest.mark.parametrize("out,bias,activation,scale", EPILOGUES)
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
+def test_clusters_sharing_a_with_epilogues(out, bias, activation, scale, block_n, transposed):
+    from kernels.gemm import matmul
+    dtype = FP16 if out == FP16 else BF16
+    a, b = operands(1000, 3072, 700, dtype, transposed)
+    v = None if bias is None else rand(3072, dtype=bias)
+    options = dict(bias=v, activation=activation, scale=scale, block_n=block_n)
+    c = matmul(a, b, out=poisoned(1000, 3072, dtype=out), cluster=2, **options)
+    alone = matmul(a, b, out=poisoned(1000, 3072, dtype=out), cluster=1, **options)
+    torch.cuda.synchronize()
+    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
+    assert torch.equal(c, alone)
+
+
+@pytest.mark.parametrize("m,n,k,transposed,clustered", [
+    (1024, 1024, 1024, False, True), (128, 8192, 8192, True, True), (256, 4096, 8192, True, True),
+    (1000, 1000, 700, True, True),        # 16 column tiles of 64, the last ragged
+    (130, 3000, 700, False, False)])      # 47 column tiles of 64: falls back to unclustered tiles
+def test_matmul_clusters_by_itself(m, n, k, transposed, clustered):
+    """matmul's default (kernels.gemm._cluster: 64-wide tiles, an even number of column tiles; all these
+    shapes run in 64-wide tiles on an H200's 132 SMs)."""
+    from kernels import gemm
+    a, b = operands(m, n, k, BF16, transposed)
+    gemm._PLANS.clear()
+    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=BF16))
+    torch.cuda.synchronize()
+    (plan,) = gemm._PLANS.values()
+    assert "_n64" in plan.template.kernel.name
+    assert (plan.template.cluster == 2) == clustered
+    assert rel_err(c, reference(a, b)) < TOL[BF16]
+    if not clustered:
+        with pytest.raises(ValueError, match="an odd number"):
+            gemm.matmul(a, b, block_n=64, cluster=2)

@@ -240,12 +240,17 @@ def test_cluster_multicast_and_remote_arrive():
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (512, 768, 320), (1920, 2048, 1024), (4096, 4096, 512)])
 def test_lcf_template_gemm(m, n, k, cluster):
     """The persistent LCF-template GEMM, including more tiles than SMs (several tasks per block),
-    and its 2-block-cluster variant with B multicast."""
-    from kernels.gemm import matmul
+    and its 2-block-cluster variant on adjacent tile rows with B multicast (kernels.gemm.MatmulCluster2;
+    matmul's own clusters share A: tests/test_gpu_gemm.py)."""
+    from kernels.gemm import MatmulCluster2, matmul
     if m % (128 * cluster):
         pytest.skip("clusters of 2 take two rows of tiles")
     a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
-    c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16), cluster=cluster)
+    if cluster == 1:
+        c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16), cluster=1)
+    else:
+        c = poisoned(m, n, dtype=torch.bfloat16)
+        MatmulCluster2(a, b, c)
     assert rel_err(c, a.double() @ b.double()) < 1e-2
 
 
