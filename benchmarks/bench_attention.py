@@ -5,8 +5,8 @@ D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D 
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
 tkpy's kernel at B16 H16 N4096, to pick the defaults from: consumer warpgroups taking turns (ping-pong)
 or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, O
-rescaled while the next S = Q K^T runs (early, the default) or after the softmax (late), and wider
-key/value tiles (kv 160 / 176 at D128 with 2 stages, 160 / 192 at D64).
+rescaled after the softmax (the default) or at the start of the next step (early), and other
+key/value tiles (kv 160 / 176 at D128 with 2 stages, 128 / 192 at D64).
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
@@ -69,11 +69,11 @@ def main() -> list[dict]:
     return rows
 
 
-# Wider key/value tiles (fewer steps, each softmax longer): (stages, kv) per head dim. At D128 only 2 stages
-# of 160- or 176-row K and V fit in shared memory (kv=192 fits but spills registers); at D64 the 4 default.
-WIDE_KV = {"kv160": {128: (2, 160), 64: (None, 160)}, "kv176/192": {128: (2, 176), 64: (None, 192)}}
+# Other key/value tile heights (stages, kv) per head dim. At D128 only 2 stages of 160- or 176-row K and V
+# fit in shared memory (kv=192 fits but spills registers); D64's default is 160 rows, 4 stages.
+WIDE_KV = {"kv160|128": {128: (2, 160), 64: (None, 128)}, "kv176|192": {128: (2, 176), 64: (None, 192)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaults where not given)
-    "default": {}, "late rescale": dict(early_rescale=False), "pingpong": dict(overlap=False),
+    "default": {}, "early rescale": dict(early_rescale=True), "pingpong": dict(overlap=False),
     "overlap": dict(pingpong=False), "lockstep": dict(pingpong=False, overlap=False),
     **{name: dict(config=config) for name, config in WIDE_KV.items()}}
 

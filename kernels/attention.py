@@ -35,12 +35,14 @@ DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 # head dim -> (key/value rows per stage, stages): K and V tiles of every stage, and the 128 x D query
 # tile, fit in shared memory (D=128: 32 KB + 3 x 64 KB); S (16 x kv rows), P and O (16 x D) of each warp
 # fit in its registers. A consumer releases a stage one step after it arrived, so 3+ stages keep the
-# next step's tiles in flight while the current ones are in use.
-CONFIGS = {64: (128, 4), 128: (128, 3), 256: (64, 2)}
+# next step's tiles in flight while the current ones are in use. D=64 takes 160-row tiles: its MMAs are
+# short next to the softmax, and fewer, longer steps measured 5-9% faster than 128 (runs 22 and 26).
+CONFIGS = {64: (160, 4), 128: (128, 3), 256: (64, 2)}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
-EARLY_RESCALE = True                # with OVERLAP: O is rescaled at the start of the next step, not after the
-                                    # softmax (between S_k's and P V's issue it would make ptxas wait for S_k)
+EARLY_RESCALE = False               # with OVERLAP: O rescaled at the start of the next step instead of after the
+                                    # softmax (measured slower in 7 of 8 cases, runs 22 and 26; between S_k's and
+                                    # P V's issue ptxas would wait for S_k)
 TURN = (2, 3)                       # the named barriers on which warpgroup 0 / 1 waits for its turn
 OWN = (4, 5)                        # the named barriers of warpgroup 0 / 1 alone
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
@@ -94,7 +96,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
         + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}") \
-        + ("_late_rescale" if overlap and not early_rescale else "")
+        + ("" if not overlap or early_rescale == EARLY_RESCALE else "_early_rescale" if early_rescale else "_late_rescale")
 
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
     class Attention:
