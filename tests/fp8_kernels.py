@@ -142,3 +142,33 @@ def convert_kernel(kind: str, wide: str, layout: str):
         tk.load(tf, s)
         tk.store(back32, tf, (tk.block_idx.x, 0))
     return kern
+
+
+@functools.cache
+def plain_copy_kernel(kind: str):
+    """Copies without TMA on a 100 x 80 tensor (ragged tiles on both axes, bounds-checked): x -> shared by
+    cp.async (block scope, zero-filled past the edges) -> y by a block store; x -> fp8 registers (fill 1000.0,
+    rounded to fp8: saturated in e4m3) -> f32 registers -> z (100 x 96: the fill shows in the last 16 columns)."""
+    dt = FP8[kind]
+
+    @tk.kernel(warps=4, name=f"fp8_plain_copies_{kind}")
+    def kern(x: tk.gl[dt, 100, 80], y: tk.gl[dt, 100, 80], z: tk.gl[f32, 100, 96]):
+        s = tk.st(dt, 64, 32)
+        tk.block.load_async(s, x, (tk.block_idx.y, tk.block_idx.x), masked=True)
+        tk.load_async_wait()
+        tk.sync()
+        tk.block.store(y, s, (tk.block_idx.y, tk.block_idx.x))
+        t = tk.rt(dt, 16, 32)
+        tf = tk.rt(f32, 16, 32)
+        tk.load(t, x, (tk.block_idx.y * 4 + tk.warp_id(), tk.block_idx.x), fill=1000.0)
+        tk.copy(tf, t)
+        tk.store(z, tf, (tk.block_idx.y * 4 + tk.warp_id(), tk.block_idx.x))
+    return kern
+
+
+def plain_copy_reference(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """What plain_copy_kernel writes into z: x as f32, the fill in fp8 in columns 80..95 (e4m3: 448, saturated;
+    e5m2: 1024, the nearest)."""
+    z = torch.full((100, 96), quantize(torch.tensor(1000.0), kind).item(), dtype=torch.float32, device=x.device)
+    z[:, :80] = x.float()
+    return z

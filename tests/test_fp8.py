@@ -15,8 +15,9 @@ from tkpy.interpret.numerics import decode, encode, round_to
 from tkpy.tiles import wgmma as wg
 from tkpy.tiles.types import RT, ST, SV
 
-from fp8_kernels import (FP8, TORCH8, TORCH_WIDE, conversion_inputs, convert_kernel, quantize, random_fp8,
-                         tma_roundtrip_kernel, wgmma_bound, wgmma_kernel, wgmma_reference)
+from fp8_kernels import (FP8, TORCH8, TORCH_WIDE, conversion_inputs, convert_kernel, plain_copy_kernel,
+                         plain_copy_reference, quantize, random_fp8, tma_roundtrip_kernel, wgmma_bound, wgmma_kernel,
+                         wgmma_reference)
 
 KINDS = ["e4m3", "e5m2"]
 
@@ -364,3 +365,15 @@ def test_interpreted_fp8_maps_and_reductions():
     want = quantize(x.float() * 3 + 1, "e4m3")
     assert torch.equal(y.view(torch.uint8), want.view(torch.uint8))
     assert torch.allclose(s[0].double(), want.double().sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_interpreted_plain_copies(kind):
+    """cp.async into an fp8 shared tile and block stores (zero-filled / clipped at ragged edges), and
+    bounds-checked register loads whose fill value is rounded to fp8 (saturated in e4m3)."""
+    x = random_fp8(100, 80, kind=kind, scale=10)
+    y = torch.full_like(x, float("nan"))
+    z = torch.full((100, 96), float("nan"))
+    plain_copy_kernel(kind).interpret[(3, 2)](x, y, z)
+    assert torch.equal(y.view(torch.uint8), x.view(torch.uint8))
+    assert torch.equal(z, plain_copy_reference(x, kind))

@@ -7,8 +7,9 @@ import torch
 
 from gpu_util import poisoned, requires_gpu
 
-from fp8_kernels import (TORCH8, TORCH_WIDE, conversion_inputs, convert_kernel, fp8_poisoned, quantize, random_fp8,
-                         tma_roundtrip_kernel, wgmma_bound, wgmma_kernel, wgmma_reference)
+from fp8_kernels import (TORCH8, TORCH_WIDE, conversion_inputs, convert_kernel, fp8_poisoned, plain_copy_kernel,
+                         plain_copy_reference, quantize, random_fp8, tma_roundtrip_kernel, wgmma_bound, wgmma_kernel,
+                         wgmma_reference)
 
 pytestmark = requires_gpu
 KINDS = ["e4m3", "e5m2"]
@@ -74,3 +75,16 @@ def test_conversions(kind, wide, layout):
     assert torch.equal(qs.cpu().view(torch.uint8), want.view(torch.uint8))
     assert torch.equal(back.cpu(), want.to(torch.bfloat16))
     assert torch.equal(back32.cpu(), want.float())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_plain_copies(kind):
+    """cp.async into fp8 shared tiles and block stores at ragged edges; bounds-checked fp8 register loads with a
+    fill value (rounded to fp8: 448 in e4m3, saturated) widened to f32."""
+    x = random_fp8(100, 80, kind=kind, scale=10, device="cuda")
+    y = fp8_poisoned(100, 80, kind=kind)
+    z = poisoned(100, 96, dtype=torch.float32)
+    plain_copy_kernel(kind)[(3, 2)](x, y, z)
+    torch.cuda.synchronize()
+    assert torch.equal(y.view(torch.uint8), x.view(torch.uint8))
+    assert torch.equal(z, plain_copy_reference(x, kind))
