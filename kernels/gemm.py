@@ -77,10 +77,10 @@ TILE_RATE = {256: 662, 128: 579, 64: 475}
 # (8 is also the template's most).
 STAGES = {256: 4, 128: 6, 64: 8}
 # Tile widths at which matmul shares A in clusters of two column-adjacent blocks by itself, when the
-# column tile count is even (`_cluster`); () never. A guess until the GPU benchmark's tile-width table
-# (benchmarks/bench_gemm.py --quick: n64 / n64 A2 / n128 / n128 A2 columns) says otherwise: sharing A saves
-# a third of a 64-wide tile's L2 reads, a quarter of a 128-wide one's.
-CLUSTER_A_WIDTHS = (64,)
+# column tile count is even (`_cluster`); () never. Off: on the H200 (RESULTS.md run 27) sharing A was
+# slower at every shape tried, e.g. 1024^3 279 vs 348 TFLOP/s and 128 x 8192 x 8192 nt 350 vs 393 with
+# 64-wide tiles; 128-wide ones likewise. matmul(cluster=2) still asks for it.
+CLUSTER_A_WIDTHS = ()
 CLUSTERS = (1, 2)                   # matmul_template's cluster: 1, or 2 blocks sharing A
 EPILOGUES = ("tma", "registers")
 SPLITS = (None, "ordered", "atomic")

@@ -76,13 +76,15 @@ def test_split_k_tasks_in_clusters():
 
 @pytest.mark.parametrize("bn,n,blocks", [(64, 64, 1), (64, 128, 2), (64, 190, 1), (64, 1000, 2), (64, 3000, 1), (64, 4096, 2),
                                          (128, 256, 1), (256, 512, 1)])
-def test_the_rule(bn, n, blocks):
-    """CLUSTER_A_WIDTHS (64-wide tiles) with an even number of column tiles."""
-    assert gemm.CLUSTER_A_WIDTHS == (64,)
+def test_the_rule(bn, n, blocks, monkeypatch):
+    """With CLUSTER_A_WIDTHS = (64,): 64-wide tiles with an even number of column tiles (off by default)."""
+    assert gemm.CLUSTER_A_WIDTHS == ()
+    monkeypatch.setattr(gemm, "CLUSTER_A_WIDTHS", (64,))
     assert gemm._cluster(bn, n) == blocks
 
 
-def test_matmul_clusters_by_itself_where_the_rule_says():
+def test_matmul_clusters_by_itself_where_the_rule_says(monkeypatch):
+    monkeypatch.setattr(gemm, "CLUSTER_A_WIDTHS", (64,))
     a, b = operands(130, 200, 90, BF16, False)            # 64-wide tiles (8 of them), 4 columns
     plan = plan_of(a, b)
     assert (plan.template.cluster, plan.template.cluster_along) == (2, "cols")

@@ -272,10 +272,11 @@ def test_clusters_sharing_a_with_epilogues(out, bias, activation, scale, block_n
     (1024, 1024, 1024, False, True), (128, 8192, 8192, True, True), (256, 4096, 8192, True, True),
     (1000, 1000, 700, True, True),        # 16 column tiles of 64, the last ragged
     (130, 3000, 700, False, False)])      # 47 column tiles of 64: falls back to unclustered tiles
-def test_matmul_clusters_by_itself(m, n, k, transposed, clustered):
-    """matmul's default (kernels.gemm._cluster: 64-wide tiles, an even number of column tiles; all these
-    shapes run in 64-wide tiles on an H200's 132 SMs)."""
+def test_matmul_clusters_by_itself(m, n, k, transposed, clustered, monkeypatch):
+    """The automatic rule switched on (kernels.gemm._cluster with CLUSTER_A_WIDTHS = (64,): 64-wide tiles, an
+    even number of column tiles; all these shapes run in 64-wide tiles on an H200's 132 SMs)."""
     from kernels import gemm
+    monkeypatch.setattr(gemm, "CLUSTER_A_WIDTHS", (64,))
     a, b = operands(m, n, k, BF16, transposed)
     gemm._PLANS.clear()
     c = gemm.matmul(a, b, out=poisoned(m, n, dtype=BF16))
