@@ -155,9 +155,10 @@ def test_fp8_descriptor_parameters(swizzle, sbo, mode, starts):
 def test_prelude_descriptor_matches_the_model():
     """tk::descriptor in the prelude computes what tiles/wgmma.py models (the same expressions)."""
     text = hopper._WGMMA
-    assert "start = smem_addr(s.base) + (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes" in text
-    assert "start = smem_addr(s.base) + u64(k16) * 16 * swz" in text
-    assert "const u64 leading = MN_MAJOR ? panel_bytes : 16;" in text
+    assert ": (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes;" in text      # K-major step offset
+    assert "MN_MAJOR ? u32(k16) * 16 * swz" in text                                    # MN-major step offset
+    assert "desc_encode(smem_addr(s.base))" in text and "u32(u32(base) + (offset >> 4))" in text
+    assert "constexpr u64 leading = MN_MAJOR ? panel_bytes : 16;" in text
     assert "desc_encode(8 * swz) << 32" in text and "mode = swz == 128 ? 1 : swz == 64 ? 2 : 3" in text
 
 

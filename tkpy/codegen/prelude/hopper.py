@@ -155,15 +155,18 @@ _WGMMA = r"""
 __device__ __forceinline__ u64 desc_encode(u64 x) { return (x & 0x3FFFF) >> 4; }
 // Step k16 is the k16-th instruction along K: 16 K rows of an MN-major tile, or 32 bytes of each row of a
 // K-major one (16 bf16/fp16 or 32 fp8 elements). tkpy/tiles/wgmma.py models these and the layouts they read.
+// The tile's descriptor is built once (the same for every step: the compiler keeps it) and each step adds
+// its byte offset >> 4 to the low word: shared addresses stay below 2^18, so the 14-bit start field cannot
+// carry into the next one, and a step costs one 32-bit add instead of re-encoding an address.
 template <typename S, bool MN_MAJOR>
 __device__ __forceinline__ u64 descriptor(const S& s, int k16) {
     constexpr u64 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
     constexpr u64 panel_bytes = u64(S::rows) * swz;
-    u64 start;
-    if constexpr (MN_MAJOR) start = smem_addr(s.base) + u64(k16) * 16 * swz;         // 16 more rows of K
-    else start = smem_addr(s.base) + (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes;  // 32 bytes of K
-    const u64 leading = MN_MAJOR ? panel_bytes : 16;   // K-major: unused by swizzled layouts
-    return desc_encode(start) | desc_encode(leading) << 16 | desc_encode(8 * swz) << 32 | mode << 62;
+    constexpr u64 leading = MN_MAJOR ? panel_bytes : 16;   // K-major: unused by swizzled layouts
+    const u64 base = desc_encode(smem_addr(s.base)) | desc_encode(leading) << 16 | desc_encode(8 * swz) << 32 | mode << 62;
+    const u32 offset = MN_MAJOR ? u32(k16) * 16 * swz                                  // 16 more rows of K
+                                : (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes;  // 32 bytes of K
+    return (base & ~u64(0xFFFFFFFF)) | u32(u32(base) + (offset >> 4));
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
