@@ -167,11 +167,11 @@ def test_clear_errors(monkeypatch):
 
 
 @pytest.mark.parametrize("d,dtype,causal,stages,kv", [
-    (64, BF16, False, None, None), (128, FP16, True, None, None), (256, BF16, True, None, None),
-    (128, BF16, False, 2, 160), (128, BF16, True, 2, 176), (64, BF16, False, None, 160), (64, BF16, True, None, 192)])
+    (64, BF16, False, None, None), (64, BF16, True, None, None), (128, FP16, True, None, None),
+    (128, BF16, False, None, None), (256, BF16, True, None, None), (64, BF16, True, None, 128)])
 def test_variants_compile_to_hgmma_without_spills(d, dtype, causal, stages, kv):
-    """Every variant compiles without spills, and also those of benchmarks/bench_attention.py's wider key/value
-    tiles (WIDE_KV)."""
+    """The default kernels compile without spills, and so does benchmarks/bench_attention.py's other key/value
+    tile height (OTHER_KV)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=dtype), torch.empty(1, 2, 256)
     kernel = att._attention(d, att.DTYPES[dtype], causal, att.PINGPONG, stages, att.OVERLAP, kv).kernel
     args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])

@@ -154,9 +154,9 @@ def test_kernel_variants(pingpong, overlap, stages, early, d, causal):
 
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (64, None, 128), (64, None, 192)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_wider_key_value_tiles(d, stages, kv, causal):
-    """The wider key/value tiles benchmarks/bench_attention.py times (WIDE_KV): partial last tiles, diagonals at
-    other offsets within a tile, several tasks per persistent block."""
+def test_other_key_value_tile_heights(d, stages, kv, causal):
+    """Key/value tile heights other than the defaults (the kv option): partial last tiles, diagonals at other
+    offsets within a tile, several tasks per persistent block."""
     from kernels import attention as att
     q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
     o = poisoned(2, 16, 1100, d, dtype=BF16)
