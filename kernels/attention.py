@@ -125,7 +125,16 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
 
         def order(self, g, index, row_tiles, col_tiles):
             """Sections of HEAD_GROUP heads; in each, the last query tiles (the longest when causal)
-            first, heads inner: the blocks running together share the K/V of a few heads."""
+            first, heads inner: the blocks running together share the K/V of a few heads. Causal tasks
+            are dealt out as a snake: block b takes the b-th task of even rounds and the b-th from the end
+            of odd ones, so that every block's tasks add up to about the same length (round-robin would
+            give block 0 the longest task of every round)."""
+            if causal:
+                blocks = tk.grid_dim.x                          # the persistent blocks, one task each per round
+                first = index // blocks * blocks
+                in_round = call("min", blocks, row_tiles * col_tiles - first)
+                pos = index - first
+                index = first + pos + index // blocks % 2 * (in_round - 1 - 2 * pos)
             per_section = HEAD_GROUP * row_tiles
             first_col = index // per_section * HEAD_GROUP
             cols_here = call("min", col_tiles - first_col, HEAD_GROUP)

@@ -195,3 +195,16 @@ def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d):
     assert count("FSETP") <= 4
     out = 16 * d // 32                                  # O elements per lane
     assert count("FMUL") <= 4 * out + 16                # O's rescales (twice) and final division: none per score
+
+
+@pytest.mark.parametrize("blocks,n", [(3, 600), (2, 640), (4, 300)])
+def test_causal_tasks_dealt_as_a_snake_cover_every_tile(blocks, n):
+    """Causal tasks go to the persistent blocks as a snake (odd rounds reversed, a last partial round too):
+    every query tile is still computed exactly as the reference, for round counts odd and even."""
+    d = 64
+    q, k, v = rand(1, 1, n, d, dtype=BF16), rand(1, 1, n, d, dtype=BF16), rand(1, 1, n, d, dtype=BF16)
+    o = gpu_util.poisoned(1, 1, n, d, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, 1, att.cdiv(n, 128) * 128, dtype=torch.float32, device="cpu")
+    args = [q, k, v, o, lse, 0.125 * att.LOG2E, 0]
+    att._attention(d, att.DTYPES[BF16], True).kernel.interpret[(blocks,)](*args)
+    check(o, lse[..., :n], *reference(q, k, v, True, scale=0.125), n)
