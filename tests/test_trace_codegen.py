@@ -412,3 +412,22 @@ def test_5d_coordinates_and_6d_tensors_are_rejected_clearly():
         tk.load(t, x, (0, 0, 0, 0, 0))
     with pytest.raises(tk.TraceError, match="5 coordinates need a 5-d global tensor"):
         k.trace(torch.empty(64, 64, dtype=torch.bfloat16))
+
+
+def test_tensor_maps_are_prefetched_at_entry():
+    """A kernel with TMA prefetches each tensor map's descriptor once, by one thread, before its body
+    (UTMACCTL.PF in the SASS); a kernel without TMA gets nothing."""
+    from kernels import gemm
+    a, b, c = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16), \
+        torch.empty(256, 256, dtype=torch.bfloat16)
+    kernel = gemm.Matmul.kernel
+    source = kernel.source(a, b, c)
+    assert source.count("tk::tma::prefetch_map(&") == 3 and "if (threadIdx.x == 0) {" in source
+    assert kernel.sass(a, b, c).count("UTMACCTL.PF") == 3
+
+    @tk.kernel(warps=1)
+    def plain(x: tk.gl[tk.f32, 16, 16]):
+        t = tk.rt(tk.f32, 16, 16)
+        tk.load(t, x, (0, 0))
+        tk.store(x, t, (0, 0))
+    assert "tk::tma::prefetch_map(&" not in plain.source(torch.empty(16, 16))

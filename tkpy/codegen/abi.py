@@ -23,7 +23,7 @@ def element_ctype(dtype: DType) -> str:
 class Slot:
     cname: str      # C++ parameter name
     ctype: str      # C++ parameter type
-    kind: str       # 'ptr' | 'i32' | 'i64' | 'f32'
+    kind: str       # 'ptr' | 'i32' | 'i64' | 'f32' | 'blob128' (a tensor map)
     source: tuple   # ('ptr', arg_index) | ('dim', name) | ('stride', arg_index, axis) | ('scalar', arg_index)
 
 

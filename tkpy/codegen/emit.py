@@ -108,6 +108,12 @@ class KernelEmitter:
             self.line("extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];")
             self.line(f"unsigned char* const {SMEM_BASE} = tk::align_up(tk_dynamic_smem, 1024);"
                       "  // swizzled tiles need 1024-byte alignment")
+        maps = [s.cname for s in self.slots if s.kind == "blob128"]
+        if maps:     # as CUTLASS does: the first TMA of each map then finds its descriptor cached
+            self.line("if (threadIdx.x == 0) {  // the tensor maps' descriptors, fetched ahead of their first use")
+            for name in maps:
+                self.line(f"    tk::tma::prefetch_map(&{name});")
+            self.line("}")
         gl_decls_at = len(self.lines)
         self.block(k.body)
         body_text = "\n".join(self.lines[gl_decls_at:])

@@ -136,7 +136,11 @@ def _tma_copies(rank: int) -> str:
 _TMA = (
     "\n// TMA: one cp.async.bulk.tensor per swizzle panel of the shared tile (a box is one panel wide).\n"
     "// Coordinates are elements, innermost first; the tensor map is 4-d (cols, rows, depth, batch).\n"
-    "namespace tma {\n" + _tma_copies(4) + r"""__device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+    "namespace tma {\n" + _tma_copies(4) + r"""// Fetch a tensor map's descriptor into the cache ahead of the first copy that uses it.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+__device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until at most N committed store groups are still reading their shared-memory source.
 template <int N> __device__ __forceinline__ void store_async_read_wait() {
     asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
