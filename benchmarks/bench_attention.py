@@ -11,8 +11,8 @@ key/value tile heights (128 rows at D64, whose default is 160).
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
 
-    PYTHONPATH=. python3 benchmarks/bench_attention.py   (table on stdout; $OUT/attention.json and
-                                                          $OUT/attention.png when OUT is set)
+    PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
+                  (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def main() -> list[dict]:
         print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
               f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['tkpy'] / r['cudnn']:>9.2f} {r['tkpy'] / r['flash']:>9.2f} "
               f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
-    variants = variant_table()
+    variants = variant_table() if "--no-variants" not in sys.argv else []
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
         (out_dir / "attention.json").write_text(json.dumps({"cases": rows, "variants": variants}, indent=2))
