@@ -30,7 +30,8 @@ from tkpy.templates import shared
 Q_ROWS = 128                        # query rows per task (64 per consumer warpgroup)
 LOG2E = 1.4426950408889634
 FLT_MAX = 3.4028234663852886e38
-HEAD_GROUP = 8                      # heads per section of the task order (K/V of a section share L2)
+HEAD_GROUP = 8                      # heads per section of the task order at most (K/V of a section share L2)
+SECTION_BYTES = 16 << 20            # ... and as many as keep the section's K and V within this many bytes
 DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 # head dim -> (key/value rows per stage, stages): K and V tiles of every stage, and the 128 x D query
 # tile, fit in shared memory (D=128: 32 KB + 3 x 64 KB); S (16 x kv rows), P and O (16 x D) of each warp
@@ -124,7 +125,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 return cdiv(g.K.rows, kv)
 
         def order(self, g, index, row_tiles, col_tiles):
-            """Sections of HEAD_GROUP heads; in each, the last query tiles (the longest when causal)
+            """Sections of up to HEAD_GROUP heads whose K and V fit in SECTION_BYTES (a third of the L2: 8
+            heads at 4096 keys of D128, 2 at 16384); in each, the last query tiles (the longest when causal)
             first, heads inner: the blocks running together share the K/V of a few heads. Causal tasks
             are dealt out as a snake: block b takes the b-th task of even rounds and the b-th from the end
             of odd ones, so that every block's tasks add up to about the same length (round-robin would
@@ -135,9 +137,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 in_round = call("min", blocks, row_tiles * col_tiles - first)
                 pos = index - first
                 index = first + pos + index // blocks % 2 * (in_round - 1 - 2 * pos)
-            per_section = HEAD_GROUP * row_tiles
-            first_col = index // per_section * HEAD_GROUP
-            cols_here = call("min", col_tiles - first_col, HEAD_GROUP)
+            heads = call("max", 1, call("min", HEAD_GROUP, SECTION_BYTES // (g.K.rows * (2 * d * dtype.nbytes))))
+            per_section = heads * row_tiles
+            first_col = index // per_section * heads
+            cols_here = call("min", col_tiles - first_col, heads)
             within = index % per_section
             return row_tiles - 1 - within // cols_here, first_col + within % cols_here
 

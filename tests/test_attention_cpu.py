@@ -208,3 +208,21 @@ def test_causal_tasks_dealt_as_a_snake_cover_every_tile(blocks, n):
     args = [q, k, v, o, lse, 0.125 * att.LOG2E, 0]
     att._attention(d, att.DTYPES[BF16], True).kernel.interpret[(blocks,)](*args)
     check(o, lse[..., :n], *reference(q, k, v, True, scale=0.125), n)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sections_of_fewer_heads_cover_every_tile(causal, monkeypatch):
+    """Long keys make the task order's sections narrower (SECTION_BYTES of K and V per section): with room
+    for 2 of 5 heads, sections of 2, 2 and 1 heads still compute every tile."""
+    d, n, heads = 64, 300, 5
+    monkeypatch.setattr(att, "SECTION_BYTES", 2 * n * d * 2 * 2)
+    att._attention.cache_clear()
+    q, k, v = (rand(1, heads, n, d, dtype=BF16) for _ in range(3))
+    o = gpu_util.poisoned(1, heads, n, d, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, heads, att.cdiv(n, 128) * 128, dtype=torch.float32, device="cpu")
+    args = [q, k, v, o, lse, 0.125 * att.LOG2E] + ([0] if causal else [])
+    try:
+        att._attention(d, att.DTYPES[BF16], causal).kernel.interpret[(4,)](*args)
+    finally:
+        att._attention.cache_clear()
+    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.125), n)
