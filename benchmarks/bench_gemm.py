@@ -20,6 +20,9 @@ in clusters of two (kernels/gemm.py's CLUSTER_A_WIDTHS), "/S4" when it splits K 
     PYTHONPATH=. python3 benchmarks/bench_gemm.py [--quick] [--no-variants]
         tables on stdout; $OUT/gemm.json and $OUT/gemm.png when OUT is set, else ./gemm.png.
         --quick: only the main table's shapes of fewer than 4096^3 multiply-adds, and the tile-width table
+    PYTHONPATH=. python3 benchmarks/bench_gemm.py --repeat N [SIZE ...]
+        only squares (default 1024 4096 8192), each measured N times (tkpy then cuBLAS, rounds interleaved
+        over the sizes): the median ratio and its spread, for the goals the run-to-run noise (~5%) blurs.
 """
 from __future__ import annotations
 
@@ -217,6 +220,20 @@ def variant_table(title: str, shapes: list, variants: dict) -> list[dict]:
     return rows
 
 
+def repeated(sizes: list[int], rounds: int) -> dict:
+    """Each square measured `rounds` times, the sizes interleaved round by round; per size the median
+    tkpy / cuBLAS ratio with its lowest and highest."""
+    import statistics
+    ratios = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n in sizes:
+            ratios[n].append(measure(dict(kind="square", m=n, n=n, k=n, layout="nn"))["ratio"])
+    print(f"{'N^3':>8} {'median':>7} {'lowest':>7} {'highest':>8}  (tkpy / cuBLAS over {rounds} interleaved rounds)")
+    for n, r in ratios.items():
+        print(f"{n:>8} {statistics.median(r):>7.3f} {min(r):>7.3f} {max(r):>8.3f}")
+    return {str(n): r for n, r in ratios.items()}
+
+
 def main(quick: bool = False, variants: bool = True) -> list[dict]:
     """The main table (with `quick`, only its cases below QUICK_MACS), then the variant tables (with `quick`,
     only the tile widths); returns the main table's rows."""
@@ -237,4 +254,8 @@ def main(quick: bool = False, variants: bool = True) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv, variants="--no-variants" not in sys.argv)
+    if "--repeat" in sys.argv:
+        at = sys.argv.index("--repeat")
+        repeated([int(x) for x in sys.argv[at + 2:]] or [1024, 4096, 8192], int(sys.argv[at + 1]))
+    else:
+        main(quick="--quick" in sys.argv, variants="--no-variants" not in sys.argv)
