@@ -67,24 +67,14 @@ __device__ __forceinline__ void wgmma_fp8_a_fragment(const rt<T, 1, K, row_l>& a
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     typedef typename packed_of<TD>::type D2;
-    const int ln = lane();
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        int r0, c0, r1, c1;
-        frag_pos<L>(ln, k, 0, r0, c0);
-        const float2 v = to_float2(src.data[i][j][k]);
+    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
         if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-            *reinterpret_cast<D2*>(dst.ptr(16 * i + r0, 16 * j + c0)) = from_float2<D2>(v);
+            *reinterpret_cast<D2*>(dst.ptr(r0, c0)) = from_float2<D2>(v);
         } else {
-            frag_pos<L>(ln, k, 1, r1, c1);
-            *dst.ptr(16 * i + r0, 16 * j + c0) = from_float<TD>(v.x);
-            *dst.ptr(16 * i + r1, 16 * j + c1) = from_float<TD>(v.y);
+            *dst.ptr(r0, c0) = from_float<TD>(v.x);
+            *dst.ptr(r1, c1) = from_float<TD>(v.y);
         }
-    }
+    });
 }
 """
 

@@ -251,6 +251,24 @@ __device__ __forceinline__ void sts(u32 addr, float2 v) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
 }
 
+// f(r0, c0, r1, c1, v) for each register pair of a tile: its two values and their tile positions (in the
+// row layout the second sits right of the first).
+template <typename TS, int H, int W, typename L, typename F>
+__device__ __forceinline__ void for_each_pair(const rt<TS, H, W, L>& src, F f) {
+    const int ln = lane();
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int r0, c0, r1, c1;
+        frag_pos<L>(ln, k, 0, r0, c0);
+        frag_pos<L>(ln, k, 1, r1, c1);
+        f(16 * i + r0, 16 * j + c0, 16 * i + r1, 16 * j + c1, to_float2(src.data[i][j][k]));
+    }
+}
+
 // st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
 // fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair (row layout) or element.
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
@@ -274,23 +292,14 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
             else stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
         }
     } else {
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++)
-        #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int r0, c0, r1, c1;
-            frag_pos<L>(ln, k, 0, r0, c0);
-            const float2 v = to_float2(src.data[i][j][k]);
+        for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
             if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-                sts(dst.addr(16 * i + r0, 16 * j + c0), v);
+                sts(dst.addr(r0, c0), v);
             } else {
-                frag_pos<L>(ln, k, 1, r1, c1);
-                sts(dst.addr(16 * i + r0, 16 * j + c0), v.x);
-                sts(dst.addr(16 * i + r1, 16 * j + c1), v.y);
+                sts(dst.addr(r0, c0), v.x);
+                sts(dst.addr(r1, c1), v.y);
             }
-        }
+        });
     }
 }
 
