@@ -3,10 +3,9 @@
 Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-sequence B16 H16 N1024
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
-tkpy's kernel at B16 H16 N4096, to pick the defaults from: consumer warpgroups taking turns (ping-pong)
-or in lockstep, each step's softmax overlapping the previous step's P V product (overlap) or not, O
-rescaled after the softmax (the default) or at the start of the next step (early), and other
-key/value tile heights (128 rows at D64, whose default is 160).
+tkpy's kernel at B16 H16 N4096, to pick the defaults from: the default (consumer warpgroups taking turns,
+ping-pong, and each step's softmax overlapping the previous step's P V product, overlap), each of the two
+alone, and other key/value tile heights and stage counts (OTHER_CONFIGS).
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
@@ -69,19 +68,19 @@ def main() -> list[dict]:
     return rows
 
 
-# Other key/value tile heights (stages, kv) per head dim, where they apply. D64's default is 160 rows; 128
-# was the default before run 26. (Wider tiles at D128 -- 160 or 176 rows in 2 stages, the most that fit --
-# measured slower, runs 22-28, and under NVRTC 13.0 they spill.)
-OTHER_KV = {"kv128": {64: (None, 128)}}
+# Other key/value tile heights and stage counts (stages, kv) per head dim, where they apply. D64's default is
+# 160 rows in 4 stages; 128 was the default before run 26. D128 in 96-row tiles fits 4 stages, so the next
+# steps' tiles are further ahead (run 31: consumers waited for their K/V on ~5% of samples). (Wider tiles at
+# D128 -- 160 or 176 rows in 2 stages, the most that fit -- measured slower, runs 22-28.)
+OTHER_CONFIGS = {"kv128": {64: (None, 128)}, "5 stages": {64: (5, None)}, "kv96 4 stages": {128: (4, 96)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaults where not given)
-    "default": {}, "early rescale": dict(early_rescale=True), "pingpong": dict(overlap=False),
-    "overlap": dict(pingpong=False), "lockstep": dict(pingpong=False, overlap=False),
-    **{name: dict(config=config) for name, config in OTHER_KV.items()}}
+    "default": {}, "pingpong only": dict(overlap=False), "overlap only": dict(pingpong=False),
+    **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 
 
 def variant_table() -> list[dict]:
-    """tkpy's kernel with and without ping-pong, intra-warpgroup overlap and the early rescale of O, and
-    other key/value tile heights (OTHER_KV; a head dim they do not name shows nan)."""
+    """tkpy's kernel with and without ping-pong or intra-warpgroup overlap, and other key/value tile heights
+    and stage counts (OTHER_CONFIGS; a head dim they do not name shows nan)."""
     import torch
 
     from benchmarks.timing import median_ms
@@ -106,11 +105,10 @@ def variant_table() -> list[dict]:
                 row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o
-    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; default: ping-pong {att.PINGPONG}, overlap {att.OVERLAP}, "
-          f"early rescale {att.EARLY_RESCALE})")
-    print(f"{'D':>4} {'causal':>6} " + " ".join(f"{k:>11}" for k in VARIANTS))
+    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; default: ping-pong {att.PINGPONG}, overlap {att.OVERLAP})")
+    print(f"{'D':>4} {'causal':>6} " + " ".join(f"{k:>14}" for k in VARIANTS))
     for r in rows:
-        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} " + " ".join(f"{r[k]:>11.0f}" for k in VARIANTS))
+        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} " + " ".join(f"{r[k]:>14.0f}" for k in VARIANTS))
     return rows
 
 

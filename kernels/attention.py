@@ -41,9 +41,6 @@ DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 CONFIGS = {64: (160, 4), 128: (128, 3), 256: (64, 2)}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
-EARLY_RESCALE = False               # with OVERLAP: O rescaled at the start of the next step instead of after the
-                                    # softmax (measured slower in 7 of 8 cases, runs 22 and 26; between S_k's and
-                                    # P V's issue ptxas would wait for S_k)
 TURN = (2, 3)                       # the named barriers on which warpgroup 0 / 1 waits for its turn
 OWN = (4, 5)                        # the named barriers of warpgroup 0 / 1 alone
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
@@ -81,11 +78,10 @@ def _turn(sync_on_turn: bool) -> None:
 
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
-               overlap: bool = OVERLAP, kv: int | None = None, early_rescale: bool = EARLY_RESCALE):
+               overlap: bool = OVERLAP, kv: int | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns or not, `stages` (default: CONFIGS), each step's softmax overlapping
-    the previous step's P V product or not (and then rescaling O by the previous step's factor while S_k runs,
-    `early_rescale`, or after the softmax), and `kv` key/value rows per tile (default: CONFIGS; a multiple
+    the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
     of 16 up to 256, the wgmma N of S = Q K^T; the template raises if its stages do not fit in shared
     memory). The kernel takes `scale_log2` = softmax scale * log2(e), which must be positive (attention()
     makes it so), and, when causal, an `offset` scalar: query i sees key j when j <= i + offset."""
@@ -96,8 +92,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     stages = stages or default_stages
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
-        + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}") \
-        + ("" if not overlap or early_rescale == EARLY_RESCALE else "_early_rescale" if early_rescale else "_late_rescale")
+        + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
 
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
     class Attention:
@@ -181,8 +176,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
             tk.neg_infty(st.shift)
-            if overlap and early_rescale:                        # step 0 rescales the zero O by it
-                tk.one(st.factor)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 st.diagonal = tk.let(task.row * Q_ROWS + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
             if pingpong:                                         # warpgroup 0 takes the first turn
@@ -212,9 +205,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
-        def rescale(self, st, o: bool = True):
-            if o:
-                tk.mul_row(st.out, st.out, st.factor)            # O to the new running max
+        def rescale(self, st):
+            tk.mul_row(st.out, st.out, st.factor)                # O to the new running max
             tk.copy(st.probs, st.scores)                         # P for O += P V
 
         if overlap:
@@ -224,8 +216,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
                 if every path waits before it reads an accumulator."""
                 wg = tk.warpgroup.id()
-                if early_rescale:         # O to step k-1's max, before waiting for the turn
-                    tk.mul_row(st.out, st.out, st.factor)
                 if pingpong:
                     _turn(sync_on_turn=True)
                 with tk.if_(k > 0):
@@ -239,17 +229,15 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                     # stores before the wait, and the row sums depend on every exp2.
                     tk.store(st.anchor[tk.warp_id()], st.row_sum)
                     tk.warpgroup.mma_async_wait()               # O and P are free again
-                    self.rescale(st, o=not early_rescale)
+                    self.rescale(st)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
                     if pingpong:
                         _turn(sync_on_turn=False)
                     tk.warpgroup.mma_async_wait()
                     self.softmax(st, k)
-                    self.rescale(st, o=not early_rescale)       # (O is zero before step 1 either way)
+                    self.rescale(st)
                 with tk.if_(k == st.iters - 1):
-                    if early_rescale:
-                        tk.mul_row(st.out, st.out, st.factor)
                     tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
         else:
             def compute(self, st, inp, k):
@@ -365,7 +353,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-            overlap: bool = OVERLAP, kv: int | None = None, early_rescale: bool = EARLY_RESCALE) -> None:
+            overlap: bool = OVERLAP, kv: int | None = None) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, n rounded up to 128)."""
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
@@ -379,7 +367,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, early_rescale)(*args)
+    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -78,11 +78,10 @@ def test_causal_is_torchs_is_causal_and_bottom_right_its_lower_right_bias(monkey
     assert rel_err(attention(q, k, v), F.scaled_dot_product_attention(qf, kf, vf)) < 1e-2
 
 
-@pytest.mark.parametrize("causal,pingpong,stages,overlap,early", [
-    (False, True, None, True, True), (True, True, None, True, True), (True, False, None, True, True),
-    (True, True, 2, True, True), (True, True, None, True, False), (False, True, None, True, False),
-    (True, True, None, False, True), (False, False, 2, False, True)])
-def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap, early):
+@pytest.mark.parametrize("causal,pingpong,stages,overlap", [
+    (False, True, None, True), (True, True, None, True), (True, False, None, True), (True, True, 2, True),
+    (True, True, None, False), (False, False, 2, False)])
+def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     """8 tasks over 3 blocks: the ring of stages runs on across tasks of different lengths (causal), the
     longest first, the warpgroups taking turns (or in lockstep), each softmax overlapping the previous P V
     (or not); GQA; lengths that are not multiples of 128; a custom scale."""
@@ -91,8 +90,7 @@ def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap, e
     o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
     lse = gpu_util.poisoned(1, 2, 512, dtype=torch.float32, device="cpu")
     args = [q, k, v, o, lse, 0.1 * att.LOG2E] + ([0] if causal else [])
-    att._attention(d, att.DTYPES[BF16], causal, pingpong, stages, overlap,
-                   early_rescale=early).kernel.interpret[(3,)](*args)
+    att._attention(d, att.DTYPES[BF16], causal, pingpong, stages, overlap).kernel.interpret[(3,)](*args)
     check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
 
 
@@ -168,10 +166,11 @@ def test_clear_errors(monkeypatch):
 
 @pytest.mark.parametrize("d,dtype,causal,stages,kv", [
     (64, BF16, False, None, None), (64, BF16, True, None, None), (128, FP16, True, None, None),
-    (128, BF16, False, None, None), (256, BF16, True, None, None), (64, BF16, True, None, 128)])
+    (128, BF16, False, None, None), (256, BF16, True, None, None), (64, BF16, True, None, 128),
+    (64, BF16, False, 5, None), (128, BF16, True, 4, 96)])
 def test_variants_compile_to_hgmma_without_spills(d, dtype, causal, stages, kv):
-    """The default kernels compile without spills, and so does benchmarks/bench_attention.py's other key/value
-    tile height (OTHER_KV)."""
+    """The default kernels compile without spills, and so do benchmarks/bench_attention.py's other tile heights
+    and stage counts (OTHER_CONFIGS)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=dtype), torch.empty(1, 2, 256)
     kernel = att._attention(d, att.DTYPES[dtype], causal, att.PINGPONG, stages, att.OVERLAP, kv).kernel
     args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])

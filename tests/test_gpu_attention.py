@@ -135,24 +135,25 @@ def test_attention_rejects_what_it_cannot_do():
         attention(q, q, q, causal="yes")
 
 
-@pytest.mark.parametrize("pingpong,overlap,stages,early", [
-    (True, True, None, True), (True, True, None, False), (True, False, None, True), (False, True, None, True),
-    (False, False, None, True), (False, False, 2, True)])
+@pytest.mark.parametrize("pingpong,overlap,stages,kv", [
+    (True, True, None, None), (True, False, None, None), (False, True, None, None), (False, False, None, None),
+    (False, False, 2, None), (True, True, 4, 96)])
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)])
-def test_kernel_variants(pingpong, overlap, stages, early, d, causal):
+def test_kernel_variants(pingpong, overlap, stages, kv, d, causal):
     """Every variant benchmarks/bench_attention.py times: warpgroups taking turns or not, softmax overlapping the
-    previous P V or not, O rescaled early or late, fewer stages; several tasks per persistent block, odd
+    previous P V or not, fewer stages, 96-row tiles in 4 stages; several tasks per persistent block, odd
     lengths."""
     from kernels import attention as att
     stages = stages if d == 128 or stages is None else 3
     q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
     o = poisoned(2, 16, 1100, d, dtype=BF16)
     lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, early_rescale=early)
+    att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, kv)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (64, None, 128), (64, None, 192)])
+@pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
+                                        (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_other_key_value_tile_heights(d, stages, kv, causal):
     """Key/value tile heights other than the defaults (the kv option): partial last tiles, diagonals at other
