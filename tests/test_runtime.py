@@ -184,9 +184,12 @@ def test_corrupt_cache_entry_is_a_miss(tmp_path):
     cache.entry_paths(m1.key)["cubin"].write_bytes(b"garbage")
     clear_memo()
     m2 = compile_cuda(src, "add1")
-    assert not m2.from_cache and m2.cubin == m1.cubin
+    # compiled again (the same code; the bytes may differ: a recompile that NVRTC served from the CUDA compute
+    # cache is redone with a one-off global, see nvrtc.compile_cuda)
+    assert not m2.from_cache and m2.cubin[:4] == b"\x7fELF" and m2.resources == m1.resources
     clear_memo()
-    assert compile_cuda(src, "add1").from_cache  # rewritten
+    m3 = compile_cuda(src, "add1")
+    assert m3.from_cache and m3.cubin == m2.cubin  # rewritten
 
 
 def test_unwritable_cache_dir_does_not_fail(tmp_path, monkeypatch):
