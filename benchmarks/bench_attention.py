@@ -5,7 +5,7 @@ D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D 
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
 tkpy's kernel at B16 H16 N4096, to pick the defaults from: the default (consumer warpgroups taking turns,
 ping-pong, and each step's softmax overlapping the previous step's P V product, overlap), each of the two
-alone, and other key/value tile heights and stage counts (OTHER_CONFIGS).
+alone, and other key/value tile heights, stage counts and 3 consumer warpgroups (OTHER_CONFIGS).
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
@@ -68,19 +68,24 @@ def main() -> list[dict]:
     return rows
 
 
-# Other key/value tile heights and stage counts (stages, kv) per head dim, where they apply. D64's default is
-# 160 rows in 4 stages; 128 was the default before run 26. D128 in 96-row tiles fits 4 stages, so the next
-# steps' tiles are further ahead (run 31: consumers waited for their K/V on ~5% of samples). (Wider tiles at
-# D128 -- 160 or 176 rows in 2 stages, the most that fit -- measured slower, runs 22-28.)
-OTHER_CONFIGS = {"kv128": {64: (None, 128)}, "5 stages": {64: (5, None)}, "kv96 4 stages": {128: (4, 96)}}
+# Other configurations: per head dim where they apply, keyword options of _launch. D64's default is 160 rows in
+# 4 stages; 128 was the default before run 26. D128 in 96-row tiles fits 4 stages, so the next steps' tiles are
+# further ahead (run 31: consumers waited for their K/V on ~5% of samples). (Wider tiles at D128 -- 160 or 176
+# rows in 2 stages, the most that fit -- measured slower, runs 22-28.) 3 consumer warpgroups (192 query rows per
+# block, FlashAttention-3's choice at D64): their defaults (CONFIGS_3WG: D64 128-row tiles in 4 stages, D128 80
+# rows in 4), and D64 in 112-row tiles (the registers allow up to 128).
+OTHER_CONFIGS = {"kv128": {64: dict(kv=128)}, "5 stages": {64: dict(stages=5)},
+                 "kv96 4 stages": {128: dict(stages=4, kv=96)},
+                 "3wg": {64: dict(consumer_warpgroups=3), 128: dict(consumer_warpgroups=3)},
+                 "3wg kv112": {64: dict(consumer_warpgroups=3, kv=112)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaults where not given)
     "default": {}, "pingpong only": dict(overlap=False), "overlap only": dict(pingpong=False),
     **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 
 
 def variant_table() -> list[dict]:
-    """tkpy's kernel with and without ping-pong or intra-warpgroup overlap, and other key/value tile heights
-    and stage counts (OTHER_CONFIGS; a head dim they do not name shows nan)."""
+    """tkpy's kernel with and without ping-pong or intra-warpgroup overlap, and other key/value tile heights,
+    stage counts and consumer warpgroups (OTHER_CONFIGS; a head dim they do not name shows nan)."""
     import torch
 
     from benchmarks.timing import median_ms
@@ -91,7 +96,7 @@ def variant_table() -> list[dict]:
         for causal in (False, True):
             q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
             o = torch.empty_like(q)
-            lse = torch.empty(b, h, n, dtype=torch.float32, device="cuda")
+            lse = torch.empty(b, h, max(att.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
             for name, options in VARIANTS.items():
@@ -100,8 +105,8 @@ def variant_table() -> list[dict]:
                 if config is not None and d not in config:
                     row[name] = float("nan")
                     continue
-                stages, kv = (config or {}).get(d, (None, None))
-                fn = lambda: att._launch(q, k, v, o, lse, causal, None, stages=stages, kv=kv, **options)  # noqa: E731
+                options.update((config or {}).get(d, {}))
+                fn = lambda: att._launch(q, k, v, o, lse, causal, None, **options)  # noqa: E731
                 row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o

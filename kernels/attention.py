@@ -9,6 +9,9 @@ at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K
 S is done, so one's softmax runs while the other's matrix products do; and within a warpgroup, step k
 issues S_k and then step k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup
 overlap). PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
+Non-default: `_attention(..., consumer_warpgroups=3)` / `_launch(...)` run 3 consumer warpgroups on 192 query rows
+per task (FlashAttention-3's choice at D64, where the softmax outweighs the short MMAs), the turns going round
+the ring of 3, at D64 (CONFIGS_3WG: 128-row key/value tiles) and D128 (80 rows).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
@@ -17,6 +20,7 @@ step counts) and masks the diagonal tiles; the longest query tiles are scheduled
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -27,7 +31,8 @@ from tkpy import bf16, f32, fp16
 from tkpy.ir.expr import call
 from tkpy.templates import shared
 
-Q_ROWS = 128                        # query rows per task (64 per consumer warpgroup)
+Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
+CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
 LOG2E = 1.4426950408889634
 FLT_MAX = 3.4028234663852886e38
 HEAD_GROUP = 8                      # heads per section of the task order at most (K/V of a section share L2)
@@ -39,10 +44,16 @@ DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 # next step's tiles in flight while the current ones are in use. D=64 takes 160-row tiles: its MMAs are
 # short next to the softmax, and fewer, longer steps measured 5-9% faster than 128 (runs 22 and 26).
 CONFIGS = {64: (160, 4), 128: (128, 3), 256: (64, 2)}
+# With 3 consumer warpgroups (192 query rows per task, as FlashAttention-3 at D64) a consumer has fewer registers:
+# (producer, consumer) registers per thread of the setmaxnreg split (FlashAttention-3's: 128 x (32 + 3 x 160) is
+# the whole register file), and per head dim the (key/value rows per stage, stages) whose S, P and O fit in them
+# without spills (kernel.resources; see tests/test_attention_cpu.py). Q takes 3 x 64 x D of shared memory.
+REGISTERS_3WG = (32, 160)
+CONFIGS_3WG = {64: (128, 4), 128: (80, 4)}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
-TURN = (2, 3)                       # the named barriers on which warpgroup 0 / 1 waits for its turn
-OWN = (4, 5)                        # the named barriers of warpgroup 0 / 1 alone
+TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
+OWN = (4, 5, 7)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
 
@@ -51,68 +62,98 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
-def _own_sync() -> None:
-    """A barrier among the calling consumer warpgroup's 4 warps."""
-    for wg in range(2):
+def q_rows(consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
+    """Query rows per task: 64 per consumer warpgroup."""
+    return 64 * consumer_warpgroups
+
+
+def lse_rows(n: int, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
+    """Rows of the log-sum-exp buffer the kernel writes for n query rows: n rounded up to a task's rows."""
+    return cdiv(n, q_rows(consumer_warpgroups)) * q_rows(consumer_warpgroups)
+
+
+def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
+    """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups)."""
+    for wg in range(groups):
         with tk.if_(tk.warpgroup.id() == wg):
             tk.warpgroup.sync(OWN[wg])
 
 
-def _first_warp_of_each(body) -> None:
+def _first_warp_of_each(body, groups: int = CONSUMER_WARPGROUPS) -> None:
     """body(wg) on the first warp of consumer warpgroup wg (a Python int, so that semaphores indexed by it
     are told apart by the protocol checks)."""
-    for wg in range(2):
+    for wg in range(groups):
         with tk.if_(tk.warp_id() == 4 * wg):
             body(wg)
 
 
-def _turn(sync_on_turn: bool) -> None:
-    """Warpgroup w waits for its turn (sync on TURN[w]), or hands the turn to the other (arrive on its barrier)."""
-    for wg in range(2):
+def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
+    """The turns go round a ring of `groups` warpgroups: warpgroup w waits for its turn (sync on TURN[w]), or
+    hands the turn to the next, w + 1 mod groups (arrive on its barrier). Each barrier is met by two
+    warpgroups, one syncing and one arriving: 8 warps."""
+    for wg in range(groups):
         with tk.if_(tk.warpgroup.id() == wg):
             if sync_on_turn:
                 tk.named_sync(TURN[wg], 8)
             else:
-                tk.named_arrive(TURN[1 - wg], 8)
+                tk.named_arrive(TURN[(wg + 1) % groups], 8)
 
 
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
-               overlap: bool = OVERLAP, kv: int | None = None):
+               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns or not, `stages` (default: CONFIGS), each step's softmax overlapping
     the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
     of 16 up to 256, the wgmma N of S = Q K^T; the template raises if its stages do not fit in shared
-    memory). The kernel takes `scale_log2` = softmax scale * log2(e), which must be positive (attention()
+    memory), and `consumer_warpgroups` 2 or 3 (64 query rows each; with 3, tasks of 192 rows, the turns go
+    round the 3, the registers are split REGISTERS_3WG and the defaults are CONFIGS_3WG's; head dims
+    there only). The kernel takes `scale_log2` = softmax scale * log2(e), which must be positive (attention()
     makes it so), and, when causal, an `offset` scalar: query i sees key j when j <= i + offset."""
-    default_kv, default_stages = CONFIGS[d]
+    groups = consumer_warpgroups
+    if groups not in (2, 3):
+        raise ValueError(f"attention: consumer_warpgroups must be 2 or 3, got {groups!r}")
+    if groups == 3 and d not in CONFIGS_3WG:
+        raise ValueError(f"attention: 3 consumer warpgroups take head dims {', '.join(map(str, CONFIGS_3WG))} "
+                         f"(their registers hold S, P and O of those only), got {d}")
+    rows = q_rows(groups)                                   # query rows per task
+    default_kv, default_stages = (CONFIGS if groups == 2 else CONFIGS_3WG)[d]
+    producer_registers, consumer_registers = (None, None) if groups == 2 else REGISTERS_3WG
+    # With 3 warpgroups a causal task of no steps (bottom-right rows that see no key) takes no turn: its start
+    # would hand warpgroup 0 a turn that only its finish takes back, so two such tasks in a row let the last
+    # warpgroup arrive twice on TURN[0] in one phase (the interpreter stops there). The 2-warpgroup kernels
+    # keep their code (unchanged by this option) and with it that race.
+    def turn_taking(st):
+        return tk.if_(st.iters > 0) if causal and groups == 3 else contextlib.nullcontext()
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
         raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
     stages = stages or default_stages
-    name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + ("_causal" if causal else "") \
+    name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") \
+        + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
         + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
 
-    @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, name=name)
+    @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
+            producer_registers=producer_registers, consumer_registers=consumer_registers)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
         V: tk.gl[dtype, "B", "HKV", "NK", d]
         O: tk.gl[dtype, "B", "H", "N", d]
-        L: tk.gl[f32, "B", "H", "NL"]       # NL: N rounded up to Q_ROWS (the stores need no bounds check)
+        L: tk.gl[f32, "B", "H", "NL"]       # NL: N rounded up to rows, or more (the stores need no bounds check)
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
         inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
 
         def tasks(self, g):
-            return cdiv(g.Q.rows, Q_ROWS), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
+            return cdiv(g.Q.rows, rows), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
 
         if causal:
             def iters(self, g, task):
                 """The key tiles holding a key that some (real) query row of the tile sees."""
-                last_row = call("min", task.row * Q_ROWS + Q_ROWS - 1, g.Q.rows - 1)
+                last_row = call("min", task.row * rows + rows - 1, g.Q.rows - 1)
                 seen = last_row + g.offset + 1                           # keys 0 .. seen-1
                 return call("max", 0, call("min", cdiv(g.K.rows, kv), cdiv(seen, kv)))
         else:
@@ -147,11 +188,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
-            st.q = tk.st(dtype, Q_ROWS // 2, d, count=2)         # each consumer's 64 query rows, then its output
-            st.q_arrived = tk.semaphore(2)                       # each consumer's query tile has landed
+            st.q = tk.st(dtype, 64, d, count=groups)             # each consumer's 64 query rows, then its output
+            st.q_arrived = tk.semaphore(groups)                  # each consumer's query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
-            _first_warp_of_each(lambda wg: tk.init_semaphore(st.q_arrived[wg], 1))
-            _own_sync()
+            _first_warp_of_each(lambda wg: tk.init_semaphore(st.q_arrived[wg], 1), groups)
+            _own_sync(groups)
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             st.probs = tk.rt(dtype, 16, kv)
             st.out = tk.rt(f32, 16, d)
@@ -160,7 +201,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             st.factor = tk.col_vec(st.scores)                    # the previous shift, then exp2(its change)
             st.row_sum = tk.col_vec(st.scores)
             if overlap:                                          # where each warp stores its row sums, unread:
-                st.anchor = tk.sv(f32, 16, count=8)              # see compute
+                st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
 
         def start(self, st, task):
             g = st.g
@@ -168,8 +209,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             wg = tk.warpgroup.id()
             def load_q(wg):                                      # one warp loads the tile (zeros past N)
                 tk.tma.expect(st.q_arrived[wg], st.q[wg])
-                tk.tma.load_async(st.q[wg], g.Q, (b, h, task.row * 2 + wg, 0), st.q_arrived[wg])
-            _first_warp_of_each(load_q)
+                tk.tma.load_async(st.q[wg], g.Q, (b, h, task.row * groups + wg, 0), st.q_arrived[wg])
+            _first_warp_of_each(load_q, groups)
             tk.wait(st.q_arrived[wg], st.tasks_done % 2)
             st.tasks_done += 1
             tk.zero(st.out)
@@ -177,9 +218,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.neg_infty(st.row_max)
             tk.neg_infty(st.shift)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
-                st.diagonal = tk.let(task.row * Q_ROWS + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
-            if pingpong:                                         # warpgroup 0 takes the first turn
-                with tk.if_(wg == 1):
+                st.diagonal = tk.let(task.row * rows + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
+            if pingpong:                                         # warpgroup 0 takes the first turn: the
+                with turn_taking(st), tk.if_(wg == groups - 1):  # last hands it over, as after its turn
                     tk.named_arrive(TURN[0], 8)
 
         def softmax(self, st, k):
@@ -217,12 +258,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 if every path waits before it reads an accumulator."""
                 wg = tk.warpgroup.id()
                 if pingpong:
-                    _turn(sync_on_turn=True)
+                    _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     if pingpong:
-                        _turn(sync_on_turn=False)
+                        _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
                     self.softmax(st, k)
                     # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
@@ -233,7 +274,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
                     if pingpong:
-                        _turn(sync_on_turn=False)
+                        _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
                     self.softmax(st, k)
                     self.rescale(st)
@@ -243,18 +284,18 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             def compute(self, st, inp, k):
                 wg = tk.warpgroup.id()
                 if pingpong:
-                    _turn(sync_on_turn=True)
+                    _turn(sync_on_turn=True, groups=groups)
                 tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if pingpong:                                     # the other's S runs during this softmax
-                    _turn(sync_on_turn=False)
+                    _turn(sync_on_turn=False, groups=groups)
                 self.softmax(st, k)
                 self.rescale(st)
                 tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
-            rows = task.row * 2 + tk.warpgroup.id()               # in 64-row units
+            tile = task.row * groups + tk.warpgroup.id()          # in 64-row units
             if causal:                                           # rows that see no key: 0 / tiny = 0
                 tk.max(st.factor, st.row_sum, 1e-30)
                 tk.div_row(st.out, st.out, st.factor)
@@ -263,17 +304,17 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             wg = tk.warpgroup.id()                               # O through the query tile's shared memory:
             tk.warpgroup.store(st.q[wg], st.out)                 # every MMA reading Q is done
             tk.fence_proxy_async()                               # TMA reads it through the async proxy
-            _own_sync()
+            _own_sync(groups)
             with tk.if_(tk.warp_id() % 4 == 0):                 # rows past N are clipped
-                tk.tma.store_async(g.O, st.q[wg], (b, h, rows, 0))
+                tk.tma.store_async(g.O, st.q[wg], (b, h, tile, 0))
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # the next task's Q may land there
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
-            tk.store(g.L, st.row_sum, (b, h, rows * 4 + tk.warp_id() % 4))
-            if pingpong:                                         # take back warpgroup 1's last hand-off
-                with tk.if_(tk.warpgroup.id() == 0):
+            tk.store(g.L, st.row_sum, (b, h, tile * 4 + tk.warp_id() % 4))
+            if pingpong:                                         # take back the last warpgroup's last hand-off
+                with turn_taking(st), tk.if_(tk.warpgroup.id() == 0):
                     tk.named_sync(TURN[0], 8)
 
     return Attention
@@ -347,14 +388,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     _checked(q, k, v)
     (b, h, n, d) = q.shape
     o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(b, h, cdiv(n, Q_ROWS) * Q_ROWS, dtype=torch.float32, device=q.device)
+    lse = torch.empty(b, h, lse_rows(n), dtype=torch.float32, device=q.device)
     _launch(q, k, v, o, lse, causal, scale)
     return (o, lse[..., :n]) if return_lse else o
 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-            overlap: bool = OVERLAP, kv: int | None = None) -> None:
-    """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, n rounded up to 128)."""
+            overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> None:
+    """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
+    consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups)."""
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
                          f"got {causal!r}")
@@ -362,12 +404,15 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     (n, d), nk = q.shape[2:], k.shape[2]
     if not o.numel():
         return
+    if lse.shape[-1] < lse_rows(n, consumer_warpgroups):
+        raise ValueError(f"the log-sum-exp buffer needs {lse_rows(n, consumer_warpgroups)} rows (n rounded up to "
+                         f"{q_rows(consumer_warpgroups)}), got {lse.shape[-1]}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv)(*args)
+    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

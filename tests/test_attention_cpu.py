@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import gpu_util
+import tkpy as tk
 from gpu_util import rel_err
 from kernels import attention as att
 from kernels.attention import attention
@@ -225,3 +226,129 @@ def test_sections_of_fewer_heads_cover_every_tile(causal, monkeypatch):
     finally:
         att._attention.cache_clear()
     check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.125), n)
+
+
+# -- 3 consumer warpgroups (consumer_warpgroups=3: 192 query rows per task, the turns go round a ring of 3) ------
+
+def run_3wg(q, k, v, causal, scale, blocks, **options):
+    """The 3-warpgroup kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L (L of
+    lse_rows(n, 3) rows: n rounded up to 192); returns O and L's first n rows."""
+    b, h, n, d = q.shape
+    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
+    lse = gpu_util.poisoned(b, h, att.lse_rows(n, 3), dtype=torch.float32, device="cpu")
+    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), consumer_warpgroups=3, **options).kernel
+    assert "_3wg" in kernel.name
+    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
+    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
+    return o, lse[..., :n]
+
+
+@pytest.mark.parametrize("d,causal,pingpong,stages,overlap,kv", [
+    (64, False, True, None, True, None), (64, True, True, None, True, None), (64, True, False, None, True, None),
+    (64, True, True, 2, True, None), (64, True, True, None, False, None), (64, False, False, 2, False, None),
+    (64, True, True, None, True, 96), (64, False, True, None, True, 112), (128, False, True, None, True, None),
+    (128, True, True, None, True, None)])
+def test_three_consumer_warpgroups_several_tasks_per_persistent_block(d, causal, pingpong, stages, overlap, kv):
+    """As test_several_tasks_per_persistent_block with 3 consumer warpgroups: 6 tasks of 192 query rows over 2
+    blocks (460 rows: the last task has 76, its third warpgroup none), GQA, turns round the ring of 3 (or in
+    lockstep), overlap or not, other stage counts and tile heights, a custom scale."""
+    n, nk = 460, 450
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = run_3wg(q, k, v, causal, 0.1, 2, pingpong=pingpong, stages=stages, overlap=overlap, kv=kv)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,causal,dtype", [
+    (1, 4, 2, 77, 300, False, FP16),                    # GQA, one partial task
+    (2, 2, 1, 200, 130, True, BF16),                    # MQA, top-left, n > n_k
+    (1, 3, 3, 130, 500, "bottom_right", BF16),
+    (1, 2, 2, 1, 1, True, FP16)])
+def test_three_consumer_warpgroups_odd_lengths(b, h, hkv, n, nk, causal, dtype):
+    q, k, v = rand(b, h, n, 64, dtype=dtype), rand(b, hkv, nk, 64, dtype=dtype), rand(b, hkv, nk, 64, dtype=dtype)
+    o, lse = run_3wg(q, k, v, causal, 0.125, 3)
+    check(o, lse, *reference(q, k, v, causal, scale=0.125), n)
+
+
+@pytest.mark.parametrize("blocks,n", [(3, 900), (2, 960), (4, 450)])
+def test_three_consumer_warpgroups_causal_snake(blocks, n):
+    """The snake order of causal tasks over the persistent blocks, with 192-row tasks: odd and even round counts,
+    a last partial round."""
+    q, k, v = (rand(1, 1, n, 64, dtype=BF16) for _ in range(3))
+    o, lse = run_3wg(q, k, v, True, 0.125, blocks)
+    check(o, lse, *reference(q, k, v, True, scale=0.125), n)
+
+
+def test_three_consumer_warpgroups_tasks_of_no_steps_take_no_turns():
+    """Bottom-right causal with n - n_k of several tasks: one block runs the task with steps and then 3 tasks of
+    none in a row; those take no turn (otherwise the last warpgroup would hand warpgroup 0 a turn twice before it
+    takes the first back)."""
+    n, nk = 760, 50
+    q, k, v = rand(1, 1, n, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16)
+    o, lse = run_3wg(q, k, v, "bottom_right", 0.125, 1)
+    check(o, lse, *reference(q, k, v, "bottom_right", scale=0.125), n)
+
+
+@pytest.mark.xfail(strict=True, raises=tk.InterpretError, reason="the 2-warpgroup kernels (unchanged by "
+                   "consumer_warpgroups) hand over a turn at the start of every task, of no steps too: two in a "
+                   "row let warpgroup 1 arrive twice on TURN[0] before warpgroup 0 takes the first back")
+def test_default_kernel_tasks_of_no_steps_in_a_row():
+    n, nk = 600, 50
+    q, k, v = rand(1, 1, n, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16)
+    o = gpu_util.poisoned(1, 1, n, 64, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, 1, att.lse_rows(n), dtype=torch.float32, device="cpu")
+    att._attention(64, att.DTYPES[BF16], True).kernel.interpret[(1,)](q, k, v, o, lse, 0.125 * att.LOG2E, nk - n)
+    check(o, lse[..., :n], *reference(q, k, v, "bottom_right", scale=0.125), n)
+
+
+@pytest.mark.parametrize("d,kv,causal", [(64, 96, False), (64, 112, False), (64, None, False), (64, None, True),
+                                         (64, 112, True), (128, None, False), (128, None, True)])
+def test_three_consumer_warpgroups_compile_to_hgmma_without_spills(d, kv, causal):
+    """3 consumer warpgroups and the producer (512 threads) at REGISTERS_3WG (32 / 160 registers per thread): D64
+    with 96-, 112- and 128-row (CONFIGS_3WG) key/value tiles, D128 with 80, hold S, P and O without spills, and the
+    wgmma stay asynchronous. (D64 at 144 rows spills, and at 128 rows so does the template's default split of 40 /
+    152.)"""
+    q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
+    kernel = att._attention(d, att.DTYPES[BF16], causal, kv=kv, consumer_warpgroups=3).kernel
+    args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
+    r = kernel.resources(*args)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
+    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
+    sass = kernel.sass(*args)
+    assert "HGMMA" in sass and "STL" not in sass
+    assert "setmaxnreg.inc.sync.aligned.u32 160" in kernel.ptx(*args)
+
+
+def test_consumer_warpgroups_option(monkeypatch):
+    """2 is the default (same kernel name and code); 3 only for CONFIGS_3WG's head dims; the log-sum-exp buffer
+    must have the kernel's rows."""
+    q, lse = torch.empty(1, 2, 256, 64, dtype=BF16), torch.empty(1, 2, 256)
+    default, explicit = att._attention(64), att._attention(64, consumer_warpgroups=2)
+    assert default.kernel.name == explicit.kernel.name == "attention_fwd_d64"
+    assert default.kernel.source(q, q, q, q, lse, 1.0) == explicit.kernel.source(q, q, q, q, lse, 1.0)
+    assert att._attention(64, consumer_warpgroups=3).kernel.name == "attention_fwd_d64_3wg"
+    assert att.q_rows() == att.Q_ROWS == 128 and att.q_rows(3) == 192
+    assert att.lse_rows(460) == 512 and att.lse_rows(460, 3) == 576
+    with pytest.raises(ValueError, match="consumer_warpgroups must be 2 or 3"):
+        att._attention(64, consumer_warpgroups=4)
+    with pytest.raises(ValueError, match="3 consumer warpgroups take head dims"):
+        att._attention(256, consumer_warpgroups=3)
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 2, 200, 64, dtype=BF16)
+    o, lse = torch.empty_like(q), torch.empty(1, 2, 256)
+    with pytest.raises(ValueError, match="needs 384 rows"):
+        att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=3)
+
+
+def test_bench_variants_are_kernel_options():
+    """benchmarks/bench_attention.py's variant table: every variant's options, per head dim where it applies, name
+    a kernel (the 3-warpgroup ones included)."""
+    from benchmarks.bench_attention import VARIANTS
+    for name, options in VARIANTS.items():
+        options = dict(options)
+        config = options.pop("config", None)
+        for d in (128, 64):
+            if config is not None and d not in config:
+                continue
+            options_here = {**options, **(config or {}).get(d, {})}
+            kernel = att._attention(d, att.DTYPES[BF16], True, **options_here).kernel
+            assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name

@@ -164,3 +164,37 @@ def test_other_key_value_tile_heights(d, stages, kv, causal):
     lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, None, True, stages, True, kv)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
+
+
+@pytest.mark.parametrize("d,pingpong,overlap,kv", [
+    (d, *variant) for d in (64, 128) for variant in [(True, True, None), (True, False, None), (False, True, None)]
+    + ([(True, True, 96), (True, True, 112)] if d == 64 else [])])
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_consumer_warpgroups(d, pingpong, overlap, kv, causal):
+    """consumer_warpgroups=3 (192 query rows per task, the turns round a ring of 3; benchmarks/bench_attention.py's
+    "3wg" variants; D64 also in 96- and 112-row tiles): GQA, odd lengths, several tasks per persistent block, the
+    log-sum-exp buffer rounded up to 192 rows."""
+    from kernels import attention as att
+    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
+    o = poisoned(2, 16, 1100, d, dtype=BF16)
+    lse = poisoned(2, 16, att.lse_rows(1100, 3), dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, None, pingpong, None, overlap, kv, consumer_warpgroups=3)
+    check(o, lse[..., :1100], *reference(q, k, v, causal))
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", [
+    (1, 2, 2, 192, 192, 64, False, BF16),
+    (1, 8, 2, 256, 1024, 64, False, FP16),
+    (1, 4, 4, 1000, 1000, 64, True, FP16),
+    (1, 8, 1, 1300, 700, 64, True, BF16),
+    (1, 4, 2, 1, 1, 64, True, FP16),
+    (4, 16, 4, 1000, 300, 64, "bottom_right", BF16),    # 384 tasks, 192 of them of no steps: several in a row per block
+    (1, 4, 4, 300, 1000, 128, "bottom_right", BF16),
+    (8, 16, 16, 1024, 1024, 64, False, BF16)])
+def test_three_consumer_warpgroups_cases(b, h, hkv, n, nk, d, causal, dtype):
+    from kernels import attention as att
+    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    o = poisoned(b, h, n, d, dtype=dtype)
+    lse = poisoned(b, h, att.lse_rows(n, 3), dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=3)
+    check(o, lse[..., :n], *reference(q, k, v, causal))
