@@ -20,7 +20,6 @@ step counts) and masks the diagonal tiles; the longest query tiles are scheduled
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -119,12 +118,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     rows = q_rows(groups)                                   # query rows per task
     default_kv, default_stages = (CONFIGS if groups == 2 else CONFIGS_3WG)[d]
     producer_registers, consumer_registers = (None, None) if groups == 2 else REGISTERS_3WG
-    # With 3 warpgroups a causal task of no steps (bottom-right rows that see no key) takes no turn: its start
-    # would hand warpgroup 0 a turn that only its finish takes back, so two such tasks in a row let the last
-    # warpgroup arrive twice on TURN[0] in one phase (the interpreter stops there). The 2-warpgroup kernels
-    # keep their code (unchanged by this option) and with it that race.
-    def turn_taking(st):
-        return tk.if_(st.iters > 0) if causal and groups == 3 else contextlib.nullcontext()
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
         raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
@@ -202,6 +195,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             st.row_sum = tk.col_vec(st.scores)
             if overlap:                                          # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
+            if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
+                with tk.if_(tk.warpgroup.id() == groups - 1):
+                    tk.named_arrive(TURN[0], 8)
 
         def start(self, st, task):
             g = st.g
@@ -219,9 +215,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             tk.neg_infty(st.shift)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 st.diagonal = tk.let(task.row * rows + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
-            if pingpong:                                         # warpgroup 0 takes the first turn: the
-                with turn_taking(st), tk.if_(wg == groups - 1):  # last hands it over, as after its turn
-                    tk.named_arrive(TURN[0], 8)
 
         def softmax(self, st, k):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
@@ -313,8 +306,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
             tk.store(g.L, st.row_sum, (b, h, tile * 4 + tk.warp_id() % 4))
-            if pingpong:                                         # take back the last warpgroup's last hand-off
-                with turn_taking(st), tk.if_(tk.warpgroup.id() == 0):
+
+        def done(self, st):
+            """The turns go round the ring across tasks (a task of no steps takes none); warpgroup 0 takes back
+            the last warpgroup's final hand-off."""
+            if pingpong:
+                with tk.if_(tk.warpgroup.id() == 0):
                     tk.named_sync(TURN[0], 8)
 
     return Attention

@@ -198,3 +198,11 @@ def test_three_consumer_warpgroups_cases(b, h, hkv, n, nk, d, causal, dtype):
     lse = poisoned(b, h, att.lse_rows(n, 3), dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=3)
     check(o, lse[..., :n], *reference(q, k, v, causal))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_tasks_of_no_steps_in_a_row(d):
+    """Bottom-right causal with many more queries than keys: half of the 256 tasks see no key, several in a row
+    per persistent block; the consumer warpgroups' turns go round across tasks and those take none."""
+    q, k, v = rand(4, 16, 1000, d, dtype=BF16), rand(4, 4, 300, d, dtype=BF16), rand(4, 4, 300, d, dtype=BF16)
+    check(*run_poisoned(q, k, v, "bottom_right"), *reference(q, k, v, "bottom_right"))

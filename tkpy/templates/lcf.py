@@ -18,6 +18,8 @@ global tensors:
     compute(st, inp, k)         (consumers) use the k-th inputs, or
     compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
                                 tk.if_(k > 0)); they stay unreleased until this step's compute returns
+    done(st)                    (optional, consumers) after a consumer's last task, e.g. to close a protocol
+                                the consumers keep across tasks
     finish(g, st, task)         (consumers) write the task's result, or
     finish(g, st, task, fin)    ... with the shared tiles of the class's `finish_block` (a dict of shared
                                 buffers, like `inputs`), which share their storage with the last input
@@ -399,6 +401,8 @@ class Pipeline:
             if self.per_task:
                 ring += n
             self.finish(st, task, index)
+        if hasattr(user, "done"):
+            user.done(st)
 
 
 LCF.pipeline = Pipeline
