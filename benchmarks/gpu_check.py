@@ -94,6 +94,9 @@ def main() -> int:
         report["launch"] = bench_launch()
         from benchmarks import bench_attention, bench_gemm
         report["gemm"] = bench_gemm.main()
+        report["gemm_repeats"] = bench_gemm.repeated([1024, 4096, 8192], 3)
+        fp8 = subprocess.run([sys.executable, "-m", "kernels.gemm_fp8"], cwd=ROOT, capture_output=True, text=True)
+        report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main()
         from benchmarks import bench_smem
         report["smem"] = bench_smem.main()
@@ -115,6 +118,11 @@ def main() -> int:
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']} {r['layout']} {r.get('epilogue', '')}: tkpy {r['tkpy_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")
+    for n, ratios in report.get("gemm_repeats", {}).items():
+        print(f"gemm {n}^3 repeated: tkpy / cuBLAS median {statistics.median(ratios):.3f} "
+              f"[{min(ratios):.3f}, {max(ratios):.3f}]")
+    for line in report.get("fp8", []):
+        print(f"fp8 {line.strip()}")
     for r in report.get("smem", []):
         if r["op"] == "ldmatrix":
             print(f"smem ldmatrix bf16 W={r['width']:<3} swizzle {r['swizzle']:>3}B: "
