@@ -8,7 +8,8 @@ attention maps query head h to key/value head h // (H / H_kv). The two consumer 
 at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's
 S is done, so one's softmax runs while the other's matrix products do; and within a warpgroup, step k
 issues S_k and then step k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup
-overlap). PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
+overlap). The turns go round across tasks: a task of no steps takes none, and the first turn is handed over
+once, before the first task. PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
 Non-default: `_attention(..., consumer_warpgroups=3)` / `_launch(...)` run 3 consumer warpgroups on 192 query rows
 per task (FlashAttention-3's choice at D64, where the softmax outweighs the short MMAs), the turns going round
 the ring of 3, at D64 (CONFIGS_3WG: 128-row key/value tiles) and D128 (80 rows).
@@ -16,7 +17,8 @@ the ring of 3, at D64 (CONFIGS_3WG: 128-row key/value tiles) and D128 (80 rows).
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
 attention visits, per query tile, only the key tiles up to its diagonal (the template's per-task
-step counts) and masks the diagonal tiles; the longest query tiles are scheduled first.
+step counts) and masks the diagonal tiles; the longest query tiles are scheduled first and dealt to the
+persistent blocks as a snake, so that each block's work adds up to about the same.
 """
 from __future__ import annotations
 
