@@ -263,16 +263,19 @@ def ring_bytes(specs: dict, stages: int, offset: int = 0) -> int:
     return offset
 
 
-def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc) -> None:
+def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc, vary: tuple = (0,)) -> None:
     """The rings [(what, specs, stages, stage parameter)], declared in order, and the semaphores must fit in a
-    block's shared memory; if not, say how many stages of the first ring would."""
-    def total(stages_of_first: int) -> int:
+    block's shared memory; if not, say how many stages of the rings `vary` (indices; the first by default)
+    would, each with the others' as given."""
+    counts = [stages for _, _, stages, _ in rings]
+
+    def total(counts: list) -> int:
         offset = 0
-        for i, (_, specs, stages, _) in enumerate(rings):
-            offset = ring_bytes(specs, stages_of_first if i == 0 else stages, offset)
+        for (_, specs, _, _), stages in zip(rings, counts):
+            offset = ring_bytes(specs, stages, offset)
         return -(-offset // SEMAPHORE_BYTES) * SEMAPHORE_BYTES + SEMAPHORE_BYTES * semaphores + ALIGNMENT_SLACK
 
-    need = total(rings[0][2])
+    need = total(counts)
     if need <= MAX_SHARED_BYTES:
         return
     parts = []
@@ -280,13 +283,18 @@ def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc) -> No
         per_stage = ring_bytes(specs, 1)
         buffers = ", ".join(f"{n}: {s}" for n, s in specs.items())
         parts.append(f"{parameter}={stages} x {_kb(per_stage)} of {what} ({buffers})")
-    fits = max((n for n in range(1, rings[0][2]) if total(n) <= MAX_SHARED_BYTES), default=0)
-    parameter = rings[0][3]
-    hint = f"at most {fits} {parameter} fit" if fits > 1 else \
-        f"{'only one' if fits else 'not even one'} {parameter.rstrip('s')} fits"
+    hints = []
+    for i in vary:
+        fits = max((n for n in range(1, counts[i]) if total(counts[:i] + [n] + counts[i + 1:]) <= MAX_SHARED_BYTES),
+                   default=0)
+        parameter = rings[i][3]
+        hint = f"at most {fits} {parameter} fit" if fits > 1 else \
+            f"{'only one' if fits else 'not even one'} {parameter.rstrip('s')} fits"
+        others = [f"{rings[j][3]}={counts[j]}" for j in vary if j != i]
+        hints.append(hint + (f" (with {', '.join(others)})" if others else ""))
     raise TraceError(f"{kind}: the stages do not fit in shared memory: {' + '.join(parts)} + semaphores and "
                      f"{ALIGNMENT_SLACK} bytes of alignment = {_kb(need)}, over the {_kb(MAX_SHARED_BYTES)} a block "
-                     f"can have; {hint}", loc)
+                     f"can have; {', or '.join(hints)}", loc)
 
 
 def _kb(n: int) -> str:

@@ -39,12 +39,36 @@ per-task counts (or split-K) producer and consumers each keep a running count (a
 `tk.var`) advanced by every task's count, so they agree on stage and phase.
 Everything it generates is ordinary tkpy, visible in `.kernel.source(...)`.
 
+Late inputs: a second ring, of `late_stages` stages, for inputs a step uses one step after it loads them
+(attention's V: step k computes S_k = Q K_k^T and O += P_{k-1} V_{k-1}). The class declares
+
+    late_inputs = dict(v=shared(bf16, 176, 128))     # the tiles of one late stage, as `inputs`
+    load_late(g, task, inp, k, sem)  (producer) TMA step k's late inputs into `inp`, completing on `sem`;
+                                called for every step right after load(..., k, ...), once the late stage is
+                                free (each ring waits for its own stages)
+    compute(st, inp, k, prev)   (required) `inp` is step k's stage of the first ring, `prev` the late stage of
+                                step k-1 (for k > 0 only: guard its use with tk.if_(k > 0)), `inp.late` the late
+                                stage of step k itself (e.g. on the last step, tk.if_(k == st.iters - 1))
+
+Reading a late tile (`prev.v`, `inp.late.v`) waits for its stage to arrive at that point of the code, so a step
+does not wait for its late inputs before it issues what needs only the first ring's. Releases, per the wgmma
+accounting above: when compute leaves no MMA in flight (wait for them in compute), step k's stage of the first
+ring and the late stage of step k-1 are released as soon as step k's compute returns, so a first-ring stage is
+held for one step only; otherwise (with stages >= 2 and late_stages >= 3) a step later, once only step k+1's
+MMAs are pending, or, with fewer stages, after a wait for every MMA. The late stage of a task's last step is
+released after that step (the template waits for its arrival first, read or not). Per-task step counts,
+split-K, persistent loops, clusters (each block releases both rings' stages to every block of the cluster),
+LCSF and a finish block (over the first ring) work as without. late_stages: 2..8 (step k reads the late stages
+of steps k-1 and k), default `stages`; both rings must fit in shared memory (a TraceError says how many stages
+of either would fit with the other's as given).
+
 Parameters (decorator arguments), checked when the class is decorated:
     consumer_warpgroups   1..3 (default 2)
     stages                1..8 input stages (default 4); they must fit in shared memory (a TraceError
                           says how many would). With one stage each step waits for its MMAs before the
                           stage is released; with more, a step's MMAs stay in flight while the previous
                           stage is released
+    late_stages           2..8 stages of the late ring (default: stages), for a class with late_inputs
     producer_warps        1..4 (default 4: a whole warpgroup, so the consumers can take its registers with
                           setmaxnreg); fewer launch fewer threads and no register split. Warp 0 of the
                           producer issues the loads
@@ -93,8 +117,9 @@ class LCF:
     methods = ("tasks", "iters", "load", "setup", "compute", "finish")
     min_producer_warps = 1
 
-    def __init__(self, cls, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True,
-                 group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
+    def __init__(self, cls, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages: Optional[int] = None,
+                 persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows",
+                 producer_warps: int = 4,
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
                  scheduler: Optional[Grouped] = None, name: Optional[str] = None,
                  definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
@@ -128,7 +153,9 @@ class LCF:
         self.globals = global_annotations(cls, definition_locals or {})
         self.per_task_iters = positional_parameters(self.user.iters) >= 2     # iters(g, task)
         self.uses_previous = positional_parameters(self.user.compute) >= 4    # compute(st, inp, k, prev)
-        if self.uses_previous and stages < 2:
+        self.late_inputs = buffer_specs(cls, "late_inputs")
+        self.late_stages = self._check_late(cls, stages, late_stages)
+        if self.uses_previous and stages < 2 and not self.late_inputs:
             raise ValueError("compute(st, inp, k, prev) keeps the previous step's stage while the next one loads: "
                              "it needs stages >= 2")
         loc = loc or Loc("<template>", 0)
@@ -142,10 +169,37 @@ class LCF:
             self.finish_offsets, self.first_aliased_stage = finish_placement(self.inputs, stages, self.finish_block,
                                                                              loc)
         self._configure(cls)
-        check_shared_memory(f"{cls.__name__} ({self.kind})", self._rings(), self._semaphores(), loc)
+        check_shared_memory(f"{cls.__name__} ({self.kind})", self._rings(), self._semaphores(), loc,
+                            vary=(0, 1) if self.late_inputs else (0,))
         self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
                              name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None)
+
+    def _check_late(self, cls, stages: int, late_stages: Optional[int]) -> int:
+        """The late ring's stage count (0 without late_inputs), after checking the class's late declarations."""
+        has_load_late = callable(getattr(cls, "load_late", None))
+        if not self.late_inputs:
+            if late_stages is not None:
+                raise ValueError(f"late_stages is for a class with late_inputs; {cls.__name__} has none")
+            if has_load_late:
+                raise TypeError(f"{cls.__name__} has a load_late method but no late_inputs = dict(name=shared(...))")
+            return 0
+        late_stages = stages if late_stages is None else late_stages
+        if not (isinstance(late_stages, int) and 2 <= late_stages <= 8):
+            raise ValueError(f"late_stages must be 2..8 (step k reads the late stages of steps k-1 and k), "
+                             f"got {late_stages!r}")
+        if not has_load_late:
+            raise TypeError(f"{cls.__name__} has late_inputs: write load_late(g, task, inp, k, sem), which loads "
+                            "step k's late inputs")
+        if not self.uses_previous:
+            raise TypeError(f"{cls.__name__} has late_inputs, which step k + 1 reads as `prev`: write "
+                            "compute(st, inp, k, prev)")
+        if "late" in self.inputs:
+            raise TypeError(f"{cls.__name__}: inp.late is the step's late stage; name the input buffer otherwise")
+        clash = set(self.inputs) & set(self.late_inputs)
+        if clash:
+            raise TypeError(f"{cls.__name__}: inputs and late_inputs both declare {', '.join(sorted(clash))}")
+        return late_stages
 
     # -- what subclasses add ------------------------------------------------------------------------------
     def _configure(self, cls) -> None:
@@ -153,10 +207,11 @@ class LCF:
 
     def _rings(self) -> list:
         """The rings of shared buffers, in declaration order: (what, specs, stages, parameter name)."""
-        return [("inputs", self.inputs, self.stages, "stages")]
+        late = [("late_inputs", self.late_inputs, self.late_stages, "late_stages")] if self.late_inputs else []
+        return [("inputs", self.inputs, self.stages, "stages")] + late
 
     def _semaphores(self) -> int:
-        return 2 * self.stages + bool(self.finish_block)
+        return 2 * self.stages + 2 * self.late_stages + bool(self.finish_block)
 
     pipeline = None            # the Pipeline class that traces this template (set below)
 
@@ -218,12 +273,17 @@ class Pipeline:
         t, user, g = self.t, self.user, self.g
         stages, consumers, blocks = t.stages, t.consumers, t.cluster
         self.arrays = declare_ring(t.inputs, stages)
+        if t.late_inputs:
+            self.late_arrays = declare_ring(t.late_inputs, t.late_stages)
         if t.finish_block:
             self.fin = StageTiles(declare_aliased(t.finish_block, next(iter(self.arrays.values())),
                                                   t.finish_offsets), t.finish_block, 0)
         self.declare_buffers()
         self.arrived, self.finished = tk.semaphore(stages), tk.semaphore(stages)
         self.arrived.name, self.finished.name = "arrived", "finished"
+        if t.late_inputs:
+            self.late_arrived, self.late_finished = tk.semaphore(t.late_stages), tk.semaphore(t.late_stages)
+            self.late_arrived.name, self.late_finished.name = "late_arrived", "late_finished"
         if t.finish_block:
             self.finish_done = tk.semaphore()
             self.finish_done.name = "finish_done"
@@ -232,6 +292,9 @@ class Pipeline:
             for s in range(stages):
                 tk.init_semaphore(element(self.arrived, s), 1)
                 tk.init_semaphore(element(self.finished, s), 4 * consumers * blocks)   # blocks share a release
+            for s in range(t.late_stages):
+                tk.init_semaphore(element(self.late_arrived, s), 1)
+                tk.init_semaphore(element(self.late_finished, s), 4 * consumers * blocks)
             if t.finish_block:
                 tk.init_semaphore(self.finish_done, 4 * consumers)
             self.init_semaphores()
@@ -323,17 +386,44 @@ class Pipeline:
         it = let(base + k, "it")
         return it, let(it % self.t.stages, "stage"), let(it // self.t.stages % 2, "phase")
 
-    def release(self, stage) -> None:
-        """This warp is done with `stage`: tell every block of the cluster (they may refill it). The peers
-        are told with a CTA-scope release, as the local arrive is: the warp only read the stage, so no
-        cluster-scope release (a GPU-wide memory barrier per arrival) is needed."""
-        finished = element(self.finished, stage)
+    def release(self, stage, semaphores=None) -> None:
+        """This warp is done with `stage` (of the input ring, or of the ring whose `finished` semaphores are
+        `semaphores`): tell every block of the cluster (they may refill it). The peers are told with a CTA-scope
+        release, as the local arrive is: the warp only read the stage, so no cluster-scope release (a GPU-wide
+        memory barrier per arrival) is needed."""
+        finished = element(self.finished if semaphores is None else semaphores, stage)
         tk.arrive(finished)
         for peer in range(1, self.t.cluster):
             tk.cluster.arrive(finished, (self.rank + peer) % self.t.cluster, scope="cta")
 
     def stage(self, s) -> StageTiles:
         return StageTiles(self.arrays, self.t.inputs, s)
+
+    # -- the late ring (late_inputs) --------------------------------------------------------------------------
+    def late_stage_of(self, position, what: str = "late") -> tuple:
+        """(stage, phase) of the late ring at ring position `position` (>= 0 where used)."""
+        n = self.t.late_stages
+        return let(position % n, f"{what}_stage"), let(position // n % 2, f"{what}_phase")
+
+    def late_view(self, position, what: str) -> "LateStage":
+        """The consumers' view of the late stage at ring position `position`: its tiles wait for it where read."""
+        s, phase = self.late_stage_of(position, what)
+        return LateStage(self.late_arrays, self.t.late_inputs, s, element(self.late_arrived, s), phase)
+
+    def release_late(self, position) -> None:
+        """Release the late stage at ring position `position`, once it has arrived: compute may not have read
+        it (a stage is refilled only after its last load completed)."""
+        s, phase = self.late_stage_of(position, "late_done")
+        tk.wait(element(self.late_arrived, s), phase)
+        self.release(s, self.late_finished)
+
+    def load_late(self, task, it, k) -> None:
+        """The producer: step k's late inputs, into the late stage of ring position `it` once it is free."""
+        s, phase = self.late_stage_of(it)
+        with if_(it >= self.t.late_stages):
+            tk.wait(element(self.late_finished, s), 1 - phase)     # the stage's previous round was consumed
+        self.user.load_late(self.g, task, StageTiles(self.late_arrays, self.t.late_inputs, s), k,
+                            element(self.late_arrived, s))
 
     # -- the roles ----------------------------------------------------------------------------------------------
     def producer(self) -> None:
@@ -350,6 +440,8 @@ class Pipeline:
                     with if_((s >= self.t.first_aliased_stage) & (local > 0)):
                         tk.wait(self.finish_done, (local - 1) % 2)
                 self.user.load(self.g, task, self.stage(s), k, element(self.arrived, s))
+                if self.t.late_inputs:
+                    self.load_late(task, it, k)
             if self.per_task:
                 ring += n
 
@@ -365,6 +457,12 @@ class Pipeline:
             st.task, st.iters = task, n
             if hasattr(user, "start"):
                 user.start(st, task)
+            if t.late_inputs:
+                self.late_steps(st, n, base)
+                if self.per_task:
+                    ring += n
+                self.finish(st, task, index)
+                continue
             for k in tk_range(n):
                 it, s, phase = self.stage_of(base, k)
                 tk.wait(element(self.arrived, s), phase)
@@ -404,6 +502,79 @@ class Pipeline:
         if hasattr(user, "done"):
             user.done(st)
 
+    def late_steps(self, st, n, base) -> None:
+        """A task's steps with late inputs. Step k waits for its early stage, then computes with it (`inp`), the
+        late stage of step k-1 (`prev`) and its own (`inp.late`), the late tiles waited for where read. Once
+        step k's MMAs are done, its early stage and the late stage of step k-1 are released: after compute if
+        it leaves none in flight, otherwise (keeping them in flight, with 2+ stages and 3+ late stages) after
+        step k+1's compute, once only that step's commit groups are pending. The task's last late stage is
+        released after its last step."""
+        t, user, stages = self.t, self.user, self.t.stages
+        for k in tk_range(n):
+            it, s, phase = self.stage_of(base, k)
+            tk.wait(element(self.arrived, s), phase)
+            own = self.late_view(it, "late")
+            prev = self.late_view(it + 2 * t.late_stages - 1, "late_previous")    # it - 1 (for k > 0)
+            body = current().blocks[-1]
+            before = len(body)
+            user.compute(st, EarlyStage(self.arrays, t.inputs, s, own), k, prev)
+            groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
+            in_flight = bool(current().pending_wgmma)
+            holds = in_flight and stages > 1 and t.late_stages > 2
+            if not holds:
+                if in_flight:                  # too few stages to keep them in flight: done before release
+                    tk.warpgroup.mma_async_wait()
+                self.release(s)
+                with if_(k > 0):
+                    self.release_late(it - 1)
+                continue
+            with if_(k > 0):                   # step k-1's MMAs are done: its early stage, and the late one of k-2
+                tk.warpgroup.mma_async_wait(groups)
+                self.release((it - 1) % stages)
+                with if_(k > 1):
+                    self.release_late(it - 2)
+        if holds:
+            tk.warpgroup.mma_async_wait()
+
+        def last():
+            if holds:
+                self.release((base + n - 1) % stages)
+                with if_(n > 1):
+                    self.release_late(base + n - 2)
+            self.release_late(base + n - 1)
+        if self.per_task:
+            with if_(n > 0):                    # a task of no steps has no last stage
+                last()
+        else:
+            last()
+
+
+class LateStage(StageTiles):
+    """A stage of the late ring as compute sees it: reading one of its tiles (`prev.v`, `inp.late.v`) waits, at
+    that point of the code, for the stage to have arrived."""
+
+    def __init__(self, arrays: dict, specs: dict, stage, arrived, phase):
+        super().__init__(arrays, specs, stage)
+        self._arrived, self._phase = arrived, phase
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        tk.wait(self._arrived, self._phase)
+        return super().__getattr__(name)
+
+    def tiles(self) -> list:
+        tk.wait(self._arrived, self._phase)
+        return super().tiles()
+
+
+class EarlyStage(StageTiles):
+    """A stage of the input ring as compute sees it with late inputs: `inp.late` is the same step's late stage."""
+
+    def __init__(self, arrays: dict, specs: dict, stage, late: LateStage):
+        super().__init__(arrays, specs, stage)
+        self.late = late
+
 
 LCF.pipeline = Pipeline
 
@@ -418,12 +589,13 @@ def decorator(template_class, caller, cls, options: dict):
     return wrap(cls) if cls is not None else wrap
 
 
-def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, persistent: bool = True, group: int = 8,
-        cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
+def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages: Optional[int] = None,
+        persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
         scheduler: Optional[Grouped] = None, name: Optional[str] = None):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
-    options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, persistent=persistent, group=group,
+    options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
+                   persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
                    scheduler=scheduler, name=name)
