@@ -5,7 +5,7 @@ D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D 
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
 tkpy's kernel at B16 H16 N4096, to pick the defaults from: the default (consumer warpgroups taking turns,
 ping-pong, and each step's softmax overlapping the previous step's P V product, overlap), each of the two
-alone, and other key/value tile heights, stage counts and 3 consumer warpgroups (OTHER_CONFIGS).
+alone, and other key/value tile heights, stage counts, 3 consumer warpgroups and split K/V rings (OTHER_CONFIGS).
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
@@ -74,10 +74,21 @@ def main() -> list[dict]:
 # rows in 2 stages, the most that fit -- measured slower, runs 22-28.) 3 consumer warpgroups (192 query rows per
 # block, FlashAttention-3's choice at D64): their defaults (CONFIGS_3WG: D64 128-row tiles in 4 stages, D128 80
 # rows in 4), and D64 in 112-row tiles (the registers allow up to 128).
+# Split K/V (split_kv=True: K and V in rings of their own, K_k released after step k, V_{k-1} after step k, as
+# FlashAttention-3): the defaults (CONFIGS_SPLIT: D128 176-row tiles in 2 K + 2 V stages, still a step ahead;
+# D64 192 rows in 4 + 4), D128 128 rows in 3 + 3 (the default kernel's tiles and memory) and 2 + 3, D64 160 rows
+# in 5 + 5 and 224 in 4 + 3, and 3 consumer warpgroups (CONFIGS_SPLIT_3WG: D64 128 rows in 5 + 5, D128 80 in 4 + 4).
+SPLIT = dict(split_kv=True)
 OTHER_CONFIGS = {"kv128": {64: dict(kv=128)}, "5 stages": {64: dict(stages=5)},
                  "kv96 4 stages": {128: dict(stages=4, kv=96)},
                  "3wg": {64: dict(consumer_warpgroups=3), 128: dict(consumer_warpgroups=3)},
-                 "3wg kv112": {64: dict(consumer_warpgroups=3, kv=112)}}
+                 "3wg kv112": {64: dict(consumer_warpgroups=3, kv=112)},
+                 "splitkv": {64: SPLIT, 128: SPLIT},
+                 "splitkv128 3+3": {128: dict(SPLIT, kv=128, stages=3, late_stages=3)},
+                 "splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3)},
+                 "splitkv160 5+5": {64: dict(SPLIT, kv=160, stages=5, late_stages=5)},
+                 "splitkv224 4+3": {64: dict(SPLIT, kv=224, stages=4, late_stages=3)},
+                 "splitkv 3wg": {64: dict(SPLIT, consumer_warpgroups=3), 128: dict(SPLIT, consumer_warpgroups=3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaults where not given)
     "default": {}, "pingpong only": dict(overlap=False), "overlap only": dict(pingpong=False),
     **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
@@ -85,7 +96,7 @@ VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaul
 
 def variant_table() -> list[dict]:
     """tkpy's kernel with and without ping-pong or intra-warpgroup overlap, and other key/value tile heights,
-    stage counts and consumer warpgroups (OTHER_CONFIGS; a head dim they do not name shows nan)."""
+    stage counts, consumer warpgroups and split K/V rings (OTHER_CONFIGS; a head dim they do not name shows nan)."""
     import torch
 
     from benchmarks.timing import median_ms

@@ -12,7 +12,10 @@ overlap). The turns go round across tasks: a task of no steps takes none, and th
 once, before the first task. PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
 Non-default: `_attention(..., consumer_warpgroups=3)` / `_launch(...)` run 3 consumer warpgroups on 192 query rows
 per task (FlashAttention-3's choice at D64, where the softmax outweighs the short MMAs), the turns going round
-the ring of 3, at D64 (CONFIGS_3WG: 128-row key/value tiles) and D128 (80 rows).
+the ring of 3, at D64 (CONFIGS_3WG: 128-row key/value tiles) and D128 (80 rows). Non-default
+`split_kv=True`: K in the template's input ring and V in its late ring (late_inputs), as FlashAttention-3's
+separate K and V pipelines: K_k is released once step k is done and V_{k-1} once step k is, so each K stage is
+held for one step instead of two, and D128 fits 176-row tiles in 2 K + 2 V stages a step ahead (CONFIGS_SPLIT).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
@@ -51,6 +54,13 @@ CONFIGS = {64: (160, 4), 128: (128, 3), 256: (64, 2)}
 # without spills (kernel.resources; see tests/test_attention_cpu.py). Q takes 3 x 64 x D of shared memory.
 REGISTERS_3WG = (32, 160)
 CONFIGS_3WG = {64: (128, 4), 128: (80, 4)}
+# Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
+# as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
+# released a step later; so a K stage is held for one step, not two. Per head dim (key/value rows per stage, K
+# stages, V stages): D128 takes FlashAttention-3's 176-row tiles in 2 + 2 stages (176 KB beside the 32 KB of Q),
+# which still load a step ahead (a combined ring fits only 2 stages of 176 rows: no step ahead).
+CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2), 256: (64, 2, 2)}
+CONFIGS_SPLIT_3WG = {64: (128, 5, 5), 128: (80, 4, 4)}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
 TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
@@ -102,7 +112,8 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
-               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS):
+               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
+               split_kv: bool = False, late_stages: int | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns or not, `stages` (default: CONFIGS), each step's softmax overlapping
     the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
@@ -110,15 +121,26 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     memory), and `consumer_warpgroups` 2 or 3 (64 query rows each; with 3, tasks of 192 rows, the turns go
     round the 3, the registers are split REGISTERS_3WG and the defaults are CONFIGS_3WG's; head dims
     there only). The kernel takes `scale_log2` = softmax scale * log2(e), which must be positive (attention()
-    makes it so), and, when causal, an `offset` scalar: query i sees key j when j <= i + offset."""
+    makes it so), and, when causal, an `offset` scalar: query i sees key j when j <= i + offset.
+    split_kv=True (non-default; with overlap only): K tiles in `stages` input stages and V tiles in `late_stages`
+    late stages of their own (the template's late_inputs), defaults CONFIGS_SPLIT / CONFIGS_SPLIT_3WG; the kernel
+    name gains "_splitkv"."""
     groups = consumer_warpgroups
     if groups not in (2, 3):
         raise ValueError(f"attention: consumer_warpgroups must be 2 or 3, got {groups!r}")
     if groups == 3 and d not in CONFIGS_3WG:
         raise ValueError(f"attention: 3 consumer warpgroups take head dims {', '.join(map(str, CONFIGS_3WG))} "
                          f"(their registers hold S, P and O of those only), got {d}")
+    if split_kv and not overlap:
+        raise ValueError("attention: split_kv=True reads V_{k-1} at step k (the overlapped schedule); it needs "
+                         "overlap=True")
+    if late_stages is not None and not split_kv:
+        raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
-    default_kv, default_stages = (CONFIGS if groups == 2 else CONFIGS_3WG)[d]
+    if split_kv:
+        default_kv, default_stages, default_late = (CONFIGS_SPLIT if groups == 2 else CONFIGS_SPLIT_3WG)[d]
+    else:
+        default_kv, default_stages = (CONFIGS if groups == 2 else CONFIGS_3WG)[d]
     producer_registers, consumer_registers = (None, None) if groups == 2 else REGISTERS_3WG
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
@@ -128,9 +150,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
         + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
         + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
+    rings = {}
+    if split_kv:
+        late_stages = late_stages or default_late
+        name += "_splitkv" + ("" if late_stages == default_late else f"_{late_stages}late")
+        rings = dict(late_stages=late_stages)
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
-            producer_registers=producer_registers, consumer_registers=consumer_registers)
+            producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
@@ -140,7 +167,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
-        inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
+        if split_kv:                        # K_k released after step k, V_k (read at step k + 1) after step k + 1
+            inputs = dict(k=shared(dtype, kv, d))
+            late_inputs = dict(v=shared(dtype, kv, d))
+        else:
+            inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
 
         def tasks(self, g):
             return cdiv(g.Q.rows, rows), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
@@ -180,7 +211,16 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             hkv = h // (g.Q.depth // g.K.depth)
             tk.tma.expect(arrived, inp)
             tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)      # rows past NK arrive as zeros
-            tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
+            if not split_kv:
+                tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
+
+        if split_kv:
+            def load_late(self, g, task, inp, k, arrived):
+                """V_k, into the ring of late stages (after K_k, once its stage is free)."""
+                b, h = task.col // g.Q.depth, task.col % g.Q.depth
+                hkv = h // (g.Q.depth // g.K.depth)
+                tk.tma.expect(arrived, inp)
+                tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
             st.q = tk.st(dtype, 64, d, count=groups)             # each consumer's 64 query rows, then its output
@@ -274,7 +314,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                     self.softmax(st, k)
                     self.rescale(st)
                 with tk.if_(k == st.iters - 1):
-                    tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
+                    if split_kv:                # V_k from its late stage; with nothing left in flight, the
+                        tk.warpgroup.mma_AB(st.out, st.probs, inp.late.v)    # template releases K_k at once
+                        tk.warpgroup.mma_async_wait()
+                    else:
+                        tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
         else:
             def compute(self, st, inp, k):
                 wg = tk.warpgroup.id()
@@ -393,9 +437,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-            overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> None:
+            overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
+            split_kv: bool = False, late_stages: int | None = None) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
-    consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups)."""
+    consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
+    _attention's."""
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
                          f"got {causal!r}")
@@ -411,7 +457,8 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups)(*args)
+    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
+               split_kv, late_stages)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -352,3 +352,130 @@ def test_bench_variants_are_kernel_options():
             options_here = {**options, **(config or {}).get(d, {})}
             kernel = att._attention(d, att.DTYPES[BF16], True, **options_here).kernel
             assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
+
+
+# -- split K/V (split_kv=True: K in the template's input ring, V in its late ring, each released on its own) ---------
+
+def run_split(q, k, v, causal, scale, blocks, **options):
+    """The split-K/V kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L; returns O and
+    L's first n rows."""
+    b, h, n, d = q.shape
+    groups = options.get("consumer_warpgroups", 2)
+    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
+    lse = gpu_util.poisoned(b, h, att.lse_rows(n, groups), dtype=torch.float32, device="cpu")
+    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), split_kv=True, **options).kernel
+    assert "_splitkv" in kernel.name
+    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
+    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
+    return o, lse[..., :n]
+
+
+@pytest.mark.parametrize("d,causal,options", [
+    (64, False, {}), (64, True, {}), (128, False, {}), (128, True, {}), (256, True, {}),
+    (128, True, dict(kv=128, stages=3, late_stages=3)), (128, False, dict(kv=128, stages=2, late_stages=3)),
+    (64, True, dict(kv=160, stages=5, late_stages=5)), (64, False, dict(kv=224, stages=4, late_stages=3)),
+    (128, True, dict(pingpong=False)), (64, False, dict(pingpong=False)),
+    (64, True, dict(consumer_warpgroups=3)), (128, False, dict(consumer_warpgroups=3))])
+def test_split_kv_several_tasks_per_persistent_block(d, causal, options):
+    """8 tasks (6 with 3 consumer warpgroups) over 3 blocks: both rings run on across tasks of different lengths
+    (causal), GQA, lengths that are not multiples of the tiles, a custom scale; the defaults per head dim
+    (CONFIGS_SPLIT), other tile heights and stage counts, lockstep warpgroups, 3 consumer warpgroups."""
+    n, nk = 460, 450
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = run_split(q, k, v, causal, 0.1, 3, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", [
+    (1, 2, 2, 200, 130, 64, False, BF16),
+    (1, 2, 2, 77, 300, 128, False, FP16),
+    (2, 2, 1, 64, 64, 64, False, BF16),                 # MQA, one partial tile each
+    (1, 4, 2, 77, 300, 128, True, FP16),                # GQA, n < n_k
+    (1, 4, 1, 130, 200, 64, "bottom_right", BF16),
+    (1, 2, 2, 300, 77, 128, "bottom_right", BF16),      # the first 223 rows see no key
+    (1, 1, 1, 1, 1, 64, True, FP16)])
+def test_split_kv_odd_lengths(b, h, hkv, n, nk, d, causal, dtype):
+    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    o, lse = run_split(q, k, v, causal, 0.125, 2)
+    check(o, lse, *reference(q, k, v, causal, scale=0.125), n)
+
+
+@pytest.mark.parametrize("d,blocks", [(64, 1), (128, 2)])
+def test_split_kv_tasks_of_no_steps_in_a_row(d, blocks):
+    """Bottom-right causal with n - n_k of several tasks: tasks of no steps in a row on a block release nothing
+    and take no turns; the rings' running counts stay in step."""
+    n, nk = 760, 50
+    q, k, v = rand(1, 1, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = run_split(q, k, v, "bottom_right", 0.125, blocks)
+    check(o, lse, *reference(q, k, v, "bottom_right", scale=0.125), n)
+
+
+@pytest.mark.parametrize("blocks,n", [(3, 600), (2, 640)])
+def test_split_kv_causal_snake(blocks, n):
+    q, k, v = (rand(1, 1, n, 128, dtype=BF16) for _ in range(3))
+    o, lse = run_split(q, k, v, True, 0.125, blocks)
+    check(o, lse, *reference(q, k, v, True, scale=0.125), n)
+
+
+def test_split_kv_through_launch(monkeypatch):
+    """_launch's split_kv and late_stages options (bench_attention.py's variants) under TKPY_INTERPRET."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q, k, v = rand(1, 4, 300, 128, dtype=BF16), rand(1, 2, 500, 128, dtype=BF16), rand(1, 2, 500, 128, dtype=BF16)
+    o = gpu_util.poisoned(1, 4, 300, 128, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, 4, att.lse_rows(300), dtype=torch.float32, device="cpu")
+    att._launch(q, k, v, o, lse, True, None, split_kv=True, kv=128, stages=2, late_stages=3)
+    check(o, lse[..., :300], *reference(q, k, v, True), 300)
+
+
+def test_split_kv_source_releases_each_k_stage_after_its_step():
+    """K_k's stage is released right after step k (every MMA of the step waited for in compute: the last step's
+    P V too), not a step later; V_{k-1}'s late stage after step k, and the task's last V after its last step. The
+    consumers wait for a V stage right before the P V product that reads it."""
+    q, lse = torch.empty(1, 2, 384, 128, dtype=BF16), torch.empty(1, 2, 384)
+    kernel = att._attention(128, att.DTYPES[BF16], True, split_kv=True).kernel
+    assert kernel.name == "attention_fwd_d128_causal_splitkv"
+    src = kernel.source(q, q, q, q, lse, 1.0, 0)
+    consumer = src[src.index("int ring_1 = 0;"):]
+    assert re.search(r"tk::arrive\(&finished\[stage_1\], 1\)", consumer)           # this step's own stage
+    assert "finished[(it_1 - 1)" not in consumer                                       # (not the previous one)
+    assert re.search(r"tk::wait\(&late_arrived\[late_previous_stage\w*\], late_previous_phase\w*\);\s*(//.*\s*)?"
+                     r"tk::warpgroup::mma_AB\(out, probs, v\[late_previous_stage", consumer)
+    assert re.search(r"tk::wait\(&late_arrived\[late_stage\w*\], late_phase\w*\);\s*(//.*\s*)?"
+                     r"tk::warpgroup::mma_AB\(out, probs, v\[late_stage", consumer)
+    assert consumer.count("tk::arrive(&late_finished[") == 2
+
+
+def test_split_kv_options():
+    with pytest.raises(ValueError, match="split_kv=True .* needs overlap=True"):
+        att._attention(128, att.DTYPES[BF16], split_kv=True, overlap=False)
+    with pytest.raises(ValueError, match="late_stages .* is for split_kv=True"):
+        att._attention(128, att.DTYPES[BF16], late_stages=3)
+    names = {att._attention(128, att.DTYPES[BF16], split_kv=True, **o).kernel.name for o in
+             (dict(), dict(kv=176, stages=2, late_stages=2), dict(kv=128, stages=3, late_stages=3))}
+    assert names == {"attention_fwd_d128_splitkv", "attention_fwd_d128_3stages_kv128_splitkv_3late"}
+    template = att._attention(128, att.DTYPES[BF16], split_kv=True)
+    assert (template.stages, template.late_stages) == att.CONFIGS_SPLIT[128][1:]
+    with pytest.raises(tk.TraceError, match=r"stages=3 x 44 KB of inputs \(k: 176x128 bf16\) \+ late_stages=3 x 44 KB "
+                                            r"of late_inputs \(v: 176x128 bf16\) .*; at most 2 stages fit \(with "
+                                            r"late_stages=3\), or at most 2 late_stages fit \(with stages=3\)"):
+        att._attention(128, att.DTYPES[BF16], split_kv=True, stages=3, late_stages=3)
+
+
+@pytest.mark.parametrize("d,causal,options", [
+    (64, False, {}), (64, True, {}), (128, False, {}), (128, True, {}), (256, True, {}),
+    (128, True, dict(kv=128, stages=3, late_stages=3)), (128, False, dict(kv=128, stages=2, late_stages=3)),
+    (64, True, dict(kv=160, stages=5, late_stages=5)), (64, False, dict(kv=224, stages=4, late_stages=3)),
+    (128, True, dict(dtype=FP16)), (64, True, dict(consumer_warpgroups=3)), (128, True, dict(consumer_warpgroups=3))])
+def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
+    """The split-K/V defaults (CONFIGS_SPLIT, CONFIGS_SPLIT_3WG) and benchmarks/bench_attention.py's other split
+    configurations compile without spills, the wgmma kept asynchronous. (D128 at 192 rows in 2 + 2 stages spills.)"""
+    options = dict(options)
+    dtype = options.pop("dtype", BF16)
+    q, lse = torch.empty(1, 2, 384, d, dtype=dtype), torch.empty(1, 2, 384)
+    kernel = att._attention(d, att.DTYPES[dtype], causal, split_kv=True, **options).kernel
+    args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
+    r = kernel.resources(*args)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
+    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
+    sass = kernel.sass(*args)
+    assert "HGMMA" in sass and "STL" not in sass

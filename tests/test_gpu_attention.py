@@ -206,3 +206,39 @@ def test_tasks_of_no_steps_in_a_row(d):
     per persistent block; the consumer warpgroups' turns go round across tasks and those take none."""
     q, k, v = rand(4, 16, 1000, d, dtype=BF16), rand(4, 4, 300, d, dtype=BF16), rand(4, 4, 300, d, dtype=BF16)
     check(*run_poisoned(q, k, v, "bottom_right"), *reference(q, k, v, "bottom_right"))
+
+
+@pytest.mark.parametrize("d,options", [
+    (128, {}), (64, {}), (256, {}), (128, dict(kv=128, stages=3, late_stages=3)),
+    (128, dict(kv=128, stages=2, late_stages=3)), (64, dict(kv=160, stages=5, late_stages=5)),
+    (64, dict(kv=224, stages=4, late_stages=3)), (128, dict(pingpong=False)), (64, dict(consumer_warpgroups=3)),
+    (128, dict(consumer_warpgroups=3))])
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_kv(d, options, causal):
+    """split_kv=True (K and V in rings of their own; benchmarks/bench_attention.py's "splitkv" variants): the
+    defaults per head dim (CONFIGS_SPLIT), other tile heights and stage counts, lockstep warpgroups, 3 consumer
+    warpgroups; GQA, odd lengths, several tasks per persistent block."""
+    from kernels import attention as att
+    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
+    o = poisoned(2, 16, 1100, d, dtype=BF16)
+    lse = poisoned(2, 16, att.lse_rows(1100, options.get("consumer_warpgroups", 2)), dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, None, split_kv=True, **options)
+    check(o, lse[..., :1100], *reference(q, k, v, causal))
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", [
+    (1, 4, 2, 1, 1, 128, False, FP16),
+    (1, 2, 2, 4099, 129, 128, False, BF16),
+    (1, 8, 2, 700, 1300, 128, True, BF16),
+    (1, 8, 1, 1300, 700, 64, True, BF16),
+    (1, 4, 4, 300, 1000, 128, "bottom_right", BF16),
+    (4, 16, 4, 1000, 300, 128, "bottom_right", FP16),    # half the tasks of no steps, several in a row per block
+    (4, 16, 4, 2048, 2048, 128, True, BF16),             # 1024 tasks: several per persistent block
+    (8, 16, 16, 1024, 1024, 64, False, FP16)])
+def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
+    from kernels import attention as att
+    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    o = poisoned(b, h, n, d, dtype=dtype)
+    lse = poisoned(b, h, att.lse_rows(n), dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, None, split_kv=True)
+    check(o, lse[..., :n], *reference(q, k, v, causal))
