@@ -176,10 +176,8 @@ def test_late_inputs_under_lcsf():
 
 def test_late_inputs_with_a_finish_block_over_the_first_ring():
     """The finish block shares its storage with the first ring's last stages (16 KB: stage 1 of 2); C in bf16.
-    Every task takes all 4 K steps: each then loads every stage, so the producer waits for every task's finish
-    before refilling the aliased stage. (With tasks that skip the aliased stages -- per-task step counts, or
-    fewer steps than stages -- the producer's wait on `finish_done`, by parity, may pass a finish it skipped:
-    the interpreter reports the TMA store reading a stage reloaded under it, with or without late inputs.)"""
+    Before refilling the aliased stage the producer waits for every earlier task's finish, in order (tasks of
+    few steps: tests/test_lcsf_template.py::test_the_finish_block_with_tasks_of_few_steps)."""
     class FinishBlock(LateGemm):
         C: tk.gl[bf16, "M", "N"]
         finish_block = dict(c=shared(bf16, BM // 2, BN, count=2))

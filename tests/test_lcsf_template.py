@@ -245,13 +245,16 @@ def test_lcf_takes_the_same_parameters():
 # -- LCF's finish block, over the last input stages ------------------------------------------------------------
 
 @functools.cache
-def finish_block_gemm(stages: int):
+def finish_block_gemm(stages: int, ragged: bool = False):
     """C (bf16) = A @ B in 128 x 64 tiles, each consumer warpgroup's 64 x 64 result staged in an aliased finish
-    block and TMA-stored from there by its first warp."""
-    @tk.lcf(consumer_warpgroups=2, stages=stages, name=f"finish_block_gemm_{stages}")
+    block and TMA-stored from there by its first warp. ragged: task row r takes steps_of(r) steps (0-2)."""
+    @tk.lcf(consumer_warpgroups=2, stages=stages, name=f"finish_block_gemm_{stages}" + ("_ragged" if ragged else ""))
     class FinishBlockGemm(GemmSteps):
         C: tk.gl[bf16, "M", "N"]
         finish_block = dict(c=shared(bf16, BM // 2, BN, count=2))
+        if ragged:
+            def iters(self, g, task):
+                return task.row % 3
 
         def finish(self, g, st, task, fin):
             wg = tk.warpgroup.id()
@@ -273,6 +276,17 @@ def test_the_finish_block_shares_the_last_stages(stages, blocks):
     assert rel_err(c, reference(a, b)) < 1e-2
 
 
+@pytest.mark.parametrize("stages,blocks", [(3, 1), (3, 2), (2, 1), (4, 2)])
+def test_the_finish_block_with_tasks_of_few_steps(stages, blocks):
+    """Tasks of 0, 1 or 2 steps, fewer than the stages: the producer runs several tasks ahead, so it waits for
+    every earlier task's finish in order before it refills a stage the finish block overlaps (waiting by
+    parity only for the latest could pass a finish two phases back)."""
+    a, b = rand(6 * BM, 3 * BK, dtype=torch.bfloat16), rand(3 * BK, 2 * BN, dtype=torch.bfloat16)
+    c = poisoned(6 * BM, 2 * BN, dtype=torch.bfloat16)
+    finish_block_gemm(stages, ragged=True).kernel.interpret[(blocks,)](a, b, c)
+    assert rel_err(c, reference(a, b, ragged=True)) < 1e-2
+
+
 def test_the_finish_block_holds_back_only_the_stages_it_overlaps():
     """3 stages of 24 KB (a: 16 KB per stage, then b: 8 KB per stage): the 16 KB block takes the last 16 KB,
     b's stages 1 and 2, so those wait for the finish; stage 0 loads meanwhile."""
@@ -281,8 +295,10 @@ def test_the_finish_block_holds_back_only_the_stages_it_overlaps():
     a, b, c = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 64, dtype=torch.bfloat16), \
         torch.empty(256, 64, dtype=torch.bfloat16)
     src = template.kernel.source(a, b, c)
-    assert re.search(r"if \(stage >= 1 && \(i0 - block_x\) / grid_x > 0\) \{\s*(//.*\s*)?tk::wait\(finish_done, "
-                     r"\(\(i0 - block_x\) / grid_x - 1\) % 2\);", src)
+    # before refilling stage 1 or 2, every earlier task's finish, in order (the wait loop), then none again
+    assert re.search(r"if \(stage >= 1\) \{\s*(//.*\s*)?for \(int (\w+) = finishes_waited; \2 < \(i0 - block_x\) / grid_x; "
+                     r"\2 \+= 1\) \{\s*(//.*\s*)?tk::wait\(finish_done, \2 % 2\);\s*\}\s*(//.*\s*)?"
+                     r"finishes_waited = \(i0 - block_x\) / grid_x;", src)
     assert "tk::named_sync(15, 256);" in src or "bar.sync 15" in src or re.search(r"named_sync\w*\(15", src)
     resources = template.kernel.resources(a, b, c)
     assert resources.spill_stores == resources.spill_loads == 0

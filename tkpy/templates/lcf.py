@@ -95,7 +95,7 @@ from typing import Optional
 from .. import ops as tk
 from ..errors import ArgumentError
 from ..frontend.context import current
-from ..frontend.control import block_idx, grid_dim, if_, else_, let, range as tk_range, var, warp_id
+from ..frontend.control import assign, block_idx, grid_dim, if_, else_, let, range as tk_range, var, warp_id
 from ..frontend.kernel import Kernel
 from ..ir.core import Loc
 from ..ir.expr import Const, Sym, as_expr
@@ -428,6 +428,11 @@ class Pipeline:
     # -- the roles ----------------------------------------------------------------------------------------------
     def producer(self) -> None:
         ring = var(0, "ring") if self.per_task else None             # steps of the tasks before this one
+        # The finishes of this block's tasks the producer has waited for. A stage the finish block overlaps
+        # may hold any earlier task's finish; the producer can run several tasks ahead (tasks of few steps),
+        # and a wait by parity only tells the latest phase from the one before, so it waits for every earlier
+        # finish in order.
+        finishes = var(0, "finishes_waited") if self.t.finish_block else None
         for index in tk_range(self.first, self.groups, self.step):
             task = self.task_at(index)
             n, base = self.steps_of(task, index, ring)
@@ -435,10 +440,12 @@ class Pipeline:
                 it, s, phase = self.stage_of(base, k)
                 with if_(it >= self.t.stages):
                     tk.wait(element(self.finished, s), 1 - phase)   # the stage's previous round was consumed
-                if self.t.finish_block:                            # it may hold the last task's finish block
-                    local = self.local(index)
-                    with if_((s >= self.t.first_aliased_stage) & (local > 0)):
-                        tk.wait(self.finish_done, (local - 1) % 2)
+                if self.t.finish_block:
+                    with if_(s >= self.t.first_aliased_stage):
+                        local = self.local(index)
+                        for done in tk_range(finishes, local):
+                            tk.wait(self.finish_done, done % 2)
+                        assign(finishes, local)
                 self.user.load(self.g, task, self.stage(s), k, element(self.arrived, s))
                 if self.t.late_inputs:
                     self.load_late(task, it, k)
