@@ -1,6 +1,8 @@
 """Helpers for GPU tests: the skip marker, poisoned outputs and error norms."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -28,3 +30,17 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     assert not torch.isnan(out).any(), "output has NaN: some elements were not written"
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def attention_reference(q, k, v, causal=False, scale=None):
+    """Explicit softmax(q k^T * scale, masked) v in float64, key/value heads repeated for GQA; causal is False,
+    True / "top_left" or "bottom_right"; rows that see no key give 0 and a log-sum-exp of -inf."""
+    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    rep = q.shape[1] // k.shape[1]
+    k, v = (x.double().repeat_interleave(rep, dim=1) for x in (k, v))
+    s = q.double() @ k.transpose(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
+    if causal:
+        offset = nk - n if causal == "bottom_right" else 0
+        keys, queries = torch.arange(nk, device=q.device), torch.arange(n, device=q.device)
+        s = s.masked_fill(keys[None] > queries[:, None] + offset, -math.inf)
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)

@@ -5,7 +5,6 @@ Plus the input checks, NVRTC compiles and SASS of every variant. No GPU needed."
 from __future__ import annotations
 
 import functools
-import math
 import re
 
 import pytest
@@ -22,16 +21,7 @@ rand = functools.partial(gpu_util.rand, device="cpu")
 BF16, FP16 = torch.bfloat16, torch.float16
 
 
-def reference(q, k, v, causal=False, scale=None):
-    """float64 softmax(q k^T * scale, masked) v and the log-sum-exp; rows that see no key give 0 and -inf."""
-    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
-    rep = q.shape[1] // k.shape[1]
-    k, v = (x.double().repeat_interleave(rep, dim=1) for x in (k, v))
-    s = q.double() @ k.transpose(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
-    if causal:
-        offset = nk - n if causal == "bottom_right" else 0
-        s = s.masked_fill(torch.arange(nk)[None] > torch.arange(n)[:, None] + offset, -math.inf)
-    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)
+reference = gpu_util.attention_reference
 
 
 def check(o, lse, ref, ref_lse, n):

@@ -1,30 +1,15 @@
 """kernels/attention.py against float64 / float32 references on the GPU (skipped without a Hopper GPU): odd and
 unequal lengths, causal (top-left as torch, and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256, strided
 inputs; outputs and log-sum-exp buffers poisoned with NaN."""
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_util import poisoned, rand, rel_err, requires_gpu
+from gpu_util import attention_reference as reference, poisoned, rand, rel_err, requires_gpu
 
 pytestmark = requires_gpu
 BF16, FP16 = torch.bfloat16, torch.float16
-
-
-def reference(q, k, v, causal=False, scale=None):
-    """Explicit softmax(q k^T * scale, masked) v in float64, key/value heads repeated for GQA; rows that see
-    no key give 0 and a log-sum-exp of -inf."""
-    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
-    rep = q.shape[1] // k.shape[1]
-    k, v = (x.double().repeat_interleave(rep, dim=1) for x in (k, v))
-    s = q.double() @ k.transpose(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
-    if causal:
-        offset = nk - n if causal == "bottom_right" else 0
-        keys, queries = torch.arange(nk, device=q.device), torch.arange(n, device=q.device)
-        s = s.masked_fill(keys[None] > queries[:, None] + offset, -math.inf)
-    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)
 
 
 def run_poisoned(q, k, v, causal=False, scale=None):

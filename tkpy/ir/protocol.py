@@ -121,7 +121,7 @@ def _expects_match_their_loads(stmts) -> None:
             if not hasattr(nbytes, "value"):
                 continue                      # a runtime byte count: checked by the interpreter
             loads = []
-            for later in _flatten(stmts[i + 1:]):
+            for later in (op for op in walk(stmts[i + 1:]) if isinstance(op, Op)):
                 if later.name == "sem_expect" and _same_ref(_sem_of(later), sem):
                     break
                 if later.name == "tma_load" and _same_ref(_sem_of(later), sem):
@@ -132,17 +132,6 @@ def _expects_match_their_loads(stmts) -> None:
                 lines = ", ".join(f"{l.loc.short} ({l.args[0].type.nbytes} B)" for l in loads)
                 raise TraceError(f"tma.expect announces {nbytes.value} bytes on `{sem.var.name}` but the loads "
                                  f"that complete on it deliver {delivered}: {lines}", s.loc)
-
-
-def _flatten(stmts):
-    for s in stmts:
-        if isinstance(s, Op):
-            yield s
-        elif isinstance(s, For):
-            yield from _flatten(s.body)
-        elif isinstance(s, If):
-            yield from _flatten(s.then)
-            yield from _flatten(s.orelse)
 
 
 def _tma_stores_are_fenced(stmts, dirty: set) -> set:
