@@ -3,15 +3,19 @@
 Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-sequence B16 H16 N1024
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
 gives the relative difference between tkpy's and cuDNN's outputs. A second table times variants of
-tkpy's kernel at B16 H16 N4096, to pick the defaults from: the default (consumer warpgroups taking turns,
-ping-pong, and each step's softmax overlapping the previous step's P V product, overlap), each of the two
-alone, and other key/value tile heights, stage counts, 3 consumer warpgroups and split K/V rings (OTHER_CONFIGS).
+tkpy's kernel at B16 H16 N4096, to pick the defaults from: the default, and (OTHER_CONFIGS) consumer
+warpgroups taking turns (ping-pong) or each step's softmax overlapping the previous step's P V product
+(overlap) alone, other key/value tile heights, stage counts, consumer warpgroups and K/V rings.
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
+                  (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
+                   each round times each of them once per case; medians and spread of the ratios to cuDNN;
+                   $OUT/attention_compare.json)
 """
 from __future__ import annotations
 
@@ -68,30 +72,30 @@ def main() -> list[dict]:
     return rows
 
 
-# Other configurations: per head dim where they apply, keyword options of _launch. D64's default is 160 rows in
-# 4 stages; 128 was the default before run 26. D128 in 96-row tiles fits 4 stages, so the next steps' tiles are
-# further ahead (run 31: consumers waited for their K/V on ~5% of samples). (Wider tiles at D128 -- 160 or 176
-# rows in 2 stages, the most that fit -- measured slower, runs 22-28.) 3 consumer warpgroups (192 query rows per
-# block, FlashAttention-3's choice at D64): their defaults (CONFIGS_3WG: D64 128-row tiles in 4 stages, D128 80
-# rows in 4), and D64 in 112-row tiles (the registers allow up to 128).
-# Split K/V (split_kv=True: K and V in rings of their own, K_k released after step k, V_{k-1} after step k, as
-# FlashAttention-3): the defaults (CONFIGS_SPLIT: D128 176-row tiles in 2 K + 2 V stages, still a step ahead;
-# D64 192 rows in 4 + 4), D128 128 rows in 3 + 3 (the default kernel's tiles and memory) and 2 + 3, D64 160 rows
-# in 5 + 5 and 224 in 4 + 3, and 3 consumer warpgroups (CONFIGS_SPLIT_3WG: D64 128 rows in 5 + 5, D128 80 in 4 + 4).
-SPLIT = dict(split_kv=True)
-OTHER_CONFIGS = {"kv128": {64: dict(kv=128)}, "5 stages": {64: dict(stages=5)},
+# Other configurations: per head dim where they apply, keyword options of _launch. The default (attention()'s
+# choice for these shapes) is D128: 2 consumer warpgroups, one ring of 128-row K/V tiles in 3 stages; D64: 3
+# consumer warpgroups (192 query rows per task, FlashAttention-3's choice at D64) with split K/V rings of 128-row
+# tiles in 4 + 4 stages (RESULTS.md run 41). "2wg" is D64's previous default (2 warpgroups, one ring of 160-row
+# tiles in 4 stages), with its ping-pong / overlap alone, 128-row tiles and 5 stages. D128 in 96-row tiles fits 4
+# stages (further ahead). 3 consumer warpgroups with one ring (CONFIGS_3WG: D64 96-row tiles, D128 64: NVRTC
+# 13.0's ptxas serializes taller ones). Split K/V rings with 2 warpgroups (CONFIGS_SPLIT: D128 176-row tiles in
+# 2 K + 2 V stages, still a step ahead; D64 192 rows in 4 + 4; D128 128 rows in 3 + 3, the default's tiles and
+# memory, and 2 + 3), and with 3 (CONFIGS_SPLIT_3WG: D128 80 rows in 4 + 4; D64 in 5 + 5; without turns).
+TWO, THREE, SPLIT = dict(consumer_warpgroups=2), dict(consumer_warpgroups=3), dict(split_kv=True)
+OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=False)},
+                 "2wg overlap only": {64: dict(TWO, pingpong=False)},
+                 "pingpong only": {128: dict(overlap=False)}, "overlap only": {128: dict(pingpong=False)},
+                 "2wg kv128": {64: dict(TWO, kv=128)}, "2wg 5 stages": {64: dict(TWO, stages=5)},
                  "kv96 4 stages": {128: dict(stages=4, kv=96)},
-                 "3wg": {64: dict(consumer_warpgroups=3), 128: dict(consumer_warpgroups=3)},
-                 "3wg kv112": {64: dict(consumer_warpgroups=3, kv=112)},
-                 "splitkv": {64: SPLIT, 128: SPLIT},
+                 "3wg": {d: dict(THREE, split_kv=False) for d in (64, 128)},
+                 "splitkv": {d: dict(TWO, **SPLIT) for d in (64, 128)},
                  "splitkv128 3+3": {128: dict(SPLIT, kv=128, stages=3, late_stages=3)},
                  "splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3)},
-                 "splitkv160 5+5": {64: dict(SPLIT, kv=160, stages=5, late_stages=5)},
-                 "splitkv224 4+3": {64: dict(SPLIT, kv=224, stages=4, late_stages=3)},
-                 "splitkv 3wg": {64: dict(SPLIT, consumer_warpgroups=3), 128: dict(SPLIT, consumer_warpgroups=3)}}
-VARIANTS = {  # name -> keyword options of kernels.attention._launch (the defaults where not given)
-    "default": {}, "pingpong only": dict(overlap=False), "overlap only": dict(pingpong=False),
-    **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
+                 "splitkv 3wg": {128: dict(THREE, **SPLIT)},
+                 "splitkv 3wg 5+5": {64: dict(THREE, stages=5, late_stages=5, **SPLIT)},
+                 "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)}}
+VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
+    "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 
 
 def variant_table() -> list[dict]:
@@ -110,21 +114,89 @@ def variant_table() -> list[dict]:
             lse = torch.empty(b, h, max(att.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
-            for name, options in VARIANTS.items():
-                options = dict(options)
-                config = options.pop("config", None)
-                if config is not None and d not in config:
+            for name in VARIANTS:
+                options = variant_options(name, d)
+                if options is None:
                     row[name] = float("nan")
                     continue
-                options.update((config or {}).get(d, {}))
                 fn = lambda: att._launch(q, k, v, o, lse, causal, None, **options)  # noqa: E731
                 row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o
-    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; default: ping-pong {att.PINGPONG}, overlap {att.OVERLAP})")
-    print(f"{'D':>4} {'causal':>6} " + " ".join(f"{k:>14}" for k in VARIANTS))
+    print(f"\ntkpy variants, B{b} H{h} N{n} (TFLOP/s; default: attention()'s choice, see OTHER_CONFIGS)")
+    w = max(map(len, VARIANTS))
+    print(f"{'D':>4} {'causal':>6} " + " ".join(f"{k:>{w}}" for k in VARIANTS))
     for r in rows:
-        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} " + " ".join(f"{r[k]:>14.0f}" for k in VARIANTS))
+        print(f"{r['d']:>4} {'yes' if r['causal'] else 'no':>6} " + " ".join(f"{r[k]:>{w}.0f}" for k in VARIANTS))
+    return rows
+
+
+def variant_options(name: str, d: int) -> dict | None:
+    """Keyword options of kernels.attention._launch for VARIANTS[name] at head dim d (None: not for this d)."""
+    options = dict(VARIANTS[name])
+    config = options.pop("config", None)
+    if config is not None and d not in config:
+        return None
+    options.update((config or {}).get(d, {}))
+    return options
+
+
+def compare(names: list[str], rounds: int) -> list[dict]:
+    """Variants against cuDNN on every case in `rounds` interleaved rounds (a round times each variant and
+    cuDNN once per case), so a slow stretch of the GPU touches all of them alike; prints the median
+    ratio to cuDNN and the lowest and highest of the rounds."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchmarks.timing import median_ms
+    from kernels import attention as att
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    rows = []
+    for b, h, n, d, causal in CASES:
+        q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+        o = torch.empty_like(q)
+        lse = torch.empty(b, h, max(att.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
+        for name in names:
+            options = variant_options(name, d)
+            if options is not None:
+                fns[name] = lambda options=options: att._launch(q, k, v, o, lse, causal, None, **options)
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                if name == "cudnn":
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        times[name].append(median_ms(fn))
+                else:
+                    times[name].append(median_ms(fn))
+        row = {"b": b, "h": h, "n": n, "d": d, "causal": causal,
+               "cudnn": flops / statistics.median(times["cudnn"]) / 1e9}
+        for name in names:
+            if name not in times:
+                row[name] = row[name + " spread"] = None
+                continue
+            ratios = sorted(c / t for c, t in zip(times["cudnn"], times[name]))
+            row[name] = statistics.median(ratios)
+            row[name + " spread"] = (ratios[0], ratios[-1])
+        rows.append(row)
+        del q, k, v, o
+        torch.cuda.empty_cache()
+    print(f"\nvs cuDNN, median of {rounds} interleaved rounds [lowest, highest]")
+    print(f"{'B H N D':>18} {'causal':>6} {'cuDNN':>6} " + " ".join(f"{name:>22}" for name in names))
+    for r in rows:
+        cells = [f"{r[name]:.3f} [{r[name + ' spread'][0]:.2f}, {r[name + ' spread'][1]:.2f}]"
+                 if r[name] is not None else "-" for name in names]
+        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} "
+              f"{r['cudnn']:>6.0f} " + " ".join(f"{c:>22}" for c in cells))
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    if out_dir:
+        (out_dir / "attention_compare.json").write_text(json.dumps(rows, indent=2))
     return rows
 
 
@@ -155,4 +227,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--compare" in sys.argv:
+        at = sys.argv.index("--compare")
+        compare(sys.argv[at + 2:], int(sys.argv[at + 1]))
+    else:
+        main()

@@ -10,12 +10,12 @@ S is done, so one's softmax runs while the other's matrix products do; and withi
 issues S_k and then step k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup
 overlap). The turns go round across tasks: a task of no steps takes none, and the first turn is handed over
 once, before the first task. PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
-Non-default: `_attention(..., consumer_warpgroups=3)` / `_launch(...)` run 3 consumer warpgroups on 192 query rows
-per task (FlashAttention-3's choice at D64, where the softmax outweighs the short MMAs), the turns going round
-the ring of 3, at D64 (CONFIGS_3WG: 128-row key/value tiles) and D128 (80 rows). Non-default
-`split_kv=True`: K in the template's input ring and V in its late ring (late_inputs), as FlashAttention-3's
-separate K and V pipelines: K_k is released once step k is done and V_{k-1} once step k is, so each K stage is
-held for one step instead of two, and D128 fits 176-row tiles in 2 K + 2 V stages a step ahead (CONFIGS_SPLIT).
+`consumer_warpgroups=3` runs 3 consumer warpgroups on 192 query rows per task (FlashAttention-3's choice at
+D64, where the softmax outweighs the short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in
+the template's input ring and V in its late ring (late_inputs), as FlashAttention-3's separate K and V pipelines:
+K_k is released once step k is done and V_{k-1} once step k is, so each K stage is held for one step instead of
+two. attention() runs D64 with both (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of
+the SMs for the sequence at hand (consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring.
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
@@ -34,6 +34,7 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.ir.expr import call
 from tkpy.templates import shared
+from tkpy.templates.common import multiprocessors
 
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
@@ -53,14 +54,21 @@ CONFIGS = {64: (160, 4), 128: (128, 3), 256: (64, 2)}
 # the whole register file), and per head dim the (key/value rows per stage, stages) whose S, P and O fit in them
 # without spills (kernel.resources; see tests/test_attention_cpu.py). Q takes 3 x 64 x D of shared memory.
 REGISTERS_3WG = (32, 160)
-CONFIGS_3WG = {64: (128, 4), 128: (80, 4)}
+# With one ring, NVRTC 13.0's ptxas serializes the wgmma of D64 past 96-row tiles and of D128 past 64 (warning
+# C7512, for want of registers; 13.5's does not): the tiles stay at those heights.
+CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 # Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
 # released a step later; so a K stage is held for one step, not two. Per head dim (key/value rows per stage, K
 # stages, V stages): D128 takes FlashAttention-3's 176-row tiles in 2 + 2 stages (176 KB beside the 32 KB of Q),
 # which still load a step ahead (a combined ring fits only 2 stages of 176 rows: no step ahead).
 CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2), 256: (64, 2, 2)}
-CONFIGS_SPLIT_3WG = {64: (128, 5, 5), 128: (80, 4, 4)}
+CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
+# Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
+# kernels attention() picks between (benchmarks/bench_attention.py --compare, RESULTS.md run 41): at D64,
+# 3 warpgroups with split K/V rings ran 1.02-1.08x (0.91-1.00x cuDNN against 0.85-0.93x); at D128 they ran
+# 0.90-1.05x, no better than the default on the whole, and are not picked.
+GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
 TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
@@ -81,6 +89,16 @@ def q_rows(consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
 def lse_rows(n: int, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
     """Rows of the log-sum-exp buffer the kernel writes for n query rows: n rounded up to a task's rows."""
     return cdiv(n, q_rows(consumer_warpgroups)) * q_rows(consumer_warpgroups)
+
+
+def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
+    """The consumer warpgroups (2 or 3) attention() runs for b x h heads of n query rows at head dim d on
+    `sms` SMs: the fewest modelled time, waves of tasks over the SMs times a task's rows over GROUP_RATE (ties
+    to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 2
+    (6 tasks of 192 rows pad 1024 rows to 1152: 12 waves of 192 against 16 of 128)."""
+    def time(groups):
+        return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / GROUP_RATE[d][groups]
+    return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))
 
 
 def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
@@ -423,25 +441,32 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     - scale: defaults to 1 / sqrt(head_dim); any value (the kernel takes a positive one: a negative
       scale runs on -k with |scale|, a zero scale on a zero k with scale 1, both exact).
     - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores,
-      (batch, heads, seq) (a view of a buffer padded to a multiple of 128 rows), as a backward pass needs.
+      (batch, heads, seq) (a view of a buffer padded to a multiple of a task's 128 or 192 rows), as a
+      backward pass needs.
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a
     (B, N, H, D) tensor transposed to (B, H, N, D)); others are copied with .contiguous(). The
     output is a new contiguous tensor.
     """
     _checked(q, k, v)
     (b, h, n, d) = q.shape
+    groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
     o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(b, h, lse_rows(n), dtype=torch.float32, device=q.device)
-    _launch(q, k, v, o, lse, causal, scale)
+    lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device)
+    _launch(q, k, v, o, lse, causal, scale, consumer_warpgroups=groups)
     return (o, lse[..., :n]) if return_lse else o
 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-            overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
-            split_kv: bool = False, late_stages: int | None = None) -> None:
+            overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
+            split_kv: bool | None = None, late_stages: int | None = None) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
-    _attention's."""
+    _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
+    K/V rings with 3 warpgroups."""
+    if consumer_warpgroups is None:
+        consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
+    if split_kv is None:
+        split_kv = consumer_warpgroups == 3
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
                          f"got {causal!r}")

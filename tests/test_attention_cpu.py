@@ -236,7 +236,7 @@ def run_3wg(q, k, v, causal, scale, blocks, **options):
 @pytest.mark.parametrize("d,causal,pingpong,stages,overlap,kv", [
     (64, False, True, None, True, None), (64, True, True, None, True, None), (64, True, False, None, True, None),
     (64, True, True, 2, True, None), (64, True, True, None, False, None), (64, False, False, 2, False, None),
-    (64, True, True, None, True, 96), (64, False, True, None, True, 112), (128, False, True, None, True, None),
+    (64, True, True, None, True, 80), (64, False, True, None, True, 112), (128, False, True, None, True, None),
     (128, True, True, None, True, None)])
 def test_three_consumer_warpgroups_several_tasks_per_persistent_block(d, causal, pingpong, stages, overlap, kv):
     """As test_several_tasks_per_persistent_block with 3 consumer warpgroups: 6 tasks of 192 query rows over 2
@@ -290,13 +290,13 @@ def test_default_kernel_tasks_of_no_steps_in_a_row():
     check(o, lse[..., :n], *reference(q, k, v, "bottom_right", scale=0.125), n)
 
 
-@pytest.mark.parametrize("d,kv,causal", [(64, 96, False), (64, 112, False), (64, None, False), (64, None, True),
-                                         (64, 112, True), (128, None, False), (128, None, True)])
+@pytest.mark.parametrize("d,kv,causal", [(64, 80, False), (64, None, False), (64, None, True), (128, None, False),
+                                         (128, None, True)])
 def test_three_consumer_warpgroups_compile_to_hgmma_without_spills(d, kv, causal):
-    """3 consumer warpgroups and the producer (512 threads) at REGISTERS_3WG (32 / 160 registers per thread): D64
-    with 96-, 112- and 128-row (CONFIGS_3WG) key/value tiles, D128 with 80, hold S, P and O without spills, and the
-    wgmma stay asynchronous. (D64 at 144 rows spills, and at 128 rows so does the template's default split of 40 /
-    152.)"""
+    """3 consumer warpgroups and the producer (512 threads) at REGISTERS_3WG (32 / 160 registers per thread), one
+    ring: D64 with 80- and 96-row (CONFIGS_3WG) key/value tiles, D128 with 64, hold S, P and O without spills, and
+    the wgmma stay asynchronous, with NVRTC 13.0 (the H200's; it serializes them at D64 112 rows and D128 80, which
+    13.5 does not) and later."""
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
     kernel = att._attention(d, att.DTYPES[BF16], causal, kv=kv, consumer_warpgroups=3).kernel
     args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
@@ -469,3 +469,32 @@ def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
     assert not any("Performance Loss" in w for w in r.warnings), r.warnings
     sass = kernel.sass(*args)
     assert "HGMMA" in sass and "STL" not in sass
+
+
+# -- attention()'s choice of kernel per shape ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("b,h,n,d,groups", [
+    (16, 16, 4096, 64, 3), (4, 16, 16384, 64, 3), (16, 16, 2048, 64, 3),   # many waves: 192-row tasks, 7% faster
+    (16, 16, 1024, 64, 2),       # 1024 rows padded to 1152 by 192-row tasks: 12 waves of 192 lose to 16 of 128
+    (2, 16, 4096, 64, 2),        # 8 waves of 128 rows against 6 of 192
+    (1, 1, 192, 64, 2),          # one wave either way: 2 tasks of 128 rows finish before 1 of 192
+    (1, 2, 1, 64, 2), (16, 16, 4096, 128, 2), (4, 16, 16384, 256, 2)])
+def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
+    assert att.consumer_warpgroups_for(b, h, n, d, 132) == groups
+
+
+def test_attention_runs_the_kernel_it_picks(monkeypatch):
+    """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, and sizes the
+    log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the better fit for 384 rows)."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    launched = []
+    real = att._attention
+    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(a) or real(*a, **kw))
+    monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
+    q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
+    o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
+    assert launched[-1][7:9] == (3, True)                     # consumer_warpgroups, split_kv
+    assert lse.shape == (1, 2, 384)
+    check(o, lse, *reference(q, k, v, "bottom_right"), 384)
+    o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
+    assert launched[-1][7:9] == (2, False) and o2.shape == (1, 2, 100, 64)

@@ -13,12 +13,12 @@ BF16, FP16 = torch.bfloat16, torch.float16
 
 
 def run_poisoned(q, k, v, causal=False, scale=None):
-    """The kernel on NaN-filled output and log-sum-exp buffers (the latter padded to 128 rows, as attention()
-    allocates it): every element of O and of L's first n rows must be written."""
+    """The kernel attention() picks on NaN-filled output and log-sum-exp buffers (the latter padded to a task's
+    rows, as attention() allocates it): every element of O and of L's first n rows must be written."""
     from kernels import attention as att
     b, h, n, d = q.shape
     o = poisoned(b, h, n, d, dtype=q.dtype)
-    lse = poisoned(b, h, att.cdiv(n, att.Q_ROWS) * att.Q_ROWS, dtype=torch.float32)
+    lse = poisoned(b, h, max(att.lse_rows(n, groups) for groups in (2, 3)), dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, scale)
     return o, lse[..., :n]
 
@@ -71,6 +71,22 @@ def test_torch_facing_function_and_lse_view():
     assert o.shape == q.shape and o.is_contiguous() and lse.shape == (2, 4, 333)
     check(o, lse, *reference(q, k, v, True))
     assert torch.equal(attention(q, k, v, causal=True), o)          # deterministic
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_runs_three_warpgroups_with_split_rings_at_d64(causal):
+    """At D64 with many waves of tasks attention() runs 3 consumer warpgroups with split K/V rings: the same
+    output, bit for bit, as that kernel launched by name, and the float64 reference's."""
+    from kernels import attention as att
+    from tkpy.templates.common import multiprocessors
+    q, k, v = rand(8, 16, 2048, 64, dtype=BF16), rand(8, 4, 2048, 64, dtype=BF16), rand(8, 4, 2048, 64, dtype=BF16)
+    assert att.consumer_warpgroups_for(*q.shape, multiprocessors(q)) == 3
+    o, lse = att.attention(q, k, v, causal=causal, return_lse=True)
+    check(o, lse, *reference(q, k, v, causal))
+    o3 = poisoned(8, 16, 2048, 64, dtype=BF16)
+    att._launch(q, k, v, o3, poisoned(8, 16, att.lse_rows(2048, 3), dtype=torch.float32), causal, None,
+                consumer_warpgroups=3, split_kv=True)
+    assert torch.equal(o, o3)
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.01])
@@ -133,7 +149,7 @@ def test_kernel_variants(pingpong, overlap, stages, kv, d, causal):
     q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
     o = poisoned(2, 16, 1100, d, dtype=BF16)
     lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, kv)
+    att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, kv, consumer_warpgroups=2)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
 
 
@@ -147,23 +163,23 @@ def test_other_key_value_tile_heights(d, stages, kv, causal):
     q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
     o = poisoned(2, 16, 1100, d, dtype=BF16)
     lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, True, stages, True, kv)
+    att._launch(q, k, v, o, lse, causal, None, True, stages, True, kv, consumer_warpgroups=2)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("d,pingpong,overlap,kv", [
     (d, *variant) for d in (64, 128) for variant in [(True, True, None), (True, False, None), (False, True, None)]
-    + ([(True, True, 96), (True, True, 112)] if d == 64 else [])])
+    + ([(True, True, 80), (True, True, 112)] if d == 64 else [])])
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_consumer_warpgroups(d, pingpong, overlap, kv, causal):
-    """consumer_warpgroups=3 (192 query rows per task, the turns round a ring of 3; benchmarks/bench_attention.py's
-    "3wg" variants; D64 also in 96- and 112-row tiles): GQA, odd lengths, several tasks per persistent block, the
-    log-sum-exp buffer rounded up to 192 rows."""
+    """consumer_warpgroups=3 with one K/V ring (192 query rows per task, the turns round a ring of 3;
+    benchmarks/bench_attention.py's "3wg" variants; D64 also in 80- and 112-row tiles): GQA, odd lengths, several
+    tasks per persistent block, the log-sum-exp buffer rounded up to 192 rows."""
     from kernels import attention as att
     q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
     o = poisoned(2, 16, 1100, d, dtype=BF16)
     lse = poisoned(2, 16, att.lse_rows(1100, 3), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, pingpong, None, overlap, kv, consumer_warpgroups=3)
+    att._launch(q, k, v, o, lse, causal, None, pingpong, None, overlap, kv, consumer_warpgroups=3, split_kv=False)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
 
 
@@ -176,12 +192,14 @@ def test_three_consumer_warpgroups(d, pingpong, overlap, kv, causal):
     (4, 16, 4, 1000, 300, 64, "bottom_right", BF16),    # 384 tasks, 192 of them of no steps: several in a row per block
     (1, 4, 4, 300, 1000, 128, "bottom_right", BF16),
     (8, 16, 16, 1024, 1024, 64, False, BF16)])
-def test_three_consumer_warpgroups_cases(b, h, hkv, n, nk, d, causal, dtype):
+@pytest.mark.parametrize("split_kv", [True, False])
+def test_three_consumer_warpgroups_cases(b, h, hkv, n, nk, d, causal, dtype, split_kv):
+    """3 consumer warpgroups with split K/V rings (attention()'s D64 kernel for most shapes) and with one ring."""
     from kernels import attention as att
     q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
     o = poisoned(b, h, n, d, dtype=dtype)
     lse = poisoned(b, h, att.lse_rows(n, 3), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=3)
+    att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=3, split_kv=split_kv)
     check(o, lse[..., :n], *reference(q, k, v, causal))
 
 
@@ -197,6 +215,7 @@ def test_tasks_of_no_steps_in_a_row(d):
     (128, {}), (64, {}), (256, {}), (128, dict(kv=128, stages=3, late_stages=3)),
     (128, dict(kv=128, stages=2, late_stages=3)), (64, dict(kv=160, stages=5, late_stages=5)),
     (64, dict(kv=224, stages=4, late_stages=3)), (128, dict(pingpong=False)), (64, dict(consumer_warpgroups=3)),
+    (64, dict(consumer_warpgroups=3, stages=5, late_stages=5)), (64, dict(consumer_warpgroups=3, pingpong=False)),
     (128, dict(consumer_warpgroups=3))])
 @pytest.mark.parametrize("causal", [False, True])
 def test_split_kv(d, options, causal):
@@ -206,7 +225,8 @@ def test_split_kv(d, options, causal):
     from kernels import attention as att
     q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
     o = poisoned(2, 16, 1100, d, dtype=BF16)
-    lse = poisoned(2, 16, att.lse_rows(1100, options.get("consumer_warpgroups", 2)), dtype=torch.float32)
+    options = {"consumer_warpgroups": 2, **options}
+    lse = poisoned(2, 16, att.lse_rows(1100, options["consumer_warpgroups"]), dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, None, split_kv=True, **options)
     check(o, lse[..., :1100], *reference(q, k, v, causal))
 
@@ -225,5 +245,5 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
     q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
     o = poisoned(b, h, n, d, dtype=dtype)
     lse = poisoned(b, h, att.lse_rows(n), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, split_kv=True)
+    att._launch(q, k, v, o, lse, causal, None, split_kv=True, consumer_warpgroups=2)
     check(o, lse[..., :n], *reference(q, k, v, causal))
