@@ -108,12 +108,10 @@ def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
             tk.warpgroup.sync(OWN[wg])
 
 
-def _first_warp_of_each(body, groups: int = CONSUMER_WARPGROUPS) -> None:
-    """body(wg) on the first warp of consumer warpgroup wg (a Python int, so that semaphores indexed by it
-    are told apart by the protocol checks)."""
-    for wg in range(groups):
-        with tk.if_(tk.warp_id() == 4 * wg):
-            body(wg)
+def _first_warp(body) -> None:
+    """body(wg) on the first warp of each consumer warpgroup, wg = tk.warpgroup.id()."""
+    with tk.if_(tk.warp_id() % 4 == 0):
+        body(tk.warpgroup.id())
 
 
 def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
@@ -244,7 +242,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             st.q = tk.st(dtype, 64, d, count=groups)             # each consumer's 64 query rows, then its output
             st.q_arrived = tk.semaphore(groups)                  # each consumer's query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
-            _first_warp_of_each(lambda wg: tk.init_semaphore(st.q_arrived[wg], 1), groups)
+            _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[wg], 1))
             _own_sync(groups)
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             st.probs = tk.rt(dtype, 16, kv)
@@ -266,7 +264,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
             def load_q(wg):                                      # one warp loads the tile (zeros past N)
                 tk.tma.expect(st.q_arrived[wg], st.q[wg])
                 tk.tma.load_async(st.q[wg], g.Q, (b, h, task.row * groups + wg, 0), st.q_arrived[wg])
-            _first_warp_of_each(load_q, groups)
+            _first_warp(load_q)
             tk.wait(st.q_arrived[wg], st.tasks_done % 2)
             st.tasks_done += 1
             tk.zero(st.out)

@@ -373,6 +373,27 @@ def test_arrival_counts_must_match_the_init():
         bad.trace(X64)
 
 
+def test_arrivals_on_an_element_named_by_the_warp_id_are_counted_per_element():
+    """`sem[tk.warpgroup.id()]` arrived on by the first warp of each warpgroup: one arrival on each element (the
+    index is evaluated per warp), not two on one element written "warpid / 4"; a second warp per warpgroup makes
+    two on each, which the init's count of one rejects."""
+    def kernel(arriving_warps):
+        @tk.kernel(warps=8)
+        def k(x: tk.gl[bf16, "R", 64]):
+            sem = tk.semaphore(2)
+            with tk.if_(tk.warp_id() == 0):
+                tk.init_semaphore(sem[0], 1)
+                tk.init_semaphore(sem[1], 1)
+            tk.sync()
+            with tk.if_(tk.warp_id() % 4 < arriving_warps):
+                tk.arrive(sem[tk.warpgroup_id()])
+            tk.wait(sem[tk.warpgroup_id()], 0)
+        return k
+    kernel(1).trace(X64)
+    with pytest.raises(tk.TraceError, match="initialised for 1 arrivals per phase, but 2 warp-level arrivals"):
+        kernel(2).trace(X64)
+
+
 def test_tma_store_sass_uses_utmastg():
     @tk.kernel(warps=1)
     def k(x: tk.gl[bf16, "R", 64]):

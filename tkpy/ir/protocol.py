@@ -71,10 +71,12 @@ def _arrivals_match_the_init(kernel: KernelIR, ops) -> None:
         sem = _sem_of(o)
         if not known:
             unknown.add(sem.var)
-        elif warps:
-            entry = arrivals.setdefault((sem.var, None if sem.index is None else render(sem.index)), [0, o, []])
-            entry[0] += len(warps) * o.attrs.get("count", 1)
-            entry[2].append(len(warps) * o.attrs.get("count", 1))
+            continue
+        for element, those in _elements_by_warp(sem, warps).items():
+            n = len(those) * o.attrs.get("count", 1)
+            entry = arrivals.setdefault((sem.var, element), [0, o, []])
+            entry[0] += n
+            entry[2].append(n)
     for (var, _), (count, first, sites) in arrivals.items():
         inits = init_counts.get(var)
         if var in unknown or not inits or len(inits) != 1:
@@ -88,15 +90,37 @@ def _arrivals_match_the_init(kernel: KernelIR, ops) -> None:
                              "calling warp)", first.loc)
 
 
-def _warps_taking(cond: Expr, warps: frozenset):
-    """The warps of `warps` for which `cond` holds, or None if it depends on more than the warp id."""
+def _values_by_warp(e: Expr, warps: frozenset):
+    """{warp: value of `e` in that warp} for the warps of `warps`, or None if `e` depends on more than the
+    warp id."""
     from ..interpret.scalars import compile_expr
 
-    fn = compile_expr(cond)
+    fn = compile_expr(e)
     try:
-        return frozenset(w for w in warps if fn({"warpid": w}))
+        return {w: fn({"warpid": w}) for w in warps}
     except Exception:   # another symbol (loop counter, block index, parameter): unknown statically
         return None
+
+
+def _warps_taking(cond: Expr, warps: frozenset):
+    """The warps of `warps` for which `cond` holds, or None if it depends on more than the warp id."""
+    values = _values_by_warp(cond, warps)
+    return None if values is None else frozenset(w for w, taken in values.items() if taken)
+
+
+def _elements_by_warp(sem: SharedRef, warps: frozenset) -> dict:
+    """{element: the warps of `warps` that use it} for a semaphore operand. An index that depends only on the
+    warp id is evaluated per warp (so `sem[tk.warpgroup.id()]` from the first warp of each warpgroup is one
+    arrival on each element); any other index names its element by its text."""
+    if sem.index is None:
+        return {None: warps} if warps else {}
+    values = _values_by_warp(sem.index, warps)
+    if values is None:
+        return {render(sem.index): warps} if warps else {}
+    elements: dict = {}
+    for w, value in values.items():
+        elements.setdefault(str(value), set()).add(w)
+    return elements
 
 
 def _same_ref(a: SharedRef, b: SharedRef) -> bool:
