@@ -81,6 +81,8 @@ def main() -> list[dict]:
 # 13.0's ptxas serializes taller ones). Split K/V rings with 2 warpgroups (CONFIGS_SPLIT: D128 176-row tiles in
 # 2 K + 2 V stages, still a step ahead; D64 192 rows in 4 + 4; D128 128 rows in 3 + 3, the default's tiles and
 # memory, and 2 + 3), and with 3 (CONFIGS_SPLIT_3WG: D128 80 rows in 4 + 4; D64 in 5 + 5; without turns).
+# q_ahead (a second query tile per warpgroup, the next task's Q loading while a task runs) where it fits: the
+# default D64 kernels, D128 in 96-row tiles (3 stages) or split rings of 128-row tiles in 2 + 3 stages.
 TWO, THREE, SPLIT = dict(consumer_warpgroups=2), dict(consumer_warpgroups=3), dict(split_kv=True)
 OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=False)},
                  "2wg overlap only": {64: dict(TWO, pingpong=False)},
@@ -93,7 +95,11 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3)},
                  "splitkv 3wg": {128: dict(THREE, **SPLIT)},
                  "splitkv 3wg 5+5": {64: dict(THREE, stages=5, late_stages=5, **SPLIT)},
-                 "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)}}
+                 "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)},
+                 "qahead": {64: dict(q_ahead=True)},
+                 "2wg qahead": {64: dict(TWO, q_ahead=True)},
+                 "qahead kv96": {128: dict(kv=96, q_ahead=True)},
+                 "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 

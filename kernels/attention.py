@@ -129,7 +129,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
-               split_kv: bool = False, late_stages: int | None = None):
+               split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns or not, `stages` (default: CONFIGS), each step's softmax overlapping
     the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
@@ -140,7 +140,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     makes it so), and, when causal, an `offset` scalar: query i sees key j when j <= i + offset.
     split_kv=True (non-default; with overlap only): K tiles in `stages` input stages and V tiles in `late_stages`
     late stages of their own (the template's late_inputs), defaults CONFIGS_SPLIT / CONFIGS_SPLIT_3WG; the kernel
-    name gains "_splitkv"."""
+    name gains "_splitkv". q_ahead=True: two query tiles per consumer warpgroup, the next task's loading into one
+    while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead"."""
     groups = consumer_warpgroups
     if groups not in (2, 3):
         raise ValueError(f"attention: consumer_warpgroups must be 2 or 3, got {groups!r}")
@@ -171,6 +172,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
         late_stages = late_stages or default_late
         name += "_splitkv" + ("" if late_stages == default_late else f"_{late_stages}late")
         rings = dict(late_stages=late_stages)
+    q_buffers = 2 if q_ahead else 1
+    name += "_qahead" if q_ahead else ""
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -239,10 +242,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
-            st.q = tk.st(dtype, 64, d, count=groups)             # each consumer's 64 query rows, then its output
-            st.q_arrived = tk.semaphore(groups)                  # each consumer's query tile has landed
+            # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)
+            st.q = tk.st(dtype, 64, d, count=groups * q_buffers)
+            st.q_arrived = tk.semaphore(groups * q_buffers)      # each query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
-            _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[wg], 1))
+            for buffer in range(q_buffers):
+                _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
             _own_sync(groups)
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             st.probs = tk.rt(dtype, 16, kv)
@@ -257,15 +262,33 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 with tk.if_(tk.warpgroup.id() == groups - 1):
                     tk.named_arrive(TURN[0], 8)
 
-        def start(self, st, task):
+        def load_q(self, st, task, buffer):
+            """Each consumer warpgroup's 64 query rows of `task` into its query tile of `buffer` (zeros past N),
+            by its first warp."""
             g = st.g
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
+            def load(wg):
+                tile = buffer * groups + wg
+                tk.tma.expect(st.q_arrived[tile], st.q[tile])
+                tk.tma.load_async(st.q[tile], g.Q, (b, h, task.row * groups + wg, 0), st.q_arrived[tile])
+            _first_warp(load)
+
+        def start(self, st, task):
+            g = st.g
             wg = tk.warpgroup.id()
-            def load_q(wg):                                      # one warp loads the tile (zeros past N)
-                tk.tma.expect(st.q_arrived[wg], st.q[wg])
-                tk.tma.load_async(st.q[wg], g.Q, (b, h, task.row * groups + wg, 0), st.q_arrived[wg])
-            _first_warp(load_q)
-            tk.wait(st.q_arrived[wg], st.tasks_done % 2)
+            if not q_ahead:
+                self.load_q(st, task, 0)
+                st.q_tile = wg
+                tk.wait(st.q_arrived[wg], st.tasks_done % 2)
+            else:               # this task's Q was loaded during the last (or now, for the block's first task)
+                with tk.if_(st.tasks_done == 0):
+                    self.load_q(st, task, 0)
+                # The next task's into the other buffer: the previous task's O store has read it (finish waits).
+                # (One load at a computed buffer: a branch per buffer costs the MMAs their uniform registers.)
+                with tk.if_(st.has_next_task()):
+                    self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
+                st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
+                tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
             st.tasks_done += 1
             tk.zero(st.out)
             tk.zero(st.row_sum)
@@ -307,11 +330,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 from the previous stage), so the softmax of S_k runs while that second product does; the last
                 step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
                 if every path waits before it reads an accumulator."""
-                wg = tk.warpgroup.id()
                 if pingpong:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
-                    tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
+                    tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     if pingpong:
                         _turn(sync_on_turn=False, groups=groups)
@@ -323,7 +345,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                     tk.warpgroup.mma_async_wait()               # O and P are free again
                     self.rescale(st)
                 with tk.else_():
-                    tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
+                    tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                     if pingpong:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
@@ -337,10 +359,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                         tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
         else:
             def compute(self, st, inp, k):
-                wg = tk.warpgroup.id()
                 if pingpong:
                     _turn(sync_on_turn=True, groups=groups)
-                tk.warpgroup.mm_ABt(st.scores, st.q[wg], inp.k)
+                tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if pingpong:                                     # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
@@ -356,14 +377,13 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 tk.div_row(st.out, st.out, st.factor)
             else:
                 tk.div_row(st.out, st.out, st.row_sum)
-            wg = tk.warpgroup.id()                               # O through the query tile's shared memory:
-            tk.warpgroup.store(st.q[wg], st.out)                 # every MMA reading Q is done
-            tk.fence_proxy_async()                               # TMA reads it through the async proxy
-            _own_sync(groups)
+            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
+            tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
+            _own_sync(groups)                                    # through the async proxy
             with tk.if_(tk.warp_id() % 4 == 0):                 # rows past N are clipped
-                tk.tma.store_async(g.O, st.q[wg], (b, h, tile, 0))
+                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, tile, 0))
                 tk.tma.store_commit_group()
-                tk.tma.store_async_wait(read_only=True)         # the next task's Q may land there
+                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
@@ -456,7 +476,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
             overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
-            split_kv: bool | None = None, late_stages: int | None = None) -> None:
+            split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
@@ -481,7 +501,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages)(*args)
+               split_kv, late_stages, q_ahead)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -498,3 +498,79 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
     assert launched[-1][7:9] == (2, False) and o2.shape == (1, 2, 100, 64)
+
+
+# -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------
+
+def run_q_ahead(q, k, v, causal, scale, blocks, **options):
+    """The q_ahead kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L."""
+    b, h, n, d = q.shape
+    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
+    lse = gpu_util.poisoned(b, h, att.lse_rows(n, options.get("consumer_warpgroups", 2)), dtype=torch.float32,
+                            device="cpu")
+    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), q_ahead=True, **options).kernel
+    assert kernel.name.endswith("_qahead")
+    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
+    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
+    return o, lse[..., :n]
+
+
+Q_AHEAD_CONFIGS = [          # the configurations whose stages leave room for a second query tile per warpgroup
+    (64, {}), (64, dict(consumer_warpgroups=3, split_kv=True)), (128, dict(kv=96)),
+    (128, dict(split_kv=True, kv=128, stages=2, late_stages=3)), (64, dict(pingpong=False)),
+    (64, dict(overlap=False, stages=2))]
+
+
+@pytest.mark.parametrize("d,options", Q_AHEAD_CONFIGS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_q_ahead_several_tasks_per_persistent_block(d, options, causal):
+    """8 tasks (6 of 192 rows) over 3 blocks: each block's next Q lands in the other buffer while a task runs
+    on one; GQA, odd lengths, a custom scale."""
+    n, nk = 460, 450
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = run_q_ahead(q, k, v, causal, 0.1, 3, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("d,options", Q_AHEAD_CONFIGS[:4])
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_q_ahead_tasks_of_no_steps_in_a_row(d, options, blocks):
+    """Bottom-right causal with tasks of no steps in a row: they still load and wait for their Q (a warp cannot
+    run ahead and load a buffer twice while another waits for it)."""
+    n, nk = 760, 50
+    q, k, v = rand(1, 1, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = run_q_ahead(q, k, v, "bottom_right", 0.125, blocks, **options)
+    check(o, lse, *reference(q, k, v, "bottom_right", scale=0.125), n)
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", [
+    (1, 2, 2, 77, 300, 128, False, FP16), (2, 2, 1, 64, 64, 64, False, BF16), (1, 1, 1, 1, 1, 64, True, FP16),
+    (1, 4, 1, 130, 200, 64, "bottom_right", BF16), (1, 1, 1, 900, 900, 64, True, BF16)])
+def test_q_ahead_odd_lengths(b, h, hkv, n, nk, d, causal, dtype):
+    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    o, lse = run_q_ahead(q, k, v, causal, 0.125, 2, **({} if d == 64 else dict(kv=96)))
+    check(o, lse, *reference(q, k, v, causal, scale=0.125), n)
+
+
+def test_q_ahead_needs_the_shared_memory_of_a_second_query_tile():
+    """D128's default one-ring kernel (3 stages of 128-row K and V tiles) leaves no room for it."""
+    q, lse = torch.empty(1, 2, 384, 128, dtype=BF16), torch.empty(1, 2, 384)
+    with pytest.raises(Exception, match="shared memory"):
+        att._attention(128, att.DTYPES[BF16], False, q_ahead=True).kernel.source(q, q, q, q, lse, 1.0)
+
+
+@pytest.mark.parametrize("d,options", Q_AHEAD_CONFIGS[:4])
+def test_q_ahead_compiles_to_hgmma_without_spills(d, options):
+    """No spills, asynchronous wgmma, and their descriptors made in uniform registers: no R2UR (a vector register
+    moved to a uniform one) among the 4 instructions before any HGMMA. Loading the next Q through a branch per
+    warpgroup and buffer (RESULTS.md run 49) had ptxas build the P V descriptors in vector registers, 7-10%
+    slower."""
+    q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
+    kernel = att._attention(d, att.DTYPES[BF16], True, q_ahead=True, **options).kernel
+    args = [q, q, q, q, lse, 1.0, 0]
+    r = kernel.resources(*args)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
+    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
+    sass = [line for line in kernel.sass(*args).splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    before_hgmma = [sass[j] for i, text in enumerate(sass) if "HGMMA" in text for j in range(max(0, i - 4), i)]
+    assert sass and not any("R2UR" in line for line in before_hgmma)

@@ -247,3 +247,20 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
     lse = poisoned(b, h, att.lse_rows(n), dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, None, split_kv=True, consumer_warpgroups=2)
     check(o, lse[..., :n], *reference(q, k, v, causal))
+
+
+@pytest.mark.parametrize("d,options", [
+    (64, dict(consumer_warpgroups=2)), (64, dict(consumer_warpgroups=3, split_kv=True)),
+    (128, dict(consumer_warpgroups=2, kv=96)),
+    (128, dict(consumer_warpgroups=2, split_kv=True, kv=128, stages=2, late_stages=3))])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+def test_q_ahead(d, options, causal):
+    """q_ahead=True (the next task's Q loads into a second query tile while this task runs; bench_attention.py's
+    "qahead" variants): GQA, odd lengths, several tasks per persistent block, bottom-right tasks of no steps."""
+    from kernels import attention as att
+    n, nk = (1100, 1300) if causal != "bottom_right" else (1000, 300)
+    q, k, v = rand(2, 16, n, d, dtype=BF16), rand(2, 8, nk, d, dtype=BF16), rand(2, 8, nk, d, dtype=BF16)
+    o = poisoned(2, 16, n, d, dtype=BF16)
+    lse = poisoned(2, 16, att.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32)
+    att._launch(q, k, v, o, lse, causal, None, q_ahead=True, **options)
+    check(o, lse[..., :n], *reference(q, k, v, causal))

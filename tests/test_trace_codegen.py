@@ -394,6 +394,23 @@ def test_arrivals_on_an_element_named_by_the_warp_id_are_counted_per_element():
         kernel(2).trace(X64)
 
 
+def test_arrivals_on_an_element_named_by_the_warp_id_and_a_variable_are_left_to_the_interpreter():
+    """sem[2 * (i % 2) + warpgroup]: which element each warp reaches depends on the loop counter too, so the
+    trace-time count does not lump the warps together (the interpreter checks every phase)."""
+    @tk.kernel(warps=8)
+    def k(x: tk.gl[bf16, "R", 64]):
+        sem = tk.semaphore(4)
+        with tk.if_(tk.warp_id() == 0):
+            for e in range(4):
+                tk.init_semaphore(sem[e], 1)
+        tk.sync()
+        for i in tk.range(2):
+            with tk.if_(tk.warp_id() % 4 == 0):
+                tk.arrive(sem[2 * (i % 2) + tk.warpgroup_id()])
+            tk.wait(sem[2 * (i % 2) + tk.warpgroup_id()], 0)
+    k.trace(X64)
+
+
 def test_tma_store_sass_uses_utmastg():
     @tk.kernel(warps=1)
     def k(x: tk.gl[bf16, "R", 64]):

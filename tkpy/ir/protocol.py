@@ -9,7 +9,7 @@ reallocations that do not fit the register file.
 from __future__ import annotations
 
 from ..errors import TraceError
-from ..ir.expr import Expr, render
+from ..ir.expr import Expr, free_symbols, render
 from .core import For, If, KernelIR, Op, SharedRef, walk
 
 REGISTER_FILE = 65536        # 32-bit registers per SM (and per block with one block per SM)
@@ -72,7 +72,11 @@ def _arrivals_match_the_init(kernel: KernelIR, ops) -> None:
         if not known:
             unknown.add(sem.var)
             continue
-        for element, those in _elements_by_warp(sem, warps).items():
+        elements = _elements_by_warp(sem, warps)
+        if elements is None:
+            unknown.add(sem.var)
+            continue
+        for element, those in elements.items():
             n = len(those) * o.attrs.get("count", 1)
             entry = arrivals.setdefault((sem.var, element), [0, o, []])
             entry[0] += n
@@ -108,14 +112,17 @@ def _warps_taking(cond: Expr, warps: frozenset):
     return None if values is None else frozenset(w for w, taken in values.items() if taken)
 
 
-def _elements_by_warp(sem: SharedRef, warps: frozenset) -> dict:
-    """{element: the warps of `warps` that use it} for a semaphore operand. An index that depends only on the
-    warp id is evaluated per warp (so `sem[tk.warpgroup.id()]` from the first warp of each warpgroup is one
-    arrival on each element); any other index names its element by its text."""
+def _elements_by_warp(sem: SharedRef, warps: frozenset):
+    """{element: the warps of `warps` that use it} for a semaphore operand, or None when that is not known
+    statically. An index that depends only on the warp id is evaluated per warp (so `sem[tk.warpgroup.id()]`
+    from the first warp of each warpgroup is one arrival on each element); one that depends on the warp id and
+    more (a loop counter, a variable) is not known; any other names the same element in every warp."""
     if sem.index is None:
         return {None: warps} if warps else {}
     values = _values_by_warp(sem.index, warps)
     if values is None:
+        if "warpid" in {s.name for s in free_symbols(sem.index)}:
+            return None
         return {render(sem.index): warps} if warps else {}
     elements: dict = {}
     for w, value in values.items():

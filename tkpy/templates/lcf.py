@@ -14,7 +14,9 @@ global tensors:
     setup(st)                   (consumers) declare per-warp state, e.g. accumulators, on `st`
                                 (`st.g` holds the kernel's parameters, as `g` elsewhere)
     start(st, task)             (optional) reset the state for a task (default: nothing); `st.task` is
-                                the current task and `st.iters` its step count in start, compute, finish
+                                the current task and `st.iters` its step count in start, compute, finish;
+                                `st.next_task()` the block's next task, valid where `st.has_next_task()`
+                                (e.g. to load its own inputs while this task runs)
     compute(st, inp, k)         (consumers) use the k-th inputs, or
     compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
                                 tk.if_(k > 0)); they stay unreleased until this step's compute returns
@@ -462,6 +464,8 @@ class Pipeline:
             task = self.task_at(index)
             n, base = self.steps_of(task, index, ring)
             st.task, st.iters = task, n
+            st.next_task = lambda following=index + self.step: self.task_at(following)
+            st.has_next_task = lambda following=index + self.step: following < self.groups
             if hasattr(user, "start"):
                 user.start(st, task)
             if t.late_inputs:
