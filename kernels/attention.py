@@ -65,9 +65,9 @@ CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2), 256: (64, 2, 2)}
 CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
-# kernels attention() picks between (benchmarks/bench_attention.py --compare, RESULTS.md run 41): at D64,
-# 3 warpgroups with split K/V rings ran 1.02-1.08x (0.91-1.00x cuDNN against 0.85-0.93x); at D128 they ran
-# 0.90-1.05x, no better than the default on the whole, and are not picked.
+# kernels attention() picks between (benchmarks/bench_attention.py --compare, RESULTS.md run 43): at D64,
+# 3 warpgroups with split K/V rings ran 1.02-1.09x (0.91-1.00x cuDNN against 0.85-0.93x); at D128 they ran
+# 0.87-1.07x, no better than the default on the whole, and are not picked.
 GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
@@ -284,7 +284,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
                 # The next task's into the other buffer: the previous task's O store has read it (finish waits).
-                # (One load at a computed buffer: a branch per buffer costs the MMAs their uniform registers.)
+                # (One load at a computed buffer: a branch per warpgroup and buffer cost the MMAs their uniform
+                # registers, RESULTS.md run 49.)
                 with tk.if_(st.has_next_task()):
                     self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
