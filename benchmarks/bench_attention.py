@@ -208,12 +208,9 @@ def compare(names: list[str], rounds: int) -> list[dict]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Grouped bars of TFLOP/s per case (tkpy, cuDNN, flash); skipped without matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no attention.png")
+    from benchmarks.plotting import pyplot
+    plt = pyplot("attention.png")
+    if plt is None:
         return
     labels = [f"B{r['b']} H{r['h']}\nN{r['n']} D{r['d']}\n{'causal' if r['causal'] else 'full'}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(rows)), 4.5))

@@ -115,12 +115,9 @@ def label(r: dict) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    from benchmarks.plotting import pyplot
+    plt = pyplot("plot")
+    if plt is None:
         return
     squares = [r for r in rows if r["kind"] == "square"]
     others = [r for r in rows if r["kind"] != "square"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -44,3 +45,20 @@ def attention_reference(q, k, v, causal=False, scale=None):
         keys, queries = torch.arange(nk, device=q.device), torch.arange(n, device=q.device)
         s = s.masked_fill(keys[None] > queries[:, None] + offset, -math.inf)
     return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)
+
+
+def in_fresh_thread(fn) -> None:
+    """fn() on a new thread, which has no current CUDA context yet; what it raises is raised here."""
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            fn()
+        except BaseException as e:      # pragma: no cover - re-raised below
+            errors.append(e)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]

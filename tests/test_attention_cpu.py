@@ -32,6 +32,32 @@ def check(o, lse, ref, ref_lse, n):
     assert (lse[seen] - ref_lse[seen]).abs().max() < 1e-3
 
 
+def interpret(q, k, v, causal, scale, blocks, name_part="", **options):
+    """_attention(**options)'s kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L (L of
+    lse_rows(n) rows for the kernel's consumer warpgroups: n rounded up to 128 or 192); checks that `name_part` is
+    in the kernel's name; returns O and L's first n rows."""
+    b, h, n, d = q.shape
+    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
+    lse = gpu_util.poisoned(b, h, att.lse_rows(n, options.get("consumer_warpgroups", 2)), dtype=torch.float32,
+                            device="cpu")
+    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), **options).kernel
+    assert name_part in kernel.name
+    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
+    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
+    return o, lse[..., :n]
+
+
+def compiled_sass(kernel, args) -> str:
+    """The kernel's SASS, once checked that it compiles without spills and its wgmma stay asynchronous (no
+    ptxas "Performance Loss" warning) as HGMMA."""
+    r = kernel.resources(*args)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
+    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
+    sass = kernel.sass(*args)
+    assert "HGMMA" in sass and "STL" not in sass
+    return sass
+
+
 CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
     (1, 2, 2, 200, 130, 64, False, BF16),
     (1, 2, 2, 77, 300, 128, False, FP16),
@@ -78,11 +104,8 @@ def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     (or not); GQA; lengths that are not multiples of 128; a custom scale."""
     n, nk, d = 460, 450, 64
     q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
-    o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, 2, 512, dtype=torch.float32, device="cpu")
-    args = [q, k, v, o, lse, 0.1 * att.LOG2E] + ([0] if causal else [])
-    att._attention(d, att.DTYPES[BF16], causal, pingpong, stages, overlap).kernel.interpret[(3,)](*args)
-    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
+    o, lse = interpret(q, k, v, causal, 0.1, 3, pingpong=pingpong, stages=stages, overlap=overlap)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
 @pytest.mark.parametrize("scale", [-0.2, -1.0, 0.0, -0.0])
@@ -102,12 +125,8 @@ def test_wider_key_value_tiles(d, stages, kv, causal):
     cross tiles at other offsets, several tasks per block."""
     n, nk = 300, 400                                   # 400 keys: 2 full 176-row tiles and 48 rows (or 192 + 192 + 16)
     q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
-    o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, 2, 384, dtype=torch.float32, device="cpu")
-    kernel = att._attention(d, att.DTYPES[BF16], causal, True, stages, True, kv).kernel
-    assert kernel.name.endswith(f"_kv{kv}")
-    kernel.interpret[(2,)](q, k, v, o, lse, 0.1 * att.LOG2E, *([0] if causal else []))
-    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
+    o, lse = interpret(q, k, v, causal, 0.1, 2, f"_kv{kv}", stages=stages, kv=kv)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
 def test_kv_must_suit_wgmma():
@@ -164,12 +183,7 @@ def test_variants_compile_to_hgmma_without_spills(d, dtype, causal, stages, kv):
     and stage counts (OTHER_CONFIGS)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=dtype), torch.empty(1, 2, 256)
     kernel = att._attention(d, att.DTYPES[dtype], causal, att.PINGPONG, stages, att.OVERLAP, kv).kernel
-    args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
-    r = kernel.resources(*args)
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
-    assert not any("Performance Loss" in w for w in r.warnings), r.warnings      # wgmma kept asynchronous
-    sass = kernel.sass(*args)
-    assert "HGMMA" in sass and "STL" not in sass
+    compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -193,11 +207,8 @@ def test_causal_tasks_dealt_as_a_snake_cover_every_tile(blocks, n):
     every query tile is still computed exactly as the reference, for round counts odd and even."""
     d = 64
     q, k, v = rand(1, 1, n, d, dtype=BF16), rand(1, 1, n, d, dtype=BF16), rand(1, 1, n, d, dtype=BF16)
-    o = gpu_util.poisoned(1, 1, n, d, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, 1, att.cdiv(n, 128) * 128, dtype=torch.float32, device="cpu")
-    args = [q, k, v, o, lse, 0.125 * att.LOG2E, 0]
-    att._attention(d, att.DTYPES[BF16], True).kernel.interpret[(blocks,)](*args)
-    check(o, lse[..., :n], *reference(q, k, v, True, scale=0.125), n)
+    o, lse = interpret(q, k, v, True, 0.125, blocks)
+    check(o, lse, *reference(q, k, v, True, scale=0.125), n)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -208,29 +219,16 @@ def test_sections_of_fewer_heads_cover_every_tile(causal, monkeypatch):
     monkeypatch.setattr(att, "SECTION_BYTES", 2 * n * d * 2 * 2)
     att._attention.cache_clear()
     q, k, v = (rand(1, heads, n, d, dtype=BF16) for _ in range(3))
-    o = gpu_util.poisoned(1, heads, n, d, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, heads, att.cdiv(n, 128) * 128, dtype=torch.float32, device="cpu")
-    args = [q, k, v, o, lse, 0.125 * att.LOG2E] + ([0] if causal else [])
     try:
-        att._attention(d, att.DTYPES[BF16], causal).kernel.interpret[(4,)](*args)
+        o, lse = interpret(q, k, v, causal, 0.125, 4)
     finally:
         att._attention.cache_clear()
-    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.125), n)
+    check(o, lse, *reference(q, k, v, causal, scale=0.125), n)
 
 
 # -- 3 consumer warpgroups (consumer_warpgroups=3: 192 query rows per task, the turns go round a ring of 3) ------
 
-def run_3wg(q, k, v, causal, scale, blocks, **options):
-    """The 3-warpgroup kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L (L of
-    lse_rows(n, 3) rows: n rounded up to 192); returns O and L's first n rows."""
-    b, h, n, d = q.shape
-    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
-    lse = gpu_util.poisoned(b, h, att.lse_rows(n, 3), dtype=torch.float32, device="cpu")
-    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), consumer_warpgroups=3, **options).kernel
-    assert "_3wg" in kernel.name
-    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
-    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
-    return o, lse[..., :n]
+run_3wg = functools.partial(interpret, name_part="_3wg", consumer_warpgroups=3)
 
 
 @pytest.mark.parametrize("d,causal,pingpong,stages,overlap,kv", [
@@ -284,10 +282,8 @@ def test_default_kernel_tasks_of_no_steps_in_a_row():
     TURN[0] in one phase, which the interpreter reported)."""
     n, nk = 600, 50
     q, k, v = rand(1, 1, n, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16)
-    o = gpu_util.poisoned(1, 1, n, 64, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, 1, att.lse_rows(n), dtype=torch.float32, device="cpu")
-    att._attention(64, att.DTYPES[BF16], True).kernel.interpret[(1,)](q, k, v, o, lse, 0.125 * att.LOG2E, nk - n)
-    check(o, lse[..., :n], *reference(q, k, v, "bottom_right", scale=0.125), n)
+    o, lse = interpret(q, k, v, "bottom_right", 0.125, 1)
+    check(o, lse, *reference(q, k, v, "bottom_right", scale=0.125), n)
 
 
 @pytest.mark.parametrize("d,kv,causal", [(64, 80, False), (64, None, False), (64, None, True), (128, None, False),
@@ -300,11 +296,7 @@ def test_three_consumer_warpgroups_compile_to_hgmma_without_spills(d, kv, causal
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
     kernel = att._attention(d, att.DTYPES[BF16], causal, kv=kv, consumer_warpgroups=3).kernel
     args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
-    r = kernel.resources(*args)
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
-    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
-    sass = kernel.sass(*args)
-    assert "HGMMA" in sass and "STL" not in sass
+    compiled_sass(kernel, args)
     assert "setmaxnreg.inc.sync.aligned.u32 160" in kernel.ptx(*args)
 
 
@@ -346,18 +338,7 @@ def test_bench_variants_are_kernel_options():
 
 # -- split K/V (split_kv=True: K in the template's input ring, V in its late ring, each released on its own) ---------
 
-def run_split(q, k, v, causal, scale, blocks, **options):
-    """The split-K/V kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L; returns O and
-    L's first n rows."""
-    b, h, n, d = q.shape
-    groups = options.get("consumer_warpgroups", 2)
-    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
-    lse = gpu_util.poisoned(b, h, att.lse_rows(n, groups), dtype=torch.float32, device="cpu")
-    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), split_kv=True, **options).kernel
-    assert "_splitkv" in kernel.name
-    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
-    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
-    return o, lse[..., :n]
+run_split = functools.partial(interpret, name_part="_splitkv", split_kv=True)
 
 
 @pytest.mark.parametrize("d,causal,options", [
@@ -463,12 +444,7 @@ def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
     dtype = options.pop("dtype", BF16)
     q, lse = torch.empty(1, 2, 384, d, dtype=dtype), torch.empty(1, 2, 384)
     kernel = att._attention(d, att.DTYPES[dtype], causal, split_kv=True, **options).kernel
-    args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
-    r = kernel.resources(*args)
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
-    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
-    sass = kernel.sass(*args)
-    assert "HGMMA" in sass and "STL" not in sass
+    compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
 
 
 # -- attention()'s choice of kernel per shape ---------------------------------------------------------------------
@@ -502,17 +478,7 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
 
 # -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------
 
-def run_q_ahead(q, k, v, causal, scale, blocks, **options):
-    """The q_ahead kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L."""
-    b, h, n, d = q.shape
-    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
-    lse = gpu_util.poisoned(b, h, att.lse_rows(n, options.get("consumer_warpgroups", 2)), dtype=torch.float32,
-                            device="cpu")
-    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), q_ahead=True, **options).kernel
-    assert kernel.name.endswith("_qahead")
-    offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
-    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
-    return o, lse[..., :n]
+run_q_ahead = functools.partial(interpret, name_part="_qahead", q_ahead=True)
 
 
 Q_AHEAD_CONFIGS = [          # the configurations whose stages leave room for a second query tile per warpgroup
@@ -567,10 +533,7 @@ def test_q_ahead_compiles_to_hgmma_without_spills(d, options):
     slower."""
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
     kernel = att._attention(d, att.DTYPES[BF16], True, q_ahead=True, **options).kernel
-    args = [q, q, q, q, lse, 1.0, 0]
-    r = kernel.resources(*args)
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0
-    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
-    sass = [line for line in kernel.sass(*args).splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0, 0]).splitlines()
+    sass = [line for line in sass if re.search(r"/\*[0-9a-f]{4}\*/", line)]
     before_hgmma = [sass[j] for i, text in enumerate(sass) if "HGMMA" in text for j in range(max(0, i - 4), i)]
     assert sass and not any("R2UR" in line for line in before_hgmma)

@@ -12,15 +12,21 @@ pytestmark = requires_gpu
 BF16, FP16 = torch.bfloat16, torch.float16
 
 
-def run_poisoned(q, k, v, causal=False, scale=None):
-    """The kernel attention() picks on NaN-filled output and log-sum-exp buffers (the latter padded to a task's
-    rows, as attention() allocates it): every element of O and of L's first n rows must be written."""
+def run_poisoned(q, k, v, causal=False, scale=None, **options):
+    """The kernel attention() picks, or the one _launch's `options` name, on NaN-filled output and log-sum-exp
+    buffers (the latter padded to a task's rows, 128 or 192): every element of O and of L's first n rows must
+    be written."""
     from kernels import attention as att
     b, h, n, d = q.shape
     o = poisoned(b, h, n, d, dtype=q.dtype)
     lse = poisoned(b, h, max(att.lse_rows(n, groups) for groups in (2, 3)), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, scale)
+    att._launch(q, k, v, o, lse, causal, scale, **options)
     return o, lse[..., :n]
+
+
+def qkv(b, h, hkv, n, nk, d, dtype=BF16):
+    """Random q (b, h, n, d) and k, v (b, hkv, nk, d)."""
+    return rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
 
 
 def check(o, lse, ref, ref_lse):
@@ -55,7 +61,7 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
 
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES)
 def test_attention_forward(b, h, hkv, n, nk, d, causal, dtype):
-    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
+    q, k, v = qkv(b, h, hkv, n, nk, d, dtype)
     o, lse = run_poisoned(q, k, v, causal)
     ref, ref_lse = reference(q, k, v, causal)
     check(o, lse, ref, ref_lse)
@@ -79,13 +85,11 @@ def test_attention_runs_three_warpgroups_with_split_rings_at_d64(causal):
     output, bit for bit, as that kernel launched by name, and the float64 reference's."""
     from kernels import attention as att
     from tkpy.templates.common import multiprocessors
-    q, k, v = rand(8, 16, 2048, 64, dtype=BF16), rand(8, 4, 2048, 64, dtype=BF16), rand(8, 4, 2048, 64, dtype=BF16)
+    q, k, v = qkv(8, 16, 4, 2048, 2048, 64)
     assert att.consumer_warpgroups_for(*q.shape, multiprocessors(q)) == 3
     o, lse = att.attention(q, k, v, causal=causal, return_lse=True)
     check(o, lse, *reference(q, k, v, causal))
-    o3 = poisoned(8, 16, 2048, 64, dtype=BF16)
-    att._launch(q, k, v, o3, poisoned(8, 16, att.lse_rows(2048, 3), dtype=torch.float32), causal, None,
-                consumer_warpgroups=3, split_kv=True)
+    o3, _ = run_poisoned(q, k, v, causal, consumer_warpgroups=3, split_kv=True)
     assert torch.equal(o, o3)
 
 
@@ -103,7 +107,7 @@ def test_large_and_small_scales(scale):
 def test_negative_and_zero_scales(scale, causal):
     """The kernel's running max is of the raw scores (valid for a positive scale): a negative scale runs on -k with
     |scale|, a zero one on zero keys (uniform weights over the keys a row sees)."""
-    q, k, v = rand(2, 4, 700, 128, dtype=BF16), rand(2, 2, 900, 128, dtype=BF16), rand(2, 2, 900, 128, dtype=BF16)
+    q, k, v = qkv(2, 4, 2, 700, 900, 128)
     check(*run_poisoned(q, k, v, causal, scale), *reference(q, k, v, causal, scale=scale))
 
 
@@ -144,13 +148,11 @@ def test_kernel_variants(pingpong, overlap, stages, kv, d, causal):
     """Every variant benchmarks/bench_attention.py times: warpgroups taking turns or not, softmax overlapping the
     previous P V or not, fewer stages, 96-row tiles in 4 stages; several tasks per persistent block, odd
     lengths."""
-    from kernels import attention as att
     stages = stages if d == 128 or stages is None else 3
-    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
-    o = poisoned(2, 16, 1100, d, dtype=BF16)
-    lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, pingpong, stages, overlap, kv, consumer_warpgroups=2)
-    check(o, lse[..., :1100], *reference(q, k, v, causal))
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    o, lse = run_poisoned(q, k, v, causal, pingpong=pingpong, stages=stages, overlap=overlap, kv=kv,
+                          consumer_warpgroups=2)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
@@ -159,12 +161,9 @@ def test_kernel_variants(pingpong, overlap, stages, kv, d, causal):
 def test_other_key_value_tile_heights(d, stages, kv, causal):
     """Key/value tile heights other than the defaults (the kv option): partial last tiles, diagonals at other
     offsets within a tile, several tasks per persistent block."""
-    from kernels import attention as att
-    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
-    o = poisoned(2, 16, 1100, d, dtype=BF16)
-    lse = poisoned(2, 16, att.cdiv(1100, 128) * 128, dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, True, stages, True, kv, consumer_warpgroups=2)
-    check(o, lse[..., :1100], *reference(q, k, v, causal))
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    o, lse = run_poisoned(q, k, v, causal, stages=stages, kv=kv, consumer_warpgroups=2)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("d,pingpong,overlap,kv", [
@@ -175,12 +174,10 @@ def test_three_consumer_warpgroups(d, pingpong, overlap, kv, causal):
     """consumer_warpgroups=3 with one K/V ring (192 query rows per task, the turns round a ring of 3;
     benchmarks/bench_attention.py's "3wg" variants; D64 also in 80- and 112-row tiles): GQA, odd lengths, several
     tasks per persistent block, the log-sum-exp buffer rounded up to 192 rows."""
-    from kernels import attention as att
-    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
-    o = poisoned(2, 16, 1100, d, dtype=BF16)
-    lse = poisoned(2, 16, att.lse_rows(1100, 3), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, pingpong, None, overlap, kv, consumer_warpgroups=3, split_kv=False)
-    check(o, lse[..., :1100], *reference(q, k, v, causal))
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    o, lse = run_poisoned(q, k, v, causal, pingpong=pingpong, overlap=overlap, kv=kv, consumer_warpgroups=3,
+                          split_kv=False)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", [
@@ -195,19 +192,16 @@ def test_three_consumer_warpgroups(d, pingpong, overlap, kv, causal):
 @pytest.mark.parametrize("split_kv", [True, False])
 def test_three_consumer_warpgroups_cases(b, h, hkv, n, nk, d, causal, dtype, split_kv):
     """3 consumer warpgroups with split K/V rings (attention()'s D64 kernel for most shapes) and with one ring."""
-    from kernels import attention as att
-    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
-    o = poisoned(b, h, n, d, dtype=dtype)
-    lse = poisoned(b, h, att.lse_rows(n, 3), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=3, split_kv=split_kv)
-    check(o, lse[..., :n], *reference(q, k, v, causal))
+    q, k, v = qkv(b, h, hkv, n, nk, d, dtype)
+    o, lse = run_poisoned(q, k, v, causal, consumer_warpgroups=3, split_kv=split_kv)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_tasks_of_no_steps_in_a_row(d):
     """Bottom-right causal with many more queries than keys: half of the 256 tasks see no key, several in a row
     per persistent block; the consumer warpgroups' turns go round across tasks and those take none."""
-    q, k, v = rand(4, 16, 1000, d, dtype=BF16), rand(4, 4, 300, d, dtype=BF16), rand(4, 4, 300, d, dtype=BF16)
+    q, k, v = qkv(4, 16, 4, 1000, 300, d)
     check(*run_poisoned(q, k, v, "bottom_right"), *reference(q, k, v, "bottom_right"))
 
 
@@ -222,13 +216,9 @@ def test_split_kv(d, options, causal):
     """split_kv=True (K and V in rings of their own; benchmarks/bench_attention.py's "splitkv" variants): the
     defaults per head dim (CONFIGS_SPLIT), other tile heights and stage counts, lockstep warpgroups, 3 consumer
     warpgroups; GQA, odd lengths, several tasks per persistent block."""
-    from kernels import attention as att
-    q, k, v = rand(2, 16, 1100, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16), rand(2, 8, 1300, d, dtype=BF16)
-    o = poisoned(2, 16, 1100, d, dtype=BF16)
-    options = {"consumer_warpgroups": 2, **options}
-    lse = poisoned(2, 16, att.lse_rows(1100, options["consumer_warpgroups"]), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, split_kv=True, **options)
-    check(o, lse[..., :1100], *reference(q, k, v, causal))
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    o, lse = run_poisoned(q, k, v, causal, split_kv=True, **{"consumer_warpgroups": 2, **options})
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", [
@@ -241,12 +231,9 @@ def test_split_kv(d, options, causal):
     (4, 16, 4, 2048, 2048, 128, True, BF16),             # 1024 tasks: several per persistent block
     (8, 16, 16, 1024, 1024, 64, False, FP16)])
 def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
-    from kernels import attention as att
-    q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
-    o = poisoned(b, h, n, d, dtype=dtype)
-    lse = poisoned(b, h, att.lse_rows(n), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, split_kv=True, consumer_warpgroups=2)
-    check(o, lse[..., :n], *reference(q, k, v, causal))
+    q, k, v = qkv(b, h, hkv, n, nk, d, dtype)
+    o, lse = run_poisoned(q, k, v, causal, split_kv=True, consumer_warpgroups=2)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("d,options", [
@@ -257,10 +244,7 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
 def test_q_ahead(d, options, causal):
     """q_ahead=True (the next task's Q loads into a second query tile while this task runs; bench_attention.py's
     "qahead" variants): GQA, odd lengths, several tasks per persistent block, bottom-right tasks of no steps."""
-    from kernels import attention as att
     n, nk = (1100, 1300) if causal != "bottom_right" else (1000, 300)
-    q, k, v = rand(2, 16, n, d, dtype=BF16), rand(2, 8, nk, d, dtype=BF16), rand(2, 8, nk, d, dtype=BF16)
-    o = poisoned(2, 16, n, d, dtype=BF16)
-    lse = poisoned(2, 16, att.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32)
-    att._launch(q, k, v, o, lse, causal, None, q_ahead=True, **options)
-    check(o, lse[..., :n], *reference(q, k, v, causal))
+    q, k, v = qkv(2, 16, 8, n, nk, d)
+    o, lse = run_poisoned(q, k, v, causal, q_ahead=True, **options)
+    check(o, lse, *reference(q, k, v, causal))

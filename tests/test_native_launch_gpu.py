@@ -5,8 +5,6 @@ TKPY_NATIVE_LAUNCH=0 (tkpy/runtime/native.py).
 """
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
@@ -14,7 +12,7 @@ import tkpy as tk
 from tkpy import f32
 from tkpy.runtime import native
 
-from gpu_util import poisoned, rand, requires_gpu
+from gpu_util import in_fresh_thread, poisoned, rand, requires_gpu
 
 pytestmark = requires_gpu
 WARPS = 2
@@ -137,18 +135,7 @@ def test_launch_from_fresh_thread(kernels):
     nat[(4,)](x, y, 1, 1.0)
     torch.cuda.synchronize()
     y.fill_(float("nan"))
-    errors: list = []
-
-    def work():
-        try:
-            nat[(4,)](x, y, 1, 5.0)
-        except BaseException as e:      # pragma: no cover - reported below
-            errors.append(e)
-
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    assert not errors, errors
+    in_fresh_thread(lambda: nat[(4,)](x, y, 1, 5.0))
     torch.cuda.synchronize()
     assert torch.equal(y, x * 5.0)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from tkpy.runtime import (
@@ -19,6 +17,8 @@ from tkpy.runtime import (
     max_shared_per_block_optin,
     sm_count,
 )
+
+from gpu_util import in_fresh_thread
 
 pytestmark = [
     pytest.mark.gpu,
@@ -225,20 +225,13 @@ def test_launch_from_fresh_thread(torch, add1_mod):
     x = torch.zeros(256, device="cuda")
     stream = torch.cuda.current_stream(dev).cuda_stream
     torch.cuda.synchronize()
-    errors: list[BaseException] = []
 
     def work():
-        try:
-            pb = ParamBuffer(["ptr", "i32"])
-            pb.pack(x.data_ptr(), x.numel())
-            lr((2, 1, 1), stream, pb)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        pb = ParamBuffer(["ptr", "i32"])
+        pb.pack(x.data_ptr(), x.numel())
+        lr((2, 1, 1), stream, pb)
 
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    assert not errors, errors
+    in_fresh_thread(work)
     torch.cuda.synchronize()
     assert torch.all(x == 1)
 
