@@ -4,7 +4,8 @@
         python3 benchmarks/profile_cases.py CASE
 
 Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
-causal(0/1) [--only-sdpa] (tkpy, then SDPA cuDNN). Each runs 3 times after building its inputs.
+causal(0/1) [key=value ...] [--only-sdpa] (tkpy: attention(), or kernels.attention._launch with those options, e.g.
+pingpong=softmax overlap=False; then SDPA cuDNN). Each runs 3 times after building its inputs.
 """
 from __future__ import annotations
 
@@ -34,18 +35,31 @@ def main(argv: list[str]) -> None:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        from kernels.attention import attention
+        from kernels import attention as att
         bsz, h, n, d, causal = (int(x) for x in dims[:5])
+        options = dict(_option(x) for x in dims[5:] if "=" in x)
         q, k, v = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+        o, lse = torch.empty_like(q), torch.empty(bsz, h, max(att.lse_rows(n, g) for g in (2, 3)), device="cuda")
         if "--only-sdpa" not in argv:
             for _ in range(3):
-                attention(q, k, v, causal=bool(causal))
+                if options:
+                    att._launch(q, k, v, o, lse, bool(causal), None, **options)
+                else:
+                    att.attention(q, k, v, causal=bool(causal))
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             for _ in range(3):
                 F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
     else:
         raise SystemExit(f"unknown case {what!r}")
     torch.cuda.synchronize()
+
+
+def _option(text: str) -> tuple:
+    """key=value of an attention option: ints, True/False, or strings (pingpong=softmax)."""
+    key, value = text.split("=")
+    if value in ("True", "False"):
+        return key, value == "True"
+    return key, int(value) if value.lstrip("-").isdigit() else value
 
 
 if __name__ == "__main__":

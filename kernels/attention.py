@@ -70,6 +70,8 @@ CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # 0.87-1.07x, no better than the default on the whole, and are not picked.
 GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
+# pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
+# (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
 TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
 OWN = (4, 5, 7)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
@@ -127,11 +129,12 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 
 
 @functools.cache
-def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
+def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
-    consumer warpgroups taking turns or not, `stages` (default: CONFIGS), each step's softmax overlapping
+    consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
+    (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
     the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
     of 16 up to 256, the wgmma N of S = Q K^T; the template raises if its stages do not fit in shared
     memory), and `consumer_warpgroups` 2 or 3 (64 query rows each; with 3, tasks of 192 rows, the turns go
@@ -143,6 +146,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     name gains "_splitkv". q_ahead=True: two query tiles per consumer warpgroup, the next task's loading into one
     while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead"."""
     groups = consumer_warpgroups
+    if pingpong not in (True, False, "softmax"):
+        raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
+    softmax_turns = pingpong == "softmax"
+    mma_turns = bool(pingpong) and not softmax_turns
     if groups not in (2, 3):
         raise ValueError(f"attention: consumer_warpgroups must be 2 or 3, got {groups!r}")
     if groups == 3 and d not in CONFIGS_3WG:
@@ -165,7 +172,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
     stages = stages or default_stages
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") \
         + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
-        + ("" if pingpong else "_lockstep") + ("" if stages == default_stages else f"_{stages}stages") \
+        + ("" if pingpong else "_lockstep") + ("_softmaxturns" if softmax_turns else "") \
+        + ("" if stages == default_stages else f"_{stages}stages") \
         + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
     rings = {}
     if split_kv:
@@ -316,6 +324,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 tk.map(st.shift, lambda m: tk.max(m * g.scale_log2, -FLT_MAX), st.row_max)
             else:
                 tk.mul(st.shift, st.row_max, g.scale_log2)
+            if softmax_turns:                                    # the exponentials, one warpgroup at a time
+                _turn(sync_on_turn=True, groups=groups)
             tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), st.scores, st.shift)
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
@@ -331,27 +341,31 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                 from the previous stage), so the softmax of S_k runs while that second product does; the last
                 step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
                 if every path waits before it reads an accumulator."""
-                if pingpong:
+                if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
-                    if pingpong:
+                    if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
                     self.softmax(st, k)
                     # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                     # stores before the wait, and the row sums depend on every exp2.
                     tk.store(st.anchor[tk.warp_id()], st.row_sum)
+                    if softmax_turns:                           # (O's rescale waits for P V: not in the turn)
+                        _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()               # O and P are free again
                     self.rescale(st)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
-                    if pingpong:
+                    if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
                     self.softmax(st, k)
                     self.rescale(st)
+                    if softmax_turns:
+                        _turn(sync_on_turn=False, groups=groups)
                 with tk.if_(k == st.iters - 1):
                     if split_kv:                # V_k from its late stage; with nothing left in flight, the
                         tk.warpgroup.mma_AB(st.out, st.probs, inp.late.v)    # template releases K_k at once
@@ -360,14 +374,16 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPO
                         tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
         else:
             def compute(self, st, inp, k):
-                if pingpong:
+                if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
-                if pingpong:                                     # the other's S runs during this softmax
+                if mma_turns:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
                 self.softmax(st, k)
-                self.rescale(st)
+                self.rescale(st)                                 # (with softmax turns, O's rescale in the turn:
+                if softmax_turns:                                # its FMULs fill the gaps between exponentials)
+                    _turn(sync_on_turn=False, groups=groups)
                 tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
 
         def finish(self, g, st, task):

@@ -97,11 +97,11 @@ def test_causal_is_torchs_is_causal_and_bottom_right_its_lower_right_bias(monkey
 
 @pytest.mark.parametrize("causal,pingpong,stages,overlap", [
     (False, True, None, True), (True, True, None, True), (True, False, None, True), (True, True, 2, True),
-    (True, True, None, False), (False, False, 2, False)])
+    (True, True, None, False), (False, False, 2, False), (True, "softmax", None, True), (False, "softmax", None, False)])
 def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     """8 tasks over 3 blocks: the ring of stages runs on across tasks of different lengths (causal), the
-    longest first, the warpgroups taking turns (or in lockstep), each softmax overlapping the previous P V
-    (or not); GQA; lengths that are not multiples of 128; a custom scale."""
+    longest first, the warpgroups taking turns at their MMAs or their softmax (or in lockstep), each softmax
+    overlapping the previous P V (or not); GQA; lengths that are not multiples of 128; a custom scale."""
     n, nk, d = 460, 450, 64
     q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
     o, lse = interpret(q, k, v, causal, 0.1, 3, pingpong=pingpong, stages=stages, overlap=overlap)
@@ -235,7 +235,7 @@ run_3wg = functools.partial(interpret, name_part="_3wg", consumer_warpgroups=3)
     (64, False, True, None, True, None), (64, True, True, None, True, None), (64, True, False, None, True, None),
     (64, True, True, 2, True, None), (64, True, True, None, False, None), (64, False, False, 2, False, None),
     (64, True, True, None, True, 80), (64, False, True, None, True, 112), (128, False, True, None, True, None),
-    (128, True, True, None, True, None)])
+    (128, True, True, None, True, None), (64, True, "softmax", None, True, None), (64, False, "softmax", None, False, None)])
 def test_three_consumer_warpgroups_several_tasks_per_persistent_block(d, causal, pingpong, stages, overlap, kv):
     """As test_several_tasks_per_persistent_block with 3 consumer warpgroups: 6 tasks of 192 query rows over 2
     blocks (460 rows: the last task has 76, its third warpgroup none), GQA, turns round the ring of 3 (or in

@@ -142,7 +142,7 @@ def test_attention_rejects_what_it_cannot_do():
 
 @pytest.mark.parametrize("pingpong,overlap,stages,kv", [
     (True, True, None, None), (True, False, None, None), (False, True, None, None), (False, False, None, None),
-    (False, False, 2, None), (True, True, 4, 96)])
+    (False, False, 2, None), (True, True, 4, 96), ("softmax", True, None, None), ("softmax", False, None, None)])
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)])
 def test_kernel_variants(pingpong, overlap, stages, kv, d, causal):
     """Every variant benchmarks/bench_attention.py times: warpgroups taking turns or not, softmax overlapping the
@@ -167,7 +167,8 @@ def test_other_key_value_tile_heights(d, stages, kv, causal):
 
 
 @pytest.mark.parametrize("d,pingpong,overlap,kv", [
-    (d, *variant) for d in (64, 128) for variant in [(True, True, None), (True, False, None), (False, True, None)]
+    (d, *variant) for d in (64, 128) for variant in [(True, True, None), (True, False, None), (False, True, None),
+                                                     ("softmax", True, None)]
     + ([(True, True, 80), (True, True, 112)] if d == 64 else [])])
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_consumer_warpgroups(d, pingpong, overlap, kv, causal):

@@ -84,7 +84,7 @@ def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int =
 
 def reference(a, b, steps=steps_of):
     """A @ B in float64 where the BM rows of task row r sum over only the first steps(r) K steps of BK."""
-    out = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64)
+    out = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64, device=a.device)
     for r in range(a.shape[0] // BM):
         n = steps(r) * BK
         rows = slice(r * BM, (r + 1) * BM)
