@@ -356,16 +356,20 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if softmax_turns:                           # (O's rescale waits for P V: not in the turn)
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()               # O and P are free again
-                    self.rescale(st)
+                    tk.mul_row(st.out, st.out, st.factor)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
                     self.softmax(st, k)
-                    self.rescale(st)
+                    tk.mul_row(st.out, st.out, st.factor)
                     if softmax_turns:
                         _turn(sync_on_turn=False, groups=groups)
+                # P converted once for both paths: with a conversion in each, ptxas copied P's 32 registers into
+                # the ones the next P V reads at every step. (O's rescale stays in each: the assembler keeps the
+                # MMAs asynchronous only if every path waits before it writes an accumulator.)
+                tk.copy(st.probs, st.scores)
                 with tk.if_(k == st.iters - 1):
                     if split_kv:                # V_k from its late stage; with nothing left in flight, the
                         tk.warpgroup.mma_AB(st.out, st.probs, inp.late.v)    # template releases K_k at once

@@ -157,9 +157,11 @@ def test_prelude_descriptor_matches_the_model():
     text = hopper._WGMMA
     assert ": (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes;" in text      # K-major step offset
     assert "MN_MAJOR ? u32(k16) * 16 * swz" in text                                    # MN-major step offset
-    assert "desc_encode(smem_addr(s.base))" in text and "u32(u32(base) + (offset >> 4))" in text
-    assert "constexpr u64 leading = MN_MAJOR ? panel_bytes : 16;" in text
-    assert "desc_encode(8 * swz) << 32" in text and "mode = swz == 128 ? 1 : swz == 64 ? 2 : 3" in text
+    # the low word (bits 0-31): start address and leading byte offset, plus the step's offset
+    assert "u32(desc_encode(smem_addr(s.base))) | u32(desc_encode(leading)) << 16" in text
+    assert '"r"(low + (offset >> 4))' in text and "constexpr u32 leading = MN_MAJOR ? panel_bytes : 16;" in text
+    # the high word (bits 32-63): stride byte offset and the swizzle mode in bits 62-63
+    assert "u32(desc_encode(8 * swz)) | mode << 30" in text and "mode = swz == 128 ? 1 : swz == 64 ? 2 : 3" in text
 
 
 # --------------------------------------------------------------------------- trace-time errors

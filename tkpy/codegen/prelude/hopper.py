@@ -156,21 +156,26 @@ _WGMMA = r"""
 // wgmma shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): start address,
 // leading- and stride-dimension byte offsets (all >> 4) and the swizzle mode in bits 62-63.
 // A tile is MN-major when its rows run along K (B of mma_AB, A of mma_AtB), K-major otherwise.
-__device__ __forceinline__ u64 desc_encode(u64 x) { return (x & 0x3FFFF) >> 4; }
+__device__ __forceinline__ constexpr u64 desc_encode(u64 x) { return (x & 0x3FFFF) >> 4; }
 // Step k16 is the k16-th instruction along K: 16 K rows of an MN-major tile, or 32 bytes of each row of a
 // K-major one (16 bf16/fp16 or 32 fp8 elements). tkpy/tiles/wgmma.py models these and the layouts they read.
 // The tile's descriptor is built once (the same for every step: the compiler keeps it) and each step adds
 // its byte offset >> 4 to the low word: shared addresses stay below 2^18, so the 14-bit start field cannot
-// carry into the next one, and a step costs one 32-bit add instead of re-encoding an address.
+// carry into the next one, and a step costs one 32-bit add instead of re-encoding an address. The two words
+// are joined by mov.b64: written as 64-bit arithmetic, the compiler proved the add cannot wrap and widened
+// it to a 64-bit add with carry, three uniform instructions before every wgmma instead of one.
 template <typename S, bool MN_MAJOR>
 __device__ __forceinline__ u64 descriptor(const S& s, int k16) {
-    constexpr u64 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
-    constexpr u64 panel_bytes = u64(S::rows) * swz;
-    constexpr u64 leading = MN_MAJOR ? panel_bytes : 16;   // K-major: unused by swizzled layouts
-    const u64 base = desc_encode(smem_addr(s.base)) | desc_encode(leading) << 16 | desc_encode(8 * swz) << 32 | mode << 62;
+    constexpr u32 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
+    constexpr u32 panel_bytes = u32(S::rows) * swz;
+    constexpr u32 leading = MN_MAJOR ? panel_bytes : 16;   // K-major: unused by swizzled layouts
+    constexpr u32 high = u32(desc_encode(8 * swz)) | mode << 30;                      // stride, swizzle mode
+    const u32 low = u32(desc_encode(smem_addr(s.base))) | u32(desc_encode(leading)) << 16;   // start, leading
     const u32 offset = MN_MAJOR ? u32(k16) * 16 * swz                                  // 16 more rows of K
                                 : (k16 % (swz / 32)) * 32 + (k16 / (swz / 32)) * panel_bytes;  // 32 bytes of K
-    return (base & ~u64(0xFFFFFFFF)) | u32(u32(base) + (offset >> 4));
+    u64 desc;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(low + (offset >> 4)), "r"(high));
+    return desc;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
