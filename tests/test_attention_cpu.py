@@ -533,7 +533,24 @@ def test_q_ahead_compiles_to_hgmma_without_spills(d, options):
     slower."""
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
     kernel = att._attention(d, att.DTYPES[BF16], True, q_ahead=True, **options).kernel
-    sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0, 0]).splitlines()
-    sass = [line for line in sass if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-    before_hgmma = [sass[j] for i, text in enumerate(sass) if "HGMMA" in text for j in range(max(0, i - 4), i)]
-    assert sass and not any("R2UR" in line for line in before_hgmma)
+    before = before_hgmma(compiled_sass(kernel, [q, q, q, q, lse, 1.0, 0]))
+    assert before and not any("R2UR" in line for line in before)
+
+
+def before_hgmma(sass: str, window: int = 4) -> list[str]:
+    """The `window` instructions before each HGMMA of a SASS listing (nvdisasm's, one instruction a line)."""
+    lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    return [lines[j] for i, text in enumerate(lines) if "HGMMA" in text for j in range(max(0, i - window), i)]
+
+
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False)])
+def test_wgmma_descriptor_steps_are_one_32_bit_add(d, causal):
+    """The default kernels: a wgmma's descriptor for step k is the tile's descriptor plus k's offset in the low
+    word, one uniform add; no 64-bit add with carry (UIADD3.X) before any HGMMA, as when the prelude wrote it
+    in 64-bit arithmetic (NVRTC 13.0, the H200's, widened the add: three dependent instructions before every
+    HGMMA; 13.5 did not, so this fails only under 13.0 on the old prelude)."""
+    q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
+    kernel = att._attention(d, att.DTYPES[BF16], causal, consumer_warpgroups=3 if d == 64 else 2,
+                            split_kv=d == 64).kernel
+    before = before_hgmma(compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else [])))
+    assert before and not any("UIADD3.X" in line for line in before)
