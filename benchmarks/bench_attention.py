@@ -9,6 +9,8 @@ warpgroups taking turns (ping-pong) or each step's softmax overlapping the previ
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): a graph of back-to-back
 calls is replayed between CUDA events, so the host's launch work is not timed, for tkpy and SDPA alike.
+tkpy is timed in pairs with each backend (timing.paired_ms: tkpy, SDPA, SDPA, tkpy), the ratios from each
+pair; the tkpy column is its time in the cuDNN pair.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
@@ -35,26 +37,30 @@ def main() -> list[dict]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from benchmarks.timing import median_ms
+    from benchmarks.timing import median_ms, paired_ms
     from kernels.attention import attention
     rows = []
     for b, h, n, d, causal in CASES:
         q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         out = attention(q, k, v, causal=causal)
-        row = {"b": b, "h": h, "n": n, "d": d, "causal": causal,
-               "tkpy": flops / median_ms(lambda: attention(q, k, v, causal=causal)) / 1e9}
+        ours = lambda: attention(q, k, v, causal=causal)  # noqa: E731
+        row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
             try:
                 with sdpa_kernel(backend):
                     ref = fn()
-                    row[name] = flops / median_ms(fn) / 1e9
+                    t_ours, t_theirs = paired_ms(ours, fn)            # tkpy timed against each, in pairs
+                row[name], row[f"vs_{name}"] = flops / t_theirs / 1e9, t_theirs / t_ours
+                if name == "cudnn":
+                    row["tkpy"] = flops / t_ours / 1e9
             except RuntimeError as e:          # a backend that does not take this case
                 print(f"  {name} unavailable for B{b} H{h} N{n} D{d} causal={causal}: {str(e).splitlines()[0]}")
-                row[name], ref = float("nan"), None
+                row[name], row[f"vs_{name}"], ref = float("nan"), float("nan"), None
             if name == "cudnn" and ref is not None:
                 row["diff_vs_cudnn"] = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+        row.setdefault("tkpy", flops / median_ms(ours) / 1e9)
         rows.append(row)
         del q, k, v, out
         torch.cuda.empty_cache()
@@ -62,7 +68,7 @@ def main() -> list[dict]:
           f"{'diff':>8}  (TFLOP/s; causal at half the FLOPs)")
     for r in rows:
         print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
-              f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['tkpy'] / r['cudnn']:>9.2f} {r['tkpy'] / r['flash']:>9.2f} "
+              f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['vs_cudnn']:>9.2f} {r['vs_flash']:>9.2f} "
               f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
     variants = variant_table() if "--no-variants" not in sys.argv else []
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
@@ -177,8 +183,10 @@ def compare(names: list[str], rounds: int) -> list[dict]:
             if options is not None:
                 fns[name] = lambda options=options: att._launch(q, k, v, o, lse, causal, None, **options)
         times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
+        order = list(fns)
+        for round_ in range(rounds):           # each round in another order: the one timed after another gains
+            for name in order[round_ % len(order):] + order[:round_ % len(order)]:
+                fn = fns[name]
                 if name == "cudnn":
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                         times[name].append(median_ms(fn))

@@ -10,7 +10,8 @@ width tkpy runs (BN) and the relative difference between tkpy's and cuBLAS's out
 
 Times are GPU time per call from CUDA-graph replays (benchmarks/timing.py): each measurement replays a
 graph of back-to-back calls, so short kernels (1024^3: about 7 us) are timed without the host's launch
-work, for tkpy and cuBLAS alike. Inputs are not rotated: every call reads the same tensors.
+work, for tkpy and cuBLAS alike. Inputs are not rotated: every call reads the same tensors. Each case is
+timed tkpy, cuBLAS, cuBLAS, tkpy (the one timed second gains up to ~8% at 8192^3; this order cancels it).
 
 Variant tables follow (--no-variants skips them): the epilogue variants, split-K, and the tile widths
 (64, 128 and 256 forced, 64 and 128 also in clusters of two column-adjacent blocks that share A ("A2"),
@@ -21,8 +22,8 @@ in clusters of two (kernels/gemm.py's CLUSTER_A_WIDTHS), "/S4" when it splits K 
         tables on stdout; $OUT/gemm.json and $OUT/gemm.png when OUT is set, else ./gemm.png.
         --quick: only the main table's shapes of fewer than 4096^3 multiply-adds, and the tile-width table
     PYTHONPATH=. python3 benchmarks/bench_gemm.py --repeat N [SIZE ...]
-        only squares (default 1024 4096 8192), each measured N times (tkpy then cuBLAS, rounds interleaved
-        over the sizes): the median ratio and its spread, for the goals the run-to-run noise (~5%) blurs.
+        only squares (default 1024 4096 8192), each measured N times (rounds interleaved over the sizes):
+        the median ratio and its spread, for the goals the run-to-run noise (~5%) blurs.
 """
 from __future__ import annotations
 
@@ -65,9 +66,11 @@ def tile_label(m: int, n: int, k: int, a) -> str:
 
 
 def measure(case: dict) -> dict:
+    """One case, tkpy and cuBLAS timed in pairs (timing.paired_ms: the 8192^3 ratio was 0.96-1.00 with tkpy
+    timed first and 1.05-1.08 with cuBLAS first, RESULTS.md run 61)."""
     import torch
 
-    from benchmarks.timing import median_ms
+    from benchmarks.timing import paired_ms
     from kernels import gemm
     m, n, k, layout = case["m"], case["n"], case["k"], case["layout"]
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
@@ -100,7 +103,7 @@ def measure(case: dict) -> dict:
     expected = got.get("ref", ref)
     diff = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
     flops = 2 * m * n * k
-    t_ours, t_theirs = median_ms(ours), median_ms(theirs)
+    t_ours, t_theirs = paired_ms(ours, theirs)
     block_n, splits = tile_width(m, n, k, a)
     row = dict(case, tkpy_tflops=flops / t_ours / 1e9, cublas_tflops=flops / t_theirs / 1e9, rel_diff=diff,
                block_n=block_n, splits=splits, tile=tile_label(m, n, k, a), tkpy_us=t_ours * 1e3,
@@ -227,7 +230,8 @@ def repeated(sizes: list[int], rounds: int) -> dict:
             ratios[n].append(measure(dict(kind="square", m=n, n=n, k=n, layout="nn"))["ratio"])
     print(f"{'N^3':>8} {'median':>7} {'lowest':>7} {'highest':>8}  (tkpy / cuBLAS over {rounds} interleaved rounds)")
     for n, r in ratios.items():
-        print(f"{n:>8} {statistics.median(r):>7.3f} {min(r):>7.3f} {max(r):>8.3f}")
+        print(f"{n:>8} {statistics.median(r):>7.3f} {min(r):>7.3f} {max(r):>8.3f}   rounds: "
+              + " ".join(f"{x:.3f}" for x in r))
     return {str(n): r for n, r in ratios.items()}
 
 

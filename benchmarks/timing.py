@@ -64,3 +64,13 @@ def _timed_replays(graph, replays: int) -> list[float]:
         end.record()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in events]
+
+
+def paired_ms(first, second) -> tuple[float, float]:
+    """median_ms of two functions timed first, second, second, first, each the mean of its two: the one timed
+    right after the other gains (a warmed card: the 8192^3 GEMM ratio moved by up to 8% with the order,
+    RESULTS.md run 61), and this order cancels that drift."""
+    a, b = median_ms(first), median_ms(second)
+    b += median_ms(second)
+    a += median_ms(first)
+    return a / 2, b / 2
