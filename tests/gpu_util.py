@@ -14,6 +14,14 @@ requires_gpu = [
     pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA Hopper (sm_90) GPU with torch CUDA"),
 ]
 
+
+def on_gpu(test):
+    """requires_gpu's marks on one test (of a module whose other tests run without a GPU)."""
+    for mark in requires_gpu:
+        test = mark(test)
+    return test
+
+
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
 
 

@@ -82,8 +82,8 @@ _CONFIG = struct.Struct("<7I4xQQI4x")       # CUlaunchConfig: grid, block, smem,
 
 
 class FakeDriver:
-    """cuLaunchKernelEx as a C function pointer: records (grid, block, smem, stream, cluster, function,
-    parameter block) per launch and returns `result`."""
+    """cuLaunchKernelEx as a C function pointer: records (grid, block, smem, stream, cluster, dependent launch,
+    function, parameter block) per launch and returns `result`."""
 
     def __init__(self, size: int, nslots: int, result: int = 0):
         self.size, self.nslots, self.result = size, nslots, result
@@ -95,15 +95,18 @@ class FakeDriver:
     def _launch(self, cfg, fn, params, extra):
         raw = ctypes.string_at(cfg, _CONFIG.size)
         *dims, smem, stream, attrs, nattrs = _CONFIG.unpack(raw)
-        cluster = None
-        attr_raw = b""
-        if nattrs:
-            attr_raw = ctypes.string_at(attrs, 72)
-            assert struct.unpack_from("<I", attr_raw)[0] == 4       # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            cluster = struct.unpack_from("<3I", attr_raw, 8)
+        cluster, dependent = None, False
+        attr_raw = ctypes.string_at(attrs, 72 * nattrs) if nattrs else b""
+        for i in range(nattrs):
+            kind = struct.unpack_from("<I", attr_raw, 72 * i)[0]
+            if kind == 4:                                           # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                cluster = struct.unpack_from("<3I", attr_raw, 72 * i + 8)
+            else:                                                   # ..._PROGRAMMATIC_STREAM_SERIALIZATION
+                assert kind == 6 and struct.unpack_from("<i", attr_raw, 72 * i + 8)[0] == 1
+                dependent = True
         block = ctypes.string_at(params[0], self.size) if self.nslots else b""
         self.raw_configs.append((raw, attr_raw))
-        self.calls.append(("launch", tuple(dims[:3]), tuple(dims[3:]), smem, stream, cluster, fn, block,
+        self.calls.append(("launch", tuple(dims[:3]), tuple(dims[3:]), smem, stream, cluster, dependent, fn, block,
                            [params[i] - params[0] for i in range(self.nslots)]))
         return self.result
 
@@ -112,7 +115,7 @@ class Setup:
     """One kernel's two launchers (Python and native) over the same slots, each with its own cache
     holding one specialization for `args`, and the same fake driver behind both."""
 
-    def __init__(self, mod, slots, tensor_maps, args, *, cluster=(1, 1, 1), smem=1024, result=0):
+    def __init__(self, mod, slots, tensor_maps, args, *, cluster=(1, 1, 1), smem=1024, result=0, dependent=False):
         specs = noop5.specs
         self.specs = specs
         self.slow_calls: list = []
@@ -125,15 +128,17 @@ class Setup:
 
         # Python launcher: fastpath.build over a stand-in kernel, cuda-bindings' launch replaced
         self.py_params = ParamBuffer(kinds)
-        self.py_launcher = Launcher(0xF00, (32, 1, 1), smem, cluster)
+        self.py_launcher = Launcher(0xF00, (32, 1, 1), smem, cluster, dependent_launch=dependent)
         self.py_calls: list = []
 
         def py_launch(cfg, fn, address, extra):
             block = bytes(self.py_params._mv)
-            cl = cfg.attrs[0].value.clusterDim if cfg.numAttrs else None
+            attrs = {int(a.id): a.value for a in cfg.attrs[:cfg.numAttrs]}
+            cl = attrs[4].clusterDim if 4 in attrs else None
             self.py_calls.append(("launch", (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
                                   (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), cfg.sharedMemBytes,
-                                  int(cfg.hStream), (cl.x, cl.y, cl.z) if cl else None, fn, block,
+                                  int(cfg.hStream), (cl.x, cl.y, cl.z) if cl else None,
+                                  6 in attrs and attrs[6].programmaticStreamSerializationAllowed == 1, fn, block,
                                   [o for o in self.py_params.offsets]))
             return (result,)
 
@@ -149,7 +154,7 @@ class Setup:
 
         # native launcher
         self.params = ParamBuffer(kinds)
-        self.launcher = Launcher(0xF00, (32, 1, 1), smem, cluster)
+        self.launcher = Launcher(0xF00, (32, 1, 1), smem, cluster, dependent_launch=dependent)
         self.driver = FakeDriver(self.params.size, len(kinds), result)
         self.fast: dict = {}
         self.native = mod.Launcher(native.spec_kinds(mod, specs), self.fast, self._slow)
@@ -246,11 +251,11 @@ def test_pack_values_byte_identical_to_param_buffer(mod, kinds):
 
 
 @pytest.mark.parametrize("which", ["kernel", "tmaps"])
-@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1), None])
-def test_native_and_python_launchers_agree(mod, which, cluster):
+@pytest.mark.parametrize("cluster,dependent", [((1, 1, 1), False), ((2, 1, 1), True), (None, False), (None, True)])
+def test_native_and_python_launchers_agree(mod, which, cluster, dependent):
     slots, maps = _slot_sets()[which]
     args = _args()
-    st = Setup(mod, slots, maps, args, cluster=cluster)
+    st = Setup(mod, slots, maps, args, cluster=cluster, dependent=dependent)
     x, y, n, s, c = args
     misaligned = torch.empty(64 * 16 + 1)[1:].view(64, 16)
     strided = torch.empty(64, 32)[:, :16]
@@ -288,14 +293,16 @@ def test_config_abi_matches_cuda_bindings(mod):
     pytest.importorskip("cuda.bindings.driver")
     slots, maps = _slot_sets()["kernel"]
     args = _args()
-    st = Setup(mod, slots, maps, args, cluster=(2, 1, 1), smem=65536)
+    st = Setup(mod, slots, maps, args, cluster=(2, 1, 1), smem=65536, dependent=True)
     st.native((6, 2, 1), *args)
-    raw, attr = st.driver.raw_configs[-1]
-    ref = make_launch_config((6, 2, 1), (32, 1, 1), 65536, 0x5000, (2, 1, 1))
+    raw, attrs = st.driver.raw_configs[-1]
+    ref = make_launch_config((6, 2, 1), (32, 1, 1), 65536, 0x5000, (2, 1, 1), dependent_launch=True)
     ref_raw = ctypes.string_at(ref.getPtr(), 56)
     assert raw[:40] == ref_raw[:40] and raw[48:52] == ref_raw[48:52]      # all but the attrs pointer
-    ref_attr = ctypes.string_at(ref.attrs[0].getPtr(), 72)
-    assert attr[:4] == ref_attr[:4] and attr[8:20] == ref_attr[8:20]
+    for i in range(2):              # the cluster's dimensions, then the dependent launch's int
+        ref_attr = ctypes.string_at(ref.attrs[i].getPtr(), 72)
+        attr = attrs[72 * i:72 * (i + 1)]
+        assert attr[:4] == ref_attr[:4] and attr[8:20] == ref_attr[8:20]
 
 
 def test_failed_launch_reports_with_the_packed_values(mod):
@@ -305,7 +312,7 @@ def test_failed_launch_reports_with_the_packed_values(mod):
     with pytest.raises(DriverError, match=r"cuLaunchKernelEx\(grid=\(3, 1, 1\), block=\(32, 1, 1\)"):
         st.native((3, 1, 1), *args)
     # the retry after a missing context (handle_error) launches from the ParamBuffer: it holds the call's values
-    assert bytes(st.params._mv) == st.driver.calls[-1][7]
+    assert bytes(st.params._mv) == st.driver.calls[-1][8]
     seen = []
     fast: dict = {}
     launcher = mod.Launcher(native.spec_kinds(mod, st.specs), fast, st._slow)
@@ -341,8 +348,8 @@ def test_concurrent_calls_keep_their_own_values(mod):
     s_offset = st.params.offsets[[s.source for s in slots].index(("scalar", 3))]
     assert len(st.driver.calls) == 800
     for call in st.driver.calls:
-        n = struct.unpack_from("<i", call[7], n_offset)[0]
-        assert struct.unpack_from("<f", call[7], s_offset)[0] == float(n // 1000)
+        n = struct.unpack_from("<i", call[8], n_offset)[0]
+        assert struct.unpack_from("<f", call[8], s_offset)[0] == float(n // 1000)
 
 
 def test_noop_launch_runs_the_whole_path(mod):
@@ -400,7 +407,7 @@ def test_latest_hit_shortcut_never_widens_the_key(mod):
         rows, args = (64, a64) if i % 2 else (32, a32)
         launcher((1, 1, 1), *args[:4], int(str(big)))        # an equal constexpr, another int object
         call = driver.calls[-1]
-        assert call[6] == rows and struct.unpack_from("<i", call[7], n_offset)[0] == rows
+        assert call[7] == rows and struct.unpack_from("<i", call[8], n_offset)[0] == rows
     launcher((1, 1, 1), *a32[:4], frozenset({1}))            # a miss, through the dict
     launcher((1, 1, 1), *a32[:4], {1})                       # unhashable: slow, like the Python launcher
     assert len(slow) == 2 and len(driver.calls) == 6
@@ -412,5 +419,5 @@ def test_launch_prepacked_launches_the_param_buffer_as_is(mod):
     driver = FakeDriver(pb.size, len(pb))
     entry = native.entry([], [], Launcher(0xF00, (64, 1, 1), 128), pb, (), 0, None, launch_address=driver.address)
     assert entry.launch_prepacked((3, 2, 1), 0x99) is None
-    assert driver.calls == [("launch", (3, 2, 1), (64, 1, 1), 128, 0x99, None, 0xF00, bytes(pb._mv),
+    assert driver.calls == [("launch", (3, 2, 1), (64, 1, 1), 128, 0x99, None, False, 0xF00, bytes(pb._mv),
                              list(pb.offsets))]

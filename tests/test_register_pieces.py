@@ -12,7 +12,7 @@ import torch
 import tkpy as tk
 from tkpy import bf16, f32
 
-from gpu_util import rand, requires_gpu
+from gpu_util import on_gpu, rand
 
 
 @functools.cache
@@ -70,13 +70,6 @@ def test_errors(make, match):
         make()
     with pytest.raises(tk.TraceError, match=match):
         bad.trace(torch.empty(16, 16))
-
-
-def on_gpu(test):
-    """gpu_util.requires_gpu's marks on one test."""
-    for mark in requires_gpu:
-        test = mark(test)
-    return test
 
 
 @pytest.mark.parametrize("dtype", [bf16, f32])

@@ -369,6 +369,9 @@ def test_launch_config_is_host_only():
     cd = cfg.attrs[0].value.clusterDim
     assert (cd.x, cd.y, cd.z) == (2, 1, 1)
     assert make_launch_config((4, 1, 1), (32, 1, 1), 0, 0).numAttrs == 0
+    dependent = make_launch_config((4, 1, 1), (32, 1, 1), 0, 0, cluster=(2, 1, 1), dependent_launch=True)
+    assert dependent.numAttrs == 2 and dependent.attrs[1].value.programmaticStreamSerializationAllowed == 1
+    assert int(dependent.attrs[1].id) == 6          # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     with pytest.raises(ValueError, match="divisible"):
         make_launch_config((3, 1, 1), (32, 1, 1), 0, 0, cluster=(2, 1, 1))
 

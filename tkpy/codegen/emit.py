@@ -114,6 +114,9 @@ class KernelEmitter:
             for name in maps:
                 self.line(f"    tk::tma::prefetch_map(&{name});")
             self.line("}")
+        if k.dependent_launch:   # tkpy/runtime/dependent_launch.py
+            self.line("tk::launch_dependents();  // the next kernel on the stream may start its blocks as ours finish")
+            self.line("tk::wait_for_previous_kernel();  // global memory only once the previous kernel's writes show")
         gl_decls_at = len(self.lines)
         self.block(k.body)
         body_text = "\n".join(self.lines[gl_decls_at:])

@@ -282,7 +282,7 @@ class _Ready:
 
         ir = compiled.lowered.traced.ir
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
-        launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
+        launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster, ir.dependent_launch)
         params = ParamBuffer([s.kind for s in compiled.lowered.slots])
 
         def failed(err, grid, stream):

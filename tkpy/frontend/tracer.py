@@ -5,6 +5,7 @@ import keyword
 import sys
 
 from ..errors import TraceError
+from ..runtime import dependent_launch
 from ..ir.core import GlobalVar, KernelIR, Loc, ScalarParam, Var
 from ..ir.expr import Sym
 from .context import TraceContext, activate
@@ -42,7 +43,8 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
         body = ctx.finish()
     _name_variables(body, user_locals, {s.name for s in specs})
     loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
-    return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster)
+    return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster,
+                    dependent_launch=dependent_launch.enabled())
 
 
 def _call_capturing_locals(fn, args, code) -> dict:

@@ -227,6 +227,7 @@ class KernelIR:
     shared_offsets: dict = field(default_factory=dict)  # Var -> byte offset, filled by plan_shared
     shared_bytes: int = 0
     cluster: Optional[tuple] = None   # blocks per cluster (x, y, z), or None
+    dependent_launch: bool = False    # programmatic dependent launch (runtime/dependent_launch.py)
 
     @property
     def threads(self) -> int:

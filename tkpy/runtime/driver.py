@@ -360,9 +360,10 @@ class LoadedKernel:
         block: tuple[int, int, int],
         dynamic_smem: int = 0,
         cluster: tuple[int, int, int] | None = None,
+        dependent_launch: bool = False,
     ) -> "Launcher":
         self.ensure_dynamic_smem(dynamic_smem)
-        return Launcher(self.function, block, dynamic_smem, cluster, kernel=self)
+        return Launcher(self.function, block, dynamic_smem, cluster, kernel=self, dependent_launch=dependent_launch)
 
 
 _loaded: dict[tuple[str, int], LoadedKernel] = {}
@@ -563,8 +564,11 @@ def make_launch_config(
     dynamic_smem: int,
     stream_handle: int,
     cluster: Sequence[int] | None = None,
+    dependent_launch: bool = False,
 ) -> Any:
-    """Build a ``CUlaunchConfig`` (pure host struct; no GPU needed)."""
+    """Build a ``CUlaunchConfig`` (pure host struct; no GPU needed). `dependent_launch`: the programmatic
+    stream serialization attribute (the kernel may start before the previous one on the stream ends; its
+    code must wait for it, runtime/dependent_launch.py)."""
     d = _driver()
     g = _dim3(grid, "grid")
     b = _dim3(block, "block")
@@ -573,6 +577,7 @@ def make_launch_config(
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
     cfg.sharedMemBytes = int(dynamic_smem)
     cfg.hStream = cu_stream(int(stream_handle))
+    attrs = []
     if cluster is not None:
         c = _dim3(cluster, "cluster")
         for gi, ci, axis in zip(g, c, "xyz"):
@@ -581,10 +586,14 @@ def make_launch_config(
         attr = d.CUlaunchAttribute()
         attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
-        cfg.attrs = [attr]  # the binding copies the struct into its own array
-        cfg.numAttrs = 1
-    else:
-        cfg.numAttrs = 0
+        attrs.append(attr)
+    if dependent_launch:
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    cfg.attrs = attrs  # the binding copies the structs into its own array
+    cfg.numAttrs = len(attrs)
     return cfg
 
 
@@ -596,7 +605,8 @@ class Launcher:
     and streams should be hashable tuples/ints; keep ``grid`` a 3-tuple of ints.
     """
 
-    __slots__ = ("function", "block", "dynamic_smem", "cluster", "kernel", "_configs", "_launch", "_max_configs")
+    __slots__ = ("function", "block", "dynamic_smem", "cluster", "dependent_launch", "kernel", "_configs", "_launch",
+                 "_max_configs")
 
     def __init__(
         self,
@@ -607,11 +617,13 @@ class Launcher:
         *,
         kernel: LoadedKernel | None = None,
         max_configs: int = 4096,
+        dependent_launch: bool = False,
     ) -> None:
         self.function = function
         self.block = _dim3(block, "block")
         self.dynamic_smem = int(dynamic_smem)
         self.cluster = None if cluster is None else _dim3(cluster, "cluster")
+        self.dependent_launch = bool(dependent_launch)
         self.kernel = kernel
         self._configs: dict[tuple[Any, int], Any] = {}
         self._launch = _driver().cuLaunchKernelEx
@@ -620,7 +632,8 @@ class Launcher:
     def config(self, grid: tuple[int, int, int], stream_handle: int) -> Any:
         cfg = self._configs.get((grid, stream_handle))
         if cfg is None:
-            cfg = make_launch_config(grid, self.block, self.dynamic_smem, stream_handle, self.cluster)
+            cfg = make_launch_config(grid, self.block, self.dynamic_smem, stream_handle, self.cluster,
+                                     self.dependent_launch)
             if len(self._configs) >= self._max_configs:
                 self._configs.clear()  # bounded: dynamic grids must not leak
             self._configs[(grid, stream_handle)] = cfg
@@ -673,7 +686,7 @@ class Launcher:
         raise driver_error(
             err,
             f"cuLaunchKernelEx(grid={grid}, block={self.block}, dynamic_smem={self.dynamic_smem}, "
-            f"cluster={self.cluster}, stream=0x{int(stream_handle):x})"
+            f"cluster={self.cluster}, dependent_launch={self.dependent_launch}, stream=0x{int(stream_handle):x})"
             + (f" for '{self.kernel.kernel_name}'" if self.kernel is not None else ""),
         )
 

@@ -236,6 +236,7 @@ def entry(slots, specs, launcher, params, tensor_maps: tuple, device: int, strea
         function=int(function) if function is not None else 0,
         block=tuple(launcher.block), smem=launcher.dynamic_smem,
         cluster=tuple(launcher.cluster) if launcher.cluster is not None else None,
+        dependent_launch=launcher.dependent_launch,
         layout=layout(module, slots, specs, params), size=params.size, spec_kinds=spec_kinds(module, specs),
         tensor_maps=tuple(tensor_maps), device=device, stream_of=stream_of, failed=failed, params=params,
         params_base=params._base, params_address=params.address)

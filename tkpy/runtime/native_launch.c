@@ -53,6 +53,7 @@ typedef struct {
 typedef CUresult (*LaunchKernelEx)(const CUlaunchConfig *config, void *f, void **params, void **extra);
 
 #define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6   /* value: an int, 1 = allowed */
 
 _Static_assert(sizeof(CUlaunchAttribute) == 72 && offsetof(CUlaunchAttribute, value) == 8, "CUlaunchAttribute ABI");
 _Static_assert(sizeof(CUlaunchConfig) == 56 && offsetof(CUlaunchConfig, hStream) == 32
@@ -148,6 +149,7 @@ typedef struct {
     void *function;                     /* CUfunction */
     unsigned int block[3], smem, cluster[3];
     int has_cluster;
+    int dependent_launch;               /* programmatic stream serialization (runtime/dependent_launch.py) */
     Py_ssize_t nargs, nslots, size;
     char *spec_kinds;                   /* SPEC_* per kernel argument (must match the Launcher's) */
     Slot *slots;
@@ -215,23 +217,24 @@ static int launch_grid(Entry *e, PyObject *grid, unsigned int out[3])
     return dim3(grid, out, "grid");
 }
 
-/* Entry(launch, function, block, smem, cluster, layout, size, spec_kinds, tensor_maps, device,
- *       stream_of, failed, params, params_base, params_address)
+/* Entry(launch, function, block, smem, cluster, dependent_launch, layout, size, spec_kinds, tensor_maps,
+ *       device, stream_of, failed, params, params_base, params_address)
  * layout: per slot (kind, offset, source, arg, index), kinds and sources as in KINDS / SOURCES;
  * spec_kinds: bytes, one SPEC_* per kernel argument. */
 static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"launch", "function", "block", "smem", "cluster", "layout", "size", "spec_kinds",
-                            "tensor_maps", "device", "stream_of", "failed", "params", "params_base",
+    static char *names[] = {"launch", "function", "block", "smem", "cluster", "dependent_launch", "layout", "size",
+                            "spec_kinds", "tensor_maps", "device", "stream_of", "failed", "params", "params_base",
                             "params_address", NULL};
     unsigned long long launch, function, base, address;
     unsigned int smem;
     PyObject *block, *cluster, *layout, *tensor_maps, *device, *stream_of, *failed, *params;
     Py_buffer spec;
     Py_ssize_t size;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKOIOOny*O!OOOOKK", names, &launch, &function, &block, &smem,
-                                     &cluster, &layout, &size, &spec, &PyTuple_Type, &tensor_maps, &device,
-                                     &stream_of, &failed, &params, &base, &address))
+    int dependent_launch;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKOIOpOny*O!OOOOKK", names, &launch, &function, &block, &smem,
+                                     &cluster, &dependent_launch, &layout, &size, &spec, &PyTuple_Type,
+                                     &tensor_maps, &device, &stream_of, &failed, &params, &base, &address))
         return -1;
     const char *spec_kinds = spec.buf;
     Py_ssize_t nargs = spec.len;
@@ -243,6 +246,7 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
     if (dim3(block, self->block, "block") < 0)
         goto done;
     self->has_cluster = cluster != Py_None;
+    self->dependent_launch = dependent_launch;
     if (self->has_cluster && dim3(cluster, self->cluster, "cluster") < 0)
         goto done;
     if (!PyTuple_Check(layout)) {
@@ -333,21 +337,26 @@ static void clear_padding(Entry *e, char *block)
 /* Build the launch configuration and call the driver with the GIL released (launch != NULL). */
 static CUresult launch_packed(Entry *e, const unsigned int grid[3], void *stream, void **params)
 {
-    CUlaunchAttribute attr;
+    CUlaunchAttribute attrs[2];
     CUlaunchConfig cfg;
     memset(&cfg, 0, sizeof cfg);
+    memset(attrs, 0, sizeof attrs);
     cfg.gridDimX = grid[0]; cfg.gridDimY = grid[1]; cfg.gridDimZ = grid[2];
     cfg.blockDimX = e->block[0]; cfg.blockDimY = e->block[1]; cfg.blockDimZ = e->block[2];
     cfg.sharedMemBytes = e->smem;
     cfg.hStream = stream;
+    cfg.attrs = attrs;
     if (e->has_cluster) {
-        memset(&attr, 0, sizeof attr);
-        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim.x = e->cluster[0];
-        attr.value.clusterDim.y = e->cluster[1];
-        attr.value.clusterDim.z = e->cluster[2];
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
+        CUlaunchAttribute *attr = &attrs[cfg.numAttrs++];
+        attr->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr->value.clusterDim.x = e->cluster[0];
+        attr->value.clusterDim.y = e->cluster[1];
+        attr->value.clusterDim.z = e->cluster[2];
+    }
+    if (e->dependent_launch) {
+        CUlaunchAttribute *attr = &attrs[cfg.numAttrs++];
+        attr->id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        *(int *)attr->value.raw = 1;    /* programmaticStreamSerializationAllowed */
     }
     LaunchKernelEx launch = e->launch;
     void *function = e->function;

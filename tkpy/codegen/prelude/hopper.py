@@ -7,6 +7,14 @@ Instructions" (wgmma and its shared-memory matrix descriptor) and "setmaxnreg".
 from __future__ import annotations
 
 _SYNC = r"""
+// Programmatic dependent launch (PTX griddepcontrol; tkpy/runtime/dependent_launch.py). Launched with the
+// driver's programmatic-stream-serialization attribute, a kernel may start before the previous kernel on
+// its stream has finished: launch_dependents lets the next kernel's blocks start as this kernel's finish,
+// wait_for_previous_kernel blocks until the previous kernel has completed and its memory operations are
+// visible. Without the attribute both do nothing.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // The driver's 128-byte tensor map (no cuda.h under NVRTC); passed as a __grid_constant__ parameter.
 struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
 
