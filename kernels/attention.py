@@ -70,6 +70,7 @@ CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # 0.87-1.07x, no better than the default on the whole, and are not picked.
 GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
+RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
 # (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
 OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
@@ -131,7 +132,8 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
-               split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False):
+               split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
+               lazy_rescale: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -144,7 +146,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     split_kv=True (non-default; with overlap only): K tiles in `stages` input stages and V tiles in `late_stages`
     late stages of their own (the template's late_inputs), defaults CONFIGS_SPLIT / CONFIGS_SPLIT_3WG; the kernel
     name gains "_splitkv". q_ahead=True: two query tiles per consumer warpgroup, the next task's loading into one
-    while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead"."""
+    while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead".
+    lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
+    warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -181,7 +185,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         name += "_splitkv" + ("" if late_stages == default_late else f"_{late_stages}late")
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
-    name += "_qahead" if q_ahead else ""
+    name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -320,7 +324,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.right_fill(st.scores, st.scores, g.K.rows - k * kv, -math.inf)
             tk.copy(st.factor, st.shift)
             tk.row_max(st.row_max, st.scores, st.row_max)        # running max over the tiles so far
-            if causal:                                           # a row that saw only masked keys: exp2(-inf) = 0
+            if lazy_rescale:    # the shift stays until a row max passes it by the slack (a row that saw only masked
+                tk.map(st.shift, lambda prev, m: tk.max(prev, tk.max(m * g.scale_log2, -FLT_MAX) - RESCALE_SLACK),
+                       st.shift, st.row_max)                     # keys keeps -FLT_MAX: exp2(-inf) = 0)
+            elif causal:                                         # a row that saw only masked keys: exp2(-inf) = 0
                 tk.map(st.shift, lambda m: tk.max(m * g.scale_log2, -FLT_MAX), st.row_max)
             else:
                 tk.mul(st.shift, st.row_max, g.scale_log2)
@@ -332,7 +339,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
         def rescale(self, st):
-            tk.mul_row(st.out, st.out, st.factor)                # O to the new running max
+            tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
             tk.copy(st.probs, st.scores)                         # P for O += P V
 
         if overlap:
@@ -356,14 +363,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if softmax_turns:                           # (O's rescale waits for P V: not in the turn)
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()               # O and P are free again
-                    tk.mul_row(st.out, st.out, st.factor)
+                    tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
                     self.softmax(st, k)
-                    tk.mul_row(st.out, st.out, st.factor)
+                    tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                     if softmax_turns:
                         _turn(sync_on_turn=False, groups=groups)
                 # P converted once for both paths: with a conversion in each, ptxas copied P's 32 registers into
@@ -497,7 +504,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
             overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
-            split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False) -> None:
+            split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
+            lazy_rescale: bool = False) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
@@ -522,7 +530,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages, q_ahead)(*args)
+               split_kv, late_stages, q_ahead, lazy_rescale)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

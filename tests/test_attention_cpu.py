@@ -108,6 +108,49 @@ def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("d,causal,options", [
+    (64, False, dict(consumer_warpgroups=2)), (64, True, dict(consumer_warpgroups=2)),
+    (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True)), (128, True, dict(consumer_warpgroups=2)),
+    (64, True, dict(consumer_warpgroups=2, overlap=False))])
+@pytest.mark.parametrize("scale", [0.1, 2.0])
+def test_lazy_rescale(d, causal, options, scale):
+    """lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK and warps skip O's rescale
+    when no shift moved. Keys grow along the sequence, so with scale 2 the row maxes pass the slack at later
+    tiles (the shift moves mid-task) and with 0.1 they never do (P stays up to 2^8 of its first tile's)."""
+    n, nk = 460, 450
+    growth = torch.linspace(1.0, 4.0, nk).view(1, 1, nk, 1)
+    q, k, v = rand(1, 2, n, d, dtype=BF16), (rand(1, 1, nk, d, dtype=BF16) * growth).to(BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, scale, 3, "_lazy", lazy_rescale=True, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=scale), n)
+
+
+def test_mul_row_skip_ones_is_in_place_and_votes():
+    """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[tk.f32, 16, 64], f: tk.gl[tk.f32, 16]):
+        t = tk.rt(tk.f32, 16, 64)
+        v = tk.col_vec(t)
+        tk.load(t, x, (0, 0))
+        tk.load(v, f, (0,))
+        tk.mul_row(t, t, v, skip_ones=True)
+        tk.store(x, t, (0, 0))
+    x, f = torch.randn(16, 64), torch.ones(16)
+    f[3] = 2.0
+    assert "if (tk::any_not_one(v)) tk::mul_row(t, t, v);" in k.source(x, f)
+    expected = x.clone()
+    expected[3] *= 2
+    k.interpret[(1,)](x, f)
+    assert torch.equal(x, expected)
+
+    @tk.kernel(warps=1)
+    def bad(x: tk.gl[tk.f32, 16, 64], f: tk.gl[tk.f32, 16]):
+        t, u = tk.rt(tk.f32, 16, 64), tk.rt(tk.f32, 16, 64)
+        v = tk.col_vec(t)
+        tk.mul_row(u, t, v, skip_ones=True)
+    with pytest.raises(tk.TraceError, match="skip_ones skips an in-place multiplication"):
+        bad.trace(x, f)
+
+
 @pytest.mark.parametrize("scale", [-0.2, -1.0, 0.0, -0.0])
 @pytest.mark.parametrize("causal", [False, True, "bottom_right"])
 def test_negative_and_zero_scales(monkeypatch, scale, causal):

@@ -82,7 +82,8 @@ def emit_reduce(em, op):
 @emits("broadcast")
 def emit_broadcast(em, op):
     dst, src, vec = op.args
-    yield f"tk::{op.attrs['fn']}_{op.attrs['axis']}({dst.name}, {src.name}, {vec.name});"
+    skip = f"if (tk::any_not_one({vec.name})) " if op.attrs.get("skip_ones") else ""   # every factor 1: nothing to do
+    yield f"{skip}tk::{op.attrs['fn']}_{op.attrs['axis']}({dst.name}, {src.name}, {vec.name});"
 
 
 @emits("mma")

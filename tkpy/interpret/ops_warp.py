@@ -115,8 +115,9 @@ def reduce(warp, op):
     warp.write(dst, fn(v, warp.read(accum[0])) if accum else v)
 
 
-@semantics("broadcast", attrs=("fn", "axis"))
+@semantics("broadcast", attrs=("fn", "axis", "skip_ones"))
 def broadcast(warp, op):
+    """(skip_ones: an in-place multiplication skipped when every factor is 1 changes nothing: computed as is.)"""
     dst, src, vec = op.args
     v = warp.read(vec)
     fn = lookup(BINARY, op.attrs["fn"], op)

@@ -42,17 +42,25 @@ def _reduce(fn: str, axis: str):
 
 
 def _broadcast(fn: str, axis: str):
-    def op(dst, src, vec):
+    def op(dst, src, vec, skip_ones: bool = False):
         d = register_tile(dst, f"{fn}_{axis} destination")
         s = register_tile(src, f"{fn}_{axis} source")
         same_shape(d, s, f"{fn}_{axis}")
         same_layout(d, s, f"{fn}_{axis}")
         v = register_vector(vec, f"{fn}_{axis} vector")
         vector_for(s, v, axis, f"{fn}_{axis}")
-        return emit("broadcast", d, s, v, fn=fn, axis=axis)
+        if not skip_ones:
+            return emit("broadcast", d, s, v, fn=fn, axis=axis)
+        if fn != "mul" or d is not s:
+            fail(f"{fn}_{axis}: skip_ones skips an in-place multiplication (tk.mul_{axis}(t, t, vec, skip_ones=True)); "
+                 f"got {describe(d)} = {fn}({describe(s)}, ...)")
+        return emit("broadcast", d, s, v, fn=fn, axis=axis, skip_ones=True)
     op.__name__ = f"{fn}_{axis}"
     op.__doc__ = (f"dst = {fn}(src, vec) with vec broadcast along each "
-                  f"{'row (one value per row)' if axis == 'row' else 'column (one value per column)'}.")
+                  f"{'row (one value per row)' if axis == 'row' else 'column (one value per column)'}."
+                  + ("\n\n`skip_ones=True` (in place only: `t = t * vec`): the warp skips the multiplication when every "
+                     "element of vec is exactly 1 (a warp vote and a uniform branch; the same result), e.g. an "
+                     "online softmax's rescale of its accumulator when no row max moved." if fn == "mul" else ""))
     return op
 
 

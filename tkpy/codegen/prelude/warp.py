@@ -486,6 +486,17 @@ __device__ __forceinline__ float2 broadcast_at(const rv<TV, N, VL>& vec, int i, 
     return v;
 }
 
+// True in every lane of the warp when some element of the vector, in any lane, is not exactly 1 (a vote):
+// a warp-uniform test for skipping a multiplication by ones (mul_row / mul_col's skip_ones).
+template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_not_one(const rv<TV, N, VL>& vec) {
+    bool mine = false;
+    #pragma unroll
+    for (int o = 0; o < N; o++)
+    #pragma unroll
+    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) mine |= to_float(vec.data[o][k]) != 1.0f;
+    return __any_sync(0xffffffffu, mine);
+}
+
 // dst = f(src, vec) with vec broadcast along rows (ROWS=true: one value per row) or columns.
 template <bool ROWS, typename F, typename TD, typename TS, int H, int W, typename L, typename TV, int N, typename VL>
 __device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, const rv<TV, N, VL>& vec, F f) {
