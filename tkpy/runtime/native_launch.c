@@ -147,9 +147,9 @@ typedef struct {
     PyObject_HEAD
     LaunchKernelEx launch;
     void *function;                     /* CUfunction */
-    unsigned int block[3], smem, cluster[3];
-    int has_cluster;
-    int dependent_launch;               /* programmatic stream serialization (runtime/dependent_launch.py) */
+    unsigned int block[3], smem;
+    CUlaunchAttribute attrs[2];         /* cluster dimensions, programmatic stream serialization: built once */
+    unsigned int num_attrs;
     Py_ssize_t nargs, nslots, size;
     char *spec_kinds;                   /* SPEC_* per kernel argument (must match the Launcher's) */
     Slot *slots;
@@ -245,10 +245,23 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
     }
     if (dim3(block, self->block, "block") < 0)
         goto done;
-    self->has_cluster = cluster != Py_None;
-    self->dependent_launch = dependent_launch;
-    if (self->has_cluster && dim3(cluster, self->cluster, "cluster") < 0)
-        goto done;
+    memset(self->attrs, 0, sizeof self->attrs);
+    self->num_attrs = 0;
+    if (cluster != Py_None) {
+        CUlaunchAttribute *attr = &self->attrs[self->num_attrs++];
+        unsigned int dims[3];
+        if (dim3(cluster, dims, "cluster") < 0)
+            goto done;
+        attr->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr->value.clusterDim.x = dims[0];
+        attr->value.clusterDim.y = dims[1];
+        attr->value.clusterDim.z = dims[2];
+    }
+    if (dependent_launch) {             /* runtime/dependent_launch.py */
+        CUlaunchAttribute *attr = &self->attrs[self->num_attrs++];
+        attr->id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        *(int *)attr->value.raw = 1;    /* programmaticStreamSerializationAllowed */
+    }
     if (!PyTuple_Check(layout)) {
         PyErr_SetString(PyExc_TypeError, "layout must be a tuple of (kind, offset, source, arg, index)");
         goto done;
@@ -337,27 +350,14 @@ static void clear_padding(Entry *e, char *block)
 /* Build the launch configuration and call the driver with the GIL released (launch != NULL). */
 static CUresult launch_packed(Entry *e, const unsigned int grid[3], void *stream, void **params)
 {
-    CUlaunchAttribute attrs[2];
     CUlaunchConfig cfg;
     memset(&cfg, 0, sizeof cfg);
-    memset(attrs, 0, sizeof attrs);
     cfg.gridDimX = grid[0]; cfg.gridDimY = grid[1]; cfg.gridDimZ = grid[2];
     cfg.blockDimX = e->block[0]; cfg.blockDimY = e->block[1]; cfg.blockDimZ = e->block[2];
     cfg.sharedMemBytes = e->smem;
     cfg.hStream = stream;
-    cfg.attrs = attrs;
-    if (e->has_cluster) {
-        CUlaunchAttribute *attr = &attrs[cfg.numAttrs++];
-        attr->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr->value.clusterDim.x = e->cluster[0];
-        attr->value.clusterDim.y = e->cluster[1];
-        attr->value.clusterDim.z = e->cluster[2];
-    }
-    if (e->dependent_launch) {
-        CUlaunchAttribute *attr = &attrs[cfg.numAttrs++];
-        attr->id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        *(int *)attr->value.raw = 1;    /* programmaticStreamSerializationAllowed */
-    }
+    cfg.attrs = e->attrs;               /* the driver only reads them */
+    cfg.numAttrs = e->num_attrs;
     LaunchKernelEx launch = e->launch;
     void *function = e->function;
     CUresult err;
