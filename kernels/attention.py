@@ -133,7 +133,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False):
+               lazy_rescale: bool = False, exp2_emulated: float = 0.0):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -148,7 +148,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     name gains "_splitkv". q_ahead=True: two query tiles per consumer warpgroup, the next task's loading into one
     while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead".
     lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
-    warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy"."""
+    warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy".
+    exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
+    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -185,7 +187,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         name += "_splitkv" + ("" if late_stages == default_late else f"_{late_stages}late")
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
-    name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "")
+    name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
+        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -333,7 +336,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.mul(st.shift, st.row_max, g.scale_log2)
             if softmax_turns:                                    # the exponentials, one warpgroup at a time
                 _turn(sync_on_turn=True, groups=groups)
-            tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), st.scores, st.shift)
+            tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), st.scores, st.shift)
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
@@ -505,7 +508,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
             overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
             split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-            lazy_rescale: bool = False) -> None:
+            lazy_rescale: bool = False, exp2_emulated: float = 0.0) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
@@ -530,7 +533,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages, q_ahead, lazy_rescale)(*args)
+               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

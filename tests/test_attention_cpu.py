@@ -124,6 +124,18 @@ def test_lazy_rescale(d, causal, options, scale):
     check(o, lse, *reference(q, k, v, causal, scale=scale), n)
 
 
+@pytest.mark.parametrize("d,causal,options", [
+    (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True)), (128, True, dict(consumer_warpgroups=2))])
+@pytest.mark.parametrize("emulated", [2 / 8, 1.0])
+def test_exp2_emulated(d, causal, options, emulated):
+    """exp2_emulated: a share of P's exponentials (all with 1.0) by the software exp2; masked scores (-inf) give 0
+    through it, rows that see no key still output 0 with lse -inf."""
+    n, nk = 300, 170
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, 2, f"_emu{round(emulated * 8)}", exp2_emulated=emulated, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
 def test_mul_row_skip_ones_is_in_place_and_votes():
     """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
     @tk.kernel(warps=1)

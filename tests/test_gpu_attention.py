@@ -167,6 +167,16 @@ def test_lazy_rescale(d, causal, scale):
     check(o, lse, *reference(q, k, v, causal, scale=scale))
 
 
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, "bottom_right")])
+@pytest.mark.parametrize("emulated", [1 / 8, 3 / 8, 1.0])
+def test_exp2_emulated(d, causal, emulated):
+    """exp2_emulated: a share of P's exponentials by the software exp2 on the FMA pipes (all of them with 1.0),
+    with the kernel attention() would pick otherwise; fully masked tiles (causal) go through it as -inf."""
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    o, lse = run_poisoned(q, k, v, causal, exp2_emulated=emulated)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])

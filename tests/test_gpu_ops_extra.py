@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -374,6 +375,57 @@ def test_map_broadcasts_vectors(dt, layout, rows, cols):
     map_broadcast_case(dt, layout, rows, cols).run()
 
 
+# -- tk.exp2 with a share on the FMA pipes ---------------------------------------------------------------
+@functools.cache
+def exp2_emulated_kernel(layout, eighths):
+    vec_layout = "ortho" if layout == "row" else "align"
+    @tk.kernel(warps=2, name=f"exp2_emulated_{layout}_{eighths}")
+    def k(x: tk.gl[f32, "R", 48], y: tk.gl[f32, "R", 48], v: tk.gl[f32, "V", 32], vy: tk.gl[f32, "V", 32]):
+        t = tk.rt(f32, 32, 48, layout)
+        vec = tk.rv(f32, 32, vec_layout)
+        tile = tk.block_idx.x * 2 + tk.warp_id()
+        tk.load(t, x, (tile, 0))
+        tk.exp2(t, t, emulated=eighths / 8)
+        tk.store(y, t, (tile, 0))
+        tk.load(vec, v, (tile, 0))
+        tk.store(vy, tk.exp2(vec, emulated=eighths / 8), (tile, 0))
+    return k
+
+
+EXP2_EMULATED_PARAMS = [(layout, n) for layout in ("row", "col") for n in (1, 3, 8)]
+
+
+def exp2_emulated_case(layout, eighths, device="cuda") -> Case:
+    """The elements the lane numbering gives the polynomial (tkpy/tiles/layouts.py) match the recipe's numpy
+    twin within an ulp, the others MUFU's exp2 within 2 ulp (the two differ by up to 1e-4: this tells which
+    element took which); -inf, NaN and overflow as MUFU.EX2."""
+    from tkpy.tiles import exp2_emulation, layouts
+    x = rand(2 * 2 * 32, 48, dtype=torch.float32, device=device) * 20 - 12
+    x[0, :4] = torch.tensor([float("-inf"), float("nan"), 200.0, -140.0])
+    v = rand(4, 32, dtype=torch.float32, device=device) * 20 - 12
+    y, vy = poisoned(*x.shape, dtype=torch.float32, device=device), poisoned(*v.shape, dtype=torch.float32, device=device)
+
+    def check():
+        numbers = [np.tile(layouts.tile_element_numbers(layout, 32, 48), (4, 1)),
+                   np.tile(layouts.vector_element_numbers("ortho" if layout == "row" else "align", 32), (4, 1))]
+        assert exp2_emulation.emulated_mask(numbers[0], eighths).mean() == eighths / 8   # (a vector lane holds 4 or 8)
+        for got, inp, number in ((y, x, numbers[0]), (vy, v, numbers[1])):
+            got, inp = got.cpu().numpy(), inp.cpu().numpy()
+            emulated = exp2_emulation.emulated_mask(number, eighths)
+            want = np.where(emulated, exp2_emulation.exp2_poly(inp), np.exp2(inp.astype(np.float64)))
+            finite = (np.abs(want) < 2.0 ** 127) & (np.abs(want) > 2.0 ** -120)    # normal in fp32
+            ulps = np.where(emulated, 1, 2) * np.spacing(np.where(finite, np.abs(want), 1).astype(np.float32))
+            assert (np.abs(got - want)[finite] <= ulps[finite]).all(), "an element took the other exp2"
+        head = y[0, :4].cpu()
+        assert head[0] == 0 and torch.isnan(head[1]) and head[2] == float("inf") and head[3] == 0
+    return Case(exp2_emulated_kernel(layout, eighths), (2,), (x, y, v, vy), check)
+
+
+@pytest.mark.parametrize("layout,eighths", EXP2_EMULATED_PARAMS)
+def test_exp2_emulated(layout, eighths):
+    exp2_emulated_case(layout, eighths).run()
+
+
 # -- operators producing temporaries, vector broadcasts --------------------------------------------------
 OPERATOR_RESULTS = 8
 
@@ -589,5 +641,6 @@ def test_mma_variants(name, dt, m, n, k):
 ALL_CASES = [(swap_case, SWAP_PARAMS), (transpose_case, TRANSPOSE_PARAMS), (vector_layout_case, VECTOR_PARAMS),
              (shared_vector_case, SHARED_VECTOR_PARAMS), (subtile_case, SUBTILE_PARAMS), (mask_case, MASK_PARAMS),
              (map_case, MAP_PARAMS), (map_broadcast_case, MAP_BROADCAST_PARAMS),
+             (exp2_emulated_case, EXP2_EMULATED_PARAMS),
              (operators_case, [("row",), ("col",)]), (masked_case, MASKED_PARAMS),
              (async_case, ASYNC_PARAMS), (mma_variant_case, MMA_PARAMS)]

@@ -232,6 +232,32 @@ def test_exp2_and_exp_are_one_mufu_ex2_without_range_fixups():
     assert counts == {"FMUL": n, "FADD": 0, "FFMA": n, "FSETP": 0, "FSEL": 0, "MUFU.EX2": 3 * n}, counts
 
 
+def test_exp2_emulated_moves_its_share_off_the_mufu():
+    """tk.exp2(x, emulated=3/8): 3 of each lane's 8 elements by the polynomial (3 FFMA and one FMUL each, no
+    MUFU), the rest one MUFU.EX2 each; no branch is left (the element numbers are constants)."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 64]):
+        a = tk.rt(f32, 16, 64)
+        tk.load(a, x, (0, 0))
+        tk.exp2(a, a, emulated=3 / 8)
+        tk.store(x, a, (0, 0))
+    n = 16 * 64 // 32
+    sass = k.sass(torch.empty(16, 64))
+    counts = _fp_instructions(sass)
+    assert counts["MUFU.EX2"] == n * 5 // 8 and counts["FFMA"] == 3 * (n * 3 // 8) and counts["FMUL"] == n * 3 // 8
+    assert "BRA" not in sass.split("EXIT")[0]
+
+
+@pytest.mark.parametrize("share", [0.3, -0.125, 1.5, True, "1/8"])
+def test_exp2_emulated_share_must_be_eighths(share):
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16]):
+        a = tk.rt(f32, 16, 16)
+        tk.exp2(a, a, emulated=share)
+    with pytest.raises(tk.TraceError, match="multiple of 1/8"):
+        k.ir(torch.empty(16, 16))
+
+
 def test_sass_uses_movmatrix_cp_async_and_no_local_memory():
     sass = tour.sass(*TOUR_ARGS)
     assert "MOVM.16.MT88" in sass                   # 16-bit swap_layout

@@ -25,13 +25,22 @@ def emit_mask(em, op):
 
 @emits("map")
 def emit_map(em, op):
+    """One inlined lambda; a function that depends on the element's number (tk.exp2(x, emulated=...)) takes
+    it first and goes through tk::map_indexed."""
     dst, *srcs = op.args
     fn = op.attrs["fn"]
-    body = fn.render(lambda i: f"x{i}", float_operand,
-                     lambda name, texts: f"tk::op_{name}{{}}({', '.join(texts)})", CPP_INFIX)
+    body = fn.render(lambda i: f"x{i}", float_operand, _map_call, CPP_INFIX)
     capture = "[=]" if fn.scalars() else "[]"
-    params = ", ".join(f"float x{i}" for i in range(len(srcs)))
-    yield f"tk::map({dst.name}, {capture}({params}) {{ return {body}; }}, {', '.join(map_source(dst, s) for s in srcs)});"
+    params = ", ".join(["int e"] * fn.uses_element() + [f"float x{i}" for i in range(len(srcs))])
+    entry = "map_indexed" if fn.uses_element() else "map"
+    yield (f"tk::{entry}({dst.name}, {capture}({params}) {{ return {body}; }}, "
+           f"{', '.join(map_source(dst, s) for s in srcs)});")
+
+
+def _map_call(name: str, texts: list[str]) -> str:
+    if name == "exp2_emulated":          # (x, elements of 8 emulated)
+        return f"tk::exp2_emulated<{texts[1]}>(e, {texts[0]})"
+    return f"tk::op_{name}{{}}({', '.join(texts)})"
 
 
 def map_source(dst, src) -> str:

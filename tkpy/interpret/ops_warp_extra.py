@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tiles.exp2_emulation import emulated_mask, exp2_poly
+from ..tiles.layouts import tile_element_numbers, vector_element_numbers
 from ..tiles.types import RT, RV
 from .numerics import BINARY, UNARY, to_f32
 from .registry import lookup, semantics
@@ -43,7 +45,8 @@ def mask(warp, op):
 @semantics("map", attrs=("fn",))
 def map_(warp, op):
     """The map expression evaluated on fp32 arrays, one numpy call per node, as the lambda computes. A
-    vector source of a tile map is broadcast along rows (one value per row) or columns."""
+    vector source of a tile map is broadcast along rows (one value per row) or columns. exp2_emulated
+    computes the elements the GPU gives the software exp2 (by their lane-own numbers) as it does."""
     dst, *srcs = op.args
     shape = (dst.type.rows, dst.type.cols) if isinstance(dst.type, RT) else (dst.type.length,)
     values = [_map_source(warp, dst, s) for s in srcs]
@@ -53,12 +56,22 @@ def map_(warp, op):
             return values[e.args[0]]
         if e.fn == "scalar":
             return np.float32(to_f32(warp.value(e.args[0])))
+        if e.fn == "exp2_emulated":
+            x = np.broadcast_to(evaluate(e.args[0]), shape)
+            return np.where(emulated_mask(element_numbers(dst.type), e.param), exp2_poly(x), UNARY["exp2"](x))
         table = UNARY if len(e.args) == 1 else BINARY
         return lookup(table, e.fn, op)(*(evaluate(a) for a in e.args))
 
     with np.errstate(all="ignore"):         # inf and NaN propagate as on the GPU
         out = evaluate(op.attrs["fn"])
     warp.write(dst, np.broadcast_to(out, shape))
+
+
+def element_numbers(t):
+    """Each element's number in its lane's own numbering (tkpy/tiles/layouts.py)."""
+    if isinstance(t, RT):
+        return tile_element_numbers(t.layout, t.rows, t.cols)
+    return vector_element_numbers(t.layout, t.length)
 
 
 def _map_source(warp, dst, src):

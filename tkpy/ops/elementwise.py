@@ -95,10 +95,45 @@ def _binary(fn: str):
     return op
 
 
-exp, exp2, log, log2, abs, relu, neg = (_unary(f) for f in ("exp", "exp2", "log", "log2", "abs", "relu", "neg"))
-exp2.__doc__ += ("\n\nOn the GPU one MUFU.EX2 per element (PTX ex2.approx.ftz.f32): at most 2 ulp from the exact "
-                 "result, as exp2f, but subnormal inputs read as zero and results below 2^-126 flush to zero "
-                 "(exp2(-inf) = 0, exp2(x) for x < -126 is 0); the CPU interpreter flushes likewise.")
+exp, _exp2, log, log2, abs, relu, neg = (_unary(f) for f in ("exp", "exp2", "log", "log2", "abs", "relu", "neg"))
+
+
+def exp2(dst, src=None, *, emulated=0):
+    """dst = exp2(src), elementwise (computed in fp32). `tk.exp2(x)` returns a new tile or vector (inside a
+    tk.map function: an expression).
+
+    On the GPU one MUFU.EX2 per element (PTX ex2.approx.ftz.f32): at most 2 ulp from the exact result, as
+    exp2f, but subnormal inputs read as zero and results below 2^-126 flush to zero (exp2(-inf) = 0, exp2(x)
+    for x < -126 is 0); the CPU interpreter flushes likewise.
+
+    emulated: the share of the elements (a multiple of 1/8) computed instead by a software exp2 on the FMA
+    pipes (tkpy/tiles/exp2_emulation.py: a degree-3 polynomial, relative error 1.0e-4, ten FMA-pipe
+    instructions). The MUFU unit gives 16 results per SM and clock; with 2/8 to 3/8 of them emulated an SM
+    computes 1.3-1.4x as many exponentials (benchmarks/bench_exp2.py), for a softmax whose exponentials
+    wait on the MUFU. Which elements: n of every 8 of each lane's own numbering, spread evenly; the
+    interpreter computes the same elements the same way."""
+    n = _eighths(emulated)
+    if n == 0:
+        return _exp2(dst, src)
+    from .maps import MapExpr, map
+    if src is None:
+        if isinstance(dst, MapExpr):
+            return MapExpr("exp2_emulated", (dst,), n)
+        from .operators import temporary
+        out = temporary(register_operand(dst, "exp2 source").type)
+        map(out, lambda x: exp2(x, emulated=emulated), dst)
+        return out
+    return map(dst, lambda x: exp2(x, emulated=emulated), src)
+
+
+def _eighths(share) -> int:
+    """How many elements of 8 a share in [0, 1] given in eighths (0, 1/8, 0.25, ..., 1) names."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1 or (share * 8) % 1:
+        fail(f"exp2: emulated is the share of elements computed by the software exp2, a multiple of 1/8 in "
+             f"[0, 1] (0, 0.125, 0.25, ..., 1); got {share!r}")
+    return int(share * 8)
+
+
 exp.__doc__ += ("\n\nComputed as exp2(x * log2(e)) with the fast exp2 (see tk.exp2), as __expf: a few ulp for "
                 "moderate x, the error growing with |x|; results below 2^-126 flush to zero.")
 add, sub, mul, div, max, min = (_binary(f) for f in BINARY_FNS)

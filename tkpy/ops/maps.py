@@ -17,12 +17,14 @@ class MapExpr:
     """An elementwise function of a map's operands, recorded by calling the lambda given to `tk.map`
     on placeholders. Nodes: `arg` (operand i), `scalar` (a Python number or runtime scalar), and the
     elementwise functions (`fn` as in the unary / binary ops): add, sub, mul, div and neg built with
-    + - * / and unary minus; exp, exp2, log, log2, abs, relu, neg, max, min with tk.exp(...) etc."""
+    + - * / and unary minus; exp, exp2, log, log2, abs, relu, neg, max, min with tk.exp(...) etc.;
+    exp2_emulated (tk.exp2(x, emulated=...)), whose `param` is how many elements of 8 take the software
+    exp2 and which depends on the element's number (`uses_element`)."""
 
-    __slots__ = ("fn", "args")
+    __slots__ = ("fn", "args", "param")
 
-    def __init__(self, fn: str, args: tuple):
-        self.fn, self.args = fn, args
+    def __init__(self, fn: str, args: tuple, param: int | None = None):
+        self.fn, self.args, self.param = fn, args, param
 
     def _binary(fn: str, reflected: bool = False):  # noqa: N805 - builds the dunders below
         def op(self, other):
@@ -60,11 +62,15 @@ class MapExpr:
         texts = [a.render(arg, scalar, call, infix) for a in self.args]
         p = self.precedence(infix)
         if p == 4:
-            return call(self.fn, texts)
+            return call(self.fn, texts + ([] if self.param is None else [str(self.param)]))
         last = len(texts) - 1
         texts = [f"({t})" if a.precedence(infix) < p or (i == last and a.precedence(infix) == p) else t
                  for i, (a, t) in enumerate(zip(self.args, texts))]
         return f"-{texts[0]}" if self.fn == "neg" else f"{texts[0]} {infix[self.fn]} {texts[1]}"
+
+    def uses_element(self) -> bool:
+        """Whether the value depends on which element of a lane it is computed for (exp2_emulated)."""
+        return self.fn == "exp2_emulated" or any(isinstance(a, MapExpr) and a.uses_element() for a in self.args)
 
     def scalars(self) -> list:
         """The runtime scalar leaves (what the generated lambda captures)."""

@@ -38,7 +38,7 @@ def unary_value(fn: str, x):
             return x
         return MapExpr(fn, (x,))
     src = register_operand(x, fn)
-    out = _temporary(src.type)
+    out = temporary(src.type)
     emit("unary", out, src, fn=fn)
     return out
 
@@ -54,25 +54,25 @@ def binary_value(fn: str, a, b):
         if fn in _COMMUTATIVE:
             return binary_value(fn, b, a)
         b = register_operand(b, f"{fn} second operand")
-        out = _temporary(b.type)
+        out = temporary(b.type)
         emit("fill", out, scalar(a, f"{fn} first operand"))
         emit("binary", out, out, b, fn=fn)
         return out
     a = register_operand(a, f"{fn} first operand")
     if not b_reg:                               # x op scalar
-        out = _temporary(a.type)
+        out = temporary(a.type)
         emit("binary", out, a, scalar(b, f"{fn} second operand"), fn=fn)
         return out
     b = register_operand(b, f"{fn} second operand")
     if type(a.type) is type(b.type):            # tile op tile, vector op vector
         compatible(a, b, fn)
-        out = _temporary(a.type, a.type.dtype if a.type.dtype == b.type.dtype else f32)
+        out = temporary(a.type, a.type.dtype if a.type.dtype == b.type.dtype else f32)
         emit("binary", out, a, b, fn=fn)
         return out
     if isinstance(a.type, RV):                  # vector op tile
         if fn in _COMMUTATIVE:
             return binary_value(fn, b, a)
-        out = _temporary(b.type)
+        out = temporary(b.type)
         emit(f"broadcast_{_axis(b, a, fn)}", out, a)
         emit("binary", out, out, b, fn=fn)
         return out
@@ -80,7 +80,7 @@ def binary_value(fn: str, a, b):
     if fn not in BROADCAST_FNS:
         fail(f"{fn}: a tile and a vector combine with {', '.join(BROADCAST_FNS)} only; "
              f"got {describe(a)} and {describe(b)}")
-    out = _temporary(a.type)
+    out = temporary(a.type)
     emit("broadcast", out, a, b, fn=fn, axis=axis)
     return out
 
@@ -100,7 +100,7 @@ def _axis(tile, vec, fn: str) -> str:
          "tk.row_vec); convert it with tk.copy")
 
 
-def _temporary(type_, dtype=None) -> Var:
+def temporary(type_, dtype=None) -> Var:
     if dtype is not None and dtype != type_.dtype:
         type_ = type_.with_(dtype=dtype) if isinstance(type_, RT) else RV(dtype, type_.length, type_.layout)
     return current().declare(type_, "t" if isinstance(type_, RT) else "v")

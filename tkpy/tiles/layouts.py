@@ -43,6 +43,12 @@ ALIGN_INDEX = "2 * (lane & 3) + 8 * (k >> 1) + (k & 1)"
 NAIVE_INDEX = "lane + 32 * k"
 VECTOR_VALUES_PER_16 = {"ortho": 2, "align": 4}
 
+# A lane's own numbering of the elements it holds (what per-element choices such as tk.exp2's emulated
+# share go by): element `half` of register `reg` of base tile (i, j) of a tile `width` base tiles wide;
+# value k of chunk c of a vector holding `per_chunk` values per chunk.
+TILE_ELEMENT = "((i * width + j) * 4 + reg) * 2 + half"
+VECTOR_ELEMENT = "c * per_chunk + k"
+
 
 def _eval(expr: str, **env):
     return eval(expr, {"__builtins__": {}}, env)  # the expressions above are trusted constants
@@ -71,6 +77,34 @@ def vector_index(layout: str, lane, k):
     """Element index (within its 16-element chunk, or 32 for naive) of a lane's k-th value."""
     expr = {"ortho": ORTHO_INDEX, "align": ALIGN_INDEX, "naive": NAIVE_INDEX}[layout]
     return _eval(expr, lane=lane, k=k)
+
+
+def tile_element_numbers(layout: str, rows: int, cols: int):
+    """The TILE_ELEMENT number of each element of a rows x cols register tile (a numpy int array)."""
+    import numpy as np
+
+    lane, reg, half = np.meshgrid(np.arange(WARP_SIZE), np.arange(REGS_PER_BASE), np.arange(2), indexing="ij")
+    r, c = fragment_position(layout, lane, reg, half)
+    width = cols // BASE_COLS
+    numbers = np.empty((rows, cols), np.int64)
+    for i in range(rows // BASE_ROWS):
+        for j in range(width):
+            numbers[i * BASE_ROWS + r, j * BASE_COLS + c] = _eval(TILE_ELEMENT, i=i, j=j, width=width, reg=reg,
+                                                                  half=half)
+    return numbers
+
+
+def vector_element_numbers(layout: str, length: int):
+    """The VECTOR_ELEMENT number of each element of a register vector (a numpy int array)."""
+    import numpy as np
+
+    chunk = 32 if layout == "naive" else 16
+    per_chunk = 1 if layout == "naive" else VECTOR_VALUES_PER_16[layout]
+    lane, k = np.meshgrid(np.arange(WARP_SIZE), np.arange(per_chunk), indexing="ij")
+    numbers = np.empty(length, np.int64)
+    for c in range(length // chunk):
+        numbers[c * chunk + vector_index(layout, lane, k)] = _eval(VECTOR_ELEMENT, c=c, per_chunk=per_chunk, k=k)
+    return numbers
 
 
 def reduction_vector_layout(tile_layout: str, axis: str) -> str:

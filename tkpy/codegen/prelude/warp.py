@@ -3,7 +3,7 @@ reductions and mma.sync. Fragment maps and the swizzle are pasted in from tkpy.t
 generated code and the interpreter share one definition."""
 from __future__ import annotations
 
-from ...tiles import layouts, swizzle
+from ...tiles import exp2_emulation, layouts, swizzle
 
 _BASICS = r"""
 typedef unsigned int u32;
@@ -604,10 +604,11 @@ def _named_ops() -> str:
 
 
 def _substitute(text: str) -> str:
-    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX", "NAIVE_INDEX"):
+    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX", "NAIVE_INDEX", "TILE_ELEMENT",
+                 "VECTOR_ELEMENT"):
         text = text.replace(name, getattr(layouts, name))
     return text.replace("SWIZZLE_EXPR", swizzle.SWIZZLE_EXPR)
 
 
-SECTIONS = ["namespace tk {" + "".join([_BASICS, _substitute(_FRAGMENTS), _substitute(_MEMORY), _MAPS, _REDUCE,
+SECTIONS = ["namespace tk {" + "".join([_BASICS, _substitute(_FRAGMENTS), _substitute(_MEMORY), _MAPS, exp2_emulation.CPP, _REDUCE,
                                        _MMA, _named_ops()]) + "}  // namespace tk\n"]

@@ -256,24 +256,44 @@ __device__ __forceinline__ float2 map_operand(const broadcast_vec<ROWS, V>& b, i
     return broadcast_at<ROWS>(b.v, i, j, k);
 }
 // Operands: tiles of dst's shape and layout, and per_row / per_col vectors (the tracer checks the shapes).
+// map_indexed's function also takes the lane's own number of the element (tkpy/tiles/layouts.py), a
+// constant once the loops unroll: per-element choices cost no branch.
 template <typename F, typename TD, int H, int W, typename L, typename... S>
-__device__ __forceinline__ auto map(rt<TD, H, W, L>& dst, F f, const S&... src)
+__device__ __forceinline__ auto map_indexed(rt<TD, H, W, L>& dst, F f, const S&... src)
     -> decltype((map_operand(src, 0, 0, 0), ..., void())) {
     #pragma unroll
     for (int i = 0; i < H; i++)
     #pragma unroll
     for (int j = 0; j < W; j++)
     #pragma unroll
-    for (int k = 0; k < 4; k++)
-        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
-            make_float2(f(map_operand(src, i, j, k).x...), f(map_operand(src, i, j, k).y...)));
+    for (int reg = 0; reg < 4; reg++) {
+        const int width = W;
+        const int half = 0;
+        const int e = TILE_ELEMENT;
+        dst.data[i][j][reg] = from_float2<typename rt<TD, H, W, L>::T2>(
+            make_float2(f(e, map_operand(src, i, j, reg).x...), f(e + 1, map_operand(src, i, j, reg).y...)));
+    }
 }
 template <typename F, typename TD, int N, typename L, typename... TS>
-__device__ __forceinline__ void map(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
+__device__ __forceinline__ void map_indexed(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
+    constexpr int per_chunk = rv<TD, N, L>::per_chunk;
     #pragma unroll
     for (int c = 0; c < N; c++)
     #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[c][k] = from_float<TD>(f(to_float(src.data[c][k])...));
+    for (int k = 0; k < per_chunk; k++) dst.data[c][k] = from_float<TD>(f(VECTOR_ELEMENT, to_float(src.data[c][k])...));
+}
+template <typename F> struct ignore_element {
+    F f;
+    template <typename... X> __device__ __forceinline__ float operator()(int, X... x) const { return f(x...); }
+};
+template <typename F, typename TD, int H, int W, typename L, typename... S>
+__device__ __forceinline__ auto map(rt<TD, H, W, L>& dst, F f, const S&... src)
+    -> decltype((map_operand(src, 0, 0, 0), ..., void())) {
+    map_indexed(dst, ignore_element<F>{f}, src...);
+}
+template <typename F, typename TD, int N, typename L, typename... TS>
+__device__ __forceinline__ void map(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
+    map_indexed(dst, ignore_element<F>{f}, src...);
 }
 
 // Every row (broadcast_row: one value per row) or column of dst set from a vector.
