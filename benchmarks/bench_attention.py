@@ -90,7 +90,6 @@ def main() -> list[dict]:
 # q_ahead (a second query tile per warpgroup, the next task's Q loading while a task runs) where it fits: the
 # default D64 kernels, D128 in 96-row tiles (3 stages) or split rings of 128-row tiles in 2 + 3 stages.
 # "emu n/8": n of every 8 of P's exponentials on the FMA pipes (tk.exp2's emulated), the MUFU the rest.
-# "qearly": the next task's Q into this task's tile during its last step, O stored from registers.
 TWO, THREE, SPLIT = dict(consumer_warpgroups=2), dict(consumer_warpgroups=3), dict(split_kv=True)
 OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=False)},
                  "2wg overlap only": {64: dict(TWO, pingpong=False)},
@@ -112,8 +111,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "2wg qahead": {64: dict(TWO, q_ahead=True)},
                  "qahead kv96": {128: dict(kv=96, q_ahead=True)},
                  "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)},
-                 **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)},
-                 "qearly": {d: dict(q_early=True) for d in (64, 128)}}
+                 **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 

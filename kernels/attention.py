@@ -133,7 +133,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_early: bool = False):
+               lazy_rescale: bool = False, exp2_emulated: float = 0.0):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -150,10 +150,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
     warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy".
     exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
-    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
-    q_early=True: the next task's query tile loads into this task's as soon as its last S = Q K^T is done (during
-    the last softmax and P V), and O goes from registers straight to global memory instead of through that tile
-    by TMA; name "_qearly"."""
+    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -189,12 +186,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         late_stages = late_stages or default_late
         name += "_splitkv" + ("" if late_stages == default_late else f"_{late_stages}late")
         rings = dict(late_stages=late_stages)
-    if q_ahead and q_early:
-        raise ValueError("attention: q_ahead (a second query tile) and q_early (the next Q into this task's tile "
-                         "during its last step) are two ways of loading the next Q ahead: take one")
     q_buffers = 2 if q_ahead else 1
     name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
-        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") + ("_qearly" if q_early else "")
+        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -267,8 +261,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.q = tk.st(dtype, 64, d, count=groups * q_buffers)
             st.q_arrived = tk.semaphore(groups * q_buffers)      # each query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
-            if q_early:                                          # 1: the next task's Q was loaded early
-                st.q_loaded = tk.var(0, "q_loaded")
             for buffer in range(q_buffers):
                 _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
             _own_sync(groups)
@@ -299,13 +291,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def start(self, st, task):
             g = st.g
             wg = tk.warpgroup.id()
-            if q_early:         # loaded during the last task's last step, unless this is the block's first task
-                with tk.if_(st.q_loaded == 0):                   # or the last had no steps
-                    self.load_q(st, task, 0)
-                tk.assign(st.q_loaded, 0)
-                st.q_tile = wg
-                tk.wait(st.q_arrived[wg], st.tasks_done % 2)
-            elif not q_ahead:
+            if not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
                 tk.wait(st.q_arrived[wg], st.tasks_done % 2)
@@ -355,13 +341,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
-        def next_q_early(self, st, k):
-            """q_early: at the last step, once S = Q K^T is done, the next task's Q into this task's tile."""
-            if q_early:
-                with tk.if_((k == st.iters - 1) & st.has_next_task()):
-                    self.load_q(st, st.next_task(), 0)
-                    tk.assign(st.q_loaded, 1)
-
         def rescale(self, st):
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
             tk.copy(st.probs, st.scores)                         # P for O += P V
@@ -380,7 +359,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
-                    self.next_q_early(st, k)
                     self.softmax(st, k)
                     # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                     # stores before the wait, and the row sums depend on every exp2.
@@ -394,7 +372,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
-                    self.next_q_early(st, k)
                     self.softmax(st, k)
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                     if softmax_turns:
@@ -417,7 +394,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if mma_turns:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
-                self.next_q_early(st, k)
                 self.softmax(st, k)
                 self.rescale(st)                                 # (with softmax turns, O's rescale in the turn:
                 if softmax_turns:                                # its FMULs fill the gaps between exponentials)
@@ -432,16 +408,13 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.div_row(st.out, st.out, st.factor)
             else:
                 tk.div_row(st.out, st.out, st.row_sum)
-            if q_early:                                          # the next task's Q is landing in the tile
-                tk.warpgroup.store(g.O, st.out, (b, h, tile, 0), masked=True)
-            else:
-                tk.warpgroup.store(st.q[st.q_tile], st.out)      # O through the query tile's shared memory:
-                tk.fence_proxy_async()                           # every MMA reading Q is done; TMA reads it
-                _own_sync(groups)                                # through the async proxy
-                with tk.if_(tk.warp_id() % 4 == 0):             # rows past N are clipped
-                    tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, tile, 0))
-                    tk.tma.store_commit_group()
-                    tk.tma.store_async_wait(read_only=True)     # a later task's Q may land there
+            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
+            tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
+            _own_sync(groups)                                    # through the async proxy
+            with tk.if_(tk.warp_id() % 4 == 0):                 # rows past N are clipped
+                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, tile, 0))
+                tk.tma.store_commit_group()
+                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
@@ -535,7 +508,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
             overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
             split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-            lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_early: bool = False) -> None:
+            lazy_rescale: bool = False, exp2_emulated: float = 0.0) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
@@ -560,7 +533,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_early)(*args)
+               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -136,18 +136,6 @@ def test_exp2_emulated(d, causal, options, emulated):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("d,causal,options", [
-    (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True)), (128, True, dict(consumer_warpgroups=2)),
-    (64, False, dict(consumer_warpgroups=2)), (128, False, dict(consumer_warpgroups=2, overlap=False))])
-def test_q_early(d, causal, options):
-    """q_early=True: the next task's Q lands in this task's tile during its last step; O stored from registers
-    (rows past N skipped); tasks without steps (rows that see no key) still load their successor's Q."""
-    n, nk = 460, 200
-    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
-    o, lse = interpret(q, k, v, causal, 0.1, 2, "_qearly", q_early=True, **options)
-    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
-
-
 def test_mul_row_skip_ones_is_in_place_and_votes():
     """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
     @tk.kernel(warps=1)

@@ -177,16 +177,6 @@ def test_exp2_emulated(d, causal, emulated):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, "bottom_right"), (256, True)])
-@pytest.mark.parametrize("b,n", [(2, 1100), (8, 640)])
-def test_q_early(d, causal, b, n):
-    """q_early=True (the next task's Q loads into this task's tile during its last step, O stored from registers,
-    rows past N skipped), with the kernel attention() would pick otherwise: many tasks per persistent block."""
-    q, k, v = qkv(b, 16, 8, n, 1300, d)
-    o, lse = run_poisoned(q, k, v, causal, q_early=True)
-    check(o, lse, *reference(q, k, v, causal))
-
-
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
