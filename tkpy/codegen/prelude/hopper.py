@@ -175,7 +175,7 @@ __device__ __forceinline__ constexpr u64 desc_encode(u64 x) { return (x & 0x3FFF
 template <typename S, bool MN_MAJOR>
 __device__ __forceinline__ u64 descriptor(const S& s, int k16) {
     constexpr u32 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
-    constexpr u32 panel_bytes = u32(S::rows) * swz;
+    constexpr u32 panel_bytes = u32(S::panel_rows) * swz;   // a window's panels are its root tile's
     constexpr u32 leading = MN_MAJOR ? panel_bytes : 16;   // K-major: unused by swizzled layouts
     constexpr u32 high = u32(desc_encode(8 * swz)) | mode << 30;                      // stride, swizzle mode
     const u32 low = u32(desc_encode(smem_addr(s.base))) | u32(desc_encode(leading)) << 16;   // start, leading
@@ -273,9 +273,9 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
     d = f"rt<float, 1, {n // 16}, row_l>& d"
     if a_in_registers and k == 32:   # fp8: the A fragments are gathered from tkpy's layout first (prelude/fp8.py)
         return (
-            f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB>\n"
+            f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB, int PRB, int PCB>\n"
             f"__device__ __forceinline__ void mma({d}, const rt<{a_type}, 1, K, row_l>& a,\n"
-            f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f'    static_assert(TRANS_B == 0 && K % 2 == 0, "fp8 wgmma reads B K-major (mma_ABt), K in steps of 32");\n'
             f"    u32 frag[K / 2][4];\n"
             f"    #pragma unroll\n"
@@ -283,41 +283,41 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"    wgmma_fence();\n"
             f"    #pragma unroll\n"
             f"    for (int k = 0; k < K / 2; k++)\n"
-            f"        {name}(d, frag[k], descriptor<st<{b_type}, RB, CB, SB>, false>(b, k), accumulate || k > 0);\n"
+            f"        {name}(d, frag[k], descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
     if a_in_registers:
         return (
-            f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB>\n"
+            f"template <int TRANS_A, int TRANS_B, int K, int RB, int CB, int SB, int PRB, int PCB>\n"
             f"__device__ __forceinline__ void mma({d}, const rt<{a_type}, 1, K, row_l>& a,\n"
-            f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f"    wgmma_fence();\n"
             f"    #pragma unroll\n"
             f"    for (int k = 0; k < K; k++)\n"
             f"        {name}<TRANS_B>(d, reinterpret_cast<const u32*>(&a.data[0][k][0]),\n"
-            f"            descriptor<st<{b_type}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+            f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, TRANS_B>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
     if k == 32:   # fp8: K-major operands only, no transpose operands in the instruction
         return (
-            f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int RB, int CB, int SB>\n"
-            f"__device__ __forceinline__ void mma({d}, const st<{a_type}, RA, CA, SA>& a,\n"
-            f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
+            f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int PRA, int PCA, int RB, int CB, int SB, int PRB, int PCB>\n"
+            f"__device__ __forceinline__ void mma({d}, const st<{a_type}, RA, CA, SA, PRA, PCA>& a,\n"
+            f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f'    static_assert(TRANS_A == 0 && TRANS_B == 0, "fp8 wgmma reads both operands K-major (mma_ABt)");\n'
             f"    wgmma_fence();\n"
             f"    #pragma unroll\n"
             f"    for (int k = 0; k < CA / 32; k++)\n"
-            f"        {name}(d, descriptor<st<{a_type}, RA, CA, SA>, false>(a, k),\n"
-            f"            descriptor<st<{b_type}, RB, CB, SB>, false>(b, k), accumulate || k > 0);\n"
+            f"        {name}(d, descriptor<st<{a_type}, RA, CA, SA, PRA, PCA>, false>(a, k),\n"
+            f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
     return (
-        f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int RB, int CB, int SB>\n"
-        f"__device__ __forceinline__ void mma({d}, const st<{a_type}, RA, CA, SA>& a,\n"
-        f"                                    const st<{b_type}, RB, CB, SB>& b, bool accumulate) {{\n"
+        f"template <int TRANS_A, int TRANS_B, int RA, int CA, int SA, int PRA, int PCA, int RB, int CB, int SB, int PRB, int PCB>\n"
+        f"__device__ __forceinline__ void mma({d}, const st<{a_type}, RA, CA, SA, PRA, PCA>& a,\n"
+        f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
         f"    constexpr int k16s = (TRANS_A ? RA : CA) / 16;\n"
         f"    wgmma_fence();\n"
         f"    #pragma unroll\n"
         f"    for (int k = 0; k < k16s; k++)\n"
-        f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{a_type}, RA, CA, SA>, TRANS_A>(a, k),\n"
-        f"            descriptor<st<{b_type}, RB, CB, SB>, TRANS_B>(b, k), accumulate || k > 0);\n"
+        f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{a_type}, RA, CA, SA, PRA, PCA>, TRANS_A>(a, k),\n"
+        f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, TRANS_B>(b, k), accumulate || k > 0);\n"
         f"    wgmma_commit_group();\n}}\n")
 
 

@@ -111,7 +111,7 @@ template <typename T> struct gl {
 // unswizzled rows PC elements apart.
 template <typename T, int R, int C, int SWZ, int PR = R, int PC = C> struct st {
     typedef T dtype;
-    static constexpr int rows = R, cols = C, swizzle = SWZ;
+    static constexpr int rows = R, cols = C, swizzle = SWZ, panel_rows = PR;
     static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : PC;
     static constexpr int bytes = R * C * int(sizeof(T));
     unsigned char* base;
