@@ -529,7 +529,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
             overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
             split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-            lazy_rescale: bool = False, exp2_emulated: float = 0.0) -> None:
+            lazy_rescale: bool = False, exp2_emulated: float = 0.0, interleave_pv: bool = False) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
@@ -554,7 +554,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)(*args)
+               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, interleave_pv)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
