@@ -133,7 +133,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False, exp2_emulated: float = 0.0, interleave_pv: bool = False):
+               lazy_rescale: bool = False, exp2_emulated: float = 0.0):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -150,11 +150,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
     warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy".
     exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
-    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
-    interleave_pv=True (with overlap): step k waits for S_k alone, then issues O += P_{k-1} V_{k-1} one 16-key
-    slice at a time between the exponentials of S_k's 16-column blocks (a warp issuing a wgmma waits until the
-    tensor core takes it, so a product issued whole before the softmax holds the warp for most of its length);
-    the turns guard S's issue only; name "_ipv"."""
+    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -192,9 +188,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
     name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
-        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") + ("_ipv" if interleave_pv else "")
-    if interleave_pv and not overlap:
-        raise ValueError("attention: interleave_pv issues step k-1's P V during step k's softmax: it needs overlap=True")
+        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -319,12 +313,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 st.diagonal = tk.let(task.row * rows + wg * 64 + tk.warp_id() % 4 * 16 + g.offset, "diagonal")
 
-        def softmax(self, st, k, between=None):
+        def softmax(self, st, k):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
             of the raw scores: the scale is positive); st.factor becomes the factor that rescales what was
             accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
-            FFMA and MUFU.EX2 (P), FADD (sum). between(j), if given, runs before the exponentials of S's
-            16-column block j."""
+            FFMA and MUFU.EX2 (P), FADD (sum)."""
             g = st.g
             if causal:
                 diagonal = st.diagonal - k * kv
@@ -343,14 +336,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.mul(st.shift, st.row_max, g.scale_log2)
             if softmax_turns:                                    # the exponentials, one warpgroup at a time
                 _turn(sync_on_turn=True, groups=groups)
-            if between is None:
-                tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), st.scores,
-                       st.shift)
-            else:
-                for j in range(kv // 16):
-                    between(j)
-                    block = st.scores.subtile(16, 16, (0, j))
-                    tk.map(block, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), block, st.shift)
+            tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), st.scores, st.shift)
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
@@ -369,18 +355,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
-                    if interleave_pv:                           # S_k alone, then P_{k-1} V_{k-1} slice by slice
-                        if mma_turns:                           # between the exponentials of S_k
-                            _turn(sync_on_turn=False, groups=groups)
-                        tk.warpgroup.mma_async_wait()
-                        self.softmax(st, k, between=lambda j: tk.warpgroup.mma_AB(
-                            st.out, st.probs.subtile(16, 16, (0, j)), prev.v.subtile(16, d, (j, 0))))
-                    else:
-                        tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
-                        if mma_turns:
-                            _turn(sync_on_turn=False, groups=groups)
-                        tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
-                        self.softmax(st, k)
+                    tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
+                    if mma_turns:
+                        _turn(sync_on_turn=False, groups=groups)
+                    tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
+                    self.softmax(st, k)
                     # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                     # stores before the wait, and the row sums depend on every exp2.
                     tk.store(st.anchor[tk.warp_id()], st.row_sum)
@@ -529,7 +508,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
             overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
             split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-            lazy_rescale: bool = False, exp2_emulated: float = 0.0, interleave_pv: bool = False) -> None:
+            lazy_rescale: bool = False, exp2_emulated: float = 0.0) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
@@ -554,7 +533,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, interleave_pv)(*args)
+               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)(*args)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -136,18 +136,6 @@ def test_exp2_emulated(d, causal, options, emulated):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("d,causal,options", [
-    (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True)), (128, True, dict(consumer_warpgroups=2)),
-    (64, False, dict(consumer_warpgroups=2, pingpong=False)), (128, False, dict(consumer_warpgroups=2, kv=176, stages=2))])
-def test_interleave_pv(d, causal, options):
-    """interleave_pv=True: P_{k-1} V_{k-1} issued one 16-key slice at a time (wgmma from register and shared-tile
-    windows) between the exponentials of S_k, after S_k alone was waited for."""
-    n, nk = 460, 450
-    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
-    o, lse = interpret(q, k, v, causal, 0.1, 3, "_ipv", interleave_pv=True, **options)
-    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
-
-
 def test_mul_row_skip_ones_is_in_place_and_votes():
     """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
     @tk.kernel(warps=1)

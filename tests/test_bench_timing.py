@@ -1,9 +1,11 @@
 """benchmarks/timing.py's graph-replay timing on the CPU, against a stand-in for torch.cuda whose graphs
 replay on a simulated clock: the graph grows until a replay lasts TARGET_REPLAY_MS (up to MAX_CALLS
-calls), the warm-up runs outside the capture, and the result is the median time per call."""
+calls), the warm-up runs outside the capture, and the result is the median time per call. Also: the attention
+timeline script finds its anchors in the kernel source."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -71,3 +73,19 @@ def test_median_per_call_from_replays_of_a_long_enough_graph(clock, per_call_ms)
     assert last.calls == timing.MAX_CALLS or LAUNCH_MS + last.calls * per_call_ms >= timing.TARGET_REPLAY_MS
     assert ms == pytest.approx(per_call_ms + LAUNCH_MS / last.calls)
     assert len(clock.graphs) <= 3
+
+
+def test_attention_timeline_marks_every_phase_of_the_default_kernel():
+    """benchmarks/attention_timeline.py finds each of its anchors in the default D128 kernel's source (in order),
+    and the marked source still compiles for sm_90a."""
+    import torch
+
+    from benchmarks.attention_timeline import MARKS, patch
+    from kernels import attention as att
+    from tkpy.runtime import compile_cuda
+    q = torch.empty(1, 1, 256, 128, dtype=torch.bfloat16)
+    lse = torch.empty(1, 1, att.lse_rows(256, 2))
+    kernel = att._attention(128, att.DTYPES[q.dtype], False).kernel
+    source = patch(kernel.source(q, q, q, q, lse, 0.1))
+    assert [int(x) for x in re.findall(r"TK_MARK\((\d+)\);", source)] == list(range(len(MARKS)))
+    assert compile_cuda(source, kernel.name).cubin

@@ -177,16 +177,6 @@ def test_exp2_emulated(d, causal, emulated):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, "bottom_right"), (256, True)])
-@pytest.mark.parametrize("pingpong", [True, False])
-def test_interleave_pv(d, causal, pingpong):
-    """interleave_pv=True (P_{k-1} V_{k-1} one 16-key slice at a time between S_k's exponentials), with the kernel
-    attention() would pick otherwise, with and without turns."""
-    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
-    o, lse = run_poisoned(q, k, v, causal, interleave_pv=True, pingpong=pingpong)
-    check(o, lse, *reference(q, k, v, causal))
-
-
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])

@@ -128,13 +128,15 @@ def test_tma_partial_tiles_and_store_add():
 
 
 @functools.cache
-def wgmma_kernel(dt, n, k, variant, a_regs):
-    """One warpgroup: TMA A and B into shared tiles, one wgmma op, store the 64 x n fp32 result."""
+def wgmma_kernel(dt, n, k, variant, a_regs, windows=False):
+    """One warpgroup: TMA A and B into shared tiles, one wgmma op, store the 64 x n fp32 result. windows=True (the
+    forms whose shared operands run K along their rows: AB with A in registers, AtB): one wgmma op per 16 rows of K
+    on windows of the tiles (tile.subtile), whose descriptors keep the whole tile's panels."""
     trans_a, trans_b = {"AB": (False, True), "ABt": (False, False), "AtB": (True, True), "AtBt": (True, False)}[variant]
     a_shape = (k, 64) if trans_a else (64, k)
     b_shape = (k, n) if trans_b else (n, k)
 
-    @tk.kernel(warps=4, name=f"wgmma_{variant}_{dt}_n{n}_k{k}_{'rs' if a_regs else 'ss'}")
+    @tk.kernel(warps=4, name=f"wgmma_{variant}_{dt}_n{n}_k{k}_{'rs' if a_regs else 'ss'}{'_windows' if windows else ''}")
     def kern(a: tk.gl[DT[dt], "T", *a_shape], b: tk.gl[DT[dt], "T", *b_shape], c: tk.gl[f32, "T", 64, n],
              d: tk.gl[f32, "T", 64, n]):
         sa, sb = tk.st(DT[dt], *a_shape), tk.st(DT[dt], *b_shape)
@@ -149,10 +151,18 @@ def wgmma_kernel(dt, n, k, variant, a_regs):
             tk.tma.load_async(sb, b, (tk.block_idx.x, 0, 0), sem)
         tk.warpgroup.load(acc, c, (tk.block_idx.x, 0, 0))
         tk.wait(sem, 0)
-        if a_regs:
+        mma = getattr(tk.warpgroup, f"mma_{variant}")
+        if windows:
+            assert variant == "AB" and a_regs or variant == "AtB"
+            ra = tk.rt(DT[dt], 16, k)
+            if a_regs:
+                tk.warpgroup.load(ra, a, (tk.block_idx.x, 0, 0))
+            for j in range(k // 16):
+                mma(acc, ra.subtile(16, 16, (0, j)) if a_regs else sa.subtile(16, 64, (j, 0)), sb.subtile(16, n, (j, 0)))
+        elif a_regs:
             ra = tk.rt(DT[dt], 16, k)
             tk.warpgroup.load(ra, a, (tk.block_idx.x, 0, 0))
-            getattr(tk.warpgroup, f"mma_{variant}")(acc, ra, sb)
+            mma(acc, ra, sb)
         else:
             getattr(tk.warpgroup, f"mma_{variant}")(acc, sa, sb)
         tk.warpgroup.mma_async_wait()
@@ -176,6 +186,23 @@ def test_wgmma(dt, n, k, variant, a_regs):
     am = a.double().transpose(1, 2) if trans_a else a.double()
     bm = b.double() if trans_b else b.double().transpose(1, 2)
     assert rel_err(d, am @ bm + c.double()) < 1e-5
+
+
+WINDOW_CASES = [("AB", True), ("AtB", False)]
+
+
+@pytest.mark.parametrize("variant,a_regs", WINDOW_CASES)
+@pytest.mark.parametrize("dt,n,k", WGMMA_SHAPES)
+def test_wgmma_on_windows(dt, n, k, variant, a_regs):
+    """The product as k / 16 wgmma ops on 16-deep windows of the operands (attention's interleave_pv form)."""
+    trans_a = variant == "AtB"
+    a = rand(3, *((k, 64) if trans_a else (64, k)), dtype=TORCH[dt])
+    b = rand(3, k, n, dtype=TORCH[dt])
+    c = rand(3, 64, n, dtype=torch.float32)
+    d = poisoned(3, 64, n, dtype=torch.float32)
+    wgmma_kernel(dt, n, k, variant, a_regs, windows=True)[(3,)](a, b, c, d)
+    am = a.double().transpose(1, 2) if trans_a else a.double()
+    assert rel_err(d, am @ b.double() + c.double()) < 1e-5
 
 
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (256, 512, 512), (1024, 768, 1024), (2048, 2048, 4096)])
