@@ -201,8 +201,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
-        if overlap:     # compute waits for O += P_{k-1} V_{k-1} itself: the template releases V_{k-1} without a wait
-            waits_for_prev = True
         if split_kv:                        # K_k released after step k, V_k (read at step k + 1) after step k + 1
             inputs = dict(k=shared(dtype, kv, d))
             late_inputs = dict(v=shared(dtype, kv, d))

@@ -29,17 +29,13 @@ def steps_of(row):
 
 
 @functools.cache
-def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int = 1, claims_waits=None):
+def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int = 1):
     """cluster: blocks on adjacent tile columns (the same rows, so the same step counts) that share A: rank r
-    loads A's r-th half and multicasts it to both. claims_waits (lagged): the class sets waits_for_prev, saying
-    compute waits for the MMA reading `prev` (and it does)."""
+    loads A's r-th half and multicasts it to both."""
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, cluster=cluster, cluster_along="cols",
-            name=f"ragged_gemm_{stages}_{int(reverse)}" + ("_lagged" if lagged else "") + f"_cluster{cluster}"
-                 + ("" if claims_waits is None else f"_waits_{claims_waits}"))
+            name=f"ragged_gemm_{stages}_{int(reverse)}" + ("_lagged" if lagged else "") + f"_cluster{cluster}")
     class Ragged:
         A: tk.gl[bf16, "M", "K"]
-        if claims_waits is not None:
-            waits_for_prev = True
         B: tk.gl[bf16, "K", "N"]
         C: tk.gl[f32, "M", "N"]
         inputs = dict(a=shared(bf16, BM // 2, BK, count=2), b=shared(bf16, BK, BN))
@@ -75,8 +71,6 @@ def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int =
                 """Step k multiplies step k-1's tiles (still held), the last step its own too."""
                 with tk.if_(k > 0):
                     tk.warpgroup.mma_AB(st.acc, prev.a[tk.warpgroup.id()], prev.b)
-                    if claims_waits is True:
-                        tk.warpgroup.mma_async_wait()
                 with tk.if_(k == st.iters - 1):
                     tk.warpgroup.mma_AB(st.acc, inp.a[tk.warpgroup.id()], inp.b)
         else:
@@ -118,21 +112,6 @@ def test_clusters_on_adjacent_columns_share_a(stages, reverse, blocks, lagged):
     template = ragged_gemm(stages, reverse, lagged, cluster=2)
     template.kernel.interpret[(blocks,)](a, b, c)
     assert rel_err(c, reference(a, b)) < 1e-2
-
-
-def test_waits_for_prev_releases_without_a_wait_of_its_own():
-    """waits_for_prev = True: the template releases the previous stage with no wgmma wait of its own: the wait
-    compute adds replaces the template's, and the protocol holds in the interpreter."""
-    a, b = rand(5 * BM, 2 * BK, dtype=torch.bfloat16), rand(2 * BK, 3 * BN, dtype=torch.bfloat16)
-    c = poisoned(5 * BM, 3 * BN, dtype=torch.float32)
-    honest = ragged_gemm(2, False, lagged=True, claims_waits=True).kernel
-    honest.interpret[(2,)](a, b, c)
-    assert rel_err(c, reference(a, b)) < 1e-2
-    plain = ragged_gemm(2, False, lagged=True).kernel
-    assert plain.source(a, b, c).count("tk::wgmma_wait<") == honest.source(a, b, c).count("tk::wgmma_wait<")
-    with pytest.raises(TypeError, match="waits_for_prev is about compute"):
-        plain_compute = type(ragged_gemm(2, False).user)
-        tk.lcf(stages=2)(type("NoPrev", (plain_compute,), dict(plain_compute.__dict__, waits_for_prev=True)))
 
 
 def test_column_clusters_source_and_sass():

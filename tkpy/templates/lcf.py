@@ -19,11 +19,7 @@ global tensors:
                                 (e.g. to load its own inputs while this task runs)
     compute(st, inp, k)         (consumers) use the k-th inputs, or
     compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
-                                tk.if_(k > 0)); they stay unreleased until this step's compute returns.
-                                A class attribute `waits_for_prev = True` says compute waits for every MMA
-                                that reads `prev` before it returns: the template then releases that stage
-                                without a wgmma wait of its own (otherwise it waits until only the step's
-                                surely-issued commit groups are pending; ~80 cycles a step even when none is)
+                                tk.if_(k > 0)); they stay unreleased until this step's compute returns
     done(st)                    (optional, consumers) after a consumer's last task, e.g. to close a protocol
                                 the consumers keep across tasks
     finish(g, st, task)         (consumers) write the task's result, or
@@ -159,10 +155,6 @@ class LCF:
         self.globals = global_annotations(cls, definition_locals or {})
         self.per_task_iters = positional_parameters(self.user.iters) >= 2     # iters(g, task)
         self.uses_previous = positional_parameters(self.user.compute) >= 4    # compute(st, inp, k, prev)
-        self.waits_for_prev = bool(getattr(cls, "waits_for_prev", False))
-        if self.waits_for_prev and not self.uses_previous:
-            raise TypeError(f"{cls.__name__}: waits_for_prev is about compute(st, inp, k, prev)'s `prev`; its "
-                            "compute takes none")
         self.late_inputs = buffer_specs(cls, "late_inputs")
         self.late_stages = self._check_late(cls, stages, late_stages)
         if self.uses_previous and stages < 2 and not self.late_inputs:
@@ -504,7 +496,7 @@ class Pipeline:
                 # Keep step k's MMAs in flight (and its inputs, which step k+1 sees as `prev`): with only
                 # their `groups` commit groups pending, step k-1's have read their stage, now released.
                 with if_(k > 0):
-                    if in_flight and not t.waits_for_prev:
+                    if in_flight:
                         tk.warpgroup.mma_async_wait(groups)
                     self.release((it - 1) % stages)
             if holds:
