@@ -191,18 +191,25 @@ def test_wgmma(dt, n, k, variant, a_regs):
 WINDOW_CASES = [("AB", True), ("AtB", False)]
 
 
+def run_wgmma_on_windows(dt, n, k, variant, a_regs, device="cuda", launch=None):
+    """The product as k / 16 wgmma ops on 16-deep windows of the operands, checked against float64; `launch`
+    (default: the GPU) runs the kernel. Returns the kernel and its arguments."""
+    trans_a = variant == "AtB"
+    a = rand(3, *((k, 64) if trans_a else (64, k)), dtype=TORCH[dt], device=device)
+    b = rand(3, k, n, dtype=TORCH[dt], device=device)
+    c = rand(3, 64, n, dtype=torch.float32, device=device)
+    d = poisoned(3, 64, n, dtype=torch.float32, device=device)
+    kernel = wgmma_kernel(dt, n, k, variant, a_regs, windows=True)
+    (launch or kernel)[(3,)](a, b, c, d)
+    am = a.double().transpose(1, 2) if trans_a else a.double()
+    assert rel_err(d, am @ b.double() + c.double()) < 1e-5
+    return kernel, (a, b, c, d)
+
+
 @pytest.mark.parametrize("variant,a_regs", WINDOW_CASES)
 @pytest.mark.parametrize("dt,n,k", WGMMA_SHAPES)
 def test_wgmma_on_windows(dt, n, k, variant, a_regs):
-    """The product as k / 16 wgmma ops on 16-deep windows of the operands (attention's interleave_pv form)."""
-    trans_a = variant == "AtB"
-    a = rand(3, *((k, 64) if trans_a else (64, k)), dtype=TORCH[dt])
-    b = rand(3, k, n, dtype=TORCH[dt])
-    c = rand(3, 64, n, dtype=torch.float32)
-    d = poisoned(3, 64, n, dtype=torch.float32)
-    wgmma_kernel(dt, n, k, variant, a_regs, windows=True)[(3,)](a, b, c, d)
-    am = a.double().transpose(1, 2) if trans_a else a.double()
-    assert rel_err(d, am @ b.double() + c.double()) < 1e-5
+    run_wgmma_on_windows(dt, n, k, variant, a_regs)
 
 
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (256, 512, 512), (1024, 768, 1024), (2048, 2048, 4096)])

@@ -17,8 +17,8 @@ from tkpy import bf16, f32
 
 import gpu_util
 from gpu_util import TORCH, rel_err
-from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, multicast_kernel, tma_5d_kernel, tma_edge_kernel,
-                             tma_roundtrip_kernel, wgmma_kernel)
+from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, WINDOW_CASES, multicast_kernel, run_wgmma_on_windows,
+                             tma_5d_kernel, tma_edge_kernel, tma_roundtrip_kernel, wgmma_kernel)
 from test_trace_codegen import line_of
 from kernels import attention, gemm, gemm_ws
 
@@ -92,20 +92,13 @@ def test_wgmma(dt, n, k, form, a_regs):
     assert rel_err(d, am @ bm + c.double()) < 1e-5
 
 
-@pytest.mark.parametrize("form,a_regs", [("AB", True), ("AtB", False)])
+@pytest.mark.parametrize("form,a_regs", WINDOW_CASES)
 @pytest.mark.parametrize("dt,n,k", WGMMA_SHAPES)
 def test_wgmma_on_windows(dt, n, k, form, a_regs):
     """One wgmma op per 16 rows of K on windows of the operands; the window kernels compile for sm_90a too."""
-    trans_a = form == "AtB"
-    a = rand(3, *((k, 64) if trans_a else (64, k)), dtype=TORCH[dt])
-    b = rand(3, k, n, dtype=TORCH[dt])
-    c = rand(3, 64, n, dtype=torch.float32)
-    d = poisoned(3, 64, n, dtype=torch.float32)
     kernel = wgmma_kernel(dt, n, k, form, a_regs, windows=True)
-    kernel.interpret[(3,)](a, b, c, d)
-    am = a.double().transpose(1, 2) if trans_a else a.double()
-    assert rel_err(d, am @ b.double() + c.double()) < 1e-5
-    assert kernel.resources(a, b, c, d).spill_stores == 0
+    _, args = run_wgmma_on_windows(dt, n, k, form, a_regs, device="cpu", launch=kernel.interpret)
+    assert kernel.resources(*args).spill_stores == 0
 
 
 def test_cluster_multicast_remote_arrive_and_rank():
