@@ -268,7 +268,7 @@ def test_fp8_prelude_only_in_fp8_kernels():
     src = k.source(_fp8(64, 64), _fp8(64, 64), torch.zeros(64, 64))
     assert "struct fp8e4m3 { unsigned char x; };" in src
     assert "cvt.rn.satfinite.e4m3x2.f32" in src and "cvt.rn.f16x2.e5m2x2" in src
-    assert "wgmma_m64n64k32_ss_fp8e4m3(d, descriptor<st<fp8e4m3, RA, CA, SA>, false>(a, k)" in src
+    assert "wgmma_m64n64k32_ss_fp8e4m3(d, descriptor<st<fp8e4m3, RA, CA, SA, PRA, PCA>, false>(a, k)" in src
 
     @tk.kernel(warps=1)
     def plain(x: tk.gl[bf16, 16, 16]):
