@@ -114,6 +114,26 @@ def test_clusters_on_adjacent_columns_share_a(stages, reverse, blocks, lagged):
     assert rel_err(c, reference(a, b)) < 1e-2
 
 
+def test_rebinding_a_var_on_st_is_an_error_at_that_line():
+    """`st.n = 0` on a tk.var attribute would only rebind the Python name: a TraceError at the user's line says to
+    write tk.assign(st.n, 0)."""
+    base = type(ragged_gemm(2, False).user)
+
+    def setup(self, st):
+        base.setup(self, st)
+        st.n = tk.var(0, "n")
+
+    def start(self, st, task):
+        base.start(self, st, task)
+        st.n = 0                                        # the mistake
+
+    kernel = tk.lcf(stages=2)(type("Rebinding", (base,), dict(base.__dict__, setup=setup, start=start))).kernel
+    a, b, c = torch.empty(BM, BK, dtype=torch.bfloat16), torch.empty(BK, BN, dtype=torch.bfloat16), torch.empty(BM, BN)
+    with pytest.raises(tk.TraceError, match=r"st.n is a tk.var: .*tk.assign\(st.n, \.\.\.\)") as e:
+        kernel.ir(a, b, c)
+    assert e.value.loc.file.endswith("test_lcf_template.py")
+
+
 def test_column_clusters_source_and_sass():
     """The tile column is 2 x the pair's column + the rank; the peers are told with a CTA-scope release (no
     MEMBAR.ALL.GPU before each remote arrival: only the two cluster barriers have one)."""

@@ -39,9 +39,18 @@ class shared:
 
 
 class Namespace:
-    """An attribute bag that names the tiles stored on it after their attribute (for readable C++)."""
+    """An attribute bag that names the tiles stored on it after their attribute (for readable C++). An attribute
+    holding a mutable scalar (tk.var) cannot be rebound to another value: `st.n = 0` would only rebind the Python
+    name while the kernel's variable kept its value (tk.assign(st.n, 0) changes it)."""
 
     def __setattr__(self, key, value):
+        from ..frontend.control import Mutable
+        held = self.__dict__.get(key)
+        if isinstance(held, Mutable) and value is not held and not isinstance(value, Mutable):
+            caller = inspect.currentframe().f_back                 # the line with the assignment
+            raise TraceError(f"st.{key} is a tk.var: `st.{key} = ...` would rebind the Python attribute, not change "
+                             f"the variable in the kernel; write tk.assign(st.{key}, ...)",
+                             Loc(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name))
         if isinstance(value, Var):
             value.name = key
         object.__setattr__(self, key, value)
