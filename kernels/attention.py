@@ -73,7 +73,10 @@ PINGPONG = True                     # consumer warpgroups take turns issuing S =
 RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
 # (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
-OVERLAP = True                      # step k's softmax overlaps step k-1's O += P V (FlashAttention-3)
+OVERLAP = True                      # step k issues S_k and step k-1's O += P V together (FlashAttention-3)
+# (A warp issuing a wgmma waits until the tensor core takes it, so most of that P V has run by the time S_k's
+# softmax starts: the timeline, benchmarks/attention_timeline.py, RESULTS.md runs 74-76. The overlap that pays is
+# between the warpgroups; this order still measured faster than the serial one, runs 42 and 57.)
 TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
 OWN = (4, 5, 7)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
@@ -348,8 +351,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         if overlap:
             def compute(self, st, inp, k, prev):
                 """Step k issues S_k = Q K_k^T and then O += P_{k-1} V_{k-1} (P kept from step k-1, V_{k-1}
-                from the previous stage), so the softmax of S_k runs while that second product does; the last
-                step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
+                from the previous stage), then waits for S_k alone and runs its softmax (the issue itself lasts
+                about as long as the products: see OVERLAP); the last step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
                 if every path waits before it reads an accumulator."""
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
