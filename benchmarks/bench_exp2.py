@@ -39,6 +39,18 @@ FORMS = {
     "mufu_f16x2": ("1", PACKED.format(pack="cvt.rn.f16x2.f32", ex2="ex2.approx.f16x2", unpack="cvt.f32.f16")),
     "mufu_bf16x2": ("1", PACKED.format(pack="cvt.rn.bf16x2.f32", ex2="ex2.approx.ftz.bf16x2", unpack="cvt.f32.bf16")),
 }
+# What else a softmax puts on the SM per score: P's conversion to bf16 (one cvt per pair; unpacked again by integer
+# ops to keep the chain), alone and next to the MUFU: if both shared a unit the mix would run at 2/3 of the MUFU alone.
+CVT = r"""
+        #pragma unroll
+        for (int m = 0; m < CHAINS; m += 2) {{
+            float a = {a}, b = {b};
+            unsigned p;
+            asm volatile("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(b), "f"(a));
+            x[m] = __uint_as_float(p << 16) * -0.99f - 0.5f; x[m + 1] = __uint_as_float(p & 0xffff0000u) * -0.99f - 0.5f;
+        }}"""
+FORMS["cvt_bf16x2"] = ("0", CVT.format(a="x[m]", b="x[m + 1]"))
+FORMS["mufu_and_cvt"] = ("0", CVT.format(a="tk::op_exp2{}(x[m])", b="tk::op_exp2{}(x[m + 1])"))
 for share in (1, 2, 3, 4, 8):
     FORMS[f"poly_{share}of8"] = (str(share), r"""
         #pragma unroll
