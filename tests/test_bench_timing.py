@@ -89,3 +89,19 @@ def test_attention_timeline_marks_every_phase_of_the_default_kernel():
     source = patch(kernel.source(q, q, q, q, lse, 0.1))
     assert [int(x) for x in re.findall(r"TK_MARK\((\d+)\);", source)] == list(range(len(MARKS)))
     assert compile_cuda(source, kernel.name).cubin
+
+
+def test_exp2_benchmark_forms_compile_to_what_they_time():
+    """benchmarks/bench_exp2.py's kernels compile for sm_90a; each form has the MUFU.EX2 / F2FP count it claims:
+    none by the polynomial alone, the packed forms two MUFU ops per pair, the conversion forms one F2FP per pair."""
+    from benchmarks.bench_exp2 import FORMS, source
+    from tkpy.runtime import compile_cuda
+    from tkpy.runtime.disasm import sass
+
+    counts = {}
+    for name in FORMS:
+        text = sass(compile_cuda(source(name), "bench").cubin, line_info=False)
+        counts[name] = (len(re.findall(r"MUFU\.EX2", text)), len(re.findall(r"F2FP\.BF16", text)))
+    assert counts["poly_8of8"][0] == 0 < counts["poly_4of8"][0] < counts["mufu_f32"][0]
+    assert counts["mufu_f16x2"][0] == counts["mufu_f32"][0]            # the packed ex2 is two MUFU ops
+    assert counts["cvt_bf16x2"] == (0, counts["mufu_and_cvt"][1]) and counts["cvt_bf16x2"][1] > 0
