@@ -7,8 +7,8 @@ the tensor cores leave room for) can move some of them to the FMA pipes. The rec
 whose bits shifted left by 23 are then exactly the float 2^j (0 for j = -127, inf for j = 128);
 approximate 2^f, f = x - j in [-0.5, 0.5], by a degree-3 polynomial (relative error 1.0e-4, below
 bf16's rounding); multiply. On sm_90: 2 FMNMX, 3 FADD, 3 FFMA, a shift and an FMUL per result
-(benchmarks/bench_exp2.py measures the mixes). As MUFU.EX2 with .ftz: exp2(-inf) = 0, results below
-2^-127 are 0, exp2(x >= 128) = inf, NaN gives NaN.
+(benchmarks/bench_exp2.py measures the mixes). Like MUFU.EX2 with .ftz: exp2 of an integer is exact,
+exp2(-inf) = 0, x below -126.5 gives 0, x >= 127.5 gives inf, NaN gives NaN.
 
 Which of a lane's elements take the polynomial: n of every 8 of the lane's own numbering of its elements
 (tkpy/tiles/layouts.py TILE_ELEMENT / VECTOR_ELEMENT), spread evenly (EMULATED_ELEMENT).
