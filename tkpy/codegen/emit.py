@@ -15,6 +15,7 @@ from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype, tensor_maps
+from ..runtime import timeline
 from .prelude import prelude_for
 
 SMEM_BASE = "smem"
@@ -32,7 +33,8 @@ def generate(kernel: KernelIR, slots: list[Slot]) -> str:
     variants = {(s.attrs["n"], s.attrs["dtype"] + (f"_{s.attrs['b_dtype']}" if "b_dtype" in s.attrs else ""),
                  s.attrs["a_regs"]) for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
     tma5 = any(g.type.rank == 5 for g, _ in tensor_maps(kernel))
-    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + KernelEmitter(kernel, slots).emit()
+    recording = timeline.cpp(kernel.warps) if kernel.timeline else ""
+    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + recording + KernelEmitter(kernel, slots).emit()
 
 
 def uses_fp8(kernel: KernelIR) -> bool:
@@ -91,6 +93,7 @@ class KernelEmitter:
         self.lines: list[str] = []
         self.depth = 1
         self._last_loc = None
+        self.mark_ids = {label: i for i, label in enumerate(timeline.labels_of(kernel))} if kernel.timeline else None
 
     # -- structure ---------------------------------------------------------
     def emit(self) -> str:
@@ -117,6 +120,9 @@ class KernelEmitter:
         if k.dependent_launch:   # tkpy/runtime/dependent_launch.py
             self.line("tk::launch_dependents();  // the next kernel on the stream may start its blocks as ours finish")
             self.line("tk::wait_for_previous_kernel();  // global memory only once the previous kernel's writes show")
+        if k.timeline:           # tkpy/runtime/timeline.py
+            for text in timeline.kernel_state(k.warps):
+                self.line(text)
         gl_decls_at = len(self.lines)
         self.block(k.body)
         body_text = "\n".join(self.lines[gl_decls_at:])
@@ -154,6 +160,8 @@ class KernelEmitter:
                 self.origin(s.loc, "assign")
                 self.line(assignment_text(s) + ";")
             elif isinstance(s, Op):
+                if s.name == "mark" and self.mark_ids is None:      # a timeline mark, recording off: no code
+                    continue
                 self.origin(s.loc, s.name)
                 emitter = OP_EMITTERS.get(s.name)
                 if emitter is None:

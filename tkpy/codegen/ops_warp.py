@@ -96,3 +96,9 @@ def emit_mma(em, op):
 @emits("sync")
 def emit_sync(em, op):
     yield "__syncthreads();" if op.attrs["scope"] == "block" else "__syncwarp();"
+
+
+@emits("mark")
+def emit_mark(em, op):
+    """Only with the timeline on (the emitter skips marks otherwise): tkpy/runtime/timeline.py."""
+    yield f'TKPY_MARK({em.mark_ids[op.attrs["label"]]});  // "{op.attrs["label"]}"'

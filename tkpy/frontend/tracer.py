@@ -5,7 +5,7 @@ import keyword
 import sys
 
 from ..errors import TraceError
-from ..runtime import dependent_launch
+from ..runtime import dependent_launch, timeline
 from ..ir.core import GlobalVar, KernelIR, Loc, ScalarParam, Var
 from ..ir.expr import Sym
 from .context import TraceContext, activate
@@ -44,7 +44,7 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
     _name_variables(body, user_locals, {s.name for s in specs})
     loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
     return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster,
-                    dependent_launch=dependent_launch.enabled())
+                    dependent_launch=dependent_launch.enabled(), timeline=timeline.enabled())
 
 
 def _call_capturing_locals(fn, args, code) -> dict:

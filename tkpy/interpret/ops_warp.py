@@ -142,3 +142,9 @@ def sync(warp, op):
         return None
     warps = warp.block.program.ir.warps
     return warp.block.sync_object("syncthreads", lambda: Barrier("__syncthreads", warps, one_site=True)).arrive(warp)
+
+
+@semantics("mark", attrs=("label",))
+def mark(warp, op):
+    """A timeline mark records cycles on the GPU only (tkpy/runtime/timeline.py)."""
+    return None

@@ -228,6 +228,7 @@ class KernelIR:
     shared_bytes: int = 0
     cluster: Optional[tuple] = None   # blocks per cluster (x, y, z), or None
     dependent_launch: bool = False    # programmatic dependent launch (runtime/dependent_launch.py)
+    timeline: bool = False            # tk.mark records the cycle counter (runtime/timeline.py)
 
     @property
     def threads(self) -> int:
