@@ -330,6 +330,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.right_fill(st.scores, st.scores, g.K.rows - k * kv, -math.inf)
             tk.copy(st.factor, st.shift)
             tk.row_max(st.row_max, st.scores, st.row_max)        # running max over the tiles so far
+            tk.mark("softmax: row max")
             if lazy_rescale:    # the shift stays until a row max passes it by the slack (a row that saw only masked
                 tk.map(st.shift, lambda prev, m: tk.max(prev, tk.max(m * g.scale_log2, -FLT_MAX) - RESCALE_SLACK),
                        st.shift, st.row_max)                     # keys keeps -FLT_MAX: exp2(-inf) = 0)
@@ -340,6 +341,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if softmax_turns:                                    # the exponentials, one warpgroup at a time
                 _turn(sync_on_turn=True, groups=groups)
             tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), st.scores, st.shift)
+            tk.mark("softmax: exponentials")
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
@@ -357,18 +359,24 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
+                    tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
+                    tk.mark("S issued")
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
+                    tk.mark("P V issued")
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
+                    tk.mark("S arrived")
                     self.softmax(st, k)
                     # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                     # stores before the wait, and the row sums depend on every exp2.
                     tk.store(st.anchor[tk.warp_id()], st.row_sum)
+                    tk.mark("softmax: row sums")
                     if softmax_turns:                           # (O's rescale waits for P V: not in the turn)
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()               # O and P are free again
+                    tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
@@ -383,6 +391,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 # the ones the next P V reads at every step. (O's rescale stays in each: the assembler keeps the
                 # MMAs asynchronous only if every path waits before it writes an accumulator.)
                 tk.copy(st.probs, st.scores)
+                tk.mark("O rescaled, P converted")
                 with tk.if_(k == st.iters - 1):
                     if split_kv:                # V_k from its late stage; with nothing left in flight, the
                         tk.warpgroup.mma_AB(st.out, st.probs, inp.late.v)    # template releases K_k at once

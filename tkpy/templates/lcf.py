@@ -466,23 +466,28 @@ class Pipeline:
             st.task, st.iters = task, n
             st.next_task = lambda following=index + self.step: self.task_at(following)
             st.has_next_task = lambda following=index + self.step: following < self.groups
+            tk.mark("task start")        # (timeline marks: tkpy/runtime/timeline.py; no code otherwise)
             if hasattr(user, "start"):
                 user.start(st, task)
             if t.late_inputs:
                 self.late_steps(st, n, base)
                 if self.per_task:
                     ring += n
+                tk.mark("task finish")
                 self.finish(st, task, index)
                 continue
             for k in tk_range(n):
                 it, s, phase = self.stage_of(base, k)
+                tk.mark("step: wait for the stage")
                 tk.wait(element(self.arrived, s), phase)
+                tk.mark("step: stage arrived")
                 body = current().blocks[-1]
                 before = len(body)
                 if t.uses_previous:        # released below, once this step's MMAs are done with it
                     user.compute(st, self.stage(s), k, self.stage(let((it + stages - 1) % stages, "previous")))
                 else:
                     user.compute(st, self.stage(s), k)
+                tk.mark("step: computed")
                 # The commit groups step k surely makes: its MMAs outside runtime branches and loops (a
                 # lower bound, so the wait below may wait longer than needed, never too little).
                 groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
@@ -509,6 +514,7 @@ class Pipeline:
                     self.release((base + n - 1) % stages)
             if self.per_task:
                 ring += n
+            tk.mark("task finish")
             self.finish(st, task, index)
         if hasattr(user, "done"):
             user.done(st)
@@ -523,12 +529,15 @@ class Pipeline:
         t, user, stages = self.t, self.user, self.t.stages
         for k in tk_range(n):
             it, s, phase = self.stage_of(base, k)
+            tk.mark("step: wait for the stage")
             tk.wait(element(self.arrived, s), phase)
+            tk.mark("step: stage arrived")
             own = self.late_view(it, "late")
             prev = self.late_view(it + 2 * t.late_stages - 1, "late_previous")    # it - 1 (for k > 0)
             body = current().blocks[-1]
             before = len(body)
             user.compute(st, EarlyStage(self.arrays, t.inputs, s, own), k, prev)
+            tk.mark("step: computed")
             groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
             in_flight = bool(current().pending_wgmma)
             holds = in_flight and stages > 1 and t.late_stages > 2
