@@ -53,6 +53,6 @@ if __name__ == "__main__":
     records = run(*shape)
     print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}: cycles between consecutive marks "
           f"(consumer warps of blocks 0-{timeline.BLOCKS - 1})")
-    print(timeline.table(records))
+    print(timeline.table(records, top=40))
     print("block 0 mid-run (cycle, warp, mark):")
     print(window(records))

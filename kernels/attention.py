@@ -383,6 +383,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
+                    tk.mark("S arrived (no P V running)")
                     self.softmax(st, k)
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                     if softmax_turns:
