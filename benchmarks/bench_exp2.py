@@ -77,7 +77,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}) bench(float* out, int it
 """)
 
 
-def main() -> None:
+def main() -> dict:
+    """Prints the table; returns {form: results per SM and clock}."""
     import torch
 
     from benchmarks.timing import median_ms
@@ -106,6 +107,7 @@ def main() -> None:
     print("|---|---|---|")
     for name, v in results.items():
         print(f"| {name} | {v:.1f} | {v / base:.2f}x |")
+    return results
 
 
 if __name__ == "__main__":

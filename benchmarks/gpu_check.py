@@ -98,8 +98,9 @@ def main() -> int:
         fp8 = subprocess.run([sys.executable, "-m", "kernels.gemm_fp8"], cwd=ROOT, capture_output=True, text=True)
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main()
-        from benchmarks import bench_smem
+        from benchmarks import bench_exp2, bench_smem
         report["smem"] = bench_smem.main()
+        report["exp2"] = bench_exp2.main()
     if OUT:
         (OUT / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
 
@@ -127,6 +128,10 @@ def main() -> int:
         if r["op"] == "ldmatrix":
             print(f"smem ldmatrix bf16 W={r['width']:<3} swizzle {r['swizzle']:>3}B: "
                   f"{r['bytes_per_clock_per_sm']:5.1f} B/clk/SM")
+    exp2 = report.get("exp2", {})
+    if exp2:
+        print(f"exp2 per SM and clock: MUFU {exp2['mufu_f32']:.1f}, with 2/8 by the polynomial {exp2['poly_2of8']:.1f}, "
+              f"3/8 {exp2['poly_3of8']:.1f}")
     return report["tests"]["returncode"]
 
 
