@@ -29,13 +29,12 @@ def run(b: int, h: int, n: int, d: int) -> dict:
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, att.lse_rows(n, 3), device="cuda")
-    groups = att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
-    template = att._attention(d, att.DTYPES[q.dtype], False, consumer_warpgroups=groups, split_kv=groups == 3)
-    args = (q, k, v, o, lse, att.LOG2E / d ** 0.5)              # as attention() launches it
+    template, args = att._prepared(q, k, v, o, lse, False, None)   # the kernel attention() runs
     template(*args)
     timeline.reset(template.kernel)
     template(*args)
-    return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < 4 * groups}
+    consumers = 4 * att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
+    return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < consumers}
 
 
 def window(recs: dict, steps: int = 3) -> str:

@@ -518,14 +518,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     return (o, lse[..., :n]) if return_lse else o
 
 
-def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-            overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
-            split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-            lazy_rescale: bool = False, exp2_emulated: float = 0.0) -> None:
+def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
     _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
     K/V rings with 3 warpgroups."""
+    prepared = _prepared(q, k, v, o, lse, causal, scale, **options)
+    if prepared is not None:
+        template, args = prepared
+        template(*args)
+
+
+def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
+              overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
+              split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
+              lazy_rescale: bool = False, exp2_emulated: float = 0.0):
+    """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if split_kv is None:
@@ -536,7 +544,7 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     variant = CAUSAL[causal]
     (n, d), nk = q.shape[2:], k.shape[2]
     if not o.numel():
-        return
+        return None
     if lse.shape[-1] < lse_rows(n, consumer_warpgroups):
         raise ValueError(f"the log-sum-exp buffer needs {lse_rows(n, consumer_warpgroups)} rows (n rounded up to "
                          f"{q_rows(consumer_warpgroups)}), got {lse.shape[-1]}")
@@ -545,8 +553,9 @@ def _launch(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: i
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-               split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)(*args)
+    template = _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
+                          split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)
+    return template, args
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

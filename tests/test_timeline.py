@@ -72,6 +72,17 @@ def test_mark_labels_are_short_strings(label):
         k.ir(torch.empty(16, 16))
 
 
+def test_more_labels_than_a_record_holds_is_an_error(monkeypatch):
+    monkeypatch.setenv(timeline.ENV, "1")
+
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, 16, 16]):
+        for i in range(timeline.MAX_LABELS + 1):
+            tk.mark(f"m{i}")
+    with pytest.raises(tk.UnsupportedError, match="at most 256 distinct mark labels"):
+        k.source(torch.empty(16, 16))
+
+
 def test_phases_and_table_from_records():
     recs = {(0, 0): [(100, "a"), (150, "b"), (400, "a"), (470, "b")], (0, 1): [(10, "a"), (90, "b")]}
     assert timeline.phases(recs) == {("a", "b"): [50, 70, 80], ("b", "a"): [250]}

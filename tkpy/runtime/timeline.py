@@ -21,6 +21,7 @@ ENV = "TKPY_TIMELINE"
 BLOCKS = 8             # blocks that record (blockIdx.x < BLOCKS)
 RECORDS = 4096         # records per warp (a ring: the last RECORDS remain)
 BUFFER = "tkpy_timeline"
+MAX_LABELS = 256       # a record is clock64 << 8 | mark
 
 
 def enabled() -> bool:
@@ -52,6 +53,10 @@ def labels_of(kernel_ir) -> list[str]:
     for s in walk(kernel_ir.body):
         if isinstance(s, Op) and s.name == "mark" and s.attrs["label"] not in labels:
             labels.append(s.attrs["label"])
+            if len(labels) > MAX_LABELS:
+                from ..errors import UnsupportedError
+                raise UnsupportedError(f"a timeline records at most {MAX_LABELS} distinct mark labels per kernel (a "
+                                       f"record keeps the mark in 8 bits); {kernel_ir.name} has more", s.loc)
     return labels
 
 

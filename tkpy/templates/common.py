@@ -7,6 +7,7 @@ import inspect
 from dataclasses import dataclass
 
 from ..errors import ArgumentError, TraceError
+from ..frontend.control import Mutable
 from ..frontend.signature import _resolve
 from ..ir.core import Loc, Var
 from ..ir.passes import ALIGNMENT_SLACK, MAX_SHARED_BYTES
@@ -44,7 +45,6 @@ class Namespace:
     name while the kernel's variable kept its value (tk.assign(st.n, 0) changes it)."""
 
     def __setattr__(self, key, value):
-        from ..frontend.control import Mutable
         held = self.__dict__.get(key)
         if isinstance(held, Mutable) and value is not held and not isinstance(value, Mutable):
             caller = inspect.currentframe().f_back                 # the line with the assignment
