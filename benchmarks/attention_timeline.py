@@ -8,7 +8,7 @@ window of block 0's first consumer warp of each warpgroup.
 A mark costs a warp about 90 cycles (a clock read and a global store; RESULTS.md runs 74-76) and the scheduler
 does not move instructions across it freely: read the phases as proportions, not exact costs.
 
-    PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D]     (default 16 16 4096 128)
+    PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D] [--causal]     (default 16 16 4096 128)
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ["TKPY_TIMELINE"] = "1"       # before any kernel is traced
 
 
-def run(b: int, h: int, n: int, d: int) -> dict:
-    """Records of the default (non-causal) kernel's consumer warps: {(block, warp): [(cycle, label), ...]}."""
+def run(b: int, h: int, n: int, d: int, causal: bool = False) -> dict:
+    """Records of the kernel attention() runs, its consumer warps: {(block, warp): [(cycle, label), ...]}."""
     import torch
 
     from kernels import attention as att
@@ -29,7 +29,7 @@ def run(b: int, h: int, n: int, d: int) -> dict:
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, att.lse_rows(n, 3), device="cuda")
-    template, args = att._prepared(q, k, v, o, lse, False, None)   # the kernel attention() runs
+    template, args = att._prepared(q, k, v, o, lse, causal, None)   # the kernel attention() runs
     template(*args)
     timeline.reset(template.kernel)
     template(*args)
@@ -48,9 +48,11 @@ def window(recs: dict, steps: int = 3) -> str:
 
 if __name__ == "__main__":
     from tkpy.runtime import timeline
-    shape = [int(x) for x in sys.argv[1:5]] or [16, 16, 4096, 128]
-    records = run(*shape)
-    print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}: cycles between consecutive marks "
+    causal = "--causal" in sys.argv
+    shape = [int(x) for x in sys.argv[1:] if x != "--causal"] or [16, 16, 4096, 128]
+    records = run(*shape, causal=causal)
+    print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}{' causal' if causal else ''}: cycles between "
+          f"consecutive marks "
           f"(consumer warps of blocks 0-{timeline.BLOCKS - 1})")
     print(timeline.table(records, top=40))
     print("block 0 mid-run (cycle, warp, mark):")

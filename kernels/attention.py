@@ -20,8 +20,8 @@ the SMs for the sequence at hand (consumer_warpgroups_for); D128 and D256 with 2
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
 attention visits, per query tile, only the key tiles up to its diagonal (the template's per-task
-step counts) and masks the diagonal tiles; the longest query tiles are scheduled first and dealt to the
-persistent blocks as a snake, so that each block's work adds up to about the same.
+step counts) and masks the diagonal tiles; each persistent block takes a long query tile and the short one
+that complements it in the next round (causal_task), so that the blocks keep in step on a few heads at a time.
 """
 from __future__ import annotations
 
@@ -107,6 +107,39 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))
 
 
+def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
+    """(query tile, batch * head) of causal task `index`, the persistent block `index % blocks` taking
+    `index`, `index + blocks`, ... (ints or traced expressions alike).
+
+    A causal query tile r of R has about r + 1 key tiles, so tile r and tile R-1-r of one head together
+    have about R + 1 whatever r: the tasks go in such pairs, the long one in one round and the short one in
+    the next, each block taking both tiles of one pair. So every block does the same work in every two
+    rounds and the blocks stay in step, which keeps the tasks in flight within one window of the pairs'
+    order (head-major: G blocks work on about 2G / R heads, whose K and V stay in the L2). The round-robin
+    snake over sections of heads that this replaced let the blocks drift apart (dozens of heads in flight,
+    half the L2 reads missing at N4096; RESULTS.md run 91). With R odd, the middle tiles of heads 2k and 2k+1
+    pair up after all the others (and the last one is alone when R * heads is odd); a last, partial pair of
+    rounds takes its pairs' long tiles first."""
+    rows, heads = row_tiles, col_tiles
+    total = rows * heads
+    half = rows // 2
+    inner = heads * half                                 # pairs within a head (tiles r, rows-1-r), head-major
+    pairs = (total + 1) // 2                             # then the middle pairs; the very last may be alone
+    first = index // (2 * blocks) * blocks               # the first pair of this pair of rounds
+    here = call("min", blocks, pairs - first)            # pairs in it (fewer in the last)
+    j = index - 2 * first                                # slot in it: long tiles first, then short ones
+    short = j >= here
+    pair = first + j - short * here
+    middle = pair >= inner
+    per_head = call("max", 1, half)
+    p = pair % per_head
+    row = rows - 1 - p + short * (2 * p + 1 - rows)      # inner pair p: tiles rows-1-p (long), p (short)
+    row = row + middle * (half - row)                    # middle pair k: tile rows // 2 of heads 2k and 2k+1
+    col = pair // per_head
+    col = col + middle * (2 * (pair - inner) + short - col)
+    return row, col
+
+
 def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
     """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups)."""
     for wg in range(groups):
@@ -136,7 +169,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False, exp2_emulated: float = 0.0):
+               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -153,7 +186,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
     warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy".
     exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
-    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths."""
+    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
+    q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
+    S = Q K^T reads only K from shared memory; 32 more registers a thread at D128, which the 2-warpgroup kernels
+    have (with 3 warpgroups they spill); name "_qregs"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -191,7 +227,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
     name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
-        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "")
+        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") + ("_qregs" if q_registers else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -224,18 +260,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 return cdiv(g.K.rows, kv)
 
         def order(self, g, index, row_tiles, col_tiles):
-            """Sections of up to HEAD_GROUP heads whose K and V fit in SECTION_BYTES (a third of the L2: 8
-            heads at 4096 keys of D128, 2 at 16384); in each, the last query tiles (the longest when causal)
-            first, heads inner: the blocks running together share the K/V of a few heads. Causal tasks
-            are dealt out as a snake: block b takes the b-th task of even rounds and the b-th from the end
-            of odd ones, so that every block's tasks add up to about the same length (round-robin would
-            give block 0 the longest task of every round)."""
+            """Causal: causal_task's pairs (every block in step with the others, on a few heads at a time).
+            Otherwise sections of up to HEAD_GROUP heads whose K and V fit in SECTION_BYTES (a third of the
+            L2: 8 heads at 4096 keys of D128, 2 at 16384); in each, the last query tiles first, heads inner:
+            the blocks running together share the K/V of a few heads."""
             if causal:
-                blocks = tk.grid_dim.x                          # the persistent blocks, one task each per round
-                first = index // blocks * blocks
-                in_round = call("min", blocks, row_tiles * col_tiles - first)
-                pos = index - first
-                index = first + pos + index // blocks % 2 * (in_round - 1 - 2 * pos)
+                return causal_task(index, row_tiles, col_tiles, tk.grid_dim.x)
             heads = call("max", 1, call("min", HEAD_GROUP, SECTION_BYTES // (g.K.rows * (2 * d * dtype.nbytes))))
             per_section = heads * row_tiles
             first_col = index // per_section * heads
@@ -268,6 +298,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
             _own_sync(groups)
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
+            if q_registers:
+                st.q_regs = tk.rt(dtype, 16, d)
             st.probs = tk.rt(dtype, 16, kv)
             st.out = tk.rt(f32, 16, d)
             st.row_max = tk.col_vec(st.scores)                   # running max of the raw scores
@@ -309,6 +341,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
                 tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
             st.tasks_done += 1
+            if q_registers:
+                tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))   # this warp's 16 rows
             tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
@@ -360,7 +394,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
-                    tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
+                    tk.warpgroup.mm_ABt(st.scores, st.q_regs if q_registers else st.q[st.q_tile], inp.k)
                     tk.mark("S issued")
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     tk.mark("P V issued")
@@ -379,7 +413,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
-                    tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
+                    tk.warpgroup.mm_ABt(st.scores, st.q_regs if q_registers else st.q[st.q_tile], inp.k)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
@@ -403,7 +437,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             def compute(self, st, inp, k):
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
-                tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
+                tk.warpgroup.mm_ABt(st.scores, st.q_regs if q_registers else st.q[st.q_tile], inp.k)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if mma_turns:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
@@ -532,7 +566,7 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
               split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-              lazy_rescale: bool = False, exp2_emulated: float = 0.0):
+              lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool = False):
     """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
@@ -554,7 +588,7 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     template = _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-                          split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated)
+                          split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_registers)
     return template, args
 
 

@@ -136,6 +136,27 @@ def test_exp2_emulated(d, causal, options, emulated):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)])
+def test_q_registers_compile_to_hgmma_without_spills(d, causal):
+    """q_registers=True at 2 consumer warpgroups: no spills, the wgmma asynchronous, and S = Q K^T reads its A
+    from registers (an HGMMA whose second operand is a register, not a descriptor)."""
+    q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
+    kernel = att._attention(d, att.DTYPES[BF16], causal, q_registers=True).kernel
+    sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
+    assert re.search(r"HGMMA\.64x\d+x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\], R", sass)
+    assert not re.search(r"HGMMA\.\S+ R\d+, gdesc", sass)      # (the form without: A and B by descriptor)
+
+
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, "bottom_right")])
+def test_q_registers(d, causal):
+    """q_registers=True: S = Q K^T with each warp's query rows from registers, loaded once per task (several tasks
+    per block, GQA, a partial last query tile)."""
+    n, nk = 300, 170
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, 2, "_qregs", q_registers=True, consumer_warpgroups=2)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
 def test_mul_row_skip_ones_is_in_place_and_votes():
     """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
     @tk.kernel(warps=1)
@@ -256,14 +277,53 @@ def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d):
     assert count("FMUL") <= 4 * out + 16                # O's rescales (twice) and final division: none per score
 
 
-@pytest.mark.parametrize("blocks,n", [(3, 600), (2, 640), (4, 300)])
-def test_causal_tasks_dealt_as_a_snake_cover_every_tile(blocks, n):
-    """Causal tasks go to the persistent blocks as a snake (odd rounds reversed, a last partial round too):
-    every query tile is still computed exactly as the reference, for round counts odd and even."""
+@pytest.mark.parametrize("blocks,n,heads", [(3, 600, 3), (2, 640, 2), (4, 300, 1), (3, 512, 2)])
+def test_causal_task_pairs_cover_every_tile(blocks, n, heads):
+    """Causal tasks go to the persistent blocks in pairs of a long and a short query tile (causal_task): every
+    query tile is still computed exactly as the reference, with an odd tile count (middle tiles paired across
+    heads, the last alone when tiles * heads is odd), an even one, and a last partial pair of rounds."""
     d = 64
-    q, k, v = rand(1, 1, n, d, dtype=BF16), rand(1, 1, n, d, dtype=BF16), rand(1, 1, n, d, dtype=BF16)
+    q, k, v = (rand(1, heads, n, d, dtype=BF16) for _ in range(3))
     o, lse = interpret(q, k, v, True, 0.125, blocks)
     check(o, lse, *reference(q, k, v, True, scale=0.125), n)
+
+
+def _causal_tasks(rows, heads, blocks):
+    return [tuple(int(getattr(x, "value", x)) for x in att.causal_task(i, rows, heads, blocks))
+            for i in range(rows * heads)]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 32])
+@pytest.mark.parametrize("heads", [1, 2, 3, 16])
+@pytest.mark.parametrize("blocks", [1, 3, 7, 132])
+def test_causal_task_order_is_a_permutation_of_balanced_pairs(rows, heads, blocks):
+    """causal_task visits every (query tile, head) once, and in every full pair of rounds each block takes two
+    tiles of about rows + 1 key tiles together (r and rows-1-r of one head, or two middle tiles), long first;
+    the heads of a pair of rounds lie within a window of about 2 * blocks / rows heads (+ 2)."""
+    tasks = _causal_tasks(rows, heads, blocks)
+    assert sorted(tasks) == [(r, c) for r in range(rows) for c in range(heads)]
+    for start in range(0, len(tasks) - 2 * blocks + 1, 2 * blocks):
+        window = tasks[start:start + 2 * blocks]
+        for (long_row, long_col), (short_row, short_col) in zip(window[:blocks], window[blocks:]):
+            assert long_row + short_row == rows - 1 or long_row == short_row == rows // 2
+            assert long_row >= short_row and (long_col == short_col or long_row == rows // 2)
+        cols = [c for _, c in window]
+        if rows % 2 == 0 or min(r for r, _ in window[:blocks]) > rows // 2:   # not the middle pairs (at the end)
+            assert max(cols) - min(cols) <= 2 * blocks // max(1, rows // 2) + 2
+
+
+def test_causal_task_keeps_blocks_in_step_on_few_heads():
+    """The point of causal_task (RESULTS.md run 91): at B16 H16 N4096 D128 (32 query tiles a head, 132 blocks)
+    every block's tasks add up to the same key tiles per pair of rounds, and each pair of rounds touches at most
+    10 heads (the order it replaced had dozens in flight)."""
+    rows, heads, blocks = 32, 256, 132
+    tasks = _causal_tasks(rows, heads, blocks)
+    work = [0] * blocks
+    for i, (r, _) in enumerate(tasks):
+        work[i % blocks] += r + 1
+    assert max(work) - min(work) <= rows + 1
+    for start in range(0, len(tasks), 2 * blocks):
+        assert len({c for _, c in tasks[start:start + 2 * blocks]}) <= 10
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -313,9 +373,9 @@ def test_three_consumer_warpgroups_odd_lengths(b, h, hkv, n, nk, causal, dtype):
 
 
 @pytest.mark.parametrize("blocks,n", [(3, 900), (2, 960), (4, 450)])
-def test_three_consumer_warpgroups_causal_snake(blocks, n):
-    """The snake order of causal tasks over the persistent blocks, with 192-row tasks: odd and even round counts,
-    a last partial round."""
+def test_three_consumer_warpgroups_causal_task_pairs(blocks, n):
+    """The causal task pairs over the persistent blocks with 192-row tasks: odd and even tile counts, a last
+    partial pair of rounds."""
     q, k, v = (rand(1, 1, n, 64, dtype=BF16) for _ in range(3))
     o, lse = run_3wg(q, k, v, True, 0.125, blocks)
     check(o, lse, *reference(q, k, v, True, scale=0.125), n)
@@ -437,7 +497,7 @@ def test_split_kv_tasks_of_no_steps_in_a_row(d, blocks):
 
 
 @pytest.mark.parametrize("blocks,n", [(3, 600), (2, 640)])
-def test_split_kv_causal_snake(blocks, n):
+def test_split_kv_causal_task_pairs(blocks, n):
     q, k, v = (rand(1, 1, n, 128, dtype=BF16) for _ in range(3))
     o, lse = run_split(q, k, v, True, 0.125, blocks)
     check(o, lse, *reference(q, k, v, True, scale=0.125), n)

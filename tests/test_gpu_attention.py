@@ -177,6 +177,14 @@ def test_exp2_emulated(d, causal, emulated):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, "bottom_right")])
+def test_q_registers(d, causal):
+    """q_registers=True (each warp's query rows in registers for S = Q K^T) with 2 consumer warpgroups."""
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    o, lse = run_poisoned(q, k, v, causal, q_registers=True, consumer_warpgroups=2)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
