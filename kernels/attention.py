@@ -69,6 +69,10 @@ CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # 3 warpgroups with split K/V rings ran 1.02-1.09x (0.91-1.00x cuDNN against 0.85-0.93x); at D128 they ran
 # 0.87-1.07x, no better than the default on the whole, and are not picked.
 GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
+# Head dims whose 2-warpgroup kernels keep each warp's query rows in registers for S = Q K^T (q_registers) when their
+# key tiles have 128 rows or fewer: at D128 0-3% faster in 17 of 18 paired measurements (RESULTS.md runs 89, 93, 95);
+# D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill).
+Q_REGISTERS = (128,)
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
@@ -169,7 +173,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool = False):
+               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -189,7 +193,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
     q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
     S = Q K^T reads only K from shared memory; 32 more registers a thread at D128, which the 2-warpgroup kernels
-    have (with 3 warpgroups they spill); name "_qregs"."""
+    have (with 3 warpgroups they spill). Default (None): Q_REGISTERS; the name gains "_qregs" or "_qshared" where
+    the choice is not the default."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -215,6 +220,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if kv % 16 or not 16 <= kv <= 256:
         raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
     stages = stages or default_stages
+    q_default = groups == 2 and d in Q_REGISTERS and kv <= 128      # (beside S and P of longer tiles: spills)
+    q_registers = q_default if q_registers is None else q_registers
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") \
         + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("_softmaxturns" if softmax_turns else "") \
@@ -227,7 +234,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
     name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
-        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") + ("_qregs" if q_registers else "")
+        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
+        + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -566,7 +574,7 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
               split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-              lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool = False):
+              lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None):
     """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))

@@ -138,22 +138,24 @@ def test_exp2_emulated(d, causal, options, emulated):
 
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)])
 def test_q_registers_compile_to_hgmma_without_spills(d, causal):
-    """q_registers=True at 2 consumer warpgroups: no spills, the wgmma asynchronous, and S = Q K^T reads its A
-    from registers (an HGMMA whose second operand is a register, not a descriptor)."""
+    """q_registers=True at 2 consumer warpgroups (D128's default): no spills, the wgmma asynchronous, and S = Q K^T
+    reads its A from registers (an HGMMA whose second operand is a register, not a descriptor)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
     kernel = att._attention(d, att.DTYPES[BF16], causal, q_registers=True).kernel
+    assert kernel.name.endswith("_qregs") == (d != 128)
     sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
     assert re.search(r"HGMMA\.64x\d+x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\], R", sass)
     assert not re.search(r"HGMMA\.\S+ R\d+, gdesc", sass)      # (the form without: A and B by descriptor)
 
 
-@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, "bottom_right")])
-def test_q_registers(d, causal):
-    """q_registers=True: S = Q K^T with each warp's query rows from registers, loaded once per task (several tasks
-    per block, GQA, a partial last query tile)."""
+@pytest.mark.parametrize("d,causal,q_registers,name", [
+    (128, False, True, ""), (128, True, False, "_qshared"), (64, "bottom_right", True, "_qregs")])
+def test_q_registers(d, causal, q_registers, name):
+    """S = Q K^T with each warp's query rows from registers, loaded once per task (D128's default), or from the
+    query tile (several tasks per block, GQA, a partial last query tile)."""
     n, nk = 300, 170
     q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
-    o, lse = interpret(q, k, v, causal, 0.1, 2, "_qregs", q_registers=True, consumer_warpgroups=2)
+    o, lse = interpret(q, k, v, causal, 0.1, 2, name, q_registers=q_registers, consumer_warpgroups=2)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 

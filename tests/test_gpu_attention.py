@@ -177,11 +177,13 @@ def test_exp2_emulated(d, causal, emulated):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, "bottom_right")])
-def test_q_registers(d, causal):
-    """q_registers=True (each warp's query rows in registers for S = Q K^T) with 2 consumer warpgroups."""
+@pytest.mark.parametrize("d,causal,q_registers", [(128, False, False), (128, True, False), (64, False, True),
+                                                 (64, "bottom_right", True)])
+def test_q_registers(d, causal, q_registers):
+    """The other choice than the default of q_registers (each warp's query rows in registers for S = Q K^T, D128's
+    default) with 2 consumer warpgroups."""
     q, k, v = qkv(2, 16, 8, 1100, 1300, d)
-    o, lse = run_poisoned(q, k, v, causal, q_registers=True, consumer_warpgroups=2)
+    o, lse = run_poisoned(q, k, v, causal, q_registers=q_registers, consumer_warpgroups=2)
     check(o, lse, *reference(q, k, v, causal))
 
 
