@@ -71,7 +71,8 @@ CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
 # Head dims whose 2-warpgroup kernels keep each warp's query rows in registers for S = Q K^T (q_registers) when their
 # key tiles have 128 rows or fewer: at D128 0-3% faster in 17 of 18 paired measurements (RESULTS.md runs 89, 93, 95);
-# D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill).
+# D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill). The
+# serial schedule (overlap=False) keeps Q in shared memory: NVRTC 13.0 miscompiles it with Q in registers (run 96).
 Q_REGISTERS = (128,)
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
@@ -193,8 +194,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
     q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
     S = Q K^T reads only K from shared memory; 32 more registers a thread at D128, which the 2-warpgroup kernels
-    have (with 3 warpgroups they spill). Default (None): Q_REGISTERS; the name gains "_qregs" or "_qshared" where
-    the choice is not the default."""
+    have (with 3 warpgroups they spill); with overlap only. Default (None): Q_REGISTERS; the name gains "_qregs"
+    or "_qshared" where the choice is not the default."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -220,8 +221,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if kv % 16 or not 16 <= kv <= 256:
         raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
     stages = stages or default_stages
-    q_default = groups == 2 and d in Q_REGISTERS and kv <= 128      # (beside S and P of longer tiles: spills)
+    q_default = groups == 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
+    if q_registers and not overlap:
+        raise ValueError("attention: q_registers=True needs overlap=True: in the serial schedule NVRTC 13.0's ptxas "
+                         "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") \
         + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
         + ("" if pingpong else "_lockstep") + ("_softmaxturns" if softmax_turns else "") \

@@ -148,6 +148,21 @@ def test_q_registers_compile_to_hgmma_without_spills(d, causal):
     assert not re.search(r"HGMMA\.\S+ R\d+, gdesc", sass)      # (the form without: A and B by descriptor)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_q_registers_stay_apart_from_p(causal):
+    """D128's default kernel keeps Q (the A of S = Q K^T) and P (the A of O += P V) in different registers: both
+    live through the step loop. (With the serial schedule NVRTC 13.0's ptxas put P into Q's registers: wrong
+    outputs on the H200, RESULTS.md run 96; q_registers=True is refused there.)"""
+    q, lse = torch.empty(1, 2, 256, 128, dtype=BF16), torch.empty(1, 2, 256)
+    kernel = att._attention(128, att.DTYPES[BF16], causal).kernel
+    sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
+    a_of = lambda pattern: set(re.findall(rf"HGMMA\.\S+ R\d+, R(\d+), gdesc\[UR\d+\]{pattern}", sass))   # noqa: E731
+    s_regs, pv_regs = a_of(", "), a_of(r"\.tnspB")
+    assert len(s_regs) == 8 and len(pv_regs) == 8 and not s_regs & pv_regs
+    with pytest.raises(ValueError, match="q_registers=True needs overlap=True"):
+        att._attention(128, att.DTYPES[BF16], causal, overlap=False, q_registers=True)
+
+
 @pytest.mark.parametrize("d,causal,q_registers,name", [
     (128, False, True, ""), (128, True, False, "_qshared"), (64, "bottom_right", True, "_qregs")])
 def test_q_registers(d, causal, q_registers, name):
