@@ -1,8 +1,8 @@
 """FlashAttention-style forward attention on Hopper with tkpy's LCF template.
 
-A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, keep
-their query tile in shared memory, and stream key/value tiles that a producer warpgroup loads with
-TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma, an online softmax in
+A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, receive
+their query tile in shared memory (at D128 each warp then keeps its 16 rows in registers, Q_REGISTERS),
+and stream key/value tiles that a producer warpgroup loads with TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma, an online softmax in
 the log2 domain on its registers, and O += P V with P straight from registers. Grouped-query
 attention maps query head h to key/value head h // (H / H_kv). The two consumer warpgroups take turns
 at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's
@@ -114,7 +114,7 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
 
 def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
     """(query tile, batch * head) of causal task `index`, the persistent block `index % blocks` taking
-    `index`, `index + blocks`, ... (ints or traced expressions alike).
+    `index`, `index + blocks`, ... (ints or traced expressions alike). Below, R = row_tiles, G = blocks.
 
     A causal query tile r of R has about r + 1 key tiles, so tile r and tile R-1-r of one head together
     have about R + 1 whatever r: the tasks go in such pairs, the long one in one round and the short one in
@@ -392,6 +392,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
+        def q_operand(self, st):
+            """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
+            return st.q_regs if q_registers else st.q[st.q_tile]
+
         def rescale(self, st):
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
             tk.copy(st.probs, st.scores)                         # P for O += P V
@@ -406,7 +410,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
-                    tk.warpgroup.mm_ABt(st.scores, st.q_regs if q_registers else st.q[st.q_tile], inp.k)
+                    tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
                     tk.mark("S issued")
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     tk.mark("P V issued")
@@ -425,7 +429,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
-                    tk.warpgroup.mm_ABt(st.scores, st.q_regs if q_registers else st.q[st.q_tile], inp.k)
+                    tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
@@ -449,7 +453,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             def compute(self, st, inp, k):
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
-                tk.warpgroup.mm_ABt(st.scores, st.q_regs if q_registers else st.q[st.q_tile], inp.k)
+                tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if mma_turns:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
