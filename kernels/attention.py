@@ -174,7 +174,8 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None):
+               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
+               q_preload: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -195,7 +196,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
     S = Q K^T reads only K from shared memory; 32 more registers a thread at D128, which the 2-warpgroup kernels
     have (with 3 warpgroups they spill); with overlap only. Default (None): Q_REGISTERS; the name gains "_qregs"
-    or "_qshared" where the choice is not the default."""
+    or "_qshared" where the choice is not the default. q_preload=True (with Q in registers, not with q_ahead): a
+    task's start loads the next task's Q into the query tile, free once its own rows are in registers, and its
+    finish moves them into the registers before O goes out through the tile; so no task waits for its Q but
+    the block's first; name "_qpreload"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -223,6 +227,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     stages = stages or default_stages
     q_default = groups == 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
+    if q_preload and (not q_registers or q_ahead):
+        raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
+                         "needs q_registers and not q_ahead (a second query tile)")
     if q_registers and not overlap:
         raise ValueError("attention: q_registers=True needs overlap=True: in the serial schedule NVRTC 13.0's ptxas "
                          "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
@@ -239,7 +246,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     q_buffers = 2 if q_ahead else 1
     name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
-        + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared")
+        + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
+        + ("_qpreload" if q_preload else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -338,7 +346,17 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def start(self, st, task):
             g = st.g
             wg = tk.warpgroup.id()
-            if not q_ahead:
+            if q_preload:       # this task's rows came into registers at the last finish, but for the first task
+                st.q_tile = wg
+                with tk.if_(st.tasks_done == 0):
+                    self.load_q(st, task, 0)
+                    tk.wait(st.q_arrived[wg], 0)
+                    self.q_to_registers(st)
+                    tk.fence_proxy_async()                       # the tile read before TMA writes it again
+                    _own_sync(groups)
+                with tk.if_(st.has_next_task()):                 # the next task's Q lands during this task (the
+                    self.load_q(st, st.next_task(), 0)           # tile is free: finish's O store has read it)
+            elif not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
                 tk.wait(st.q_arrived[wg], st.tasks_done % 2)
@@ -353,8 +371,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
                 tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
             st.tasks_done += 1
-            if q_registers:
-                tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))   # this warp's 16 rows
+            if q_registers and not q_preload:
+                self.q_to_registers(st)
             tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
@@ -391,6 +409,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
+
+        def q_to_registers(self, st):
+            tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
 
         def q_operand(self, st):
             """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
@@ -471,6 +492,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.div_row(st.out, st.out, st.factor)
             else:
                 tk.div_row(st.out, st.out, st.row_sum)
+            if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
+                with tk.if_(st.has_next_task()):
+                    tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
+                    self.q_to_registers(st)
             tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             _own_sync(groups)                                    # through the async proxy
@@ -478,6 +503,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, tile, 0))
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
+            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
+                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
@@ -582,7 +609,8 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
               split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-              lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None):
+              lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
+              q_preload: bool = False):
     """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
@@ -604,7 +632,8 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
     template = _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-                          split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_registers)
+                          split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_registers,
+                          q_preload)
     return template, args
 
 

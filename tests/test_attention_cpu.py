@@ -174,6 +174,25 @@ def test_q_registers(d, causal, q_registers, name):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("heads,n,nk,causal,blocks", [
+    (1, 460, 200, "bottom_right", 1), (2, 460, 200, "bottom_right", 3), (2, 300, 170, False, 2), (2, 300, 300, True, 2)])
+def test_q_preload(heads, n, nk, causal, blocks):
+    """q_preload=True: each task's start loads the next task's Q into the query tile and its finish moves it into
+    registers before O goes out through the tile. Tasks of no steps (bottom-right rows that see no key) follow
+    tasks with steps: their O must not land in the tile before the previous O's store has read it (the race the
+    interpreter found in the first draft), several tasks per block, GQA, partial tiles."""
+    q, k, v = rand(1, heads, n, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_qpreload", q_preload=True)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_q_preload_options():
+    with pytest.raises(ValueError, match="q_preload=True .* needs q_registers"):
+        att._attention(128, att.DTYPES[BF16], False, q_registers=False, q_preload=True)
+    with pytest.raises(ValueError, match="q_preload=True .* needs q_registers"):
+        att._attention(128, att.DTYPES[BF16], False, q_ahead=True, kv=96, q_preload=True)
+
+
 def test_mul_row_skip_ones_is_in_place_and_votes():
     """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
     @tk.kernel(warps=1)

@@ -187,6 +187,16 @@ def test_q_registers(d, causal, q_registers):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+@pytest.mark.parametrize("n,nk", [(1100, 1300), (1300, 700)])
+def test_q_preload(causal, n, nk):
+    """q_preload=True at D128: the next task's Q loaded during a task and moved into registers at its finish
+    (bottom-right with n > n_k: tasks of no steps among the others)."""
+    q, k, v = qkv(2, 16, 8, n, nk, 128)
+    o, lse = run_poisoned(q, k, v, causal, q_preload=True)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
