@@ -2,11 +2,11 @@
 
 A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, receive
 their query tile in shared memory (at D128 each warp then keeps its 16 rows in registers, Q_REGISTERS),
-and stream key/value tiles that a producer warpgroup loads with TMA through a ring of stages. Per tile a consumer computes S = Q K^T with wgmma, an online softmax in
-the log2 domain on its registers, and O += P V with P straight from registers. Grouped-query
-attention maps query head h to key/value head h // (H / H_kv). The two consumer warpgroups take turns
-at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's
-S is done, so one's softmax runs while the other's matrix products do; and within a warpgroup, step k
+and stream key/value tiles that a producer warpgroup loads with TMA through a ring of stages. Per tile a
+consumer computes S = Q K^T with wgmma, an online softmax in the log2 domain on its registers, and O += P V
+with P straight from registers. Grouped-query attention maps query head h to key/value head h // (H / H_kv).
+The two consumer warpgroups take turns at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup
+issues S = Q K^T only once the other's S is done, so one's softmax runs while the other's matrix products do; and within a warpgroup, step k
 issues S_k and then step k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup
 overlap). The turns go round across tasks: a task of no steps takes none, and the first turn is handed over
 once, before the first task. PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.

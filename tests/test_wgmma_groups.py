@@ -63,3 +63,48 @@ def test_serialized_wgmma_notes_count_as_ptxas_warnings():
            "non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline "
            "stage in the function 'k' in line 0\nptxas info    : Used 168 registers\n")
     assert any("serialized" in w for w in parse_ptxas_log(log, "k").warnings)
+
+
+def register_a_product(write: str):
+    """d = A b with A from registers; then `write` names what the kernel writes before waiting for the product:
+    "none", "a" (the A tile itself), "a_window" (a window of it), "other" (another tile), or "a_after_wait"."""
+    @tk.kernel(warps=4, name=f"register_a_{write}")
+    def kern(a: tk.gl[bf16, 64, 64], b: tk.gl[bf16, 64, 64], d: tk.gl[f32, 64, 64]):
+        sb = tk.st(bf16, 64, 64)
+        ra, other = tk.rt(bf16, 16, 64), tk.rt(bf16, 16, 64)
+        acc = tk.rt(f32, 16, 64)
+        tk.warpgroup.load(ra, a, (0, 0))
+        tk.warpgroup.load(sb, b, (0, 0))
+        tk.fence_proxy_async()
+        tk.sync()
+        tk.warpgroup.mm_AB(acc, ra, sb)
+        tk.copy(other, ra)                       # reading A meanwhile is fine
+        if write == "a":
+            tk.zero(ra)
+        elif write == "a_window":
+            tk.zero(ra.subtile(16, 16, (0, 1)))
+        elif write == "other":
+            tk.zero(other)
+        tk.warpgroup.mma_async_wait()
+        if write == "a_after_wait":
+            tk.zero(ra)
+        tk.warpgroup.store(d, acc, (0, 0))
+    return kern
+
+
+@pytest.mark.parametrize("write", ["a", "a_window"])
+def test_writing_a_register_a_while_its_product_runs_is_an_error(write):
+    """The tensor cores read a register A asynchronously: writing it (or a window of it) before the wait is refused
+    at the writing line."""
+    a = torch.zeros(64, 64, dtype=torch.bfloat16)
+    with pytest.raises(tk.TraceError, match=r"test_wgmma_groups.py:\d+: fill writes `.*` while a warpgroup MMA reading "
+                                            r"it as its A"):
+        register_a_product(write).source(a, a, torch.zeros(64, 64))
+
+
+@pytest.mark.parametrize("write", ["none", "other", "a_after_wait"])
+def test_register_a_may_be_read_meanwhile_and_written_after_the_wait(write):
+    a, b = rand(64, 64, dtype=torch.bfloat16), rand(64, 64, dtype=torch.bfloat16)
+    d = torch.full((64, 64), float("nan"))
+    register_a_product(write).interpret[(1,)](a, b, d)
+    assert rel_err(d, a.double() @ b.double()) < 1e-2

@@ -24,7 +24,9 @@ class TraceContext:
         self._counters: dict[str, int] = defaultdict(int)
         self.last_if = None  # the If an `else_` may attach to
         self.pending_wgmma: dict = {}  # accumulator Var -> Loc of its latest unwaited wgmma
-        self.wgmma_groups: list = []   # (accumulator, Loc) of the unwaited wgmmas, oldest first (a group each)
+        self.pending_wgmma_reads: dict = {}  # register A tile (its storage) -> Loc of an unwaited wgmma reading it
+        self.wgmma_groups: list = []   # (accumulator, Loc, register A's storage or None) of the unwaited wgmmas,
+        #                                oldest first (a group each)
 
     @property
     def body(self) -> list:

@@ -126,6 +126,13 @@ def _check_fp8_registers(name: str, args) -> None:
                  "stored, converted (tk.copy), mapped and reduced; convert to bf16/fp16/f32 first (tk.copy)")
 
 
+def storage(tile):
+    """The Var whose storage `tile` is: itself, or for a subtile view the tile it is a window of."""
+    while isinstance(tile, Var) and tile.view is not None:
+        tile = tile.view.base
+    return tile.var if isinstance(tile, SharedRef) else tile
+
+
 def emit(name: str, *args, **attrs) -> Op:
     ctx = current()
     _check_fp8_registers(name, args)
@@ -134,6 +141,13 @@ def emit(name: str, *args, **attrs) -> Op:
             if isinstance(a, Var) and a in ctx.pending_wgmma:
                 fail(f"{name} uses `{_user_name(a)}` while a warpgroup MMA into it (at "
                      f"{ctx.pending_wgmma[a].short}) may still be running; call tk.warpgroup.mma_async_wait() first")
+    # Every op's first argument is what it writes: a register tile that a running wgmma reads as its A must
+    # keep its values until the wgmma is done (the tensor cores read registers asynchronously).
+    if ctx.pending_wgmma_reads and name not in ASYNC_MMA_OPS and args and isinstance(args[0], Var):
+        loc = ctx.pending_wgmma_reads.get(storage(args[0]))
+        if loc is not None:
+            fail(f"{name} writes `{_user_name(args[0])}` while a warpgroup MMA reading it as its A (at {loc.short}) "
+                 f"may still be running; call tk.warpgroup.mma_async_wait() first")
     op = Op(name, tuple(args), user_loc(), attrs)
     ctx.emit(op)
     return op

@@ -16,7 +16,7 @@ from ..frontend.context import current
 from ..ir.core import SharedRef
 from ..tiles.dtypes import FP8_DTYPES, MMA_INPUT_DTYPES, f32
 from ..tiles.types import RT, ST
-from ._checks import describe, emit, fail, operand
+from ._checks import describe, emit, fail, operand, storage
 
 WGMMA_M = 64
 
@@ -63,7 +63,10 @@ def _mma(d, a, b, *, trans_a: bool, trans_b: bool, accumulate: bool, name: str):
               n=n, dtype=at.dtype.name, a_regs=isinstance(at, RT), **mixed)
     ctx = current()
     ctx.pending_wgmma[d] = op.loc
-    ctx.wgmma_groups.append((d, op.loc))
+    register_a = storage(a) if isinstance(at, RT) else None
+    if register_a is not None:
+        ctx.pending_wgmma_reads[register_a] = op.loc
+    ctx.wgmma_groups.append((d, op.loc, register_a))
     return op
 
 
@@ -105,9 +108,12 @@ def mma_async_wait(pending: int = 0):
     ctx = current()
     # Each wgmma op is one commit group and groups retire in order: all but the newest `pending` are done.
     remaining = ctx.wgmma_groups[len(ctx.wgmma_groups) - pending:] if pending else []
-    retired = tuple(a for a in ctx.pending_wgmma if all(a is not d for d, _ in remaining))
+    retired = tuple(a for a in ctx.pending_wgmma if all(a is not d for d, _, _ in remaining))
     ctx.wgmma_groups[:] = remaining
     ctx.pending_wgmma.clear()
-    for d, loc in remaining:
+    ctx.pending_wgmma_reads.clear()
+    for d, loc, register_a in remaining:
         ctx.pending_wgmma[d] = loc
+        if register_a is not None:
+            ctx.pending_wgmma_reads[register_a] = loc
     return emit("wgmma_wait", *retired, pending=pending)   # the accumulators it makes readable
