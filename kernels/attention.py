@@ -1,21 +1,21 @@
 """FlashAttention-style forward attention on Hopper with tkpy's LCF template.
 
-A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, receive
-their query tile in shared memory (at D128 each warp then keeps its 16 rows in registers, Q_REGISTERS),
-and stream key/value tiles that a producer warpgroup loads with TMA through a ring of stages. Per tile a
-consumer computes S = Q K^T with wgmma, an online softmax in the log2 domain on its registers, and O += P V
-with P straight from registers. Grouped-query attention maps query head h to key/value head h // (H / H_kv).
-The two consumer warpgroups take turns at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup
-issues S = Q K^T only once the other's S is done, so one's softmax runs while the other's matrix products do; and within a warpgroup, step k
-issues S_k and then step k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup
-overlap). The turns go round across tasks: a task of no steps takes none, and the first turn is handed over
-once, before the first task. PINGPONG / OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants.
-`consumer_warpgroups=3` runs 3 consumer warpgroups on 192 query rows per task (FlashAttention-3's choice at
-D64, where the softmax outweighs the short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in
-the template's input ring and V in its late ring (late_inputs), as FlashAttention-3's separate K and V pipelines:
-K_k is released once step k is done and V_{k-1} once step k is, so each K stage is held for one step instead of
-two. attention() runs D64 with both (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of
-the SMs for the sequence at hand (consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring.
+A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, receive their query tile
+in shared memory (at D128 each warp then keeps its 16 rows in registers, Q_REGISTERS), and stream key/value tiles
+that a producer warpgroup loads with TMA through a ring of stages. Per tile a consumer computes S = Q K^T with
+wgmma, an online softmax in the log2 domain on its registers, and O += P V with P straight from registers.
+Grouped-query attention maps query head h to key/value head h // (H / H_kv). The two consumer warpgroups take turns
+at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's S is done,
+so one's softmax runs while the other's matrix products do; and within a warpgroup, step k issues S_k and then step
+k-1's O += P V, and runs its softmax while the latter runs (intra-warpgroup overlap). The turns go round across
+tasks: a task of no steps takes none, and the first turn is handed over once, before the first task. PINGPONG /
+OVERLAP / CONFIGS pick the defaults; benchmarks/bench_attention.py times the variants. `consumer_warpgroups=3` runs
+3 consumer warpgroups on 192 query rows per task (FlashAttention-3's choice at D64, where the softmax outweighs the
+short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in the template's input ring and V in its
+late ring (late_inputs), as FlashAttention-3's separate K and V pipelines: K_k is released once step k is done and
+V_{k-1} once step k is, so each K stage is held for one step instead of two. attention() runs D64 with both
+(CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of the SMs for the sequence at hand
+(consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring.
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
@@ -425,8 +425,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             def compute(self, st, inp, k, prev):
                 """Step k issues S_k = Q K_k^T and then O += P_{k-1} V_{k-1} (P kept from step k-1, V_{k-1}
                 from the previous stage), then waits for S_k alone and runs its softmax (the issue itself lasts
-                about as long as the products: see OVERLAP); the last step adds its own P V. One branch per case: the assembler keeps the MMAs asynchronous only
-                if every path waits before it reads an accumulator."""
+                about as long as the products: see OVERLAP); the last step adds its own P V. One branch per
+                case: the assembler keeps the MMAs asynchronous only if every path waits before it reads an
+                accumulator."""
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
