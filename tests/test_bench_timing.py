@@ -112,3 +112,28 @@ def test_exp2_benchmark_forms_compile_to_what_they_time():
     assert counts["poly_8of8"][0] == 0 < counts["poly_4of8"][0] < counts["mufu_f32"][0]
     assert counts["mufu_f16x2"][0] == counts["mufu_f32"][0]            # the packed ex2 is two MUFU ops
     assert counts["cvt_bf16x2"] == (0, counts["mufu_and_cvt"][1]) and counts["cvt_bf16x2"][1] > 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_loads_variants_compile(causal):
+    """benchmarks/attention_loads.py's changes apply to the default D128 kernels' generated source (one match each)
+    and compile for sm_90a; a split-ring kernel (D64's default) is refused by name, not silently left as is."""
+    import torch
+
+    from benchmarks import attention_loads
+    from kernels import attention as att
+    from tkpy.runtime import compile_cuda
+
+    q, lse = torch.empty(1, 2, 256, 128, dtype=torch.bfloat16), torch.empty(1, 2, att.lse_rows(256, 2))
+    args = [q, q, q, q, lse, 0.1] + ([0] if causal else [])
+    kernel = att._attention(128, att.DTYPES[q.dtype], causal).kernel
+    source = kernel.source(*args)
+    assert attention_loads.stages_of(source) == att.CONFIGS[128][1]
+    for name, change in attention_loads.VARIANTS.items():
+        changed = change(source, att.CONFIGS[128][1])
+        assert (changed == source) == (name == "as is")
+        assert compile_cuda(changed, kernel.name).resources.spill_stores == 0
+    q64 = torch.empty(1, 2, 256, 64, dtype=torch.bfloat16)
+    split = att._attention(64, att.DTYPES[q64.dtype], causal, consumer_warpgroups=3, split_kv=True).kernel
+    with pytest.raises(ValueError, match="not a one-ring producer"):
+        attention_loads.first_stages(split.source(q64, q64, q64, q64, lse, 0.1, *([0] if causal else [])))
