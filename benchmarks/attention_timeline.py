@@ -1,14 +1,15 @@
 """Where a step of the attention kernel spends its cycles: its timeline marks (tk.mark, tkpy/runtime/timeline.py).
 
 The attention kernel and the LCF template carry marks (stage waits, the turn, the MMA issues and waits, the
-softmax's parts); this script traces the default kernel with TKPY_TIMELINE=1, runs it twice (the second run
-recorded), and prints the phases between consecutive marks of the consumer warps, most cycles first, and a
-window of block 0's first consumer warp of each warpgroup.
+softmax's parts); this script traces the kernel attention() runs (or the one the options name) with
+TKPY_TIMELINE=1, runs it twice (the second run recorded), and prints the phases between consecutive marks of the
+consumer warps, most cycles first, and a window of block 0's first consumer warp of each warpgroup.
 
 A mark costs a warp about 90 cycles (a clock read and a global store; RESULTS.md runs 74-76) and the scheduler
 does not move instructions across it freely: read the phases as proportions, not exact costs.
 
-    PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D] [--causal]     (default 16 16 4096 128)
+    PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D] [--causal] [key=value ...]
+        (default 16 16 4096 128; key=value: options of kernels.attention._launch, e.g. q_preload=True)
 """
 from __future__ import annotations
 
@@ -17,24 +18,34 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ["TKPY_TIMELINE"] = "1"       # before any kernel is traced
 
 
-def run(b: int, h: int, n: int, d: int, causal: bool = False) -> dict:
-    """Records of the kernel attention() runs, its consumer warps: {(block, warp): [(cycle, label), ...]}."""
+def run(b: int, h: int, n: int, d: int, causal: bool = False, **options) -> dict:
+    """Records of the kernel attention() runs (or the one kernels.attention._launch's `options` name), its consumer
+    warps: {(block, warp): [(cycle, label), ...]}."""
     import torch
 
     from kernels import attention as att
     from tkpy.runtime import timeline
+    os.environ[timeline.ENV] = "1"      # before the kernel is traced (a process that traced it before: no marks)
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, att.lse_rows(n, 3), device="cuda")
-    template, args = att._prepared(q, k, v, o, lse, causal, None)   # the kernel attention() runs
+    template, args = att._prepared(q, k, v, o, lse, causal, None, **options)   # attention()'s, or the options'
+
     template(*args)
     timeline.reset(template.kernel)
     template(*args)
-    consumers = 4 * att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
+    consumers = 4 * template.consumers
     return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < consumers}
+
+
+def parse(argv: list[str]) -> tuple[list[int], bool, dict]:
+    """[B H N D] [--causal] [key=value ...] -> (shape, causal, _launch options)."""
+    from benchmarks.profile_cases import attention_option
+    options = dict(attention_option(x) for x in argv if "=" in x)
+    shape = [int(x) for x in argv if x != "--causal" and "=" not in x] or [16, 16, 4096, 128]
+    return shape, "--causal" in argv, options
 
 
 def window(recs: dict, steps: int = 3) -> str:
@@ -48,11 +59,10 @@ def window(recs: dict, steps: int = 3) -> str:
 
 if __name__ == "__main__":
     from tkpy.runtime import timeline
-    causal = "--causal" in sys.argv
-    shape = [int(x) for x in sys.argv[1:] if x != "--causal"] or [16, 16, 4096, 128]
-    records = run(*shape, causal=causal)
-    print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}{' causal' if causal else ''}: cycles between "
-          f"consecutive marks "
+    shape, causal, options = parse(sys.argv[1:])
+    records = run(*shape, causal=causal, **options)
+    print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}{' causal' if causal else ''}"
+          f"{''.join(f' {k}={v}' for k, v in options.items())}: cycles between consecutive marks "
           f"(consumer warps of blocks 0-{timeline.BLOCKS - 1})")
     print(timeline.table(records, top=40))
     print("block 0 mid-run (cycle, warp, mark):")

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
 
         from kernels import attention as att
         bsz, h, n, d, causal = (int(x) for x in dims[:5])
-        options = dict(_option(x) for x in dims[5:] if "=" in x)
+        options = dict(attention_option(x) for x in dims[5:] if "=" in x)
         q, k, v = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
         o, lse = torch.empty_like(q), torch.empty(bsz, h, max(att.lse_rows(n, g) for g in (2, 3)), device="cuda")
         if "--only-sdpa" not in argv:
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
     torch.cuda.synchronize()
 
 
-def _option(text: str) -> tuple:
+def attention_option(text: str) -> tuple:
     """key=value of an attention option: ints, True/False, or strings (pingpong=softmax)."""
     key, value = text.split("=")
     if value in ("True", "False"):

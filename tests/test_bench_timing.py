@@ -137,3 +137,12 @@ def test_attention_loads_variants_compile(causal):
     split = att._attention(64, att.DTYPES[q64.dtype], causal, consumer_warpgroups=3, split_kv=True).kernel
     with pytest.raises(ValueError, match="not a one-ring producer"):
         attention_loads.first_stages(split.source(q64, q64, q64, q64, lse, 0.1, *([0] if causal else [])))
+
+
+def test_attention_timeline_arguments():
+    """benchmarks/attention_timeline.py's arguments: a shape (default B16 H16 N4096 D128), --causal, and _launch
+    options as key=value (ints, True/False, strings)."""
+    from benchmarks.attention_timeline import parse
+    assert parse([]) == ([16, 16, 4096, 128], False, {})
+    assert parse(["4", "8", "1024", "64", "--causal", "q_preload=True", "stages=4", "pingpong=softmax"]) == (
+        [4, 8, 1024, 64], True, {"q_preload": True, "stages": 4, "pingpong": "softmax"})
