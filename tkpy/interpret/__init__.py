@@ -2,6 +2,7 @@
 
     kernel.interpret[grid](*args)        # explicit; CPU tensors (others are copied over and back)
     TKPY_INTERPRET=1 python ...          # every kernel[grid](*args) launch runs here instead
+    TKPY_INTERPRET_ORDER=reverse ...     # the warps' turns in another order (forward, reverse, random:SEED)
 
 Every block of the grid runs, one after another; inside a block each warp is a
 coroutine that switches only at barriers (machine.py), so deadlocks are found
@@ -14,7 +15,7 @@ Op semantics live in per-area modules registered with `@semantics("op")`
 (registry.py), like the code generator's emitters.
 """
 from . import ops_hopper, ops_warp, ops_warp_extra, ops_wgmma  # noqa: F401 - register the op semantics
-from .launch import ENV_VAR, Interpreted, interpret_requested
+from .launch import ENV_VAR, ORDER_ENV_VAR, Interpreted, interpret_requested
 from .registry import SEMANTICS, semantics
 
-__all__ = ["ENV_VAR", "Interpreted", "interpret_requested", "SEMANTICS", "semantics"]
+__all__ = ["ENV_VAR", "ORDER_ENV_VAR", "Interpreted", "interpret_requested", "SEMANTICS", "semantics"]

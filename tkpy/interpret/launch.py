@@ -12,6 +12,7 @@ from .memory import GlobalTensor
 from .numerics import to_f32
 
 ENV_VAR = "TKPY_INTERPRET"
+ORDER_ENV_VAR = "TKPY_INTERPRET_ORDER"   # the warps' turn order: forward (default), reverse, random:SEED
 
 
 def interpret_requested() -> bool:
@@ -57,7 +58,7 @@ class Interpreted:
                 tensors[params[spec.name]] = GlobalTensor(spec.name, a, spec.gl.dtype)
             elif spec.kind in SCALAR_DTYPES:
                 env[spec.name] = to_f32(a) if SCALAR_DTYPES[spec.kind] == f32 else a
-        run_grid(program, grid, env, tensors)
+        run_grid(program, grid, env, tensors, os.environ.get(ORDER_ENV_VAR, "forward"))
         for a, cpu in zip(args, on_cpu):
             if cpu is not a:
                 a.copy_(cpu)

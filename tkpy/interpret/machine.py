@@ -3,8 +3,8 @@
 Each warp runs the kernel body as a Python generator (`execute`) over its own
 registers and scalar environment (`warpid` is its index). It runs without
 interruption until an op returns a `Wait` that is not ready (a barrier); then
-the scheduler (`run_together`) runs the other warps, round-robin, and resumes
-a warp once its wait is ready. The warps of all blocks of a cluster are
+the scheduler (`run_together`) runs the other warps, round-robin (warp 0 first, or
+in another order: `sweeps`), and resumes a warp once its wait is ready. The warps of all blocks of a cluster are
 scheduled together (one block per cluster without `cluster=`), so barriers
 between blocks can be modelled; blocks of different clusters are independent
 and run one after another. When no warp can move, the cluster is deadlocked:
@@ -212,14 +212,30 @@ def execute(warp: Warp, stmts):
             raise TypeError(f"tkpy internal error: not a statement: {s!r}")
 
 
-def run_together(blocks: list) -> None:
-    """Run every warp of these blocks to its end, switching at barriers; raise DeadlockError if they stall."""
+def sweeps(order: str):
+    """The order in which each sweep of the scheduler offers the running warps their turn: "forward" (warp 0
+    first, the default), "reverse", or "random:SEED" (a new seeded shuffle every sweep). Races between warps
+    that only a barrier should order show up as results or errors that depend on it."""
+    if order == "forward":
+        return lambda warps: warps
+    if order == "reverse":
+        return lambda warps: warps[::-1]
+    if order.startswith("random:") and order[len("random:"):].lstrip("-").isdigit():
+        rng = np.random.default_rng(int(order[len("random:"):]))
+        return lambda warps: [warps[i] for i in rng.permutation(len(warps))]
+    raise ValueError(f"interpreter warp order must be 'forward', 'reverse' or 'random:SEED', got {order!r}")
+
+
+def run_together(blocks: list, order: str = "forward") -> None:
+    """Run every warp of these blocks to its end, switching at barriers (offering the warps their turns in
+    `order`, see sweeps); raise DeadlockError if they stall."""
     warps = [Warp(b, w) for b in blocks for w in range(b.program.ir.warps)]
     running = {w: execute(w, w.block.program.ir.body) for w in warps}
     waits = dict.fromkeys(warps)
+    sweep = sweeps(order)
     while running:
         moved = False
-        for w in list(running):
+        for w in sweep(list(running)):
             if waits[w] is not None and not waits[w].ready():
                 continue
             moved = True
@@ -235,8 +251,9 @@ def run_together(blocks: list) -> None:
                                                  [w for w in warps if w not in running]))
 
 
-def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict) -> None:
+def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict, order: str = "forward") -> None:
     """Run every block of the grid, cluster by cluster (clusters are independent: their order is immaterial)."""
+    sweeps(order)                       # (a bad order is an error even with nothing to run)
     env = dict(env, grid_x=grid[0], grid_y=grid[1], grid_z=grid[2])
     cluster = program.ir.cluster or (1, 1, 1)
     with np.errstate(all="ignore"):     # inf/nan arithmetic is the kernel's business, as on the GPU
@@ -247,7 +264,7 @@ def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict) -> 
                       for z, y, x in itertools.product(*(range(c) for c in reversed(cluster)))]
             for b in blocks:
                 b.cluster = blocks
-            run_together(blocks)
+            run_together(blocks, order)
 
 
 def _deadlock_report(blocks: list, blocked: list, finished: list) -> str:

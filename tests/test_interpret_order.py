@@ -1,0 +1,65 @@
+"""The interpreter's warp order (TKPY_INTERPRET_ORDER: forward, reverse, random:SEED): a race between warps that
+only a barrier should order gives results that depend on it, and correct kernels give the same results in
+every order. No GPU needed."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import tkpy as tk
+from tkpy import f32
+from tkpy.interpret import ORDER_ENV_VAR
+
+import gpu_util
+import test_attention_cpu as attention_cpu
+
+rand = functools.partial(gpu_util.rand, device="cpu")
+ORDERS = ["forward", "reverse", "random:1", "random:2"]
+
+
+@tk.kernel(warps=2, name="last_writer")
+def last_writer(out: tk.gl[f32, 16, 16]):
+    """Both warps store their index into one shared tile with no barrier between the stores: a race."""
+    tile = tk.st(f32, 16, 16)
+    mine = tk.rt(f32, 16, 16)
+    tk.fill(mine, tk.warp_id())
+    tk.store(tile, mine)
+    tk.sync()
+    with tk.if_(tk.warp_id() == 0):
+        tk.load(mine, tile)
+        tk.store(out, mine, (0, 0))
+
+
+def test_a_race_between_warps_depends_on_the_order(monkeypatch):
+    """The last writer wins: warp 1 in the forward order (warp 0 runs first up to the barrier), warp 0 in reverse."""
+    winners = {}
+    for order in ("forward", "reverse"):
+        monkeypatch.setenv(ORDER_ENV_VAR, order)
+        out = torch.full((16, 16), float("nan"))
+        last_writer.interpret[(1,)](out)
+        winners[order] = set(out.flatten().tolist())
+    assert winners == {"forward": {1.0}, "reverse": {0.0}}
+
+
+def test_an_unknown_order_is_an_error(monkeypatch):
+    monkeypatch.setenv(ORDER_ENV_VAR, "sideways")
+    with pytest.raises(ValueError, match="warp order must be 'forward', 'reverse' or 'random:SEED'"):
+        last_writer.interpret[(1,)](torch.zeros(16, 16))
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("options", [dict(q_preload=True), dict(q_registers=False),
+                                     dict(consumer_warpgroups=3, split_kv=True)],
+                         ids=["q_preload", "q_shared", "3wg_splitkv"])
+def test_attention_is_the_same_in_every_order(monkeypatch, order, options):
+    """The attention kernel's turns, stage rings and query-tile reuse hold in every warp order: bottom-right causal
+    with tasks of no steps among the others (where q_preload's first draft raced), several tasks per block, GQA."""
+    monkeypatch.setenv(ORDER_ENV_VAR, order)
+    d = 64 if options.get("consumer_warpgroups") == 3 else 128
+    n, nk = 460, 200
+    q, k, v = rand(1, 2, n, d, dtype=torch.bfloat16), rand(1, 1, nk, d, dtype=torch.bfloat16), \
+        rand(1, 1, nk, d, dtype=torch.bfloat16)
+    o, lse = attention_cpu.interpret(q, k, v, "bottom_right", 0.1, 2, **options)
+    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), n)
