@@ -65,6 +65,6 @@ class _PhaseWait(Wait):
 
     def describe(self) -> str:
         b = self.barrier
-        who = ", ".join(str(w) for w, _ in b.arrived)
+        who = ", ".join(str(w) for w in sorted(w for w, _ in b.arrived))   # (in any warp order, the same text)
         plural = "s" if len(b.arrived) > 1 else ""
         return f"{b.name} (phase {self.phase}): {len(b.arrived)} of {b.expected} warps arrived (warp{plural} {who})"
