@@ -6,7 +6,7 @@ changed in the generated CUDA (an upper bound, not a kernel: the outputs of the 
 LOADS: "as is"; "first stages" -- each block loads its first task's first `stages` stages, later steps arrive on
 their barrier with no bytes (stale tiles); "K only" -- V likewise, K loaded (half the bytes); "same tile" -- every step
 loads key tile 0 of its head (as many bytes, always in the L2). Each variant runs in its own process (the patch hooks
-the compile step of that process), timed against cuDNN in interleaved rounds; one line per variant and case.
+the compile step of that process), timed against cuDNN in interleaved rounds (bench_attention.py's compare).
 RESULTS.md runs 87-88: without the loads the D128 kernel ran 1.04-1.09x cuDNN instead of 0.86-0.94x.
 Covers the kernels whose producer issues one `expect_bytes` and the K and V loads per step (one ring: D128, D256,
 and D64 with 2 consumer warpgroups); the split-ring kernels are refused by the patch's check.
@@ -14,7 +14,6 @@ and D64 with 2 consumer warpgroups); the split-ring kernels are refused by the p
 from __future__ import annotations
 
 import re
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -76,33 +75,11 @@ def stages_of(source: str) -> int:
 
 
 def measure(variant: str, rounds: int) -> None:
-    """Time the kernel attention() runs, changed by `variant`, against cuDNN on CASES; print a line per case."""
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from benchmarks.timing import median_ms
-    from kernels import attention as att
+    """The kernel attention() runs, changed by `variant`, against cuDNN on CASES (bench_attention's compare)."""
+    from benchmarks.bench_attention import compare
     patched(variant)
-    for b, h, n, d, causal in CASES:
-        q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-        o = torch.empty_like(q)
-        lse = torch.empty(b, h, att.lse_rows(n, 3), device="cuda")
-        flops = 4 * b * h * n * n * d / (2 if causal else 1)
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-        ours = lambda: median_ms(lambda: att._launch(q, k, v, o, lse, causal, None))   # noqa: E731
-        times = {"tkpy": [], "cudnn": []}
-        for round_ in range(rounds):            # alternate which is timed first
-            for name, fn in (("tkpy", ours), ("cudnn", cudnn))[::1 if round_ % 2 == 0 else -1]:
-                times[name].append(fn())
-        ratios = sorted(c / t for c, t in zip(times["cudnn"], times["tkpy"]))
-        tflops = {name: flops / statistics.median(ms) / 1e9 for name, ms in times.items()}
-        spread = f"[{ratios[0]:.3f}, {ratios[-1]:.3f}]"
-        print(f"{variant:>13}  B{b} H{h} N{n} D{d} {'causal' if causal else 'full  '}  tkpy {tflops['tkpy']:5.0f}  "
-              f"cuDNN {tflops['cudnn']:5.0f}  ratio {statistics.median(ratios):.3f} {spread}", flush=True)
+    print(f"\nloads: {variant}")
+    compare(["default"], rounds, CASES, saved_as=f"attention_loads_{variant.replace(' ', '_')}.json")
 
 
 def main(argv: list[str]) -> None:

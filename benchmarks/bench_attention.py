@@ -161,10 +161,11 @@ def variant_options(name: str, d: int) -> dict | None:
     return options
 
 
-def compare(names: list[str], rounds: int) -> list[dict]:
-    """Variants against cuDNN on every case in `rounds` interleaved rounds (a round times each variant and
-    cuDNN once per case), so a slow stretch of the GPU touches all of them alike; prints the median
-    ratio to cuDNN and the lowest and highest of the rounds."""
+def compare(names: list[str], rounds: int, cases: list | None = None,
+            saved_as: str = "attention_compare.json") -> list[dict]:
+    """Variants against cuDNN on every case (of CASES, or `cases`) in `rounds` interleaved rounds (a round times
+    each variant and cuDNN once per case), so a slow stretch of the GPU touches all of them alike; prints the
+    median ratio to cuDNN and the lowest and highest of the rounds (the rows also go to $OUT/`saved_as`)."""
     import statistics
 
     import torch
@@ -177,7 +178,7 @@ def compare(names: list[str], rounds: int) -> list[dict]:
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     rows = []
-    for b, h, n, d, causal in CASES:
+    for b, h, n, d, causal in cases or CASES:
         q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
         o = torch.empty_like(q)
         lse = torch.empty(b, h, max(att.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
@@ -218,7 +219,7 @@ def compare(names: list[str], rounds: int) -> list[dict]:
               f"{r['cudnn']:>6.0f} " + " ".join(f"{c:>22}" for c in cells))
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
-        (out_dir / "attention_compare.json").write_text(json.dumps(rows, indent=2))
+        (out_dir / saved_as).write_text(json.dumps(rows, indent=2))
     return rows
 
 
