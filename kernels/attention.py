@@ -175,7 +175,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-               q_preload: bool = False):
+               q_preload: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -199,7 +199,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     or "_qshared" where the choice is not the default. q_preload=True (with Q in registers, not with q_ahead): a
     task's start loads the next task's Q into the query tile, free once its own rows are in registers, and its
     finish moves them into the registers before O goes out through the tile; so no task waits for its Q but
-    the block's first; name "_qpreload"."""
+    the block's first. Default (None): whenever Q is in registers and not q_ahead; the name gains "_qpreload" or
+    "_noqpreload" where the choice is not the default."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -227,6 +228,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     stages = stages or default_stages
     q_default = groups == 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
+    preload_default = q_registers and not q_ahead
+    q_preload = preload_default if q_preload is None else q_preload
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
                          "needs q_registers and not q_ahead (a second query tile)")
@@ -247,7 +250,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
-        + ("_qpreload" if q_preload else "")
+        + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -611,7 +614,7 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
               split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-              q_preload: bool = False):
+              q_preload: bool | None = None):
     """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))

@@ -174,15 +174,18 @@ def test_q_registers(d, causal, q_registers, name):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("options,name_part", [(dict(), ""), (dict(q_preload=False), "_noqpreload")],
+                         ids=["q_preload", "no_q_preload"])
 @pytest.mark.parametrize("heads,n,nk,causal,blocks", [
     (1, 460, 200, "bottom_right", 1), (2, 460, 200, "bottom_right", 3), (2, 300, 170, False, 2), (2, 300, 300, True, 2)])
-def test_q_preload(heads, n, nk, causal, blocks):
-    """q_preload=True: each task's start loads the next task's Q into the query tile and its finish moves it into
-    registers before O goes out through the tile. Tasks of no steps (bottom-right rows that see no key) follow
-    tasks with steps: their O must not land in the tile before the previous O's store has read it (the race the
-    interpreter found in the first draft), several tasks per block, GQA, partial tiles."""
+def test_q_preload(heads, n, nk, causal, blocks, options, name_part):
+    """q_preload (D128's default): each task's start loads the next task's Q into the query tile and its finish
+    moves it into registers before O goes out through the tile; and without it (each task waits for its Q). Tasks
+    of no steps (bottom-right rows that see no key) follow tasks with steps: their O must not land in the tile
+    before the previous O's store has read it (the race the interpreter found in the first draft), several tasks
+    per block, GQA, partial tiles."""
     q, k, v = rand(1, heads, n, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16)
-    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_qpreload", q_preload=True)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, name_part, **options)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 

@@ -189,11 +189,11 @@ def test_q_registers(d, causal, q_registers):
 
 @pytest.mark.parametrize("causal", [False, True, "bottom_right"])
 @pytest.mark.parametrize("n,nk", [(1100, 1300), (1300, 700)])
-def test_q_preload(causal, n, nk):
-    """q_preload=True at D128: the next task's Q loaded during a task and moved into registers at its finish
-    (bottom-right with n > n_k: tasks of no steps among the others)."""
+def test_without_q_preload(causal, n, nk):
+    """q_preload=False at D128 (the default preloads): each task waits for its own Q at its start and moves it
+    into registers (bottom-right with n > n_k: tasks of no steps among the others)."""
     q, k, v = qkv(2, 16, 8, n, nk, 128)
-    o, lse = run_poisoned(q, k, v, causal, q_preload=True)
+    o, lse = run_poisoned(q, k, v, causal, q_preload=False)
     check(o, lse, *reference(q, k, v, causal))
 
 
