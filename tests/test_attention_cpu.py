@@ -196,6 +196,28 @@ def test_q_preload_options():
         att._attention(128, att.DTYPES[BF16], False, q_ahead=True, kv=96, q_preload=True)
 
 
+@pytest.mark.parametrize("groups,n,nk,d", [(3, 200, 230, 64), (3, 300, 170, 64), (3, 130, 300, 64),
+                                           (2, 300, 260, 128)], ids=["lead2", "lead1", "lead0", "2wg_lead1"])
+@pytest.mark.parametrize("causal", [True, "bottom_right"])
+@pytest.mark.parametrize("pad_first", [None, False], ids=["pad_first", "pad_last"])
+def test_causal_padding_before_row_0(groups, n, nk, d, causal, pad_first):
+    """Causal kernels put a partial query tile's padding before row 0 (pad_first, the default): the first task's
+    first warpgroups (0, 1 or 2 of them: `lead`) load rows 0-63 but store nothing; the rows after them and every
+    later task are shifted. And with the padding after row n-1 (pad_first=False, "_padlast")."""
+    options = dict(consumer_warpgroups=groups, split_kv=groups == 3)
+    if pad_first is not None:
+        options["pad_first"] = pad_first
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, 2, "_padlast" if pad_first is False else "", **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_pad_first_is_for_causal():
+    assert "_padlast" not in att._attention(128, att.DTYPES[BF16], False).kernel.name
+    with pytest.raises(ValueError, match="pad_first=True is for causal attention"):
+        att._attention(128, att.DTYPES[BF16], False, pad_first=True)
+
+
 def test_mul_row_skip_ones_is_in_place_and_votes():
     """skip_ones: a warp vote (tk::any_not_one) and a uniform branch around the multiplication, in place only."""
     @tk.kernel(warps=1)

@@ -197,6 +197,19 @@ def test_without_q_preload(causal, n, nk):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("causal", [True, "bottom_right"])
+@pytest.mark.parametrize("d,groups,n", [(64, 3, 4096), (64, 3, 1000), (64, 3, 1090), (128, 2, 1050), (128, 2, 1100)],
+                         ids=["3wg_lead2", "3wg_lead2_short", "3wg_lead0", "2wg_lead1", "2wg_lead0"])
+@pytest.mark.parametrize("pad_first", [None, False], ids=["pad_first", "pad_last"])
+def test_causal_padding(causal, d, groups, n, pad_first):
+    """A partial query tile's padding before row 0 (causal's default: the first task's first `lead` warpgroups
+    store nothing) or after row n-1 (pad_first=False)."""
+    q, k, v = qkv(2, 16, 8, n, n + 70, d)
+    options = dict(consumer_warpgroups=groups) | ({} if pad_first is None else dict(pad_first=pad_first))
+    o, lse = run_poisoned(q, k, v, causal, **options)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
