@@ -25,6 +25,7 @@ that complements it in the next round (causal_task), so that the blocks keep in 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -175,7 +176,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-               q_preload: bool | None = None, pad_first: bool | None = None, skip_idle: bool = True):
+               q_preload: bool | None = None, pad_first: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -203,9 +204,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     "_noqpreload" where the choice is not the default. pad_first (causal only; the default there): when n is not a
     multiple of the task's rows, the padding of the partial query tile goes before row 0 (the first task's first
     warpgroups have no rows) instead of after row n-1, where a causal row sees the most keys: D64's 192-row
-    tasks at N4096 run 5.5% fewer steps; False: name "_padlast". skip_idle (default): a warpgroup whose rows are all
-    padding skips its MMAs and softmax (passing the turns on), so a partial tile's real rows run alone; False:
-    name "_noskip"."""
+    tasks at N4096 run 5.5% fewer steps; False: name "_padlast"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -259,7 +258,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
-        + ("_padlast" if causal and not pad_first else "") + ("" if skip_idle else "_noskip")
+        + ("_padlast" if causal and not pad_first else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -393,9 +392,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
                 tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
             st.tasks_done += 1
-            unit = self.first_unit(g, task) + wg                  # this warpgroup's rows, in 64-row units
-            st.has_rows = tk.let((unit * 64 < g.Q.rows) & (unit >= 0) if pad_first else unit * 64 < g.Q.rows,
-                                 "has_rows")
             if q_registers and not q_preload:
                 self.q_to_registers(st)
             tk.zero(st.out)
@@ -447,23 +443,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
             tk.copy(st.probs, st.scores)                         # P for O += P V
 
-        def unless_idle(self, st, step):
-            """step() if this warpgroup has a real query row; one whose rows are all padding (past N, or before row
-            0 with pad_first) only passes the turns on, so the others' MMAs and softmax run alone."""
-            if not skip_idle:
-                return step()
-            with tk.if_(st.has_rows):
-                step()
-            with tk.else_():
-                if pingpong:
-                    _turn(sync_on_turn=True, groups=groups)
-                    _turn(sync_on_turn=False, groups=groups)
-
         if overlap:
             def compute(self, st, inp, k, prev):
-                self.unless_idle(st, lambda: self.step(st, inp, k, prev))
-
-            def step(self, st, inp, k, prev):
                 """Step k issues S_k = Q K_k^T and then O += P_{k-1} V_{k-1} (P kept from step k-1, V_{k-1}
                 from the previous stage), then waits for S_k alone and runs its softmax (the issue itself lasts
                 about as long as the products: see OVERLAP); the last step adds its own P V. One branch per
@@ -514,9 +495,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
         else:
             def compute(self, st, inp, k):
-                self.unless_idle(st, lambda: self.step(st, inp, k))
-
-            def step(self, st, inp, k):
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
@@ -531,7 +509,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
-            unit = self.first_unit(g, task) + tk.warpgroup.id()
+            unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
             if causal:                                           # rows that see no key: 0 / tiny = 0
                 tk.max(st.factor, st.row_sum, 1e-30)
                 tk.div_row(st.out, st.out, st.factor)
@@ -544,7 +522,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             _own_sync(groups)                                    # through the async proxy
-            with tk.if_((tk.warp_id() % 4 == 0) & st.has_rows):   # (rows past N are clipped)
+            stores = tk.warp_id() % 4 == 0                       # rows past N are clipped (padding before row 0:
+            if pad_first:                                        # nothing to store)
+                stores = stores & (unit >= 0)
+            with tk.if_(stores):
                 tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
@@ -553,7 +534,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
-            with tk.if_(st.has_rows):
+            with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
                 tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
 
         def done(self, st):
@@ -656,7 +637,7 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
               split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-              q_preload: bool | None = None, pad_first: bool | None = None, skip_idle: bool = True):
+              q_preload: bool | None = None, pad_first: bool | None = None):
     """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
@@ -679,7 +660,7 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
         args.append(0 if variant == "top_left" else nk - n)
     template = _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
                           split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_registers,
-                          q_preload, pad_first, skip_idle)
+                          q_preload, pad_first)
     return template, args
 
 

@@ -212,18 +212,6 @@ def test_causal_padding_before_row_0(groups, n, nk, d, causal, pad_first):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("groups,n,d,causal", [(3, 200, 64, False), (3, 200, 64, "bottom_right"), (2, 300, 128, False),
-                                               (2, 300, 128, True)])
-@pytest.mark.parametrize("skip_idle", [True, False])
-def test_idle_warpgroups(groups, n, d, causal, skip_idle):
-    """A warpgroup whose 64 rows are all padding (past n, or before row 0) skips its MMAs and softmax and only
-    passes the turns on (skip_idle, the default), or computes on the padding as the others (False, "_noskip")."""
-    options = dict(consumer_warpgroups=groups, split_kv=groups == 3, skip_idle=skip_idle)
-    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, 250, d, dtype=BF16), rand(1, 1, 250, d, dtype=BF16)
-    o, lse = interpret(q, k, v, causal, 0.1, 2, "" if skip_idle else "_noskip", **options)
-    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
-
-
 def test_pad_first_is_for_causal():
     assert "_padlast" not in att._attention(128, att.DTYPES[BF16], False).kernel.name
     with pytest.raises(ValueError, match="pad_first=True is for causal attention"):

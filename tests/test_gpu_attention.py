@@ -210,15 +210,6 @@ def test_causal_padding(causal, d, groups, n, pad_first):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("d,groups,n", [(64, 3, 4096), (64, 3, 1000), (128, 2, 1050)])
-def test_without_skipping_idle_warpgroups(causal, d, groups, n):
-    """skip_idle=False: warpgroups whose rows are all padding compute on them as the others (the default skips)."""
-    q, k, v = qkv(2, 16, 8, n, n + 70, d)
-    o, lse = run_poisoned(q, k, v, causal, consumer_warpgroups=groups, skip_idle=False)
-    check(o, lse, *reference(q, k, v, causal))
-
-
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
