@@ -85,3 +85,28 @@ def test_var_is_scoped_to_its_block():
         holder[0] += 1
     with pytest.raises(tk.TraceError, match="outside the block its tk.var was declared in"):
         bad.source(torch.empty(16, 16))
+
+
+def test_logical_not_of_a_condition():
+    """`~cond`: an integer comparison flips (readable C++, exact); a float one or a compound condition becomes
+    `== false` (!(a < b) is not a >= b for NaN); a non-condition is an error. The interpreter agrees."""
+    from tkpy.ir.expr import Sym, render
+    from tkpy.tiles.dtypes import i32
+    a, b, x = Sym("a", i32), Sym("b", i32), Sym("x", f32)
+    assert render(~(a < b)) == "a >= b" and render(~(a != b)) == "a == b"
+    assert render(~(x < 1.0)) == "x < 1.0f == false"
+    assert render(~((a < b) & (b < 3))) == "(a < b && b < 3) == false"
+    with pytest.raises(tk.TraceError, match="~ is the logical not of a condition"):
+        ~(a + b)
+
+    @tk.kernel(warps=1)
+    def flags(y: tk.gl[f32, 16, 16], n: int):
+        t = tk.rt(f32, 16, 16)
+        tk.fill(t, 0.0)
+        with tk.if_(~(n < 3)):
+            tk.fill(t, 1.0)
+        tk.store(y, t, (0, 0))
+    for n, value in ((2, 0.0), (3, 1.0)):
+        y = torch.full((16, 16), -1.0)
+        flags.interpret[(1,)](y, n)
+        assert torch.equal(y, torch.full((16, 16), value))

@@ -15,6 +15,7 @@ from ..tiles.dtypes import DType, f32, i32
 
 BOOL = DType("bool", 8, "bool", "bool", "bool", is_float=False)
 
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 _PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
                "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
 _FOLD = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
@@ -54,6 +55,15 @@ class Expr:
     def __or__(self, o): return binary("||", self, o)
     def __ror__(self, o): return binary("||", o, self)
     def __neg__(self): return binary("-", Const(0, self.dtype), self)
+
+    def __invert__(self):
+        """Logical not of a condition (`~cond`, as for torch's boolean masks): an integer comparison flipped
+        (a >= b for a < b), otherwise `cond == false` (a float comparison is not flipped: NaN)."""
+        if self.dtype != BOOL:
+            raise TraceError(f"~ is the logical not of a condition; got a {self.dtype} value")
+        if isinstance(self, BinOp) and self.op in _NEGATED and self.a.dtype == i32 and self.b.dtype == i32:
+            return BinOp(_NEGATED[self.op], self.a, self.b, BOOL)
+        return BinOp("==", self, Const(False, BOOL), BOOL)
 
     def __bool__(self):
         raise TraceError("a runtime value has no truth value at trace time; "
