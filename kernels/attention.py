@@ -375,10 +375,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     self.q_to_registers(st)
                     tk.fence_proxy_async()                       # the tile read before TMA writes it again
                     _own_sync(groups)
-                with tk.if_(tk.warp_id() % 4 == 0):            # the last task's O store has read the tile (its
-                    tk.tma.store_async_wait(read_only=True)      # finish did not wait: the read overlaps the switch)
-                with tk.if_(st.has_next_task()):                 # the next task's Q lands during this task
-                    self.load_q(st, st.next_task(), 0)
+                with tk.if_(st.has_next_task()):                 # the next task's Q lands during this task (the
+                    self.load_q(st, st.next_task(), 0)           # tile is free: finish's O store has read it)
             elif not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
@@ -519,11 +517,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.div_row(st.out, st.out, st.row_sum)
             tk.mark("finish: O normalized")
             if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
-                with tk.if_(st.has_next_task()):                 # (that Q was loaded after the last O store's
-                    tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)   # read: the tile is free for this O)
+                with tk.if_(st.has_next_task()):
+                    tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
-                with tk.else_():    # the block's last task: the first warp waited for the last O store's read at
-                    _own_sync(groups)   # its start, the others write O after it did
                 tk.mark("finish: next Q in registers")
             tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
@@ -536,12 +532,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             with tk.if_(stores):
                 tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
                 tk.tma.store_commit_group()
-                if q_preload:   # the next start waits for the read, before the Q after next lands there (the
-                    with tk.if_(~st.has_next_task()):           # block's last: before it exits)
-                        tk.tma.store_async_wait(read_only=True)
-                else:
-                    tk.tma.store_async_wait(read_only=True)     # the next task's Q lands there
-            tk.mark("finish: O store issued")
+                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
+            tk.mark("finish: O store read")
+            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
+                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
+                tk.mark("finish: tile free")
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
