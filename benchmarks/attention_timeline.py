@@ -3,7 +3,8 @@
 The attention kernel and the LCF template carry marks (stage waits, the turn, the MMA issues and waits, the
 softmax's parts); this script traces the kernel attention() runs (or the one the options name) with
 TKPY_TIMELINE=1, runs it twice (the second run recorded), and prints the phases between consecutive marks of the
-consumer warps, most cycles first, and a window of block 0's first consumer warp of each warpgroup.
+consumer warps, most cycles first, what a switch between tasks costs a warp (task_switches), and a window of block
+0's first consumer warp of each warpgroup.
 
 A mark costs a warp about 90 cycles (a clock read and a global store; RESULTS.md runs 74-76) and the scheduler
 does not move instructions across it freely: read the phases as proportions, not exact costs.
@@ -48,6 +49,34 @@ def parse(argv: list[str]) -> tuple[list[int], bool, dict]:
     return shape, "--causal" in argv, options
 
 
+def task_switches(recs: dict) -> str:
+    """What a task switch costs a warp: the span from a task's last step's end ("step: computed" before "task
+    finish") to the end of the next task's first step, against a step's span mid-task (one "step: computed" to
+    the next within a task), and the switch's phases in order (medians). The difference is what a task's switch
+    adds to its steps: the last P V's wait, the finish, the start and the first step without a P V to overlap."""
+    import statistics
+
+    switch_spans, step_spans, phases = [], [], {}
+    for marks in recs.values():
+        ends = [i for i, (_, label) in enumerate(marks) if label == "step: computed"]
+        for i, j in zip(ends, ends[1:]):
+            between = [label for _, label in marks[i + 1:j]]
+            span = marks[j][0] - marks[i][0]
+            if "task finish" not in between:
+                step_spans.append(span)
+            elif between.count("task finish") == 1 and "task start" in between:
+                switch_spans.append(span)
+                for (c0, a), (c1, b) in zip(marks[i:j], marks[i + 1:j + 1]):
+                    phases.setdefault((a, b), []).append(c1 - c0)
+    if not switch_spans or not step_spans:
+        return "task switches: none recorded (each warp needs two tasks of two steps or more)"
+    lines = [f"task switch: {statistics.median(switch_spans):.0f} cycles from a task's last step's end to the next "
+             f"task's first step's end ({len(switch_spans)} switches), a step mid-task "
+             f"{statistics.median(step_spans):.0f} ({len(step_spans)} steps); in order (median cycles):"]
+    lines += [f"  {a} -> {b}: {statistics.median(v):.0f}" for (a, b), v in phases.items()]
+    return "\n".join(lines)
+
+
 def window(recs: dict, steps: int = 3) -> str:
     """A stretch of block 0 mid-run: each consumer warpgroup's first warp, its marks in time order."""
     warps = sorted(w for b, w in recs if b == 0 and w % 4 == 0)
@@ -65,5 +94,6 @@ if __name__ == "__main__":
           f"{''.join(f' {k}={v}' for k, v in options.items())}: cycles between consecutive marks "
           f"(consumer warps of blocks 0-{timeline.BLOCKS - 1})")
     print(timeline.table(records, top=40))
+    print(task_switches(records))
     print("block 0 mid-run (cycle, warp, mark):")
     print(window(records))

@@ -146,3 +146,24 @@ def test_attention_timeline_arguments():
     assert parse([]) == ([16, 16, 4096, 128], False, {})
     assert parse(["4", "8", "1024", "64", "--causal", "q_preload=True", "stages=4", "pingpong=softmax"]) == (
         [4, 8, 1024, 64], True, {"q_preload": True, "stages": 4, "pingpong": "softmax"})
+
+
+def test_attention_timeline_task_switches():
+    """task_switches: the span from a task's last "step: computed" to the next task's first one, against the
+    spans between steps within a task, and the switch's phases in order."""
+    from benchmarks.attention_timeline import task_switches
+
+    def task(t0):       # a task of three steps of 100 cycles, its start at t0, its finish 40 after the last step
+        marks = [(t0, "task start")]
+        for k in range(3):
+            marks += [(t0 + 10 + 100 * k, "step: wait for the stage"), (t0 + 100 + 100 * k, "step: computed")]
+        return marks + [(t0 + 340, "task finish")]
+    recs = {(0, 0): task(0) + task(400) + task(800), (0, 4): task(5)}
+    text = task_switches(recs)
+    # 300 (last step's end) -> 500 (next first step's end): 200, twice; steps within tasks: 100, 2 per task
+    assert text.startswith("task switch: 200 cycles from a task's last step's end to the next task's first step's "
+                           "end (2 switches), a step mid-task 100 (8 steps)")
+    assert text.splitlines()[1:] == ["  step: computed -> task finish: 40", "  task finish -> task start: 60",
+                                     "  task start -> step: wait for the stage: 10",
+                                     "  step: wait for the stage -> step: computed: 90"]
+    assert task_switches({(0, 0): task(0)}).startswith("task switches: none recorded")
