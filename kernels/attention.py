@@ -22,6 +22,9 @@ the last key tile; query rows past N_q read zeros and their outputs are not stor
 attention visits, per query tile, only the key tiles up to its diagonal (the template's per-task
 step counts) and masks the diagonal tiles; each persistent block takes a long query tile and the short one
 that complements it in the next round (causal_task), so that the blocks keep in step on a few heads at a time.
+A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
+At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
+(q_preload), so that only a block's first task waits for its Q.
 """
 from __future__ import annotations
 
