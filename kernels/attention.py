@@ -179,7 +179,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-               q_preload: bool | None = None, pad_first: bool | None = None):
+               q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -207,7 +207,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     "_noqpreload" where the choice is not the default. pad_first (causal only; the default there): when n is not a
     multiple of the task's rows, the padding of the partial query tile goes before row 0 (the first task's first
     warpgroups have no rows) instead of after row n-1, where a causal row sees the most keys: D64's 192-row
-    tasks at N4096 run 5.5% fewer steps; False: name "_padlast"."""
+    tasks at N4096 run 5.5% fewer steps; False: name "_padlast". pv_first=True (overlap only): step k issues
+    O += P_{k-1} V_{k-1} before S_k and waits for both, so the softmax runs with no MMA in flight and O's
+    rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -221,6 +223,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if split_kv and not overlap:
         raise ValueError("attention: split_kv=True reads V_{k-1} at step k (the overlapped schedule); it needs "
                          "overlap=True")
+    if pv_first and not overlap:
+        raise ValueError("attention: pv_first=True orders the previous step's P V before S (the overlapped schedule); "
+                         "it needs overlap=True")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -261,7 +266,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
-        + ("_padlast" if causal and not pad_first else "")
+        + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -457,23 +462,31 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
+                    if pv_first:
+                        tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
                     tk.mark("S issued")
-                    tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
-                    tk.mark("P V issued")
+                    if not pv_first:
+                        tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
+                        tk.mark("P V issued")
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
-                    tk.warpgroup.mma_async_wait(1)              # S_k; O += P_{k-1} V_{k-1} still running
+                    if pv_first:                                # both: the softmax runs with no MMA in flight
+                        tk.warpgroup.mma_async_wait()
+                    else:
+                        tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
                     tk.mark("S arrived")
                     self.softmax(st, k)
-                    # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
-                    # stores before the wait, and the row sums depend on every exp2.
-                    tk.store(st.anchor[tk.warp_id()], st.row_sum)
-                    tk.mark("softmax: row sums")
+                    if not pv_first:
+                        # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
+                        # stores before the wait, and the row sums depend on every exp2.
+                        tk.store(st.anchor[tk.warp_id()], st.row_sum)
+                        tk.mark("softmax: row sums")
                     if softmax_turns:                           # (O's rescale waits for P V: not in the turn)
                         _turn(sync_on_turn=False, groups=groups)
-                    tk.warpgroup.mma_async_wait()               # O and P are free again
-                    tk.mark("P V done")
+                    if not pv_first:
+                        tk.warpgroup.mma_async_wait()           # O and P are free again
+                        tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
@@ -648,7 +661,7 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
               split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-              q_preload: bool | None = None, pad_first: bool | None = None):
+              q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False):
     """_launch's kernel template and its arguments (None when the output is empty)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
@@ -671,7 +684,7 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
         args.append(0 if variant == "top_left" else nk - n)
     template = _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
                           split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_registers,
-                          q_preload, pad_first)
+                          q_preload, pad_first, pv_first)
     return template, args
 
 

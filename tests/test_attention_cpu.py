@@ -212,6 +212,21 @@ def test_causal_padding_before_row_0(groups, n, nk, d, causal, pad_first):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("d,groups,causal", [(128, 2, False), (128, 2, "bottom_right"), (64, 3, True)])
+def test_pv_first(d, groups, causal):
+    """pv_first=True: step k issues O += P_{k-1} V_{k-1} before S_k and waits for both (several tasks per block,
+    GQA, partial tiles, tasks of no steps with bottom-right); only with the overlapped schedule."""
+    options = dict(consumer_warpgroups=groups, split_kv=groups == 3, pv_first=True)
+    q, k, v = rand(1, 2, 460, d, dtype=BF16), rand(1, 1, 200, d, dtype=BF16), rand(1, 1, 200, d, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, 2, "_pvfirst", **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), 460)
+    with pytest.raises(ValueError, match="pv_first=True .* needs overlap=True"):
+        att._attention(d, att.DTYPES[BF16], False, overlap=False, q_registers=False, pv_first=True)
+    if d == 128 and not causal:         # its MMAs stay asynchronous, without spills
+        kernel = att._attention(d, att.DTYPES[BF16], False, pv_first=True).kernel
+        compiled_sass(kernel, [q, q, q, q, torch.empty(1, 2, att.lse_rows(460)), 1.0])
+
+
 def test_pad_first_is_for_causal():
     assert "_padlast" not in att._attention(128, att.DTYPES[BF16], False).kernel.name
     with pytest.raises(ValueError, match="pad_first=True is for causal attention"):

@@ -210,6 +210,16 @@ def test_causal_padding(causal, d, groups, n, pad_first):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_pv_first(causal, d):
+    """pv_first=True: the previous step's P V issued before S, both waited for (bottom-right with n > n_k: tasks
+    of no steps among the others)."""
+    q, k, v = qkv(2, 16, 8, 1300, 700, d)
+    o, lse = run_poisoned(q, k, v, causal, pv_first=True)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
