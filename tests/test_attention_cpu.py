@@ -197,7 +197,8 @@ def test_q_preload_options():
 
 
 @pytest.mark.parametrize("groups,n,nk,d", [(3, 200, 230, 64), (3, 300, 170, 64), (3, 130, 300, 64),
-                                           (2, 300, 260, 128)], ids=["lead2", "lead1", "lead0", "2wg_lead1"])
+                                           (2, 300, 260, 128), (3, 1, 90, 64), (3, 50, 40, 64)],
+                         ids=["lead2", "lead1", "lead0", "2wg_lead1", "one_row", "one_partial_unit"])
 @pytest.mark.parametrize("causal", [True, "bottom_right"])
 @pytest.mark.parametrize("pad_first", [None, False], ids=["pad_first", "pad_last"])
 def test_causal_padding_before_row_0(groups, n, nk, d, causal, pad_first):
