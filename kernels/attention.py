@@ -657,12 +657,10 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
         template(*args)
 
 
-def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages: int | None = None,
-              overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int | None = None,
-              split_kv: bool | None = None, late_stages: int | None = None, q_ahead: bool = False,
-              lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-              q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False):
-    """_launch's kernel template and its arguments (None when the output is empty)."""
+def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
+              **options):
+    """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
+    as they are."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if split_kv is None:
@@ -682,9 +680,8 @@ def _prepared(q, k, v, o, lse, causal, scale, pingpong: bool = PINGPONG, stages:
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    template = _attention(d, DTYPES[q.dtype], variant is not None, pingpong, stages, overlap, kv, consumer_warpgroups,
-                          split_kv, late_stages, q_ahead, lazy_rescale, exp2_emulated, q_registers,
-                          q_preload, pad_first, pv_first)
+    template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
+                          split_kv=split_kv, **options)
     return template, args
 
 

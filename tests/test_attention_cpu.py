@@ -657,15 +657,15 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
-    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(a) or real(*a, **kw))
+    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1][7:9] == (3, True)                     # consumer_warpgroups, split_kv
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
-    assert launched[-1][7:9] == (2, False) and o2.shape == (1, 2, 100, 64)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False) and o2.shape == (1, 2, 100, 64)
 
 
 # -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------
