@@ -112,7 +112,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "qahead kv96": {128: dict(kv=96, q_ahead=True)},
                  "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)},
                  "q registers": {64: dict(TWO, q_registers=True)}, "q shared": {128: dict(q_registers=False)},
-                 "no q preload": {128: dict(q_preload=False)}, "pad last": {d: dict(pad_first=False) for d in (64, 128)}, "pv first": {d: dict(pv_first=True) for d in (64, 128)},
+                 "no q preload": {128: dict(q_preload=False)}, "pad last": {d: dict(pad_first=False) for d in (64, 128)}, "pv first": {d: dict(pv_first=True) for d in (64, 128)}, "cluster2": {128: dict(cluster=2)},
                  **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
@@ -136,7 +136,7 @@ def variant_table() -> list[dict]:
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
             for name in VARIANTS:
                 options = variant_options(name, d)
-                if options is None:
+                if not runnable((q, k, v, o, lse, causal, None), options):
                     row[name] = float("nan")
                     continue
                 fn = lambda: att._launch(q, k, v, o, lse, causal, None, **options)  # noqa: E731
@@ -159,6 +159,22 @@ def variant_options(name: str, d: int) -> dict | None:
         return None
     options.update((config or {}).get(d, {}))
     return options
+
+
+def runnable(launch_args: tuple, options: dict | None) -> bool:
+    """Whether kernels.attention._launch(*launch_args, **options) would run: options for this head dim that the
+    kernel does not refuse for this case (e.g. cluster pairs with a causal mask, or an odd number of query tiles)."""
+    from kernels import attention as att
+    from tkpy.errors import ArgumentError
+    if options is None:
+        return False
+    try:
+        prepared = att._prepared(*launch_args, **options)
+        if prepared is not None:
+            prepared[0].grid(*prepared[1])
+    except (ValueError, ArgumentError):
+        return False
+    return True
 
 
 def compare(names: list[str], rounds: int, cases: list | None = None,
@@ -186,7 +202,7 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
         fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
         for name in names:
             options = variant_options(name, d)
-            if options is not None:
+            if runnable((q, k, v, o, lse, causal, None), options):
                 fns[name] = lambda options=options: att._launch(q, k, v, o, lse, causal, None, **options)
         times = {name: [] for name in fns}
         order = list(fns)

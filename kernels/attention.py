@@ -179,7 +179,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
-               q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False):
+               q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
+               cluster: int = 1):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -209,7 +210,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     warpgroups have no rows) instead of after row n-1, where a causal row sees the most keys: D64's 192-row
     tasks at N4096 run 5.5% fewer steps; False: name "_padlast". pv_first=True (overlap only): step k issues
     O += P_{k-1} V_{k-1} before S_k and waits for both, so the softmax runs with no MMA in flight and O's
-    rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst"."""
+    rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst".
+    cluster=2 (non-causal, one ring): clusters of two blocks on adjacent query tiles of one head, in lockstep;
+    block 0 loads each K tile and block 1 each V tile, multicast to both, so the L2 serves each key/value tile
+    once per pair (the query tiles per head must be even); name "_cluster2"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -226,6 +230,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if pv_first and not overlap:
         raise ValueError("attention: pv_first=True orders the previous step's P V before S (the overlapped schedule); "
                          "it needs overlap=True")
+    if cluster not in (1, 2):
+        raise ValueError(f"attention: cluster must be 1 or 2, got {cluster!r}")
+    if cluster == 2 and (causal or split_kv):
+        raise ValueError("attention: cluster=2 shares each key/value tile between two query tiles of one head in "
+                         "lockstep: non-causal (a causal pair sees different keys) and one ring (split_kv=False) only")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -266,9 +275,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
-        + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "")
+        + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "") \
+        + ("_cluster2" if cluster == 2 else "")
 
-    @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name,
+    @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
@@ -322,7 +332,13 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def load(self, g, task, inp, k, arrived):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             hkv = h // (g.Q.depth // g.K.depth)
-            tk.tma.expect(arrived, inp)
+            tk.tma.expect(arrived, inp)                                  # the whole stage, a peer's half included
+            if cluster == 2:    # the two blocks' query tiles are of one head: block 0 loads K, block 1 V, to both
+                with tk.if_(task.rank == 0):
+                    tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived, multicast=0b11)
+                with tk.else_():
+                    tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=0b11)
+                return
             tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)      # rows past NK arrive as zeros
             if not split_kv:
                 tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)

@@ -228,6 +228,32 @@ def test_pv_first(d, groups, causal):
         compiled_sass(kernel, [q, q, q, q, torch.empty(1, 2, att.lse_rows(460)), 1.0])
 
 
+@pytest.mark.parametrize("heads,hkv,n,nk,blocks", [(2, 1, 512, 300, 2), (3, 3, 256, 130, 4), (2, 2, 500, 200, 2)])
+def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
+    """cluster=2: two blocks on adjacent query tiles of one head in lockstep, block 0 loading each K tile and
+    block 1 each V tile into both (TMA multicast); several tasks per cluster, GQA, partial tiles; its errors."""
+    q = rand(1, heads, n, 128, dtype=BF16)
+    k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
+    o, lse = interpret(q, k, v, False, 0.1, blocks, "_cluster2", cluster=2)
+    check(o, lse, *reference(q, k, v, False, scale=0.1), n)
+    with pytest.raises(ValueError, match="cluster=2 .* non-causal"):
+        att._attention(128, att.DTYPES[BF16], True, cluster=2)
+    with pytest.raises(ValueError, match="cluster must be 1 or 2"):
+        att._attention(128, att.DTYPES[BF16], False, cluster=4)
+    if heads == 2 and hkv == 1:         # the production kernel: multicast TMA loads, no spills, MMAs asynchronous
+        kernel = att._attention(128, att.DTYPES[BF16], False, cluster=2).kernel
+        assert "UTMALDG.4D.MULTICAST" in compiled_sass(kernel, [q, k, v, q, torch.empty(1, heads, 512), 1.0])
+
+
+def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
+    """The template's grid check, before any launch: 300 query rows are 3 tiles of 128."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 1, 300, 128, dtype=BF16)
+    o, lse = torch.empty_like(q), torch.empty(1, 1, att.lse_rows(300))
+    with pytest.raises(tk.ArgumentError, match="clusters of 2 blocks take 2 rows of tiles"):
+        att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
+
+
 def test_pad_first_is_for_causal():
     assert "_padlast" not in att._attention(128, att.DTYPES[BF16], False).kernel.name
     with pytest.raises(ValueError, match="pad_first=True is for causal attention"):
@@ -515,7 +541,7 @@ def test_consumer_warpgroups_option(monkeypatch):
 
 def test_bench_variants_are_kernel_options():
     """benchmarks/bench_attention.py's variant table: every variant's options, per head dim where it applies, name
-    a kernel (the 3-warpgroup ones included)."""
+    a kernel, causal and not (the 3-warpgroup ones included; cluster pairs non-causal only)."""
     from benchmarks.bench_attention import VARIANTS
     for name, options in VARIANTS.items():
         options = dict(options)
@@ -524,8 +550,15 @@ def test_bench_variants_are_kernel_options():
             if config is not None and d not in config:
                 continue
             options_here = {**options, **(config or {}).get(d, {})}
-            kernel = att._attention(d, att.DTYPES[BF16], True, **options_here).kernel
-            assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
+            kernels = []
+            for causal in (True, False):        # (cluster pairs take non-causal attention only)
+                try:
+                    kernels.append(att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel)
+                except ValueError as error:
+                    assert "cluster=2" in str(error), (name, error)
+            assert kernels, name
+            for kernel in kernels:
+                assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
 
 
 # -- split K/V (split_kv=True: K in the template's input ring, V in its late ring, each released on its own) ---------

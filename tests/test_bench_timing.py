@@ -167,3 +167,23 @@ def test_attention_timeline_task_switches():
                                      "  task start -> step: wait for the stage: 10",
                                      "  step: wait for the stage -> step: computed: 90"]
     assert task_switches({(0, 0): task(0)}).startswith("task switches: none recorded")
+
+
+def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
+    """bench_attention.runnable: a variant runs where its head dim is configured and the kernel takes the case
+    (cluster pairs: non-causal, an even number of query tiles), checked before any launch."""
+    import torch
+
+    from benchmarks.bench_attention import runnable, variant_options
+    from kernels import attention as att
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
+
+    def args(n, causal):
+        q = torch.empty(1, 2, n, 128, dtype=torch.bfloat16)
+        return q, q, q, torch.empty_like(q), torch.empty(1, 2, att.lse_rows(n, 3)), causal, None
+    assert runnable(args(256, False), variant_options("cluster2", 128))
+    assert not runnable(args(256, True), variant_options("cluster2", 128))         # causal: refused
+    assert not runnable(args(300, False), variant_options("cluster2", 128))        # 3 query tiles
+    assert runnable(args(300, True), variant_options("default", 128))
+    assert not runnable(args(256, False), variant_options("cluster2", 64))         # not configured for D64

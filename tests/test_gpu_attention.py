@@ -220,6 +220,15 @@ def test_pv_first(causal, d):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("b,h,hkv,n,nk", [(2, 16, 8, 1024, 1300), (1, 8, 1, 2000, 777), (4, 16, 16, 256, 64)])
+def test_cluster_pairs(b, h, hkv, n, nk):
+    """cluster=2 (non-causal, D128): pairs of blocks on adjacent query tiles of one head, K and V multicast, one
+    from each block (GQA and MQA, partial key tiles, several tasks per cluster)."""
+    q, k, v = qkv(b, h, hkv, n, nk, 128)
+    o, lse = run_poisoned(q, k, v, False, cluster=2)
+    check(o, lse, *reference(q, k, v, False))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
