@@ -63,3 +63,14 @@ def test_attention_is_the_same_in_every_order(monkeypatch, order, options):
         rand(1, 1, nk, d, dtype=torch.bfloat16)
     o, lse = attention_cpu.interpret(q, k, v, "bottom_right", 0.1, 2, **options)
     attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), n)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_cluster_pairs_are_the_same_in_every_order(monkeypatch, order):
+    """cluster=2: the two blocks' multicast loads into each other's stages and their cluster-wide releases hold in
+    every warp order (GQA, a partial key tile, two tasks per cluster)."""
+    monkeypatch.setenv(ORDER_ENV_VAR, order)
+    q = rand(1, 2, 512, 128, dtype=torch.bfloat16)
+    k, v = rand(1, 1, 200, 128, dtype=torch.bfloat16), rand(1, 1, 200, 128, dtype=torch.bfloat16)
+    o, lse = attention_cpu.interpret(q, k, v, False, 0.1, 2, "_cluster2", cluster=2)
+    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, False, scale=0.1), 512)
