@@ -211,9 +211,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     tasks at N4096 run 5.5% fewer steps; False: name "_padlast". pv_first=True (overlap only): step k issues
     O += P_{k-1} V_{k-1} before S_k and waits for both, so the softmax runs with no MMA in flight and O's
     rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst".
-    cluster=2 (non-causal, one ring): clusters of two blocks on adjacent query tiles of one head, in lockstep;
-    block 0 loads each K tile and block 1 each V tile, multicast to both, so the L2 serves each key/value tile
-    once per pair (the query tiles per head must be even); name "_cluster2"."""
+    cluster=2 (non-causal): clusters of two blocks on adjacent query tiles of one head, in lockstep; block 0
+    loads each K tile and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2
+    serves each key/value tile once per pair (the query tiles per head must be even); name "_cluster2"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -232,9 +232,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "it needs overlap=True")
     if cluster not in (1, 2):
         raise ValueError(f"attention: cluster must be 1 or 2, got {cluster!r}")
-    if cluster == 2 and (causal or split_kv):
+    if cluster == 2 and causal:
         raise ValueError("attention: cluster=2 shares each key/value tile between two query tiles of one head in "
-                         "lockstep: non-causal (a causal pair sees different keys) and one ring (split_kv=False) only")
+                         "lockstep: non-causal only (a causal pair sees different keys)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -336,8 +336,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if cluster == 2:    # the two blocks' query tiles are of one head: block 0 loads K, block 1 V, to both
                 with tk.if_(task.rank == 0):
                     tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived, multicast=0b11)
-                with tk.else_():
-                    tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=0b11)
+                if not split_kv:                                         # (split: V in load_late)
+                    with tk.else_():
+                        tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=0b11)
                 return
             tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)      # rows past NK arrive as zeros
             if not split_kv:
@@ -349,7 +350,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 b, h = task.col // g.Q.depth, task.col % g.Q.depth
                 hkv = h // (g.Q.depth // g.K.depth)
                 tk.tma.expect(arrived, inp)
-                tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
+                if cluster == 2:                                         # block 1 loads V, to both
+                    with tk.if_(task.rank == 1):
+                        tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=0b11)
+                else:
+                    tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
             # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)

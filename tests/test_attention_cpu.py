@@ -245,6 +245,17 @@ def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
         assert "UTMALDG.4D.MULTICAST" in compiled_sass(kernel, [q, k, v, q, torch.empty(1, heads, 512), 1.0])
 
 
+@pytest.mark.parametrize("heads,hkv,n,nk,blocks", [(2, 1, 700, 300, 2), (3, 3, 300, 130, 4)])
+def test_cluster_pairs_with_split_rings(heads, hkv, n, nk, blocks):
+    """cluster=2 at D64 with 3 warpgroups and split K/V rings: block 0 multicasts K into the input ring, block 1
+    V into the late ring (192-row query tiles, an even number of them)."""
+    q = rand(1, heads, n, 64, dtype=BF16)
+    k, v = rand(1, hkv, nk, 64, dtype=BF16), rand(1, hkv, nk, 64, dtype=BF16)
+    o, lse = interpret(q, k, v, False, 0.1, blocks, "_3wg_splitkv_cluster2", cluster=2, consumer_warpgroups=3,
+                       split_kv=True)
+    check(o, lse, *reference(q, k, v, False, scale=0.1), n)
+
+
 def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
     """The template's grid check, before any launch: 300 query rows are 3 tiles of 128."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
