@@ -265,13 +265,13 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
 
 
-def interpret_flat(q, k, v, scale, blocks):
-    """_attention(flat=True)'s kernel in the interpreter on `blocks` persistent blocks (its `blocks` scalar), into
-    poisoned O and L; returns O and L's first n rows."""
+def interpret_flat(q, k, v, scale, blocks, **options):
+    """_attention(flat=True, **options)'s kernel in the interpreter on `blocks` persistent blocks (its `blocks`
+    scalar), into poisoned O and L; returns O and L's first n rows."""
     b, h, n, d = q.shape
     o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
     lse = gpu_util.poisoned(b, h, att.lse_rows(n), dtype=torch.float32, device="cpu")
-    kernel = att._attention(d, att.DTYPES[q.dtype], False, flat=True).kernel
+    kernel = att._attention(d, att.DTYPES[q.dtype], False, flat=True, **options).kernel
     assert kernel.name.endswith("_flat")
     kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, blocks)
     return o, lse[..., :n]
@@ -287,6 +287,16 @@ def test_flat_task_streams(b, h, hkv, n, nk, blocks):
     k, v = rand(b, hkv, nk, 128, dtype=BF16), rand(b, hkv, nk, 128, dtype=BF16)
     o, lse = interpret_flat(q, k, v, 0.1, blocks)
     check(o, lse, *reference(q, k, v, False, scale=0.1), n)
+
+
+@pytest.mark.parametrize("options", [dict(pv_first=True), dict(pingpong="softmax"), dict(pingpong=False),
+                                     dict(lazy_rescale=True)], ids=["pv_first", "softmax_turns", "no_turns", "lazy"])
+def test_flat_task_streams_with_other_choices(options):
+    """flat=True with the other schedule choices: the boundary's resets and stores hold in each."""
+    q = rand(1, 2, 300, 128, dtype=BF16)
+    k, v = rand(1, 1, 200, 128, dtype=BF16), rand(1, 1, 200, 128, dtype=BF16)
+    o, lse = interpret_flat(q, k, v, 0.1, 2, **options)
+    check(o, lse, *reference(q, k, v, False, scale=0.1), 300)
 
 
 def test_flat_options_and_sass():
