@@ -610,25 +610,39 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=False, groups=groups)
                 tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
 
+        def log_sum_exp(self, dst, st):
+            """dst = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
+            per row, with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)."""
+            tk.map(dst, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
+
+        def out_through_tile(self, g, st, b, h, unit, stores):
+            """O (this warpgroup's rows) into the query tile's shared memory, then out by TMA from the first warp
+            where `stores` (rows past N are clipped), which waits until the store has read the tile (the next Q
+            lands there: every MMA reading the tile is done, and TMA reads it through the async proxy)."""
+            tk.warpgroup.store(st.q[st.q_tile], st.out)
+            tk.fence_proxy_async()
+            tk.mark("finish: O in shared")
+            _own_sync(groups)
+            tk.mark("finish: O complete in shared")
+            with tk.if_(stores):
+                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
+                tk.tma.store_commit_group()
+                tk.tma.store_async_wait(read_only=True)
+            tk.mark("finish: O store read")
+
         def keep_sums(self, st):
-            """flat: the finishing task's row sums and log-sum-exp (see finish), before the next task's reset."""
+            """flat: the finishing task's row sums and log-sum-exp, before the next task's reset."""
             tk.copy(st.sum_prev, st.row_sum)
-            tk.map(st.lse_prev, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
+            self.log_sum_exp(st.lse_prev, st)
 
         def store_result(self, g, st, task):
-            """flat: `task`'s O (this warpgroup's rows) over the kept row sums out through the query tile, its
-            log-sum-exp into L. The tile is free again for the first warp's next Q load once that warp has waited
-            for the store's read; the other warps touch it next after that Q has landed."""
+            """flat: `task`'s O over the kept row sums out through the query tile, its log-sum-exp into L. The tile
+            is free again for the first warp's next Q load once that warp has waited for the store's read; the
+            other warps touch it next after that Q has landed."""
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")
             tk.div_row(st.out, st.out, st.sum_prev)
-            tk.warpgroup.store(st.q[st.q_tile], st.out)
-            tk.fence_proxy_async()
-            _own_sync(groups)
-            with tk.if_(tk.warp_id() % 4 == 0):
-                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
-                tk.tma.store_commit_group()
-                tk.tma.store_async_wait(read_only=True)        # (the same thread loads the next Q there)
+            self.out_through_tile(g, st, b, h, unit, tk.warp_id() % 4 == 0)
             tk.store(g.L, st.lse_prev, (b, h, unit * 4 + tk.warp_id() % 4))
 
         def finish(self, g, st, task):
@@ -649,25 +663,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
-            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
-            tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
-            tk.mark("finish: O in shared")
-            _own_sync(groups)                                    # through the async proxy
-            tk.mark("finish: O complete in shared")
-            stores = tk.warp_id() % 4 == 0                       # rows past N are clipped (padding before row 0:
-            if pad_first:                                        # nothing to store)
-                stores = stores & (unit >= 0)
-            with tk.if_(stores):
-                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
-                tk.tma.store_commit_group()
-                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
-            tk.mark("finish: O store read")
+            stores = tk.warp_id() % 4 == 0                       # (padding before row 0: nothing to store)
+            self.out_through_tile(g, st, b, h, unit, stores & (unit >= 0) if pad_first else stores)
             if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
                 _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
-            # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
-            # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
-            tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
+            self.log_sum_exp(st.row_sum, st)
             with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
                 tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
 
