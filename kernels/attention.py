@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import types
 
 import torch
 
@@ -181,7 +180,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, flat: bool = False):
+               cluster: int = 1):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -214,11 +213,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst".
     cluster=2 (non-causal): clusters of two blocks on adjacent query tiles of one head, in lockstep; block 0
     loads each K tile and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2
-    serves each key/value tile once per pair (the query tiles per head must be even); name "_cluster2".
-    flat=True (non-causal, 2 warpgroups, Q preloaded, one ring, no clusters): one template task per block, its
-    steps those of all its tasks in a row, so the step that starts a task issues its first S with the last
-    task's last P V (the overlap crosses tasks) and stores the last task's O after its wait; the kernel takes
-    `blocks`, the persistent blocks (flat_blocks); name "_flat"."""
+    serves each key/value tile once per pair (the query tiles per head must be even); name "_cluster2"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -262,9 +257,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
                          "needs q_registers and not q_ahead (a second query tile)")
-    if flat and (causal or groups != 2 or not q_preload or split_kv or cluster != 1):
-        raise ValueError("attention: flat=True runs a block's tasks as one stream of steps: non-causal (every task has "
-                         "as many steps), 2 consumer warpgroups with Q preloaded (q_preload), one ring, no clusters")
     if q_registers and not overlap:
         raise ValueError("attention: q_registers=True needs overlap=True: in the serial schedule NVRTC 13.0's ptxas "
                          "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
@@ -284,7 +276,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "") \
-        + ("_cluster2" if cluster == 2 else "") + ("_flat" if flat else "")
+        + ("_cluster2" if cluster == 2 else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -297,19 +289,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
-        if flat:
-            blocks: int                     # the persistent blocks, one template task each (flat_blocks)
         if split_kv:                        # K_k released after step k, V_k (read at step k + 1) after step k + 1
             inputs = dict(k=shared(dtype, kv, d))
             late_inputs = dict(v=shared(dtype, kv, d))
         else:
             inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
 
-        def real_tasks(self, g):
-            return cdiv(g.Q.rows, rows), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
-
         def tasks(self, g):
-            return (g.blocks, 1) if flat else self.real_tasks(g)
+            return cdiv(g.Q.rows, rows), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
 
         def first_unit(self, g, task):
             """The task's first 64 query rows, in 64-row units (warpgroup w takes unit first + w). With pad_first
@@ -324,29 +311,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 last_row = call("min", self.first_unit(g, task) * 64 + rows - 1, g.Q.rows - 1)
                 seen = last_row + g.offset + 1                           # keys 0 .. seen-1
                 return call("max", 0, call("min", cdiv(g.K.rows, kv), cdiv(seen, kv)))
-        elif flat:
-            def iters(self, g, task):
-                """The steps of the block's tasks: those of index block, block + blocks, ... (the real order)."""
-                row_tiles, col_tiles = self.real_tasks(g)
-                return cdiv(row_tiles * col_tiles - task.row, g.blocks) * self.steps(g)
         else:
             def iters(self, g):
-                return self.steps(g)
-
-        def steps(self, g):
-            """Key/value tiles (the steps of a non-causal task)."""
-            return cdiv(g.K.rows, kv)
-
-        def real_task(self, g, task, r):
-            """flat: the block's r-th task (`task` is the block's template task)."""
-            row_tiles, col_tiles = self.real_tasks(g)
-            row, col = self.real_order(g, task.row + r * g.blocks, row_tiles, col_tiles)
-            return types.SimpleNamespace(row=tk.let(row, "real_row"), col=tk.let(col, "real_col"))
+                return cdiv(g.K.rows, kv)
 
         def order(self, g, index, row_tiles, col_tiles):
-            return (index, 0) if flat else self.real_order(g, index, row_tiles, col_tiles)
-
-        def real_order(self, g, index, row_tiles, col_tiles):
             """Causal: causal_task's pairs (every block in step with the others, on a few heads at a time).
             Otherwise sections of up to HEAD_GROUP heads whose K and V fit in SECTION_BYTES (a third of the
             L2: 8 heads at 4096 keys of D128, 2 at 16384); in each, the last query tiles first, heads inner:
@@ -361,8 +330,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             return row_tiles - 1 - within // cols_here, first_col + within % cols_here
 
         def load(self, g, task, inp, k, arrived):
-            if flat:                                                     # step k: of the (k // steps)-th task
-                task, k = self.real_task(g, task, k // self.steps(g)), k % self.steps(g)
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             hkv = h // (g.Q.depth // g.K.depth)
             tk.tma.expect(arrived, inp)                                  # the whole stage, a peer's half included
@@ -406,8 +373,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.shift = tk.col_vec(st.scores)                     # row_max * scale_log2 (causal: at least -FLT_MAX)
             st.factor = tk.col_vec(st.scores)                    # the previous shift, then exp2(its change)
             st.row_sum = tk.col_vec(st.scores)
-            if flat:                                             # the finished task's row sums and log-sum-exp
-                st.sum_prev, st.lse_prev = tk.col_vec(st.scores), tk.col_vec(st.scores)
             if overlap:                                          # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
             if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
@@ -431,17 +396,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def start(self, st, task):
             g = st.g
             wg = tk.warpgroup.id()
-            if flat:            # the block's first task's Q into registers, the second's into the tile
-                st.q_tile = wg
-                st.real_count = tk.let(st.iters // self.steps(g), "real_tasks")
-                self.load_q(st, self.real_task(g, task, 0), 0)
-                tk.wait(st.q_arrived[wg], 0)
-                self.q_to_registers(st)
-                tk.fence_proxy_async()                           # the tile read before TMA writes it again
-                _own_sync(groups)
-                with tk.if_(st.real_count > 1):
-                    self.load_q(st, self.real_task(g, task, 1), 0)
-            elif q_preload:       # this task's rows came into registers at the last finish, but for the first task
+            if q_preload:       # this task's rows came into registers at the last finish, but for the first task
                 st.q_tile = wg
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
@@ -524,16 +479,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 about as long as the products: see OVERLAP); the last step adds its own P V. One branch per
                 case: the assembler keeps the MMAs asynchronous only if every path waits before it reads an
                 accumulator."""
-                g = st.g
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
-                    if flat:                                    # this step starts the next task: its Q (loaded
-                        new_task = tk.let(k % self.steps(g) == 0, "new_task")    # during the last) into registers
-                        with tk.if_(new_task):
-                            tk.wait(st.q_arrived[st.q_tile], k // self.steps(g) % 2)
-                            self.q_to_registers(st)
                     if pv_first:
                         tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
@@ -548,13 +497,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     else:
                         tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
                     tk.mark("S arrived")
-                    if flat:
-                        with tk.if_(new_task):                  # the last task's sums kept, the new task's reset
-                            self.keep_sums(st)
-                            tk.zero(st.row_sum)
-                            tk.neg_infty(st.row_max)
-                            tk.neg_infty(st.shift)
-                    self.softmax(st, k % self.steps(g) if flat else k)
+                    self.softmax(st, k)
                     if not pv_first:
                         # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                         # stores before the wait, and the row sums depend on every exp2.
@@ -565,13 +508,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if not pv_first:
                         tk.warpgroup.mma_async_wait()           # O and P are free again
                         tk.mark("P V done")
-                    if flat:
-                        with tk.if_(new_task):                  # the last task's O is complete (its last P V was
-                            r = k // self.steps(g)              # this step's): out, and the next task's Q in
-                            self.store_result(g, st, self.real_task(g, st.task, r - 1))
-                            tk.zero(st.out)
-                            with tk.if_(r + 1 < st.real_count):
-                                self.load_q(st, self.real_task(g, st.task, r + 1), 0)
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
@@ -610,46 +546,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=False, groups=groups)
                 tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
 
-        def log_sum_exp(self, dst, st):
-            """dst = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
-            per row, with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)."""
-            tk.map(dst, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
-
-        def out_through_tile(self, g, st, b, h, unit, stores):
-            """O (this warpgroup's rows) into the query tile's shared memory, then out by TMA from the first warp
-            where `stores` (rows past N are clipped), which waits until the store has read the tile (the next Q
-            lands there: every MMA reading the tile is done, and TMA reads it through the async proxy)."""
-            tk.warpgroup.store(st.q[st.q_tile], st.out)
-            tk.fence_proxy_async()
-            tk.mark("finish: O in shared")
-            _own_sync(groups)
-            tk.mark("finish: O complete in shared")
-            with tk.if_(stores):
-                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
-                tk.tma.store_commit_group()
-                tk.tma.store_async_wait(read_only=True)
-            tk.mark("finish: O store read")
-
-        def keep_sums(self, st):
-            """flat: the finishing task's row sums and log-sum-exp, before the next task's reset."""
-            tk.copy(st.sum_prev, st.row_sum)
-            self.log_sum_exp(st.lse_prev, st)
-
-        def store_result(self, g, st, task):
-            """flat: `task`'s O over the kept row sums out through the query tile, its log-sum-exp into L. The tile
-            is free again for the first warp's next Q load once that warp has waited for the store's read; the
-            other warps touch it next after that Q has landed."""
-            b, h = task.col // g.Q.depth, task.col % g.Q.depth
-            unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")
-            tk.div_row(st.out, st.out, st.sum_prev)
-            self.out_through_tile(g, st, b, h, unit, tk.warp_id() % 4 == 0)
-            tk.store(g.L, st.lse_prev, (b, h, unit * 4 + tk.warp_id() % 4))
-
         def finish(self, g, st, task):
-            if flat:                                             # the block's last task
-                self.keep_sums(st)
-                self.store_result(g, st, self.real_task(g, task, st.real_count - 1))
-                return
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
             if causal:                                           # rows that see no key: 0 / tiny = 0
@@ -663,12 +560,25 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
-            stores = tk.warp_id() % 4 == 0                       # (padding before row 0: nothing to store)
-            self.out_through_tile(g, st, b, h, unit, stores & (unit >= 0) if pad_first else stores)
+            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
+            tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
+            tk.mark("finish: O in shared")
+            _own_sync(groups)                                    # through the async proxy
+            tk.mark("finish: O complete in shared")
+            stores = tk.warp_id() % 4 == 0                       # rows past N are clipped (padding before row 0:
+            if pad_first:                                        # nothing to store)
+                stores = stores & (unit >= 0)
+            with tk.if_(stores):
+                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
+                tk.tma.store_commit_group()
+                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
+            tk.mark("finish: O store read")
             if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
                 _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
-            self.log_sum_exp(st.row_sum, st)
+            # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
+            # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
+            tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
             with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
                 tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
 
@@ -791,17 +701,9 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
-    if options.get("flat"):
-        args.append(flat_blocks(q, consumer_warpgroups))
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
                           split_kv=split_kv, **options)
     return template, args
-
-
-def flat_blocks(q: torch.Tensor, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
-    """flat=True's persistent blocks for queries q (b, h, n, d): one per SM, or one per task if fewer."""
-    b, h, n, _ = q.shape
-    return min(b * h * cdiv(n, q_rows(consumer_warpgroups)), multiprocessors(q))
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -265,55 +265,6 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
 
 
-def interpret_flat(q, k, v, scale, blocks, **options):
-    """_attention(flat=True, **options)'s kernel in the interpreter on `blocks` persistent blocks (its `blocks`
-    scalar), into poisoned O and L; returns O and L's first n rows."""
-    b, h, n, d = q.shape
-    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
-    lse = gpu_util.poisoned(b, h, att.lse_rows(n), dtype=torch.float32, device="cpu")
-    kernel = att._attention(d, att.DTYPES[q.dtype], False, flat=True, **options).kernel
-    assert kernel.name.endswith("_flat")
-    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, blocks)
-    return o, lse[..., :n]
-
-
-@pytest.mark.parametrize("b,h,hkv,n,nk,blocks", [(1, 2, 1, 300, 200, 2), (1, 3, 1, 512, 130, 2), (2, 2, 2, 260, 300, 3),
-                                                (1, 1, 1, 100, 50, 1), (1, 2, 2, 128, 128, 2)])
-def test_flat_task_streams(b, h, hkv, n, nk, blocks):
-    """flat=True: each block runs its tasks as one stream of steps; the step that starts a task issues its first S
-    with the last task's last P V and stores the last task's O after its wait (several tasks per block, one key
-    tile per task, one task per block, GQA, partial tiles)."""
-    q = rand(b, h, n, 128, dtype=BF16)
-    k, v = rand(b, hkv, nk, 128, dtype=BF16), rand(b, hkv, nk, 128, dtype=BF16)
-    o, lse = interpret_flat(q, k, v, 0.1, blocks)
-    check(o, lse, *reference(q, k, v, False, scale=0.1), n)
-
-
-@pytest.mark.parametrize("options", [dict(pv_first=True), dict(pingpong="softmax"), dict(pingpong=False),
-                                     dict(lazy_rescale=True)], ids=["pv_first", "softmax_turns", "no_turns", "lazy"])
-def test_flat_task_streams_with_other_choices(options):
-    """flat=True with the other schedule choices: the boundary's resets and stores hold in each."""
-    q = rand(1, 2, 300, 128, dtype=BF16)
-    k, v = rand(1, 1, 200, 128, dtype=BF16), rand(1, 1, 200, 128, dtype=BF16)
-    o, lse = interpret_flat(q, k, v, 0.1, 2, **options)
-    check(o, lse, *reference(q, k, v, False, scale=0.1), 300)
-
-
-def test_flat_options_and_sass():
-    """flat=True's refusals, and its kernel: no spills, asynchronous MMAs, Q and P in different registers."""
-    for options in (dict(consumer_warpgroups=3), dict(q_registers=False), dict(cluster=2)):
-        with pytest.raises(ValueError, match="flat=True runs a block's tasks as one stream"):
-            att._attention(128, att.DTYPES[BF16], False, flat=True, **options)
-    with pytest.raises(ValueError, match="flat=True runs a block's tasks as one stream"):
-        att._attention(128, att.DTYPES[BF16], True, flat=True)
-    q, lse = torch.empty(1, 2, 512, 128, dtype=BF16), torch.empty(1, 2, 512)
-    kernel = att._attention(128, att.DTYPES[BF16], False, flat=True).kernel
-    sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0, 4])
-    a_of = lambda pattern: set(re.findall(rf"HGMMA\.\S+ R\d+, R(\d+), gdesc\[UR\d+\]{pattern}", sass))  # noqa: E731
-    s_regs, pv_regs = a_of(", "), a_of(r"\.tnspB")
-    assert len(s_regs) == 8 and len(pv_regs) == 8 and not s_regs & pv_regs
-
-
 def test_pad_first_is_for_causal():
     assert "_padlast" not in att._attention(128, att.DTYPES[BF16], False).kernel.name
     with pytest.raises(ValueError, match="pad_first=True is for causal attention"):
@@ -601,8 +552,7 @@ def test_consumer_warpgroups_option(monkeypatch):
 
 def test_bench_variants_are_kernel_options():
     """benchmarks/bench_attention.py's variant table: every variant's options, per head dim where it applies, name
-    a kernel, causal and not (the 3-warpgroup ones included; cluster pairs and flat task streams non-causal
-    only)."""
+    a kernel, causal and not (the 3-warpgroup ones included; cluster pairs non-causal only)."""
     from benchmarks.bench_attention import VARIANTS
     for name, options in VARIANTS.items():
         options = dict(options)
@@ -615,8 +565,8 @@ def test_bench_variants_are_kernel_options():
             for causal in (True, False):        # (cluster pairs take non-causal attention only)
                 try:
                     kernels.append(att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel)
-                except ValueError as error:             # (and flat task streams)
-                    assert "cluster=2" in str(error) or "flat=True" in str(error), (name, error)
+                except ValueError as error:
+                    assert "cluster=2" in str(error), (name, error)
             assert kernels, name
             for kernel in kernels:
                 assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name

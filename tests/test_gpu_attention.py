@@ -234,15 +234,6 @@ def test_cluster_pairs(b, h, hkv, n, nk):
     check(o, lse, *reference(q, k, v, False))
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk", [(2, 16, 8, 1100, 1300), (16, 16, 16, 1024, 1024), (1, 4, 1, 300, 77)])
-def test_flat_task_streams(b, h, hkv, n, nk):
-    """flat=True (non-causal D128): each block's tasks as one stream of steps, the overlap crossing tasks (many
-    tasks per block, GQA/MQA, partial tiles, fewer tasks than SMs)."""
-    q, k, v = qkv(b, h, hkv, n, nk, 128)
-    o, lse = run_poisoned(q, k, v, False, flat=True)
-    check(o, lse, *reference(q, k, v, False))
-
-
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])

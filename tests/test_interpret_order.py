@@ -74,14 +74,3 @@ def test_cluster_pairs_are_the_same_in_every_order(monkeypatch, order):
     k, v = rand(1, 1, 200, 128, dtype=torch.bfloat16), rand(1, 1, 200, 128, dtype=torch.bfloat16)
     o, lse = attention_cpu.interpret(q, k, v, False, 0.1, 2, "_cluster2", cluster=2)
     attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, False, scale=0.1), 512)
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_flat_task_streams_are_the_same_in_every_order(monkeypatch, order):
-    """flat=True: a task's O staged through the query tile while the next task's Q waits to land there, in every
-    warp order (three tasks per block, GQA, partial tiles)."""
-    monkeypatch.setenv(ORDER_ENV_VAR, order)
-    q = rand(1, 2, 300, 128, dtype=torch.bfloat16)
-    k, v = rand(1, 1, 200, 128, dtype=torch.bfloat16), rand(1, 1, 200, 128, dtype=torch.bfloat16)
-    o, lse = attention_cpu.interpret_flat(q, k, v, 0.1, 2)
-    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, False, scale=0.1), 300)
