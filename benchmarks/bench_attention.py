@@ -163,7 +163,7 @@ def variant_options(name: str, d: int) -> dict | None:
 
 def runnable(launch_args: tuple, options: dict | None) -> bool:
     """Whether kernels.attention._launch(*launch_args, **options) would run: options for this head dim that the
-    kernel does not refuse for this case (e.g. cluster pairs with a causal mask, or an odd number of query tiles)."""
+    kernel does not refuse for this case (e.g. cluster pairs on an odd number of query tiles)."""
     from kernels import attention as att
     from tkpy.errors import ArgumentError
     if options is None:

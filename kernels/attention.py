@@ -211,9 +211,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     tasks at N4096 run 5.5% fewer steps; False: name "_padlast". pv_first=True (overlap only): step k issues
     O += P_{k-1} V_{k-1} before S_k and waits for both, so the softmax runs with no MMA in flight and O's
     rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst".
-    cluster=2 (non-causal): clusters of two blocks on adjacent query tiles of one head, in lockstep; block 0
-    loads each K tile and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2
-    serves each key/value tile once per pair (the query tiles per head must be even); name "_cluster2"."""
+    cluster=2: clusters of two blocks on adjacent query tiles of one head, in lockstep; block 0 loads each K tile
+    and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2 serves each key/value
+    tile once per pair (the query tiles per head must be even). Causal: the pair loads the key tiles of the tile
+    that sees more, and the other block skips the extra ones (the template's clusters of unequal tasks; the
+    blocks take the pair's upper tile in turns); name "_cluster2"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -232,9 +234,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "it needs overlap=True")
     if cluster not in (1, 2):
         raise ValueError(f"attention: cluster must be 1 or 2, got {cluster!r}")
-    if cluster == 2 and causal:
-        raise ValueError("attention: cluster=2 shares each key/value tile between two query tiles of one head in "
-                         "lockstep: non-causal only (a causal pair sees different keys)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -321,7 +320,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             L2: 8 heads at 4096 keys of D128, 2 at 16384); in each, the last query tiles first, heads inner:
             the blocks running together share the K/V of a few heads."""
             if causal:
-                return causal_task(index, row_tiles, col_tiles, tk.grid_dim.x)
+                schedulers = tk.grid_dim.x // cluster if cluster > 1 else tk.grid_dim.x     # (clusters)
+                return causal_task(index, row_tiles, col_tiles, schedulers)
             heads = call("max", 1, call("min", HEAD_GROUP, SECTION_BYTES // (g.K.rows * (2 * d * dtype.nbytes))))
             per_section = heads * row_tiles
             first_col = index // per_section * heads

@@ -236,8 +236,6 @@ def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
     k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
     o, lse = interpret(q, k, v, False, 0.1, blocks, "_cluster2", cluster=2)
     check(o, lse, *reference(q, k, v, False, scale=0.1), n)
-    with pytest.raises(ValueError, match="cluster=2 .* non-causal"):
-        att._attention(128, att.DTYPES[BF16], True, cluster=2)
     with pytest.raises(ValueError, match="cluster must be 1 or 2"):
         att._attention(128, att.DTYPES[BF16], False, cluster=4)
     if heads == 2 and hkv == 1:         # the production kernel: multicast TMA loads, no spills, MMAs asynchronous
@@ -254,6 +252,34 @@ def test_cluster_pairs_with_split_rings(heads, hkv, n, nk, blocks):
     o, lse = interpret(q, k, v, False, 0.1, blocks, "_3wg_splitkv_cluster2", cluster=2, consumer_warpgroups=3,
                        split_kv=True)
     check(o, lse, *reference(q, k, v, False, scale=0.1), n)
+
+
+@pytest.mark.parametrize("heads,hkv,n,nk,causal,blocks", [
+    (2, 1, 512, 512, True, 2),              # 4 tiles a head: two pairs, the blocks taking the upper tile in turns
+    (3, 3, 500, 500, True, 4),              # a partial tile (its padding before row 0), two clusters
+    (2, 2, 480, 300, "bottom_right", 2),    # keys fewer than queries: the first tiles see none (tasks of no steps)
+    (1, 1, 256, 600, "bottom_right", 2),    # more keys than queries
+    (2, 1, 512, 512, "bottom_right", 6),    # more clusters than pairs of tiles
+])
+def test_causal_cluster_pairs(heads, hkv, n, nk, causal, blocks):
+    """cluster=2, causal: the pair's query tiles see different numbers of key tiles; the producers load those of
+    the one that sees more and the other block skips the extra stages (the template's clusters of unequal tasks),
+    the upper tile going to the blocks in turns."""
+    q = rand(1, heads, n, 128, dtype=BF16)
+    k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_causal_cluster2", cluster=2)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("n,nk,causal,blocks", [(700, 700, True, 2), (384, 200, "bottom_right", 4)])
+def test_causal_cluster_pairs_with_split_rings(n, nk, causal, blocks):
+    """cluster=2, causal, at D64 with 3 warpgroups and split K/V rings: the skipped steps release the late ring too
+    (192-row tiles: the pair's tiles differ by one or two key tiles of 128)."""
+    q = rand(1, 2, n, 64, dtype=BF16)
+    k, v = rand(1, 1, nk, 64, dtype=BF16), rand(1, 1, nk, 64, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_3wg_causal_splitkv_cluster2", cluster=2,
+                       consumer_warpgroups=3, split_kv=True)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
 def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
@@ -552,7 +578,7 @@ def test_consumer_warpgroups_option(monkeypatch):
 
 def test_bench_variants_are_kernel_options():
     """benchmarks/bench_attention.py's variant table: every variant's options, per head dim where it applies, name
-    a kernel, causal and not (the 3-warpgroup ones included; cluster pairs non-causal only)."""
+    a kernel, causal and not (the 3-warpgroup ones included)."""
     from benchmarks.bench_attention import VARIANTS
     for name, options in VARIANTS.items():
         options = dict(options)
@@ -561,14 +587,8 @@ def test_bench_variants_are_kernel_options():
             if config is not None and d not in config:
                 continue
             options_here = {**options, **(config or {}).get(d, {})}
-            kernels = []
-            for causal in (True, False):        # (cluster pairs take non-causal attention only)
-                try:
-                    kernels.append(att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel)
-                except ValueError as error:
-                    assert "cluster=2" in str(error), (name, error)
-            assert kernels, name
-            for kernel in kernels:
+            for causal in (True, False):
+                kernel = att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel
                 assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
 
 

@@ -220,18 +220,20 @@ def test_pv_first(causal, d):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
 @pytest.mark.parametrize("b,h,hkv,n,nk", [(2, 16, 8, 1024, 1300), (1, 8, 1, 2000, 777), (4, 16, 16, 256, 64)])
-def test_cluster_pairs(b, h, hkv, n, nk):
-    """cluster=2 (non-causal): pairs of blocks on adjacent query tiles of one head, K and V multicast, one from
-    each block (GQA and MQA, partial key tiles, several tasks per cluster); D128 with one ring, D64 with 3
-    warpgroups and split rings (n chosen for an even number of 192-row tiles)."""
+def test_cluster_pairs(b, h, hkv, n, nk, causal):
+    """cluster=2: pairs of blocks on adjacent query tiles of one head, K and V multicast, one from each block (GQA
+    and MQA, partial key tiles, several tasks per cluster; causal: the pair's tiles see different key tiles, the
+    bottom-right cases with n > n_k tasks of no steps); D128 with one ring, D64 with 3 warpgroups and split rings
+    (n chosen for an even number of 192-row tiles)."""
     q, k, v = qkv(b, h, hkv, n, nk, 128)
-    o, lse = run_poisoned(q, k, v, False, cluster=2)
-    check(o, lse, *reference(q, k, v, False))
+    o, lse = run_poisoned(q, k, v, causal, cluster=2)
+    check(o, lse, *reference(q, k, v, causal))
     n64 = 384 * (n // 384 + 1) - 100
     q, k, v = qkv(b, h, hkv, n64, nk, 64)
-    o, lse = run_poisoned(q, k, v, False, cluster=2, consumer_warpgroups=3)
-    check(o, lse, *reference(q, k, v, False))
+    o, lse = run_poisoned(q, k, v, causal, cluster=2, consumer_warpgroups=3)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),

@@ -74,3 +74,17 @@ def test_cluster_pairs_are_the_same_in_every_order(monkeypatch, order):
     k, v = rand(1, 1, 200, 128, dtype=torch.bfloat16), rand(1, 1, 200, 128, dtype=torch.bfloat16)
     o, lse = attention_cpu.interpret(q, k, v, False, 0.1, 2, "_cluster2", cluster=2)
     attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, False, scale=0.1), 512)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("options", [dict(), dict(consumer_warpgroups=3, split_kv=True)], ids=["d128", "3wg_splitkv"])
+def test_causal_cluster_pairs_are_the_same_in_every_order(monkeypatch, order, options):
+    """cluster=2, causal: a block skipping the stages of its peer's extra key tiles (both rings with split_kv) and
+    the blocks taking the upper tile in turns hold in every warp order (bottom-right, tasks of no steps, GQA)."""
+    monkeypatch.setenv(ORDER_ENV_VAR, order)
+    d = 64 if options else 128
+    n, nk = 700, 450
+    q = rand(1, 2, n, d, dtype=torch.bfloat16)
+    k, v = rand(1, 1, nk, d, dtype=torch.bfloat16), rand(1, 1, nk, d, dtype=torch.bfloat16)
+    o, lse = attention_cpu.interpret(q, k, v, "bottom_right", 0.1, 2, "_cluster2", cluster=2, **options)
+    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), n)

@@ -78,8 +78,12 @@ Parameters (decorator arguments), checked when the class is decorated:
                           the setmaxnreg split (default 40, and the rest shared by the consumers, at most 240)
     cluster               1, 2 or 4 blocks per cluster (default 1); the blocks of a cluster run their tasks in
                           lockstep (each releases a stage to all of them, so one block may load, e.g.
-                          multicast, into its peers' stages; so with iters(g, task) the blocks of a cluster
-                          must take as many steps as each other); `task.rank` is the block's rank
+                          multicast, into its peers' stages); `task.rank` is the block's rank. With
+                          iters(g, task) the cluster's tasks may differ in steps: every block's producer
+                          runs (and `load` is called for) the most steps of any of them, and a block whose
+                          task has fewer only waits for the stages of the others' extra steps and releases
+                          them before its finish; and the blocks take the cluster's rows (or columns) in an
+                          order that rotates from task to task, so that none always takes the longest
     cluster_along         "rows" (default): a cluster's blocks take `cluster` consecutive tile rows of one
                           column (they can share B's slice), so row_tiles must be a multiple of `cluster`;
                           "cols": consecutive tile columns of one row (they can share A's slice), so
@@ -100,7 +104,7 @@ from ..frontend.context import current
 from ..frontend.control import assign, block_idx, grid_dim, if_, else_, let, range as tk_range, var, warp_id
 from ..frontend.kernel import Kernel
 from ..ir.core import Loc
-from ..ir.expr import Const, Sym, as_expr
+from ..ir.expr import Const, Sym, as_expr, call
 from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, buffer_specs, check_shared_memory,
                      consumer_registers_for, declare_aliased, declare_ring, element, finish_placement,
                      global_annotations, globals_namespace, multiprocessors, positional_parameters, register_split,
@@ -356,18 +360,23 @@ class Pipeline:
         tk.arrive(self.finish_done)
 
     # -- tasks and the ring ---------------------------------------------------------------------------------
-    def task_at(self, index) -> Task:
+    def task_at(self, index, rank=None) -> Task:
+        """The task of `index` for the block of cluster rank `rank` (this block's by default)."""
         t, g, blocks = self.t, self.g, self.t.cluster
+        rank = self.rank if rank is None else rank
         split, splits = 0, 1
         if t.scheduler.splits_k:
             split, splits, index = let(index // self.tiles, "split"), self.splits, let(index % self.tiles, "tile")
         order = self.user.order if hasattr(self.user, "order") else t.scheduler.order
         row, col = order(g, index, *self.bands)           # of bands of `blocks` rows (or columns)
+        within = rank
+        if blocks > 1 and t.per_task_iters:              # the blocks' tasks may differ in steps: rotate
+            within = (rank + self.local(index)) % blocks
         if t.cluster_along == "rows":
-            row = row * blocks + self.rank
+            row = row * blocks + within
         else:
-            col = col * blocks + self.rank
-        return Task(index * blocks + self.rank, let(row, "task_row"), let(col, "task_col"), self.rank, split, splits)
+            col = col * blocks + within
+        return Task(index * blocks + rank, let(row, "task_row"), let(col, "task_col"), rank, split, splits)
 
     def local(self, index):
         """How many tasks this block ran before task `index`."""
@@ -383,6 +392,35 @@ class Pipeline:
             task.k0 = let(first, "k0")
             total = end - task.k0
         return let(total, "iters"), ring
+
+    def cluster_steps(self, task, n):
+        """The most steps of the tasks of `task`'s cluster (this block's `n` among them): the steps the producers
+        load and each block's stages go through. `n` itself without per-task step counts."""
+        t, blocks = self.t, self.t.cluster
+        if blocks == 1 or not t.per_task_iters:
+            return n
+        most = n
+        for peer in range(1, blocks):               # the band's other rows (or columns)
+            row, col = task.row, task.col
+            if t.cluster_along == "rows":
+                row = row - row % blocks + (row + peer) % blocks
+            else:
+                col = col - col % blocks + (col + peer) % blocks
+            other = Task(task.index, row, col, (task.rank + peer) % blocks, task.split, task.splits)
+            most = call("max", most, self.user.iters(self.g, other))
+        return let(most, "cluster_iters")
+
+    def skip_steps(self, n, most, base) -> None:
+        """The cluster's steps n .. most-1, past this block's task: their stages (filled by the peers' loads,
+        with multicast, or by this block's own) are waited for and released in both rings, no compute."""
+        if most is n:
+            return
+        for k in tk_range(n, most):
+            it, s, phase = self.stage_of(base, k)
+            tk.wait(element(self.arrived, s), phase)
+            self.release(s)
+            if self.t.late_inputs:
+                self.release_late(it)
 
     def stage_of(self, base, k) -> tuple:
         it = let(base + k, "it")
@@ -438,6 +476,7 @@ class Pipeline:
         for index in tk_range(self.first, self.groups, self.step):
             task = self.task_at(index)
             n, base = self.steps_of(task, index, ring)
+            n = self.cluster_steps(task, n)
             for k in tk_range(n):
                 it, s, phase = self.stage_of(base, k)
                 with if_(it >= self.t.stages):
@@ -452,7 +491,7 @@ class Pipeline:
                 if self.t.late_inputs:
                     self.load_late(task, it, k)
             if self.per_task:
-                ring += n
+                ring += n                                # (the cluster's steps)
 
     def consumers(self) -> None:
         t, user, stages = self.t, self.user, self.t.stages
@@ -463,6 +502,7 @@ class Pipeline:
         for index in tk_range(self.first, self.groups, self.step):
             task = self.task_at(index)
             n, base = self.steps_of(task, index, ring)
+            most = self.cluster_steps(task, n)
             st.task, st.iters = task, n
             st.next_task = lambda following=index + self.step: self.task_at(following)
             st.has_next_task = lambda following=index + self.step: following < self.groups
@@ -471,8 +511,9 @@ class Pipeline:
                 user.start(st, task)
             if t.late_inputs:
                 self.late_steps(st, n, base)
+                self.skip_steps(n, most, base)
                 if self.per_task:
-                    ring += n
+                    ring += most
                 tk.mark("task finish")
                 self.finish(st, task, index)
                 continue
@@ -512,8 +553,9 @@ class Pipeline:
                         self.release((base + n - 1) % stages)
                 else:
                     self.release((base + n - 1) % stages)
+            self.skip_steps(n, most, base)
             if self.per_task:
-                ring += n
+                ring += most
             tk.mark("task finish")
             self.finish(st, task, index)
         if hasattr(user, "done"):
