@@ -78,6 +78,11 @@ GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
 # D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill). The
 # serial schedule (overlap=False) keeps Q in shared memory: NVRTC 13.0 miscompiles it with Q in registers (run 96).
 Q_REGISTERS = (128,)
+# (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
+# tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
+# runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal was level at N4096
+# and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered.
+CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
@@ -114,6 +119,13 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     def time(groups):
         return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / GROUP_RATE[d][groups]
     return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))
+
+
+def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool) -> int:
+    """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
+    query tiles are even in number (a cluster takes two adjacent ones), else 1."""
+    pairs = (d, consumer_warpgroups, causal) in CLUSTER_PAIRS and cdiv(n, q_rows(consumer_warpgroups)) % 2 == 0
+    return 2 if pairs else 1
 
 
 def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
@@ -679,9 +691,9 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 
 
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
-              **options):
+              cluster: int | None = None, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
-    as they are."""
+    as they are (cluster by default from cluster_for)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if split_kv is None:
@@ -701,8 +713,10 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
+    if cluster is None:
+        cluster = cluster_for(n, d, consumer_warpgroups, variant is not None)
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
-                          split_kv=split_kv, **options)
+                          split_kv=split_kv, cluster=cluster, **options)
     return template, args
 
 

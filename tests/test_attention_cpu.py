@@ -716,8 +716,9 @@ def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
 
 
 def test_attention_runs_the_kernel_it_picks(monkeypatch):
-    """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, and sizes the
-    log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the better fit for 384 rows)."""
+    """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
+    where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
+    better fit for 384 rows: two query tiles a head, one cluster)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -725,11 +726,22 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
-    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False) and o2.shape == (1, 2, 100, 64)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1) and o2.shape == (1, 2, 100, 64)
+
+
+@pytest.mark.parametrize("n,d,groups,causal,cluster", [
+    (4096, 128, 2, False, 2), (1000, 128, 2, False, 2),     # 32 and 8 query tiles a head
+    (1100, 128, 2, False, 1),                                # 9: no pairs
+    (4096, 128, 2, True, 1),                                 # D128 causal: level or slower in pairs (runs 113-114)
+    (4096, 64, 3, True, 2), (4096, 64, 3, False, 2),         # 22 tiles of 192 rows
+    (900, 64, 3, False, 1), (1000, 64, 3, False, 2),         # 5 and 6 tiles of 192 rows
+    (1024, 64, 2, False, 1), (4096, 256, 2, False, 1)])      # not timed in pairs
+def test_cluster_for(n, d, groups, causal, cluster):
+    assert att.cluster_for(n, d, groups, causal) == cluster
 
 
 # -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------

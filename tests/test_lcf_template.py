@@ -135,13 +135,14 @@ def test_rebinding_a_var_on_st_is_an_error_at_that_line():
 
 
 def test_column_clusters_source_and_sass():
-    """The tile column is 2 x the pair's column + the rank; the peers are told with a CTA-scope release (no
+    """The tile column is 2 x the pair's column + the rank, rotated by the block's task count (per-task step counts:
+    the blocks take the cluster's columns in turns); the peers are told with a CTA-scope release (no
     MEMBAR.ALL.GPU before each remote arrival: only the two cluster barriers have one)."""
     a, b, c = torch.empty(512, 128, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16), \
         torch.empty(512, 256)
     kernel = ragged_gemm(2, False, cluster=2).kernel
     src = kernel.source(a, b, c)
-    assert re.search(r"task_col\w* = .*\* 2 \+ cluster_rank", src)
+    assert re.search(r"task_col\w* = .*\* 2 \+ \(cluster_rank \+ \(i0 - block_x / 2\) / \(grid_x / 2\)\) % 2;", src)
     assert "tk::arrive_remote_cta(" in src and "tk::arrive_remote(" not in src
     sass = kernel.sass(a, b, c)
     assert re.search(r"UTMALDG\.\dD\.MULTICAST", sass) and "SYNCS.ARRIVE.TRANS64.RED" in sass
