@@ -227,7 +227,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2 serves each key/value
     tile once per pair (the query tiles per head must be even). Causal: the pair loads the key tiles of the tile
     that sees more, and the other block skips the extra ones (the template's clusters of unequal tasks; the
-    blocks take the pair's upper tile in turns); name "_cluster2"."""
+    blocks take the pair's upper tile in turns); name "_cluster2". cluster=4: four blocks on four adjacent query
+    tiles, block 0 loading K and block 1 V into all four (the query tiles per head a multiple of 4); "_cluster4"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -244,11 +245,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if pv_first and not overlap:
         raise ValueError("attention: pv_first=True orders the previous step's P V before S (the overlapped schedule); "
                          "it needs overlap=True")
-    if cluster not in (1, 2):
-        raise ValueError(f"attention: cluster must be 1 or 2, got {cluster!r}")
+    if cluster not in (1, 2, 4):
+        raise ValueError(f"attention: cluster must be 1, 2 or 4, got {cluster!r}")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
+    everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
     if split_kv:
         default_kv, default_stages, default_late = (CONFIGS_SPLIT if groups == 2 else CONFIGS_SPLIT_3WG)[d]
     else:
@@ -287,7 +289,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "") \
-        + ("_cluster2" if cluster == 2 else "")
+        + (f"_cluster{cluster}" if cluster > 1 else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -345,12 +347,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             hkv = h // (g.Q.depth // g.K.depth)
             tk.tma.expect(arrived, inp)                                  # the whole stage, a peer's half included
-            if cluster == 2:    # the two blocks' query tiles are of one head: block 0 loads K, block 1 V, to both
+            if cluster > 1:     # the cluster's query tiles are of one head: block 0 loads K, block 1 V, to all
                 with tk.if_(task.rank == 0):
-                    tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived, multicast=0b11)
+                    tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived, multicast=everyone)
                 if not split_kv:                                         # (split: V in load_late)
-                    with tk.else_():
-                        tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=0b11)
+                    with tk.else_() if cluster == 2 else tk.if_(task.rank == 1):
+                        tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=everyone)
                 return
             tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)      # rows past NK arrive as zeros
             if not split_kv:
@@ -362,9 +364,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 b, h = task.col // g.Q.depth, task.col % g.Q.depth
                 hkv = h // (g.Q.depth // g.K.depth)
                 tk.tma.expect(arrived, inp)
-                if cluster == 2:                                         # block 1 loads V, to both
+                if cluster > 1:                                          # block 1 loads V, to all
                     with tk.if_(task.rank == 1):
-                        tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=0b11)
+                        tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=everyone)
                 else:
                     tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 

@@ -236,8 +236,8 @@ def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
     k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
     o, lse = interpret(q, k, v, False, 0.1, blocks, "_cluster2", cluster=2)
     check(o, lse, *reference(q, k, v, False, scale=0.1), n)
-    with pytest.raises(ValueError, match="cluster must be 1 or 2"):
-        att._attention(128, att.DTYPES[BF16], False, cluster=4)
+    with pytest.raises(ValueError, match="cluster must be 1, 2 or 4"):
+        att._attention(128, att.DTYPES[BF16], False, cluster=3)
     if heads == 2 and hkv == 1:         # the production kernel: multicast TMA loads, no spills, MMAs asynchronous
         kernel = att._attention(128, att.DTYPES[BF16], False, cluster=2).kernel
         assert "UTMALDG.4D.MULTICAST" in compiled_sass(kernel, [q, k, v, q, torch.empty(1, heads, 512), 1.0])
@@ -268,6 +268,18 @@ def test_causal_cluster_pairs(heads, hkv, n, nk, causal, blocks):
     q = rand(1, heads, n, 128, dtype=BF16)
     k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
     o, lse = interpret(q, k, v, causal, 0.1, blocks, "_causal_cluster2", cluster=2)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("causal,n,nk,blocks", [(False, 512, 300, 4), (False, 1000, 200, 8), (True, 512, 512, 4),
+                                              ("bottom_right", 1000, 700, 8)])
+def test_clusters_of_four(causal, n, nk, blocks):
+    """cluster=4: four blocks on adjacent query tiles of one head, block 0 multicasting K and block 1 V to all four
+    (GQA, one or two tasks per cluster; causal: four different step counts, the most loaded, the longest tile going
+    round the blocks)."""
+    q = rand(1, 2, n, 128, dtype=BF16)
+    k, v = rand(1, 1, nk, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_cluster4", cluster=4)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 

@@ -236,6 +236,16 @@ def test_cluster_pairs(b, h, hkv, n, nk, causal):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+@pytest.mark.parametrize("b,h,hkv,n,nk", [(2, 16, 8, 1024, 1300), (1, 8, 1, 2000, 777)])
+def test_clusters_of_four(b, h, hkv, n, nk, causal):
+    """cluster=4 at D128: four blocks on adjacent query tiles of one head, K and V multicast to all four (GQA, MQA,
+    partial tiles; causal: four step counts per cluster)."""
+    q, k, v = qkv(b, h, hkv, n, nk, 128)
+    o, lse = run_poisoned(q, k, v, causal, cluster=4)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])
