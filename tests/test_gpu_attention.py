@@ -246,6 +246,20 @@ def test_clusters_of_four(b, h, hkv, n, nk, causal):
     check(o, lse, *reference(q, k, v, causal))
 
 
+def test_persistent_clusters_are_all_resident():
+    """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
+    (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""
+    from kernels import attention as att
+    q, k, v = qkv(16, 16, 16, 4096, 4096, 128)
+    o, lse = torch.empty_like(q), torch.empty(16, 16, 4096, device=q.device)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    for cluster in (2, 4):
+        template, args = att._prepared(q, k, v, o, lse, False, None, cluster=cluster)
+        fits = template.kernel.max_active_clusters(*args)
+        assert 1 <= fits <= sms // cluster
+        assert template.grid(*args) == (min(sms // cluster, fits) * cluster,)
+
+
 @pytest.mark.parametrize("d,stages,kv", [(128, 2, 160), (128, 2, 176), (128, 4, 96), (64, None, 128), (64, None, 192),
                                         (64, 5, None)])
 @pytest.mark.parametrize("causal", [False, True])

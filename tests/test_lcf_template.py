@@ -160,6 +160,12 @@ def test_cluster_errors(monkeypatch):
         template.grid(a, b, torch.empty(256, 3 * BN))
     assert template.grid(torch.empty(5 * BM, 128, dtype=torch.bfloat16), torch.empty(128, 4 * BN, dtype=torch.bfloat16),
                          torch.empty(5 * BM, 4 * BN)) == (20,)        # 20 tasks, 20 blocks: 10 clusters
+    big = (torch.empty(32 * BM, 128, dtype=torch.bfloat16), torch.empty(128, 8 * BN, dtype=torch.bfloat16),
+           torch.empty(32 * BM, 8 * BN))
+    assert template.grid(*big) == (132,)                            # 256 tasks: a block per SM, 66 clusters
+    monkeypatch.setattr(template, "clusters_at_once", lambda tensors: 61)
+    template._grids.clear()
+    assert template.grid(*big) == (122,)                            # no more clusters than run at once
     with pytest.raises(tk.TraceError, match="cluster.arrive: scope must be one of"):
         @tk.kernel(warps=1, cluster=2)
         def bad(x: tk.gl[f32, 16, 16]):

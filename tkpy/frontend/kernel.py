@@ -92,6 +92,15 @@ class Kernel:
             self._compiled[key] = compiled
         return compiled
 
+    def max_active_clusters(self, *args) -> int:
+        """How many of this kernel's clusters, specialized for `args` (CUDA tensors), the GPU runs at once."""
+        from ..runtime import load_kernel
+        compiled = self._compiled_for(args, need_cuda=True)
+        ir = compiled.lowered.traced.ir
+        device = next(a.get_device() for a in args if hasattr(a, "get_device"))
+        loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
+        return loaded.max_active_clusters((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
+
     def ir(self, *args) -> str:
         """The traced IR as text."""
         return self.trace(*args).text

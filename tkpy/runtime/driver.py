@@ -355,6 +355,18 @@ class LoadedKernel:
                 )
             self.dynamic_smem_configured = int(dynamic_smem)
 
+    def max_active_clusters(self, block: Sequence[int], dynamic_smem: int, cluster: Sequence[int]) -> int:
+        """How many clusters of `cluster` blocks of `block` threads and `dynamic_smem` bytes the device runs at
+        once (cuOccupancyMaxActiveClusters; a cluster's blocks share a GPC, so it may be fewer than SMs / cluster
+        size): a persistent grid of more clusters runs the rest in a second wave."""
+        self.ensure_dynamic_smem(dynamic_smem)
+        size = _dim3(cluster, "cluster")
+        config = make_launch_config(size, block, dynamic_smem, 0, size)
+        with device_context(self.device_index):
+            fits = check(_driver().cuOccupancyMaxActiveClusters(self.function, config),
+                         f"cuOccupancyMaxActiveClusters for '{self.kernel_name}' (cluster {size})")
+        return int(fits)
+
     def launcher(
         self,
         block: tuple[int, int, int],

@@ -262,7 +262,23 @@ class LCF:
         if not self.persistent:
             return (tasks,)
         blocks = min(tasks, multiprocessors(tensors[0]))
+        if self.cluster > 1:
+            blocks = min(blocks, self.clusters_at_once(tensors) * self.cluster)
         return (blocks // self.cluster * self.cluster,)
+
+    def clusters_at_once(self, tensors) -> int:
+        """How many of the kernel's clusters the GPU runs at once (a cluster's blocks share a GPC: on the H200 all
+        66 pairs of its 132 SMs, but not 33 clusters of 4, RESULTS.md run 117), so that a persistent grid has no
+        second wave; the interpreter runs them all."""
+        from ..interpret.launch import interpret_requested
+
+        if interpret_requested() or not tensors[0].is_cuda:
+            return multiprocessors(tensors[0]) // self.cluster
+        fits = self.kernel.max_active_clusters(*tensors)
+        if fits < 1:
+            raise ArgumentError(f"no cluster of {self.cluster} blocks of {self.kernel.name} fits on the GPU at once "
+                                "(shared memory or registers per block)")
+        return fits
 
     def __call__(self, *tensors) -> None:
         self.kernel[self.grid(*tensors)](*tensors)
