@@ -228,7 +228,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     tile once per pair (the query tiles per head must be even). Causal: the pair loads the key tiles of the tile
     that sees more, and the other block skips the extra ones (the template's clusters of unequal tasks; the
     blocks take the pair's upper tile in turns); name "_cluster2". cluster=4: four blocks on four adjacent query
-    tiles, block 0 loading K and block 1 V into all four (the query tiles per head a multiple of 4); "_cluster4"."""
+    tiles, block 0 loading K and block 1 V into all four (the query tiles per head a multiple of 4); "_cluster4" (on the
+    H200 only 30 clusters of 4 run at once: 3-17% slower than pairs, RESULTS.md run 118)."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
