@@ -114,7 +114,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "q registers": {64: dict(TWO, q_registers=True)}, "q shared": {128: dict(q_registers=False)},
                  "no q preload": {128: dict(q_preload=False)}, "pad last": {d: dict(pad_first=False) for d in (64, 128)}, "pv first": {d: dict(pv_first=True) for d in (64, 128)},
                  "cluster2": {d: dict(cluster=2) for d in (64, 128)}, "no cluster": {d: dict(cluster=1) for d in (64, 128)},
-                 "cluster4": {d: dict(cluster=4) for d in (64, 128)}, "defer store": {128: dict(defer_store=True)},
+                 "cluster4": {d: dict(cluster=4) for d in (64, 128)},
                  **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}

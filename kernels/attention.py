@@ -192,7 +192,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, defer_store: bool = False):
+               cluster: int = 1):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -229,11 +229,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     that sees more, and the other block skips the extra ones (the template's clusters of unequal tasks; the
     blocks take the pair's upper tile in turns); name "_cluster2". cluster=4: four blocks on four adjacent query
     tiles, block 0 loading K and block 1 V into all four (the query tiles per head a multiple of 4); "_cluster4" (on the
-    H200 only 30 clusters of 4 run at once: 3-17% slower than pairs, RESULTS.md run 118).
-    defer_store=True (non-causal, with q_preload): a task's O goes out during the next task's first step, after
-    that step's S = Q K_0^T is issued (with Q from the query tile, where it was preloaded), straight from the
-    registers to global memory; so the tensor cores do not wait for a task's finish (RESULTS.md run 116: the
-    switch between tasks costs about a step). The block's last task stores in its finish; name "_deferstore"."""
+    H200 only 30 clusters of 4 run at once: 3-17% slower than pairs, RESULTS.md run 118)."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -275,9 +271,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
                          "needs q_registers and not q_ahead (a second query tile)")
-    if defer_store and (causal or not q_preload):
-        raise ValueError("attention: defer_store=True stores a task's O during the next task's first step: non-causal "
-                         "(every task has a first step) with Q preloaded (q_preload)")
     if q_registers and not overlap:
         raise ValueError("attention: q_registers=True needs overlap=True: in the serial schedule NVRTC 13.0's ptxas "
                          "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
@@ -297,7 +290,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "") \
-        + (f"_cluster{cluster}" if cluster > 1 else "") + ("_deferstore" if defer_store else "")
+        + (f"_cluster{cluster}" if cluster > 1 else "")
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
@@ -397,9 +390,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.row_sum = tk.col_vec(st.scores)
             if overlap:                                          # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
-            if defer_store:     # the finished task's row sums, shift and rows, until the next task's first step
-                st.prev_sum, st.prev_shift = tk.col_vec(st.scores), tk.col_vec(st.scores)
-                st.prev_col, st.prev_unit = tk.var(0, "prev_col"), tk.var(0, "prev_unit")
             if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
                 with tk.if_(tk.warpgroup.id() == groups - 1):
                     tk.named_arrive(TURN[0], 8)
@@ -421,11 +411,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def start(self, st, task):
             g = st.g
             wg = tk.warpgroup.id()
-            if defer_store:     # this task's Q is in the query tile: loaded at the last task's first step, or now
-                st.q_tile = wg
-                with tk.if_(st.tasks_done == 0):
-                    self.load_q(st, task, 0)
-            elif q_preload:     # this task's rows came into registers at the last finish, but for the first task
+            if q_preload:       # this task's rows came into registers at the last finish, but for the first task
                 st.q_tile = wg
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
@@ -452,8 +438,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.tasks_done += 1
             if q_registers and not q_preload:
                 self.q_to_registers(st)
-            if not defer_store:                                  # (defer_store: at the first step)
-                tk.zero(st.out)
+            tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
             tk.neg_infty(st.shift)
@@ -540,28 +525,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
-                    if defer_store:                             # S = Q K_0^T from the query tile, and meanwhile
-                        # (No MMA is in flight; the wait tells ptxas so, which otherwise takes the last step's
-                        # P V for one and serializes every MMA when O is read below with S in flight.)
-                        tk.warpgroup.mma_async_wait()
-                        tk.wait(st.q_arrived[st.q_tile], (st.tasks_done - 1) % 2)
-                        tk.warpgroup.mm_ABt(st.scores, st.q[st.q_tile], inp.k)
-                        if mma_turns:
-                            _turn(sync_on_turn=False, groups=groups)
-                        with tk.if_(st.tasks_done > 1):
-                            self.store_previous(st)
-                        tk.zero(st.out)
-                        tk.warpgroup.mma_async_wait()
-                        self.q_to_registers(st)                 # for the other steps; the tile is then free for
-                        tk.fence_proxy_async()                  # the next task's Q
-                        _own_sync(groups)
-                        with tk.if_(st.has_next_task()):
-                            self.load_q(st, st.next_task(), 0)
-                    else:
-                        tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
-                        if mma_turns:
-                            _turn(sync_on_turn=False, groups=groups)
-                        tk.warpgroup.mma_async_wait()
+                    tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
+                    if mma_turns:
+                        _turn(sync_on_turn=False, groups=groups)
+                    tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
                     self.softmax(st, k)
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
@@ -597,38 +564,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
-            if defer_store:     # O stays in the registers until the next task's first step (store_previous)
-                with tk.if_(st.has_next_task()):
-                    tk.copy(st.prev_sum, st.row_sum)
-                    tk.copy(st.prev_shift, st.shift)
-                    tk.assign(st.prev_col, task.col)
-                    tk.assign(st.prev_unit, unit)
-                with tk.else_():
-                    self.store_out(g, st, b, h, unit)
-                return
-            self.store_out(g, st, b, h, unit)
-
-        def store_previous(self, st):
-            """defer_store: the previous task's O, normalized, from the registers to global memory (rows past N
-            skipped), and its log-sum-exp, while this task's first S runs."""
-            g = st.g
-            b, h = st.prev_col // g.Q.depth, st.prev_col % g.Q.depth
-            tk.div_row(st.out, st.out, st.prev_sum)
-            tk.warpgroup.store(g.O, st.out, (b, h, st.prev_unit, 0), masked=True)
-            tk.map(st.prev_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.prev_sum, st.prev_shift)
-            tk.store(g.L, st.prev_sum, (b, h, st.prev_unit * 4 + tk.warp_id() % 4))
-            tk.mark("previous O stored")
-
-        def store_out(self, g, st, b, h, unit):
-            """The task's O, normalized, out through the query tile by TMA, and its log-sum-exp."""
             if causal:                                           # rows that see no key: 0 / tiny = 0
                 tk.max(st.factor, st.row_sum, 1e-30)
                 tk.div_row(st.out, st.out, st.factor)
             else:
                 tk.div_row(st.out, st.out, st.row_sum)
             tk.mark("finish: O normalized")
-            if q_preload and not defer_store:   # the next task's Q out of the tile (every S of this task is done)
-                with tk.if_(st.has_next_task()):        # before O goes in
+            if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
+                with tk.if_(st.has_next_task()):
                     tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
@@ -645,8 +588,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             tk.mark("finish: O store read")
-            if q_preload and not defer_store:   # no warp writes the tile again (the next O) before the store has read
-                _own_sync(groups)   # it: without the wait for a Q at the next start, a task of no steps got there first
+            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
+                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
             # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
             # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)

@@ -294,31 +294,6 @@ def test_causal_cluster_pairs_with_split_rings(n, nk, causal, blocks):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("heads,hkv,n,nk,blocks,options", [
-    (3, 1, 460, 200, 2, {}),                # several tasks per block, a partial query tile (masked rows), GQA
-    (2, 2, 256, 130, 1, {}),                # one block: every task but the last stored at the next one's first step
-    (1, 1, 100, 300, 2, {}),                # one task a block: stored in its finish
-    (2, 1, 512, 700, 2, dict(cluster=2)),   # cluster pairs
-    (2, 2, 300, 64, 3, dict(pingpong="softmax")),
-])
-def test_defer_store(heads, hkv, n, nk, blocks, options):
-    """defer_store=True: a task's O goes from the registers to global memory during the next task's first step,
-    whose S reads Q from the query tile; the block's last task stores in its finish."""
-    q = rand(1, heads, n, 128, dtype=BF16)
-    k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
-    o, lse = interpret(q, k, v, False, 0.1, blocks, "_deferstore", defer_store=True, **options)
-    check(o, lse, *reference(q, k, v, False, scale=0.1), n)
-
-
-def test_defer_store_refusals_and_sass():
-    for causal, options in ((True, {}), (False, dict(q_preload=False)), (False, dict(q_registers=False))):
-        with pytest.raises(ValueError, match="defer_store=True stores a task's O during the next task's first step"):
-            att._attention(128, att.DTYPES[BF16], causal, defer_store=True, **options)
-    q = torch.empty(1, 2, 384, 128, dtype=BF16)            # its MMAs stay asynchronous, without spills
-    kernel = att._attention(128, att.DTYPES[BF16], False, defer_store=True, cluster=2).kernel
-    compiled_sass(kernel, [q, q, q, q, torch.empty(1, 2, 384), 1.0])
-
-
 def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
     """The template's grid check, before any launch: 300 query rows are 3 tiles of 128."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
@@ -615,7 +590,7 @@ def test_consumer_warpgroups_option(monkeypatch):
 
 def test_bench_variants_are_kernel_options():
     """benchmarks/bench_attention.py's variant table: every variant's options, per head dim where it applies, name
-    a kernel, causal and not (the 3-warpgroup ones included; deferred stores non-causal only)."""
+    a kernel, causal and not (the 3-warpgroup ones included)."""
     from benchmarks.bench_attention import VARIANTS
     for name, options in VARIANTS.items():
         options = dict(options)
@@ -625,10 +600,6 @@ def test_bench_variants_are_kernel_options():
                 continue
             options_here = {**options, **(config or {}).get(d, {})}
             for causal in (True, False):
-                if causal and options_here.get("defer_store"):
-                    with pytest.raises(ValueError, match="non-causal"):
-                        att._attention(d, att.DTYPES[BF16], causal, **options_here)
-                    continue
                 kernel = att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel
                 assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
 

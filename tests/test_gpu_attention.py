@@ -246,16 +246,6 @@ def test_clusters_of_four(b, h, hkv, n, nk, causal):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,cluster", [(2, 16, 8, 1000, 1300, 1), (4, 16, 16, 1024, 1024, 2),
-                                                (1, 8, 1, 2000, 777, 2), (16, 16, 16, 256, 64, 1)])
-def test_defer_store(b, h, hkv, n, nk, cluster):
-    """defer_store=True: each task's O stored from the registers during the next task's first step (GQA, MQA,
-    partial tiles, many tasks per block, cluster pairs)."""
-    q, k, v = qkv(b, h, hkv, n, nk, 128)
-    o, lse = run_poisoned(q, k, v, False, defer_store=True, cluster=cluster)
-    check(o, lse, *reference(q, k, v, False))
-
-
 def test_persistent_clusters_are_all_resident():
     """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
     (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""

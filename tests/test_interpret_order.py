@@ -98,14 +98,3 @@ def test_clusters_of_four_are_the_same_in_every_order(monkeypatch, order):
     k, v = rand(1, 1, 700, 128, dtype=torch.bfloat16), rand(1, 1, 700, 128, dtype=torch.bfloat16)
     o, lse = attention_cpu.interpret(q, k, v, "bottom_right", 0.1, 4, "_cluster4", cluster=4)
     attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), 1000)
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_deferred_stores_are_the_same_in_every_order(monkeypatch, order):
-    """defer_store=True: the next task's Q landing in the query tile once every warp has moved this task's Q out
-    of it, and O stored while the first S runs, in every warp order (several tasks per block, a partial tile)."""
-    monkeypatch.setenv(ORDER_ENV_VAR, order)
-    q = rand(1, 3, 460, 128, dtype=torch.bfloat16)
-    k, v = rand(1, 1, 200, 128, dtype=torch.bfloat16), rand(1, 1, 200, 128, dtype=torch.bfloat16)
-    o, lse = attention_cpu.interpret(q, k, v, False, 0.1, 2, "_deferstore", defer_store=True)
-    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, False, scale=0.1), 460)
