@@ -24,7 +24,9 @@ step counts) and masks the diagonal tiles; each persistent block takes a long qu
 that complements it in the next round (causal_task), so that the blocks keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
-(q_preload), so that only a block's first task waits for its Q.
+(q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 (causal or
+not) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for): one block multicasts
+each K tile and the other each V tile into both, so the L2 serves them once per pair.
 """
 from __future__ import annotations
 
@@ -222,7 +224,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     warpgroups have no rows) instead of after row n-1, where a causal row sees the most keys: D64's 192-row
     tasks at N4096 run 5.5% fewer steps; False: name "_padlast". pv_first=True (overlap only): step k issues
     O += P_{k-1} V_{k-1} before S_k and waits for both, so the softmax runs with no MMA in flight and O's
-    rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower); name "_pvfirst".
+    rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower; on top of cluster
+    pairs behind in every case, run 115); name "_pvfirst".
     cluster=2: clusters of two blocks on adjacent query tiles of one head, in lockstep; block 0 loads each K tile
     and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2 serves each key/value
     tile once per pair (the query tiles per head must be even). Causal: the pair loads the key tiles of the tile
