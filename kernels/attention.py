@@ -71,10 +71,12 @@ CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2), 256: (64, 2, 2)}
 CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
-# kernels attention() picks between (benchmarks/bench_attention.py --compare, RESULTS.md run 43): at D64,
-# 3 warpgroups with split K/V rings ran 1.02-1.09x (0.91-1.00x cuDNN against 0.85-0.93x); at D128 they ran
-# 0.87-1.07x, no better than the default on the whole, and are not picked.
-GROUP_RATE = {64: {2: 1.0, 3: 1.07}, 128: {2: 1.0}, 256: {2: 1.0}}
+# kernels attention() picks between (benchmarks/bench_attention.py --compare): at D64, 3 warpgroups with split K/V
+# rings (and, since session 8, cluster pairs) ran 1.02-1.09x in RESULTS.md run 43, and 1.24x-1.49x in run 122
+# (the wave counts taken out of the measured 1.10-1.32x at B2 N4096, B8/B16 N1024 and B16 N512; 1.25 keeps the
+# model's choice right in each, but for B2 N4096 causal, 4% slower with 3); at D128 they ran 0.87-1.07x, no better
+# than the default on the whole, and are not picked.
+GROUP_RATE = {64: {2: 1.0, 3: 1.25}, 128: {2: 1.0}, 256: {2: 1.0}}
 # Head dims whose 2-warpgroup kernels keep each warp's query rows in registers for S = Q K^T (q_registers) when their
 # key tiles have 128 rows or fewer: at D128 0-3% faster in 17 of 18 paired measurements (RESULTS.md runs 89, 93, 95);
 # D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill). The
@@ -116,8 +118,8 @@ def lse_rows(n: int, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
 def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     """The consumer warpgroups (2 or 3) attention() runs for b x h heads of n query rows at head dim d on
     `sms` SMs: the fewest modelled time, waves of tasks over the SMs times a task's rows over GROUP_RATE (ties
-    to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 2
-    (6 tasks of 192 rows pad 1024 rows to 1152: 12 waves of 192 against 16 of 128)."""
+    to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 3 (12
+    waves of 192 rows at 1.25x beat 16 of 128), N64 -> 2 (a 192-row task is two thirds padding)."""
     def time(groups):
         return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / GROUP_RATE[d][groups]
     return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))

@@ -718,9 +718,10 @@ def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
 # -- attention()'s choice of kernel per shape ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("b,h,n,d,groups", [
-    (16, 16, 4096, 64, 3), (4, 16, 16384, 64, 3), (16, 16, 2048, 64, 3),   # many waves: 192-row tasks, 7% faster
-    (16, 16, 1024, 64, 2),       # 1024 rows padded to 1152 by 192-row tasks: 12 waves of 192 lose to 16 of 128
-    (2, 16, 4096, 64, 2),        # 8 waves of 128 rows against 6 of 192
+    (16, 16, 4096, 64, 3), (4, 16, 16384, 64, 3), (16, 16, 2048, 64, 3),   # many waves: 192-row tasks, 25% faster
+    (16, 16, 1024, 64, 3),       # 1024 rows padded to 1152 by 192-row tasks: 12 waves of 192 beat 16 of 128
+    (2, 16, 4096, 64, 3),        # 6 waves of 192 rows against 8 of 128
+    (16, 16, 64, 64, 2),         # 2 waves either way, 64 rows: a 192-row task is two thirds padding
     (1, 1, 192, 64, 2),          # one wave either way: 2 tasks of 128 rows finish before 1 of 192
     (1, 2, 1, 64, 2), (16, 16, 4096, 128, 2), (4, 16, 16384, 256, 2)])
 def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
