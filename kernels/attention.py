@@ -87,6 +87,11 @@ Q_REGISTERS = (128,)
 # runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal was level at N4096
 # and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered.
 CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
+# Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT), non-causal:
+# in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the default at 8192 and 16384 keys, level at
+# 4096 and 3.4% slower at 1024 (RESULTS.md runs 125-126; the default keeps Q in registers and preloads it, which
+# pays at short sequences).
+SPLIT_KEYS = {128: 8192}
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
@@ -123,6 +128,12 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     def time(groups):
         return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / GROUP_RATE[d][groups]
     return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))
+
+
+def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> bool:
+    """Whether attention() runs split K/V rings (split_kv) for nk keys: always with 3 consumer warpgroups, and at
+    D128 non-causal from SPLIT_KEYS keys on (CONFIGS_SPLIT's 176-row tiles)."""
+    return consumer_warpgroups == 3 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
 
 
 def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool) -> int:
@@ -690,8 +701,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
 def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
     consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
-    _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, and split
-    K/V rings with 3 warpgroups."""
+    _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, split K/V
+    rings from split_kv_for and clusters from cluster_for."""
     prepared = _prepared(q, k, v, o, lse, causal, scale, **options)
     if prepared is not None:
         template, args = prepared
@@ -704,11 +715,11 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     as they are (cluster by default from cluster_for)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
-    if split_kv is None:
-        split_kv = consumer_warpgroups == 3
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
                          f"got {causal!r}")
+    if split_kv is None:
+        split_kv = split_kv_for(k.shape[2], q.shape[3], consumer_warpgroups, CAUSAL[causal] is not None)
     variant = CAUSAL[causal]
     (n, d), nk = q.shape[2:], k.shape[2]
     if not o.numel():

@@ -746,6 +746,14 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1) and o2.shape == (1, 2, 100, 64)
 
 
+@pytest.mark.parametrize("nk,d,groups,causal,split", [
+    (8192, 128, 2, False, True), (16384, 128, 2, False, True),   # 176-row split tiles on long keys (runs 125-126)
+    (4096, 128, 2, False, False), (16384, 128, 2, True, False),  # level at 4096 keys; causal not timed
+    (100, 64, 3, True, True), (16384, 256, 2, False, False)])    # 3 warpgroups: always split; D256 not timed
+def test_split_kv_for(nk, d, groups, causal, split):
+    assert att.split_kv_for(nk, d, groups, causal) == split
+
+
 @pytest.mark.parametrize("n,d,groups,causal,cluster", [
     (4096, 128, 2, False, 2), (1000, 128, 2, False, 2),     # 32 and 8 query tiles a head
     (1100, 128, 2, False, 1),                                # 9: no pairs

@@ -246,6 +246,18 @@ def test_clusters_of_four(b, h, hkv, n, nk, causal):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("b,h,hkv,n,nk", [(1, 4, 2, 512, 8200), (2, 2, 2, 300, 9000), (1, 8, 1, 1000, 16384)])
+def test_long_keys_split_rings(b, h, hkv, n, nk):
+    """attention()'s kernel for D128 non-causal on 8192 keys or more: split K/V rings of 176-row tiles (in cluster
+    pairs where a head's query tiles pair up; partial key tiles, GQA, MQA)."""
+    from kernels import attention as att
+    q, k, v = qkv(b, h, hkv, n, nk, 128)
+    template, _ = att._prepared(q, k, v, q, torch.empty(b, h, att.lse_rows(n), device=q.device), False, None)
+    assert "_splitkv" in template.kernel.name
+    o, lse = run_poisoned(q, k, v, False)
+    check(o, lse, *reference(q, k, v, False))
+
+
 def test_persistent_clusters_are_all_resident():
     """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
     (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""
