@@ -15,7 +15,8 @@ short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in the 
 late ring (late_inputs), as FlashAttention-3's separate K and V pipelines: K_k is released once step k is done and
 V_{k-1} once step k is, so each K stage is held for one step instead of two. attention() runs D64 with both
 (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of the SMs for the sequence at hand
-(consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring.
+(consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring, but D128 non-causal from 8192 keys on
+with split rings of 176-row tiles (split_kv_for).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
