@@ -264,9 +264,61 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"plot: {path}")
 
 
+# Few query tiles over many keys (decode-like chunks, short prompts on long caches): (b, h, n, n_k, d), non-causal.
+SPLIT_CASES = [(1, 32, 128, 16384, 128), (4, 32, 128, 8192, 128), (1, 16, 512, 32768, 128), (2, 32, 64, 16384, 64),
+               (1, 8, 1024, 65536, 64)]
+
+
+def split_table(rounds: int = 4) -> list[dict]:
+    """Split-K (flash-decoding) against one task per query tile and cuDNN on SPLIT_CASES: TFLOP/s, medians of
+    `rounds` interleaved rounds; the splits as splits_for picks them with SPLIT_K_DEFAULT on."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchmarks.timing import median_ms
+    from kernels import attention as att
+    rows = []
+    for b, h, n, nk, d in SPLIT_CASES:
+        q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
+        k, v = (torch.randn(b, h, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        groups = att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
+        o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, groups), device="cuda")
+        splits = max(2, min(att.multiprocessors(q) // (b * h * att.cdiv(n, att.q_rows(groups))),
+                            att.cdiv(nk, att.CONFIGS[d][0]) // att.SPLIT_MIN_STEPS, att.MAX_SPLITS))
+        fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v),
+               "tkpy": lambda: att._launch(q, k, v, o, lse, False, None, splits=1),
+               "split": lambda: att._launch(q, k, v, o, lse, False, None, splits=splits)}
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                if name == "cudnn":
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        times[name].append(median_ms(fn))
+                else:
+                    times[name].append(median_ms(fn))
+        flops = 4 * b * h * n * nk * d
+        row = dict(b=b, h=h, n=n, nk=nk, d=d, splits=splits,
+                   **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
+        rows.append(row)
+    print(f"\nsplit-K, TFLOP/s (medians of {rounds} rounds)")
+    print(f"{'B H N NK D':>22} {'splits':>6} {'cuDNN':>6} {'tkpy':>6} {'split':>6} {'split/cuDNN':>11} {'split/tkpy':>10}")
+    for r in rows:
+        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {r['splits']:>6} {r['cudnn']:>6.0f} "
+              f"{r['tkpy']:>6.0f} {r['split']:>6.0f} {r['split'] / r['cudnn']:>11.2f} {r['split'] / r['tkpy']:>10.2f}")
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    if out_dir:
+        (out_dir / "attention_split.json").write_text(json.dumps(rows, indent=2))
+    return rows
+
+
 if __name__ == "__main__":
     if "--compare" in sys.argv:
         at = sys.argv.index("--compare")
         compare(sys.argv[at + 2:], int(sys.argv[at + 1]))
+    elif "--split" in sys.argv:
+        split_table()
     else:
         main()

@@ -93,6 +93,11 @@ CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # 4096 and 3.4% slower at 1024 (RESULTS.md runs 125-126; the default keeps Q in registers and preloads it, which
 # pays at short sequences).
 SPLIT_KEYS = {128: 8192}
+# Split-K (flash-decoding): few (query tile, head) tasks over many keys share each task's keys among `splits`
+# tasks and merge their results (combine_kernel). splits_for's rule; off by default until timed on the GPU.
+SPLIT_K_DEFAULT = False
+SPLIT_MIN_STEPS = 4                 # key tiles per split at least
+MAX_SPLITS = 16
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
@@ -208,7 +213,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1):
+               cluster: int = 1, split_k: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -246,7 +251,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     that sees more, and the other block skips the extra ones (the template's clusters of unequal tasks; the
     blocks take the pair's upper tile in turns); name "_cluster2". cluster=4: four blocks on four adjacent query
     tiles, block 0 loading K and block 1 V into all four (the query tiles per head a multiple of 4); "_cluster4" (on the
-    H200 only 30 clusters of 4 run at once: 3-17% slower than pairs, RESULTS.md run 118)."""
+    H200 only 30 clusters of 4 run at once: 3-17% slower than pairs, RESULTS.md run 118).
+    split_k=True (no clusters): the kernel takes `splits`, and each (query tile, head) task's key tiles are shared
+    by that many tasks (the template's schedule.SplitK), each writing its O normalized over its own keys (fp32,
+    straight from the registers) and its log-sum-exp into workspaces O and L of splits x batch rows (split s of
+    batch b at s * B + b); combine_kernel merges them (flash-decoding). For few tasks and many keys (see
+    splits_for); name "_splitk"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -265,6 +275,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "it needs overlap=True")
     if cluster not in (1, 2, 4):
         raise ValueError(f"attention: cluster must be 1, 2 or 4, got {cluster!r}")
+    if split_k and cluster > 1:
+        raise ValueError("attention: split_k=True shares a task's keys between tasks that run apart; no clusters")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -307,19 +319,27 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "") \
-        + (f"_cluster{cluster}" if cluster > 1 else "")
+        + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "")
+
+    scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
-            producer_registers=producer_registers, consumer_registers=consumer_registers, **rings)
+            producer_registers=producer_registers, consumer_registers=consumer_registers, **rings, **scheduler)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
         V: tk.gl[dtype, "B", "HKV", "NK", d]
-        O: tk.gl[dtype, "B", "H", "N", d]
-        L: tk.gl[f32, "B", "H", "NL"]       # NL: N rounded up to rows, or more (the stores need no bounds check)
+        if split_k:                         # split s of batch b at s * B + b (combine_kernel merges them)
+            O: tk.gl[f32, "SB", "H", "N", d]
+            L: tk.gl[f32, "SB", "H", "NL"]
+        else:
+            O: tk.gl[dtype, "B", "H", "N", d]
+            L: tk.gl[f32, "B", "H", "NL"]   # NL: N rounded up to rows, or more (the stores need no bounds check)
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
+        if split_k:
+            splits: int                     # tasks sharing each query tile's keys
         if split_kv:                        # K_k released after step k, V_k (read at step k + 1) after step k + 1
             inputs = dict(k=shared(dtype, kv, d))
             late_inputs = dict(v=shared(dtype, kv, d))
@@ -362,6 +382,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             return row_tiles - 1 - within // cols_here, first_col + within % cols_here
 
         def load(self, g, task, inp, k, arrived):
+            k = task.k0 + k if split_k else k                            # (split-K: from the share's first)
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             hkv = h // (g.Q.depth // g.K.depth)
             tk.tma.expect(arrived, inp)                                  # the whole stage, a peer's half included
@@ -379,6 +400,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         if split_kv:
             def load_late(self, g, task, inp, k, arrived):
                 """V_k, into the ring of late stages (after K_k, once its stage is free)."""
+                k = task.k0 + k if split_k else k
                 b, h = task.col // g.Q.depth, task.col % g.Q.depth
                 hkv = h // (g.Q.depth // g.K.depth)
                 tk.tma.expect(arrived, inp)
@@ -469,6 +491,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
             FFMA and MUFU.EX2 (P), FADD (sum)."""
             g = st.g
+            k = st.task.k0 + k if split_k else k                 # the key tile
             if causal:
                 diagonal = st.diagonal - k * kv
                 with tk.if_(diagonal < kv - 1):                 # this tile crosses the warp's diagonal
@@ -581,7 +604,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
-            if causal:                                           # rows that see no key: 0 / tiny = 0
+            if causal or split_k:                                # rows that see no key: 0 / tiny = 0
                 tk.max(st.factor, st.row_sum, 1e-30)
                 tk.div_row(st.out, st.out, st.factor)
             else:
@@ -592,6 +615,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
+            if split_k:         # O (fp32) straight from the registers into split s's rows of the workspace
+                b = task.split * g.Q.batch + b
+                with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
+                    tk.warpgroup.store(g.O, st.out, (b, h, unit, 0), masked=True)
+                tk.fence_proxy_async()          # every warp's reads of the query tile before TMA writes it again
+                _own_sync(groups)
+                self.store_lse(g, st, b, h, unit)
+                return
             tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             tk.mark("finish: O in shared")
@@ -608,8 +639,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
                 _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
-            # lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2,
-            # with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) + -FLT_MAX)
+            self.store_lse(g, st, b, h, unit)
+
+        def store_lse(self, g, st, b, h, unit):
+            """lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
+            per row into L, with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) +
+            -FLT_MAX, or -inf where no step ran)."""
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
             with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
                 tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
@@ -708,12 +743,16 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
     if prepared is not None:
         template, args = prepared
         template(*args)
+        if template.scheduler.splits_k:         # the splits' results in the workspaces, merged into o and lse
+            b, h, n, d = q.shape
+            combine_kernel(d, DTYPES[q.dtype], args[-1])[(cdiv(n, 64), b * h)](args[3], args[4], o, lse)
 
 
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
-              cluster: int | None = None, **options):
+              cluster: int | None = None, splits: int | None = None, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
-    as they are (cluster by default from cluster_for)."""
+    as they are (cluster by default from cluster_for; `splits` tasks per query tile, split-K, from splits_for: with
+    more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into o and lse)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -733,11 +772,63 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
     if variant is not None:
         args.append(0 if variant == "top_left" else nk - n)
+    if splits is None:
+        splits = splits_for(*q.shape, nk, consumer_warpgroups, multiprocessors(q))
+    if splits < 1:
+        raise ValueError(f"attention: splits (tasks per query tile) must be at least 1, got {splits!r}")
+    if splits > 1:                              # fp32 workspaces of splits x batch rows for O and the lse
+        b, h = q.shape[:2]
+        args[3] = torch.empty(splits * b, h, n, d, dtype=torch.float32, device=q.device)
+        args[4] = torch.empty(splits * b, h, lse_rows(n, consumer_warpgroups), dtype=torch.float32, device=q.device)
+        args.append(splits)
     if cluster is None:
-        cluster = cluster_for(n, d, consumer_warpgroups, variant is not None)
+        cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None)
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
-                          split_kv=split_kv, cluster=cluster, **options)
+                          split_kv=split_kv, cluster=cluster, split_k=splits > 1, **options)
     return template, args
+
+
+def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int, sms: int) -> int:
+    """Tasks per query tile (split-K) attention() runs: 1 while the tasks fill half the SMs or SPLIT_K_DEFAULT is
+    off; otherwise as many as fill the SMs, each at least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
+    tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
+    if not SPLIT_K_DEFAULT or 2 * tasks > sms:
+        return 1
+    steps = cdiv(nk, CONFIGS[d][0])
+    return max(1, min(sms // tasks, steps // SPLIT_MIN_STEPS, MAX_SPLITS))
+
+
+@functools.cache
+def combine_kernel(d: int, dtype, splits: int):
+    """Merges split-K results (flash-decoding): for each query row, the `splits` partial outputs O_s (normalized
+    over their own keys) and log-sum-exps l_s become O = sum_s e^(l_s - l) O_s and l = ln sum_s e^(l_s) (rows
+    that see no key in any split: O = 0, l = -inf). One warp per 16 rows; rows past N are skipped."""
+    @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
+    def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
+                O: tk.gl[dtype, "B", "H", "N", d], L: tk.gl[f32, "B", "H", "NL"]):
+        out, part = tk.rt(f32, 16, d), tk.rt(f32, 16, d)
+        lses = [tk.col_vec(out) for _ in range(splits)]
+        top, weight, total = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
+        row = tk.let(tk.block_idx.x * 4 + tk.warp_id(), "row")          # 16-row units
+        b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
+        tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
+        for s, lse in enumerate(lses):
+            tk.load(lse, Lw, (s * O.batch + b, h, row))
+            tk.max(top, top, lse)
+        tk.zero(out)
+        tk.zero(total)
+        for s, lse in enumerate(lses):
+            tk.load(part, Ow, (s * O.batch + b, h, row, 0), masked=True)
+            tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), lse, top)
+            tk.mul_row(part, part, weight)
+            tk.add(out, out, part)
+            tk.add(total, total, weight)
+        tk.max(weight, total, 1e-30)
+        tk.div_row(out, out, weight)
+        tk.store(O, out, (b, h, row, 0), masked=True)
+        tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
+        tk.store(L, total, (b, h, row), masked=True)
+    return combine
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

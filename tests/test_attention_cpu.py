@@ -294,6 +294,54 @@ def test_causal_cluster_pairs_with_split_rings(n, nk, causal, blocks):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+def launch_split(q, k, v, causal, splits, **options):
+    """_launch with `splits` tasks per query tile (split-K) in the interpreter, into poisoned O and L."""
+    b, h, n, d = q.shape
+    options = {"consumer_warpgroups": 2, **options}
+    o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
+    lse = gpu_util.poisoned(b, h, att.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32, device="cpu")
+    att._launch(q, k, v, o, lse, causal, 0.1, splits=splits, **options)
+    return o, lse[..., :n]
+
+
+@pytest.mark.parametrize("causal,d,hkv,n,nk,splits,options", [
+    (False, 128, 1, 200, 700, 3, {}),                       # GQA, partial key and query tiles
+    (True, 128, 2, 300, 300, 2, {}),                        # causal: the splits' shares of each tile's steps
+    ("bottom_right", 128, 1, 500, 200, 2, {}),              # rows that see no key in any split: 0 and -inf
+    (False, 128, 2, 130, 200, 4, {}),                       # more splits than key tiles: splits of no steps
+    (False, 64, 1, 400, 900, 3, dict(consumer_warpgroups=3, split_kv=True)),   # both rings from the share's first
+    (True, 64, 2, 400, 400, 2, dict(consumer_warpgroups=3, split_kv=True)),
+    (False, 128, 2, 256, 520, 2, dict(q_registers=False)),
+])
+def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
+    """splits > 1: each query tile's key tiles shared by `splits` tasks writing fp32 partial results into
+    workspaces, merged by combine_kernel (flash-decoding)."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 2, n, d, dtype=BF16)
+    k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
+    o, lse = launch_split(q, k, v, causal, splits, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_split_k_choices_and_sass(monkeypatch):
+    """splits_for leaves tasks that fill half the SMs unsplit; split-K takes no clusters; its kernels compile without
+    spills or serialized MMAs, and the combine kernel too."""
+    monkeypatch.setattr(att, "SPLIT_K_DEFAULT", True)
+    assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 4        # 32 tasks over 256 key tiles: 4 splits
+    assert att.splits_for(1, 2, 128, 128, 512, 2, 132) == 1           # 4 key tiles: too few to split
+    assert att.splits_for(16, 16, 1024, 128, 1024, 2, 132) == 1       # 2048 tasks: no split
+    monkeypatch.setattr(att, "SPLIT_K_DEFAULT", False)
+    assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 1
+    with pytest.raises(ValueError, match="split_k=True shares a task's keys between tasks that run apart"):
+        att._attention(128, att.DTYPES[BF16], False, split_k=True, cluster=2)
+    q = torch.empty(1, 2, 384, 128, dtype=BF16)
+    kernel = att._attention(128, att.DTYPES[BF16], True, split_k=True).kernel
+    compiled_sass(kernel, [q, q, q, torch.empty(2, 2, 384, 128), torch.empty(2, 2, 384), 1.0, 0, 2])
+    combine = att.combine_kernel(128, att.DTYPES[BF16], 3)
+    r = combine.resources(torch.empty(3, 2, 384, 128), torch.empty(3, 2, 384), q, torch.empty(1, 2, 384))
+    assert r.spill_stores == r.spill_loads == 0
+
+
 def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
     """The template's grid check, before any launch: 300 query rows are 3 tiles of 128."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
@@ -739,11 +787,12 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
-    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1) and o2.shape == (1, 2, 100, 64)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1, split_k=False)
+    assert o2.shape == (1, 2, 100, 64)
 
 
 @pytest.mark.parametrize("nk,d,groups,causal,split", [

@@ -258,6 +258,17 @@ def test_long_keys_split_rings(b, h, hkv, n, nk):
     check(o, lse, *reference(q, k, v, False))
 
 
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,splits", [
+    (1, 32, 8, 128, 16384, 128, False, 4), (1, 16, 16, 100, 5000, 64, False, 3), (2, 8, 2, 300, 3000, 128, True, 2),
+    (1, 4, 4, 1000, 300, 128, "bottom_right", 2), (1, 16, 4, 64, 8192, 64, True, 4), (1, 2, 2, 130, 200, 128, False, 5)])
+def test_split_k(b, h, hkv, n, nk, d, causal, splits):
+    """splits > 1 (flash-decoding): each query tile's keys shared by `splits` tasks, their fp32 results merged by
+    combine_kernel (GQA, MQA-like groups, causal both ways with rows that see no key, more splits than key tiles)."""
+    q, k, v = qkv(b, h, hkv, n, nk, d)
+    o, lse = run_poisoned(q, k, v, causal, splits=splits)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 def test_persistent_clusters_are_all_resident():
     """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
     (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""
