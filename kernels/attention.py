@@ -94,8 +94,11 @@ CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # pays at short sequences).
 SPLIT_KEYS = {128: 8192}
 # Split-K (flash-decoding): few (query tile, head) tasks over many keys share each task's keys among `splits`
-# tasks and merge their results (combine_kernel). splits_for's rule; off by default until timed on the GPU.
-SPLIT_K_DEFAULT = False
+# tasks and merge their results (combine_kernel), by splits_for's rule: RESULTS.md run 128, 1.5-2.4x faster than
+# one task per query tile and 1.46-2.11x cuDNN where the tasks fill at most half the SMs (B1 H32 N128 over 16384
+# keys, B1 H16 N512 over 32768, ...). With 2 consumer warpgroups (3: not yet timed on the GPU).
+SPLIT_K_DEFAULT = True
+SPLIT_K_DIMS = (64, 128)            # the head dims timed split (D256: not yet)
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
 MAX_SPLITS = 16
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
@@ -789,10 +792,11 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
 
 
 def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int, sms: int) -> int:
-    """Tasks per query tile (split-K) attention() runs: 1 while the tasks fill half the SMs or SPLIT_K_DEFAULT is
-    off; otherwise as many as fill the SMs, each at least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
+    """Tasks per query tile (split-K) attention() runs: 1 while the tasks fill half the SMs (or SPLIT_K_DEFAULT is
+    off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as many as fill the SMs, each at least SPLIT_MIN_STEPS key tiles, at
+    most MAX_SPLITS."""
     tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
-    if not SPLIT_K_DEFAULT or 2 * tasks > sms:
+    if not SPLIT_K_DEFAULT or consumer_warpgroups != 2 or d not in SPLIT_K_DIMS or 2 * tasks > sms:
         return 1
     steps = cdiv(nk, CONFIGS[d][0])
     return max(1, min(sms // tasks, steps // SPLIT_MIN_STEPS, MAX_SPLITS))

@@ -330,6 +330,8 @@ def test_split_k_choices_and_sass(monkeypatch):
     assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 4        # 32 tasks over 256 key tiles: 4 splits
     assert att.splits_for(1, 2, 128, 128, 512, 2, 132) == 1           # 4 key tiles: too few to split
     assert att.splits_for(16, 16, 1024, 128, 1024, 2, 132) == 1       # 2048 tasks: no split
+    assert att.splits_for(1, 8, 192, 64, 65536, 3, 132) == 1          # 3 warpgroups: not timed split
+    assert att.splits_for(1, 4, 1000, 256, 1000, 2, 132) == 1         # D256: not timed split
     monkeypatch.setattr(att, "SPLIT_K_DEFAULT", False)
     assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 1
     with pytest.raises(ValueError, match="split_k=True shares a task's keys between tasks that run apart"):
