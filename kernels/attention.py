@@ -793,8 +793,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
 
 def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int, sms: int) -> int:
     """Tasks per query tile (split-K) attention() runs: 1 while the tasks fill half the SMs (or SPLIT_K_DEFAULT is
-    off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as many as fill the SMs, each at least SPLIT_MIN_STEPS key tiles, at
-    most MAX_SPLITS."""
+    off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as many as fill the SMs, each at
+    least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
     tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
     if not SPLIT_K_DEFAULT or consumer_warpgroups != 2 or d not in SPLIT_K_DIMS or 2 * tasks > sms:
         return 1
