@@ -112,9 +112,13 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "qahead kv96": {128: dict(kv=96, q_ahead=True)},
                  "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)},
                  "q registers": {64: dict(TWO, q_registers=True)}, "q shared": {128: dict(q_registers=False)},
-                 "no q preload": {128: dict(q_preload=False)}, "pad last": {d: dict(pad_first=False) for d in (64, 128)}, "pv first": {d: dict(pv_first=True) for d in (64, 128)},
-                 "cluster2": {d: dict(cluster=2) for d in (64, 128)}, "no cluster": {d: dict(cluster=1) for d in (64, 128)},
+                 "no q preload": {128: dict(q_preload=False)},
+                 "pad last": {d: dict(pad_first=False) for d in (64, 128)},
+                 "pv first": {d: dict(pv_first=True) for d in (64, 128)},
+                 "cluster2": {d: dict(cluster=2) for d in (64, 128)},
+                 "no cluster": {d: dict(cluster=1) for d in (64, 128)},
                  "cluster4": {d: dict(cluster=4) for d in (64, 128)},
+                 "no split": {d: dict(splits=1) for d in (64, 128)},
                  **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
@@ -304,7 +308,8 @@ def split_table(rounds: int = 4) -> list[dict]:
                    **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
         rows.append(row)
     print(f"\nsplit-K, TFLOP/s (medians of {rounds} rounds)")
-    print(f"{'B H N NK D':>22} {'splits':>6} {'cuDNN':>6} {'tkpy':>6} {'split':>6} {'split/cuDNN':>11} {'split/tkpy':>10}")
+    print(f"{'B H N NK D':>22} {'splits':>6} {'cuDNN':>6} {'tkpy':>6} {'split':>6} {'split/cuDNN':>11} "
+          f"{'split/tkpy':>10}")
     for r in rows:
         print(f"{r['b']:>3} {r['h']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {r['splits']:>6} {r['cudnn']:>6.0f} "
               f"{r['tkpy']:>6.0f} {r['split']:>6.0f} {r['split'] / r['cudnn']:>11.2f} {r['split'] / r['tkpy']:>10.2f}")

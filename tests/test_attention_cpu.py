@@ -640,7 +640,7 @@ def test_consumer_warpgroups_option(monkeypatch):
 
 def test_bench_variants_are_kernel_options():
     """benchmarks/bench_attention.py's variant table: every variant's options, per head dim where it applies, name
-    a kernel, causal and not (the 3-warpgroup ones included)."""
+    a kernel, causal and not (the 3-warpgroup ones included; `splits`, _launch's, as the kernel's split_k)."""
     from benchmarks.bench_attention import VARIANTS
     for name, options in VARIANTS.items():
         options = dict(options)
@@ -649,6 +649,8 @@ def test_bench_variants_are_kernel_options():
             if config is not None and d not in config:
                 continue
             options_here = {**options, **(config or {}).get(d, {})}
+            if "splits" in options_here:
+                options_here["split_k"] = options_here.pop("splits") > 1
             for causal in (True, False):
                 kernel = att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel
                 assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
