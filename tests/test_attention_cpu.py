@@ -312,6 +312,7 @@ def launch_split(q, k, v, causal, splits, **options):
     (False, 64, 1, 400, 900, 3, dict(consumer_warpgroups=3, split_kv=True)),   # both rings from the share's first
     (True, 64, 2, 400, 400, 2, dict(consumer_warpgroups=3, split_kv=True)),
     (False, 128, 2, 256, 520, 2, dict(q_registers=False)),
+    (True, 64, 1, 300, 900, 3, dict(q_ahead=True)),        # the second query tile's buffer, with no O staged in it
 ])
 def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     """splits > 1: each query tile's key tiles shared by `splits` tasks writing fp32 partial results into
@@ -321,6 +322,18 @@ def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
     o, lse = launch_split(q, k, v, causal, splits, **options)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_attention_splits_few_tasks_over_many_keys(monkeypatch):
+    """attention() on 2 query tiles over 1024 keys (8 key tiles): split-K in 2 (splits_for), the result merged."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    launched = []
+    real = att._attention
+    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    q, k, v = rand(1, 2, 128, 128, dtype=BF16), rand(1, 1, 1024, 128, dtype=BF16), rand(1, 1, 1024, 128, dtype=BF16)
+    o, lse = att.attention(q, k, v, return_lse=True)
+    assert launched[-1]["split_k"] and launched[-1]["cluster"] == 1
+    check(o, lse, *reference(q, k, v, False), 128)
 
 
 def test_split_k_choices_and_sass(monkeypatch):
