@@ -98,3 +98,15 @@ def test_clusters_of_four_are_the_same_in_every_order(monkeypatch, order):
     k, v = rand(1, 1, 700, 128, dtype=torch.bfloat16), rand(1, 1, 700, 128, dtype=torch.bfloat16)
     o, lse = attention_cpu.interpret(q, k, v, "bottom_right", 0.1, 4, "_cluster4", cluster=4)
     attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), 1000)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_split_k_is_the_same_in_every_order(monkeypatch, order):
+    """Split-K: the splits' direct stores, the query tile's reuse with no O staged in it, and the merge, in every
+    warp order (causal bottom-right with rows that see no key, GQA, several tasks per block)."""
+    monkeypatch.setenv(ORDER_ENV_VAR, order)
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 2, 460, 128, dtype=torch.bfloat16)
+    k, v = rand(1, 1, 700, 128, dtype=torch.bfloat16), rand(1, 1, 700, 128, dtype=torch.bfloat16)
+    o, lse = attention_cpu.launch_split(q, k, v, "bottom_right", 3)
+    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), 460)
