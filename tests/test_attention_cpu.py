@@ -313,6 +313,7 @@ def launch_split(q, k, v, causal, splits, **options):
     (True, 64, 2, 400, 400, 2, dict(consumer_warpgroups=3, split_kv=True)),
     (False, 128, 2, 256, 520, 2, dict(q_registers=False)),
     (True, 64, 1, 300, 900, 3, dict(q_ahead=True)),        # the second query tile's buffer, with no O staged in it
+    (False, 128, 1, 200, 1500, 3, dict(split_kv=True)),    # D128's split rings of 176-row tiles (long keys)
 ])
 def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     """splits > 1: each query tile's key tiles shared by `splits` tasks writing fp32 partial results into

@@ -246,15 +246,18 @@ def test_clusters_of_four(b, h, hkv, n, nk, causal):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("splits", [None, 1])
 @pytest.mark.parametrize("b,h,hkv,n,nk", [(1, 4, 2, 512, 8200), (2, 2, 2, 300, 9000), (1, 8, 1, 1000, 16384)])
-def test_long_keys_split_rings(b, h, hkv, n, nk):
+def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     """attention()'s kernel for D128 non-causal on 8192 keys or more: split K/V rings of 176-row tiles (in cluster
-    pairs where a head's query tiles pair up; partial key tiles, GQA, MQA)."""
+    pairs where a head's query tiles pair up; partial key tiles, GQA, MQA); these few tasks also split their keys
+    (split-K, splits=None: attention()'s choice) or not (splits=1)."""
     from kernels import attention as att
     q, k, v = qkv(b, h, hkv, n, nk, 128)
-    template, _ = att._prepared(q, k, v, q, torch.empty(b, h, att.lse_rows(n), device=q.device), False, None)
+    lse = torch.empty(b, h, att.lse_rows(n), device=q.device)
+    template, _ = att._prepared(q, k, v, q, lse, False, None, splits=splits)
     assert "_splitkv" in template.kernel.name
-    o, lse = run_poisoned(q, k, v, False)
+    o, lse = run_poisoned(q, k, v, False, splits=splits)
     check(o, lse, *reference(q, k, v, False))
 
 
