@@ -98,6 +98,7 @@ def main() -> int:
         fp8 = subprocess.run([sys.executable, "-m", "kernels.gemm_fp8"], cwd=ROOT, capture_output=True, text=True)
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main()
+        report["attention_split"] = bench_attention.split_table()
         from benchmarks import bench_exp2, bench_smem
         report["smem"] = bench_smem.main()
         report["exp2"] = bench_exp2.main()
@@ -116,6 +117,9 @@ def main() -> int:
         print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}{' causal' if r.get('causal') else ''}: "
               f"tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
               f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")
+    for r in report.get("attention_split", []):
+        print(f"attention split-K B{r['b']} H{r['h']} N{r['n']} over {r['nk']} keys D{r['d']} ({r['splits']} splits): "
+              f"{r['split']:.0f} TFLOP/s, {r['split'] / r['cudnn']:.2f}x cuDNN, {r['split'] / r['tkpy']:.2f}x unsplit")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']} {r['layout']} {r.get('epilogue', '')}: tkpy {r['tkpy_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")
