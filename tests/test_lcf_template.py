@@ -166,6 +166,8 @@ def test_cluster_errors(monkeypatch):
     monkeypatch.setattr(template, "clusters_at_once", lambda tensors: 61)
     template._grids.clear()
     assert template.grid(*big) == (122,)                            # no more clusters than run at once
+    with pytest.raises(NotImplementedError, match="per-task step counts .* with split-K in clusters"):
+        tk.lcf(cluster=2, scheduler=tk.templates.SplitK(2))(type(ragged_gemm(2, False).user))
     with pytest.raises(tk.TraceError, match="cluster.arrive: scope must be one of"):
         @tk.kernel(warps=1, cluster=2)
         def bad(x: tk.gl[f32, 16, 16]):

@@ -158,6 +158,9 @@ class LCF:
         self.inputs = buffer_specs(cls, "inputs")
         self.globals = global_annotations(cls, definition_locals or {})
         self.per_task_iters = positional_parameters(self.user.iters) >= 2     # iters(g, task)
+        if self.per_task_iters and cluster > 1 and self.scheduler.splits_k:
+            raise NotImplementedError("lcf: per-task step counts (iters(g, task)) with split-K in clusters: a "
+                                      "cluster's steps are the most of its tasks' whole counts, not of their shares")
         self.uses_previous = positional_parameters(self.user.compute) >= 4    # compute(st, inp, k, prev)
         self.late_inputs = buffer_specs(cls, "late_inputs")
         self.late_stages = self._check_late(cls, stages, late_stages)
