@@ -275,7 +275,7 @@ SPLIT_CASES = [(1, 32, 128, 16384, 128), (4, 32, 128, 8192, 128), (1, 16, 512, 3
 
 def split_table(rounds: int = 4) -> list[dict]:
     """Split-K (flash-decoding) against one task per query tile and cuDNN on SPLIT_CASES: TFLOP/s, medians of
-    `rounds` interleaved rounds; the splits as splits_for picks them with SPLIT_K_DEFAULT on."""
+    `rounds` interleaved rounds; the splits that fill the SMs (splits_to_fill), at least 2."""
     import statistics
 
     import torch
@@ -290,8 +290,8 @@ def split_table(rounds: int = 4) -> list[dict]:
         k, v = (torch.randn(b, h, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
         groups = att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
         o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, groups), device="cuda")
-        splits = max(2, min(att.multiprocessors(q) // (b * h * att.cdiv(n, att.q_rows(groups))),
-                            att.cdiv(nk, att.CONFIGS[d][0]) // att.SPLIT_MIN_STEPS, att.MAX_SPLITS))
+        tasks = b * h * att.cdiv(n, att.q_rows(groups))
+        splits = max(2, att.splits_to_fill(tasks, nk, d, att.multiprocessors(q)))
         fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v),
                "tkpy": lambda: att._launch(q, k, v, o, lse, False, None, splits=1),
                "split": lambda: att._launch(q, k, v, o, lse, False, None, splits=splits)}

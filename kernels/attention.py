@@ -798,6 +798,12 @@ def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int
     tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
     if not SPLIT_K_DEFAULT or consumer_warpgroups != 2 or d not in SPLIT_K_DIMS or 2 * tasks > sms:
         return 1
+    return splits_to_fill(tasks, nk, d, sms)
+
+
+def splits_to_fill(tasks: int, nk: int, d: int, sms: int) -> int:
+    """Tasks per query tile that fill `sms` SMs with `tasks` query tiles over nk keys: each split at least
+    SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS splits, at least 1."""
     steps = cdiv(nk, CONFIGS[d][0])
     return max(1, min(sms // tasks, steps // SPLIT_MIN_STEPS, MAX_SPLITS))
 
