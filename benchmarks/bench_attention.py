@@ -269,50 +269,71 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 # Few query tiles over many keys (decode-like chunks, short prompts on long caches): (b, h, n, n_k, d), non-causal.
-SPLIT_CASES = [(1, 32, 128, 16384, 128), (4, 32, 128, 8192, 128), (1, 16, 512, 32768, 128), (2, 32, 64, 16384, 64),
-               (1, 8, 1024, 65536, 64)]
+# (b, h, kv heads, n, keys, d, causal, consumer warpgroups): decoding-like shapes whose query tiles fill few SMs
+SPLIT_CASES = [(1, 32, 32, 128, 16384, 128, False, 2), (4, 32, 32, 128, 8192, 128, False, 2),
+               (1, 16, 16, 512, 32768, 128, False, 2), (2, 32, 32, 64, 16384, 64, False, 2),
+               (1, 8, 8, 1024, 65536, 64, False, 2), (1, 32, 8, 128, 16384, 128, False, 2),
+               (1, 32, 32, 128, 16384, 128, "bottom_right", 2), (2, 32, 8, 64, 16384, 64, "bottom_right", 2),
+               (1, 16, 16, 128, 16384, 256, False, 2), (1, 8, 8, 1024, 65536, 64, False, 3),
+               (2, 16, 16, 192, 16384, 64, False, 3)]
+
+
+def visible_pairs(n: int, nk: int, causal) -> int:
+    """(query, key) pairs a head computes: all of them, or bottom-right causal's (query i sees keys j <= i + nk - n)."""
+    if causal != "bottom_right":
+        return n * nk
+    return sum(max(0, min(nk, i + nk - n + 1)) for i in range(n))
 
 
 def split_table(rounds: int = 4) -> list[dict]:
-    """Split-K (flash-decoding) against one task per query tile and cuDNN on SPLIT_CASES: TFLOP/s, medians of
-    `rounds` interleaved rounds; the splits that fill the SMs (splits_to_fill), at least 2."""
+    """Split-K (flash-decoding) against one task per query tile and SDPA on SPLIT_CASES: TFLOP/s, medians of
+    `rounds` interleaved rounds; the splits that fill the SMs (splits_to_fill), at least 2. The peer is cuDNN, or
+    for bottom-right causal (which SDPA's cuDNN backend does not take) SDPA with torch's causal_lower_right bias
+    (its flash kernel)."""
     import statistics
 
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
 
     from benchmarks.timing import median_ms
     from kernels import attention as att
     rows = []
-    for b, h, n, nk, d in SPLIT_CASES:
+    for b, h, hkv, n, nk, d, causal, groups in SPLIT_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
-        k, v = (torch.randn(b, h, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-        groups = att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
+        k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
         o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, groups), device="cuda")
         tasks = b * h * att.cdiv(n, att.q_rows(groups))
         splits = max(2, att.splits_to_fill(tasks, nk, d, att.multiprocessors(q)))
-        fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v),
-               "tkpy": lambda: att._launch(q, k, v, o, lse, False, None, splits=1),
-               "split": lambda: att._launch(q, k, v, o, lse, False, None, splits=splits)}
+        if causal == "bottom_right":
+            kk, vv = (x.repeat_interleave(h // hkv, dim=1) for x in (k, v))
+            mask = causal_lower_right(n, nk)
+            peer = lambda: F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+        else:
+            def peer():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=hkv != h)
+        options = dict(consumer_warpgroups=groups)
+        fns = {"peer": peer,
+               "tkpy": lambda: att._launch(q, k, v, o, lse, causal, None, splits=1, **options),
+               "split": lambda: att._launch(q, k, v, o, lse, causal, None, splits=splits, **options)}
         times = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
-                if name == "cudnn":
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        times[name].append(median_ms(fn))
-                else:
-                    times[name].append(median_ms(fn))
-        flops = 4 * b * h * n * nk * d
-        row = dict(b=b, h=h, n=n, nk=nk, d=d, splits=splits,
+                times[name].append(median_ms(fn))
+        flops = 4 * b * h * visible_pairs(n, nk, causal) * d
+        row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, causal=causal, groups=groups, splits=splits,
+                   peer_name="flash (lower-right)" if causal == "bottom_right" else "cuDNN",
                    **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
         rows.append(row)
-    print(f"\nsplit-K, TFLOP/s (medians of {rounds} rounds)")
-    print(f"{'B H N NK D':>22} {'splits':>6} {'cuDNN':>6} {'tkpy':>6} {'split':>6} {'split/cuDNN':>11} "
-          f"{'split/tkpy':>10}")
+    print(f"\nsplit-K, TFLOP/s (medians of {rounds} rounds; peer: cuDNN, flash for bottom-right causal)")
+    print(f"{'B H HKV N NK D':>26} {'causal':>12} {'wg':>2} {'splits':>6} {'peer':>6} {'tkpy':>6} {'split':>6} "
+          f"{'split/peer':>10} {'split/tkpy':>10}")
     for r in rows:
-        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {r['splits']:>6} {r['cudnn']:>6.0f} "
-              f"{r['tkpy']:>6.0f} {r['split']:>6.0f} {r['split'] / r['cudnn']:>11.2f} {r['split'] / r['tkpy']:>10.2f}")
+        print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {str(r['causal']):>12} "
+              f"{r['groups']:>2} {r['splits']:>6} {r['peer']:>6.0f} {r['tkpy']:>6.0f} {r['split']:>6.0f} "
+              f"{r['split'] / r['peer']:>10.2f} {r['split'] / r['tkpy']:>10.2f}")
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
         (out_dir / "attention_split.json").write_text(json.dumps(rows, indent=2))

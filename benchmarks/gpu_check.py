@@ -118,8 +118,9 @@ def main() -> int:
               f"tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
               f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")
     for r in report.get("attention_split", []):
-        print(f"attention split-K B{r['b']} H{r['h']} N{r['n']} over {r['nk']} keys D{r['d']} ({r['splits']} splits): "
-              f"{r['split']:.0f} TFLOP/s, {r['split'] / r['cudnn']:.2f}x cuDNN, {r['split'] / r['tkpy']:.2f}x unsplit")
+        print(f"attention split-K B{r['b']} H{r['h']}/{r['hkv']} N{r['n']} over {r['nk']} keys D{r['d']} "
+              f"causal={r['causal']} {r['groups']}wg ({r['splits']} splits): {r['split']:.0f} TFLOP/s, "
+              f"{r['split'] / r['peer']:.2f}x {r['peer_name']}, {r['split'] / r['tkpy']:.2f}x unsplit")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']} {r['layout']} {r.get('epilogue', '')}: tkpy {r['tkpy_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")

@@ -812,30 +812,35 @@ def splits_to_fill(tasks: int, nk: int, d: int, sms: int) -> int:
 def combine_kernel(d: int, dtype, splits: int):
     """Merges split-K results (flash-decoding): for each query row, the `splits` partial outputs O_s (normalized
     over their own keys) and log-sum-exps l_s become O = sum_s e^(l_s - l) O_s and l = ln sum_s e^(l_s) (rows
-    that see no key in any split: O = 0, l = -inf). One warp per 16 rows; rows past N are skipped."""
+    that see no key in any split: O = 0, l = -inf). One warp per 16 rows, in column slices of at most 128 (two
+    fp32 16x256 tiles would not fit a thread's registers); rows past N are skipped."""
+    cols = min(d, 128)
+
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
                 O: tk.gl[dtype, "B", "H", "N", d], L: tk.gl[f32, "B", "H", "NL"]):
-        out, part = tk.rt(f32, 16, d), tk.rt(f32, 16, d)
-        lses = [tk.col_vec(out) for _ in range(splits)]
-        top, weight, total = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
+        out, part = tk.rt(f32, 16, cols), tk.rt(f32, 16, cols)
+        weights = [tk.col_vec(out) for _ in range(splits)]
+        top, total, denominator = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
         row = tk.let(tk.block_idx.x * 4 + tk.warp_id(), "row")          # 16-row units
         b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
         tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
-        for s, lse in enumerate(lses):
-            tk.load(lse, Lw, (s * O.batch + b, h, row))
-            tk.max(top, top, lse)
-        tk.zero(out)
+        for s, weight in enumerate(weights):
+            tk.load(weight, Lw, (s * O.batch + b, h, row))
+            tk.max(top, top, weight)
         tk.zero(total)
-        for s, lse in enumerate(lses):
-            tk.load(part, Ow, (s * O.batch + b, h, row, 0), masked=True)
-            tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), lse, top)
-            tk.mul_row(part, part, weight)
-            tk.add(out, out, part)
+        for weight in weights:                  # each split's log-sum-exp becomes its weight e^(l_s - max)
+            tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), weight, top)
             tk.add(total, total, weight)
-        tk.max(weight, total, 1e-30)
-        tk.div_row(out, out, weight)
-        tk.store(O, out, (b, h, row, 0), masked=True)
+        tk.max(denominator, total, 1e-30)
+        for col in range(d // cols):
+            tk.zero(out)
+            for s, weight in enumerate(weights):
+                tk.load(part, Ow, (s * O.batch + b, h, row, col), masked=True)
+                tk.mul_row(part, part, weight)
+                tk.add(out, out, part)
+            tk.div_row(out, out, denominator)
+            tk.store(O, out, (b, h, row, col), masked=True)
         tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
         tk.store(L, total, (b, h, row), masked=True)
     return combine

@@ -314,6 +314,7 @@ def launch_split(q, k, v, causal, splits, **options):
     (False, 128, 2, 256, 520, 2, dict(q_registers=False)),
     (True, 64, 1, 300, 900, 3, dict(q_ahead=True)),        # the second query tile's buffer, with no O staged in it
     (False, 128, 1, 200, 1500, 3, dict(split_kv=True)),    # D128's split rings of 176-row tiles (long keys)
+    ("bottom_right", 256, 1, 150, 400, 3, {}),            # D256: 64-row key tiles
 ])
 def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     """splits > 1: each query tile's key tiles shared by `splits` tasks writing fp32 partial results into
@@ -353,9 +354,11 @@ def test_split_k_choices_and_sass(monkeypatch):
     q = torch.empty(1, 2, 384, 128, dtype=BF16)
     kernel = att._attention(128, att.DTYPES[BF16], True, split_k=True).kernel
     compiled_sass(kernel, [q, q, q, torch.empty(2, 2, 384, 128), torch.empty(2, 2, 384), 1.0, 0, 2])
-    combine = att.combine_kernel(128, att.DTYPES[BF16], 3)
-    r = combine.resources(torch.empty(3, 2, 384, 128), torch.empty(3, 2, 384), q, torch.empty(1, 2, 384))
-    assert r.spill_stores == r.spill_loads == 0
+    for d in (64, 128, 256):                    # D256 in column slices of 128: its whole rows would need 268 registers
+        combine = att.combine_kernel(d, att.DTYPES[BF16], att.MAX_SPLITS)
+        r = combine.resources(torch.empty(att.MAX_SPLITS, 2, 384, d), torch.empty(att.MAX_SPLITS, 2, 384),
+                              torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384))
+        assert r.spill_stores == r.spill_loads == 0, (d, r)
 
 
 def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):

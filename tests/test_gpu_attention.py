@@ -261,14 +261,18 @@ def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     check(o, lse, *reference(q, k, v, False))
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,splits", [
-    (1, 32, 8, 128, 16384, 128, False, 4), (1, 16, 16, 100, 5000, 64, False, 3), (2, 8, 2, 300, 3000, 128, True, 2),
-    (1, 4, 4, 1000, 300, 128, "bottom_right", 2), (1, 16, 4, 64, 8192, 64, True, 4), (1, 2, 2, 130, 200, 128, False, 5)])
-def test_split_k(b, h, hkv, n, nk, d, causal, splits):
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,splits,groups", [
+    (1, 32, 8, 128, 16384, 128, False, 4, 2), (1, 16, 16, 100, 5000, 64, False, 3, 2),
+    (2, 8, 2, 300, 3000, 128, True, 2, 2), (1, 4, 4, 1000, 300, 128, "bottom_right", 2, 2),
+    (1, 16, 4, 64, 8192, 64, True, 4, 2), (1, 2, 2, 130, 200, 128, False, 5, 2),
+    (1, 8, 2, 200, 3000, 256, False, 3, 2), (1, 4, 4, 130, 2000, 256, "bottom_right", 4, 2),
+    (1, 8, 8, 400, 9000, 64, False, 4, 3), (1, 8, 4, 200, 5000, 64, "bottom_right", 3, 3)])
+def test_split_k(b, h, hkv, n, nk, d, causal, splits, groups):
     """splits > 1 (flash-decoding): each query tile's keys shared by `splits` tasks, their fp32 results merged by
-    combine_kernel (GQA, MQA-like groups, causal both ways with rows that see no key, more splits than key tiles)."""
+    combine_kernel (GQA, MQA-like groups, causal both ways with rows that see no key, more splits than key tiles;
+    D256, and 3 consumer warpgroups with D64's split rings)."""
     q, k, v = qkv(b, h, hkv, n, nk, d)
-    o, lse = run_poisoned(q, k, v, causal, splits=splits)
+    o, lse = run_poisoned(q, k, v, causal, splits=splits, consumer_warpgroups=groups)
     check(o, lse, *reference(q, k, v, causal))
 
 
