@@ -14,6 +14,8 @@ pair; the tkpy column is its time in the cuDNN pair.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode
+                  (split-K on few query tiles over many keys; decoding shapes with GQA)
     PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
@@ -340,11 +342,70 @@ def split_table(rounds: int = 4) -> list[dict]:
     return rows
 
 
+# (b, h, kv heads, n, keys, d): decoding with grouped-query heads (non-causal: the new rows see the whole cache)
+DECODE_CASES = [(8, 32, 8, 1, 8192, 128), (8, 32, 8, 16, 8192, 128), (1, 64, 8, 1, 32768, 128),
+                (16, 32, 4, 4, 4096, 128), (4, 32, 8, 64, 16384, 64), (8, 16, 2, 1, 8192, 256)]
+
+
+def decode_table(rounds: int = 4) -> list[dict]:
+    """attention() as users call it (query heads packed per key/value head, packed_heads, and split-K) against
+    the same kernels without packing and SDPA's cuDNN and flash backends (the faster taken as the peer; a backend
+    that refuses the case is left out) on DECODE_CASES: TFLOP/s, medians of `rounds` interleaved rounds."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchmarks.timing import median_ms
+    from kernels import attention as att
+    rows = []
+    for b, h, hkv, n, nk, d in DECODE_CASES:
+        q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
+        k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        groups = att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
+        o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, groups), device="cuda")
+        fns = {"tkpy": lambda: att.attention(q, k, v),
+               "unpacked": lambda: att._launch(q, k, v, o, lse, False, None, consumer_warpgroups=groups)}
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            def peer(backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            try:
+                peer()
+            except RuntimeError:
+                continue
+            fns[name] = peer
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name].append(median_ms(fn))
+        flops = 4 * b * h * n * nk * d
+        row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, group=att.packed_heads(q, hkv, False),
+                   **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
+        row["peer_name"] = max((name for name in ("cudnn", "flash") if name in row), key=row.get)
+        row["peer"] = row[row["peer_name"]]
+        rows.append(row)
+    print(f"\ndecoding (GQA, non-causal), TFLOP/s (medians of {rounds} rounds)")
+    print(f"{'B H HKV N NK D':>26} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'tkpy':>6} {'tkpy/peer':>9} "
+          f"{'packing':>7}")
+    for r in rows:
+        print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} "
+              f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "
+              f"{r['tkpy']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} {r['tkpy'] / r['unpacked']:>7.2f}")
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    if out_dir:
+        (out_dir / "attention_decode.json").write_text(json.dumps(rows, indent=2))
+    return rows
+
+
 if __name__ == "__main__":
     if "--compare" in sys.argv:
         at = sys.argv.index("--compare")
         compare(sys.argv[at + 2:], int(sys.argv[at + 1]))
     elif "--split" in sys.argv:
         split_table()
+    elif "--decode" in sys.argv:
+        decode_table()
     else:
         main()

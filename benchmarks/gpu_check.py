@@ -99,6 +99,7 @@ def main() -> int:
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main()
         report["attention_split"] = bench_attention.split_table()
+        report["attention_decode"] = bench_attention.decode_table()
         from benchmarks import bench_exp2, bench_smem
         report["smem"] = bench_smem.main()
         report["exp2"] = bench_exp2.main()
@@ -121,6 +122,10 @@ def main() -> int:
         print(f"attention split-K B{r['b']} H{r['h']}/{r['hkv']} N{r['n']} over {r['nk']} keys D{r['d']} "
               f"causal={r['causal']} {r['groups']}wg ({r['splits']} splits): {r['split']:.0f} TFLOP/s, "
               f"{r['split'] / r['peer']:.2f}x {r['peer_name']}, {r['split'] / r['tkpy']:.2f}x unsplit")
+    for r in report.get("attention_decode", []):
+        print(f"attention decoding B{r['b']} H{r['h']}/{r['hkv']} N{r['n']} over {r['nk']} keys D{r['d']}: "
+              f"{r['tkpy']:.0f} TFLOP/s, {r['tkpy'] / r['peer']:.2f}x {r['peer_name']}, "
+              f"{r['tkpy'] / r['unpacked']:.2f}x unpacked")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']} {r['layout']} {r.get('epilogue', '')}: tkpy {r['tkpy_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")

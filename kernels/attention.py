@@ -98,7 +98,7 @@ SPLIT_KEYS = {128: 8192}
 # one task per query tile and 1.46-2.11x cuDNN where the tasks fill at most half the SMs (B1 H32 N128 over 16384
 # keys, B1 H16 N512 over 32768, ...). With 2 consumer warpgroups (3: not yet timed on the GPU).
 SPLIT_K_DEFAULT = True
-SPLIT_K_DIMS = (64, 128)            # the head dims timed split (D256: not yet)
+SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
 MAX_SPLITS = 16
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
@@ -722,19 +722,38 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     - scale: defaults to 1 / sqrt(head_dim); any value (the kernel takes a positive one: a negative
       scale runs on -k with |scale|, a zero scale on a zero k with scale 1, both exact).
     - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores,
-      (batch, heads, seq) (a view of a buffer padded to a multiple of a task's 128 or 192 rows), as a
+      (batch, heads, seq) (usually a view of a buffer padded to a multiple of a task's 128 or 192 rows), as a
       backward pass needs.
+    Non-causal GQA/MQA with few query rows (decoding) runs each key/value head's query heads as one sequence
+    (packed_heads), so that a query tile is not mostly padding.
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a
     (B, N, H, D) tensor transposed to (B, H, N, D)); others are copied with .contiguous(). The
     output is a new contiguous tensor.
     """
     _checked(q, k, v)
-    (b, h, n, d) = q.shape
-    groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
+    (b, h, n, d), hkv = q.shape, k.shape[1]
+    group = packed_heads(q, hkv, causal)
     o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
+    if group > 1:                               # each key/value head's query heads as one sequence of group x n rows
+        q, o_run, (h, n) = q.view(b, hkv, group * n, d), o.view(b, hkv, group * n, d), (hkv, group * n)
+    else:
+        o_run = o
+    groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
     lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device)
-    _launch(q, k, v, o, lse, causal, scale, consumer_warpgroups=groups)
-    return (o, lse[..., :n]) if return_lse else o
+    _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups)
+    return (o, lse[..., :n].reshape(o.shape[:3])) if return_lse else o
+
+
+def packed_heads(q: torch.Tensor, hkv: int, causal) -> int:
+    """How many query heads attention() runs as one sequence (1: none). Non-causal grouped-query attention gives
+    the same result with the group's rows stacked, query head h * group + g's row i being row g * n + i of key/value
+    head h; attention() does that where it takes fewer 128-row query tiles (n not a multiple of 128: decoding's
+    few rows above all, where one head's rows would leave most of a tile empty) and q's heads and rows merge
+    into one dimension without a copy. Causal masks depend on a row's own position: not packed."""
+    (_, h, n, _), group = q.shape, q.shape[1] // hkv
+    if causal is not False or group == 1 or (n > 1 and q.stride(1) != n * q.stride(2)):
+        return 1
+    return group if cdiv(group * n, Q_ROWS) < group * cdiv(n, Q_ROWS) else 1
 
 
 def _launch(q, k, v, o, lse, causal, scale, **options) -> None:

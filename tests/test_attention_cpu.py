@@ -338,6 +338,27 @@ def test_attention_splits_few_tasks_over_many_keys(monkeypatch):
     check(o, lse, *reference(q, k, v, False), 128)
 
 
+@pytest.mark.parametrize("h,hkv,n,nk,causal,transposed,packed", [
+    (8, 2, 37, 300, False, False, (2, 148)),    # 4 heads of 37 rows: 2 tiles of 128 instead of 4
+    (4, 1, 1, 200, False, False, (1, 4)),       # MQA decoding: one row per head
+    (8, 2, 37, 300, False, True, None),         # (B, N, H, D) transposed: heads and rows do not merge in place
+    (8, 2, 37, 300, "bottom_right", False, None),   # causal: a row's mask is its own position's
+    (4, 2, 256, 300, False, False, None)])      # whole tiles already
+def test_gqa_heads_packed_into_one_sequence(monkeypatch, h, hkv, n, nk, causal, transposed, packed):
+    """attention() runs non-causal GQA with partial query tiles as one sequence per key/value head (packed_heads)
+    where q's heads and rows merge without a copy; the output and the log-sum-exp come back per query head."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    launched = []
+    real = att._launch
+    monkeypatch.setattr(att, "_launch", lambda q, *a, **kw: launched.append(q.shape) or real(q, *a, **kw))
+    q = rand(1, n, h, 64, dtype=BF16).transpose(1, 2) if transposed else rand(1, h, n, 64, dtype=BF16)
+    k, v = rand(1, hkv, nk, 64, dtype=BF16), rand(1, hkv, nk, 64, dtype=BF16)
+    o, lse = att.attention(q, k, v, causal, return_lse=True)
+    assert launched[-1][1:3] == (packed or (h, n))
+    assert o.shape == q.shape and lse.shape == q.shape[:3]
+    check(o, lse, *reference(q, k, v, causal), n)
+
+
 def test_split_k_choices_and_sass(monkeypatch):
     """splits_for leaves tasks that fill half the SMs unsplit; split-K takes no clusters; its kernels compile without
     spills or serialized MMAs, and the combine kernel too."""
@@ -346,7 +367,7 @@ def test_split_k_choices_and_sass(monkeypatch):
     assert att.splits_for(1, 2, 128, 128, 512, 2, 132) == 1           # 4 key tiles: too few to split
     assert att.splits_for(16, 16, 1024, 128, 1024, 2, 132) == 1       # 2048 tasks: no split
     assert att.splits_for(1, 8, 192, 64, 65536, 3, 132) == 1          # 3 warpgroups: not timed split
-    assert att.splits_for(1, 4, 1000, 256, 1000, 2, 132) == 1         # D256: not timed split
+    assert att.splits_for(1, 4, 1000, 256, 1000, 2, 132) == 4         # D256: 16 key tiles of 64
     monkeypatch.setattr(att, "SPLIT_K_DEFAULT", False)
     assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 1
     with pytest.raises(ValueError, match="split_k=True shares a task's keys between tasks that run apart"):

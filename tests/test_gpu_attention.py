@@ -276,6 +276,18 @@ def test_split_k(b, h, hkv, n, nk, d, causal, splits, groups):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("b,h,hkv,n,nk,d", [(2, 32, 8, 1, 4096, 128), (1, 16, 2, 37, 3000, 64),
+                                             (3, 8, 1, 64, 8192, 256), (1, 28, 4, 100, 5000, 128)])
+def test_decoding_packs_gqa_heads(b, h, hkv, n, nk, d):
+    """attention() on decoding shapes: each key/value head's query heads run as one sequence (packed_heads; groups of
+    4, 8 and 7), split-K where the tiles are few; output and log-sum-exp per query head."""
+    from kernels import attention as att
+    q, k, v = qkv(b, h, hkv, n, nk, d)
+    assert att.packed_heads(q, hkv, False) == h // hkv
+    o, lse = att.attention(q, k, v, return_lse=True)
+    check(o, lse, *reference(q, k, v, False))
+
+
 def test_persistent_clusters_are_all_resident():
     """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
     (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""
