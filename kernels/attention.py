@@ -263,10 +263,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
+    if groups not in (1, 2, 3):
+        raise ValueError(f"attention: consumer_warpgroups must be 1, 2 or 3, got {groups!r}")
+    pingpong = pingpong if groups > 1 else False         # (one warpgroup takes no turns)
     softmax_turns = pingpong == "softmax"
     mma_turns = bool(pingpong) and not softmax_turns
-    if groups not in (2, 3):
-        raise ValueError(f"attention: consumer_warpgroups must be 2 or 3, got {groups!r}")
     if groups == 3 and d not in CONFIGS_3WG:
         raise ValueError(f"attention: 3 consumer warpgroups take head dims {', '.join(map(str, CONFIGS_3WG))} "
                          f"(their registers hold S, P and O of those only), got {d}")
@@ -285,15 +286,15 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     rows = q_rows(groups)                                   # query rows per task
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
     if split_kv:
-        default_kv, default_stages, default_late = (CONFIGS_SPLIT if groups == 2 else CONFIGS_SPLIT_3WG)[d]
+        default_kv, default_stages, default_late = (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
     else:
-        default_kv, default_stages = (CONFIGS if groups == 2 else CONFIGS_3WG)[d]
-    producer_registers, consumer_registers = (None, None) if groups == 2 else REGISTERS_3WG
+        default_kv, default_stages = (CONFIGS_3WG if groups == 3 else CONFIGS)[d]
+    producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
         raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
     stages = stages or default_stages
-    q_default = groups == 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
+    q_default = groups <= 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
     pad_first = causal if pad_first is None else pad_first
     if pad_first and not causal:
@@ -308,7 +309,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") \
         + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
-        + ("" if pingpong else "_lockstep") + ("_softmaxturns" if softmax_turns else "") \
+        + ("" if pingpong or groups == 1 else "_lockstep") + ("_softmaxturns" if softmax_turns else "") \
         + ("" if stages == default_stages else f"_{stages}stages") \
         + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
     rings = {}
@@ -415,8 +416,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def setup(self, st):
             # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)
-            st.q = tk.st(dtype, 64, d, count=groups * q_buffers)
-            st.q_arrived = tk.semaphore(groups * q_buffers)      # each query tile has landed
+            tiles = max(2, groups * q_buffers)                   # (an array: one warpgroup's one tile too)
+            st.q = tk.st(dtype, 64, d, count=tiles)
+            st.q_arrived = tk.semaphore(tiles)                   # each query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
             for buffer in range(q_buffers):
                 _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
@@ -815,7 +817,7 @@ def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int
     off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as many as fill the SMs, each at
     least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
     tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
-    if not SPLIT_K_DEFAULT or consumer_warpgroups != 2 or d not in SPLIT_K_DIMS or 2 * tasks > sms:
+    if not SPLIT_K_DEFAULT or consumer_warpgroups == 3 or d not in SPLIT_K_DIMS or 2 * tasks > sms:
         return 1
     return splits_to_fill(tasks, nk, d, sms)
 

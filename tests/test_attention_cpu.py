@@ -934,3 +934,16 @@ def test_wgmma_descriptor_steps_are_one_32_bit_add(d, causal):
                             split_kv=d == 64).kernel
     before = before_hgmma(compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else [])))
     assert before and not any("UIADD3.X" in line for line in before)
+
+
+@pytest.mark.parametrize("d,causal,hkv,n,nk,splits", [
+    (128, False, 1, 100, 300, 1), (64, True, 2, 150, 150, 1), (256, "bottom_right", 1, 40, 200, 1),
+    (128, False, 1, 8, 1000, 3), (64, "bottom_right", 2, 64, 700, 2)])
+def test_one_consumer_warpgroup(monkeypatch, d, causal, hkv, n, nk, splits):
+    """consumer_warpgroups=1: tasks of 64 query rows, no turns (decoding's few rows: no 64-row half of padding),
+    alone or with split-K."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 2, n, d, dtype=BF16)
+    k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
+    o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)

@@ -224,6 +224,8 @@ def test_register_split_defaults_and_overrides():
         == (24, 240)
     assert tk.lcsf(stages=2, output_stages=1, consumer_warpgroups=3)(_class()).registers == (40, 152)
     assert tk.lcsf(stages=2, output_stages=1, producer_warps=2)(_class()).registers == (None, None)
+    # one consumer warpgroup: 256 threads launch with 256 registers each, more than setmaxnreg.inc could give it
+    assert tk.lcsf(stages=2, output_stages=1, consumer_warpgroups=1)(_class()).registers == (None, None)
 
 
 def test_lcf_takes_the_same_parameters():

@@ -239,7 +239,11 @@ def multiprocessors(tensor) -> int:
 def register_split(consumers: int, producer_warps: int, producer: int | None, consumer: int | None) -> tuple:
     """(producer, consumer) registers per thread for setmaxnreg, or (None, None) without a register split (a
     producer of fewer than 4 warps is no whole warpgroup; every warp then keeps the launch's equal share).
-    Defaults: the producer keeps PRODUCER_REGISTERS, the consumers share the rest, at most 240 each."""
+    Defaults: the producer keeps PRODUCER_REGISTERS, the consumers share the rest, at most 240 each; with one
+    consumer warpgroup none (its 256 threads launch with the whole file between them: 256 registers each, more than
+    a consumer can be raised to)."""
+    if consumers == 1 and producer is None and consumer is None:
+        return None, None
     if producer_warps < 4:
         if producer is not None or consumer is not None:
             raise ValueError(f"a register split (setmaxnreg) needs a whole producer warpgroup; producer_warps="
