@@ -663,9 +663,10 @@ def test_consumer_warpgroups_option(monkeypatch):
     assert default.kernel.name == explicit.kernel.name == "attention_fwd_d64"
     assert default.kernel.source(q, q, q, q, lse, 1.0) == explicit.kernel.source(q, q, q, q, lse, 1.0)
     assert att._attention(64, consumer_warpgroups=3).kernel.name == "attention_fwd_d64_3wg"
+    assert att._attention(128, consumer_warpgroups=1).kernel.name == "attention_fwd_d128_1wg" and att.q_rows(1) == 64
     assert att.q_rows() == att.Q_ROWS == 128 and att.q_rows(3) == 192
     assert att.lse_rows(460) == 512 and att.lse_rows(460, 3) == 576
-    with pytest.raises(ValueError, match="consumer_warpgroups must be 2 or 3"):
+    with pytest.raises(ValueError, match="consumer_warpgroups must be 1, 2 or 3"):
         att._attention(64, consumer_warpgroups=4)
     with pytest.raises(ValueError, match="3 consumer warpgroups take head dims"):
         att._attention(256, consumer_warpgroups=3)
