@@ -344,13 +344,15 @@ def split_table(rounds: int = 4) -> list[dict]:
 
 # (b, h, kv heads, n, keys, d): decoding with grouped-query heads (non-causal: the new rows see the whole cache)
 DECODE_CASES = [(8, 32, 8, 1, 8192, 128), (8, 32, 8, 16, 8192, 128), (1, 64, 8, 1, 32768, 128),
-                (16, 32, 4, 4, 4096, 128), (4, 32, 8, 64, 16384, 64), (8, 16, 2, 1, 8192, 256)]
+                (16, 32, 4, 4, 4096, 128), (4, 32, 8, 64, 16384, 64), (8, 16, 2, 1, 8192, 256),
+                (8, 32, 32, 64, 4096, 128)]
 
 
 def decode_table(rounds: int = 4) -> list[dict]:
-    """attention() as users call it (query heads packed per key/value head, packed_heads, and split-K) against
-    the same kernels without packing and SDPA's cuDNN and flash backends (the faster taken as the peer; a backend
-    that refuses the case is left out) on DECODE_CASES: TFLOP/s, medians of `rounds` interleaved rounds."""
+    """attention() as users call it (query heads packed per key/value head, packed_heads, consumer_warpgroups_for's
+    choice, split-K) against the same without packing (2 consumer warpgroups), packed with 1 and with 2 consumer
+    warpgroups, and SDPA's cuDNN and flash backends (the faster taken as the peer; a backend that refuses the case
+    is left out) on DECODE_CASES: TFLOP/s, medians of `rounds` interleaved rounds."""
     import statistics
 
     import torch
@@ -363,14 +365,14 @@ def decode_table(rounds: int = 4) -> list[dict]:
     for b, h, hkv, n, nk, d in DECODE_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
         k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-        groups = att.consumer_warpgroups_for(b, h, n, d, att.multiprocessors(q))
-        o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, groups), device="cuda")
+        o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, 2), device="cuda")
         group = att.packed_heads(q, hkv, False)
-        qp, op = (x.view(b, hkv, group * n, d) for x in (q, o))
-        lse1 = torch.empty(b, hkv, att.lse_rows(group * n, 1), device="cuda")
+        qp, op = (x.view(b, h // group, group * n, d) for x in (q, o))
+        lsep = torch.empty(b, h // group, att.lse_rows(group * n, 2), device="cuda")
         fns = {"tkpy": lambda: att.attention(q, k, v),
-               "unpacked": lambda: att._launch(q, k, v, o, lse, False, None, consumer_warpgroups=groups),
-               "1wg": lambda: att._launch(qp, k, v, op, lse1, False, None, consumer_warpgroups=1)}
+               "unpacked": lambda: att._launch(q, k, v, o, lse, False, None, consumer_warpgroups=2),
+               "1wg": lambda: att._launch(qp, k, v, op, lsep, False, None, consumer_warpgroups=1),
+               "2wg": lambda: att._launch(qp, k, v, op, lsep, False, None, consumer_warpgroups=2)}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             def peer(backend=backend):
                 with sdpa_kernel(backend):
@@ -391,13 +393,13 @@ def decode_table(rounds: int = 4) -> list[dict]:
         row["peer"] = row[row["peer_name"]]
         rows.append(row)
     print(f"\ndecoding (GQA, non-causal), TFLOP/s (medians of {rounds} rounds)")
-    print(f"{'B H HKV N NK D':>26} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'tkpy':>6} {'1wg':>6} {'tkpy/peer':>9} "
-          f"{'packing':>7} {'1wg/peer':>8}")
+    print(f"{'B H HKV N NK D':>26} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} {'tkpy':>6} "
+          f"{'tkpy/peer':>9} {'tkpy/unpacked':>13}")
     for r in rows:
         print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} "
               f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "
-              f"{r['tkpy']:>6.1f} {r['1wg']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} {r['tkpy'] / r['unpacked']:>7.2f} "
-              f"{r['1wg'] / r['peer']:>8.2f}")
+              f"{r['1wg']:>6.1f} {r['2wg']:>6.1f} {r['tkpy']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} "
+              f"{r['tkpy'] / r['unpacked']:>13.2f}")
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
         (out_dir / "attention_decode.json").write_text(json.dumps(rows, indent=2))

@@ -130,10 +130,14 @@ def lse_rows(n: int, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
 
 
 def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
-    """The consumer warpgroups (2 or 3) attention() runs for b x h heads of n query rows at head dim d on
-    `sms` SMs: the fewest modelled time, waves of tasks over the SMs times a task's rows over GROUP_RATE (ties
-    to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 3 (12
-    waves of 192 rows at 1.25x beat 16 of 128), N64 -> 2 (a 192-row task is two thirds padding)."""
+    """The consumer warpgroups (1, 2 or 3) attention() runs for b x h heads of n query rows at head dim d on
+    `sms` SMs: 1 where a head's rows fit one 64-row task (n <= 64: decoding, packed GQA heads; a 128-row task
+    would be half padding, RESULTS.md run 132); otherwise the fewest modelled time, waves of tasks over the SMs
+    times a task's rows over GROUP_RATE (ties to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of
+    192 rows beat 63 of 128), N1024 -> 3 (12 waves of 192 rows at 1.25x beat 16 of 128)."""
+    if n <= q_rows(1):
+        return 1
+
     def time(groups):
         return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / GROUP_RATE[d][groups]
     return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))
@@ -769,7 +773,7 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
         template(*args)
         if template.scheduler.splits_k:         # the splits' results in the workspaces, merged into o and lse
             b, h, n, d = q.shape
-            combine_kernel(d, DTYPES[q.dtype], args[-1])[(cdiv(n, 64), b * h)](args[3], args[4], o, lse)
+            combine_kernel(d, DTYPES[q.dtype], args[-1])[combine_grid(b, h, n, d)](args[3], args[4], o, lse)
 
 
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
@@ -829,42 +833,53 @@ def splits_to_fill(tasks: int, nk: int, d: int, sms: int) -> int:
     return max(1, min(sms // tasks, steps // SPLIT_MIN_STEPS, MAX_SPLITS))
 
 
+COMBINE_COLS = 16                   # columns of O per warp of combine_kernel
+
+
 @functools.cache
 def combine_kernel(d: int, dtype, splits: int):
     """Merges split-K results (flash-decoding): for each query row, the `splits` partial outputs O_s (normalized
     over their own keys) and log-sum-exps l_s become O = sum_s e^(l_s - l) O_s and l = ln sum_s e^(l_s) (rows
-    that see no key in any split: O = 0, l = -inf). One warp per 16 rows, in column slices of at most 128 (two
-    fp32 16x256 tiles would not fit a thread's registers); rows past N are skipped."""
-    cols = min(d, 128)
-
+    that see no key in any split: O = 0, l = -inf). Launched on combine_grid: a warp per 16 rows and COMBINE_COLS
+    columns, which loads every split's slice before it adds any (16 splits of 16 x 16 fp32 are 128 registers a
+    thread), so that its time is one round trip to L2 and not one per split (RESULTS.md run 132); rows past N are
+    skipped."""
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
                 O: tk.gl[dtype, "B", "H", "N", d], L: tk.gl[f32, "B", "H", "NL"]):
-        out, part = tk.rt(f32, 16, cols), tk.rt(f32, 16, cols)
+        out = tk.rt(f32, 16, COMBINE_COLS)
+        parts = [tk.rt(f32, 16, COMBINE_COLS) for _ in range(splits)]
         weights = [tk.col_vec(out) for _ in range(splits)]
         top, total, denominator = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
-        row = tk.let(tk.block_idx.x * 4 + tk.warp_id(), "row")          # 16-row units
+        row = tk.block_idx.x                                                # 16-row units
+        col = tk.let(tk.block_idx.z * 4 + tk.warp_id(), "col")              # COMBINE_COLS-column units
         b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
-        tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
-        for s, weight in enumerate(weights):
+        for s, (weight, part) in enumerate(zip(weights, parts)):
             tk.load(weight, Lw, (s * O.batch + b, h, row))
+            tk.load(part, Ow, (s * O.batch + b, h, row, col), masked=True)
+        tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
+        for weight in weights:
             tk.max(top, top, weight)
         tk.zero(total)
         for weight in weights:                  # each split's log-sum-exp becomes its weight e^(l_s - max)
             tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), weight, top)
             tk.add(total, total, weight)
         tk.max(denominator, total, 1e-30)
-        for col in range(d // cols):
-            tk.zero(out)
-            for s, weight in enumerate(weights):
-                tk.load(part, Ow, (s * O.batch + b, h, row, col), masked=True)
-                tk.mul_row(part, part, weight)
-                tk.add(out, out, part)
-            tk.div_row(out, out, denominator)
-            tk.store(O, out, (b, h, row, col), masked=True)
-        tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
-        tk.store(L, total, (b, h, row), masked=True)
+        tk.zero(out)
+        for weight, part in zip(weights, parts):
+            tk.mul_row(part, part, weight)
+            tk.add(out, out, part)
+        tk.div_row(out, out, denominator)
+        tk.store(O, out, (b, h, row, col), masked=True)
+        with tk.if_(col == 0):
+            tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
+            tk.store(L, total, (b, h, row), masked=True)
     return combine
+
+
+def combine_grid(b: int, h: int, n: int, d: int) -> tuple[int, int, int]:
+    """combine_kernel's blocks: 16-row units of n, b x h heads, and d over 4 warps of COMBINE_COLS columns."""
+    return cdiv(n, 16), b * h, d // (4 * COMBINE_COLS)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -812,9 +812,10 @@ def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
     (16, 16, 4096, 64, 3), (4, 16, 16384, 64, 3), (16, 16, 2048, 64, 3),   # many waves: 192-row tasks, 25% faster
     (16, 16, 1024, 64, 3),       # 1024 rows padded to 1152 by 192-row tasks: 12 waves of 192 beat 16 of 128
     (2, 16, 4096, 64, 3),        # 6 waves of 192 rows against 8 of 128
-    (16, 16, 64, 64, 2),         # 2 waves either way, 64 rows: a 192-row task is two thirds padding
+    (16, 16, 100, 64, 2),        # 2 waves either way, 100 rows: a 192-row task is half padding
     (1, 1, 192, 64, 2),          # one wave either way: 2 tasks of 128 rows finish before 1 of 192
-    (1, 2, 1, 64, 2), (16, 16, 4096, 128, 2), (4, 16, 16384, 256, 2)])
+    (16, 16, 4096, 128, 2), (4, 16, 16384, 256, 2),
+    (1, 2, 1, 64, 1), (16, 16, 64, 128, 1), (8, 8, 33, 256, 1)])   # a head's rows fit one 64-row task
 def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
     assert att.consumer_warpgroups_for(b, h, n, d, 132) == groups
 
@@ -937,14 +938,15 @@ def test_wgmma_descriptor_steps_are_one_32_bit_add(d, causal):
     assert before and not any("UIADD3.X" in line for line in before)
 
 
-@pytest.mark.parametrize("d,causal,hkv,n,nk,splits", [
-    (128, False, 1, 100, 300, 1), (64, True, 2, 150, 150, 1), (256, "bottom_right", 1, 40, 200, 1),
-    (128, False, 1, 8, 1000, 3), (64, "bottom_right", 2, 64, 700, 2)])
-def test_one_consumer_warpgroup(monkeypatch, d, causal, hkv, n, nk, splits):
+@pytest.mark.parametrize("d,causal,hkv,n,nk,splits,split_kv", [
+    (128, False, 1, 100, 300, 1, False), (64, True, 2, 150, 150, 1, False), (256, "bottom_right", 1, 40, 200, 1, False),
+    (128, False, 1, 8, 1000, 3, False), (64, "bottom_right", 2, 64, 700, 2, False),
+    (128, False, 1, 8, 1500, 2, True)])                 # D128's split rings (attention() from 8192 keys on)
+def test_one_consumer_warpgroup(monkeypatch, d, causal, hkv, n, nk, splits, split_kv):
     """consumer_warpgroups=1: tasks of 64 query rows, no turns (decoding's few rows: no 64-row half of padding),
     alone or with split-K."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 2, n, d, dtype=BF16)
     k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
-    o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1)
+    o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1, split_kv=split_kv)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
