@@ -28,6 +28,11 @@ At D128 each task's start loads the next task's Q into the query tile, which its
 (q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 (causal or
 not) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for): one block multicasts
 each K tile and the other each V tile into both, so the L2 serves them once per pair.
+
+Decoding and other few-row shapes: non-causal GQA runs each key/value head's query heads as one sequence
+(packed_heads), a head's rows that fit 64 run on one consumer warpgroup (tasks of 64 rows, no turns), and where the
+tasks fill at most half the SMs their keys are shared among several tasks (split-K, flash-decoding: splits_for),
+whose fp32 partial results combine_kernel merges.
 """
 from __future__ import annotations
 
@@ -96,7 +101,8 @@ SPLIT_KEYS = {128: 8192}
 # Split-K (flash-decoding): few (query tile, head) tasks over many keys share each task's keys among `splits`
 # tasks and merge their results (combine_kernel), by splits_for's rule: RESULTS.md run 128, 1.5-2.4x faster than
 # one task per query tile and 1.46-2.11x cuDNN where the tasks fill at most half the SMs (B1 H32 N128 over 16384
-# keys, B1 H16 N512 over 32768, ...). With 2 consumer warpgroups (3: not yet timed on the GPU).
+# keys, B1 H16 N512 over 32768, ...); run 129: D256 5.3x unsplit, GQA and bottom-right causal alike. With 1 or 2
+# consumer warpgroups (3 split well too, run 129, but 2 are faster on those shapes and attention() picks them).
 SPLIT_K_DEFAULT = True
 SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
@@ -132,8 +138,8 @@ def lse_rows(n: int, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
 def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     """The consumer warpgroups (1, 2 or 3) attention() runs for b x h heads of n query rows at head dim d on
     `sms` SMs: 1 where a head's rows fit one 64-row task (n <= 64: decoding, packed GQA heads; a 128-row task
-    would be half padding, RESULTS.md run 132); otherwise the fewest modelled time, waves of tasks over the SMs
-    times a task's rows over GROUP_RATE (ties to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of
+    would be half padding; RESULTS.md runs 131 and 133, 4-16% faster); otherwise the fewest modelled time, waves
+    of tasks over the SMs times a task's rows over GROUP_RATE (ties to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of
     192 rows beat 63 of 128), N1024 -> 3 (12 waves of 192 rows at 1.25x beat 16 of 128)."""
     if n <= q_rows(1):
         return 1
@@ -842,7 +848,7 @@ def combine_kernel(d: int, dtype, splits: int):
     over their own keys) and log-sum-exps l_s become O = sum_s e^(l_s - l) O_s and l = ln sum_s e^(l_s) (rows
     that see no key in any split: O = 0, l = -inf). Launched on combine_grid: a warp per 16 rows and COMBINE_COLS
     columns, which loads every split's slice before it adds any (16 splits of 16 x 16 fp32 are 128 registers a
-    thread), so that its time is one round trip to L2 and not one per split (RESULTS.md run 132); rows past N are
+    thread), so that its time is one round trip to L2 and not one per split (RESULTS.md runs 132-133); rows past N are
     skipped."""
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
