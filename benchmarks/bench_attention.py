@@ -342,61 +342,70 @@ def split_table(rounds: int = 4) -> list[dict]:
     return rows
 
 
-# (b, h, kv heads, n, keys, d): decoding with grouped-query heads (non-causal: the new rows see the whole cache)
-DECODE_CASES = [(8, 32, 8, 1, 8192, 128), (8, 32, 8, 16, 8192, 128), (1, 64, 8, 1, 32768, 128),
-                (16, 32, 4, 4, 4096, 128), (4, 32, 8, 64, 16384, 64), (8, 16, 2, 1, 8192, 256),
-                (8, 32, 32, 64, 4096, 128)]
+# (b, h, kv heads, n, keys, d, causal): decoding with grouped-query heads; non-causal (the new rows see the whole
+# cache) or bottom-right causal (speculative decoding's draft rows, each seeing the cache and the drafts before it)
+DECODE_CASES = [(8, 32, 8, 1, 8192, 128, False), (8, 32, 8, 16, 8192, 128, False), (1, 64, 8, 1, 32768, 128, False),
+                (16, 32, 4, 4, 4096, 128, False), (4, 32, 8, 64, 16384, 64, False), (8, 16, 2, 1, 8192, 256, False),
+                (8, 32, 32, 64, 4096, 128, False), (8, 32, 8, 4, 8192, 128, "bottom_right"),
+                (8, 32, 8, 16, 8192, 128, "bottom_right"), (2, 32, 8, 64, 16384, 64, "bottom_right")]
 
 
 def decode_table(rounds: int = 4) -> list[dict]:
     """attention() as users call it (query heads packed per key/value head, packed_heads, consumer_warpgroups_for's
     choice, split-K) against the same without packing (2 consumer warpgroups), packed with 1 and with 2 consumer
     warpgroups, and SDPA's cuDNN and flash backends (the faster taken as the peer; a backend that refuses the case
-    is left out) on DECODE_CASES: TFLOP/s, medians of `rounds` interleaved rounds."""
+    is left out; bottom-right causal, which the cuDNN backend does not take: SDPA with torch's causal_lower_right
+    bias, its flash kernel) on DECODE_CASES: TFLOP/s, medians of `rounds` interleaved rounds."""
     import statistics
 
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
 
     from benchmarks.timing import median_ms
     from kernels import attention as att
     rows = []
-    for b, h, hkv, n, nk, d in DECODE_CASES:
+    for b, h, hkv, n, nk, d, causal in DECODE_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
         k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
         o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, 2), device="cuda")
-        group = att.packed_heads(q, hkv, False)
+        group = att.packed_heads(q, hkv)
         qp, op = (x.view(b, h // group, group * n, d) for x in (q, o))
         lsep = torch.empty(b, h // group, att.lse_rows(group * n, 2), device="cuda")
-        fns = {"tkpy": lambda: att.attention(q, k, v),
-               "unpacked": lambda: att._launch(q, k, v, o, lse, False, None, consumer_warpgroups=2),
-               "1wg": lambda: att._launch(qp, k, v, op, lsep, False, None, consumer_warpgroups=1),
-               "2wg": lambda: att._launch(qp, k, v, op, lsep, False, None, consumer_warpgroups=2)}
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            def peer(backend=backend):
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-            try:
-                peer()
-            except RuntimeError:
-                continue
-            fns[name] = peer
+        fns = {"tkpy": lambda: att.attention(q, k, v, causal),
+               "unpacked": lambda: att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=2),
+               "1wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=1, packed=group),
+               "2wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=2, packed=group)}
+        if causal == "bottom_right":
+            kk, vv = (x.repeat_interleave(h // hkv, dim=1) for x in (k, v))
+            mask = causal_lower_right(n, nk)
+            fns["flash"] = lambda: F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+        else:
+            for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                def peer(backend=backend):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                try:
+                    peer()
+                except RuntimeError:
+                    continue
+                fns[name] = peer
         times = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
                 times[name].append(median_ms(fn))
-        flops = 4 * b * h * n * nk * d
-        row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, group=group,
+        flops = 4 * b * h * visible_pairs(n, nk, causal) * d
+        row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, causal=causal, group=group,
                    **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
         row["peer_name"] = max((name for name in ("cudnn", "flash") if name in row), key=row.get)
         row["peer"] = row[row["peer_name"]]
         rows.append(row)
-    print(f"\ndecoding (GQA, non-causal), TFLOP/s (medians of {rounds} rounds)")
-    print(f"{'B H HKV N NK D':>26} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} {'tkpy':>6} "
+    print(f"\ndecoding (GQA), TFLOP/s (medians of {rounds} rounds)")
+    print(f"{'B H HKV N NK D':>26} {'causal':>12} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} {'tkpy':>6} "
           f"{'tkpy/peer':>9} {'tkpy/unpacked':>13}")
     for r in rows:
-        print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} "
+        print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {str(r['causal']):>12} "
               f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "
               f"{r['1wg']:>6.1f} {r['2wg']:>6.1f} {r['tkpy']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} "
               f"{r['tkpy'] / r['unpacked']:>13.2f}")

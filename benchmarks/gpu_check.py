@@ -123,7 +123,8 @@ def main() -> int:
               f"causal={r['causal']} {r['groups']}wg ({r['splits']} splits): {r['split']:.0f} TFLOP/s, "
               f"{r['split'] / r['peer']:.2f}x {r['peer_name']}, {r['split'] / r['tkpy']:.2f}x unsplit")
     for r in report.get("attention_decode", []):
-        print(f"attention decoding B{r['b']} H{r['h']}/{r['hkv']} N{r['n']} over {r['nk']} keys D{r['d']}: "
+        print(f"attention decoding B{r['b']} H{r['h']}/{r['hkv']} N{r['n']} over {r['nk']} keys D{r['d']} "
+              f"causal={r['causal']}: "
               f"{r['tkpy']:.0f} TFLOP/s, {r['tkpy'] / r['peer']:.2f}x {r['peer_name']}, "
               f"{r['tkpy'] / r['unpacked']:.2f}x unpacked")
     for r in report.get("gemm", []):

@@ -29,8 +29,8 @@ At D128 each task's start loads the next task's Q into the query tile, which its
 not) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for): one block multicasts
 each K tile and the other each V tile into both, so the L2 serves them once per pair.
 
-Decoding and other few-row shapes: non-causal GQA runs each key/value head's query heads as one sequence
-(packed_heads), a head's rows that fit 64 run on one consumer warpgroup (tasks of 64 rows, no turns), and where the
+Decoding and other few-row shapes: GQA runs each key/value head's query heads as one sequence (packed_heads;
+causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one consumer warpgroup (tasks of 64 rows, no turns), and where the
 tasks fill at most half the SMs their keys are shared among several tasks (split-K, flash-decoding: splits_for),
 whose fp32 partial results combine_kernel merges.
 """
@@ -226,7 +226,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, split_k: bool = False):
+               cluster: int = 1, split_k: bool = False, packed: bool = False):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -269,7 +269,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     by that many tasks (the template's schedule.SplitK), each writing its O normalized over its own keys (fp32,
     straight from the registers) and its log-sum-exp into workspaces O and L of splits x batch rows (split s of
     batch b at s * B + b); combine_kernel merges them (flash-decoding). For few tasks and many keys (see
-    splits_for); name "_splitk"."""
+    splits_for); name "_splitk".
+    packed=True (causal only): each sequence of query rows stacks several heads' rows (attention()'s packed_heads), and
+    the kernel takes `rows_per_head`: row r is at position r % rows_per_head, which the causal mask and each task's
+    key tiles follow (tk.tril_periodic); name "_packed". (Non-causal packing needs no kernel of its own.)"""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -306,7 +309,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     stages = stages or default_stages
     q_default = groups <= 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
-    pad_first = causal if pad_first is None else pad_first
+    if packed and not causal:
+        raise ValueError("attention: packed=True is for causal attention (non-causal packed rows need no kernel of "
+                         "their own)")
+    pad_first = causal and not packed if pad_first is None else pad_first
+    if pad_first and packed:
+        raise ValueError("attention: pad_first=True does not go with packed=True (positions of rows before row 0)")
     if pad_first and not causal:
         raise ValueError("attention: pad_first=True is for causal attention (without a mask every row costs the same)")
     preload_default = q_registers and not q_ahead
@@ -332,8 +340,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
-        + ("_padlast" if causal and not pad_first else "") + ("_pvfirst" if pv_first else "") \
-        + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "")
+        + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
+        + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
+        + ("_packed" if packed else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -352,6 +361,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
+        if packed:
+            rows_per_head: int              # row r of a sequence is query r % rows_per_head of its head
         if split_k:
             splits: int                     # tasks sharing each query tile's keys
         if split_kv:                        # K_k released after step k, V_k (read at step k + 1) after step k + 1
@@ -374,6 +385,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             def iters(self, g, task):
                 """The key tiles holding a key that some (real) query row of the tile sees."""
                 last_row = call("min", self.first_unit(g, task) * 64 + rows - 1, g.Q.rows - 1)
+                if packed:      # the last row's position, or the last position if the tile starts another head
+                    n, first_row = g.rows_per_head, self.first_unit(g, task) * 64
+                    last_row = call("min", n - 1, last_row % n + (last_row // n - first_row // n) * n)
                 seen = last_row + g.offset + 1                           # keys 0 .. seen-1
                 return call("max", 0, call("min", cdiv(g.K.rows, kv), cdiv(seen, kv)))
         else:
@@ -497,8 +511,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.neg_infty(st.row_max)
             tk.neg_infty(st.shift)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
-                st.diagonal = tk.let((self.first_unit(g, task) + wg) * 64 + tk.warp_id() % 4 * 16 + g.offset,
-                                     "diagonal")
+                first_row = (self.first_unit(g, task) + wg) * 64 + tk.warp_id() % 4 * 16
+                if packed:                                       # (r's position: (first_row + r) % rows_per_head)
+                    st.first_row = tk.let(first_row, "first_row")
+                else:
+                    st.diagonal = tk.let(first_row + g.offset, "diagonal")
 
         def softmax(self, st, k):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
@@ -507,7 +524,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             FFMA and MUFU.EX2 (P), FADD (sum)."""
             g = st.g
             k = st.task.k0 + k if split_k else k                 # the key tile
-            if causal:
+            if causal and packed:                                # a row at position p masks c > p + diagonal
+                diagonal = g.offset - k * kv
+                with tk.if_(diagonal < kv - 1):                 # (so the tile masks nothing for p >= 0 past this)
+                    tk.tril_periodic(st.scores, st.scores, st.first_row, g.rows_per_head, diagonal, -math.inf)
+            elif causal:
                 diagonal = st.diagonal - k * kv
                 with tk.if_(diagonal < kv - 1):                 # this tile crosses the warp's diagonal
                     tk.tril(st.scores, st.scores, diagonal, -math.inf)
@@ -736,7 +757,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores,
       (batch, heads, seq) (usually a view of a buffer padded to a multiple of a task's 128 or 192 rows), as a
       backward pass needs.
-    Non-causal GQA/MQA with few query rows (decoding) runs each key/value head's query heads as one sequence
+    GQA/MQA with few query rows (decoding) runs each key/value head's query heads as one sequence
     (packed_heads), so that a query tile is not mostly padding.
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a
     (B, N, H, D) tensor transposed to (B, H, N, D)); others are copied with .contiguous(). The
@@ -744,7 +765,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     """
     _checked(q, k, v)
     (b, h, n, d), hkv = q.shape, k.shape[1]
-    group = packed_heads(q, hkv, causal)
+    group = packed_heads(q, hkv)
     o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
     if group > 1:                               # each key/value head's query heads as one sequence of group x n rows
         q, o_run, (h, n) = q.view(b, hkv, group * n, d), o.view(b, hkv, group * n, d), (hkv, group * n)
@@ -752,18 +773,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
         o_run = o
     groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
     lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device)
-    _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups)
+    _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)
     return (o, lse[..., :n].reshape(o.shape[:3])) if return_lse else o
 
 
-def packed_heads(q: torch.Tensor, hkv: int, causal) -> int:
-    """How many query heads attention() runs as one sequence (1: none). Non-causal grouped-query attention gives
-    the same result with the group's rows stacked, query head h * group + g's row i being row g * n + i of key/value
-    head h; attention() does that where it takes fewer 128-row query tiles (n not a multiple of 128: decoding's
-    few rows above all, where one head's rows would leave most of a tile empty) and q's heads and rows merge
-    into one dimension without a copy. Causal masks depend on a row's own position: not packed."""
+def packed_heads(q: torch.Tensor, hkv: int) -> int:
+    """How many query heads attention() runs as one sequence (1: none). Grouped-query attention gives the same
+    result with a group's rows stacked, query head h * group + g's row i being row g * n + i of key/value head h
+    (causal kernels then mask each row by its own position, i = row % n: packed=True); attention() does that where
+    it takes fewer 128-row query tiles (n not a multiple of 128: decoding's few rows above all, where one head's
+    rows would leave most of a tile empty) and q's heads and rows merge into one dimension without a copy."""
     (_, h, n, _), group = q.shape, q.shape[1] // hkv
-    if causal is not False or group == 1 or (n > 1 and q.stride(1) != n * q.stride(2)):
+    if group == 1 or (n > 1 and q.stride(1) != n * q.stride(2)):
         return 1
     return group if cdiv(group * n, Q_ROWS) < group * cdiv(n, Q_ROWS) else 1
 
@@ -783,7 +804,7 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 
 
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
-              cluster: int | None = None, splits: int | None = None, **options):
+              cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
     as they are (cluster by default from cluster_for; `splits` tasks per query tile, split-K, from splits_for: with
     more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into o and lse)."""
@@ -804,8 +825,10 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
     args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
-    if variant is not None:
-        args.append(0 if variant == "top_left" else nk - n)
+    if variant is not None:                     # (packed: each sequence stacks `packed` heads of n / packed rows)
+        args.append(0 if variant == "top_left" else nk - n // packed)
+        if packed > 1:
+            args.append(n // packed)
     if splits is None:
         splits = splits_for(*q.shape, nk, consumer_warpgroups, multiprocessors(q))
     if splits < 1:
@@ -818,7 +841,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     if cluster is None:
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None)
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
-                          split_kv=split_kv, cluster=cluster, split_k=splits > 1, **options)
+                          split_kv=split_kv, cluster=cluster, split_k=splits > 1,
+                          **({"packed": True} if packed > 1 and variant is not None else {}), **options)
     return template, args
 
 

@@ -342,11 +342,14 @@ def test_attention_splits_few_tasks_over_many_keys(monkeypatch):
     (8, 2, 37, 300, False, False, (2, 148)),    # 4 heads of 37 rows: 2 tiles of 128 instead of 4
     (4, 1, 1, 200, False, False, (1, 4)),       # MQA decoding: one row per head
     (8, 2, 37, 300, False, True, None),         # (B, N, H, D) transposed: heads and rows do not merge in place
-    (8, 2, 37, 300, "bottom_right", False, None),   # causal: a row's mask is its own position's
+    (8, 2, 37, 300, "bottom_right", False, (2, 148)),   # causal: each row masked at its own position (packed=True)
+    (8, 2, 37, 30, "bottom_right", False, (2, 148)),    # ... rows that see no key (37 queries, 30 keys)
+    (8, 1, 5, 400, True, False, (1, 40)),       # top-left: rows 0-4 of each head see keys 0-4
+    (6, 2, 50, 1000, True, False, (2, 150)),    # 3 heads of 50 rows: a warp's 16 rows cross from one head to the next
     (4, 2, 256, 300, False, False, None)])      # whole tiles already
 def test_gqa_heads_packed_into_one_sequence(monkeypatch, h, hkv, n, nk, causal, transposed, packed):
-    """attention() runs non-causal GQA with partial query tiles as one sequence per key/value head (packed_heads)
-    where q's heads and rows merge without a copy; the output and the log-sum-exp come back per query head."""
+    """attention() runs GQA with partial query tiles as one sequence per key/value head (packed_heads) where q's
+    heads and rows merge without a copy; the output and the log-sum-exp come back per query head."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._launch
@@ -389,6 +392,14 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
     o, lse = torch.empty_like(q), torch.empty(1, 1, att.lse_rows(300))
     with pytest.raises(tk.ArgumentError, match="clusters of 2 blocks take 2 rows of tiles"):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
+
+
+def test_packed_kernels_are_causal_and_pad_last():
+    assert att._attention(64, att.DTYPES[BF16], True, packed=True).kernel.name == "attention_fwd_d64_causal_packed"
+    with pytest.raises(ValueError, match="packed=True is for causal attention"):
+        att._attention(64, att.DTYPES[BF16], False, packed=True)
+    with pytest.raises(ValueError, match="pad_first=True does not go with packed=True"):
+        att._attention(64, att.DTYPES[BF16], True, packed=True, pad_first=True)
 
 
 def test_pad_first_is_for_causal():

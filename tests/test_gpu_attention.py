@@ -276,16 +276,19 @@ def test_split_k(b, h, hkv, n, nk, d, causal, splits, groups):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,d", [(2, 32, 8, 1, 4096, 128), (1, 16, 2, 37, 3000, 64),
-                                             (3, 8, 1, 64, 8192, 256), (1, 28, 4, 100, 5000, 128)])
-def test_decoding_packs_gqa_heads(b, h, hkv, n, nk, d):
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal", [
+    (2, 32, 8, 1, 4096, 128, False), (1, 16, 2, 37, 3000, 64, False), (3, 8, 1, 64, 8192, 256, False),
+    (1, 28, 4, 100, 5000, 128, False), (4, 32, 8, 4, 8192, 128, "bottom_right"), (2, 16, 2, 50, 1000, 64, True),
+    (1, 8, 2, 37, 30, 128, "bottom_right"), (2, 32, 8, 64, 9000, 128, "bottom_right")])
+def test_decoding_packs_gqa_heads(b, h, hkv, n, nk, d, causal):
     """attention() on decoding shapes: each key/value head's query heads run as one sequence (packed_heads; groups of
-    4, 8 and 7), split-K where the tiles are few; output and log-sum-exp per query head."""
+    4, 8 and 7; causal rows masked at their own positions, rows that see no key included), split-K where the tiles
+    are few; output and log-sum-exp per query head."""
     from kernels import attention as att
     q, k, v = qkv(b, h, hkv, n, nk, d)
-    assert att.packed_heads(q, hkv, False) == h // hkv
-    o, lse = att.attention(q, k, v, return_lse=True)
-    check(o, lse, *reference(q, k, v, False))
+    assert att.packed_heads(q, hkv) == h // hkv
+    o, lse = att.attention(q, k, v, causal, return_lse=True)
+    check(o, lse, *reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,splits", [

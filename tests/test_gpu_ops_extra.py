@@ -247,6 +247,8 @@ MASKS = {  # name -> (call, torch mask of kept elements from row / col index gri
     "make_causal_t": (lambda d, s, i, v: tk.make_causal_t(d, s, v), lambda r, c, i: c >= r),
     "tril": (lambda d, s, i, v: tk.tril(d, s, i, v), lambda r, c, i: c <= r + i),
     "triu": (lambda d, s, i, v: tk.triu(d, s, -i, v), lambda r, c, i: c >= r - i),
+    "tril_periodic": (lambda d, s, i, v: tk.tril_periodic(d, s, i + 3, 5, i - 2, v),
+                      lambda r, c, i: c <= (i + 3 + r) % 5 + i - 2),
     "right_fill": (lambda d, s, i, v: tk.right_fill(d, s, i * 4, v), lambda r, c, i: c < i * 4),
     "left_fill": (lambda d, s, i, v: tk.left_fill(d, s, i * 4, v), lambda r, c, i: c >= i * 4),
     "lower_fill": (lambda d, s, i, v: tk.lower_fill(d, s, i * 4, v), lambda r, c, i: r < i * 4),

@@ -12,10 +12,11 @@ from ..tiles.types import RT, RV
 from .numerics import BINARY, UNARY, to_f32
 from .registry import lookup, semantics
 
-# Which elements each mask keeps, by row r, column c and its index i (ops/masks.py).
+# Which elements each mask keeps, by row r, column c and its index operands i (ops/masks.py).
 _KEEP = {
-    "make_causal": lambda r, c, i: c <= r, "make_causal_t": lambda r, c, i: c >= r,
+    "make_causal": lambda r, c: c <= r, "make_causal_t": lambda r, c: c >= r,
     "tril": lambda r, c, i: c <= r + i, "triu": lambda r, c, i: c >= r + i,
+    "tril_periodic": lambda r, c, first, period, i: c <= (first + r) % period + i,
     "right_fill": lambda r, c, i: c < i, "left_fill": lambda r, c, i: c >= i,
     "lower_fill": lambda r, c, i: r < i, "upper_fill": lambda r, c, i: r >= i,
 }
@@ -38,7 +39,7 @@ def mask(warp, op):
     dst, src, *index, val = op.args
     x = warp.read(src)
     r, c = np.indices(x.shape)
-    keep = lookup(_KEEP, op.attrs["kind"], op)(r, c, warp.value(index[0]) if index else 0)
+    keep = lookup(_KEEP, op.attrs["kind"], op)(r, c, *(warp.value(i) for i in index))
     warp.write(dst, np.where(keep, x, np.float32(to_f32(warp.value(val)))))
 
 

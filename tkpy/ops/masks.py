@@ -5,6 +5,8 @@ block go into `diagonal` / `row` / `col`, which may be runtime values:
 
     make_causal(dst, src, val)      keep col <= row            make_causal_t   keep col >= row
     tril(dst, src, diagonal, val)   keep col <= row + diagonal triu            keep col >= row + diagonal
+    tril_periodic(dst, src, first_row, period, diagonal, val)
+                                    keep col <= (first_row + row) % period + diagonal
     right_fill(dst, src, col, val)  fill columns >= col        left_fill       fill columns < col
     lower_fill(dst, src, row, val)  fill rows >= row           upper_fill      fill rows < row
 """
@@ -22,13 +24,15 @@ def _operands(dst, src, what: str):
 
 
 def _mask(kind: str, dst, src, index, val, index_name: str = ""):
+    """`index` one integer operand named `index_name` (none without a name), or a tuple of them and of names."""
     d, s = _operands(dst, src, kind)
-    extra = ()
-    if index_name:
-        e = scalar(index, f"{kind} {index_name}")
+    indices, names = (index, index_name) if isinstance(index, tuple) else ((index,), (index_name,) if index_name else ())
+    extra = []
+    for x, name in zip(indices, names):
+        e = scalar(x, f"{kind} {name}")
         if e.dtype == f32:
-            fail(f"{kind}: {index_name} must be an integer, got a float")
-        extra = (e,)
+            fail(f"{kind}: {name} must be an integer, got a float")
+        extra.append(e)
     return emit("mask", d, s, *extra, scalar(val, f"{kind} value"), kind=kind)
 
 
@@ -45,6 +49,13 @@ def make_causal_t(dst, src, val=0.0):
 def tril(dst, src, diagonal=0, val=0.0):
     """dst = src where col <= row + diagonal, `val` elsewhere."""
     return _mask("tril", dst, src, diagonal, val, "diagonal")
+
+
+def tril_periodic(dst, src, first_row, period, diagonal=0, val=0.0):
+    """dst = src where col <= (first_row + row) % period + diagonal, `val` elsewhere: tril for rows that stack
+    several sequences of `period` rows each (a tile's row `row` is row first_row + row of the stack), each masked by
+    its own position, as attention's query heads packed into one sequence. first_row >= 0 and period >= 1."""
+    return _mask("tril_periodic", dst, src, (first_row, period, diagonal), val, ("first_row", "period", "diagonal"))
 
 
 def triu(dst, src, diagonal=0, val=0.0):

@@ -219,6 +219,11 @@ __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>
 template <typename D, typename S> __device__ __forceinline__ void tril(D& d, const S& s, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val);
 }
+// tril_periodic: rows stacking sequences of `period` rows, each masked by its own position (first_row >= 0).
+template <typename D, typename S>
+__device__ __forceinline__ void tril_periodic(D& d, const S& s, int first_row, int period, int diagonal, float val) {
+    mask(d, s, [=](int r, int c) { return c <= (first_row + r) % period + diagonal; }, val);
+}
 template <typename D, typename S> __device__ __forceinline__ void triu(D& d, const S& s, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val);
 }
