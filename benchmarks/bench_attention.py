@@ -347,7 +347,8 @@ def split_table(rounds: int = 4) -> list[dict]:
 DECODE_CASES = [(8, 32, 8, 1, 8192, 128, False), (8, 32, 8, 16, 8192, 128, False), (1, 64, 8, 1, 32768, 128, False),
                 (16, 32, 4, 4, 4096, 128, False), (4, 32, 8, 64, 16384, 64, False), (8, 16, 2, 1, 8192, 256, False),
                 (8, 32, 32, 64, 4096, 128, False), (8, 32, 8, 4, 8192, 128, "bottom_right"),
-                (8, 32, 8, 16, 8192, 128, "bottom_right"), (2, 32, 8, 64, 16384, 64, "bottom_right")]
+                (8, 32, 8, 16, 8192, 128, "bottom_right"), (2, 32, 8, 64, 16384, 64, "bottom_right"),
+                (4, 16, 4, 16, 8192, 256, "bottom_right")]
 
 
 def decode_table(rounds: int = 4) -> list[dict]:

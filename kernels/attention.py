@@ -69,6 +69,10 @@ REGISTERS_3WG = (32, 160)
 # With one ring, NVRTC 13.0's ptxas serializes the wgmma of D64 past 96-row tiles and of D128 past 64 (warning
 # C7512, for want of registers; 13.5's does not): the tiles stay at those heights.
 CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
+# With one consumer warpgroup (decoding: K and V streamed past a few query rows), per head dim where CONFIGS does not
+# serve: D256's 2 stages of 64 rows leave no load in flight while a step holds K_k and V_{k-1}; 5 stages of 32 rows
+# ran 17% faster on one-row decoding (RESULTS.md run 136). D128 measured level with 64-row tiles in 5-6 stages.
+CONFIGS_1WG = {256: (32, 5)}
 # Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
 # released a step later; so a K stage is held for one step, not two. Per head dim (key/value rows per stage, K
@@ -301,7 +305,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if split_kv:
         default_kv, default_stages, default_late = (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
     else:
-        default_kv, default_stages = (CONFIGS_3WG if groups == 3 else CONFIGS)[d]
+        default_kv, default_stages = CONFIGS_3WG[d] if groups == 3 else CONFIGS_1WG.get(d, CONFIGS[d]) \
+            if groups == 1 else CONFIGS[d]
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
