@@ -445,7 +445,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def setup(self, st):
             # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)
-            tiles = max(2, groups * q_buffers)                   # (an array: one warpgroup's one tile too)
+            tiles = max(2, groups * q_buffers)   # (an array, for one warpgroup's one tile too: a spare tile of smem)
             st.q = tk.st(dtype, 64, d, count=tiles)
             st.q_arrived = tk.semaphore(tiles)                   # each query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
@@ -796,9 +796,10 @@ def packed_heads(q: torch.Tensor, hkv: int) -> int:
 
 def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
-    consumer_warpgroups): n rounded up to 128, or to 192 with 3 consumer warpgroups). The options are
-    _attention's; by default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, split K/V
-    rings from split_kv_for and clusters from cluster_for."""
+    consumer_warpgroups): n rounded up to 64 times the consumer warpgroups). The options are _attention's; by
+    default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, split K/V rings from
+    split_kv_for, clusters from cluster_for and splits from splits_for. packed=G: each sequence of q stacks G query
+    heads of n / G rows (attention()'s packed_heads; causal kernels then mask by the position in each head)."""
     prepared = _prepared(q, k, v, o, lse, causal, scale, **options)
     if prepared is not None:
         template, args = prepared

@@ -394,6 +394,22 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
 
 
+@pytest.mark.parametrize("causal,nk", [(True, 700), ("bottom_right", 300)])
+def test_packed_causal_cluster_pairs(monkeypatch, causal, nk):
+    """A packed causal kernel in cluster pairs at D64 with 3 warpgroups and split rings: 4 heads of 90 rows in 192-row
+    tiles (positions wrap mid-tile; the pair's tiles differ in key tiles), into poisoned O and L."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(1, 8, 90, 64, dtype=BF16)
+    k, v = rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
+    o = gpu_util.poisoned(1, 8, 90, 64, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, 2, att.lse_rows(360, 3), dtype=torch.float32, device="cpu")
+    options = dict(consumer_warpgroups=3, split_kv=True, cluster=2, packed=4, splits=1)
+    template, _ = att._prepared(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
+    assert template.kernel.name == "attention_fwd_d64_3wg_causal_splitkv_cluster2_packed"
+    att._launch(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
+    check(o, lse[..., :360].reshape(1, 8, 90), *reference(q, k, v, causal, scale=0.1), 90)
+
+
 def test_packed_kernels_are_causal_and_pad_last():
     assert att._attention(64, att.DTYPES[BF16], True, packed=True).kernel.name == "attention_fwd_d64_causal_packed"
     with pytest.raises(ValueError, match="packed=True is for causal attention"):
