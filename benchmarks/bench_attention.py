@@ -378,6 +378,9 @@ def decode_table(rounds: int = 4) -> list[dict]:
                "unpacked": lambda: att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=2),
                "1wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=1, packed=group),
                "2wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=2, packed=group)}
+        if group * n <= 64 and d in att.CONFIGS_1WG_2SM:     # one warpgroup, two blocks an SM
+            fns["1wg 2/SM"] = lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=1, packed=group,
+                                                  blocks_per_sm=2, split_kv=False)
         if causal == "bottom_right":
             kk, vv = (x.repeat_interleave(h // hkv, dim=1) for x in (k, v))
             mask = causal_lower_right(n, nk)
@@ -404,12 +407,12 @@ def decode_table(rounds: int = 4) -> list[dict]:
         rows.append(row)
     print(f"\ndecoding (GQA), TFLOP/s (medians of {rounds} rounds)")
     print(f"{'B H HKV N NK D':>26} {'causal':>12} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} {'tkpy':>6} "
-          f"{'tkpy/peer':>9} {'tkpy/unpacked':>13}")
+          f"{'tkpy/peer':>9} {'tkpy/unpacked':>13} {'1wg 2/SM':>8}")
     for r in rows:
         print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {str(r['causal']):>12} "
               f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "
               f"{r['1wg']:>6.1f} {r['2wg']:>6.1f} {r['tkpy']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} "
-              f"{r['tkpy'] / r['unpacked']:>13.2f}")
+              f"{r['tkpy'] / r['unpacked']:>13.2f} {r.get('1wg 2/SM', float('nan')):>8.1f}")
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
         (out_dir / "attention_decode.json").write_text(json.dumps(rows, indent=2))

@@ -30,9 +30,9 @@ not) and D128 non-causal run in clusters of two blocks on adjacent query tiles (
 each K tile and the other each V tile into both, so the L2 serves them once per pair.
 
 Decoding and other few-row shapes: GQA runs each key/value head's query heads as one sequence (packed_heads;
-causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one consumer warpgroup (tasks of 64 rows, no turns), and where the
-tasks fill at most half the SMs their keys are shared among several tasks (split-K, flash-decoding: splits_for),
-whose fp32 partial results combine_kernel merges.
+causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one
+consumer warpgroup (tasks of 64 rows, no turns), and where the tasks fill at most half the SMs their keys are
+shared among several tasks (split-K, flash-decoding: splits_for), whose fp32 partial results combine_kernel merges.
 """
 from __future__ import annotations
 
@@ -73,6 +73,8 @@ CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 # serve: D256's 2 stages of 64 rows leave no load in flight while a step holds K_k and V_{k-1}; 5 stages of 32 rows
 # ran 17% faster on one-row decoding (RESULTS.md run 136). D128 measured level with 64-row tiles in 5-6 stages.
 CONFIGS_1WG = {256: (32, 5)}
+# ... and with two such blocks an SM (blocks_per_sm=2: 113 KB of shared memory each, Q's 64 rows included):
+CONFIGS_1WG_2SM = {64: (64, 5), 128: (32, 5)}
 # Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
 # released a step later; so a K stage is held for one step, not two. Per head dim (key/value rows per stage, K
@@ -143,8 +145,8 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     """The consumer warpgroups (1, 2 or 3) attention() runs for b x h heads of n query rows at head dim d on
     `sms` SMs: 1 where a head's rows fit one 64-row task (n <= 64: decoding, packed GQA heads; a 128-row task
     would be half padding; RESULTS.md runs 131 and 133, 4-16% faster); otherwise the fewest modelled time, waves
-    of tasks over the SMs times a task's rows over GROUP_RATE (ties to 2). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of
-    192 rows beat 63 of 128), N1024 -> 3 (12 waves of 192 rows at 1.25x beat 16 of 128)."""
+    of tasks over the SMs times a task's rows over GROUP_RATE (ties to 2). E.g. on 132 SMs at D64, B16 H16:
+    N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 3 (12 waves of 192 rows at 1.25x beat 16 of 128)."""
     if n <= q_rows(1):
         return 1
 
@@ -230,7 +232,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, split_k: bool = False, packed: bool = False):
+               cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -276,7 +278,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     splits_for); name "_splitk".
     packed=True (causal only): each sequence of query rows stacks several heads' rows (attention()'s packed_heads), and
     the kernel takes `rows_per_head`: row r is at position r % rows_per_head, which the causal mask and each task's
-    key tiles follow (tk.tril_periodic); name "_packed". (Non-causal packing needs no kernel of its own.)"""
+    key tiles follow (tk.tril_periodic); name "_packed". (Non-causal packing needs no kernel of its own.)
+    blocks_per_sm=2 (one consumer warpgroup, D64/D128, one ring): two blocks an SM (the template's blocks_per_sm),
+    each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -298,6 +302,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError(f"attention: cluster must be 1, 2 or 4, got {cluster!r}")
     if split_k and cluster > 1:
         raise ValueError("attention: split_k=True shares a task's keys between tasks that run apart; no clusters")
+    if blocks_per_sm != 1 and (groups != 1 or split_kv or d not in CONFIGS_1WG_2SM):
+        raise ValueError(f"attention: blocks_per_sm={blocks_per_sm} is for one consumer warpgroup, one ring and head "
+                         f"dims {', '.join(map(str, CONFIGS_1WG_2SM))}")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -305,8 +312,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if split_kv:
         default_kv, default_stages, default_late = (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
     else:
-        default_kv, default_stages = CONFIGS_3WG[d] if groups == 3 else CONFIGS_1WG.get(d, CONFIGS[d]) \
-            if groups == 1 else CONFIGS[d]
+        default_kv, default_stages = CONFIGS_3WG[d] if groups == 3 else CONFIGS[d] if groups == 2 \
+            else CONFIGS_1WG_2SM[d] if blocks_per_sm == 2 else CONFIGS_1WG.get(d, CONFIGS[d])
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
@@ -347,12 +354,21 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
-        + ("_packed" if packed else "")
+        + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
+    q_tiles = groups * q_buffers                            # each consumer warpgroup's query tile(s)
+
+    def query_tile(st, i):
+        """Query tile i (tile buffer * groups + warpgroup); one warpgroup with one buffer has a single tile."""
+        return st.q[i] if q_tiles > 1 else st.q
+
+    def query_arrived(st, i):
+        return st.q_arrived[i] if q_tiles > 1 else st.q_arrived
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
-            producer_registers=producer_registers, consumer_registers=consumer_registers, **rings, **scheduler)
+            producer_registers=producer_registers, consumer_registers=consumer_registers, blocks_per_sm=blocks_per_sm,
+            **rings, **scheduler)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
@@ -445,12 +461,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def setup(self, st):
             # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)
-            tiles = max(2, groups * q_buffers)   # (an array, for one warpgroup's one tile too: a spare tile of smem)
-            st.q = tk.st(dtype, 64, d, count=tiles)
-            st.q_arrived = tk.semaphore(tiles)                   # each query tile has landed
+            st.q = tk.st(dtype, 64, d, count=q_tiles)
+            st.q_arrived = tk.semaphore(q_tiles)                 # each query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
             for buffer in range(q_buffers):
-                _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
+                _first_warp(lambda wg: tk.init_semaphore(query_arrived(st, buffer * groups + wg), 1))
             _own_sync(groups)
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             if q_registers:
@@ -476,9 +491,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             def load(wg):
                 tile = buffer * groups + wg
                 unit = self.first_unit(g, task) + wg
-                tk.tma.expect(st.q_arrived[tile], st.q[tile])
-                tk.tma.load_async(st.q[tile], g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0),
-                                  st.q_arrived[tile])
+                tk.tma.expect(query_arrived(st, tile), query_tile(st, tile))
+                tk.tma.load_async(query_tile(st, tile), g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0),
+                                  query_arrived(st, tile))
             _first_warp(load)
 
         def start(self, st, task):
@@ -488,7 +503,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 st.q_tile = wg
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
-                    tk.wait(st.q_arrived[wg], 0)
+                    tk.wait(query_arrived(st, wg), 0)
                     self.q_to_registers(st)
                     tk.fence_proxy_async()                       # the tile read before TMA writes it again
                     _own_sync(groups)
@@ -497,7 +512,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             elif not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
-                tk.wait(st.q_arrived[wg], st.tasks_done % 2)
+                tk.wait(query_arrived(st, wg), st.tasks_done % 2)
             else:               # this task's Q was loaded during the last (or now, for the block's first task)
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
@@ -507,7 +522,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 with tk.if_(st.has_next_task()):
                     self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
-                tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
+                tk.wait(query_arrived(st, st.q_tile), st.tasks_done // 2 % 2)
             st.tasks_done += 1
             if q_registers and not q_preload:
                 self.q_to_registers(st)
@@ -558,11 +573,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
         def q_to_registers(self, st):
-            tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
+            tk.load(st.q_regs, query_tile(st, st.q_tile).subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
 
         def q_operand(self, st):
             """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
-            return st.q_regs if q_registers else st.q[st.q_tile]
+            return st.q_regs if q_registers else query_tile(st, st.q_tile)
 
         def rescale(self, st):
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
@@ -653,7 +668,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.mark("finish: O normalized")
             if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
                 with tk.if_(st.has_next_task()):
-                    tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
+                    tk.wait(query_arrived(st, st.q_tile), st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
             if split_k:         # O (fp32) straight from the registers into split s's rows of the workspace
@@ -664,7 +679,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 _own_sync(groups)
                 self.store_lse(g, st, b, h, unit)
                 return
-            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
+            tk.warpgroup.store(query_tile(st, st.q_tile), st.out)    # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             tk.mark("finish: O in shared")
             _own_sync(groups)                                    # through the async proxy
@@ -673,7 +688,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if pad_first:                                        # nothing to store)
                 stores = stores & (unit >= 0)
             with tk.if_(stores):
-                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
+                tk.tma.store_async(g.O, query_tile(st, st.q_tile), (b, h, unit, 0))
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             tk.mark("finish: O store read")
@@ -835,8 +850,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         args.append(0 if variant == "top_left" else nk - n // packed)
         if packed > 1:
             args.append(n // packed)
-    if splits is None:
-        splits = splits_for(*q.shape, nk, consumer_warpgroups, multiprocessors(q))
+    if splits is None:                          # (two blocks an SM: twice the places to fill)
+        splits = splits_for(*q.shape, nk, consumer_warpgroups, multiprocessors(q) * options.get("blocks_per_sm", 1))
     if splits < 1:
         raise ValueError(f"attention: splits (tasks per query tile) must be at least 1, got {splits!r}")
     if splits > 1:                              # fp32 workspaces of splits x batch rows for O and the lse

@@ -410,6 +410,19 @@ def test_packed_causal_cluster_pairs(monkeypatch, causal, nk):
     check(o, lse[..., :360].reshape(1, 8, 90), *reference(q, k, v, causal, scale=0.1), 90)
 
 
+def test_two_blocks_an_sm_compile_to_half_the_sm():
+    """blocks_per_sm=2: __launch_bounds__(256, 2), setmaxnreg's 40/216 split of half the file, no spills; only for
+    one consumer warpgroup with one ring."""
+    q, lse = torch.empty(1, 2, 384, 128, dtype=BF16), torch.empty(1, 2, 384)
+    kernel = att._attention(128, att.DTYPES[BF16], False, consumer_warpgroups=1, blocks_per_sm=2).kernel
+    source = kernel.source(q, q, q, q, lse, 1.0)
+    assert kernel.name == "attention_fwd_d128_1wg_2persm"
+    assert "__launch_bounds__(256, 2)" in source and "increase_registers<216>" in source
+    assert kernel.resources(q, q, q, q, lse, 1.0).spill_stores == 0
+    with pytest.raises(ValueError, match="blocks_per_sm=2 is for one consumer warpgroup"):
+        att._attention(128, att.DTYPES[BF16], False, consumer_warpgroups=2, blocks_per_sm=2)
+
+
 def test_packed_kernels_are_causal_and_pad_last():
     assert att._attention(64, att.DTYPES[BF16], True, packed=True).kernel.name == "attention_fwd_d64_causal_packed"
     with pytest.raises(ValueError, match="packed=True is for causal attention"):
@@ -968,12 +981,15 @@ def test_wgmma_descriptor_steps_are_one_32_bit_add(d, causal):
 @pytest.mark.parametrize("d,causal,hkv,n,nk,splits,split_kv", [
     (128, False, 1, 100, 300, 1, False), (64, True, 2, 150, 150, 1, False), (256, "bottom_right", 1, 40, 200, 1, False),
     (128, False, 1, 8, 1000, 3, False), (64, "bottom_right", 2, 64, 700, 2, False),
-    (128, False, 1, 8, 1500, 2, True)])                 # D128's split rings (attention() from 8192 keys on)
+    (128, False, 1, 8, 1500, 2, True),                  # D128's split rings (attention() from 8192 keys on)
+    (128, False, 1, 8, 1000, 3, "2/SM"), (64, True, 2, 100, 300, 1, "2/SM")])   # two blocks an SM
 def test_one_consumer_warpgroup(monkeypatch, d, causal, hkv, n, nk, splits, split_kv):
     """consumer_warpgroups=1: tasks of 64 query rows, no turns (decoding's few rows: no 64-row half of padding),
-    alone or with split-K."""
+    alone or with split-K, or two blocks an SM (blocks_per_sm=2: the interpreter holds setmaxnreg's 40/216 split to
+    half the register file)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 2, n, d, dtype=BF16)
     k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
-    o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1, split_kv=split_kv)
+    options = dict(blocks_per_sm=2, split_kv=False) if split_kv == "2/SM" else dict(split_kv=split_kv)
+    o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1, **options)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)

@@ -302,6 +302,24 @@ def test_one_consumer_warpgroup(b, h, hkv, n, nk, d, causal, splits):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal", [(8, 32, 8, 1, 8192, 128, False), (2, 16, 2, 8, 3000, 64, True),
+                                                    (1, 16, 4, 16, 5000, 128, "bottom_right")])
+def test_two_blocks_an_sm(b, h, hkv, n, nk, d, causal):
+    """blocks_per_sm=2 (one consumer warpgroup): the occupancy query finds two blocks an SM, and packed decoding is
+    right with split-K over twice the SMs' places."""
+    from kernels import attention as att
+    q, k, v = qkv(b, h, hkv, n, nk, d)
+    group = h // hkv
+    qp = q.view(b, hkv, group * n, d)
+    o = poisoned(b, h, n, d, dtype=q.dtype)
+    lse = poisoned(b, hkv, att.lse_rows(group * n, 1), dtype=torch.float32)
+    options = dict(consumer_warpgroups=1, blocks_per_sm=2, split_kv=False, packed=group)
+    template, args = att._prepared(qp, k, v, o.view(b, hkv, group * n, d), lse, causal, None, **options)
+    assert template.kernel.max_active_blocks(*args) == 2
+    att._launch(qp, k, v, o.view(b, hkv, group * n, d), lse, causal, None, **options)
+    check(o, lse[..., :group * n].reshape(b, h, n), *reference(q, k, v, causal))
+
+
 def test_persistent_clusters_are_all_resident():
     """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
     (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""

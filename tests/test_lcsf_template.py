@@ -228,6 +228,24 @@ def test_register_split_defaults_and_overrides():
     assert tk.lcsf(stages=2, output_stages=1, consumer_warpgroups=1)(_class()).registers == (None, None)
 
 
+def test_two_blocks_an_sm_share_registers_and_shared_memory():
+    """blocks_per_sm=2: the register split of half the file, __launch_bounds__(threads, 2), and the stage check
+    against half an SM's shared memory (less the block's reserved KB)."""
+    from tkpy.templates.common import register_split
+    assert register_split(1, 4, None, None, blocks_per_sm=2) == (40, 216)
+    with pytest.raises(ValueError, match="each of 2 blocks an SM has 32768"):
+        register_split(1, 4, 40, 240, blocks_per_sm=2)
+    class K(_class(with_outputs=False, with_store=False)):
+        def finish(self, g, st, task):
+            pass
+    template = tk.lcf(stages=1, consumer_warpgroups=1, blocks_per_sm=2, name="lcf_two_an_sm")(K)   # 64 KB a stage
+    assert template.registers == (40, 216) and template.kernel.blocks_per_sm == 2
+    with pytest.raises(tk.TraceError, match="over the 113 KB a block can have with 2 blocks an SM; only one stage"):
+        tk.lcf(stages=2, consumer_warpgroups=1, blocks_per_sm=2)(K)
+    with pytest.raises(ValueError, match="blocks_per_sm must be 1 or 2"):
+        tk.lcf(stages=1, blocks_per_sm=2, cluster=2)(K)
+
+
 def test_lcf_takes_the_same_parameters():
     """LCF's one input stage: each step's MMAs finish before the stage is released (it is refilled next)."""
     class K(_class(with_outputs=False, with_store=False)):

@@ -102,7 +102,7 @@ class KernelEmitter:
         self.lines.append(f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps")
         # setmaxnreg only takes effect under a register cap at entry: one block per SM
         reallocates = any(isinstance(s, Op) and s.name == "setmaxnreg" for s in walk(k.body))
-        bounds = f"{k.threads}, 1" if reallocates else f"{k.threads}"
+        bounds = f"{k.threads}, {k.blocks_per_sm}" if reallocates or k.blocks_per_sm > 1 else f"{k.threads}"
         cluster = f" __cluster_dims__({', '.join(map(str, k.cluster))})" if k.cluster else ""
         self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}\n'
                           f'{k.name}(\n    {params})\n{{')

@@ -27,9 +27,12 @@ MAX_WARPS = 32
 class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
-    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None):
+    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
+        if blocks_per_sm not in (1, 2, 3, 4):
+            raise ValueError(f"blocks_per_sm must be 1..4, got {blocks_per_sm!r}")
+        self.blocks_per_sm = blocks_per_sm
         self.fn = fn
         self.warps = warps
         self.cluster = _cluster3(cluster)
@@ -80,7 +83,8 @@ class Kernel:
         """Trace for these arguments (torch tensors, CPU ones allowed; values only shape the specialization)."""
         key, constexprs = self._bind(args, need_cuda=False)
         contiguous = key[0]
-        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster)
+        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster,
+                          self.blocks_per_sm)
         run_all(ir)
         return Traced(self, ir, key)
 
@@ -100,6 +104,14 @@ class Kernel:
         device = next(a.get_device() for a in args if hasattr(a, "get_device"))
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
         return loaded.max_active_clusters((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
+
+    def max_active_blocks(self, *args) -> int:
+        """How many blocks of this kernel, specialized for `args` (CUDA tensors), an SM runs at once."""
+        from ..runtime import load_kernel
+        compiled = self._compiled_for(args, need_cuda=True)
+        device = next(a.get_device() for a in args if hasattr(a, "get_device"))
+        loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
+        return loaded.max_active_blocks(compiled.lowered.traced.ir.threads, compiled.dynamic_smem)
 
     def ir(self, *args) -> str:
         """The traced IR as text."""
@@ -335,9 +347,11 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
     return c
 
 
-def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None):
+def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
-    clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it)."""
+    clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
+    to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
+    file and of shared memory, which the shared-memory check holds it to."""
     if fn is None:
-        return lambda f: Kernel(f, warps, name, cluster)
-    return Kernel(fn, warps, name, cluster)
+        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm)
+    return Kernel(fn, warps, name, cluster, blocks_per_sm)

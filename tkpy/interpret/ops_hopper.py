@@ -243,8 +243,9 @@ class _RegisterFile:
     `__launch_bounds__(threads, 1)` may use up to that share); `.dec` returns registers to the pool and
     `.inc` takes them, waiting until the block fits in the file, as the hardware waits."""
 
-    def __init__(self, warps: int):
-        self.per_thread = [REGISTER_FILE // (32 * warps) // 8 * 8] * warps
+    def __init__(self, warps: int, blocks_per_sm: int = 1):
+        self.file = REGISTER_FILE // blocks_per_sm          # (blocks_per_sm blocks share the SM's file)
+        self.per_thread = [self.file // (32 * warps) // 8 * 8] * warps
 
     def held(self) -> int:
         return 32 * sum(self.per_thread)
@@ -256,7 +257,7 @@ class _RegisterWait(Wait):
 
     def ready(self) -> bool:
         regs = self.registers
-        if regs.held() + 32 * (self.n - regs.per_thread[self.warp]) > REGISTER_FILE:
+        if regs.held() + 32 * (self.n - regs.per_thread[self.warp]) > regs.file:
             return False
         regs.per_thread[self.warp] = self.n
         return True
@@ -266,12 +267,13 @@ class _RegisterWait(Wait):
         held = ", ".join((f"warps {r[0][0]}-{r[-1][0]}" if len(r) > 1 else f"warp {r[0][0]}") + f" at {r[0][1]}"
                          for r in runs)
         return (f"setmaxnreg.inc to {self.n} registers per thread: the block's warps hold {self.registers.held()} "
-                f"of the {REGISTER_FILE} registers ({held} per thread), and no warp releases any")
+                f"of the {self.registers.file} registers ({held} per thread), and no warp releases any")
 
 
 @semantics("setmaxnreg", attrs=("registers", "increase"))
 def setmaxnreg(warp, op):
-    regs = warp.block.sync_object("registers", lambda: _RegisterFile(warp.block.program.ir.warps))
+    ir = warp.block.program.ir
+    regs = warp.block.sync_object("registers", lambda: _RegisterFile(ir.warps, ir.blocks_per_sm))
     n, now, increase = op.attrs["registers"], regs.per_thread[warp.index], op.attrs["increase"]
     if (n < now) if increase else (n > now):
         raise InterpretError(f"setmaxnreg.{'inc' if increase else 'dec'} to {n} registers per thread, but the warp "

@@ -227,6 +227,8 @@ class KernelIR:
     shared_offsets: dict = field(default_factory=dict)  # Var -> byte offset, filled by plan_shared
     shared_bytes: int = 0
     cluster: Optional[tuple] = None   # blocks per cluster (x, y, z), or None
+    blocks_per_sm: int = 1            # blocks an SM must hold at once: __launch_bounds__'s minimum, a share of the
+                                      # register file and of shared memory each (ir/passes.py shared_limit)
     dependent_launch: bool = False    # programmatic dependent launch (runtime/dependent_launch.py)
     timeline: bool = False            # tk.mark records the cycle counter (runtime/timeline.py)
 

@@ -7,6 +7,15 @@ from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef
 from .expr import Expr, Sym, free_symbols
 
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
+SM_SHARED_BYTES = 228 * 1024       # per SM on sm_90, of which each resident block reserves 1 KB for the system
+RESERVED_SHARED_BYTES = 1024
+
+
+def shared_limit(blocks_per_sm: int = 1) -> int:
+    """Bytes of shared memory a block may have when `blocks_per_sm` blocks must fit on an SM at once."""
+    if blocks_per_sm == 1:
+        return MAX_SHARED_BYTES
+    return SM_SHARED_BYTES // blocks_per_sm - RESERVED_SHARED_BYTES
 ALIGNMENT_SLACK = 1024             # the kernel aligns its dynamic shared base up to 1024 bytes at run time
 MAX_REGISTERS_PER_THREAD = 255
 BUILTIN_SYMS = {"block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "warpid", "laneid", "cluster_rank"}
@@ -89,10 +98,12 @@ def plan_shared(kernel: KernelIR) -> None:
             offset = -(-offset // t.alignment) * t.alignment
             offsets[s.var] = offset
             offset += t.nbytes * s.var.count
-            if offset + ALIGNMENT_SLACK > MAX_SHARED_BYTES:
+            limit = shared_limit(kernel.blocks_per_sm)
+            if offset + ALIGNMENT_SLACK > limit:
+                per_sm = "" if kernel.blocks_per_sm == 1 else f" with {kernel.blocks_per_sm} blocks an SM"
                 raise TraceError(f"shared memory over-subscribed: `{s.var.name}` ({t}, x{s.var.count}) ends at "
                                  f"{offset} bytes; with the {ALIGNMENT_SLACK} bytes that align the base, more than "
-                                 f"the {MAX_SHARED_BYTES} a block can have", s.loc)
+                                 f"the {limit} a block can have{per_sm}", s.loc)
     kernel.shared_offsets = offsets
     kernel.shared_bytes = offset
 

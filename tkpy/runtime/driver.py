@@ -367,6 +367,15 @@ class LoadedKernel:
                          f"cuOccupancyMaxActiveClusters for '{self.kernel_name}' (cluster {size})")
         return int(fits)
 
+    def max_active_blocks(self, threads: int, dynamic_smem: int) -> int:
+        """How many blocks of `threads` threads and `dynamic_smem` bytes an SM runs at once
+        (cuOccupancyMaxActiveBlocksPerMultiprocessor: registers, shared memory and the launch bounds)."""
+        self.ensure_dynamic_smem(dynamic_smem)
+        with device_context(self.device_index):
+            fits = check(_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, threads, dynamic_smem),
+                         f"cuOccupancyMaxActiveBlocksPerMultiprocessor for '{self.kernel_name}'")
+        return int(fits)
+
     def launcher(
         self,
         block: tuple[int, int, int],

@@ -10,12 +10,11 @@ from ..errors import ArgumentError, TraceError
 from ..frontend.control import Mutable
 from ..frontend.signature import _resolve
 from ..ir.core import Loc, Var
-from ..ir.passes import ALIGNMENT_SLACK, MAX_SHARED_BYTES
+from ..ir.passes import ALIGNMENT_SLACK, shared_limit
 from ..ir.protocol import REGISTER_FILE
 from ..tiles.dtypes import DType
 from ..tiles.types import GL, ST
 
-REGISTER_FILE_PER_THREAD_GROUP = REGISTER_FILE // 128   # registers per thread if one warpgroup had the whole file
 PRODUCER_REGISTERS = 40
 SEMAPHORE_BYTES = 8
 H200_MULTIPROCESSORS = 132
@@ -236,30 +235,33 @@ def multiprocessors(tensor) -> int:
 
 # -- parameter checks --------------------------------------------------------------------------------------
 
-def register_split(consumers: int, producer_warps: int, producer: int | None, consumer: int | None) -> tuple:
+def register_split(consumers: int, producer_warps: int, producer: int | None, consumer: int | None,
+                   blocks_per_sm: int = 1) -> tuple:
     """(producer, consumer) registers per thread for setmaxnreg, or (None, None) without a register split (a
     producer of fewer than 4 warps is no whole warpgroup; every warp then keeps the launch's equal share).
-    Defaults: the producer keeps PRODUCER_REGISTERS, the consumers share the rest, at most 240 each; with one
-    consumer warpgroup none (its 256 threads launch with the whole file between them: 256 registers each, more than
-    a consumer can be raised to)."""
-    if consumers == 1 and producer is None and consumer is None:
+    Defaults: the producer keeps PRODUCER_REGISTERS, the consumers share the rest of the block's share of the file
+    (1 / blocks_per_sm), at most 240 each; with one consumer warpgroup alone on its SM none (its 256 threads launch
+    with the whole file between them: 256 registers each, more than a consumer can be raised to)."""
+    if consumers == 1 and blocks_per_sm == 1 and producer is None and consumer is None:
         return None, None
     if producer_warps < 4:
         if producer is not None or consumer is not None:
             raise ValueError(f"a register split (setmaxnreg) needs a whole producer warpgroup; producer_warps="
                              f"{producer_warps} launches a partial one, whose warps keep the launch's equal share")
         return None, None
+    file = REGISTER_FILE // blocks_per_sm
     producer = PRODUCER_REGISTERS if producer is None else producer
     if consumer is None:
-        spare = (REGISTER_FILE_PER_THREAD_GROUP - producer) // consumers
+        spare = (file // 128 - producer) // consumers
         consumer = min(240, spare // 8 * 8)
     for what, n in (("producer_registers", producer), ("consumer_registers", consumer)):
         if not (isinstance(n, int) and 24 <= n <= 256 and n % 8 == 0):
             raise ValueError(f"{what} must be a multiple of 8 from 24 to 256 (setmaxnreg), got {n!r}")
     need = 128 * (producer + consumers * consumer)
-    if need > REGISTER_FILE:
+    if need > file:
+        share = "an SM has" if blocks_per_sm == 1 else f"each of {blocks_per_sm} blocks an SM has"
         raise ValueError(f"a producer warpgroup at {producer} and {consumers} consumer warpgroups at {consumer} "
-                         f"registers per thread need {need} registers; an SM has {REGISTER_FILE}")
+                         f"registers per thread need {need} registers; {share} {file}")
     return producer, consumer
 
 
@@ -276,11 +278,13 @@ def ring_bytes(specs: dict, stages: int, offset: int = 0) -> int:
     return offset
 
 
-def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc, vary: tuple = (0,)) -> None:
+def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc, vary: tuple = (0,),
+                        blocks_per_sm: int = 1) -> None:
     """The rings [(what, specs, stages, stage parameter)], declared in order, and the semaphores must fit in a
-    block's shared memory; if not, say how many stages of the rings `vary` (indices; the first by default)
-    would, each with the others' as given."""
+    block's shared memory (its share of an SM's with `blocks_per_sm` blocks); if not, say how many stages of the
+    rings `vary` (indices; the first by default) would, each with the others' as given."""
     counts = [stages for _, _, stages, _ in rings]
+    limit = shared_limit(blocks_per_sm)
 
     def total(counts: list) -> int:
         offset = 0
@@ -289,7 +293,7 @@ def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc, vary:
         return -(-offset // SEMAPHORE_BYTES) * SEMAPHORE_BYTES + SEMAPHORE_BYTES * semaphores + ALIGNMENT_SLACK
 
     need = total(counts)
-    if need <= MAX_SHARED_BYTES:
+    if need <= limit:
         return
     parts = []
     for what, specs, stages, parameter in rings:
@@ -298,16 +302,16 @@ def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc, vary:
         parts.append(f"{parameter}={stages} x {_kb(per_stage)} of {what} ({buffers})")
     hints = []
     for i in vary:
-        fits = max((n for n in range(1, counts[i]) if total(counts[:i] + [n] + counts[i + 1:]) <= MAX_SHARED_BYTES),
-                   default=0)
+        fits = max((n for n in range(1, counts[i]) if total(counts[:i] + [n] + counts[i + 1:]) <= limit), default=0)
         parameter = rings[i][3]
         hint = f"at most {fits} {parameter} fit" if fits > 1 else \
             f"{'only one' if fits else 'not even one'} {parameter.rstrip('s')} fits"
         others = [f"{rings[j][3]}={counts[j]}" for j in vary if j != i]
         hints.append(hint + (f" (with {', '.join(others)})" if others else ""))
     raise TraceError(f"{kind}: the stages do not fit in shared memory: {' + '.join(parts)} + semaphores and "
-                     f"{ALIGNMENT_SLACK} bytes of alignment = {_kb(need)}, over the {_kb(MAX_SHARED_BYTES)} a block "
-                     f"can have; {', or '.join(hints)}", loc)
+                     f"{ALIGNMENT_SLACK} bytes of alignment = {_kb(need)}, over the {_kb(limit)} a block "
+                     f"can have{'' if blocks_per_sm == 1 else f' with {blocks_per_sm} blocks an SM'}; "
+                     f"{', or '.join(hints)}", loc)
 
 
 def _kb(n: int) -> str:

@@ -91,6 +91,11 @@ Parameters (decorator arguments), checked when the class is decorated:
     persistent, group, scheduler
                           one block per SM looping over tasks (default) or one block per task; the task
                           order: schedule.Grouped(group) by default, schedule.SplitK(splits) for split-K
+    blocks_per_sm         1 (default) or 2: compiled so that 2 blocks share an SM (each with half its registers,
+                          split by setmaxnreg as above, and at most half its shared memory, which the stage check
+                          holds the rings to), and a persistent grid of 2 per SM (as many as the occupancy query
+                          says fit); no clusters. E.g. one consumer warpgroup streaming from memory, where a
+                          second block keeps more loads in flight
 """
 from __future__ import annotations
 
@@ -127,7 +132,7 @@ class LCF:
                  persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows",
                  producer_warps: int = 4,
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
-                 scheduler: Optional[Grouped] = None, name: Optional[str] = None,
+                 scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
                  definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
@@ -138,6 +143,9 @@ class LCF:
             raise ValueError(f"stages must be 1..8, got {stages}")
         if cluster not in (1, 2, 4):
             raise ValueError(f"cluster must be 1, 2 or 4 blocks, got {cluster}")
+        if blocks_per_sm not in (1, 2) or (blocks_per_sm > 1 and cluster > 1):
+            raise ValueError(f"blocks_per_sm must be 1 or 2 (2 without clusters), got {blocks_per_sm!r} with "
+                             f"cluster={cluster}")
         if cluster_along not in CLUSTER_ALONG:
             raise ValueError(f"cluster_along must be one of {CLUSTER_ALONG}, got {cluster_along!r}")
         if producer_warps not in range(self.min_producer_warps, 5):
@@ -152,7 +160,9 @@ class LCF:
         self.cluster = cluster
         self.cluster_along = cluster_along
         self.producer_warps = producer_warps
-        self.registers = register_split(consumer_warpgroups, producer_warps, producer_registers, consumer_registers)
+        self.blocks_per_sm = blocks_per_sm
+        self.registers = register_split(consumer_warpgroups, producer_warps, producer_registers, consumer_registers,
+                                        blocks_per_sm)
         self.scheduler = scheduler if scheduler is not None else Grouped(group)
         self.group = self.scheduler.group
         self.inputs = buffer_specs(cls, "inputs")
@@ -179,10 +189,11 @@ class LCF:
                                                                              loc)
         self._configure(cls)
         check_shared_memory(f"{cls.__name__} ({self.kind})", self._rings(), self._semaphores(), loc,
-                            vary=(0, 1) if self.late_inputs else (0,))
+                            vary=(0, 1) if self.late_inputs else (0,), blocks_per_sm=blocks_per_sm)
         self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
-                             name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None)
+                             name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None,
+                             blocks_per_sm=blocks_per_sm)
 
     def _check_late(self, cls, stages: int, late_stages: Optional[int]) -> int:
         """The late ring's stage count (0 without late_inputs), after checking the class's late declarations."""
@@ -237,7 +248,7 @@ class LCF:
         return body
 
     def grid(self, *tensors) -> tuple:
-        """Blocks to launch: one per task, or (persistent) at most one per SM. Cached per shapes, devices
+        """Blocks to launch: one per task, or (persistent) at most blocks_per_sm per SM. Cached per shapes, devices
         and scalar values (tasks(g) may read scalars)."""
         from ..interpret.launch import interpret_requested
 
@@ -264,10 +275,19 @@ class LCF:
         tasks = rows * cols * splits
         if not self.persistent:
             return (tasks,)
-        blocks = min(tasks, multiprocessors(tensors[0]))
+        blocks = min(tasks, multiprocessors(tensors[0]) * self.blocks_at_once(tensors))
         if self.cluster > 1:
             blocks = min(blocks, self.clusters_at_once(tensors) * self.cluster)
         return (blocks // self.cluster * self.cluster,)
+
+    def blocks_at_once(self, tensors) -> int:
+        """Blocks an SM runs at once: blocks_per_sm, or fewer where the occupancy query says so (the interpreter:
+        blocks_per_sm)."""
+        from ..interpret.launch import interpret_requested
+
+        if self.blocks_per_sm == 1 or interpret_requested() or not tensors[0].is_cuda:
+            return self.blocks_per_sm
+        return max(1, min(self.blocks_per_sm, self.kernel.max_active_blocks(*tensors)))
 
     def clusters_at_once(self, tensors) -> int:
         """How many of the kernel's clusters the GPU runs at once (a cluster's blocks share a GPC: on the H200 all
@@ -673,11 +693,11 @@ def decorator(template_class, caller, cls, options: dict):
 def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages: Optional[int] = None,
         persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
-        scheduler: Optional[Grouped] = None, name: Optional[str] = None):
+        scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
-                   scheduler=scheduler, name=name)
+                   scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm)
     return decorator(LCF, sys._getframe(1), cls, options)
