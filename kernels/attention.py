@@ -73,7 +73,8 @@ CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 # serve: D256's 2 stages of 64 rows leave no load in flight while a step holds K_k and V_{k-1}; 5 stages of 32 rows
 # ran 17% faster on one-row decoding (RESULTS.md run 136). D128 measured level with 64-row tiles in 5-6 stages.
 CONFIGS_1WG = {256: (32, 5)}
-# ... and with two such blocks an SM (blocks_per_sm=2: 113 KB of shared memory each, Q's 64 rows included):
+# ... and with two such blocks an SM (non-default blocks_per_sm=2: 113 KB of shared memory each, Q's 64 rows
+# included); level or 2-4% behind one block an SM on decoding (RESULTS.md run 139).
 CONFIGS_1WG_2SM = {64: (64, 5), 128: (32, 5)}
 # Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
