@@ -406,8 +406,8 @@ def decode_table(rounds: int = 4) -> list[dict]:
         row["peer"] = row[row["peer_name"]]
         rows.append(row)
     print(f"\ndecoding (GQA), TFLOP/s (medians of {rounds} rounds)")
-    print(f"{'B H HKV N NK D':>26} {'causal':>12} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} {'tkpy':>6} "
-          f"{'tkpy/peer':>9} {'tkpy/unpacked':>13} {'1wg 2/SM':>8}")
+    print(f"{'B H HKV N NK D':>26} {'causal':>12} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} "
+          f"{'tkpy':>6} {'tkpy/peer':>9} {'tkpy/unpacked':>13} {'1wg 2/SM':>8}")
     for r in rows:
         print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {str(r['causal']):>12} "
               f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "

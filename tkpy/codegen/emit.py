@@ -100,7 +100,7 @@ class KernelEmitter:
         k = self.k
         params = ",\n    ".join(f"{s.ctype} {s.cname}" for s in self.slots)
         self.lines.append(f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps")
-        # setmaxnreg only takes effect under a register cap at entry: one block per SM
+        # setmaxnreg only takes effect under a register cap at entry: blocks_per_sm blocks an SM (one by default)
         reallocates = any(isinstance(s, Op) and s.name == "setmaxnreg" for s in walk(k.body))
         bounds = f"{k.threads}, {k.blocks_per_sm}" if reallocates or k.blocks_per_sm > 1 else f"{k.threads}"
         cluster = f" __cluster_dims__({', '.join(map(str, k.cluster))})" if k.cluster else ""

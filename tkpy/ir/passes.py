@@ -9,6 +9,9 @@ from .expr import Expr, Sym, free_symbols
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
 SM_SHARED_BYTES = 228 * 1024       # per SM on sm_90, of which each resident block reserves 1 KB for the system
 RESERVED_SHARED_BYTES = 1024
+ALIGNMENT_SLACK = 1024             # the kernel aligns its dynamic shared base up to 1024 bytes at run time
+MAX_REGISTERS_PER_THREAD = 255
+BUILTIN_SYMS = {"block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "warpid", "laneid", "cluster_rank"}
 
 
 def shared_limit(blocks_per_sm: int = 1) -> int:
@@ -16,9 +19,6 @@ def shared_limit(blocks_per_sm: int = 1) -> int:
     if blocks_per_sm == 1:
         return MAX_SHARED_BYTES
     return SM_SHARED_BYTES // blocks_per_sm - RESERVED_SHARED_BYTES
-ALIGNMENT_SLACK = 1024             # the kernel aligns its dynamic shared base up to 1024 bytes at run time
-MAX_REGISTERS_PER_THREAD = 255
-BUILTIN_SYMS = {"block_x", "block_y", "block_z", "grid_x", "grid_y", "grid_z", "warpid", "laneid", "cluster_rank"}
 
 
 def verify(kernel: KernelIR) -> None:

@@ -26,7 +26,10 @@ def _operands(dst, src, what: str):
 def _mask(kind: str, dst, src, index, val, index_name: str = ""):
     """`index` one integer operand named `index_name` (none without a name), or a tuple of them and of names."""
     d, s = _operands(dst, src, kind)
-    indices, names = (index, index_name) if isinstance(index, tuple) else ((index,), (index_name,) if index_name else ())
+    if isinstance(index, tuple):
+        indices, names = index, index_name
+    else:
+        indices, names = (index,), ((index_name,) if index_name else ())
     extra = []
     for x, name in zip(indices, names):
         e = scalar(x, f"{kind} {name}")
