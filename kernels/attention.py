@@ -122,6 +122,9 @@ OVERLAP = True                      # step k issues S_k and step k-1's O += P V 
 # (A warp issuing a wgmma waits until the tensor core takes it, so most of that P V has run by the time S_k's
 # softmax starts: the timeline, benchmarks/attention_timeline.py, RESULTS.md runs 74-76. The overlap that pays is
 # between the warpgroups; this order still measured faster than the serial one, runs 42 and 57.)
+# Head dims whose one-warpgroup kernels (decoding) run the serial schedule with one ring: a step holds one stage, not
+# two; at D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes (RESULTS.md run 141).
+SERIAL_ONE_GROUP = (128,)
 TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
 OWN = (4, 5, 7)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
@@ -157,8 +160,11 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
 
 
 def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> bool:
-    """Whether attention() runs split K/V rings (split_kv) for nk keys: always with 3 consumer warpgroups, and at
-    D128 non-causal from SPLIT_KEYS keys on (CONFIGS_SPLIT's 176-row tiles)."""
+    """Whether attention() runs split K/V rings (split_kv) for nk keys: always with 3 consumer warpgroups, and with 2
+    at D128 non-causal from SPLIT_KEYS keys on (CONFIGS_SPLIT's 176-row tiles); never with 1 (level, RESULTS.md run
+    135, and SERIAL_ONE_GROUP's serial schedule takes one ring)."""
+    if consumer_warpgroups == 1:
+        return False
     return consumer_warpgroups == 3 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
 
 
@@ -229,7 +235,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 
 @functools.cache
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
-               overlap: bool = OVERLAP, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
+               overlap: bool | None = None, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
@@ -237,7 +243,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
-    the previous step's P V product or not, and `kv` key/value rows per tile (default: CONFIGS; a multiple
+    the previous step's P V product or not (`overlap`; default OVERLAP, but serial for one consumer warpgroup at
+    SERIAL_ONE_GROUP's head dims), and `kv` key/value rows per tile (default: CONFIGS; a multiple
     of 16 up to 256, the wgmma N of S = Q K^T; the template raises if its stages do not fit in shared
     memory), and `consumer_warpgroups` 2 or 3 (64 query rows each; with 3, tasks of 192 rows, the turns go
     round the 3, the registers are split REGISTERS_3WG and the defaults are CONFIGS_3WG's; head dims
@@ -293,6 +300,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if groups == 3 and d not in CONFIGS_3WG:
         raise ValueError(f"attention: 3 consumer warpgroups take head dims {', '.join(map(str, CONFIGS_3WG))} "
                          f"(their registers hold S, P and O of those only), got {d}")
+    if overlap is None:         # OVERLAP, but the serial schedule for SERIAL_ONE_GROUP's one-warpgroup kernels
+        overlap = OVERLAP and not (groups == 1 and d in SERIAL_ONE_GROUP and not split_kv)
     if split_kv and not overlap:
         raise ValueError("attention: split_kv=True reads V_{k-1} at step k (the overlapped schedule); it needs "
                          "overlap=True")

@@ -416,11 +416,26 @@ def test_two_blocks_an_sm_compile_to_half_the_sm():
     q, lse = torch.empty(1, 2, 384, 128, dtype=BF16), torch.empty(1, 2, 384)
     kernel = att._attention(128, att.DTYPES[BF16], False, consumer_warpgroups=1, blocks_per_sm=2).kernel
     source = kernel.source(q, q, q, q, lse, 1.0)
-    assert kernel.name == "attention_fwd_d128_1wg_2persm"
+    assert kernel.name == "attention_fwd_d128_1wg_serial_2persm"
     assert "__launch_bounds__(256, 2)" in source and "increase_registers<216>" in source
     assert kernel.resources(q, q, q, q, lse, 1.0).spill_stores == 0
     with pytest.raises(ValueError, match="blocks_per_sm=2 is for one consumer warpgroup"):
         att._attention(128, att.DTYPES[BF16], False, consumer_warpgroups=2, blocks_per_sm=2)
+
+
+@pytest.mark.parametrize("causal", [False, "bottom_right"])
+def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
+    """attention() on speculative decoding's drafts at D128 (4 rows a head, 4 heads a key/value head): packed into 16
+    rows, one consumer warpgroup in the serial schedule with one ring (SERIAL_ONE_GROUP), split-K over the keys."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    launched = []
+    real = att._attention
+    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(real(*a, **kw).kernel.name) or real(*a, **kw))
+    q, k, v = rand(1, 8, 4, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16)
+    o, lse = att.attention(q, k, v, causal, return_lse=True)
+    assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk" \
+        + ("_packed" if causal else "")
+    check(o, lse, *reference(q, k, v, causal), 4)
 
 
 def test_packed_kernels_are_causal_and_pad_last():
@@ -703,7 +718,8 @@ def test_consumer_warpgroups_option(monkeypatch):
     assert default.kernel.name == explicit.kernel.name == "attention_fwd_d64"
     assert default.kernel.source(q, q, q, q, lse, 1.0) == explicit.kernel.source(q, q, q, q, lse, 1.0)
     assert att._attention(64, consumer_warpgroups=3).kernel.name == "attention_fwd_d64_3wg"
-    assert att._attention(128, consumer_warpgroups=1).kernel.name == "attention_fwd_d128_1wg" and att.q_rows(1) == 64
+    assert att._attention(128, consumer_warpgroups=1).kernel.name == "attention_fwd_d128_1wg_serial"   # (SERIAL_...)
+    assert att._attention(64, consumer_warpgroups=1).kernel.name == "attention_fwd_d64_1wg" and att.q_rows(1) == 64
     assert att.q_rows() == att.Q_ROWS == 128 and att.q_rows(3) == 192
     assert att.lse_rows(460) == 512 and att.lse_rows(460, 3) == 576
     with pytest.raises(ValueError, match="consumer_warpgroups must be 1, 2 or 3"):

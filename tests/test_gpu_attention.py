@@ -294,11 +294,14 @@ def test_decoding_packs_gqa_heads(b, h, hkv, n, nk, d, causal):
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,splits", [
     (2, 8, 2, 64, 4096, 128, False, None), (1, 8, 8, 200, 1000, 64, True, 1), (2, 4, 1, 8, 5000, 256, False, None),
     (1, 16, 4, 40, 3000, 128, "bottom_right", 3), (1, 4, 4, 300, 300, 128, True, 1),
-    (1, 16, 4, 16, 9000, 128, False, None)])             # D128 from 8192 keys: split rings
+    (1, 16, 4, 16, 9000, 128, False, None),              # D128 from 8192 keys: split rings
+    (2, 8, 2, 8, 9000, 128, False, "serial"), (1, 8, 8, 100, 3000, 128, "bottom_right", "serial")])
 def test_one_consumer_warpgroup(b, h, hkv, n, nk, d, causal, splits):
-    """consumer_warpgroups=1 (tasks of 64 query rows, no turns), with split-K (splits_for's or given) or without."""
+    """consumer_warpgroups=1 (tasks of 64 query rows, no turns), with split-K (splits_for's or given) or without;
+    "serial": the serial schedule with one ring (overlap=False, split_kv=False) and splits_for's split-K."""
     q, k, v = qkv(b, h, hkv, n, nk, d)
-    o, lse = run_poisoned(q, k, v, causal, consumer_warpgroups=1, splits=splits)
+    options = dict(overlap=False, split_kv=False) if splits == "serial" else dict(splits=splits)
+    o, lse = run_poisoned(q, k, v, causal, consumer_warpgroups=1, **options)
     check(o, lse, *reference(q, k, v, causal))
 
 
