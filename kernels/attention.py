@@ -312,7 +312,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError(f"attention: cluster must be 1, 2 or 4, got {cluster!r}")
     if split_k and cluster > 1:
         raise ValueError("attention: split_k=True shares a task's keys between tasks that run apart; no clusters")
-    if blocks_per_sm != 1 and (groups != 1 or split_kv or d not in CONFIGS_1WG_2SM):
+    if blocks_per_sm not in (1, 2):
+        raise ValueError(f"attention: blocks_per_sm must be 1 or 2, got {blocks_per_sm!r}")
+    if blocks_per_sm == 2 and (groups != 1 or split_kv or d not in CONFIGS_1WG_2SM):
         raise ValueError(f"attention: blocks_per_sm={blocks_per_sm} is for one consumer warpgroup, one ring and head "
                          f"dims {', '.join(map(str, CONFIGS_1WG_2SM))}")
     if late_stages is not None and not split_kv:
