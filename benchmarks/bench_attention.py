@@ -73,9 +73,8 @@ def main() -> list[dict]:
               f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['vs_cudnn']:>9.2f} {r['vs_flash']:>9.2f} "
               f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
     variants = variant_table() if "--no-variants" not in sys.argv else []
-    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    out_dir = save("attention.json", {"cases": rows, "variants": variants})
     if out_dir:
-        (out_dir / "attention.json").write_text(json.dumps({"cases": rows, "variants": variants}, indent=2))
         plot(rows, out_dir / "attention.png")
     return rows
 
@@ -241,10 +240,16 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
                  if r[name] is not None else "-" for name in names]
         print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} "
               f"{r['cudnn']:>6.0f} " + " ".join(f"{c:>22}" for c in cells))
+    save(saved_as, rows)
+    return rows
+
+
+def save(name: str, data) -> Path | None:
+    """Write `data` as JSON to $OUT/`name` when OUT is set; the folder, or None."""
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
-        (out_dir / saved_as).write_text(json.dumps(rows, indent=2))
-    return rows
+        (out_dir / name).write_text(json.dumps(data, indent=2))
+    return out_dir
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -287,19 +292,38 @@ def visible_pairs(n: int, nk: int, causal) -> int:
     return sum(max(0, min(nk, i + nk - n + 1)) for i in range(n))
 
 
+def lower_right_flash(q, k, v):
+    """SDPA with torch's causal_lower_right bias (bottom-right causal, which the cuDNN backend does not take: its
+    flash kernel), on k and v repeated to q's heads."""
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
+
+    kk, vv = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
+    mask = causal_lower_right(q.shape[2], k.shape[2])
+    return lambda: F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+
+
+def interleaved_tflops(fns: dict, rounds: int, flops: float) -> dict:
+    """TFLOP/s of each of `fns` from the median of `rounds` rounds, each round timing every one once in turn."""
+    import statistics
+
+    from benchmarks.timing import median_ms
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(median_ms(fn))
+    return {name: flops / statistics.median(t) / 1e9 for name, t in times.items()}
+
+
 def split_table(rounds: int = 4) -> list[dict]:
     """Split-K (flash-decoding) against one task per query tile and SDPA on SPLIT_CASES: TFLOP/s, medians of
     `rounds` interleaved rounds; the splits that fill the SMs (splits_to_fill), at least 2. The peer is cuDNN, or
     for bottom-right causal (which SDPA's cuDNN backend does not take) SDPA with torch's causal_lower_right bias
     (its flash kernel)."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.bias import causal_lower_right
 
-    from benchmarks.timing import median_ms
     from kernels import attention as att
     rows = []
     for b, h, hkv, n, nk, d, causal, groups in SPLIT_CASES:
@@ -309,9 +333,7 @@ def split_table(rounds: int = 4) -> list[dict]:
         tasks = b * h * att.cdiv(n, att.q_rows(groups))
         splits = max(2, att.splits_to_fill(tasks, nk, d, att.multiprocessors(q)))
         if causal == "bottom_right":
-            kk, vv = (x.repeat_interleave(h // hkv, dim=1) for x in (k, v))
-            mask = causal_lower_right(n, nk)
-            peer = lambda: F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+            peer = lower_right_flash(q, k, v)
         else:
             def peer():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -320,14 +342,9 @@ def split_table(rounds: int = 4) -> list[dict]:
         fns = {"peer": peer,
                "tkpy": lambda: att._launch(q, k, v, o, lse, causal, None, splits=1, **options),
                "split": lambda: att._launch(q, k, v, o, lse, causal, None, splits=splits, **options)}
-        times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                times[name].append(median_ms(fn))
-        flops = 4 * b * h * visible_pairs(n, nk, causal) * d
         row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, causal=causal, groups=groups, splits=splits,
                    peer_name="flash (lower-right)" if causal == "bottom_right" else "cuDNN",
-                   **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
+                   **interleaved_tflops(fns, rounds, 4 * b * h * visible_pairs(n, nk, causal) * d))
         rows.append(row)
     print(f"\nsplit-K, TFLOP/s (medians of {rounds} rounds; peer: cuDNN, flash for bottom-right causal)")
     print(f"{'B H HKV N NK D':>26} {'causal':>12} {'wg':>2} {'splits':>6} {'peer':>6} {'tkpy':>6} {'split':>6} "
@@ -336,9 +353,7 @@ def split_table(rounds: int = 4) -> list[dict]:
         print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {str(r['causal']):>12} "
               f"{r['groups']:>2} {r['splits']:>6} {r['peer']:>6.0f} {r['tkpy']:>6.0f} {r['split']:>6.0f} "
               f"{r['split'] / r['peer']:>10.2f} {r['split'] / r['tkpy']:>10.2f}")
-    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
-    if out_dir:
-        (out_dir / "attention_split.json").write_text(json.dumps(rows, indent=2))
+    save("attention_split.json", rows)
     return rows
 
 
@@ -357,14 +372,10 @@ def decode_table(rounds: int = 4) -> list[dict]:
     warpgroups, and SDPA's cuDNN and flash backends (the faster taken as the peer; a backend that refuses the case
     is left out; bottom-right causal, which the cuDNN backend does not take: SDPA with torch's causal_lower_right
     bias, its flash kernel) on DECODE_CASES: TFLOP/s, medians of `rounds` interleaved rounds."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.bias import causal_lower_right
 
-    from benchmarks.timing import median_ms
     from kernels import attention as att
     rows = []
     for b, h, hkv, n, nk, d, causal in DECODE_CASES:
@@ -380,11 +391,9 @@ def decode_table(rounds: int = 4) -> list[dict]:
                "2wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=2, packed=group)}
         if group * n <= 64 and d in att.CONFIGS_1WG_2SM:     # one warpgroup, two blocks an SM
             fns["1wg 2/SM"] = lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=1, packed=group,
-                                                  blocks_per_sm=2, split_kv=False)
+                                                  blocks_per_sm=2)
         if causal == "bottom_right":
-            kk, vv = (x.repeat_interleave(h // hkv, dim=1) for x in (k, v))
-            mask = causal_lower_right(n, nk)
-            fns["flash"] = lambda: F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+            fns["flash"] = lower_right_flash(q, k, v)
         else:
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
                 def peer(backend=backend):
@@ -395,13 +404,8 @@ def decode_table(rounds: int = 4) -> list[dict]:
                 except RuntimeError:
                     continue
                 fns[name] = peer
-        times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                times[name].append(median_ms(fn))
-        flops = 4 * b * h * visible_pairs(n, nk, causal) * d
         row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, causal=causal, group=group,
-                   **{name: flops / statistics.median(t) / 1e9 for name, t in times.items()})
+                   **interleaved_tflops(fns, rounds, 4 * b * h * visible_pairs(n, nk, causal) * d))
         row["peer_name"] = max((name for name in ("cudnn", "flash") if name in row), key=row.get)
         row["peer"] = row[row["peer_name"]]
         rows.append(row)
@@ -413,9 +417,7 @@ def decode_table(rounds: int = 4) -> list[dict]:
               f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "
               f"{r['1wg']:>6.1f} {r['2wg']:>6.1f} {r['tkpy']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} "
               f"{r['tkpy'] / r['unpacked']:>13.2f} {r.get('1wg 2/SM', float('nan')):>8.1f}")
-    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
-    if out_dir:
-        (out_dir / "attention_decode.json").write_text(json.dumps(rows, indent=2))
+    save("attention_decode.json", rows)
     return rows
 
 

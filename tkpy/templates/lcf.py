@@ -399,10 +399,9 @@ class Pipeline:
         tk.arrive(self.finish_done)
 
     # -- tasks and the ring ---------------------------------------------------------------------------------
-    def task_at(self, index, rank=None) -> Task:
-        """The task of `index` for the block of cluster rank `rank` (this block's by default)."""
-        t, g, blocks = self.t, self.g, self.t.cluster
-        rank = self.rank if rank is None else rank
+    def task_at(self, index) -> Task:
+        """This block's task of `index`."""
+        t, g, blocks, rank = self.t, self.g, self.t.cluster, self.rank
         split, splits = 0, 1
         if t.scheduler.splits_k:
             split, splits, index = let(index // self.tiles, "split"), self.splits, let(index % self.tiles, "tile")
