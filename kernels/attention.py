@@ -239,8 +239,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
-               defer_finish: bool = False):
+               cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -289,11 +288,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     the kernel takes `rows_per_head`: row r is at position r % rows_per_head, which the causal mask and each task's
     key tiles follow (tk.tril_periodic); name "_packed". (Non-causal packing needs no kernel of its own.)
     blocks_per_sm=2 (one consumer warpgroup, D64/D128, one ring): two blocks an SM (the template's blocks_per_sm),
-    each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm".
-    defer_finish=True (with q_preload, non-causal, not split-K): a task's finish only moves the next task's Q into the
-    registers and keeps O, its row sums and shifts; the next task's first step issues its S and then, while S runs,
-    normalizes and stores that O through the query tile with its log-sum-exp, so the tensor cores wait at a task
-    switch only for the next Q's registers (the block's last task finishes in place); name "_deferfinish"."""
+    each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -351,10 +346,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
                          "needs q_registers and not q_ahead (a second query tile)")
-    if defer_finish and (not q_preload or causal or split_k):
-        raise ValueError("attention: defer_finish=True stores a task's O during the next task's first step: it needs "
-                         "q_preload (the next Q in registers frees the query tile), every task to have a step (not "
-                         "causal) and O through the query tile (not split_k)")
     if q_registers and not overlap:
         raise ValueError("attention: q_registers=True needs overlap=True: in the serial schedule NVRTC 13.0's ptxas "
                          "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
@@ -375,8 +366,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
-        + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
-        + ("_deferfinish" if defer_finish else "")
+        + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
     q_tiles = groups * q_buffers                            # each consumer warpgroup's query tile(s)
@@ -500,11 +490,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.row_sum = tk.col_vec(st.scores)
             if overlap:                                          # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
-            if defer_finish:    # the previous task's, until its O is stored (see deferred_out)
-                if kv != d:
-                    st.done_out = tk.rt(dtype, 16, d)
-                st.done_sum, st.done_shift = tk.col_vec(st.scores), tk.col_vec(st.scores)
-                st.done_b, st.done_h, st.done_unit = (tk.var(0, name) for name in ("done_b", "done_h", "done_unit"))
             if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
                 with tk.if_(tk.warpgroup.id() == groups - 1):
                     tk.named_arrive(TURN[0], 8)
@@ -534,9 +519,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     self.q_to_registers(st)
                     tk.fence_proxy_async()                       # the tile read before TMA writes it again
                     _own_sync(groups)
-                if not defer_finish:                             # (deferred: after the first step's O store)
-                    with tk.if_(st.has_next_task()):             # the next task's Q lands during this task (the
-                        self.load_q(st, st.next_task(), 0)       # tile is free: finish's O store has read it)
+                with tk.if_(st.has_next_task()):                 # the next task's Q lands during this task (the
+                    self.load_q(st, st.next_task(), 0)           # tile is free: finish's O store has read it)
             elif not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
@@ -652,21 +636,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
-                    if defer_finish:                            # while S runs: the previous task's O goes out
-                        with tk.if_(st.tasks_done > 1):
-                            self.store_previous(st)
-                        tk.mark("previous O stored")
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
                     self.softmax(st, k)
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                     if softmax_turns:
                         _turn(sync_on_turn=False, groups=groups)
-                    if defer_finish:                            # the tile, once that store has read it: next Q
-                        with tk.if_(tk.warp_id() % 4 == 0):
-                            tk.tma.store_async_wait(read_only=True)
-                        with tk.if_(st.has_next_task()):
-                            self.load_q(st, st.next_task(), 0)
                 # P converted once for both paths: with a conversion in each, ptxas copied P's 32 registers into
                 # the ones the next P V reads at every step. (O's rescale stays in each: the assembler keeps the
                 # MMAs asynchronous only if every path waits before it writes an accumulator.) Packing P into a
@@ -697,22 +672,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
-            if defer_finish:    # O waits in the registers for the next task's first step (store_previous)
-                with tk.if_(st.has_next_task()):
-                    tk.wait(query_arrived(st, st.q_tile), st.tasks_done % 2)
-                    self.q_to_registers(st)
-                    tk.mark("finish: next Q in registers")
-                    tk.div_row(st.out, st.out, st.row_sum)       # (O itself is the next task's accumulator: the
-                    tk.copy(self.deferred_out(st), st.out)       # first step's S runs while its copy is stored)
-                    tk.copy(st.done_sum, st.row_sum)
-                    tk.copy(st.done_shift, st.shift)
-                    for done, value in ((st.done_b, b), (st.done_h, h), (st.done_unit, unit)):
-                        tk.assign(done, value)
-                with tk.else_():                                 # the block's last task
-                    tk.div_row(st.out, st.out, st.row_sum)
-                    self.store_through_tile(g, st, st.out, b, h, unit)
-                    self.store_lse(g, st, b, h, unit)
-                return
             if causal or split_k:                                # rows that see no key: 0 / tiny = 0
                 tk.max(st.factor, st.row_sum, 1e-30)
                 tk.div_row(st.out, st.out, st.factor)
@@ -732,20 +691,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 _own_sync(groups)
                 self.store_lse(g, st, b, h, unit)
                 return
-            self.store_through_tile(g, st, st.out, b, h, unit)
-            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
-                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
-                tk.mark("finish: tile free")
-            self.store_lse(g, st, b, h, unit)
-
-        def store_through_tile(self, g, st, out, b, h, unit, wait_read: bool = True):
-            """This warpgroup's O (normalized, the register tile `out`) to its rows of O through its query tile: every
-            MMA reading Q is done (or Q is in registers); TMA stores the tile once every warp's part is in it. With
-            wait_read, the first warp waits for the store to have read the tile (a later task's Q may land there)."""
-            tk.warpgroup.store(query_tile(st, st.q_tile), out)
-            tk.fence_proxy_async()                               # the writes, visible to TMA's (async proxy) read
+            tk.warpgroup.store(query_tile(st, st.q_tile), st.out)    # O through the query tile's shared memory:
+            tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             tk.mark("finish: O in shared")
-            _own_sync(groups)
+            _own_sync(groups)                                    # through the async proxy
             tk.mark("finish: O complete in shared")
             stores = tk.warp_id() % 4 == 0                       # rows past N are clipped (padding before row 0:
             if pad_first:                                        # nothing to store)
@@ -753,34 +702,20 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             with tk.if_(stores):
                 tk.tma.store_async(g.O, query_tile(st, st.q_tile), (b, h, unit, 0))
                 tk.tma.store_commit_group()
-                if wait_read:
-                    tk.tma.store_async_wait(read_only=True)
+                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             tk.mark("finish: O store read")
+            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
+                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
+                tk.mark("finish: tile free")
+            self.store_lse(g, st, b, h, unit)
 
-        def deferred_out(self, st):
-            """Where defer_finish keeps the previous task's O (normalized, dtype): P's registers, free from the last
-            P V until the first step's softmax, where they have O's shape."""
-            return st.probs if kv == d else st.done_out
-
-        def store_previous(self, st):
-            """defer_finish: the previous task's O (normalized into done_out by its finish: non-MMA instructions on
-            O's own registers while an MMA runs would make ptxas serialize every wgmma, C7514) stored through the
-            query tile (its Q is in registers), with its log-sum-exp; the tile's next Q waits for the store's read
-            (compute, after the softmax)."""
-            g = st.g
-            self.store_through_tile(g, st, self.deferred_out(st), st.done_b, st.done_h, st.done_unit, wait_read=False)
-            self.store_lse(g, st, st.done_b, st.done_h, st.done_unit, st.done_sum, st.done_shift)
-
-        def store_lse(self, g, st, b, h, unit, sums=None, shift=None):
+        def store_lse(self, g, st, b, h, unit):
             """lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
-            per row into L, with shift = max * scale_log2 as P used it (the row sums and shifts `sums` and `shift`,
-            by default this task's; `sums` is overwritten); -inf for rows that see no key (log2(0) + -FLT_MAX, or
-            -inf where no step ran)."""
-            sums = st.row_sum if sums is None else sums
-            shift = st.shift if shift is None else shift
-            tk.map(sums, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), sums, shift)
+            per row into L, with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) +
+            -FLT_MAX, or -inf where no step ran)."""
+            tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
             with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
-                tk.store(g.L, sums, (b, h, unit * 4 + tk.warp_id() % 4))
+                tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
 
         def done(self, st):
             """The turns go round the ring across tasks (a task of no steps takes none); warpgroup 0 takes back

@@ -189,28 +189,6 @@ def test_q_preload(heads, n, nk, causal, blocks, options, name_part):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("heads,n,nk,blocks,options", [
-    (2, 300, 170, 2, dict()), (3, 460, 200, 2, dict()), (2, 300, 170, 1, dict()), (2, 200, 90, 3, dict()),
-    (2, 512, 200, 2, dict(cluster=2)), (1, 130, 300, 2, dict(kv=64, stages=4))],
-    ids=["2_blocks", "3_heads", "1_block", "blocks_without_a_second_task", "cluster2", "kv64"])
-def test_defer_finish(heads, n, nk, blocks, options):
-    """defer_finish: a task's O and log-sum-exp go out during the next task's first step (from P's registers, or a
-    tile of their own where the key tiles are not D long), the tile's next Q after that store's read; the block's last
-    task finishes in place (several tasks per block, GQA, partial query and key tiles, cluster pairs)."""
-    q, k, v = rand(1, heads, n, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16)
-    o, lse = interpret(q, k, v, False, 0.1, blocks, "_deferfinish", defer_finish=True, **options)
-    check(o, lse, *reference(q, k, v, False, scale=0.1), n)
-
-
-def test_defer_finish_options():
-    with pytest.raises(ValueError, match="defer_finish=True .* needs q_preload"):
-        att._attention(128, att.DTYPES[BF16], True, defer_finish=True)
-    with pytest.raises(ValueError, match="defer_finish=True .* needs q_preload"):
-        att._attention(128, att.DTYPES[BF16], False, q_preload=False, defer_finish=True)
-    with pytest.raises(ValueError, match="defer_finish=True .* needs q_preload"):
-        att._attention(128, att.DTYPES[BF16], False, split_k=True, defer_finish=True)
-
-
 def test_q_preload_options():
     with pytest.raises(ValueError, match="q_preload=True .* needs q_registers"):
         att._attention(128, att.DTYPES[BF16], False, q_registers=False, q_preload=True)

@@ -187,18 +187,6 @@ def test_q_registers(d, causal, q_registers):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,cluster", [(2, 16, 8, 1100, 1300, None), (4, 16, 16, 1024, 1024, None),
-                                                  (4, 16, 16, 1024, 1024, 1), (1, 8, 2, 4096, 3000, None),
-                                                  (1, 3, 1, 200, 90, 1)])
-def test_defer_finish(b, h, hkv, n, nk, cluster):
-    """defer_finish at D128 (non-causal): each task's O and log-sum-exp stored during the next task's first step,
-    the block's last task in place; in cluster pairs (attention()'s choice where the tiles pair up) and alone, GQA,
-    partial tiles, blocks with one task."""
-    q, k, v = qkv(b, h, hkv, n, nk, 128)
-    o, lse = run_poisoned(q, k, v, False, defer_finish=True, **({} if cluster is None else dict(cluster=cluster)))
-    check(o, lse, *reference(q, k, v, False))
-
-
 @pytest.mark.parametrize("causal", [False, True, "bottom_right"])
 @pytest.mark.parametrize("n,nk", [(1100, 1300), (1300, 700)])
 def test_without_q_preload(causal, n, nk):

@@ -66,17 +66,6 @@ def test_attention_is_the_same_in_every_order(monkeypatch, order, options):
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_deferred_finish_is_the_same_in_every_order(monkeypatch, order):
-    """defer_finish: a task's O stored through the query tile during the next task's first step, and the next Q
-    loaded into that tile after the store's read, hold in every warp order (several tasks per block, GQA)."""
-    monkeypatch.setenv(ORDER_ENV_VAR, order)
-    q = rand(1, 2, 460, 128, dtype=torch.bfloat16)
-    k, v = rand(1, 1, 200, 128, dtype=torch.bfloat16), rand(1, 1, 200, 128, dtype=torch.bfloat16)
-    o, lse = attention_cpu.interpret(q, k, v, False, 0.1, 2, "_deferfinish", defer_finish=True)
-    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, False, scale=0.1), 460)
-
-
-@pytest.mark.parametrize("order", ORDERS)
 def test_cluster_pairs_are_the_same_in_every_order(monkeypatch, order):
     """cluster=2: the two blocks' multicast loads into each other's stages and their cluster-wide releases hold in
     every warp order (GQA, a partial key tile, two tasks per cluster)."""
