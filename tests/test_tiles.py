@@ -158,6 +158,18 @@ def test_tensor_map_geometry_is_4d_innermost_first():
     assert g3.dims == (256, 64, 3, 1) and g3.strides == (1024, 64 * 1024, 3 * 64 * 1024) and g3.box == (64, 64, 1, 1)
 
 
+def test_tensor_map_l2_promotion_is_the_box_row():
+    """L2 promotion fetches what one row of the box reads (a swizzle panel), not the neighbouring panel too."""
+    from tkpy.runtime.tensor_map import geometry, l2_promotion
+    box_bytes = [geometry((256, 256), (256, 1), 2, tile).box[0] * 2
+                 for tile in (ST(bf16, 64, 128), ST(bf16, 64, 32), ST(bf16, 64, 16))]
+    assert box_bytes == [128, 64, 32]           # 128-, 64- and 32-byte swizzle panels
+    assert [l2_promotion(b) for b in box_bytes] == ["CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
+                                                    "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+                                                    "CU_TENSOR_MAP_L2_PROMOTION_NONE"]
+    assert l2_promotion(512) == "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
+
+
 def test_tensor_map_geometry_of_5d_tensors_is_5d():
     from tkpy.runtime.tensor_map import geometry
     shape = (2, 3, 4, 64, 128)

@@ -49,6 +49,17 @@ _SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 6
              128: "CU_TENSOR_MAP_SWIZZLE_128B"}
 
 
+def l2_promotion(panel_bytes: int) -> str:
+    """The L2 promotion of a map whose box rows are `panel_bytes` long (one swizzle panel): the box row itself, 64,
+    128 or 256 bytes (none below 64). Promoting 128-byte rows to 256 bytes fetched each row's neighbouring panel
+    ahead of the load that reads it and slowed streaming loads (attention's one-row decoding over 8192 keys: 8%,
+    benchmarks/RESULTS.md run 147), with no gain where the loads hit in L2 anyway."""
+    for size in (256, 128, 64):
+        if panel_bytes >= size:
+            return f"CU_TENSOR_MAP_L2_PROMOTION_L2_{size}B"
+    return "CU_TENSOR_MAP_L2_PROMOTION_NONE"
+
+
 def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
     """The 128 bytes of a CUtensorMap (cuTensorMapEncodeTiled); out-of-bounds elements read as zero."""
     d = _driver()
@@ -59,7 +70,7 @@ def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
         [u64(x) for x in geo.dims], [u64(x) for x in geo.strides], [u32(x) for x in geo.box], [u32(1)] * len(geo.dims),
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(d.CUtensorMapSwizzle, _SWIZZLES[tile.swizzle]),
-        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        getattr(d.CUtensorMapL2promotion, l2_promotion(geo.box[0] * tile.dtype.nbytes)),
         d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), f"cuTensorMapEncodeTiled({geo}, {tile})")
     return ctypes.string_at(tmap.getPtr(), 128)
 
