@@ -325,3 +325,29 @@ def test_strided_views():
     assert torch.equal(y, x)
     assert torch.isnan(out[:, :32]).all() and torch.isnan(out[:, 48:]).all(), "wrote outside the view"
     assert "stride" in kern.source(x, y)
+
+
+@functools.cache
+def depth_read_kernel():
+    """Warp 0 reads tile (depth, row_tile) of a (D, R, 64) tensor into a 16 x 64 output (plain loads, no TMA)."""
+    @tk.kernel(warps=1, name="depth_read")
+    def k(x: tk.gl[bf16, "D", "R", 64], y: tk.gl[bf16, 16, 64], depth: int, row_tile: int):
+        t = tk.rt(bf16, 16, 64)
+        tk.load(t, x, (depth, row_tile, 0))
+        tk.store(y, t, (0, 0))
+    return k
+
+
+def test_strides_of_tensors_past_2_to_the_31_elements():
+    """A (3, 2^25, 64) tensor: depth 2 starts 2^32 elements in, past an int's reach; the strides the kernel builds from
+    its dims are 64-bit products (codegen's wide_product), so tile (2, last) reads the right rows. 13 GB."""
+    rows = 1 << 25
+    x = torch.empty(3, rows, 64, dtype=torch.bfloat16, device="cuda")
+    last = rows // 16 - 1
+    x[2, last * 16:] = rand(16, 64, dtype=torch.bfloat16)
+    y = poisoned(16, 64, dtype=torch.bfloat16)
+    depth_read_kernel()[(1,)](x, y, 2, last)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x[2, last * 16:])
+    del x
+    torch.cuda.empty_cache()

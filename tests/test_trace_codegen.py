@@ -430,7 +430,7 @@ def test_5d_tensors_compile_to_5d_tma_and_shifted_plain_copies(strided):
     x = big[::2] if strided else big[:2].contiguous()
     args = (x, *(torch.empty(2, 3, 2, 128, 128, dtype=torch.bfloat16) for _ in range(3)))
     src = k.source(*args)
-    assert "x_outer_step = " + ("x_outer_stride" if strided else "6 * R * C") in src
+    assert "x_outer_step = " + ("x_outer_stride" if strided else "(long long)6 * R * C") in src
     assert "x.ptr + (long long)(block_z / 6) * x_outer_step" in src
     ptx = k.ptx(*args)
     for op in ("cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta",
@@ -469,3 +469,15 @@ def test_tensor_maps_are_prefetched_at_entry():
         tk.load(t, x, (0, 0))
         tk.store(x, t, (0, 0))
     assert "tk::tma::prefetch_map(&" not in plain.source(torch.empty(16, 16))
+
+
+def test_global_strides_are_64_bit_products():
+    """A global tensor's strides, built in the kernel from its dims, do not wrap at 2^31 elements."""
+    @tk.kernel(warps=1, name="strides64")
+    def k(x: tk.gl[tk.bf16, "D", "R", 64], y: tk.gl[tk.bf16, 16, 64]):
+        t = tk.rt(tk.bf16, 16, 64)
+        tk.load(t, x, (1, 0, 0))
+        tk.store(y, t, (0, 0))
+    src = k.source(torch.empty(2, 32, 64, dtype=torch.bfloat16), torch.empty(16, 64, dtype=torch.bfloat16))
+    assert "x{x_ptr, 1, D, R, 64, (long long)D * R * 64, (long long)R * 64, 64}" in src
+    assert "y{y_ptr, 1, 1, 16, 64, 1024, 1024, 64}" in src

@@ -5,12 +5,14 @@ so the source reads side by side with the kernel and NVRTC errors map back.
 """
 from __future__ import annotations
 
+import functools
 import linecache
+import operator
 import re
 
 from ..errors import UnsupportedError
 from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from ..ir.expr import Expr, Sym, as_expr, render
+from ..ir.expr import PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
@@ -210,17 +212,33 @@ class KernelEmitter:
         dims = [g.dim(a) for a in range(4)]
         b, d, r, c = (as_expr(x) for x in dims)
         if g.contiguous:
-            strides = [d * r * c, r * c, c]
-            stride_text = ", ".join(f"{render(s)}" for s in strides)
+            stride_text = ", ".join(wide_product(f) for f in ((d, r, c), (r, c), (c,)))
         else:
             stride_text = ", ".join(f"{g.name}_{l}_stride" for l in ("batch", "depth", "row"))
         dims_text = ", ".join(render(x) for x in (b, d, r, c))
         decl = (f"const tk::gl<{element_ctype(g.type.dtype)}> {g.name}{{{g.name}_ptr, {dims_text}, {stride_text}}};"
                 f"  // {g.type}")
         if g.type.rank == 5:   # the view is of outer index 0; accesses shift it by the outer coordinate
-            outer = render(b * d * r * c) if g.contiguous else f"{g.name}_outer_stride"
+            outer = wide_product((b, d, r, c)) if g.contiguous else f"{g.name}_outer_stride"
             decl += f"\n    const long long {g.name}_outer_step = {outer};"
         return decl
+
+
+def wide_product(factors) -> str:
+    """C++ for a product of a global tensor's dims that does not wrap at 2^31 (a stride of a tensor of more elements
+    than an int counts): its leftmost factor cast to long long so that every multiplication is 64-bit, e.g.
+    `(long long)H * N * 128`; a constant or a single dim as it is."""
+    product = functools.reduce(operator.mul, factors)
+
+    def is_product(e):
+        return isinstance(e, BinOp) and e.op == "*"
+
+    def widened(e):          # (a right operand that is itself a product is widened in its own parentheses)
+        if is_product(e):
+            right = f"({widened(e.b)})" if is_product(e.b) else render(e.b, PRODUCT_PRECEDENCE)
+            return f"{widened(e.a)} * {right}"
+        return f"(long long){render(e, UNARY_PRECEDENCE)}"
+    return widened(product) if is_product(product) else render(product)
 
 
 # Op name -> function(emitter, op) yielding C++ statements; filled by the codegen.ops_* modules.
