@@ -101,6 +101,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "splitkv": {d: dict(TWO, **SPLIT) for d in (64, 128)},
                  "splitkv128 3+3": {128: dict(SPLIT, kv=128, stages=3, late_stages=3)},
                  "splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3)},
+                 "splitkv144 qregs": {128: dict(SPLIT, kv=144, stages=2, late_stages=3, q_registers=True)},
                  "splitkv 3wg": {d: dict(THREE, **SPLIT) for d in (64, 128)},
                  "splitkv 3wg 5+5": {64: dict(THREE, stages=5, late_stages=5, **SPLIT)},
                  "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)},

@@ -189,6 +189,17 @@ def test_q_preload(heads, n, nk, causal, blocks, options, name_part):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("causal,n,nk,blocks,cluster", [(False, 300, 400, 2, 1), (False, 512, 300, 2, 2),
+                                                       ("bottom_right", 460, 200, 2, 1), (True, 260, 300, 3, 1)])
+def test_split_rings_with_q_in_registers(causal, n, nk, blocks, cluster):
+    """Split K/V rings of 144-row key tiles with each warp's query rows in registers (and so q_preload), which fit
+    NVRTC 13.0's registers without spills at D128 (160 rows spill): bench_attention.py's "splitkv144 qregs"."""
+    q, k, v = rand(1, 2, n, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16), rand(1, 1, nk, 128, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_kv144_splitkv_3late_qregs", split_kv=True, kv=144, stages=2,
+                       late_stages=3, q_registers=True, cluster=cluster)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
 def test_q_preload_options():
     with pytest.raises(ValueError, match="q_preload=True .* needs q_registers"):
         att._attention(128, att.DTYPES[BF16], False, q_registers=False, q_preload=True)

@@ -393,7 +393,7 @@ def test_tasks_of_no_steps_in_a_row(d):
     (128, dict(kv=128, stages=2, late_stages=3)), (64, dict(kv=160, stages=5, late_stages=5)),
     (64, dict(kv=224, stages=4, late_stages=3)), (128, dict(pingpong=False)), (64, dict(consumer_warpgroups=3)),
     (64, dict(consumer_warpgroups=3, stages=5, late_stages=5)), (64, dict(consumer_warpgroups=3, pingpong=False)),
-    (128, dict(consumer_warpgroups=3))])
+    (128, dict(consumer_warpgroups=3)), (128, dict(kv=144, stages=2, late_stages=3, q_registers=True))])
 @pytest.mark.parametrize("causal", [False, True])
 def test_split_kv(d, options, causal):
     """split_kv=True (K and V in rings of their own; benchmarks/bench_attention.py's "splitkv" variants): the
