@@ -34,7 +34,9 @@ SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
 
 
-def main() -> list[dict]:
+def main(variants: bool | None = None) -> list[dict]:
+    """The issue's cases against cuDNN and flash (and, unless `variants` is False or --no-variants is given, the
+    variant table); returns the cases' rows."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -72,8 +74,10 @@ def main() -> list[dict]:
         print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
               f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['vs_cudnn']:>9.2f} {r['vs_flash']:>9.2f} "
               f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
-    variants = variant_table() if "--no-variants" not in sys.argv else []
-    out_dir = save("attention.json", {"cases": rows, "variants": variants})
+    if variants is None:
+        variants = "--no-variants" not in sys.argv
+    variant_rows = variant_table() if variants else []
+    out_dir = save("attention.json", {"cases": rows, "variants": variant_rows})
     if out_dir:
         plot(rows, out_dir / "attention.png")
     return rows

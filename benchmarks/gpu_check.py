@@ -1,11 +1,16 @@
 """One call on the GPU machine: every test (GPU ones included), then the benchmarks; a short table last.
 
-    PYTHONPATH=. python3 benchmarks/gpu_check.py [--quick] [pytest args...]
+    PYTHONPATH=. python3 benchmarks/gpu_check.py [--quick] [--variants] [pytest args...]
 
-Details go to $OUT (pytest log, junit XML, JSON of every measurement) when OUT is set.
+The tests run on 16 pytest-xdist workers where xdist is installed (pass -n yourself to choose). The benchmarks are
+the main tables (GEMM, attention, split-K, decoding, ...), meant with the tests to fit one 10-minute device call
+(their parts took 2-5 minutes each in session 10's runs; not yet timed as a whole); --variants adds the GEMM and
+attention variant tables (run them in a call of their own); --quick runs the tests only. Details go to $OUT (pytest log, junit XML, JSON of every
+measurement) when OUT is set.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
@@ -18,11 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+XDIST_WORKERS = 16          # the H200 machine's CPU cores (the GPU tests share its one GPU)
 
 
 def run_tests(extra: list[str]) -> dict:
     log = (OUT / "pytest.log") if OUT else Path(tempfile.gettempdir()) / "tkpy-pytest.log"
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", str(ROOT / "tests")]
+    if importlib.util.find_spec("xdist") and not any(a == "-n" or a.startswith("-n") for a in extra):
+        cmd += ["-n", str(XDIST_WORKERS)]
     if OUT:
         cmd += ["--junitxml", str(OUT / "junit.xml")]
     t0 = time.perf_counter()
@@ -80,8 +88,8 @@ def bench_launch() -> dict:
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
-    extra = [a for a in sys.argv[1:] if a != "--quick"]
+    quick, variants = "--quick" in sys.argv, "--variants" in sys.argv
+    extra = [a for a in sys.argv[1:] if a not in ("--quick", "--variants")]
     import torch
 
     from tkpy.runtime import gpu_available
@@ -93,11 +101,11 @@ def main() -> int:
         report["compile"] = bench_compile()
         report["launch"] = bench_launch()
         from benchmarks import bench_attention, bench_gemm
-        report["gemm"] = bench_gemm.main()
+        report["gemm"] = bench_gemm.main(variants=variants)
         report["gemm_repeats"] = bench_gemm.repeated([1024, 4096, 8192], 3)
         fp8 = subprocess.run([sys.executable, "-m", "kernels.gemm_fp8"], cwd=ROOT, capture_output=True, text=True)
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
-        report["attention"] = bench_attention.main()
+        report["attention"] = bench_attention.main(variants=variants)
         report["attention_split"] = bench_attention.split_table()
         report["attention_decode"] = bench_attention.decode_table()
         from benchmarks import bench_exp2, bench_smem
