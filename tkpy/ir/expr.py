@@ -19,7 +19,7 @@ _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 _PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
                "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
 PRODUCT_PRECEDENCE = _PRECEDENCE["*"] + 1     # a factor of a product rendered at this is parenthesized if it must be
-UNARY_PRECEDENCE = 7                           # ... and an operand of a cast or other unary operator
+UNARY_PRECEDENCE = max(_PRECEDENCE.values()) + 1  # ... and an operand of a cast or other unary operator
 _FOLD = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
          "/": lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
          "%": lambda a, b: a % b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,

@@ -53,7 +53,8 @@ def l2_promotion(panel_bytes: int) -> str:
     """The L2 promotion of a map whose box rows are `panel_bytes` long (one swizzle panel): the box row itself, 64,
     128 or 256 bytes (none below 64). Promoting 128-byte rows to 256 bytes fetched each row's neighbouring panel
     ahead of the load that reads it and slowed streaming loads (attention's one-row decoding over 8192 keys: 8%,
-    benchmarks/RESULTS.md run 147), with no gain where the loads hit in L2 anyway."""
+    benchmarks/RESULTS.md run 147; weight-streaming GEMMs 2-3.5%, run 148); loads that hit in L2 ran level (the
+    attention prefill cases; GEMM 4096^3 1% behind)."""
     for size in (256, 128, 64):
         if panel_bytes >= size:
             return f"CU_TENSOR_MAP_L2_PROMOTION_L2_{size}B"
