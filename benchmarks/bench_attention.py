@@ -280,8 +280,8 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"plot: {path}")
 
 
-# Few query tiles over many keys (decode-like chunks, short prompts on long caches): (b, h, n, n_k, d), non-causal.
-# (b, h, kv heads, n, keys, d, causal, consumer warpgroups): decoding-like shapes whose query tiles fill few SMs
+# Few query tiles over many keys (decode-like chunks, short prompts on long caches): (b, h, kv heads, n, keys, d,
+# causal, consumer warpgroups), shapes whose query tiles fill few SMs
 SPLIT_CASES = [(1, 32, 32, 128, 16384, 128, False, 2), (4, 32, 32, 128, 8192, 128, False, 2),
                (1, 16, 16, 512, 32768, 128, False, 2), (2, 32, 32, 64, 16384, 64, False, 2),
                (1, 8, 8, 1024, 65536, 64, False, 2), (1, 32, 8, 128, 16384, 128, False, 2),

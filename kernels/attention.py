@@ -369,14 +369,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
-    q_tiles = groups * q_buffers                            # each consumer warpgroup's query tile(s)
-
-    def query_tile(st, i):
-        """Query tile i (tile buffer * groups + warpgroup); one warpgroup with one buffer has a single tile."""
-        return st.q[i] if q_tiles > 1 else st.q
-
-    def query_arrived(st, i):
-        return st.q_arrived[i] if q_tiles > 1 else st.q_arrived
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers, blocks_per_sm=blocks_per_sm,
@@ -473,11 +465,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def setup(self, st):
             # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)
-            st.q = tk.st(dtype, 64, d, count=q_tiles)
-            st.q_arrived = tk.semaphore(q_tiles)                 # each query tile has landed
+            st.q = tk.st(dtype, 64, d, count=groups * q_buffers)
+            st.q_arrived = tk.semaphore(groups * q_buffers)      # each query tile has landed
             st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
             for buffer in range(q_buffers):
-                _first_warp(lambda wg: tk.init_semaphore(query_arrived(st, buffer * groups + wg), 1))
+                _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
             _own_sync(groups)
             st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             if q_registers:
@@ -503,9 +495,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             def load(wg):
                 tile = buffer * groups + wg
                 unit = self.first_unit(g, task) + wg
-                tk.tma.expect(query_arrived(st, tile), query_tile(st, tile))
-                tk.tma.load_async(query_tile(st, tile), g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0),
-                                  query_arrived(st, tile))
+                tk.tma.expect(st.q_arrived[tile], st.q[tile])
+                tk.tma.load_async(st.q[tile], g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0),
+                                  st.q_arrived[tile])
             _first_warp(load)
 
         def start(self, st, task):
@@ -515,7 +507,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 st.q_tile = wg
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
-                    tk.wait(query_arrived(st, wg), 0)
+                    tk.wait(st.q_arrived[wg], 0)
                     self.q_to_registers(st)
                     tk.fence_proxy_async()                       # the tile read before TMA writes it again
                     _own_sync(groups)
@@ -524,7 +516,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             elif not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
-                tk.wait(query_arrived(st, wg), st.tasks_done % 2)
+                tk.wait(st.q_arrived[wg], st.tasks_done % 2)
             else:               # this task's Q was loaded during the last (or now, for the block's first task)
                 with tk.if_(st.tasks_done == 0):
                     self.load_q(st, task, 0)
@@ -534,7 +526,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 with tk.if_(st.has_next_task()):
                     self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
-                tk.wait(query_arrived(st, st.q_tile), st.tasks_done // 2 % 2)
+                tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
             st.tasks_done += 1
             if q_registers and not q_preload:
                 self.q_to_registers(st)
@@ -585,11 +577,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.row_sum(st.row_sum, st.scores, st.row_sum)
 
         def q_to_registers(self, st):
-            tk.load(st.q_regs, query_tile(st, st.q_tile).subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
+            tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
 
         def q_operand(self, st):
             """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
-            return st.q_regs if q_registers else query_tile(st, st.q_tile)
+            return st.q_regs if q_registers else st.q[st.q_tile]
 
         def rescale(self, st):
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
@@ -680,7 +672,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.mark("finish: O normalized")
             if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
                 with tk.if_(st.has_next_task()):
-                    tk.wait(query_arrived(st, st.q_tile), st.tasks_done % 2)
+                    tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
             if split_k:         # O (fp32) straight from the registers into split s's rows of the workspace
@@ -691,7 +683,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 _own_sync(groups)
                 self.store_lse(g, st, b, h, unit)
                 return
-            tk.warpgroup.store(query_tile(st, st.q_tile), st.out)    # O through the query tile's shared memory:
+            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             tk.mark("finish: O in shared")
             _own_sync(groups)                                    # through the async proxy
@@ -700,7 +692,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if pad_first:                                        # nothing to store)
                 stores = stores & (unit >= 0)
             with tk.if_(stores):
-                tk.tma.store_async(g.O, query_tile(st, st.q_tile), (b, h, unit, 0))
+                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             tk.mark("finish: O store read")

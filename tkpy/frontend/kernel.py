@@ -98,20 +98,21 @@ class Kernel:
 
     def max_active_clusters(self, *args) -> int:
         """How many of this kernel's clusters, specialized for `args` (CUDA tensors), the GPU runs at once."""
-        from ..runtime import load_kernel
-        compiled = self._compiled_for(args, need_cuda=True)
+        loaded, compiled = self._loaded_for(args)
         ir = compiled.lowered.traced.ir
-        device = next(a.get_device() for a in args if hasattr(a, "get_device"))
-        loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
         return loaded.max_active_clusters((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
 
     def max_active_blocks(self, *args) -> int:
         """How many blocks of this kernel, specialized for `args` (CUDA tensors), an SM runs at once."""
+        loaded, compiled = self._loaded_for(args)
+        return loaded.max_active_blocks(compiled.lowered.traced.ir.threads, compiled.dynamic_smem)
+
+    def _loaded_for(self, args) -> tuple:
+        """(the kernel loaded on the device of `args`, its compiled specialization), for the occupancy queries."""
         from ..runtime import load_kernel
         compiled = self._compiled_for(args, need_cuda=True)
         device = next(a.get_device() for a in args if hasattr(a, "get_device"))
-        loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
-        return loaded.max_active_blocks(compiled.lowered.traced.ir.threads, compiled.dynamic_smem)
+        return load_kernel(compiled.module, device, compiled.dynamic_smem), compiled
 
     def ir(self, *args) -> str:
         """The traced IR as text."""

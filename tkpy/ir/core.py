@@ -41,20 +41,21 @@ class Var:
 
     def __getitem__(self, index) -> "SharedRef":
         """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,
-        a subtile of a tile (`t[16:32]`, `s[0:32, 64:128]`)."""
+        a subtile of a tile (`t[16:32]`, `s[0:32, 64:128]`). A shared tile of count 1 is an array of one, its own
+        element 0 (so code written for `count=n` runs with n = 1; a runtime index must then be 0)."""
         from ..errors import TraceError
         from .expr import as_expr
 
         if isinstance(index, (slice, tuple)):
             from ..ops.views import slice_tile
             return slice_tile(self, index)
-        if not self.is_shared or self.count == 1:
+        if not self.is_shared:
             raise TraceError(f"`{self.name}` ({self.type}) is not an array of shared tiles; only "
                              "tk.st(..., count=n) can be indexed")
         i = as_expr(index)
         if hasattr(i, "value") and not 0 <= i.value < self.count:
             raise TraceError(f"index {i.value} out of range for `{self.name}`, an array of {self.count} tiles")
-        return SharedRef(self, i)
+        return self if self.count == 1 else SharedRef(self, i)
 
     @property
     def is_shared(self) -> bool:

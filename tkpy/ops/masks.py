@@ -23,15 +23,11 @@ def _operands(dst, src, what: str):
     return d, s
 
 
-def _mask(kind: str, dst, src, index, val, index_name: str = ""):
-    """`index` one integer operand named `index_name` (none without a name), or a tuple of them and of names."""
+def _mask(kind: str, dst, src, val, **indices):
+    """The mask op `kind` with its integer operands `indices` (by name, in order) and fill value `val`."""
     d, s = _operands(dst, src, kind)
-    if isinstance(index, tuple):
-        indices, names = index, index_name
-    else:
-        indices, names = (index,), ((index_name,) if index_name else ())
     extra = []
-    for x, name in zip(indices, names):
+    for name, x in indices.items():
         e = scalar(x, f"{kind} {name}")
         if e.dtype == f32:
             fail(f"{kind}: {name} must be an integer, got a float")
@@ -41,46 +37,46 @@ def _mask(kind: str, dst, src, index, val, index_name: str = ""):
 
 def make_causal(dst, src, val=0.0):
     """dst = src on and below the diagonal (col <= row), `val` above it."""
-    return _mask("make_causal", dst, src, None, val)
+    return _mask("make_causal", dst, src, val)
 
 
 def make_causal_t(dst, src, val=0.0):
     """dst = src on and above the diagonal (col >= row), `val` below it."""
-    return _mask("make_causal_t", dst, src, None, val)
+    return _mask("make_causal_t", dst, src, val)
 
 
 def tril(dst, src, diagonal=0, val=0.0):
     """dst = src where col <= row + diagonal, `val` elsewhere."""
-    return _mask("tril", dst, src, diagonal, val, "diagonal")
+    return _mask("tril", dst, src, val, diagonal=diagonal)
 
 
 def tril_periodic(dst, src, first_row, period, diagonal=0, val=0.0):
     """dst = src where col <= (first_row + row) % period + diagonal, `val` elsewhere: tril for rows that stack
     several sequences of `period` rows each (a tile's row `row` is row first_row + row of the stack), each masked by
     its own position, as attention's query heads packed into one sequence. first_row >= 0 and period >= 1."""
-    return _mask("tril_periodic", dst, src, (first_row, period, diagonal), val, ("first_row", "period", "diagonal"))
+    return _mask("tril_periodic", dst, src, val, first_row=first_row, period=period, diagonal=diagonal)
 
 
 def triu(dst, src, diagonal=0, val=0.0):
     """dst = src where col >= row + diagonal, `val` elsewhere."""
-    return _mask("triu", dst, src, diagonal, val, "diagonal")
+    return _mask("triu", dst, src, val, diagonal=diagonal)
 
 
 def right_fill(dst, src, col, val=0.0):
     """dst = src left of column `col`, `val` from it on."""
-    return _mask("right_fill", dst, src, col, val, "col")
+    return _mask("right_fill", dst, src, val, col=col)
 
 
 def left_fill(dst, src, col, val=0.0):
     """dst = src from column `col` on, `val` left of it."""
-    return _mask("left_fill", dst, src, col, val, "col")
+    return _mask("left_fill", dst, src, val, col=col)
 
 
 def lower_fill(dst, src, row, val=0.0):
     """dst = src above row `row`, `val` from it on."""
-    return _mask("lower_fill", dst, src, row, val, "row")
+    return _mask("lower_fill", dst, src, val, row=row)
 
 
 def upper_fill(dst, src, row, val=0.0):
     """dst = src from row `row` on, `val` above it."""
-    return _mask("upper_fill", dst, src, row, val, "row")
+    return _mask("upper_fill", dst, src, val, row=row)

@@ -222,15 +222,19 @@ class _Shape:
         self.batch, self.depth, self.rows, self.cols = shape
 
 
+def runs_on_gpu(tensor) -> bool:
+    """Whether a launch with `tensor` runs on its GPU (not in the interpreter), so the device can be queried."""
+    from ..interpret.launch import interpret_requested
+
+    return tensor.is_cuda and not interpret_requested()
+
+
 def multiprocessors(tensor) -> int:
     """SMs of the tensor's GPU; when interpreting on the CPU, an H200's, so the persistent loops
     (several tasks per block) are exercised as they will run."""
-    from ..interpret.launch import interpret_requested
     from ..runtime import sm_count
 
-    if interpret_requested() or not tensor.is_cuda:
-        return H200_MULTIPROCESSORS
-    return sm_count(tensor.get_device())
+    return sm_count(tensor.get_device()) if runs_on_gpu(tensor) else H200_MULTIPROCESSORS
 
 
 # -- parameter checks --------------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ from ..ir.expr import Const, Sym, as_expr, call
 from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, buffer_specs, check_shared_memory,
                      consumer_registers_for, declare_aliased, declare_ring, element, finish_placement,
                      global_annotations, globals_namespace, multiprocessors, positional_parameters, register_split,
-                     shared)
+                     runs_on_gpu, shared)
 from .schedule import Grouped, SplitK, grouped_order
 
 __all__ = ["LCF", "Task", "lcf", "shared", "grouped_order", "consumer_registers_for", "PRODUCER_REGISTERS"]
@@ -283,9 +283,7 @@ class LCF:
     def blocks_at_once(self, tensors) -> int:
         """Blocks an SM runs at once: blocks_per_sm, or fewer where the occupancy query says so (the interpreter:
         blocks_per_sm)."""
-        from ..interpret.launch import interpret_requested
-
-        if self.blocks_per_sm == 1 or interpret_requested() or not tensors[0].is_cuda:
+        if self.blocks_per_sm == 1 or not runs_on_gpu(tensors[0]):
             return self.blocks_per_sm
         return max(1, min(self.blocks_per_sm, self.kernel.max_active_blocks(*tensors)))
 
@@ -293,9 +291,7 @@ class LCF:
         """How many of the kernel's clusters the GPU runs at once (a cluster's blocks share a GPC: on the H200 all
         66 pairs of its 132 SMs, but not 33 clusters of 4, RESULTS.md run 117), so that a persistent grid has no
         second wave; the interpreter runs them all."""
-        from ..interpret.launch import interpret_requested
-
-        if interpret_requested() or not tensors[0].is_cuda:
+        if not runs_on_gpu(tensors[0]):
             return multiprocessors(tensors[0]) // self.cluster
         fits = self.kernel.max_active_clusters(*tensors)
         if fits < 1:
