@@ -4,7 +4,7 @@
 
 The tests run on 16 pytest-xdist workers where xdist is installed (pass -n yourself to choose). The benchmarks are
 the main tables (GEMM, attention, split-K, decoding, ...), meant with the tests to fit one 10-minute device call
-(their parts took 2-5 minutes each in session 10's runs; not yet timed as a whole); --variants adds the GEMM and
+(402 s as a whole in session 11's first run: tests 142 s, benchmarks the rest); --variants adds the GEMM and
 attention variant tables (run them in a call of their own); --quick runs the tests only. Details go to $OUT (pytest log, junit XML, JSON of every
 measurement) when OUT is set.
 """
