@@ -106,6 +106,8 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "splitkv128 3+3": {128: dict(SPLIT, kv=128, stages=3, late_stages=3)},
                  "splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3)},
                  "splitkv144 qregs": {128: dict(SPLIT, kv=144, stages=2, late_stages=3, q_registers=True)},
+                 "splitkv160": {128: dict(SPLIT, kv=160, stages=2, late_stages=2)},
+                 "qahead splitkv160": {128: dict(SPLIT, kv=160, stages=2, late_stages=2, q_ahead=True)},
                  "splitkv 3wg": {d: dict(THREE, **SPLIT) for d in (64, 128)},
                  "splitkv 3wg 5+5": {64: dict(THREE, stages=5, late_stages=5, **SPLIT)},
                  "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)},
@@ -125,6 +127,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "no cluster": {d: dict(cluster=1) for d in (64, 128)},
                  "cluster4": {d: dict(cluster=4) for d in (64, 128)},
                  "no split": {d: dict(splits=1) for d in (64, 128)},
+                 "whole last tile": {d: dict(last_kv=None) for d in (64, 128)},
                  **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}

@@ -19,7 +19,8 @@ V_{k-1} once step k is, so each K stage is held for one step instead of two. att
 with split rings of 176-row tiles (split_kv_for).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
-the last key tile; query rows past N_q read zeros and their outputs are not stored. Causal
+the last key tile, whose step runs on the keys it holds rounded up to 16 (last_kv: S, the softmax and P V
+narrower); query rows past N_q read zeros and their outputs are not stored. Causal
 attention visits, per query tile, only the key tiles up to its diagonal (the template's per-task
 step counts) and masks the diagonal tiles; each persistent block takes a long query tile and the short one
 that complements it in the next round (causal_task), so that the blocks keep in step on a few heads at a time.
@@ -105,6 +106,10 @@ CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # 4096 and 3.4% slower at 1024 (RESULTS.md runs 125-126; the default keeps Q in registers and preloads it, which
 # pays at short sequences).
 SPLIT_KEYS = {128: 8192}
+# The partial last key tile of a sequence (nk not a multiple of the tile's rows) runs its MMAs and softmax on the
+# rows it holds, rounded up to 16 (the last_kv option, last_kv_for), instead of a whole tile of masked keys:
+# RESULTS.md run 155, +4% at D128 N1056, +3% at N4000, +1.8% at N8192 (176-row split tiles, 96 rows left).
+NARROW_LAST = True
 # Split-K (flash-decoding): few (query tile, head) tasks over many keys share each task's keys among `splits`
 # tasks and merge their results (combine_kernel), by splits_for's rule: RESULTS.md run 128, 1.5-2.4x faster than
 # one task per query tile and 1.46-2.11x cuDNN where the tasks fill at most half the SMs (B1 H32 N128 over 16384
@@ -166,6 +171,23 @@ def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> boo
     if consumer_warpgroups == 1:
         return False
     return consumer_warpgroups == 3 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
+
+
+def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
+    """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin."""
+    groups = consumer_warpgroups
+    if split_kv:
+        return (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
+    if groups == 1:
+        return (*(CONFIGS_1WG_2SM[d] if blocks_per_sm == 2 else CONFIGS_1WG.get(d, CONFIGS[d])), None)
+    return (*(CONFIGS_3WG if groups == 3 else CONFIGS)[d], None)
+
+
+def last_kv_for(nk: int, kv: int) -> int | None:
+    """The key rows attention() gives the MMAs of the partial last key tile of nk keys in tiles of kv rows (the
+    rows it holds rounded up to 16: the last_kv option), or None where the last tile is whole or NARROW_LAST is off."""
+    width = cdiv(nk % kv, 16) * 16
+    return width if NARROW_LAST and 0 < width < kv else None
 
 
 def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool) -> int:
@@ -239,7 +261,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1):
+               cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
+               last_kv: int | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -288,7 +311,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     the kernel takes `rows_per_head`: row r is at position r % rows_per_head, which the causal mask and each task's
     key tiles follow (tk.tril_periodic); name "_packed". (Non-causal packing needs no kernel of its own.)
     blocks_per_sm=2 (one consumer warpgroup, D64/D128, one ring): two blocks an SM (the template's blocks_per_sm),
-    each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm"."""
+    each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm".
+    last_kv (a multiple of 16 below kv): the step on a partial last key tile (one with at most last_kv keys left,
+    which is where any task that reaches it ends) runs S = Q K^T, the softmax and P V on the first last_kv rows of
+    the tile only (wgmma N and K of last_kv; the code of a step twice, once per width); any nk stays right, and
+    attention() passes last_kv_for(nk, kv); name "_last" and the rows."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -321,16 +348,15 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
-    if split_kv:
-        default_kv, default_stages, default_late = (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
-    else:
-        default_kv, default_stages = CONFIGS_3WG[d] if groups == 3 else CONFIGS[d] if groups == 2 \
-            else CONFIGS_1WG_2SM[d] if blocks_per_sm == 2 else CONFIGS_1WG.get(d, CONFIGS[d])
+    default_kv, default_stages, default_late = default_tiles(d, groups, split_kv, blocks_per_sm)
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
         raise ValueError(f"attention: kv (key/value rows per tile) must be a multiple of 16 from 16 to 256, got {kv}")
     stages = stages or default_stages
+    if last_kv is not None and (not isinstance(last_kv, int) or last_kv % 16 or not 16 <= last_kv < kv):
+        raise ValueError(f"attention: last_kv (rows of a partial last key tile's MMAs) must be a multiple of 16 below "
+                         f"kv ({kv}), got {last_kv!r}")
     q_default = groups <= 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
     if packed and not causal:
@@ -366,7 +392,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
-        + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "")
+        + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
+        + (f"_last{last_kv}" if last_kv else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -471,15 +498,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             for buffer in range(q_buffers):
                 _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
             _own_sync(groups)
-            st.scores = tk.rt(f32, 16, kv)                       # this warp's 16 rows of S
             if q_registers:
                 st.q_regs = tk.rt(dtype, 16, d)
-            st.probs = tk.rt(dtype, 16, kv)
+            st.probs = tk.rt(dtype, 16, kv)                      # P, kept for the next step's P V
             st.out = tk.rt(f32, 16, d)
-            st.row_max = tk.col_vec(st.scores)                   # running max of the raw scores
-            st.shift = tk.col_vec(st.scores)                     # row_max * scale_log2 (causal: at least -FLT_MAX)
-            st.factor = tk.col_vec(st.scores)                    # the previous shift, then exp2(its change)
-            st.row_sum = tk.col_vec(st.scores)
+            st.row_max = tk.col_vec(st.out)                      # running max of the raw scores
+            st.shift = tk.col_vec(st.out)                        # row_max * scale_log2 (causal: at least -FLT_MAX)
+            st.factor = tk.col_vec(st.out)                       # the previous shift, then exp2(its change)
+            st.row_sum = tk.col_vec(st.out)
             if overlap:                                          # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
             if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
@@ -541,25 +567,26 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 else:
                     st.diagonal = tk.let(first_row + g.offset, "diagonal")
 
-        def softmax(self, st, k):
+        def softmax(self, st, k, scores):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
             of the raw scores: the scale is positive); st.factor becomes the factor that rescales what was
             accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
-            FFMA and MUFU.EX2 (P), FADD (sum)."""
+            FFMA and MUFU.EX2 (P), FADD (sum). S's columns: the key tile's rows in use (kv, or last_kv)."""
             g = st.g
+            width = scores.type.cols
             k = st.task.k0 + k if split_k else k                 # the key tile
             if causal and packed:                                # a row at position p masks c > p + diagonal
                 diagonal = g.offset - k * kv
-                with tk.if_(diagonal < kv - 1):                 # (so the tile masks nothing for p >= 0 past this)
-                    tk.tril_periodic(st.scores, st.scores, st.first_row, g.rows_per_head, diagonal, -math.inf)
+                with tk.if_(diagonal < width - 1):              # (so the tile masks nothing for p >= 0 past this)
+                    tk.tril_periodic(scores, scores, st.first_row, g.rows_per_head, diagonal, -math.inf)
             elif causal:
                 diagonal = st.diagonal - k * kv
-                with tk.if_(diagonal < kv - 1):                 # this tile crosses the warp's diagonal
-                    tk.tril(st.scores, st.scores, diagonal, -math.inf)
-            with tk.if_(k * kv + kv > g.K.rows):                # the last tile: keys past NK
-                tk.right_fill(st.scores, st.scores, g.K.rows - k * kv, -math.inf)
+                with tk.if_(diagonal < width - 1):              # this tile crosses the warp's diagonal
+                    tk.tril(scores, scores, diagonal, -math.inf)
+            with tk.if_(k * kv + width > g.K.rows):             # the last tile: keys past NK
+                tk.right_fill(scores, scores, g.K.rows - k * kv, -math.inf)
             tk.copy(st.factor, st.shift)
-            tk.row_max(st.row_max, st.scores, st.row_max)        # running max over the tiles so far
+            tk.row_max(st.row_max, scores, st.row_max)           # running max over the tiles so far
             tk.mark("softmax: row max")
             if lazy_rescale:    # the shift stays until a row max passes it by the slack (a row that saw only masked
                 tk.map(st.shift, lambda prev, m: tk.max(prev, tk.max(m * g.scale_log2, -FLT_MAX) - RESCALE_SLACK),
@@ -570,11 +597,32 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.mul(st.shift, st.row_max, g.scale_log2)
             if softmax_turns:                                    # the exponentials, one warpgroup at a time
                 _turn(sync_on_turn=True, groups=groups)
-            tk.map(st.scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), st.scores, st.shift)
+            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), scores, st.shift)
             tk.mark("softmax: exponentials")
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
-            tk.row_sum(st.row_sum, st.scores, st.row_sum)
+            tk.row_sum(st.row_sum, scores, st.row_sum)
+
+        def tiles(self, st, width):
+            """This warp's 16 rows of S for a step on `width` key rows (P's exponentials in place), a tile of the
+            step's own (dead between steps), and of the P it becomes: st.probs, kept for the next step's P V, or
+            on a partial last key tile (width last_kv; the step's own P V ends the task) its first columns. (As
+            a window of a whole-tile S, NVRTC 13.0's ptxas serialized the wgmmas, C7511; a tile of its own for
+            that P left D128 with Q in registers too few registers for them, C7512.)"""
+            if width == kv:
+                return tk.rt(f32, 16, kv, name="scores"), st.probs
+            return tk.rt(f32, 16, width, name="scores_last"), st.probs.subtile(16, width)
+
+        def partial_last_tile(self, st, k):
+            """Whether step k's key tile is the partial last one, whose step takes last_kv rows (any task that
+            reaches it ends there)."""
+            key_tile = st.task.k0 + k if split_k else k
+            return key_tile * kv + last_kv >= st.g.K.rows
+
+        @staticmethod
+        def rows_of(tile, width):
+            """A key/value tile's first `width` rows (the whole tile at kv)."""
+            return tile if width == kv else tile.subtile(width, d)
 
         def q_to_registers(self, st):
             tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
@@ -583,24 +631,42 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
             return st.q_regs if q_registers else st.q[st.q_tile]
 
-        def rescale(self, st):
+        def rescale(self, st, scores, probs):
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
-            tk.copy(st.probs, st.scores)                         # P for O += P V
+            tk.copy(probs, scores)                               # P for O += P V
+
+        def by_width(self, st, k, step):
+            """step(kv), or with last_kv, step(last_kv) on the partial last key tile and step(kv) on the others."""
+            if not last_kv:
+                return step(kv)
+            with tk.if_(self.partial_last_tile(st, k)):
+                step(last_kv)
+            with tk.else_():
+                step(kv)
 
         if overlap:
             def compute(self, st, inp, k, prev):
+                self.by_width(st, k, lambda width: self.step(st, inp, k, prev, width))
+        else:
+            def compute(self, st, inp, k):
+                self.by_width(st, k, lambda width: self.step(st, inp, k, width))
+
+        if overlap:
+            def step(self, st, inp, k, prev, width=kv):
                 """Step k issues S_k = Q K_k^T and then O += P_{k-1} V_{k-1} (P kept from step k-1, V_{k-1}
                 from the previous stage), then waits for S_k alone and runs its softmax (the issue itself lasts
                 about as long as the products: see OVERLAP); the last step adds its own P V. One branch per
                 case: the assembler keeps the MMAs asynchronous only if every path waits before it reads an
-                accumulator."""
+                accumulator. `width`: K_k's rows in use (kv, or last_kv on a partial last key tile, which is
+                a task's last step)."""
+                (scores, probs), k_rows = self.tiles(st, width), self.rows_of(inp.k, width)
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
                     if pv_first:
                         tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
-                    tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
+                    tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     tk.mark("S issued")
                     if not pv_first:
                         tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
@@ -612,7 +678,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     else:
                         tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
                     tk.mark("S arrived")
-                    self.softmax(st, k)
+                    self.softmax(st, k, scores)
                     if not pv_first:
                         # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                         # stores before the wait, and the row sums depend on every exp2.
@@ -625,12 +691,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
-                    tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
+                    tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
-                    self.softmax(st, k)
+                    self.softmax(st, k, scores)
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                     if softmax_turns:
                         _turn(sync_on_turn=False, groups=groups)
@@ -639,27 +705,26 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 # MMAs asynchronous only if every path waits before it writes an accumulator.) Packing P into a
                 # second tile beside the exponentials instead (no wait for P_{k-1} V) ran 8% slower at D64 and
                 # does not fit D128's registers (RESULTS.md run 111).
-                tk.copy(st.probs, st.scores)
+                tk.copy(probs, scores)
                 tk.mark("O rescaled, P converted")
-                with tk.if_(k == st.iters - 1):
+                with tk.if_(k == st.iters - 1) if width == kv else contextlib.nullcontext():
+                    tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.late.v if split_kv else inp.v, width))
                     if split_kv:                # V_k from its late stage; with nothing left in flight, the
-                        tk.warpgroup.mma_AB(st.out, st.probs, inp.late.v)    # template releases K_k at once
-                        tk.warpgroup.mma_async_wait()
-                    else:
-                        tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
+                        tk.warpgroup.mma_async_wait()                               # template releases K_k at once
         else:
-            def compute(self, st, inp, k):
+            def step(self, st, inp, k, width=kv):
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
-                tk.warpgroup.mm_ABt(st.scores, self.q_operand(st), inp.k)
+                scores, probs = self.tiles(st, width)
+                tk.warpgroup.mm_ABt(scores, self.q_operand(st), self.rows_of(inp.k, width))
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if mma_turns:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
-                self.softmax(st, k)
-                self.rescale(st)                                 # (with softmax turns, O's rescale in the turn:
+                self.softmax(st, k, scores)
+                self.rescale(st, scores, probs)                  # (with softmax turns, O's rescale in the turn:
                 if softmax_turns:                                # its FMULs fill the gaps between exponentials)
                     _turn(sync_on_turn=False, groups=groups)
-                tk.warpgroup.mma_AB(st.out, st.probs, inp.v)
+                tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.v, width))
 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
@@ -831,8 +896,9 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
               cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
-    as they are (cluster by default from cluster_for; `splits` tasks per query tile, split-K, from splits_for: with
-    more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into o and lse)."""
+    as they are (cluster by default from cluster_for; last_kv from last_kv_for; `splits` tasks per query tile,
+    split-K, from splits_for: with more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into
+    o and lse)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -865,6 +931,9 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         args.append(splits)
     if cluster is None:
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None)
+    if "last_kv" not in options:
+        kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
+        options["last_kv"] = last_kv_for(nk, kv)
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
                           split_kv=split_kv, cluster=cluster, split_k=splits > 1,
                           **({"packed": True} if packed > 1 and variant is not None else {}), **options)

@@ -337,6 +337,55 @@ def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+# -- last_kv: the partial last key tile's step on the keys it holds (rounded up to 16) ------------------------------
+@pytest.mark.parametrize("d,causal,n,nk,last_kv,blocks,options", [
+    (128, False, 200, 300, 48, 2, {}),                      # 44 keys left: the step's rows exactly
+    (128, False, 200, 300, 64, 2, {}),                      # fewer keys than its rows: masked inside them
+    (128, False, 200, 300, 32, 2, {}),                      # more: the whole-tile step masks (last_kv is a hint)
+    (128, True, 300, 300, 48, 3, {}),                       # causal: the diagonal inside the narrow tile
+    (128, "bottom_right", 100, 300, 48, 2, {}),
+    (128, False, 512, 300, 128, 2, dict(split_kv=True, cluster=2)),           # 176-row split rings: 124 keys left
+    (64, True, 200, 230, 112, 2, dict(consumer_warpgroups=3, split_kv=True)),
+    (128, False, 64, 300, 48, 2, dict(consumer_warpgroups=1)),                # the serial schedule
+    (128, False, 200, 300, 48, 2, dict(pv_first=True)),
+    (128, False, 200, 300, 48, 2, dict(pingpong="softmax")),
+    (128, False, 200, 40, 48, 2, {}),                       # one key tile, partial: the first step is the last
+])
+def test_partial_last_key_tile(d, causal, n, nk, last_kv, blocks, options):
+    q = rand(1, 2, n, d, dtype=BF16)
+    k, v = rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, f"_last{last_kv}", last_kv=last_kv, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("nk,kv,last_kv", [(4096, 176, 48), (4096, 128, None), (1000, 128, 112), (1, 128, 16),
+                                           (300, 176, 128), (175, 176, None)])
+def test_last_kv_for(nk, kv, last_kv):
+    """The rows left in the last tile rounded up to 16, where that is fewer than a tile's."""
+    assert att.last_kv_for(nk, kv) == last_kv
+
+
+def test_last_kv_checks_and_switch(monkeypatch):
+    for bad in (40, 128, 0, 256):
+        with pytest.raises(ValueError, match="last_kv"):
+            att._attention(128, att.DTYPES[BF16], False, last_kv=bad)
+    monkeypatch.setattr(att, "NARROW_LAST", False)
+    assert att.last_kv_for(4096, 176) is None
+
+
+@pytest.mark.parametrize("d,causal,last_kv,options", [
+    (128, False, 48, dict(cluster=2)), (128, False, 112, dict(cluster=2)), (128, True, 112, {}),
+    (128, False, 160, dict(split_kv=True)), (64, False, 112, dict(consumer_warpgroups=3, split_kv=True)),
+    (128, False, 48, dict(consumer_warpgroups=1))])
+def test_partial_last_key_tile_compiles_to_hgmma_without_spills(d, causal, last_kv, options):
+    """The narrow step's S in a tile of its own and its P in P's first columns (see the kernel's `tiles`): no
+    serialized wgmmas, no spills, with Q in registers too."""
+    q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
+    kernel = att._attention(d, att.DTYPES[BF16], causal, last_kv=last_kv, **options).kernel
+    sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
+    assert re.search(rf"HGMMA\.64x{last_kv}x16", sass)
+
+
 def test_attention_splits_few_tasks_over_many_keys(monkeypatch):
     """attention() on 2 query tiles over 1024 keys (8 key tiles): split-K in 2 (splits_for), the result merged."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
@@ -405,10 +454,11 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
 
 
-@pytest.mark.parametrize("causal,nk", [(True, 700), ("bottom_right", 300)])
-def test_packed_causal_cluster_pairs(monkeypatch, causal, nk):
+@pytest.mark.parametrize("causal,nk,last_kv", [(True, 700, 64), ("bottom_right", 300, 48)])
+def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, last_kv):
     """A packed causal kernel in cluster pairs at D64 with 3 warpgroups and split rings: 4 heads of 90 rows in 192-row
-    tiles (positions wrap mid-tile; the pair's tiles differ in key tiles), into poisoned O and L."""
+    tiles (positions wrap mid-tile; the pair's tiles differ in key tiles), into poisoned O and L; the partial last
+    key tile's step on the 60 or 44 keys it holds, rounded up to 16."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 8, 90, 64, dtype=BF16)
     k, v = rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
@@ -416,7 +466,7 @@ def test_packed_causal_cluster_pairs(monkeypatch, causal, nk):
     lse = gpu_util.poisoned(1, 2, att.lse_rows(360, 3), dtype=torch.float32, device="cpu")
     options = dict(consumer_warpgroups=3, split_kv=True, cluster=2, packed=4, splits=1)
     template, _ = att._prepared(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
-    assert template.kernel.name == "attention_fwd_d64_3wg_causal_splitkv_cluster2_packed"
+    assert template.kernel.name == f"attention_fwd_d64_3wg_causal_splitkv_cluster2_packed_last{last_kv}"
     att._launch(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
     check(o, lse[..., :360].reshape(1, 8, 90), *reference(q, k, v, causal, scale=0.1), 90)
 
@@ -437,7 +487,8 @@ def test_two_blocks_an_sm_compile_to_half_the_sm():
 @pytest.mark.parametrize("causal", [False, "bottom_right"])
 def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
     """attention() on speculative decoding's drafts at D128 (4 rows a head, 4 heads a key/value head): packed into 16
-    rows, one consumer warpgroup in the serial schedule with one ring (SERIAL_ONE_GROUP), split-K over the keys."""
+    rows, one consumer warpgroup in the serial schedule with one ring (SERIAL_ONE_GROUP), split-K over the keys; the
+    last key tile's step on its 104 keys, rounded up to 16."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -445,7 +496,7 @@ def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
     q, k, v = rand(1, 8, 4, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16)
     o, lse = att.attention(q, k, v, causal, return_lse=True)
     assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk" \
-        + ("_packed" if causal else "")
+        + ("_packed" if causal else "") + "_last112"
     check(o, lse, *reference(q, k, v, causal), 4)
 
 
@@ -890,7 +941,8 @@ def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
 def test_attention_runs_the_kernel_it_picks(monkeypatch):
     """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
-    better fit for 384 rows: two query tiles a head, one cluster)."""
+    better fit for 384 rows: two query tiles a head, one cluster), with the partial last key tile's step on the keys it
+    holds (rounded up to 16)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -898,11 +950,11 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False, last_kv=80)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
-    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1, split_k=False)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1, split_k=False, last_kv=48)
     assert o2.shape == (1, 2, 100, 64)
 
 

@@ -419,10 +419,34 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
     check(o, lse, *reference(q, k, v, causal))
 
 
+@pytest.mark.parametrize("n,nk,d,causal,options,last_kv", [
+    (1024, 4096, 128, False, dict(consumer_warpgroups=2, split_kv=True), 48),     # 176-row split rings: 23 + 48 rows
+    (1024, 4000, 128, False, dict(consumer_warpgroups=2, split_kv=True), 128),
+    (1000, 1000, 128, False, dict(consumer_warpgroups=2), 112),                   # Q in registers, cluster pairs
+    (1000, 1000, 128, True, dict(consumer_warpgroups=2), 112),
+    (700, 1000, 128, "bottom_right", dict(consumer_warpgroups=2), 112),
+    (1000, 1000, 64, True, dict(consumer_warpgroups=3, split_kv=True), 112),
+    (2000, 1000, 64, False, dict(consumer_warpgroups=3, split_kv=True), 112),
+    (16, 1000, 128, False, dict(consumer_warpgroups=1, splits=4), 112),           # serial, split-K
+    (16, 1000, 256, False, dict(consumer_warpgroups=1, splits=4), 16),           # 32-row tiles: 8 keys left
+    (1000, 1000, 128, False, dict(consumer_warpgroups=2, last_kv=64), 64),        # fewer keys than its rows:
+    (1000, 1000, 128, False, dict(consumer_warpgroups=2, last_kv=96), 96),        # the narrow step masks them
+])
+def test_partial_last_key_tile(n, nk, d, causal, options, last_kv):
+    """The step on a partial last key tile runs on the keys it holds (attention()'s last_kv_for, or given)."""
+    from kernels import attention as att
+    q, k, v = qkv(2, 4, 2, n, nk, d)
+    template, _ = att._prepared(q, k, v, q, torch.empty(2, 4, 4096), causal, None, **options)
+    assert template.kernel.name.endswith(f"_last{last_kv}")
+    o, lse = run_poisoned(q, k, v, causal, **options)
+    check(o, lse, *reference(q, k, v, causal))
+
+
 @pytest.mark.parametrize("d,options", [
     (64, dict(consumer_warpgroups=2)), (64, dict(consumer_warpgroups=3, split_kv=True)),
     (128, dict(consumer_warpgroups=2, kv=96)),
-    (128, dict(consumer_warpgroups=2, split_kv=True, kv=128, stages=2, late_stages=3))])
+    (128, dict(consumer_warpgroups=2, split_kv=True, kv=128, stages=2, late_stages=3)),
+    (128, dict(consumer_warpgroups=2, split_kv=True, kv=160, stages=2, late_stages=2))])
 @pytest.mark.parametrize("causal", [False, True, "bottom_right"])
 def test_q_ahead(d, options, causal):
     """q_ahead=True (the next task's Q loads into a second query tile while this task runs; bench_attention.py's

@@ -17,9 +17,15 @@ def _make(cls, *args, **kw):
         raise TraceError(str(e), user_loc()) from None
 
 
-def rt(dtype: DType, rows: int, cols: int, layout: str = "row") -> Var:
-    """A register tile: each warp holds its own `rows x cols` tile (multiples of 16)."""
-    return current().declare(_make(RT, dtype, rows, cols, layout), "t")
+def rt(dtype: DType, rows: int, cols: int, layout: str = "row", name: str | None = None) -> Var:
+    """A register tile: each warp holds its own `rows x cols` tile (multiples of 16). `name`: its name in the
+    generated C++ (made unique with the kernel's other names), where no Python variable gives it one."""
+    if name is not None and not (isinstance(name, str) and name.isidentifier()):
+        fail(f"tk.rt needs an identifier for a name, got {name!r}")
+    var = current().declare(_make(RT, dtype, rows, cols, layout), "t")
+    if name is not None:
+        var.name = name
+    return var
 
 
 def rv(dtype: DType, length: int, layout: str = "ortho") -> Var:

@@ -70,8 +70,6 @@ def _register_view(t: RT, rows: int, cols: int, r, c) -> RT:
     if not (isinstance(r, Const) and isinstance(c, Const)):
         fail("subtile: a register subtile's coordinate must be known at trace time (registers cannot be indexed "
              "at run time); use a Python int")
-    if t.rows % rows or t.cols % cols:
-        fail(f"subtile: {rows}x{cols} windows do not tile the {t.rows}x{t.cols} register tile")
     return t.with_(rows=rows, cols=cols)
 
 
