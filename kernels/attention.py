@@ -102,10 +102,11 @@ Q_REGISTERS = (128,)
 # and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered.
 CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT), non-causal:
-# in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the default at 8192 and 16384 keys, level at
-# 4096 and 3.4% slower at 1024 (RESULTS.md runs 125-126; the default keeps Q in registers and preloads it, which
-# pays at short sequences).
-SPLIT_KEYS = {128: 8192}
+# in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the 128-row default at 8192 and 16384 keys
+# (RESULTS.md runs 125-126); with the partial last tile's step on the keys it holds (last_kv), 0.6-3.1% faster from
+# 2048 to 6144 keys in runs 155 and 157 (N4096: +0.7, +1.3, +2.2%), 1-5% slower at 1024 (runs 153-155; the default
+# keeps Q in registers and preloads it, which pays at short sequences).
+SPLIT_KEYS = {128: 2048}
 # The partial last key tile of a sequence (nk not a multiple of the tile's rows) runs its MMAs and softmax on the
 # rows it holds, rounded up to 16 (the last_kv option, last_kv_for), instead of a whole tile of masked keys:
 # RESULTS.md run 155, +4% at D128 N1056, +3% at N4000, +1.8% at N8192 (176-row split tiles, 96 rows left).

@@ -960,7 +960,8 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
 
 @pytest.mark.parametrize("nk,d,groups,causal,split", [
     (8192, 128, 2, False, True), (16384, 128, 2, False, True),   # 176-row split tiles on long keys (runs 125-126)
-    (4096, 128, 2, False, False), (16384, 128, 2, True, False),  # level at 4096 keys; causal not timed
+    (2048, 128, 2, False, True), (4096, 128, 2, False, True),    # and from 2048 keys (runs 155-157)
+    (1024, 128, 2, False, False), (16384, 128, 2, True, False),  # slower at 1024 keys; causal not timed
     (100, 64, 3, True, True), (16384, 256, 2, False, False)])    # 3 warpgroups: always split; D256 not timed
 def test_split_kv_for(nk, d, groups, causal, split):
     assert att.split_kv_for(nk, d, groups, causal) == split
