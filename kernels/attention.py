@@ -184,10 +184,15 @@ def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_s
     return (*(CONFIGS_3WG if groups == 3 else CONFIGS)[d], None)
 
 
-def last_kv_for(nk: int, kv: int) -> int | None:
+def last_kv_for(nk: int, kv: int, diagonal: bool = False) -> int | None:
     """The key rows attention() gives the MMAs of the partial last key tile of nk keys in tiles of kv rows (the
-    rows it holds rounded up to 16: the last_kv option), or None where the last tile is whole or NARROW_LAST is off."""
+    rows it holds rounded up to 16: the last_kv option), or None where the last tile is whole or NARROW_LAST is off.
+    diagonal (causal, not packed): where that leaves more than 64 rows or none, 64, a warpgroup's rows, which is
+    what its last step needs where its diagonal ends halfway into a key tile (the first warpgroup of a 128-row task
+    on 128-row key tiles)."""
     width = cdiv(nk % kv, 16) * 16
+    if diagonal and not 0 < width <= 64:
+        width = 64
     return width if NARROW_LAST and 0 < width < kv else None
 
 
@@ -315,8 +320,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm".
     last_kv (a multiple of 16 below kv): the step on a partial last key tile (one with at most last_kv keys left,
     which is where any task that reaches it ends) runs S = Q K^T, the softmax and P V on the first last_kv rows of
-    the tile only (wgmma N and K of last_kv; the code of a step twice, once per width); any nk stays right, and
-    attention() passes last_kv_for(nk, kv); name "_last" and the rows."""
+    the tile only (wgmma N and K of last_kv; the code of a step twice, once per width); causal (not packed), so
+    does a warpgroup's last step where its rows see none of the tile's keys past the first last_kv (its diagonal
+    ends there). Any nk stays right; attention() passes last_kv_for(nk, kv, causal and not packed); name "_last"
+    and the rows."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -567,6 +574,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     st.first_row = tk.let(first_row, "first_row")
                 else:
                     st.diagonal = tk.let(first_row + g.offset, "diagonal")
+                    if last_kv:                                  # keys below this the warpgroup's rows see
+                        st.seen = tk.let((self.first_unit(g, task) + wg) * 64 + 64 + g.offset, "seen")
 
         def softmax(self, st, k, scores):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
@@ -607,18 +616,21 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def tiles(self, st, width):
             """This warp's 16 rows of S for a step on `width` key rows (P's exponentials in place), a tile of the
             step's own (dead between steps), and of the P it becomes: st.probs, kept for the next step's P V, or
-            on a partial last key tile (width last_kv; the step's own P V ends the task) its first columns. (As
+            on a narrow step (width last_kv; the step's own P V ends the task) its first columns. (As
             a window of a whole-tile S, NVRTC 13.0's ptxas serialized the wgmmas, C7511; a tile of its own for
             that P left D128 with Q in registers too few registers for them, C7512.)"""
             if width == kv:
                 return tk.rt(f32, 16, kv, name="scores"), st.probs
             return tk.rt(f32, 16, width, name="scores_last"), st.probs.subtile(16, width)
 
-        def partial_last_tile(self, st, k):
-            """Whether step k's key tile is the partial last one, whose step takes last_kv rows (any task that
-            reaches it ends there)."""
+        def narrow_step(self, st, k):
+            """Whether step k takes last_kv rows: on the partial last key tile (any task that reaches it ends
+            there), and causal, on the warpgroup's last step where its rows see none of the keys past those."""
             key_tile = st.task.k0 + k if split_k else k
-            return key_tile * kv + last_kv >= st.g.K.rows
+            left_out = key_tile * kv + last_kv                  # the first key the narrow step leaves out
+            if causal and not packed:
+                return (k == st.iters - 1) & ((left_out >= st.g.K.rows) | (st.seen <= left_out))
+            return left_out >= st.g.K.rows
 
         @staticmethod
         def rows_of(tile, width):
@@ -637,10 +649,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.copy(probs, scores)                               # P for O += P V
 
         def by_width(self, st, k, step):
-            """step(kv), or with last_kv, step(last_kv) on the partial last key tile and step(kv) on the others."""
+            """step(kv), or with last_kv, step(last_kv) where narrow_step says and step(kv) elsewhere."""
             if not last_kv:
                 return step(kv)
-            with tk.if_(self.partial_last_tile(st, k)):
+            with tk.if_(self.narrow_step(st, k)):
                 step(last_kv)
             with tk.else_():
                 step(kv)
@@ -658,8 +670,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 from the previous stage), then waits for S_k alone and runs its softmax (the issue itself lasts
                 about as long as the products: see OVERLAP); the last step adds its own P V. One branch per
                 case: the assembler keeps the MMAs asynchronous only if every path waits before it reads an
-                accumulator. `width`: K_k's rows in use (kv, or last_kv on a partial last key tile, which is
-                a task's last step)."""
+                accumulator. `width`: K_k's rows in use (kv, or last_kv on a narrow step, a task's last)."""
                 (scores, probs), k_rows = self.tiles(st, width), self.rows_of(inp.k, width)
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
@@ -934,7 +945,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None)
     if "last_kv" not in options:
         kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
-        options["last_kv"] = last_kv_for(nk, kv)
+        options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
                           split_kv=split_kv, cluster=cluster, split_k=splits > 1,
                           **({"packed": True} if packed > 1 and variant is not None else {}), **options)

@@ -337,7 +337,7 @@ def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-# -- last_kv: the partial last key tile's step on the keys it holds (rounded up to 16) ------------------------------
+# -- last_kv: the partial last key tile's step on the keys it holds (rounded up to 16), causal on a diagonal --------
 @pytest.mark.parametrize("d,causal,n,nk,last_kv,blocks,options", [
     (128, False, 200, 300, 48, 2, {}),                      # 44 keys left: the step's rows exactly
     (128, False, 200, 300, 64, 2, {}),                      # fewer keys than its rows: masked inside them
@@ -350,6 +350,12 @@ def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     (128, False, 200, 300, 48, 2, dict(pv_first=True)),
     (128, False, 200, 300, 48, 2, dict(pingpong="softmax")),
     (128, False, 200, 40, 48, 2, {}),                       # one key tile, partial: the first step is the last
+    (128, True, 512, 512, 64, 2, {}),                       # causal: the first warpgroup's diagonal step
+    (128, True, 300, 300, 64, 2, {}),                       # ... with padding before row 0, and a partial tile
+    (128, "bottom_right", 200, 520, 64, 2, {}),             # ... off the tiles' grid
+    (64, True, 384, 500, 64, 2, dict(consumer_warpgroups=3, split_kv=True, cluster=2)),   # (an even number of
+    (64, True, 500, 500, 64, 3, dict(consumer_warpgroups=3, split_kv=True)),              # query tiles for pairs)
+    (128, True, 16, 300, 64, 2, dict(consumer_warpgroups=1)),
 ])
 def test_partial_last_key_tile(d, causal, n, nk, last_kv, blocks, options):
     q = rand(1, 2, n, d, dtype=BF16)
@@ -358,11 +364,14 @@ def test_partial_last_key_tile(d, causal, n, nk, last_kv, blocks, options):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("nk,kv,last_kv", [(4096, 176, 48), (4096, 128, None), (1000, 128, 112), (1, 128, 16),
-                                           (300, 176, 128), (175, 176, None)])
-def test_last_kv_for(nk, kv, last_kv):
-    """The rows left in the last tile rounded up to 16, where that is fewer than a tile's."""
-    assert att.last_kv_for(nk, kv) == last_kv
+@pytest.mark.parametrize("nk,kv,diagonal,last_kv", [
+    (4096, 176, False, 48), (4096, 128, False, None), (1000, 128, False, 112), (1, 128, False, 16),
+    (300, 176, False, 128), (175, 176, False, None),
+    (4096, 128, True, 64), (1000, 128, True, 64), (1030, 128, True, 16), (4096, 64, True, None)])
+def test_last_kv_for(nk, kv, diagonal, last_kv):
+    """The rows left in the last tile rounded up to 16, where that is fewer than a tile's; causal, where that is
+    none or more than 64, a warpgroup's 64."""
+    assert att.last_kv_for(nk, kv, diagonal) == last_kv
 
 
 def test_last_kv_checks_and_switch(monkeypatch):
@@ -941,8 +950,8 @@ def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
 def test_attention_runs_the_kernel_it_picks(monkeypatch):
     """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
-    better fit for 384 rows: two query tiles a head, one cluster), with the partial last key tile's step on the keys it
-    holds (rounded up to 16)."""
+    better fit for 384 rows: two query tiles a head, one cluster), with narrow last steps (causal: a warpgroup's 64
+    rows, as 72 keys left would round to 80; non-causal: the 40 keys left of 200 in 160-row tiles, rounded to 48)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -950,7 +959,7 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False, last_kv=80)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False, last_kv=64)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones

@@ -424,9 +424,11 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
     (1024, 4096, 128, False, dict(consumer_warpgroups=2, split_kv=True), 48),     # 176-row split rings: 23 + 48 rows
     (1024, 4000, 128, False, dict(consumer_warpgroups=2, split_kv=True), 128),
     (1000, 1000, 128, False, dict(consumer_warpgroups=2), 112),                   # Q in registers, cluster pairs
-    (1000, 1000, 128, True, dict(consumer_warpgroups=2), 112),
-    (700, 1000, 128, "bottom_right", dict(consumer_warpgroups=2), 112),
-    (1000, 1000, 64, True, dict(consumer_warpgroups=3, split_kv=True), 112),
+    (1000, 1000, 128, True, dict(consumer_warpgroups=2), 64),                     # causal: a warpgroup's diagonal
+    (1024, 1024, 128, True, dict(consumer_warpgroups=2), 64),                     # step (104 keys left: 64 rows)
+    (700, 1000, 128, "bottom_right", dict(consumer_warpgroups=2), 64),
+    (1000, 1000, 64, True, dict(consumer_warpgroups=3, split_kv=True), 64),
+    (1030, 1030, 128, True, dict(consumer_warpgroups=2), 16),                     # 6 keys left: 16 rows
     (2000, 1000, 64, False, dict(consumer_warpgroups=3, split_kv=True), 112),
     (16, 1000, 128, False, dict(consumer_warpgroups=1, splits=4), 112),           # serial, split-K
     (16, 1000, 256, False, dict(consumer_warpgroups=1, splits=4), 16),           # 32-row tiles: 8 keys left
@@ -434,7 +436,8 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
     (1000, 1000, 128, False, dict(consumer_warpgroups=2, last_kv=96), 96),        # the narrow step masks them
 ])
 def test_partial_last_key_tile(n, nk, d, causal, options, last_kv):
-    """The step on a partial last key tile runs on the keys it holds (attention()'s last_kv_for, or given)."""
+    """The step on a partial last key tile runs on the keys it holds, and causal, a warpgroup's last step on the keys
+    its rows see (attention()'s last_kv_for, or given)."""
     from kernels import attention as att
     q, k, v = qkv(2, 4, 2, n, nk, d)
     template, _ = att._prepared(q, k, v, q, torch.empty(2, 4, 4096), causal, None, **options)
