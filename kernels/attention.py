@@ -268,7 +268,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
-               last_kv: int | None = None):
+               last_kv: int | None = None, skip_masked: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -323,7 +323,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     the tile only (wgmma N and K of last_kv; the code of a step twice, once per width); causal (not packed), so
     does a warpgroup's last step where its rows see none of the tile's keys past the first last_kv (its diagonal
     ends there). Any nk stays right; attention() passes last_kv_for(nk, kv, causal and not packed); name "_last"
-    and the rows."""
+    and the rows. skip_masked (default: causal, not packed, 2 or 3 consumer warpgroups): a warpgroup skips a
+    task's steps past the last key tile its rows see (with 3 warpgroups on 128-row key tiles the first one's
+    diagonal ends a tile before the task's), only taking its turn there; False: name "_noskip"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -355,6 +357,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
+    skips_by_default = causal and not packed and groups > 1
+    skips = skips_by_default if skip_masked is None else skip_masked
+    if skips and not (causal and not packed and groups > 1):
+        raise ValueError("attention: skip_masked=True is for causal kernels (not packed) of 2 or 3 consumer "
+                         "warpgroups (where a warpgroup's diagonal may end before its task's)")
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
     default_kv, default_stages, default_late = default_tiles(d, groups, split_kv, blocks_per_sm)
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
@@ -401,7 +408,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
-        + (f"_last{last_kv}" if last_kv else "")
+        + (f"_last{last_kv}" if last_kv else "") + ("_noskip" if skips_by_default and not skips else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -574,8 +581,15 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     st.first_row = tk.let(first_row, "first_row")
                 else:
                     st.diagonal = tk.let(first_row + g.offset, "diagonal")
-                    if last_kv:                                  # keys below this the warpgroup's rows see
-                        st.seen = tk.let((self.first_unit(g, task) + wg) * 64 + 64 + g.offset, "seen")
+                    # The keys below `seen` are those some row of this warpgroup sees. Its last step is the last
+                    # on a tile holding one: past it (where a task's later warpgroups see more keys) it skips.
+                    seen = (self.first_unit(g, task) + wg) * 64 + 64 + g.offset
+                    if last_kv:
+                        st.seen = tk.let(seen, "seen")
+                    if skips:
+                        first_key_tile = task.k0 if split_k else 0
+                        st.last_step = tk.let(call("min", st.iters, cdiv(call("max", seen, 0), kv) - first_key_tile)
+                                              - 1, "last_step")
 
         def softmax(self, st, k, scores):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
@@ -629,8 +643,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             key_tile = st.task.k0 + k if split_k else k
             left_out = key_tile * kv + last_kv                  # the first key the narrow step leaves out
             if causal and not packed:
-                return (k == st.iters - 1) & ((left_out >= st.g.K.rows) | (st.seen <= left_out))
+                return (k == self.last_step(st)) & ((left_out >= st.g.K.rows) | (st.seen <= left_out))
             return left_out >= st.g.K.rows
+
+        def last_step(self, st):
+            """This warpgroup's last step of the task (see start: causal warpgroups may end before the task)."""
+            return st.last_step if skips else st.iters - 1
 
         @staticmethod
         def rows_of(tile, width):
@@ -657,12 +675,25 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             with tk.else_():
                 step(kv)
 
+        def unless_skipped(self, st, k, step):
+            """step(), or with skips, only on the warpgroup's steps up to its last; past it the warpgroup only
+            takes and hands on its turn (the template waits for and releases the stages)."""
+            if not skips:
+                return step()
+            with tk.if_(k <= st.last_step):
+                step()
+            with tk.else_():
+                if pingpong:
+                    _turn(sync_on_turn=True, groups=groups)
+                    _turn(sync_on_turn=False, groups=groups)
+
         if overlap:
             def compute(self, st, inp, k, prev):
-                self.by_width(st, k, lambda width: self.step(st, inp, k, prev, width))
+                self.unless_skipped(st, k, lambda: self.by_width(
+                    st, k, lambda width: self.step(st, inp, k, prev, width)))
         else:
             def compute(self, st, inp, k):
-                self.by_width(st, k, lambda width: self.step(st, inp, k, width))
+                self.unless_skipped(st, k, lambda: self.by_width(st, k, lambda width: self.step(st, inp, k, width)))
 
         if overlap:
             def step(self, st, inp, k, prev, width=kv):
@@ -719,7 +750,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 # does not fit D128's registers (RESULTS.md run 111).
                 tk.copy(probs, scores)
                 tk.mark("O rescaled, P converted")
-                with tk.if_(k == st.iters - 1) if width == kv else contextlib.nullcontext():
+                with tk.if_(k == self.last_step(st)) if width == kv else contextlib.nullcontext():
                     tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.late.v if split_kv else inp.v, width))
                     if split_kv:                # V_k from its late stage; with nothing left in flight, the
                         tk.warpgroup.mma_async_wait()                               # template releases K_k at once

@@ -364,6 +364,23 @@ def test_partial_last_key_tile(d, causal, n, nk, last_kv, blocks, options):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+@pytest.mark.parametrize("groups,n,nk,causal,blocks", [(3, 500, 500, True, 3), (3, 384, 700, "bottom_right", 2),
+                                                      (2, 300, 520, "bottom_right", 2), (3, 700, 300, True, 2)])
+@pytest.mark.parametrize("skip_masked", [None, False], ids=["skips", "noskip"])
+def test_warpgroups_skip_steps_past_their_diagonal(groups, n, nk, causal, blocks, skip_masked):
+    """Causal: a warpgroup's steps past the last key tile its rows see are skipped (only its turn taken), or with
+    skip_masked=False computed on masked keys; either way the same result."""
+    d = 64 if groups == 3 else 128
+    q = rand(1, 2, n, d, dtype=BF16)
+    k, v = rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    options = dict(consumer_warpgroups=groups, split_kv=groups == 3, skip_masked=skip_masked)
+    o, lse = interpret(q, k, v, causal, 0.1, blocks, "_noskip" if skip_masked is False else "", **options)
+    check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+    if skip_masked is False:
+        with pytest.raises(ValueError, match="skip_masked=True is for causal"):
+            att._attention(d, att.DTYPES[BF16], False, consumer_warpgroups=groups, skip_masked=True)
+
+
 @pytest.mark.parametrize("nk,kv,diagonal,last_kv", [
     (4096, 176, False, 48), (4096, 128, False, None), (1000, 128, False, 112), (1, 128, False, 16),
     (300, 176, False, 128), (175, 176, False, None),
@@ -385,7 +402,7 @@ def test_last_kv_checks_and_switch(monkeypatch):
 @pytest.mark.parametrize("d,causal,last_kv,options", [
     (128, False, 48, dict(cluster=2)), (128, False, 112, dict(cluster=2)), (128, True, 112, {}),
     (128, False, 160, dict(split_kv=True)), (64, False, 112, dict(consumer_warpgroups=3, split_kv=True)),
-    (128, False, 48, dict(consumer_warpgroups=1))])
+    (128, False, 48, dict(consumer_warpgroups=1)), (64, True, 64, dict(consumer_warpgroups=3, split_kv=True))])
 def test_partial_last_key_tile_compiles_to_hgmma_without_spills(d, causal, last_kv, options):
     """The narrow step's S in a tile of its own and its P in P's first columns (see the kernel's `tiles`): no
     serialized wgmmas, no spills, with Q in registers too."""
