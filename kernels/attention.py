@@ -323,9 +323,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     the tile only (wgmma N and K of last_kv; the code of a step twice, once per width); causal (not packed), so
     does a warpgroup's last step where its rows see none of the tile's keys past the first last_kv (its diagonal
     ends there). Any nk stays right; attention() passes last_kv_for(nk, kv, causal and not packed); name "_last"
-    and the rows. skip_masked (default: causal, not packed, 2 or 3 consumer warpgroups): a warpgroup skips a
-    task's steps past the last key tile its rows see (with 3 warpgroups on 128-row key tiles the first one's
-    diagonal ends a tile before the task's), only taking its turn there; False: name "_noskip"."""
+    and the rows. skip_masked (default: with 3 consumer warpgroups, and causal with 2; not packed): a warpgroup
+    skips a task's steps on key tiles none of its rows sees (all of them where its rows are padding past N; causal,
+    those past its diagonal: with 3 warpgroups on 128-row key tiles the first one's ends a tile before the task's),
+    only taking its turn there; False: name "_noskip"; True with 2 warpgroups non-causal: "_skip"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -357,11 +358,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
-    skips_by_default = causal and not packed and groups > 1
+    skips_by_default = not packed and (causal and groups > 1 or groups == 3)
     skips = skips_by_default if skip_masked is None else skip_masked
-    if skips and not (causal and not packed and groups > 1):
-        raise ValueError("attention: skip_masked=True is for causal kernels (not packed) of 2 or 3 consumer "
-                         "warpgroups (where a warpgroup's diagonal may end before its task's)")
+    if skips and (packed or groups == 1):
+        raise ValueError("attention: skip_masked=True is for kernels of 2 or 3 consumer warpgroups, not packed (a "
+                         "warpgroup of padding rows, or causal one whose diagonal ends before its task's)")
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
     default_kv, default_stages, default_late = default_tiles(d, groups, split_kv, blocks_per_sm)
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
@@ -408,7 +409,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
-        + (f"_last{last_kv}" if last_kv else "") + ("_noskip" if skips_by_default and not skips else "")
+        + (f"_last{last_kv}" if last_kv else "") \
+        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -581,15 +583,26 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     st.first_row = tk.let(first_row, "first_row")
                 else:
                     st.diagonal = tk.let(first_row + g.offset, "diagonal")
-                    # The keys below `seen` are those some row of this warpgroup sees. Its last step is the last
-                    # on a tile holding one: past it (where a task's later warpgroups see more keys) it skips.
-                    seen = (self.first_unit(g, task) + wg) * 64 + 64 + g.offset
-                    if last_kv:
-                        st.seen = tk.let(seen, "seen")
-                    if skips:
-                        first_key_tile = task.k0 if split_k else 0
-                        st.last_step = tk.let(call("min", st.iters, cdiv(call("max", seen, 0), kv) - first_key_tile)
-                                              - 1, "last_step")
+                    if last_kv:     # the keys below this are those some row of this warpgroup sees
+                        st.seen = tk.let(self.seen(g, task), "seen")
+            if skips:
+                st.last_step = tk.let(self.steps_seen(st) - 1, "last_step")
+
+        def seen(self, g, task):
+            """Causal: the keys below this are those some row of this warpgroup sees."""
+            return (self.first_unit(g, task) + tk.warpgroup.id()) * 64 + 64 + g.offset
+
+        def steps_seen(self, st):
+            """The task's steps on a key tile that some row of this warpgroup sees: none where its rows are all
+            padding past N; causal, up to its diagonal (with 3 warpgroups on 128-row key tiles the first one's ends
+            a tile before its task's)."""
+            g, task = st.g, st.task
+            first_row = (self.first_unit(g, task) + tk.warpgroup.id()) * 64
+            real = call("max", 0, call("min", 1, g.Q.rows - first_row))          # 1, or 0 for padding rows
+            if not causal:
+                return st.iters * real
+            first_key_tile = task.k0 if split_k else 0
+            return call("min", st.iters, cdiv(call("max", self.seen(g, task), 0), kv) - first_key_tile) * real
 
         def softmax(self, st, k, scores):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max

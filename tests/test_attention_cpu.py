@@ -365,11 +365,13 @@ def test_partial_last_key_tile(d, causal, n, nk, last_kv, blocks, options):
 
 
 @pytest.mark.parametrize("groups,n,nk,causal,blocks", [(3, 500, 500, True, 3), (3, 384, 700, "bottom_right", 2),
-                                                      (2, 300, 520, "bottom_right", 2), (3, 700, 300, True, 2)])
+                                                      (2, 300, 520, "bottom_right", 2), (3, 700, 300, True, 2),
+                                                      (3, 500, 500, False, 2), (3, 1000, 300, False, 3)])
 @pytest.mark.parametrize("skip_masked", [None, False], ids=["skips", "noskip"])
-def test_warpgroups_skip_steps_past_their_diagonal(groups, n, nk, causal, blocks, skip_masked):
-    """Causal: a warpgroup's steps past the last key tile its rows see are skipped (only its turn taken), or with
-    skip_masked=False computed on masked keys; either way the same result."""
+def test_warpgroups_skip_steps_no_row_of_theirs_sees(groups, n, nk, causal, blocks, skip_masked):
+    """A warpgroup's steps on key tiles none of its rows sees are skipped (only its turn taken): causal, past its
+    diagonal; with 3 warpgroups, every step of one whose rows are all padding past N (500 rows: the last task's
+    third warpgroup; 1000: its second and third). skip_masked=False computes them; either way the same result."""
     d = 64 if groups == 3 else 128
     q = rand(1, 2, n, d, dtype=BF16)
     k, v = rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
@@ -377,8 +379,8 @@ def test_warpgroups_skip_steps_past_their_diagonal(groups, n, nk, causal, blocks
     o, lse = interpret(q, k, v, causal, 0.1, blocks, "_noskip" if skip_masked is False else "", **options)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
     if skip_masked is False:
-        with pytest.raises(ValueError, match="skip_masked=True is for causal"):
-            att._attention(d, att.DTYPES[BF16], False, consumer_warpgroups=groups, skip_masked=True)
+        with pytest.raises(ValueError, match="skip_masked=True is for kernels of 2 or 3"):
+            att._attention(d, att.DTYPES[BF16], True, consumer_warpgroups=1, skip_masked=True)
 
 
 @pytest.mark.parametrize("nk,kv,diagonal,last_kv", [
