@@ -42,6 +42,29 @@ def test_softmax_source_reads_like_thunderkittens():
     assert re.search(r"// softmax\.py:\d+  tk\.row_max\(m, t\)\n\s+tk::row_max\(m, t\);", body)
 
 
+def test_register_tiles_take_a_name_made_unique():
+    """tk.rt(..., name=) names a tile the kernel's code cannot name from a Python variable (e.g. one made in a
+    helper), unique among the kernel's names; a name that is no identifier is refused at its line."""
+    def loaded(x):
+        scores = tk.rt(f32, 16, 64, name="scores")      # (a helper's locals name nothing: the kernel's do)
+        tk.load(scores, x, (0, 0))
+        return scores
+
+    @tk.kernel(warps=4)
+    def named(x: tk.gl[f32, 16, 64]):
+        tk.copy(loaded(x), loaded(x))
+    src = named.source(torch.empty(16, 64))
+    assert "tk::rt<float, 1, 4, tk::row_l> scores;" in src and "tk::rt<float, 1, 4, tk::row_l> scores_1;" in src
+    assert "tk::copy(scores, scores_1);" in src
+
+    @tk.kernel(warps=4)
+    def badly_named(x: tk.gl[f32, 16, 64]):
+        tk.rt(f32, 16, 64, name="2nd")
+    with pytest.raises(tk.TraceError, match="identifier") as e:
+        badly_named.trace(torch.empty(16, 64))
+    assert str(line_of(badly_named, 'name="2nd"')) in str(e.value)
+
+
 def test_specializations_are_cached_per_constexpr_and_contiguity():
     a = softmax_rows.trace(X64, X64, 64)
     b = softmax_rows.trace(torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(64, 32, dtype=torch.bfloat16), 32)
