@@ -383,6 +383,15 @@ def test_warpgroups_skip_steps_no_row_of_theirs_sees(groups, n, nk, causal, bloc
             att._attention(d, att.DTYPES[BF16], True, consumer_warpgroups=1, skip_masked=True)
 
 
+def test_two_warpgroups_skip_padding_rows_on_request():
+    """skip_masked=True on a 2-warpgroup non-causal kernel (not the default, "_skip"): 1050 rows leave the last
+    128-row task 26, so its second warpgroup's rows are all padding and it skips every step."""
+    q = rand(1, 2, 1050, 128, dtype=BF16)
+    k, v = rand(1, 1, 300, 128, dtype=BF16), rand(1, 1, 300, 128, dtype=BF16)
+    o, lse = interpret(q, k, v, False, 0.1, 3, "_skip", skip_masked=True)
+    check(o, lse, *reference(q, k, v, False, scale=0.1), 1050)
+
+
 @pytest.mark.parametrize("nk,kv,diagonal,last_kv", [
     (4096, 176, False, 48), (4096, 128, False, None), (1000, 128, False, 112), (1, 128, False, 16),
     (300, 176, False, 128), (175, 176, False, None),
