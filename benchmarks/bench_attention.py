@@ -129,6 +129,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "no split": {d: dict(splits=1) for d in (64, 128)},
                  "whole last tile": {d: dict(last_kv=None) for d in (64, 128)},
                  "no skips": {d: dict(skip_masked=False) for d in (64, 128)},
+                 "skips": {128: dict(skip_masked=True)},
                  **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
 VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
