@@ -15,15 +15,18 @@ short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in the 
 late ring (late_inputs), as FlashAttention-3's separate K and V pipelines: K_k is released once step k is done and
 V_{k-1} once step k is, so each K stage is held for one step instead of two. attention() runs D64 with both
 (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of the SMs for the sequence at hand
-(consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring, but D128 non-causal from 8192 keys on
+(consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring, but D128 non-causal from 2048 keys on
 with split rings of 176-row tiles (split_kv_for).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile, whose step runs on the keys it holds rounded up to 16 (last_kv: S, the softmax and P V
 narrower); query rows past N_q read zeros and their outputs are not stored. Causal
 attention visits, per query tile, only the key tiles up to its diagonal (the template's per-task
-step counts) and masks the diagonal tiles; each persistent block takes a long query tile and the short one
-that complements it in the next round (causal_task), so that the blocks keep in step on a few heads at a time.
+step counts) and masks the diagonal tiles; a warpgroup's last step runs on the keys its rows see where they end
+halfway into a tile (last_kv), and its steps past its own diagonal, which its task's later warpgroups need, it
+skips (skip_masked; so does, with 3 warpgroups, one whose rows are all padding past N_q). Each persistent block
+takes a long query tile and the short one that complements it in the next round (causal_task), so that the blocks
+keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
 (q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 (causal or
