@@ -459,6 +459,41 @@ def test_gqa_heads_packed_into_one_sequence(monkeypatch, h, hkv, n, nk, causal, 
     check(o, lse, *reference(q, k, v, causal), n)
 
 
+def random_configuration(seed: int) -> tuple:
+    """A random small attention case and _launch options (seeded): head dim, causality, consumer warpgroups, split
+    rings, split-K, narrow last steps, skips and padding placement in combination."""
+    import random
+    r = random.Random(seed)
+    d, causal = r.choice([64, 128]), r.choice([False, True, "bottom_right"])
+    groups = r.choice([1, 2, 3] if d == 64 else [1, 2])
+    n = r.choice([1, 7, 64, 130, 257, 384, 500] if groups > 1 else [1, 4, 16, 40, 64])
+    nk, hkv = r.choice([1, 15, 100, 129, 177, 300, 530]), r.choice([1, 2])
+    options = dict(consumer_warpgroups=groups, split_kv=groups == 3 or (d == 128 and groups == 2 and r.random() < 0.5))
+    if r.random() < 0.3:
+        options["splits"] = r.choice([1, 2, 3])
+    if groups > 1 and r.random() < 0.2:
+        options["skip_masked"] = False
+    if r.random() < 0.4:
+        options["last_kv"] = r.choice([None, *range(16, att.default_tiles(d, groups, options["split_kv"])[0], 16)])
+    if causal and groups > 1 and r.random() < 0.2:
+        options["pad_first"] = False
+    return d, causal, n, nk, hkv, hkv * r.choice([1, 2]), options
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_configurations(monkeypatch, seed):
+    """Seeded random combinations of the kernel's options and odd shapes (480 such passed when last_kv and
+    skip_masked came in), into poisoned O and L."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    d, causal, n, nk, hkv, h, options = random_configuration(seed)
+    q = rand(1, h, n, d, dtype=BF16)
+    k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
+    o = gpu_util.poisoned(1, h, n, d, dtype=BF16, device="cpu")
+    lse = gpu_util.poisoned(1, h, att.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32, device="cpu")
+    att._launch(q, k, v, o, lse, causal, 0.1, **options)
+    check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
+
+
 def test_split_k_choices_and_sass(monkeypatch):
     """splits_for leaves tasks that fill half the SMs unsplit; split-K takes no clusters; its kernels compile without
     spills or serialized MMAs, and the combine kernel too."""
