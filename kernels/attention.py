@@ -581,7 +581,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.neg_infty(st.row_max)
             tk.neg_infty(st.shift)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
-                first_row = (self.first_unit(g, task) + wg) * 64 + tk.warp_id() % 4 * 16
+                first_row = self.warpgroup_row(g, task) + tk.warp_id() % 4 * 16
                 if packed:                                       # (r's position: (first_row + r) % rows_per_head)
                     st.first_row = tk.let(first_row, "first_row")
                 else:
@@ -591,17 +591,20 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if skips:
                 st.last_step = tk.let(self.steps_seen(st) - 1, "last_step")
 
+        def warpgroup_row(self, g, task):
+            """This warpgroup's first query row of the task (negative for padding before row 0, see first_unit)."""
+            return (self.first_unit(g, task) + tk.warpgroup.id()) * 64
+
         def seen(self, g, task):
             """Causal: the keys below this are those some row of this warpgroup sees."""
-            return (self.first_unit(g, task) + tk.warpgroup.id()) * 64 + 64 + g.offset
+            return self.warpgroup_row(g, task) + 64 + g.offset
 
         def steps_seen(self, st):
             """The task's steps on a key tile that some row of this warpgroup sees: none where its rows are all
             padding past N; causal, up to its diagonal (with 3 warpgroups on 128-row key tiles the first one's ends
             a tile before its task's)."""
             g, task = st.g, st.task
-            first_row = (self.first_unit(g, task) + tk.warpgroup.id()) * 64
-            real = call("max", 0, call("min", 1, g.Q.rows - first_row))          # 1, or 0 for padding rows
+            real = call("max", 0, call("min", 1, g.Q.rows - self.warpgroup_row(g, task)))   # 1, or 0 for padding rows
             if not causal:
                 return st.iters * real
             first_key_tile = task.k0 if split_k else 0

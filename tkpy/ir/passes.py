@@ -84,6 +84,7 @@ def plan_shared(kernel: KernelIR) -> None:
     """Give each shared tile a byte offset (aligned as its swizzle needs) and check the total."""
     offset = 0
     offsets = {}
+    limit = shared_limit(kernel.blocks_per_sm)
     for s in walk(kernel.body):
         if isinstance(s, Decl) and s.var.is_shared and s.var.view is None and s.var.alias is not None:
             base, at = s.var.alias           # storage reused (e.g. a template's finish block over its stages)
@@ -98,7 +99,6 @@ def plan_shared(kernel: KernelIR) -> None:
             offset = -(-offset // t.alignment) * t.alignment
             offsets[s.var] = offset
             offset += t.nbytes * s.var.count
-            limit = shared_limit(kernel.blocks_per_sm)
             if offset + ALIGNMENT_SLACK > limit:
                 per_sm = "" if kernel.blocks_per_sm == 1 else f" with {kernel.blocks_per_sm} blocks an SM"
                 raise TraceError(f"shared memory over-subscribed: `{s.var.name}` ({t}, x{s.var.count}) ends at "
