@@ -862,19 +862,29 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             with tk.if_(stores):
                 tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
                 tk.tma.store_commit_group()
-                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
-            tk.mark("finish: O store read")
-            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
-                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
-                tk.mark("finish: tile free")
+                if not s_ahead:                                 # (s_ahead: after the next task's first softmax)
+                    tk.tma.store_async_wait(read_only=True)     # a later task's Q may land there
+            if not s_ahead:
+                self.tile_read()
             self.store_lse(g, st, b, h, unit)
-            if s_ahead:         # the next task's first S (look_ahead), its softmax and P. The wait is on every path:
-                tk.warpgroup.mma_async_wait()           # an S in flight across the task loop's back edge makes ptxas
-                with tk.if_(st.has_next_task()):       # serialize every wgmma (C7514, C7515)
+            if s_ahead:         # the next task's first S (look_ahead), its softmax and P, while TMA reads O. The wait
+                tk.warpgroup.mma_async_wait()           # is on every path: an S in flight across the task loop's back
+                with tk.if_(st.has_next_task()):       # edge makes ptxas serialize every wgmma (C7514, C7515)
                     self.reset(st)
                     self.softmax(st, 0, st.scores)
                     tk.copy(st.probs, st.scores)
                 tk.mark("finish: the next task's first step")
+                with tk.if_(stores):
+                    tk.tma.store_async_wait(read_only=True)
+                self.tile_read()
+
+        @staticmethod
+        def tile_read():
+            """After the O store's first warp waited for TMA to read O out of the query tile."""
+            tk.mark("finish: O store read")
+            if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
+                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
+                tk.mark("finish: tile free")
 
         def store_lse(self, g, st, b, h, unit):
             """lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
