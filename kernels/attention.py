@@ -832,11 +832,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
-            if causal or split_k:                                # rows that see no key: 0 / tiny = 0
-                tk.max(st.factor, st.row_sum, 1e-30)
-                tk.div_row(st.out, st.out, st.factor)
+            # O / l as O * (1 / l): a division per row, not per element (each an IEEE division of ~8 instructions)
+            if causal or split_k:                                # rows that see no key: 0 * (1 / tiny) = 0
+                tk.map(st.factor, lambda total: 1.0 / tk.max(total, 1e-30), st.row_sum)
             else:
-                tk.div_row(st.out, st.out, st.row_sum)
+                tk.map(st.factor, lambda total: 1.0 / total, st.row_sum)
+            tk.mul_row(st.out, st.out, st.factor)
             tk.mark("finish: O normalized")
             if q_preload and not s_ahead:   # the next task's Q out of the tile (every S of this task is done)
                 with tk.if_(st.has_next_task()):                    # before O goes in
