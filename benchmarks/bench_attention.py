@@ -120,7 +120,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "qahead kv96": {128: dict(kv=96, q_ahead=True)},
                  "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)},
                  "q registers": {64: dict(TWO, q_registers=True)}, "q shared": {128: dict(q_registers=False)},
-                 "no q preload": {128: dict(q_preload=False)}, "no s ahead": {128: dict(s_ahead=False)},
+                 "no q preload": {128: dict(q_preload=False)},
                  "pad last": {d: dict(pad_first=False) for d in (64, 128)},
                  "pv first": {d: dict(pv_first=True) for d in (64, 128)},
                  "cluster2": {d: dict(cluster=2) for d in (64, 128)},

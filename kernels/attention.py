@@ -271,7 +271,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
-               last_kv: int | None = None, skip_masked: bool | None = None, s_ahead: bool | None = None):
+               last_kv: int | None = None, skip_masked: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -329,12 +329,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     and the rows. skip_masked (default: with 3 consumer warpgroups, and causal with 2; not packed): a warpgroup
     skips a task's steps on key tiles none of its rows sees (all of them where its rows are padding past N; causal,
     those past its diagonal: with 3 warpgroups on 128-row key tiles the first one's ends a tile before the task's),
-    only taking its turn there; False: name "_noskip"; True with 2 warpgroups non-causal: "_skip".
-    s_ahead (default: where q_preload is, non-causal, one ring, no split-K, skips or last_kv): after a task's steps a
-    warpgroup moves the next task's Q into its registers and issues that task's first S = Q K^T (the template's
-    look_ahead), then finishes this task while the tensor cores run it, and ends the finish with its softmax and
-    P; the next task's first step has nothing left to do (a block's first task runs its own). That step takes the
-    whole key tile (last_kv narrows only later steps). False: name "_nosahead", True elsewhere "_sahead"."""
+    only taking its turn there; False: name "_noskip"; True with 2 warpgroups non-causal: "_skip"."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -393,13 +388,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: pad_first=True is for causal attention (without a mask every row costs the same)")
     preload_default = q_registers and not q_ahead
     q_preload = preload_default if q_preload is None else q_preload
-    s_ahead_possible = q_preload and overlap and not causal and not split_kv and not split_k and not skips
-    s_ahead_default = s_ahead_possible and groups == 2 and not last_kv     # (both: spills, NVRTC 13.0)
-    s_ahead = s_ahead_default if s_ahead is None else s_ahead
-    if s_ahead and not s_ahead_possible:
-        raise ValueError("attention: s_ahead=True issues the next task's first S from registers after a task's steps: "
-                         "it needs q_preload and the overlapped schedule, non-causal (constant steps per task), one "
-                         "ring (not split_kv), no split_k and no skip_masked")
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
                          "needs q_registers and not q_ahead (a second query tile)")
@@ -425,8 +413,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
         + (f"_last{last_kv}" if last_kv else "") \
-        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") \
-        + ("" if s_ahead == s_ahead_default else "_sahead" if s_ahead else "_nosahead")
+        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -434,7 +421,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             producer_registers=producer_registers, consumer_registers=consumer_registers, blocks_per_sm=blocks_per_sm,
             **rings, **scheduler)
     class Attention:
-        lookahead = s_ahead                 # look_ahead: the next task's first S, issued before this one's finish
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
         V: tk.gl[dtype, "B", "HKV", "NK", d]
@@ -534,8 +520,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             _own_sync(groups)
             if q_registers:
                 st.q_regs = tk.rt(dtype, 16, d)
-            if s_ahead:                                          # S, which look_ahead issues for the next task
-                st.scores = tk.rt(f32, 16, kv, name="scores")
             st.probs = tk.rt(dtype, 16, kv)                      # P, kept for the next step's P V
             st.out = tk.rt(f32, 16, d)
             st.row_max = tk.col_vec(st.out)                      # running max of the raw scores
@@ -592,8 +576,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.tasks_done += 1
             if q_registers and not q_preload:
                 self.q_to_registers(st)
-            with tk.if_(st.tasks_done == 1) if s_ahead else contextlib.nullcontext():   # (s_ahead: see finish)
-                self.reset(st)
+            tk.zero(st.out)
+            tk.zero(st.row_sum)
+            tk.neg_infty(st.row_max)
+            tk.neg_infty(st.shift)
             if causal:   # key k * kv + c is masked for this warp's row r when c > r + diagonal - k * kv
                 first_row = self.warpgroup_row(g, task) + tk.warp_id() % 4 * 16
                 if packed:                                       # (r's position: (first_row + r) % rows_per_head)
@@ -604,14 +590,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         st.seen = tk.let(self.seen(g, task), "seen")
             if skips:
                 st.last_step = tk.let(self.steps_seen(st) - 1, "last_step")
-
-        @staticmethod
-        def reset(st):
-            """A task's running state before its first step: O, the row sums, the running max and shift."""
-            tk.zero(st.out)
-            tk.zero(st.row_sum)
-            tk.neg_infty(st.row_max)
-            tk.neg_infty(st.shift)
 
         def warpgroup_row(self, g, task):
             """This warpgroup's first query row of the task (negative for padding before row 0, see first_unit)."""
@@ -675,7 +653,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             a window of a whole-tile S, NVRTC 13.0's ptxas serialized the wgmmas, C7511; a tile of its own for
             that P left D128 with Q in registers too few registers for them, C7512.)"""
             if width == kv:
-                return st.scores if s_ahead else tk.rt(f32, 16, kv, name="scores"), st.probs
+                return tk.rt(f32, 16, kv, name="scores"), st.probs
             return tk.rt(f32, 16, width, name="scores_last"), st.probs.subtile(16, width)
 
         def narrow_step(self, st, k):
@@ -685,8 +663,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             left_out = key_tile * kv + last_kv                  # the first key the narrow step leaves out
             if causal and not packed:
                 return (k == self.last_step(st)) & ((left_out >= st.g.K.rows) | (st.seen <= left_out))
-            if s_ahead:                                         # (look_ahead issues a first step's S whole)
-                return (left_out >= st.g.K.rows) & (k > 0)
             return left_out >= st.g.K.rows
 
         def last_step(self, st):
@@ -746,10 +722,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 case: the assembler keeps the MMAs asynchronous only if every path waits before it reads an
                 accumulator. `width`: K_k's rows in use (kv, or last_kv on a narrow step, a task's last)."""
                 (scores, probs), k_rows = self.tiles(st, width), self.rows_of(inp.k, width)
-                own_first_step = (k > 0) | (st.tasks_done == 1) if s_ahead else None   # (see the else branch)
                 if mma_turns:
-                    with tk.if_(own_first_step) if s_ahead else contextlib.nullcontext():
-                        _turn(sync_on_turn=True, groups=groups)
+                    _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
                     if pv_first:
@@ -778,8 +752,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         tk.warpgroup.mma_async_wait()           # O and P are free again
                         tk.mark("P V done")
                     tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
-                with tk.else_(), tk.if_(st.tasks_done == 1) if s_ahead else contextlib.nullcontext():
-                    # (s_ahead: only a block's first task; the task before ran the others' first step, see finish)
+                with tk.else_():
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
@@ -793,9 +766,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 # the ones the next P V reads at every step. (O's rescale stays in each: the assembler keeps the
                 # MMAs asynchronous only if every path waits before it writes an accumulator.) Packing P into a
                 # second tile beside the exponentials instead (no wait for P_{k-1} V) ran 8% slower at D64 and
-                # does not fit D128's registers (RESULTS.md run 111). (s_ahead: finish converted later tasks' first.)
-                with tk.if_(own_first_step) if s_ahead else contextlib.nullcontext():
-                    tk.copy(probs, scores)
+                # does not fit D128's registers (RESULTS.md run 111).
+                tk.copy(probs, scores)
                 tk.mark("O rescaled, P converted")
                 with tk.if_(k == self.last_step(st)) if width == kv else contextlib.nullcontext():
                     tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.late.v if split_kv else inp.v, width))
@@ -816,31 +788,19 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     _turn(sync_on_turn=False, groups=groups)
                 tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.v, width))
 
-        def look_ahead(self, st, inp):
-            """s_ahead: the next task's Q into this warpgroup's registers (its last S is done with them) and, on
-            its turn, that task's first S = Q K^T on its first stage `inp`; finish waits for it. (After the block's
-            last task too, on its last stage: ignored there, see the template's look_ahead.)"""
-            with tk.if_(st.has_next_task()):
-                tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
-                self.q_to_registers(st)
-            if mma_turns:
-                _turn(sync_on_turn=True, groups=groups)
-            tk.warpgroup.mm_ABt(st.scores, st.q_regs, inp.k)
-            if mma_turns:
-                _turn(sync_on_turn=False, groups=groups)
-
         def finish(self, g, st, task):
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
-            # O / l as O * (1 / l): a division per row, not per element (each an IEEE division of ~8 instructions)
-            if causal or split_k:                                # rows that see no key: 0 * (1 / tiny) = 0
+            # O / l as O * (1 / l): one division per row instead of an IEEE division (~8 instructions) per element
+            # (RESULTS.md run 164); rows that see no key (causal, split-K): 0 * (1 / tiny) = 0.
+            if causal or split_k:
                 tk.map(st.factor, lambda total: 1.0 / tk.max(total, 1e-30), st.row_sum)
             else:
                 tk.map(st.factor, lambda total: 1.0 / total, st.row_sum)
             tk.mul_row(st.out, st.out, st.factor)
             tk.mark("finish: O normalized")
-            if q_preload and not s_ahead:   # the next task's Q out of the tile (every S of this task is done)
-                with tk.if_(st.has_next_task()):                    # before O goes in
+            if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
+                with tk.if_(st.has_next_task()):
                     tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
@@ -863,29 +823,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             with tk.if_(stores):
                 tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
                 tk.tma.store_commit_group()
-                if not s_ahead:                                 # (s_ahead: after the next task's first softmax)
-                    tk.tma.store_async_wait(read_only=True)     # a later task's Q may land there
-            if not s_ahead:
-                self.tile_read()
-            self.store_lse(g, st, b, h, unit)
-            if s_ahead:         # the next task's first S (look_ahead), its softmax and P, while TMA reads O. The wait
-                tk.warpgroup.mma_async_wait()           # is on every path: an S in flight across the task loop's back
-                with tk.if_(st.has_next_task()):       # edge makes ptxas serialize every wgmma (C7514, C7515)
-                    self.reset(st)
-                    self.softmax(st, 0, st.scores)
-                    tk.copy(st.probs, st.scores)
-                tk.mark("finish: the next task's first step")
-                with tk.if_(stores):
-                    tk.tma.store_async_wait(read_only=True)
-                self.tile_read()
-
-        @staticmethod
-        def tile_read():
-            """After the O store's first warp waited for TMA to read O out of the query tile."""
+                tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             tk.mark("finish: O store read")
             if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
                 _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
+            self.store_lse(g, st, b, h, unit)
 
         def store_lse(self, g, st, b, h, unit):
             """lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2

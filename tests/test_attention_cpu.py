@@ -189,25 +189,6 @@ def test_q_preload(heads, n, nk, causal, blocks, options, name_part):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("heads,hkv,n,nk,blocks,options,name_part", [
-    (2, 1, 300, 256, 2, {}, ""), (3, 1, 512, 128, 2, {}, ""), (4, 2, 256, 384, 2, dict(cluster=2), "_cluster2"),
-    (2, 2, 200, 512, 1, dict(stages=2), "_2stages"), (2, 1, 300, 256, 2, dict(pingpong=False), "_lockstep"),
-    (2, 1, 300, 170, 2, dict(s_ahead=True, last_kv=48), "_last48_sahead"),
-    (2, 1, 300, 256, 2, dict(s_ahead=False), "_nosahead")])
-def test_s_ahead(heads, hkv, n, nk, blocks, options, name_part):
-    """s_ahead (D128 non-causal's default where no last_kv): each task's first S issued after the task before's
-    steps, its softmax at that task's finish; several tasks per block (the block's first runs its own first step,
-    its last issues a look-ahead on its last stage that nobody reads), GQA, partial query tiles, clusters, 2 stages
-    (the next task's first stage is the one the last step released), no turns, and with a narrow last step."""
-    q, k, v = rand(1, heads, n, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
-    kernel = att._attention(128, att.DTYPES[BF16], False, **options)
-    assert kernel.lookahead == options.get("s_ahead", True)
-    o, lse = interpret(q, k, v, False, 0.1, blocks, name_part, **options)
-    check(o, lse, *reference(q, k, v, False, scale=0.1), n)
-    with pytest.raises(ValueError, match="s_ahead=True"):
-        att._attention(128, att.DTYPES[BF16], True, s_ahead=True)
-
-
 @pytest.mark.parametrize("causal,n,nk,blocks,cluster", [(False, 300, 400, 2, 1), (False, 512, 300, 2, 2),
                                                        ("bottom_right", 460, 200, 2, 1), (True, 260, 300, 3, 1)])
 def test_split_rings_with_q_in_registers(causal, n, nk, blocks, cluster):
@@ -480,7 +461,7 @@ def test_gqa_heads_packed_into_one_sequence(monkeypatch, h, hkv, n, nk, causal, 
 
 def random_configuration(seed: int) -> tuple:
     """A random small attention case and _launch options (seeded): head dim, causality, consumer warpgroups, split
-    rings, split-K, narrow last steps, skips, padding placement and S issued ahead in combination."""
+    rings, split-K, narrow last steps, skips and padding placement in combination."""
     import random
     r = random.Random(seed)
     d, causal = r.choice([64, 128]), r.choice([False, True, "bottom_right"])
@@ -496,11 +477,7 @@ def random_configuration(seed: int) -> tuple:
         options["last_kv"] = r.choice([None, *range(16, att.default_tiles(d, groups, options["split_kv"])[0], 16)])
     if causal and groups > 1 and r.random() < 0.2:
         options["pad_first"] = False
-    heads = hkv * r.choice([1, 2])
-    if (d, groups, causal, options["split_kv"], options.get("splits", 1)) == (128, 2, False, False, 1) \
-            and r.random() < 0.5:               # (where the next task's first S may be issued ahead)
-        options["s_ahead"] = r.choice([False, True])
-    return d, causal, n, nk, hkv, heads, options
+    return d, causal, n, nk, hkv, hkv * r.choice([1, 2]), options
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -719,13 +696,11 @@ def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d):
     """P = exp2(S * scale_log2 - shift) is an FFMA and a MUFU.EX2 per score, without the range fix-up of a non-ftz
     exp2 (FSETP + FSEL / predicated FMUL) and without a separate scale multiply or max subtraction."""
     q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
-    template = att._attention(d, att.DTYPES[BF16], False)
-    sass = template.kernel.sass(q, q, q, q, lse, 1.0)
+    sass = att._attention(d, att.DTYPES[BF16], False).kernel.sass(q, q, q, q, lse, 1.0)
     count = lambda op: len(re.findall(rf"\b{op}\b", sass))   # noqa: E731
-    scores = 16 * att.CONFIGS[d][0] // 32               # per lane per step
-    copies = 3 if template.lookahead else 2             # the softmax is inlined for k == 0, k > 0 (and s_ahead's finish)
-    assert copies * scores <= count("MUFU.EX2") <= copies * scores + 8
-    assert count("FFMA") >= copies * scores
+    scores = 16 * att.CONFIGS[d][0] // 32               # per lane per step; the softmax is inlined twice (k == 0 or not)
+    assert 2 * scores <= count("MUFU.EX2") <= 2 * scores + 8
+    assert count("FFMA") >= 2 * scores
     assert count("FSETP") <= 4
     out = 16 * d // 32                                  # O elements per lane
     assert count("FMUL") <= 4 * out + 16                # O's rescales (twice) and final division: none per score

@@ -201,15 +201,3 @@ def test_grid_is_cached_per_shapes_and_still_checked(monkeypatch):
         template.grid(a[:0], b, c[:0])
     with pytest.raises(tk.ArgumentError, match="takes 3 arguments"):
         template.grid(a, b)
-
-
-def test_lookahead_errors():
-    """`lookahead = True` needs a look_ahead method, and the next task's first stage known: per-task step counts
-    (the next task may have none) are refused, naming what is missing."""
-    user = type(ragged_gemm(2, False).user)
-    without_method = type("NoLookAhead", (user,), {"lookahead": True})
-    with pytest.raises(TypeError, match="sets lookahead = True: write look_ahead"):
-        tk.lcf(stages=2)(without_method)
-    per_task = type("PerTask", (user,), {"lookahead": True, "look_ahead": lambda self, st, inp: None})
-    with pytest.raises(NotImplementedError, match=r"lookahead = True with per-task step counts \(iters\(g, task\)\)"):
-        tk.lcf(stages=2)(per_task)

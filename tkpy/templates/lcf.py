@@ -20,17 +20,6 @@ global tensors:
     compute(st, inp, k)         (consumers) use the k-th inputs, or
     compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
                                 tk.if_(k > 0)); they stay unreleased until this step's compute returns
-    look_ahead(st, inp)         (optional, consumers) with the class attribute `lookahead = True`: after a
-                                task's steps, issue MMAs of the next task's first step on its stage `inp`
-                                (arrived), e.g. attention's next S = Q K^T, so that the tensor cores run
-                                them while finish runs; finish waits for them and the next task's first
-                                compute uses their results. Called after every task: where no task follows,
-                                `inp` is this task's last stage (nothing loads it again), the results are
-                                to be ignored, and the MMAs are the same on every path, as ptxas needs to
-                                keep them asynchronous (an accumulator that a wgmma writes on one path and
-                                other code on another, or in flight across the task loop's back edge: it
-                                serializes every wgmma, C7514/C7515; so finish waits on every path too).
-                                Constant iters(g), no late inputs, split-K or finish block
     done(st)                    (optional, consumers) after a consumer's last task, e.g. to close a protocol
                                 the consumers keep across tasks
     finish(g, st, task)         (consumers) write the task's result, or
@@ -198,9 +187,6 @@ class LCF:
                 raise TypeError(f"{cls.__name__} has a finish_block: write finish(g, st, task, fin)")
             self.finish_offsets, self.first_aliased_stage = finish_placement(self.inputs, stages, self.finish_block,
                                                                              loc)
-        self.lookahead = bool(getattr(cls, "lookahead", False))
-        if self.lookahead:
-            self._check_lookahead(cls)
         self._configure(cls)
         check_shared_memory(f"{cls.__name__} ({self.kind})", self._rings(), self._semaphores(), loc,
                             vary=(0, 1) if self.late_inputs else (0,), blocks_per_sm=blocks_per_sm)
@@ -234,20 +220,6 @@ class LCF:
         if clash:
             raise TypeError(f"{cls.__name__}: inputs and late_inputs both declare {', '.join(sorted(clash))}")
         return late_stages
-
-    def _check_lookahead(self, cls) -> None:
-        """What `lookahead = True` needs: a look_ahead method, and the next task's first stage known (constant
-        steps per task, one ring) and not under a finish block."""
-        if not callable(getattr(cls, "look_ahead", None)):
-            raise TypeError(f"{cls.__name__} sets lookahead = True: write look_ahead(st, inp), which issues the next "
-                            "task's first MMAs on its stage")
-        missing = [what for what, present in (("per-task step counts (iters(g, task))", self.per_task_iters),
-                                              ("split-K", self.scheduler.splits_k),
-                                              ("late inputs", self.late_inputs),
-                                              ("a finish block", self.finish_block)) if present]
-        if missing:
-            raise NotImplementedError(f"{cls.__name__}: lookahead = True with {', '.join(missing)} is not supported "
-                                      "(the next task's first stage is that of constant-step tasks in one ring)")
 
     # -- what subclasses add ------------------------------------------------------------------------------
     def _configure(self, cls) -> None:
@@ -618,20 +590,10 @@ class Pipeline:
             self.skip_steps(n, most, base)
             if self.per_task:
                 ring += most
-            if t.lookahead:
-                user.look_ahead(st, self.next_stage(base, n, st.has_next_task()))
             tk.mark("task finish")
             self.finish(st, task, index)
         if hasattr(user, "done"):
             user.done(st)
-
-    def next_stage(self, base, n, has_next) -> StageTiles:
-        """The next task's first stage (ring position base + n with constant steps per task), once arrived, where
-        `has_next`; otherwise this task's last (base + n - 1)."""
-        it, s, phase = self.stage_of(base, n)
-        with if_(has_next):
-            tk.wait(element(self.arrived, s), phase)
-        return self.stage(let((it - 1 + has_next) % self.t.stages, "ahead_stage"))
 
     def late_steps(self, st, n, base) -> None:
         """A task's steps with late inputs. Step k waits for its early stage, then computes with it (`inp`), the
