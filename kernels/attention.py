@@ -789,7 +789,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.v, width))
 
         def finish(self, g, st, task):
-            b, h = task.col // g.Q.depth, task.col % g.Q.depth
+            b, h = tk.let(task.col // g.Q.depth, "b"), tk.let(task.col % g.Q.depth, "h")   # (once: O's and L's stores)
             unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
             # O / l as O * (1 / l): one division per row instead of an IEEE division (~8 instructions) per element
             # (RESULTS.md run 164); rows that see no key (causal, split-K): 0 * (1 / tiny) = 0.
