@@ -388,9 +388,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: pad_first=True is for causal attention (without a mask every row costs the same)")
     preload_default = q_registers and not q_ahead
     q_preload = preload_default if q_preload is None else q_preload
-    # Where every task has a first step (not causal, split-K or skips: tasks or warpgroups of none), q_preload issues
-    # the next task's Q load there, while the step's S runs (its coordinates' integer divisions off the way to that S).
-    next_q_in_step = q_preload and overlap and not causal and not split_k and not skips
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
                          "needs q_registers and not q_ahead (a second query tile)")
@@ -560,8 +557,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     self.q_to_registers(st)
                     tk.fence_proxy_async()                       # the tile read before TMA writes it again
                     _own_sync(groups)
-                if not next_q_in_step:
-                    self.next_q(st)
+                with tk.if_(st.has_next_task()):                 # the next task's Q lands during this task (the
+                    self.load_q(st, st.next_task(), 0)           # tile is free: finish's O store has read it)
             elif not q_ahead:
                 self.load_q(st, task, 0)
                 st.q_tile = wg
@@ -593,12 +590,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         st.seen = tk.let(self.seen(g, task), "seen")
             if skips:
                 st.last_step = tk.let(self.steps_seen(st) - 1, "last_step")
-
-        def next_q(self, st):
-            """q_preload: the next task's Q into the query tile, where it lands during this task (the tile is free:
-            finish's O store has read it)."""
-            with tk.if_(st.has_next_task()):
-                self.load_q(st, st.next_task(), 0)
 
         def warpgroup_row(self, g, task):
             """This warpgroup's first query row of the task (negative for padding before row 0, see first_unit)."""
@@ -765,8 +756,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
-                    if next_q_in_step:
-                        self.next_q(st)
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
                     self.softmax(st, k, scores)
