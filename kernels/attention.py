@@ -758,8 +758,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         _turn(sync_on_turn=False, groups=groups)
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
-                    self.softmax(st, k, scores)
-                    tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
+                    self.softmax(st, k, scores)          # (no rescale: O is still zero)
                     if softmax_turns:
                         _turn(sync_on_turn=False, groups=groups)
                 # P converted once for both paths: with a conversion in each, ptxas copied P's 32 registers into
