@@ -762,8 +762,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if softmax_turns:
                         _turn(sync_on_turn=False, groups=groups)
                 # P converted once for both paths: with a conversion in each, ptxas copied P's 32 registers into
-                # the ones the next P V reads at every step. (O's rescale stays in each: the assembler keeps the
-                # MMAs asynchronous only if every path waits before it writes an accumulator.) Packing P into a
+                # the ones the next P V reads at every step. (O's rescale stays in the k > 0 path, after its wait:
+                # the assembler keeps the MMAs asynchronous only if every path waits before it writes an
+                # accumulator; the first step has nothing to rescale.) Packing P into a
                 # second tile beside the exponentials instead (no wait for P_{k-1} V) ran 8% slower at D64 and
                 # does not fit D128's registers (RESULTS.md run 111).
                 tk.copy(probs, scores)
