@@ -94,7 +94,8 @@ def main(variants: bool | None = None) -> list[dict]:
 # memory, and 2 + 3), and with 3 (CONFIGS_SPLIT_3WG: D128 80 rows in 4 + 4; D64 in 5 + 5; without turns).
 # q_ahead (a second query tile per warpgroup, the next task's Q loading while a task runs) where it fits: the
 # default D64 kernels, D128 in 96-row tiles (3 stages) or split rings of 128-row tiles in 2 + 3 stages.
-# "emu n/8": n of every 8 of P's exponentials on the FMA pipes (tk.exp2's emulated), the MUFU the rest.
+# "emu n/8": n of every 8 of P's exponentials on the FMA pipes (tk.exp2's emulated), the MUFU the rest. "with lse":
+# the kernel that also stores the log-sum-exp (attention(return_lse=True)); the others compute none, as attention().
 TWO, THREE, SPLIT = dict(consumer_warpgroups=2), dict(consumer_warpgroups=3), dict(split_kv=True)
 OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=False)},
                  "2wg overlap only": {64: dict(TWO, pingpong=False)},
@@ -127,6 +128,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "no cluster": {d: dict(cluster=1) for d in (64, 128)},
                  "cluster4": {d: dict(cluster=4) for d in (64, 128)},
                  "no split": {d: dict(splits=1) for d in (64, 128)},
+                 "with lse": {d: dict(lse=True) for d in (64, 128)},
                  "whole last tile": {d: dict(last_kv=None) for d in (64, 128)},
                  "no skips": {d: dict(skip_masked=False) for d in (64, 128)},
                  "skips": {128: dict(skip_masked=True)},
@@ -152,11 +154,11 @@ def variant_table() -> list[dict]:
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
             for name in VARIANTS:
-                options = variant_options(name, d)
-                if not runnable((q, k, v, o, lse, causal, None), options):
+                options, buffer = launch_options(name, d, lse)
+                if not runnable((q, k, v, o, buffer, causal, None), options):
                     row[name] = float("nan")
                     continue
-                fn = lambda: att._launch(q, k, v, o, lse, causal, None, **options)  # noqa: E731
+                fn = lambda: att._launch(q, k, v, o, buffer, causal, None, **options)  # noqa: E731
                 row[name] = flops / median_ms(fn) / 1e9
             rows.append(row)
             del q, k, v, o
@@ -168,14 +170,16 @@ def variant_table() -> list[dict]:
     return rows
 
 
-def variant_options(name: str, d: int) -> dict | None:
-    """Keyword options of kernels.attention._launch for VARIANTS[name] at head dim d (None: not for this d)."""
+def launch_options(name: str, d: int, lse) -> tuple[dict | None, object]:
+    """Keyword options of kernels.attention._launch for VARIANTS[name] at head dim d (None: not for this d), and
+    its log-sum-exp buffer: `lse` for a variant with lse=True, otherwise None (as attention() without
+    return_lse)."""
     options = dict(VARIANTS[name])
     config = options.pop("config", None)
     if config is not None and d not in config:
-        return None
+        return None, None
     options.update((config or {}).get(d, {}))
-    return options
+    return options, lse if options.pop("lse", False) else None
 
 
 def runnable(launch_args: tuple, options: dict | None) -> bool:
@@ -197,7 +201,8 @@ def runnable(launch_args: tuple, options: dict | None) -> bool:
 def compare(names: list[str], rounds: int, cases: list | None = None,
             saved_as: str = "attention_compare.json") -> list[dict]:
     """Variants against cuDNN on every case (of CASES, or `cases`) in `rounds` interleaved rounds (a round times
-    each variant and cuDNN once per case), so a slow stretch of the GPU touches all of them alike; prints the
+    each variant and cuDNN once per case, in timing.balanced_orders: with rounds a multiple of its orders, each
+    follows every other equally often), so a slow stretch of the GPU touches all of them alike; prints the
     median ratio to cuDNN and the lowest and highest of the rounds (the rows also go to $OUT/`saved_as`)."""
     import statistics
 
@@ -205,7 +210,7 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from benchmarks.timing import median_ms
+    from benchmarks.timing import balanced_orders, median_ms
     from kernels import attention as att
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
@@ -218,13 +223,14 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
         for name in names:
-            options = variant_options(name, d)
-            if runnable((q, k, v, o, lse, causal, None), options):
-                fns[name] = lambda options=options: att._launch(q, k, v, o, lse, causal, None, **options)
+            options, buffer = launch_options(name, d, lse)
+            if runnable((q, k, v, o, buffer, causal, None), options):
+                fns[name] = lambda options=options, buffer=buffer: att._launch(q, k, v, o, buffer, causal, None,
+                                                                               **options)
         times = {name: [] for name in fns}
-        order = list(fns)
+        names_here, orders = list(fns), balanced_orders(len(fns))
         for round_ in range(rounds):           # each round in another order: the one timed after another gains
-            for name in order[round_ % len(order):] + order[:round_ % len(order)]:
+            for name in (names_here[i] for i in orders[round_ % len(orders)]):
                 fn = fns[name]
                 if name == "cudnn":
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -314,14 +320,16 @@ def lower_right_flash(q, k, v):
 
 
 def interleaved_tflops(fns: dict, rounds: int, flops: float) -> dict:
-    """TFLOP/s of each of `fns` from the median of `rounds` rounds, each round timing every one once in turn."""
+    """TFLOP/s of each of `fns` from the median of `rounds` rounds, each round timing every one once, in
+    timing.balanced_orders."""
     import statistics
 
-    from benchmarks.timing import median_ms
+    from benchmarks.timing import balanced_orders, median_ms
     times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(median_ms(fn))
+    names, orders = list(fns), balanced_orders(len(fns))
+    for round_ in range(rounds):
+        for name in (names[i] for i in orders[round_ % len(orders)]):
+            times[name].append(median_ms(fns[name]))
     return {name: flops / statistics.median(t) / 1e9 for name, t in times.items()}
 
 
@@ -339,7 +347,7 @@ def split_table(rounds: int = 4) -> list[dict]:
     for b, h, hkv, n, nk, d, causal, groups in SPLIT_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
         k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-        o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, groups), device="cuda")
+        o = torch.empty_like(q)
         tasks = b * h * att.cdiv(n, att.q_rows(groups))
         splits = max(2, att.splits_to_fill(tasks, nk, d, att.multiprocessors(q)))
         if causal == "bottom_right":
@@ -350,8 +358,8 @@ def split_table(rounds: int = 4) -> list[dict]:
                     return F.scaled_dot_product_attention(q, k, v, enable_gqa=hkv != h)
         options = dict(consumer_warpgroups=groups)
         fns = {"peer": peer,
-               "tkpy": lambda: att._launch(q, k, v, o, lse, causal, None, splits=1, **options),
-               "split": lambda: att._launch(q, k, v, o, lse, causal, None, splits=splits, **options)}
+               "tkpy": lambda: att._launch(q, k, v, o, None, causal, None, splits=1, **options),
+               "split": lambda: att._launch(q, k, v, o, None, causal, None, splits=splits, **options)}
         row = dict(b=b, h=h, hkv=hkv, n=n, nk=nk, d=d, causal=causal, groups=groups, splits=splits,
                    peer_name="flash (lower-right)" if causal == "bottom_right" else "cuDNN",
                    **interleaved_tflops(fns, rounds, 4 * b * h * visible_pairs(n, nk, causal) * d))
@@ -391,16 +399,15 @@ def decode_table(rounds: int = 4) -> list[dict]:
     for b, h, hkv, n, nk, d, causal in DECODE_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
         k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-        o, lse = torch.empty_like(q), torch.empty(b, h, att.lse_rows(n, 2), device="cuda")
+        o = torch.empty_like(q)
         group = att.packed_heads(q, hkv)
         qp, op = (x.view(b, h // group, group * n, d) for x in (q, o))
-        lsep = torch.empty(b, h // group, att.lse_rows(group * n, 2), device="cuda")
         fns = {"tkpy": lambda: att.attention(q, k, v, causal),
-               "unpacked": lambda: att._launch(q, k, v, o, lse, causal, None, consumer_warpgroups=2),
-               "1wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=1, packed=group),
-               "2wg": lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=2, packed=group)}
+               "unpacked": lambda: att._launch(q, k, v, o, None, causal, None, consumer_warpgroups=2),
+               "1wg": lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=1, packed=group),
+               "2wg": lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=2, packed=group)}
         if group * n <= 64 and d in att.CONFIGS_1WG_2SM:     # one warpgroup, two blocks an SM
-            fns["1wg 2/SM"] = lambda: att._launch(qp, k, v, op, lsep, causal, None, consumer_warpgroups=1, packed=group,
+            fns["1wg 2/SM"] = lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=1, packed=group,
                                                   blocks_per_sm=2)
         if causal == "bottom_right":
             fns["flash"] = lower_right_flash(q, k, v)

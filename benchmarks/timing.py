@@ -74,3 +74,19 @@ def paired_ms(first, second) -> tuple[float, float]:
     b += median_ms(second)
     a += median_ms(first)
     return a / 2, b / 2
+
+
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders in which to time n functions round after round so that each follows every other equally often
+    (a Williams design: n orders for even n, 2n for odd; every ordered pair adjacent once, or twice). The one
+    timed right after another is not timed alike (paired_ms); with a plain rotation each function keeps one
+    predecessor, and two kernels with identical code measured 2.5% apart (RESULTS.md run 170)."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    orders = [[(x + shift) % n for x in first] for shift in range(n)]
+    return orders if n % 2 == 0 or n == 1 else orders + [order[::-1] for order in orders]

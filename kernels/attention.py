@@ -271,7 +271,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
-               last_kv: int | None = None, skip_masked: bool | None = None):
+               last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -329,7 +329,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     and the rows. skip_masked (default: with 3 consumer warpgroups, and causal with 2; not packed): a warpgroup
     skips a task's steps on key tiles none of its rows sees (all of them where its rows are padding past N; causal,
     those past its diagonal: with 3 warpgroups on 128-row key tiles the first one's ends a tile before the task's),
-    only taking its turn there; False: name "_noskip"; True with 2 warpgroups non-causal: "_skip"."""
+    only taking its turn there; False: name "_noskip"; True with 2 warpgroups non-causal: "_skip".
+    lse=False: the kernel takes no L and computes no log-sum-exp (attention() without return_lse, as SDPA's
+    inference kernels); name "_nolse". Split-K needs it (combine_kernel weighs the splits by it)."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -358,6 +360,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if blocks_per_sm == 2 and (groups != 1 or split_kv or d not in CONFIGS_1WG_2SM):
         raise ValueError(f"attention: blocks_per_sm={blocks_per_sm} is for one consumer warpgroup, one ring and head "
                          f"dims {', '.join(map(str, CONFIGS_1WG_2SM))}")
+    if split_k and not lse:
+        raise ValueError("attention: split_k=True needs lse=True (combine_kernel weighs the splits by their "
+                         "log-sum-exps)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
     rows = q_rows(groups)                                   # query rows per task
@@ -366,6 +371,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if skips and (packed or groups == 1):
         raise ValueError("attention: skip_masked=True is for kernels of 2 or 3 consumer warpgroups, not packed (a "
                          "warpgroup of padding rows, or causal one whose diagonal ends before its task's)")
+    interleaved = cluster > 1 and not causal and skips      # (see unit)
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
     default_kv, default_stages, default_late = default_tiles(d, groups, split_kv, blocks_per_sm)
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
@@ -413,7 +419,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
         + (f"_last{last_kv}" if last_kv else "") \
-        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip")
+        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -429,7 +435,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             L: tk.gl[f32, "SB", "H", "NL"]
         else:
             O: tk.gl[dtype, "B", "H", "N", d]
-            L: tk.gl[f32, "B", "H", "NL"]   # NL: N rounded up to rows, or more (the stores need no bounds check)
+            if lse:                         # NL: N rounded up to rows, or more (the stores need no bounds check)
+                L: tk.gl[f32, "B", "H", "NL"]
         scale_log2: float                   # softmax scale * log2(e), positive
         if causal:
             offset: int                     # query i sees keys j <= i + offset
@@ -447,11 +454,23 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             return cdiv(g.Q.rows, rows), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
 
         def first_unit(self, g, task):
-            """The task's first 64 query rows, in 64-row units (warpgroup w takes unit first + w). With pad_first
-            the units before the first real one (0) are padding: the first task's first warpgroups have no rows."""
+            """The task's first 64 query rows, in 64-row units (warpgroup w takes unit first + w, but see unit).
+            With pad_first the units before the first real one (0) are padding: the first task's first warpgroups
+            have no rows."""
             if not pad_first:
                 return task.row * groups
             return task.row * groups - (groups - cdiv(g.Q.rows, 64) % groups) % groups
+
+        def unit(self, g, task, wg):
+            """Warpgroup wg's 64 query rows of the task, in 64-row units. Non-causal clusters whose warpgroups of
+            padding rows skip their steps (3 warpgroups) deal a band of the cluster's tiles' units round its tiles
+            (tile r's warpgroup w takes unit band * cluster * groups + cluster * w + r % cluster): the padding of
+            a head's partial last band is then shared among the band's tiles, which run in lockstep, instead of
+            one tile of mostly padding beside whole ones (at 1024 rows, 16 units: 2 + 2 real warpgroups rather
+            than 3 + 1). Units past the last real one are padding (zeros in, nothing stored)."""
+            if not interleaved:
+                return self.first_unit(g, task) + wg
+            return task.row // cluster * (cluster * groups) + cluster * wg + task.row % cluster
 
         if causal:
             def iters(self, g, task):
@@ -540,7 +559,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
             def load(wg):
                 tile = buffer * groups + wg
-                unit = self.first_unit(g, task) + wg
+                unit = self.unit(g, task, wg)
                 tk.tma.expect(st.q_arrived[tile], st.q[tile])
                 tk.tma.load_async(st.q[tile], g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0),
                                   st.q_arrived[tile])
@@ -593,7 +612,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def warpgroup_row(self, g, task):
             """This warpgroup's first query row of the task (negative for padding before row 0, see first_unit)."""
-            return (self.first_unit(g, task) + tk.warpgroup.id()) * 64
+            return self.unit(g, task, tk.warpgroup.id()) * 64
 
         def seen(self, g, task):
             """Causal: the keys below this are those some row of this warpgroup sees."""
@@ -790,7 +809,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
 
         def finish(self, g, st, task):
             b, h = tk.let(task.col // g.Q.depth, "b"), tk.let(task.col % g.Q.depth, "h")   # (once: O's and L's stores)
-            unit = tk.let(self.first_unit(g, task) + tk.warpgroup.id(), "unit")   # this warpgroup's rows (64-row units)
+            unit = tk.let(self.unit(g, task, tk.warpgroup.id()), "unit")   # this warpgroup's rows (64-row units)
             # O / l as O * (1 / l): one division per row instead of an IEEE division (~8 instructions) per element
             # (RESULTS.md run 164); rows that see no key (causal, split-K): 0 * (1 / tiny) = 0.
             if causal or split_k:
@@ -828,7 +847,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
                 _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
-            self.store_lse(g, st, b, h, unit)
+            if lse:
+                self.store_lse(g, st, b, h, unit)
 
         def store_lse(self, g, st, b, h, unit):
             """lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
@@ -925,9 +945,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     else:
         o_run = o
     groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
+    if not return_lse:                          # (a kernel that computes none)
+        _launch(q, k, v, o_run, None, causal, scale, consumer_warpgroups=groups, packed=group)
+        return o
     lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device)
     _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)
-    return (o, lse[..., :n].reshape(o.shape[:3])) if return_lse else o
+    return o, lse[..., :n].reshape(o.shape[:3])
 
 
 def packed_heads(q: torch.Tensor, hkv: int) -> int:
@@ -944,7 +967,8 @@ def packed_heads(q: torch.Tensor, hkv: int) -> int:
 
 def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
     """Run the kernel on checked inputs into `o` (b, h, n, d) and `lse` (b, h, at least lse_rows(n,
-    consumer_warpgroups): n rounded up to 64 times the consumer warpgroups). The options are _attention's; by
+    consumer_warpgroups): n rounded up to 64 times the consumer warpgroups), or None: a kernel that computes no
+    log-sum-exp (under split-K the splits' still, merged into a scratch buffer). The options are _attention's; by
     default, as attention() runs: consumer_warpgroups from consumer_warpgroups_for, split K/V rings from
     split_kv_for, clusters from cluster_for and splits from splits_for. packed=G: each sequence of q stacks G query
     heads of n / G rows (attention()'s packed_heads; causal kernels then mask by the position in each head)."""
@@ -954,6 +978,8 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
         template(*args)
         if template.scheduler.splits_k:         # the splits' results in the workspaces, merged into o and lse
             b, h, n, d = q.shape
+            if lse is None:                     # (rows padded to a 16-byte stride)
+                lse = torch.empty(b, h, cdiv(n, 4) * 4, dtype=torch.float32, device=q.device)
             combine_kernel(d, DTYPES[q.dtype], args[-1])[combine_grid(b, h, n, d)](args[3], args[4], o, lse)
 
 
@@ -974,24 +1000,27 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     (n, d), nk = q.shape[2:], k.shape[2]
     if not o.numel():
         return None
-    if lse.shape[-1] < lse_rows(n, consumer_warpgroups):
+    if lse is not None and lse.shape[-1] < lse_rows(n, consumer_warpgroups):
         raise ValueError(f"the log-sum-exp buffer needs {lse_rows(n, consumer_warpgroups)} rows (n rounded up to "
                          f"{q_rows(consumer_warpgroups)}), got {lse.shape[-1]}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
-    args = [_usable(q), _usable(k), _usable(v), o, lse, scale * LOG2E]
-    if variant is not None:                     # (packed: each sequence stacks `packed` heads of n / packed rows)
-        args.append(0 if variant == "top_left" else nk - n // packed)
-        if packed > 1:
-            args.append(n // packed)
     if splits is None:                          # (two blocks an SM: twice the places to fill)
         splits = splits_for(*q.shape, nk, consumer_warpgroups, multiprocessors(q) * options.get("blocks_per_sm", 1))
     if splits < 1:
         raise ValueError(f"attention: splits (tasks per query tile) must be at least 1, got {splits!r}")
     if splits > 1:                              # fp32 workspaces of splits x batch rows for O and the lse
         b, h = q.shape[:2]
-        args[3] = torch.empty(splits * b, h, n, d, dtype=torch.float32, device=q.device)
-        args[4] = torch.empty(splits * b, h, lse_rows(n, consumer_warpgroups), dtype=torch.float32, device=q.device)
+        outputs = [torch.empty(splits * b, h, n, d, dtype=torch.float32, device=q.device),
+                   torch.empty(splits * b, h, lse_rows(n, consumer_warpgroups), dtype=torch.float32, device=q.device)]
+    else:
+        outputs = [o] if lse is None else [o, lse]
+    args = [_usable(q), _usable(k), _usable(v), *outputs, scale * LOG2E]
+    if variant is not None:                     # (packed: each sequence stacks `packed` heads of n / packed rows)
+        args.append(0 if variant == "top_left" else nk - n // packed)
+        if packed > 1:
+            args.append(n // packed)
+    if splits > 1:
         args.append(splits)
     if cluster is None:
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None)
@@ -999,7 +1028,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)
     template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
-                          split_kv=split_kv, cluster=cluster, split_k=splits > 1,
+                          split_kv=split_kv, cluster=cluster, split_k=splits > 1, lse=lse is not None or splits > 1,
                           **({"packed": True} if packed > 1 and variant is not None else {}), **options)
     return template, args
 

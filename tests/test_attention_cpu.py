@@ -254,10 +254,11 @@ def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
         assert "UTMALDG.4D.MULTICAST" in compiled_sass(kernel, [q, k, v, q, torch.empty(1, heads, 512), 1.0])
 
 
-@pytest.mark.parametrize("heads,hkv,n,nk,blocks", [(2, 1, 700, 300, 2), (3, 3, 300, 130, 4)])
+@pytest.mark.parametrize("heads,hkv,n,nk,blocks", [(2, 1, 700, 300, 2), (3, 3, 300, 130, 4), (1, 1, 640, 200, 2)])
 def test_cluster_pairs_with_split_rings(heads, hkv, n, nk, blocks):
     """cluster=2 at D64 with 3 warpgroups and split K/V rings: block 0 multicasts K into the input ring, block 1
-    V into the late ring (192-row query tiles, an even number of them)."""
+    V into the late ring (192-row query tiles, an even number of them). The pair's tiles take its 64-row units in
+    turn, so a partial last pair's padding is shared (640 rows: 2 + 2 real warpgroups, 700: 3 + 2, 300: 3 + 2)."""
     q = rand(1, heads, n, 64, dtype=BF16)
     k, v = rand(1, hkv, nk, 64, dtype=BF16), rand(1, hkv, nk, 64, dtype=BF16)
     o, lse = interpret(q, k, v, False, 0.1, blocks, "_3wg_splitkv_cluster2", cluster=2, consumer_warpgroups=3,
@@ -303,6 +304,25 @@ def test_causal_cluster_pairs_with_split_rings(n, nk, causal, blocks):
     o, lse = interpret(q, k, v, causal, 0.1, blocks, "_3wg_causal_splitkv_cluster2", cluster=2,
                        consumer_warpgroups=3, split_kv=True)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+@pytest.mark.parametrize("causal,d,n,nk,options", [
+    ("bottom_right", 128, 300, 200, {}), (False, 64, 640, 300, dict(consumer_warpgroups=3, split_kv=True, cluster=2)),
+    (False, 128, 130, 700, dict(splits=3))])
+def test_without_lse(monkeypatch, causal, d, n, nk, options):
+    """lse=None (attention() without return_lse): a kernel that takes no L and computes no log-sum-exp ("_nolse");
+    under split-K the splits still do (their kernel takes L), merged into a scratch buffer."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q, k, v = rand(1, 2, n, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16), rand(1, 1, nk, d, dtype=BF16)
+    o = gpu_util.poisoned(1, 2, n, d, dtype=BF16, device="cpu")
+    template, args = att._prepared(q, k, v, o, None, causal, 0.1, **options)
+    split = options.get("splits", 1) > 1
+    assert template.kernel.name.endswith("_nolse") != split
+    assert len(args) == 6 + bool(causal) + split - (not split)          # q k v O [L] scale [offset] [splits]
+    att._launch(q, k, v, o, None, causal, 0.1, **options)
+    assert rel_err(o, reference(q, k, v, causal, scale=0.1)[0]) < 1e-2
+    with pytest.raises(ValueError, match="split_k=True needs lse=True"):
+        att._attention(d, att.DTYPES[BF16], False, split_k=True, lse=False)
 
 
 def launch_split(q, k, v, causal, splits, **options):
@@ -1014,7 +1034,8 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
     better fit for 384 rows: two query tiles a head, one cluster), with narrow last steps (causal: a warpgroup's 64
-    rows, as 72 keys left would round to 80; non-causal: the 40 keys left of 200 in 160-row tiles, rounded to 48)."""
+    rows, as 72 keys left would round to 80; non-causal: the 40 keys left of 200 in 160-row tiles, rounded to 48);
+    without return_lse, a kernel that computes no log-sum-exp."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -1022,11 +1043,11 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False, last_kv=64)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False, lse=True, last_kv=64)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
-    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1, split_k=False, last_kv=48)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1, split_k=False, lse=False, last_kv=48)
     assert o2.shape == (1, 2, 100, 64)
 
 

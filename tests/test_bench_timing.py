@@ -174,17 +174,32 @@ def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
     (cluster pairs: an even number of query tiles), checked before any launch."""
     import torch
 
-    from benchmarks.bench_attention import runnable, variant_options
+    from benchmarks.bench_attention import launch_options, runnable
     from kernels import attention as att
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
 
-    def args(n, causal):
+    def args(n, causal, name):
         q = torch.empty(1, 2, n, 128, dtype=torch.bfloat16)
-        return q, q, q, torch.empty_like(q), torch.empty(1, 2, att.lse_rows(n, 3)), causal, None
-    assert runnable(args(256, False), variant_options("cluster2", 128))
-    assert runnable(args(256, True), variant_options("cluster2", 128))
-    assert not runnable(args(300, False), variant_options("cluster2", 128))        # 3 query tiles
-    assert runnable(args(300, True), variant_options("default", 128))
-    assert variant_options("lazy rescale", 256) is None                             # not configured for D256
-    assert not runnable(args(256, False), None)
+        options, lse = launch_options(name, 128, torch.empty(1, 2, att.lse_rows(n, 3)))
+        return (q, q, q, torch.empty_like(q), lse, causal, None), options
+    assert runnable(*args(256, False, "cluster2"))
+    assert runnable(*args(256, True, "cluster2"))
+    assert not runnable(*args(300, False, "cluster2"))          # 3 query tiles
+    assert runnable(*args(300, True, "default"))
+    assert args(300, True, "default")[0][4] is None and args(300, True, "with lse")[0][4] is not None
+    assert launch_options("lazy rescale", 256, None) == (None, None)                  # not configured for D256
+    assert not runnable(args(256, False, "default")[0], None)
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_balanced_orders_give_every_function_every_predecessor_alike(n):
+    """timing.balanced_orders: each order a permutation of n, every ordered pair adjacent equally often."""
+    from collections import Counter
+
+    from benchmarks.timing import balanced_orders
+    orders = balanced_orders(n)
+    assert len(orders) == (n if n % 2 == 0 or n == 1 else 2 * n)
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    pairs = Counter((order[i], order[i + 1]) for order in orders for i in range(n - 1))
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1

@@ -70,6 +70,16 @@ def test_attention_forward(b, h, hkv, n, nk, d, causal, dtype):
         assert rel_err(o, F.scaled_dot_product_attention(q.float(), kf, vf, is_causal=bool(causal))) < 1e-2
 
 
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES[::3] + CASES[-1:])
+def test_attention_without_lse(b, h, hkv, n, nk, d, causal, dtype):
+    """lse=None, as attention() without return_lse runs: kernels that compute no log-sum-exp, on a poisoned O."""
+    from kernels import attention as att
+    q, k, v = qkv(b, h, hkv, n, nk, d, dtype)
+    o = poisoned(b, h, n, d, dtype=q.dtype)
+    att._launch(q, k, v, o, None, causal, None)
+    assert rel_err(o, reference(q, k, v, causal)[0]) < 1e-2
+
+
 def test_torch_facing_function_and_lse_view():
     from kernels.attention import attention
     q, k, v = (rand(2, 4, 333, 128, dtype=BF16) for _ in range(3))
