@@ -29,9 +29,11 @@ takes a long query tile and the short one that complements it in the next round 
 keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
-(q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 (causal or
-not) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for): one block multicasts
-each K tile and the other each V tile into both, so the L2 serves them once per pair.
+(q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 (causal
+from 10 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for):
+one block multicasts each K tile and the other each V tile into both, so the L2 serves them once per pair; the
+non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a partial last band
+shares its padding (unit).
 
 Decoding and other few-row shapes: GQA runs each key/value head's query heads as one sequence (packed_heads;
 causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one
@@ -104,6 +106,10 @@ Q_REGISTERS = (128,)
 # runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal was level at N4096
 # and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered.
 CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
+# ... causal ones only from this many query tiles a head: a causal pair loads the key tiles of its longer tile, which
+# its other block skips, about 1 / (tiles + 1) of the head's steps; at D64 the pairs were 3% faster than single blocks
+# at 22 tiles (N4096) and 3% slower at 6 (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172).
+CAUSAL_PAIR_TILES = 10
 # Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT), non-causal:
 # in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the 128-row default at 8192 and 16384 keys
 # (RESULTS.md runs 125-126); with the partial last tile's step on the keys it holds (last_kv), 0.6-3.1% faster from
@@ -201,9 +207,10 @@ def last_kv_for(nk: int, kv: int, diagonal: bool = False) -> int | None:
 
 def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool) -> int:
     """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
-    query tiles are even in number (a cluster takes two adjacent ones), else 1."""
-    pairs = (d, consumer_warpgroups, causal) in CLUSTER_PAIRS and cdiv(n, q_rows(consumer_warpgroups)) % 2 == 0
-    return 2 if pairs else 1
+    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; else 1."""
+    tiles = cdiv(n, q_rows(consumer_warpgroups))
+    pairs = (d, consumer_warpgroups, causal) in CLUSTER_PAIRS and tiles % 2 == 0
+    return 2 if pairs and (not causal or tiles >= CAUSAL_PAIR_TILES) else 1
 
 
 def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):

@@ -1033,7 +1033,7 @@ def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
 def test_attention_runs_the_kernel_it_picks(monkeypatch):
     """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
-    better fit for 384 rows: two query tiles a head, one cluster), with narrow last steps (causal: a warpgroup's 64
+    better fit for 384 rows: two query tiles a head, too few for causal pairs), with narrow last steps (causal: a warpgroup's 64
     rows, as 72 keys left would round to 80; non-causal: the 40 keys left of 200 in 160-row tiles, rounded to 48);
     without return_lse, a kernel that computes no log-sum-exp."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
@@ -1043,7 +1043,7 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=2, split_k=False, lse=True, last_kv=64)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=1, split_k=False, lse=True, last_kv=64)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 2, 100, 64, dtype=BF16), k, v)   # 192-row tasks pad 100 rows more than 128-row ones
@@ -1066,6 +1066,7 @@ def test_split_kv_for(nk, d, groups, causal, split):
     (4096, 128, 2, True, 1),                                 # D128 causal: level or slower in pairs (runs 113-114)
     (4096, 64, 3, True, 2), (4096, 64, 3, False, 2),         # 22 tiles of 192 rows
     (900, 64, 3, False, 1), (1000, 64, 3, False, 2),         # 5 and 6 tiles of 192 rows
+    (1024, 64, 3, True, 1), (1900, 64, 3, True, 2),          # causal: 6 tiles too few (run 172), 10 enough
     (1024, 64, 2, False, 1), (4096, 256, 2, False, 1)])      # not timed in pairs
 def test_cluster_for(n, d, groups, causal, cluster):
     assert att.cluster_for(n, d, groups, causal) == cluster
