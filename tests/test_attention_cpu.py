@@ -295,6 +295,17 @@ def test_clusters_of_four(causal, n, nk, blocks):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
+def test_clusters_of_four_deal_units_round_their_tiles():
+    """cluster=4 with 3 warpgroups, non-causal: the four tiles of a band take its 64-row units in turn (tile r's
+    warpgroup w: unit 12 * band + 4 * w + r % 4), so 640 rows (10 units of a band's 12) leave each tile 2 or 3
+    real warpgroups; every row written once, right."""
+    q = rand(1, 2, 640, 64, dtype=BF16)
+    k, v = rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
+    o, lse = interpret(q, k, v, False, 0.1, 4, "_3wg_splitkv_cluster4", cluster=4, consumer_warpgroups=3,
+                       split_kv=True)
+    check(o, lse, *reference(q, k, v, False, scale=0.1), 640)
+
+
 @pytest.mark.parametrize("n,nk,causal,blocks", [(700, 700, True, 2), (384, 200, "bottom_right", 4)])
 def test_causal_cluster_pairs_with_split_rings(n, nk, causal, blocks):
     """cluster=2, causal, at D64 with 3 warpgroups and split K/V rings: the skipped steps release the late ring too
