@@ -952,12 +952,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     else:
         o_run = o
     groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
-    if not return_lse:                          # (a kernel that computes none)
-        _launch(q, k, v, o_run, None, causal, scale, consumer_warpgroups=groups, packed=group)
-        return o
-    lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device)
-    _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)
-    return o, lse[..., :n].reshape(o.shape[:3])
+    lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device) if return_lse else None
+    _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)   # (None: no lse computed)
+    return (o, lse[..., :n].reshape(o.shape[:3])) if return_lse else o
 
 
 def packed_heads(q: torch.Tensor, hkv: int) -> int:
@@ -995,7 +992,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
     as they are (cluster by default from cluster_for; last_kv from last_kv_for; `splits` tasks per query tile,
     split-K, from splits_for: with more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into
-    o and lse)."""
+    o and lse; lse None: a kernel without L, lse=False, but under split-K)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
