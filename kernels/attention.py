@@ -30,7 +30,7 @@ keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
 (q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 (causal
-from 10 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for):
+from 8 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for):
 one block multicasts each K tile and the other each V tile into both, so the L2 serves them once per pair; the
 non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a partial last band
 shares its padding (unit).
@@ -107,9 +107,10 @@ Q_REGISTERS = (128,)
 # and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered.
 CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # ... causal ones only from this many query tiles a head: a causal pair loads the key tiles of its longer tile, which
-# its other block skips, about 1 / (tiles + 1) of the head's steps; at D64 the pairs were 3% faster than single blocks
-# at 22 tiles (N4096) and 3% slower at 6 (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172).
-CAUSAL_PAIR_TILES = 10
+# its other block skips, about 1 / (tiles + 1) of the head's steps; at D64 the pairs ran 3% slower than single blocks
+# at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10, 2% at 12 (run 176)
+# and 3% at 22 (N4096, runs 113-114).
+CAUSAL_PAIR_TILES = 8
 # Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT), non-causal:
 # in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the 128-row default at 8192 and 16384 keys
 # (RESULTS.md runs 125-126); with the partial last tile's step on the keys it holds (last_kv), 0.6-3.1% faster from
