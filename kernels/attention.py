@@ -33,7 +33,7 @@ At D128 each task's start loads the next task's Q into the query tile, which its
 from 8 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for):
 one block multicasts each K tile and the other each V tile into both, so the L2 serves them once per pair; the
 non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a partial last band
-shares its padding (unit).
+shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a tile of padding.
 
 Decoding and other few-row shapes: GQA runs each key/value head's query heads as one sequence (packed_heads;
 causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one
@@ -111,6 +111,10 @@ CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10, 2% at 12 (run 176)
 # and 3% at 22 (N4096, runs 113-114).
 CAUSAL_PAIR_TILES = 8
+# ... and non-causal 3-warpgroup ones (whose units interleave, see the kernel's `unit`) also on an odd number of query
+# tiles a head from this many, the pair then taking a last tile of padding: at D64 +3.9% at 43 tiles (N8192), -0.8%
+# at 11 (N2048), -12% at 3 (N512), RESULTS.md run 177.
+ODD_PAIR_TILES = 13
 # Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT), non-causal:
 # in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the 128-row default at 8192 and 16384 keys
 # (RESULTS.md runs 125-126); with the partial last tile's step on the keys it holds (last_kv), 0.6-3.1% faster from
@@ -206,12 +210,18 @@ def last_kv_for(nk: int, kv: int, diagonal: bool = False) -> int | None:
     return width if NARROW_LAST and 0 < width < kv else None
 
 
-def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool) -> int:
+def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, skips: bool = True) -> int:
     """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
-    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; else 1."""
+    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; or, for
+    3 warpgroups non-causal whose padding rows skip their steps (`skips`: skip_masked not turned off), odd in number
+    from ODD_PAIR_TILES on (a last tile of padding); else 1."""
     tiles = cdiv(n, q_rows(consumer_warpgroups))
-    pairs = (d, consumer_warpgroups, causal) in CLUSTER_PAIRS and tiles % 2 == 0
-    return 2 if pairs and (not causal or tiles >= CAUSAL_PAIR_TILES) else 1
+    if (d, consumer_warpgroups, causal) not in CLUSTER_PAIRS:
+        return 1
+    if causal:
+        return 2 if tiles % 2 == 0 and tiles >= CAUSAL_PAIR_TILES else 1
+    padded = consumer_warpgroups == 3 and skips and tiles >= ODD_PAIR_TILES
+    return 2 if tiles % 2 == 0 or padded else 1
 
 
 def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
@@ -459,7 +469,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
 
         def tasks(self, g):
-            return cdiv(g.Q.rows, rows), g.Q.batch * g.Q.depth        # (query tiles, batch * heads)
+            """(query tiles, batch * heads); interleaved pairs round the tiles up to whole bands (see unit)."""
+            tiles = cdiv(g.Q.rows, rows)
+            return (cdiv(tiles, cluster) * cluster if interleaved else tiles), g.Q.batch * g.Q.depth
 
         def first_unit(self, g, task):
             """The task's first 64 query rows, in 64-row units (warpgroup w takes unit first + w, but see unit).
@@ -475,7 +487,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             (tile r's warpgroup w takes unit band * cluster * groups + cluster * w + r % cluster): the padding of
             a head's partial last band is then shared among the band's tiles, which run in lockstep, instead of
             one tile of mostly padding beside whole ones (at 1024 rows, 16 units: 2 + 2 real warpgroups rather
-            than 3 + 1). Units past the last real one are padding (zeros in, nothing stored)."""
+            than 3 + 1), and an odd number of query tiles a head pairs up with a last tile of padding (tasks; at
+            2048 rows, 11 tiles: the last band's 2 real units 1 + 1). Units past the last real one are padding
+            (zeros in, nothing stored)."""
             if not interleaved:
                 return self.first_unit(g, task) + wg
             return task.row // cluster * (cluster * groups) + cluster * wg + task.row % cluster
@@ -863,7 +877,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             per row into L, with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) +
             -FLT_MAX, or -inf where no step ran)."""
             tk.map(st.row_sum, lambda total, m: (tk.log2(total) + m) * (1.0 / LOG2E), st.row_sum, st.shift)
-            with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
+            real = (unit >= 0) if pad_first else (unit * 64 < g.Q.rows) if interleaved else None
+            with tk.if_(real) if real is not None else contextlib.nullcontext():   # (L has lse_rows(N) rows)
                 tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
 
         def done(self, st):
@@ -1028,7 +1043,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     if splits > 1:
         args.append(splits)
     if cluster is None:
-        cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None)
+        cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None,
+                                                   skips=options.get("skip_masked") is not False)
     if "last_kv" not in options:
         kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)

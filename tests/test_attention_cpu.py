@@ -254,11 +254,13 @@ def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
         assert "UTMALDG.4D.MULTICAST" in compiled_sass(kernel, [q, k, v, q, torch.empty(1, heads, 512), 1.0])
 
 
-@pytest.mark.parametrize("heads,hkv,n,nk,blocks", [(2, 1, 700, 300, 2), (3, 3, 300, 130, 4), (1, 1, 640, 200, 2)])
+@pytest.mark.parametrize("heads,hkv,n,nk,blocks", [(2, 1, 700, 300, 2), (3, 3, 300, 130, 4), (1, 1, 640, 200, 2),
+                                                   (2, 1, 500, 200, 2)])
 def test_cluster_pairs_with_split_rings(heads, hkv, n, nk, blocks):
     """cluster=2 at D64 with 3 warpgroups and split K/V rings: block 0 multicasts K into the input ring, block 1
-    V into the late ring (192-row query tiles, an even number of them). The pair's tiles take its 64-row units in
-    turn, so a partial last pair's padding is shared (640 rows: 2 + 2 real warpgroups, 700: 3 + 2, 300: 3 + 2)."""
+    V into the late ring (192-row query tiles). The pair's tiles take its 64-row units in turn, so a partial last
+    pair's padding is shared (640 rows: 2 + 2 real warpgroups, 700: 3 + 2, 300: 3 + 2), and an odd number of tiles
+    pairs up with a tile of padding (500 rows, 8 units in 4 tiles: 3 + 2, 2 + 1)."""
     q = rand(1, heads, n, 64, dtype=BF16)
     k, v = rand(1, hkv, nk, 64, dtype=BF16), rand(1, hkv, nk, 64, dtype=BF16)
     o, lse = interpret(q, k, v, False, 0.1, blocks, "_3wg_splitkv_cluster2", cluster=2, consumer_warpgroups=3,
@@ -555,6 +557,18 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
     o, lse = torch.empty_like(q), torch.empty(1, 1, att.lse_rows(300))
     with pytest.raises(tk.ArgumentError, match="clusters of 2 blocks take 2 rows of tiles"):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
+
+
+def test_odd_query_tiles_pair_with_a_tile_of_padding(monkeypatch):
+    """attention()'s pairs at D64 with 3 warpgroups, non-causal, on 13 tiles of 192 rows a head: 14 tiles in the
+    grid (the last of padding); with skip_masked=False (padding rows computed) no pairs, 13 tiles."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
+    q = torch.empty(1, 4, 13 * 192, 64, dtype=BF16)
+    for options, cluster, tiles in (({}, 2, 14), (dict(skip_masked=False), 1, 13)):
+        template, args = att._prepared(q, q, q, torch.empty_like(q), None, False, None, consumer_warpgroups=3,
+                                       **options)
+        assert template.cluster == cluster and template.grid(*args) == (4 * tiles,)     # (a block a task here)
 
 
 @pytest.mark.parametrize("causal,nk,last_kv", [(True, 700, 64), ("bottom_right", 300, 48)])
@@ -1078,9 +1092,12 @@ def test_split_kv_for(nk, d, groups, causal, split):
     (4096, 64, 3, True, 2), (4096, 64, 3, False, 2),         # 22 tiles of 192 rows
     (900, 64, 3, False, 1), (1000, 64, 3, False, 2),         # 5 and 6 tiles of 192 rows
     (1024, 64, 3, True, 1), (1536, 64, 3, True, 2),          # causal: 6 tiles too few (run 172), 8 enough (176)
+    (2048, 64, 3, False, 1), (8192, 64, 3, False, 2),        # 11 and 43 tiles: odd, a tile of padding (run 177)
     (1024, 64, 2, False, 1), (4096, 256, 2, False, 1)])      # not timed in pairs
 def test_cluster_for(n, d, groups, causal, cluster):
     assert att.cluster_for(n, d, groups, causal) == cluster
+    if n == 8192:       # (without skips the padding tile would run in full, and the kernel takes no such pairs)
+        assert att.cluster_for(n, d, groups, causal, skips=False) == 1
 
 
 # -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------
