@@ -33,7 +33,8 @@ At D128 each task's start loads the next task's Q into the query tile, which its
 from 8 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent query tiles (cluster_for):
 one block multicasts each K tile and the other each V tile into both, so the L2 serves them once per pair; the
 non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a partial last band
-shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a tile of padding.
+shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a tile of padding
+(causal pairs from 8, the padding tile before row 0).
 
 Decoding and other few-row shapes: GQA runs each key/value head's query heads as one sequence (packed_heads;
 causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one
@@ -109,7 +110,8 @@ CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
 # ... causal ones only from this many query tiles a head: a causal pair loads the key tiles of its longer tile, which
 # its other block skips, about 1 / (tiles + 1) of the head's steps; at D64 the pairs ran 3% slower than single blocks
 # at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10, 2% at 12 (run 176)
-# and 3% at 22 (N4096, runs 113-114).
+# and 3% at 22 (N4096, runs 113-114). An odd number pairs up with a tile of padding before row 0 (next to the tile
+# that sees the fewest keys): +1.6-1.7% at 11 and 43 tiles (run 178).
 CAUSAL_PAIR_TILES = 8
 # ... and non-causal 3-warpgroup ones (whose units interleave, see the kernel's `unit`) also on an odd number of query
 # tiles a head from this many, the pair then taking a last tile of padding: at D64 +3.9% at 43 tiles (N8192), -0.8%
@@ -210,17 +212,18 @@ def last_kv_for(nk: int, kv: int, diagonal: bool = False) -> int | None:
     return width if NARROW_LAST and 0 < width < kv else None
 
 
-def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, skips: bool = True) -> int:
+def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, odd: bool = True) -> int:
     """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
-    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; or, for
-    3 warpgroups non-causal whose padding rows skip their steps (`skips`: skip_masked not turned off), odd in number
-    from ODD_PAIR_TILES on (a last tile of padding); else 1."""
+    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; else 1.
+    With `odd` (the kernel's defaults: padding before row 0 for causal, padding rows that skip their steps for 3
+    warpgroups), an odd number pairs up too, with a tile of padding: causal from CAUSAL_PAIR_TILES (the padding
+    tile beside the one that sees the fewest keys), non-causal with 3 warpgroups from ODD_PAIR_TILES."""
     tiles = cdiv(n, q_rows(consumer_warpgroups))
     if (d, consumer_warpgroups, causal) not in CLUSTER_PAIRS:
         return 1
     if causal:
-        return 2 if tiles % 2 == 0 and tiles >= CAUSAL_PAIR_TILES else 1
-    padded = consumer_warpgroups == 3 and skips and tiles >= ODD_PAIR_TILES
+        return 2 if tiles >= CAUSAL_PAIR_TILES and (tiles % 2 == 0 or odd) else 1
+    padded = odd and consumer_warpgroups == 3 and tiles >= ODD_PAIR_TILES
     return 2 if tiles % 2 == 0 or padded else 1
 
 
@@ -410,6 +413,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: pad_first=True does not go with packed=True (positions of rows before row 0)")
     if pad_first and not causal:
         raise ValueError("attention: pad_first=True is for causal attention (without a mask every row costs the same)")
+    whole_bands = interleaved or (cluster > 1 and pad_first)   # a head's tiles rounded up to whole clusters (tasks)
     preload_default = q_registers and not q_ahead
     q_preload = preload_default if q_preload is None else q_preload
     if q_preload and (not q_registers or q_ahead):
@@ -469,16 +473,23 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
 
         def tasks(self, g):
-            """(query tiles, batch * heads); interleaved pairs round the tiles up to whole bands (see unit)."""
+            """(query tiles, batch * heads). Clusters whose padding rows cost little take a head's tiles rounded up
+            to whole clusters: the interleaved ones (see unit), and causal ones with pad_first, whose extra tile of
+            padding goes before row 0 (beside the tile that sees the fewest keys)."""
+            return self.row_tiles(g), g.Q.batch * g.Q.depth
+
+        def row_tiles(self, g):
             tiles = cdiv(g.Q.rows, rows)
-            return (cdiv(tiles, cluster) * cluster if interleaved else tiles), g.Q.batch * g.Q.depth
+            return cdiv(tiles, cluster) * cluster if whole_bands else tiles
 
         def first_unit(self, g, task):
             """The task's first 64 query rows, in 64-row units (warpgroup w takes unit first + w, but see unit).
             With pad_first the units before the first real one (0) are padding: the first task's first warpgroups
-            have no rows."""
+            (with clusters, tasks) have no rows."""
             if not pad_first:
                 return task.row * groups
+            if whole_bands:
+                return task.row * groups - (self.row_tiles(g) * groups - cdiv(g.Q.rows, 64))
             return task.row * groups - (groups - cdiv(g.Q.rows, 64) % groups) % groups
 
         def unit(self, g, task, wg):
@@ -1043,8 +1054,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     if splits > 1:
         args.append(splits)
     if cluster is None:
-        cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None,
-                                                   skips=options.get("skip_masked") is not False)
+        odd = packed == 1 and options.get("skip_masked") is not False and options.get("pad_first") is not False
+        cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None, odd=odd)
     if "last_kv" not in options:
         kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)

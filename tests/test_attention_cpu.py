@@ -274,11 +274,14 @@ def test_cluster_pairs_with_split_rings(heads, hkv, n, nk, blocks):
     (2, 2, 480, 300, "bottom_right", 2),    # keys fewer than queries: the first tiles see none (tasks of no steps)
     (1, 1, 256, 600, "bottom_right", 2),    # more keys than queries
     (2, 1, 512, 512, "bottom_right", 6),    # more clusters than pairs of tiles
+    (2, 1, 300, 300, True, 2),              # 3 tiles: a fourth of padding before row 0 pairs with the first
+    (1, 1, 300, 700, "bottom_right", 2),    # ... whose padding rows see keys (computed, not stored)
 ])
 def test_causal_cluster_pairs(heads, hkv, n, nk, causal, blocks):
     """cluster=2, causal: the pair's query tiles see different numbers of key tiles; the producers load those of
     the one that sees more and the other block skips the extra stages (the template's clusters of unequal tasks),
-    the upper tile going to the blocks in turns."""
+    the upper tile going to the blocks in turns; an odd number of tiles pairs up with a tile of padding before
+    row 0."""
     q = rand(1, heads, n, 128, dtype=BF16)
     k, v = rand(1, hkv, nk, 128, dtype=BF16), rand(1, hkv, nk, 128, dtype=BF16)
     o, lse = interpret(q, k, v, causal, 0.1, blocks, "_causal_cluster2", cluster=2)
@@ -308,7 +311,8 @@ def test_clusters_of_four_deal_units_round_their_tiles():
     check(o, lse, *reference(q, k, v, False, scale=0.1), 640)
 
 
-@pytest.mark.parametrize("n,nk,causal,blocks", [(700, 700, True, 2), (384, 200, "bottom_right", 4)])
+@pytest.mark.parametrize("n,nk,causal,blocks", [(700, 700, True, 2), (384, 200, "bottom_right", 4),
+                                               (500, 500, True, 2)])       # (3 tiles and one of padding)
 def test_causal_cluster_pairs_with_split_rings(n, nk, causal, blocks):
     """cluster=2, causal, at D64 with 3 warpgroups and split K/V rings: the skipped steps release the late ring too
     (192-row tiles: the pair's tiles differ by one or two key tiles of 128)."""
@@ -1093,11 +1097,13 @@ def test_split_kv_for(nk, d, groups, causal, split):
     (900, 64, 3, False, 1), (1000, 64, 3, False, 2),         # 5 and 6 tiles of 192 rows
     (1024, 64, 3, True, 1), (1536, 64, 3, True, 2),          # causal: 6 tiles too few (run 172), 8 enough (176)
     (2048, 64, 3, False, 1), (8192, 64, 3, False, 2),        # 11 and 43 tiles: odd, a tile of padding (run 177)
+    (8192, 64, 3, True, 2), (2048, 64, 3, True, 2),          # causal: 43 and 11 tiles, odd: padding before row 0
+    (1300, 64, 3, True, 1),                                  # 7: too few
     (1024, 64, 2, False, 1), (4096, 256, 2, False, 1)])      # not timed in pairs
 def test_cluster_for(n, d, groups, causal, cluster):
     assert att.cluster_for(n, d, groups, causal) == cluster
-    if n == 8192:       # (without skips the padding tile would run in full, and the kernel takes no such pairs)
-        assert att.cluster_for(n, d, groups, causal, skips=False) == 1
+    if n == 8192:       # (a tile of padding: not without skips, nor with the padding after the last row)
+        assert att.cluster_for(n, d, groups, causal, odd=False) == 1
 
 
 # -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------
