@@ -488,9 +488,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             (with clusters, tasks) have no rows."""
             if not pad_first:
                 return task.row * groups
-            if whole_bands:
-                return task.row * groups - (self.row_tiles(g) * groups - cdiv(g.Q.rows, 64))
-            return task.row * groups - (groups - cdiv(g.Q.rows, 64) % groups) % groups
+            return task.row * groups - (self.row_tiles(g) * groups - cdiv(g.Q.rows, 64))     # (the padding units)
 
         def unit(self, g, task, wg):
             """Warpgroup wg's 64 query rows of the task, in 64-row units. Non-causal clusters whose warpgroups of
