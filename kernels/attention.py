@@ -137,7 +137,13 @@ SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
 MAX_SPLITS = 16
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
-RESCALE_SLACK = 8.0                 # lazy_rescale: log2 of how far P may exceed 1 before the shift moves
+RESCALE_SLACK = 8.0                 # stale_shift, lazy_rescale: log2 of how far P may exceed 1 before the shift moves
+# Head dims whose steps after a task's first compute P on the running shift, without this tile's row max, and leave
+# O's scale (stale_shift): the exponentials start as S arrives and ~140 instructions a step go (the max's FMNMX and
+# shuffles, the rescale's FMULs). A step whose P would pass 2^RESCALE_SLACK in a row's sum is redone with the max.
+# Timed against the max first in RESULTS.md run 181 (a timing-only copy: +7% at D128 N1024 and N4096, +9% at N16384,
+# +8-11% at D64) and run 182. (D256's kernels, at the edge of their registers, spill with it under NVRTC 13.5.)
+STALE_SHIFT = (64, 128)
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
 # (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
 OVERLAP = True                      # step k issues S_k and step k-1's O += P V together (FlashAttention-3)
@@ -147,8 +153,8 @@ OVERLAP = True                      # step k issues S_k and step k-1's O += P V 
 # Head dims whose one-warpgroup kernels (decoding) run the serial schedule with one ring: a step holds one stage, not
 # two; at D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes (RESULTS.md run 141).
 SERIAL_ONE_GROUP = (128,)
-TURN = (2, 3, 6)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
-OWN = (4, 5, 7)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
+TURN = (2, 3, 7)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
+OWN = (4, 5, 6)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
 
@@ -292,7 +298,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
-               last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True):
+               last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True,
+               stale_shift: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -309,6 +316,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead".
     lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
     warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy".
+    stale_shift (default at STALE_SHIFT's head dims, but not with lazy_rescale or softmax turns): a step after a
+    task's first computes P = exp2(S * scale_log2 - shift) on the running shift as S arrives, without this tile's
+    row max, and leaves O's scale, so P may exceed 1; where some row's sum of the step's P passes
+    2^RESCALE_SLACK (its max grew by about that much; every P of a step kept is at most that, within the range of
+    P's type, and L's shift stays the one P used) the warpgroup votes (tk.warpgroup.any_greater) to redo the
+    step: S = Q K^T again, the softmax with the max, O rescaled. Rows that saw only masked keys so far (shift
+    -FLT_MAX) get an infinite sum and redo their first real step. False where it is the default: name
+    "_maxfirst".
     exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
     pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
     q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
@@ -386,6 +401,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "log-sum-exps)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
+    stale_default = d in STALE_SHIFT and not lazy_rescale and not softmax_turns
+    stale_shift = stale_default if stale_shift is None else stale_shift
+    if stale_shift and (lazy_rescale or softmax_turns):
+        raise ValueError("attention: stale_shift=True keeps P's shift without a row max; lazy_rescale and softmax "
+                         "turns need the max first (stale_shift=False)")
     rows = q_rows(groups)                                   # query rows per task
     skips_by_default = not packed and (causal and groups > 1 or groups == 3)
     skips = skips_by_default if skip_masked is None else skip_masked
@@ -441,7 +461,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
         + (f"_last{last_kv}" if last_kv else "") \
-        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse")
+        + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
+        + ("" if stale_shift == stale_default else "_maxfirst")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -576,7 +597,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             st.shift = tk.col_vec(st.out)                        # row_max * scale_log2 (causal: at least -FLT_MAX)
             st.factor = tk.col_vec(st.out)                       # the previous shift, then exp2(its change)
             st.row_sum = tk.col_vec(st.out)
-            if overlap:                                          # where each warp stores its row sums, unread:
+            if stale_shift:
+                st.step_sum = tk.col_vec(st.out)                 # a step's share of the row sums
+            elif overlap:                                        # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
             if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
                 with tk.if_(tk.warpgroup.id() == groups - 1):
@@ -660,11 +683,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             first_key_tile = task.k0 if split_k else 0
             return call("min", st.iters, cdiv(call("max", self.seen(g, task), 0), kv) - first_key_tile) * real
 
-        def softmax(self, st, k, scores):
-            """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
-            of the raw scores: the scale is positive); st.factor becomes the factor that rescales what was
-            accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
-            FFMA and MUFU.EX2 (P), FADD (sum). S's columns: the key tile's rows in use (kv, or last_kv)."""
+        def mask(self, st, k, scores):
+            """S's scores of keys its rows do not see set to -inf: causal, past each row's diagonal; on the last
+            tile, keys past NK. S's columns: the key tile's rows in use (kv, or last_kv)."""
             g = st.g
             width = scores.type.cols
             k = st.task.k0 + k if split_k else k                 # the key tile
@@ -678,6 +699,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.tril(scores, scores, diagonal, -math.inf)
             with tk.if_(k * kv + width > g.K.rows):             # the last tile: keys past NK
                 tk.right_fill(scores, scores, g.K.rows - k * kv, -math.inf)
+
+        def softmax(self, st, k, scores):
+            """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
+            of the raw scores: the scale is positive); st.factor becomes the factor that rescales what was
+            accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
+            FFMA and MUFU.EX2 (P), FADD (sum)."""
+            g = st.g
+            self.mask(st, k, scores)
             tk.copy(st.factor, st.shift)
             tk.row_max(st.row_max, scores, st.row_max)           # running max over the tiles so far
             tk.mark("softmax: row max")
@@ -695,6 +724,26 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
             tk.row_sum(st.row_sum, scores, st.row_sum)
+
+        def softmax_on_stale_shift(self, st, k, scores, redo_s):
+            """S -> P = exp2(S * scale_log2 - shift) in place, masked, on the running shift (stale_shift: no row
+            max, so the exponentials start as S arrives, and O keeps its scale), the row sums updated; but where
+            some row's sum of this step's P passes 2^RESCALE_SLACK, the warpgroup (a vote) redoes S (redo_s: S =
+            Q K^T again, every MMA of the warpgroup then done) and the softmax with the max, and rescales O.
+            Per score: one FFMA and MUFU.EX2 (P), FADD (sum)."""
+            g = st.g
+            self.mask(st, k, scores)
+            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), scores, st.shift)
+            tk.mark("softmax: exponentials")
+            tk.row_sum(st.step_sum, scores)
+            grew = tk.warpgroup.any_greater(st.step_sum, 2.0 ** RESCALE_SLACK, OWN[0] + tk.warpgroup.id())
+            with tk.if_(grew):                                  # (rare: a row max grew by ~RESCALE_SLACK)
+                redo_s()
+                self.softmax(st, k, scores)
+                tk.mul_row(st.out, st.out, st.factor)
+            with tk.else_():
+                tk.add(st.row_sum, st.row_sum, st.step_sum)
+            tk.mark("softmax: row sums")
 
         def tiles(self, st, width):
             """This warp's 16 rows of S for a step on `width` key rows (P's exponentials in place), a tile of the
@@ -730,6 +779,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         def q_operand(self, st):
             """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
             return st.q_regs if q_registers else st.q[st.q_tile]
+
+        def redo_s(self, st, scores, k_rows):
+            """S = Q K^T again (stale_shift's redone step), and every MMA of the warpgroup done."""
+            tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
+            tk.warpgroup.mma_async_wait()
 
         def rescale(self, st, scores, probs):
             tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
@@ -790,8 +844,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     else:
                         tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
                     tk.mark("S arrived")
-                    self.softmax(st, k, scores)
-                    if not pv_first:
+                    if stale_shift:     # (the vote's barrier keeps the P V wait below the exponentials)
+                        self.softmax_on_stale_shift(st, k, scores, lambda: self.redo_s(st, scores, k_rows))
+                    else:
+                        self.softmax(st, k, scores)
+                    if not pv_first and not stale_shift:
                         # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                         # stores before the wait, and the row sums depend on every exp2.
                         tk.store(st.anchor[tk.warp_id()], st.row_sum)
@@ -801,7 +858,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     if not pv_first:
                         tk.warpgroup.mma_async_wait()           # O and P are free again
                         tk.mark("P V done")
-                    tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
+                    if not stale_shift:                         # (stale_shift: rescaled where the step was redone)
+                        tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if mma_turns:
@@ -828,12 +886,20 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 if mma_turns:
                     _turn(sync_on_turn=True, groups=groups)
                 scores, probs = self.tiles(st, width)
-                tk.warpgroup.mm_ABt(scores, self.q_operand(st), self.rows_of(inp.k, width))
+                k_rows = self.rows_of(inp.k, width)
+                tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if mma_turns:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
-                self.softmax(st, k, scores)
-                self.rescale(st, scores, probs)                  # (with softmax turns, O's rescale in the turn:
+                if stale_shift:                                  # (the first step sets the shift)
+                    with tk.if_(k > 0):
+                        self.softmax_on_stale_shift(st, k, scores, lambda: self.redo_s(st, scores, k_rows))
+                    with tk.else_():
+                        self.softmax(st, k, scores)              # (no rescale: O is still zero)
+                    tk.copy(probs, scores)
+                else:
+                    self.softmax(st, k, scores)
+                    self.rescale(st, scores, probs)              # (with softmax turns, O's rescale in the turn:
                 if softmax_turns:                                # its FMULs fill the gaps between exponentials)
                     _turn(sync_on_turn=False, groups=groups)
                 tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.v, width))

@@ -124,6 +124,54 @@ def test_lazy_rescale(d, causal, options, scale):
     check(o, lse, *reference(q, k, v, causal, scale=scale), n)
 
 
+def growing_keys(n, nk, d, spike: bool):
+    """q, k, v whose keys grow along the sequence (x1 to x4), and with `spike` one key of the third 64-row tile 40
+    times larger: with scale 2 the row maxes pass the running shift by far more than the slack at later tiles, and
+    the spike's scores overflow P (inf) on the shift before it in every row its q points at."""
+    growth = torch.linspace(1.0, 4.0, nk).view(1, 1, nk, 1)
+    k = rand(1, 1, nk, d, dtype=torch.float32) * growth
+    if spike:
+        k[:, :, 150] *= 40.0
+    return rand(1, 2, n, d, dtype=BF16), k.to(BF16), rand(1, 1, nk, d, dtype=BF16)
+
+
+@pytest.mark.parametrize("d,causal,options,blocks", [
+    (128, False, dict(), 3), (128, True, dict(), 3),
+    (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True), 3),
+    (64, True, dict(consumer_warpgroups=2, overlap=False), 3), (128, False, dict(consumer_warpgroups=1), 4),
+    (128, False, dict(split_kv=True, cluster=2, last_kv=112), 2), (64, False, dict(pv_first=True), 3)])
+@pytest.mark.parametrize("scale,spike", [(2.0, False), (0.1, True), (0.1, False)])
+def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, blocks, scale, spike):
+    """stale_shift (the default): a step's P on the running shift, redone with the max where a row's sum passes
+    2^RESCALE_SLACK. Growing keys at scale 2 and a spike key (P = inf on the stale shift: a kept step would give
+    NaN) need the redo mid-task; at scale 0.1 without the spike no step needs it (P stays within the slack)."""
+    n, nk = 460, 450
+    q, k, v = growing_keys(n, nk, d, spike)
+    o, lse = interpret(q, k, v, causal, scale, blocks, **options)
+    assert "_maxfirst" not in att._attention(d, att.bf16, bool(causal), **options).kernel.name
+    check(o, lse, *reference(q, k, v, causal, scale=scale), n)
+
+
+def test_stale_shift_options():
+    """stale_shift=False (the row max first every step) is named; lazy rescaling and softmax turns take the max
+    first by default and refuse stale_shift=True."""
+    assert att._attention(128, att.bf16, False, stale_shift=False).kernel.name.endswith("_maxfirst")
+    assert "_maxfirst" not in att._attention(128, att.bf16, False, lazy_rescale=True).kernel.name
+    for options in (dict(lazy_rescale=True), dict(pingpong="softmax")):
+        with pytest.raises(ValueError, match="stale_shift=True keeps P's shift without a row max"):
+            att._attention(128, att.bf16, False, stale_shift=True, **options)
+
+
+def test_stale_shift_sass_has_the_vote():
+    """The default D128 kernel's steps vote (BAR.RED.OR) and hold the softmax's exponentials twice (kept, and
+    redone with the max); the max-first kernel has neither."""
+    q, lse = torch.empty(1, 2, 512, 128, dtype=BF16), torch.empty(1, 2, 512)
+    stale = compiled_sass(att._attention(128, att.bf16, False).kernel, [q, q, q, q, lse, 1.0])
+    first = compiled_sass(att._attention(128, att.bf16, False, stale_shift=False).kernel, [q, q, q, q, lse, 1.0])
+    assert "BAR.RED.OR" in stale and "BAR.RED" not in first
+    assert stale.count("MUFU.EX2") > first.count("MUFU.EX2")       # the step's exponentials twice: kept and redone
+
+
 @pytest.mark.parametrize("d,causal,options", [
     (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True)), (128, True, dict(consumer_warpgroups=2))])
 @pytest.mark.parametrize("emulated", [2 / 8, 1.0])
@@ -741,15 +789,17 @@ def test_variants_compile_to_hgmma_without_spills(d, dtype, causal, stages, kv):
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d):
+@pytest.mark.parametrize("stale_shift", [True, False])
+def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d, stale_shift):
     """P = exp2(S * scale_log2 - shift) is an FFMA and a MUFU.EX2 per score, without the range fix-up of a non-ftz
     exp2 (FSETP + FSEL / predicated FMUL) and without a separate scale multiply or max subtraction."""
     q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
-    sass = att._attention(d, att.DTYPES[BF16], False).kernel.sass(q, q, q, q, lse, 1.0)
+    sass = att._attention(d, att.DTYPES[BF16], False, stale_shift=stale_shift).kernel.sass(q, q, q, q, lse, 1.0)
     count = lambda op: len(re.findall(rf"\b{op}\b", sass))   # noqa: E731
-    scores = 16 * att.CONFIGS[d][0] // 32               # per lane per step; the softmax is inlined twice (k == 0 or not)
-    assert 2 * scores <= count("MUFU.EX2") <= 2 * scores + 8
-    assert count("FFMA") >= 2 * scores
+    scores = 16 * att.CONFIGS[d][0] // 32               # per lane per step
+    copies = 3 if stale_shift else 2                    # the softmax inlined for k == 0 and k > 0 (stale: and redone)
+    assert copies * scores <= count("MUFU.EX2") <= copies * scores + 8
+    assert count("FFMA") >= copies * scores
     assert count("FSETP") <= 4
     out = 16 * d // 32                                  # O elements per lane
     assert count("FMUL") <= 4 * out + 16                # O's rescales (twice) and final division: none per score

@@ -177,6 +177,24 @@ def test_lazy_rescale(d, causal, scale):
     check(o, lse, *reference(q, k, v, causal, scale=scale))
 
 
+@pytest.mark.parametrize("d,causal,options", [
+    (128, False, dict()), (128, True, dict()), (64, False, dict()), (64, "bottom_right", dict()),
+    (128, False, dict(consumer_warpgroups=1)), (64, True, dict()), (128, False, dict(split_kv=True))])
+@pytest.mark.parametrize("scale,spike", [(2.0, False), (None, True)])
+def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, scale, spike):
+    """stale_shift (the default): P on the running shift, a step redone with the max where a row's P sums past
+    2^RESCALE_SLACK. Keys growing along the sequence (scale 2: the maxes pass the shift by far more than the slack
+    mid-task), or one key 40 times larger than the others in the middle (its P is inf on the shift before it: a
+    kept step gives NaN)."""
+    q, k, v = qkv(2, 16, 8, 1100, 1300, d)
+    k = k.float() * torch.linspace(1.0, 4.0, k.shape[2], device="cuda").view(1, 1, -1, 1)
+    if spike:
+        k[:, :, 700] *= 40.0
+    k = k.to(q.dtype)
+    o, lse = run_poisoned(q, k, v, causal, scale, **options)
+    check(o, lse, *reference(q, k, v, causal, scale=scale))
+
+
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, "bottom_right")])
 @pytest.mark.parametrize("emulated", [1 / 8, 3 / 8, 1.0])
 def test_exp2_emulated(d, causal, emulated):

@@ -118,6 +118,13 @@ def emit_named_arrive(em, op):
     yield f"tk::named_arrive({op.attrs['barrier_id']}, {op.attrs['threads']});"
 
 
+@emits("warpgroup_any_greater")
+def emit_warpgroup_any_greater(em, op):
+    result, vec, threshold, barrier = op.args
+    yield (f"{result.name} = tk::named_any(tk::any_greater({operand(vec)}, {render(threshold)}), {render(barrier)}, "
+           f"{op.attrs['threads']});")
+
+
 @emits("setmaxnreg")
 def emit_setmaxnreg(em, op):
     fn = "increase_registers" if op.attrs["increase"] else "decrease_registers"

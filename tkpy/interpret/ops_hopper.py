@@ -22,7 +22,7 @@ from ..errors import InterpretError
 from ..ir.protocol import REGISTER_FILE
 from .mbarrier import Semaphore, Transfer
 from .memory import whole
-from .numerics import RAW, decode, encode
+from .numerics import RAW, decode, encode, to_f32
 from .registry import semantics
 from .sync import Barrier, Wait
 
@@ -202,17 +202,29 @@ def fence_proxy_async(warp, op):
 def named_sync(warp, op):
     """bar.sync id, threads: completes when threads / 32 warps have arrived (every arrival of a phase must
     give the same count)."""
-    return _named_barrier(warp, op).arrive(warp)
+    return _named_barrier(warp, op, op.attrs["barrier_id"]).arrive(warp)
 
 
 @semantics("named_arrive", attrs=("barrier_id", "threads"))
 def named_arrive(warp, op):
     """bar.arrive id, threads: counts this warp towards the barrier's phase and goes on."""
-    _named_barrier(warp, op).arrive(warp)
+    _named_barrier(warp, op, op.attrs["barrier_id"]).arrive(warp)
 
 
-def _named_barrier(warp, op) -> Barrier:
-    bid, warps = op.attrs["barrier_id"], op.attrs["threads"] // 32
+@semantics("warpgroup_any_greater", attrs=("threads",))
+def warpgroup_any_greater(warp, op):
+    """bar.red.or on named barrier `barrier`: each warp's predicate (some element of its vector above the
+    threshold; NaN is not), ORed over the warps of the phase into every warp's result variable."""
+    result, vec, threshold, barrier = op.args
+    bid = warp.value(barrier)
+    if not isinstance(bid, int) or not 1 <= bid <= 15:
+        raise InterpretError(f"warpgroup.any_greater: named barrier id {bid!r} is not in 1..15", op.loc)
+    mine = bool(np.any(warp.read(vec) > np.float32(to_f32(warp.value(threshold)))))
+    return _named_barrier(warp, op, bid).arrive(warp, vote=(mine, result.name))
+
+
+def _named_barrier(warp, op, bid: int) -> Barrier:
+    warps = op.attrs["threads"] // 32
     barrier = warp.block.sync_object(("named barrier", bid),
                                      lambda: Barrier(f"named barrier {bid}", warps, one_site=False))
     if barrier.arrived and barrier.expected != warps:

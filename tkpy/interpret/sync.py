@@ -38,9 +38,14 @@ class Barrier:
         self.across_blocks = across_blocks
         self.phase = 0
         self.arrived: list = []    # (warp index, or name across blocks; loc) of this phase
+        self.votes: list = []      # (warp, its predicate, the variable the OR goes into) of this phase's bar.red
 
-    def arrive(self, warp) -> Wait:
+    def arrive(self, warp, vote: tuple | None = None) -> Wait:
+        """Count `warp` towards this phase; `vote` (predicate, variable name): bar.red.or, whose OR of every
+        warp's predicate goes into each voter's variable when the phase completes."""
         self.arrived.append((warp.name if self.across_blocks else warp.index, warp.loc))
+        if vote is not None:
+            self.votes.append((warp, *vote))
         wait = _PhaseWait(self, self.phase)
         if len(self.arrived) == self.expected:
             self._complete()
@@ -52,6 +57,14 @@ class Barrier:
             where = "; ".join(f"warp {w} at {loc.short}" for w, loc in sorted(self.arrived, key=lambda a: a[0]))
             raise InterpretError(f"{self.name}: the warps of the block reached it from different lines ({where}); "
                                  "every warp must reach the same barrier", self.arrived[-1][1])
+        if self.votes and len(self.votes) != len(self.arrived):
+            raise InterpretError(f"{self.name}: {len(self.votes)} of the {len(self.arrived)} warps of one phase voted "
+                                 "(bar.red) and the others synced or arrived; every warp of a phase must vote",
+                                 self.arrived[-1][1])
+        verdict = any(flag for _, flag, _ in self.votes)
+        for warp, _, name in self.votes:
+            warp.env[name] = verdict
+        self.votes = []
         self.arrived = []
         self.phase += 1
 

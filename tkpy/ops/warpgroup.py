@@ -1,10 +1,11 @@
 """`tk.warpgroup`: ops done together by the 4 warps of a warpgroup."""
 from __future__ import annotations
 
-from ..frontend.control import WARP_ID
-from ..ir.expr import Expr
+from ..frontend.control import WARP_ID, Mutable, var
+from ..ir.expr import Expr, as_expr
+from ..tiles.dtypes import i32
 from . import wgmma
-from ._checks import emit, fail
+from ._checks import emit, fail, register_vector, scalar
 from .memory import Scope
 
 WARPS_PER_WARPGROUP = 4
@@ -34,6 +35,23 @@ class Warpgroup(Scope):
         if not isinstance(barrier_id, int) or not 1 <= barrier_id <= 15:
             fail(f"warpgroup.sync: barrier id must be an int in 1..15, got {barrier_id!r}")
         return emit("named_sync", barrier_id=barrier_id, threads=32 * WARPS_PER_WARPGROUP)
+
+    def any_greater(self, vec, threshold, barrier_id) -> Mutable:
+        """True in every thread of the calling warpgroup when some element of the register vector `vec`, in
+        any of its 4 warps, exceeds `threshold`: a warpgroup-uniform condition for `tk.if_`, e.g. around a
+        branch that issues a wgmma (which all 4 warps must issue together). A barrier that also ORs a
+        predicate (bar.red.or) on named barrier `barrier_id` (1..15, an int or a runtime int, e.g. one per
+        warpgroup), which the warpgroup's 4 warps meet; NaN exceeds nothing."""
+        vec = register_vector(vec, "warpgroup.any_greater")
+        threshold = scalar(threshold, "warpgroup.any_greater's threshold")
+        if isinstance(barrier_id, bool) or not isinstance(barrier_id, (int, Expr)) \
+                or isinstance(barrier_id, int) and not 1 <= barrier_id <= 15 \
+                or isinstance(barrier_id, Expr) and barrier_id.dtype != i32:
+            fail(f"warpgroup.any_greater: barrier id must be an int in 1..15 or a runtime int, got {barrier_id!r}")
+        result = var(False, "any_greater")
+        emit("warpgroup_any_greater", result, vec, threshold, as_expr(barrier_id),
+             threads=32 * WARPS_PER_WARPGROUP)
+        return result
 
 
 warpgroup = Warpgroup("warpgroup")

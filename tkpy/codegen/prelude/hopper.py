@@ -53,6 +53,14 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// Named barrier `id` over `threads` threads that also ORs a predicate (bar.red.or): true in every one of them
+// when `mine` is true in any.
+__device__ __forceinline__ bool named_any(bool mine, int id, int threads) {
+    u32 any;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(any) : "r"((u32)mine), "r"(id), "r"(threads) : "memory");
+    return any != 0;
+}
 // Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
 __device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void cluster_sync() {

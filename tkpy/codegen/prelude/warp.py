@@ -497,6 +497,17 @@ template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_n
     return __any_sync(0xffffffffu, mine);
 }
 
+// Whether some element of this thread's part of the vector exceeds t (NaN exceeds nothing): each lane's own
+// predicate, for a vote (named_any).
+template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_greater(const rv<TV, N, VL>& vec, float t) {
+    bool mine = false;
+    #pragma unroll
+    for (int o = 0; o < N; o++)
+    #pragma unroll
+    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) mine |= to_float(vec.data[o][k]) > t;
+    return mine;
+}
+
 // dst = f(src, vec) with vec broadcast along rows (ROWS=true: one value per row) or columns.
 template <bool ROWS, typename F, typename TD, typename TS, int H, int W, typename L, typename TV, int N, typename VL>
 __device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, const rv<TV, N, VL>& vec, F f) {
