@@ -117,7 +117,6 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "softmax turns": {d: dict(pingpong="softmax") for d in (64, 128)},
                  "softmax turns serial": {d: dict(TWO, pingpong="softmax", overlap=False) for d in (64, 128)},
                  "2wg softmax turns": {64: dict(TWO, pingpong="softmax")},
-                 "lazy rescale": {d: dict(lazy_rescale=True) for d in (64, 128)},
                  "max first": {d: dict(stale_shift=False) for d in (64, 128)},
                  "qahead": {64: dict(q_ahead=True)},
                  "2wg qahead": {64: dict(TWO, q_ahead=True)},

@@ -137,7 +137,7 @@ SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
 MAX_SPLITS = 16
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
-RESCALE_SLACK = 8.0                 # stale_shift, lazy_rescale: log2 of how far P may exceed 1 before the shift moves
+RESCALE_SLACK = 8.0                 # stale_shift: log2 of how far a kept step's P may exceed 1
 # Head dims whose steps after a task's first compute P on the running shift, without this tile's row max, and leave
 # O's scale (stale_shift): the exponentials start as S arrives and ~140 instructions a step go (the max's FMNMX and
 # shuffles, the rescale's FMULs). A step whose P would pass 2^RESCALE_SLACK in a row's sum is redone with the max.
@@ -295,7 +295,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
                overlap: bool | None = None, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               lazy_rescale: bool = False, exp2_emulated: float = 0.0, q_registers: bool | None = None,
+               exp2_emulated: float = 0.0, q_registers: bool | None = None,
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
                last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True,
@@ -314,9 +314,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     late stages of their own (the template's late_inputs), defaults CONFIGS_SPLIT / CONFIGS_SPLIT_3WG; the kernel
     name gains "_splitkv". q_ahead=True: two query tiles per consumer warpgroup, the next task's loading into one
     while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead".
-    lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK (P up to 2^RESCALE_SLACK), and a
-    warp whose rows' shifts all stayed skips O's rescale (a vote; FlashAttention-4's lazy rescaling); name "_lazy".
-    stale_shift (default at STALE_SHIFT's head dims, but not with lazy_rescale or softmax turns): a step after a
+    stale_shift (default at STALE_SHIFT's head dims, but not with softmax turns): a step after a
     task's first computes P = exp2(S * scale_log2 - shift) on the running shift as S arrives, without this tile's
     row max, and leaves O's scale, so P may exceed 1; where some row's sum of the step's P passes
     2^RESCALE_SLACK (its max grew by about that much; every P of a step kept is at most that, within the range of
@@ -401,11 +399,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "log-sum-exps)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
-    stale_default = d in STALE_SHIFT and not lazy_rescale and not softmax_turns
+    stale_default = d in STALE_SHIFT and not softmax_turns
     stale_shift = stale_default if stale_shift is None else stale_shift
-    if stale_shift and (lazy_rescale or softmax_turns):
-        raise ValueError("attention: stale_shift=True keeps P's shift without a row max; lazy_rescale and softmax "
-                         "turns need the max first (stale_shift=False)")
+    if stale_shift and softmax_turns:
+        raise ValueError("attention: stale_shift=True keeps P's shift without a row max; softmax turns need the max "
+                         "first (stale_shift=False)")
     rows = q_rows(groups)                                   # query rows per task
     skips_by_default = not packed and (causal and groups > 1 or groups == 3)
     skips = skips_by_default if skip_masked is None else skip_masked
@@ -453,7 +451,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         name += "_splitkv" + ("" if late_stages == default_late else f"_{late_stages}late")
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
-    name += ("_qahead" if q_ahead else "") + ("_lazy" if lazy_rescale else "") \
+    name += ("_qahead" if q_ahead else "") \
         + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
@@ -710,10 +708,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.copy(st.factor, st.shift)
             tk.row_max(st.row_max, scores, st.row_max)           # running max over the tiles so far
             tk.mark("softmax: row max")
-            if lazy_rescale:    # the shift stays until a row max passes it by the slack (a row that saw only masked
-                tk.map(st.shift, lambda prev, m: tk.max(prev, tk.max(m * g.scale_log2, -FLT_MAX) - RESCALE_SLACK),
-                       st.shift, st.row_max)                     # keys keeps -FLT_MAX: exp2(-inf) = 0)
-            elif causal:                                         # a row that saw only masked keys: exp2(-inf) = 0
+            if causal:                                           # a row that saw only masked keys: exp2(-inf) = 0
                 tk.map(st.shift, lambda m: tk.max(m * g.scale_log2, -FLT_MAX), st.row_max)
             else:
                 tk.mul(st.shift, st.row_max, g.scale_log2)
@@ -786,7 +781,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.warpgroup.mma_async_wait()
 
         def rescale(self, st, scores, probs):
-            tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)                # O to the new running max
+            tk.mul_row(st.out, st.out, st.factor)                # O to the new running max
             tk.copy(probs, scores)                               # P for O += P V
 
         def by_width(self, st, k, step):
@@ -859,7 +854,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         tk.warpgroup.mma_async_wait()           # O and P are free again
                         tk.mark("P V done")
                     if not stale_shift:                         # (stale_shift: rescaled where the step was redone)
-                        tk.mul_row(st.out, st.out, st.factor, skip_ones=lazy_rescale)
+                        tk.mul_row(st.out, st.out, st.factor)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if mma_turns:

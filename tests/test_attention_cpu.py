@@ -108,22 +108,6 @@ def test_several_tasks_per_persistent_block(causal, pingpong, stages, overlap):
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
 
 
-@pytest.mark.parametrize("d,causal,options", [
-    (64, False, dict(consumer_warpgroups=2)), (64, True, dict(consumer_warpgroups=2)),
-    (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True)), (128, True, dict(consumer_warpgroups=2)),
-    (64, True, dict(consumer_warpgroups=2, overlap=False))])
-@pytest.mark.parametrize("scale", [0.1, 2.0])
-def test_lazy_rescale(d, causal, options, scale):
-    """lazy_rescale=True: the shift moves only when a row max passes it by RESCALE_SLACK and warps skip O's rescale
-    when no shift moved. Keys grow along the sequence, so with scale 2 the row maxes pass the slack at later
-    tiles (the shift moves mid-task) and with 0.1 they never do (P stays up to 2^8 of its first tile's)."""
-    n, nk = 460, 450
-    growth = torch.linspace(1.0, 4.0, nk).view(1, 1, nk, 1)
-    q, k, v = rand(1, 2, n, d, dtype=BF16), (rand(1, 1, nk, d, dtype=BF16) * growth).to(BF16), rand(1, 1, nk, d, dtype=BF16)
-    o, lse = interpret(q, k, v, causal, scale, 3, "_lazy", lazy_rescale=True, **options)
-    check(o, lse, *reference(q, k, v, causal, scale=scale), n)
-
-
 def growing_keys(n, nk, d, spike: bool):
     """q, k, v whose keys grow along the sequence (x1 to x4), and with `spike` one key of the third 64-row tile 40
     times larger: with scale 2 the row maxes pass the running shift by far more than the slack at later tiles, and
@@ -153,13 +137,13 @@ def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, blocks,
 
 
 def test_stale_shift_options():
-    """stale_shift=False (the row max first every step) is named; lazy rescaling and softmax turns take the max
-    first by default and refuse stale_shift=True."""
+    """stale_shift=False (the row max first every step) is named; softmax turns take the max first by default and
+    refuse stale_shift=True; D256 takes the max first by default."""
     assert att._attention(128, att.bf16, False, stale_shift=False).kernel.name.endswith("_maxfirst")
-    assert "_maxfirst" not in att._attention(128, att.bf16, False, lazy_rescale=True).kernel.name
-    for options in (dict(lazy_rescale=True), dict(pingpong="softmax")):
-        with pytest.raises(ValueError, match="stale_shift=True keeps P's shift without a row max"):
-            att._attention(128, att.bf16, False, stale_shift=True, **options)
+    assert "_maxfirst" not in att._attention(128, att.bf16, False, pingpong="softmax").kernel.name
+    assert "_maxfirst" not in att._attention(256, att.bf16, False).kernel.name
+    with pytest.raises(ValueError, match="stale_shift=True keeps P's shift without a row max"):
+        att._attention(128, att.bf16, False, stale_shift=True, pingpong="softmax")
 
 
 def test_stale_shift_sass_has_the_vote():

@@ -188,7 +188,7 @@ def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
     assert not runnable(*args(300, False, "cluster2"))          # 3 query tiles
     assert runnable(*args(300, True, "default"))
     assert args(300, True, "default")[0][4] is None and args(300, True, "with lse")[0][4] is not None
-    assert launch_options("lazy rescale", 256, None) == (None, None)                  # not configured for D256
+    assert launch_options("max first", 256, None) == (None, None)                     # not configured for D256
     assert not runnable(args(256, False, "default")[0], None)
 
 
