@@ -218,12 +218,34 @@ def last_kv_for(nk: int, kv: int, diagonal: bool = False) -> int | None:
     return width if NARROW_LAST and 0 < width < kv else None
 
 
+def skips_default(causal: bool, consumer_warpgroups: int, packed: bool) -> bool:
+    """Whether a kernel's warpgroups skip the steps no row of theirs sees by default (skip_masked): with 3 consumer
+    warpgroups, and causal with 2; not packed."""
+    return not packed and (causal and consumer_warpgroups > 1 or consumer_warpgroups == 3)
+
+
+def pad_first_default(causal: bool, packed: bool) -> bool:
+    """Whether a kernel puts a partial query tile's padding before row 0 by default (pad_first): causal, not packed."""
+    return causal and not packed
+
+
+def whole_clusters(causal: bool, consumer_warpgroups: int, packed: bool, skip_masked: bool | None = None,
+                   pad_first: bool | None = None) -> bool:
+    """Whether a kernel in clusters takes a head's query tiles rounded up to whole clusters, so that an odd number
+    pairs up with a tile of padding (the kernel's `tasks`): causal ones with their padding before row 0 (pad_first),
+    non-causal ones whose warpgroups of padding rows skip their steps (skip_masked; their units interleave, see the
+    kernel's `unit`). skip_masked and pad_first None: the kernel's defaults."""
+    if causal:
+        return pad_first_default(causal, packed) if pad_first is None else pad_first
+    return skips_default(causal, consumer_warpgroups, packed) if skip_masked is None else skip_masked
+
+
 def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, odd: bool = True) -> int:
     """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
     query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; else 1.
-    With `odd` (the kernel's defaults: padding before row 0 for causal, padding rows that skip their steps for 3
-    warpgroups), an odd number pairs up too, with a tile of padding: causal from CAUSAL_PAIR_TILES (the padding
-    tile beside the one that sees the fewest keys), non-causal with 3 warpgroups from ODD_PAIR_TILES."""
+    With `odd` (a kernel that takes whole clusters, whole_clusters), an odd number pairs up too, with a tile of
+    padding: causal from CAUSAL_PAIR_TILES (the padding tile beside the one that sees the fewest keys), non-causal
+    with 3 warpgroups from ODD_PAIR_TILES."""
     tiles = cdiv(n, q_rows(consumer_warpgroups))
     if (d, consumer_warpgroups, causal) not in CLUSTER_PAIRS:
         return 1
@@ -405,7 +427,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: stale_shift=True keeps P's shift without a row max; softmax turns need the max "
                          "first (stale_shift=False)")
     rows = q_rows(groups)                                   # query rows per task
-    skips_by_default = not packed and (causal and groups > 1 or groups == 3)
+    skips_by_default = skips_default(causal, groups, packed)
     skips = skips_by_default if skip_masked is None else skip_masked
     if skips and (packed or groups == 1):
         raise ValueError("attention: skip_masked=True is for kernels of 2 or 3 consumer warpgroups, not packed (a "
@@ -426,12 +448,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if packed and not causal:
         raise ValueError("attention: packed=True is for causal attention (non-causal packed rows need no kernel of "
                          "their own)")
-    pad_first = causal and not packed if pad_first is None else pad_first
+    pad_first = pad_first_default(causal, packed) if pad_first is None else pad_first
     if pad_first and packed:
         raise ValueError("attention: pad_first=True does not go with packed=True (positions of rows before row 0)")
     if pad_first and not causal:
         raise ValueError("attention: pad_first=True is for causal attention (without a mask every row costs the same)")
-    whole_bands = interleaved or (cluster > 1 and pad_first)   # a head's tiles rounded up to whole clusters (tasks)
+    whole_bands = cluster > 1 and whole_clusters(causal, groups, packed, skips, pad_first)   # (tasks)
     preload_default = q_registers and not q_ahead
     q_preload = preload_default if q_preload is None else q_preload
     if q_preload and (not q_registers or q_ahead):
@@ -1113,7 +1135,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     if splits > 1:
         args.append(splits)
     if cluster is None:
-        odd = packed == 1 and options.get("skip_masked") is not False and options.get("pad_first") is not False
+        odd = whole_clusters(variant is not None, consumer_warpgroups, packed > 1 and variant is not None,
+                             options.get("skip_masked"), options.get("pad_first"))
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None, odd=odd)
     if "last_kv" not in options:
         kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]

@@ -607,6 +607,21 @@ def test_odd_query_tiles_pair_with_a_tile_of_padding(monkeypatch):
         assert template.cluster == cluster and template.grid(*args) == (4 * tiles,)     # (a block a task here)
 
 
+@pytest.mark.parametrize("options,cluster", [({}, 2), (dict(skip_masked=False), 2), (dict(pad_first=False), 1)])
+def test_causal_odd_pairs_follow_the_kernels_padding(monkeypatch, options, cluster):
+    """Causal pairs take an odd number of query tiles (9 of 128 rows a head at D64 with 2 warpgroups) wherever the
+    kernel puts its padding before row 0 (whole_clusters: skip_masked does not matter), not with pad_first=False;
+    the paired kernel, its padding tile's task of no steps included, stays right in the interpreter."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    monkeypatch.setattr(att, "CLUSTER_PAIRS", att.CLUSTER_PAIRS | {(64, 2, True)})
+    q, k, v = (rand(1, 2, 9 * 128 - 50, 64, dtype=BF16) for _ in range(3))
+    o = gpu_util.poisoned(*q.shape, dtype=BF16, device="cpu")
+    template, args = att._prepared(q, k, v, o, None, True, 0.125, consumer_warpgroups=2, **options)
+    assert template.cluster == cluster and template.grid(*args) == (2 * (10 if cluster == 2 else 9),)
+    template.kernel.interpret[template.grid(*args)](*args)
+    assert rel_err(o, reference(q, k, v, True, scale=0.125)[0]) < 1e-2
+
+
 @pytest.mark.parametrize("causal,nk,last_kv", [(True, 700, 64), ("bottom_right", 300, 48)])
 def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, last_kv):
     """A packed causal kernel in cluster pairs at D64 with 3 warpgroups and split rings: 4 heads of 90 rows in 192-row
