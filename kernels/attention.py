@@ -753,7 +753,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), scores, st.shift)
             tk.mark("softmax: exponentials")
             tk.row_sum(st.step_sum, scores)
-            grew = tk.warpgroup.any_greater(st.step_sum, 2.0 ** RESCALE_SLACK, OWN[0] + tk.warpgroup.id())
+            grew = tk.warpgroup.any_greater(st.step_sum, 2.0 ** RESCALE_SLACK, OWN[0] + tk.warpgroup.id(), name="grew")
             with tk.if_(grew):                                  # (rare: a row max grew by ~RESCALE_SLACK)
                 redo_s()
                 self.softmax(st, k, scores)
