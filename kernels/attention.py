@@ -3,7 +3,10 @@
 A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, receive their query tile
 in shared memory (at D128 each warp then keeps its 16 rows in registers, Q_REGISTERS), and stream key/value tiles
 that a producer warpgroup loads with TMA through a ring of stages. Per tile a consumer computes S = Q K^T with
-wgmma, an online softmax in the log2 domain on its registers, and O += P V with P straight from registers.
+wgmma, an online softmax in the log2 domain on its registers, and O += P V with P straight from registers. The
+softmax takes a row max on a task's first tile only: later tiles compute P on the running shift as S arrives and
+leave O's scale, and a warpgroup redoes (with the max) the rare step where a row's P sums past 2^RESCALE_SLACK,
+which it decides by a vote (stale_shift, STALE_SHIFT).
 Grouped-query attention maps query head h to key/value head h // (H / H_kv). The two consumer warpgroups take turns
 at the tensor cores (ping-pong, as FlashAttention-3): a warpgroup issues S = Q K^T only once the other's S is done,
 so one's softmax runs while the other's matrix products do; and within a warpgroup, step k issues S_k and then step
