@@ -157,7 +157,8 @@ OVERLAP = True                      # step k issues S_k and step k-1's O += P V 
 # two; at D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes (RESULTS.md run 141).
 SERIAL_ONE_GROUP = (128,)
 TURN = (2, 3, 7)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
-OWN = (4, 5, 6)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15)
+OWN = (4, 5, 6)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15;
+                                    # consecutive: the stale-shift vote names warpgroup w's as OWN[0] + w at run time)
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
 

@@ -58,13 +58,19 @@ def test_vote_emits_bar_red_and_compiles():
     assert "BAR.RED.OR" in vote.sass(x, x, 2.0)
 
 
-@tk.kernel(warps=4)
-def mixed(out: tk.gl[f32, 1, 1, 64, 16]):
-    """Warp 0 votes on barrier 1 while the others sync on it: one phase, two kinds of arrival."""
+def zero_rows():
+    """(Traced inside a kernel) a zero 16x16 tile and its row maxima, a vector to vote on."""
     t = tk.rt(f32, 16, 16)
     tk.zero(t)
     m = tk.col_vec(t)
     tk.row_max(m, t)
+    return t, m
+
+
+@tk.kernel(warps=4)
+def mixed(out: tk.gl[f32, 1, 1, 64, 16]):
+    """Warp 0 votes on barrier 1 while the others sync on it: one phase, two kinds of arrival."""
+    t, m = zero_rows()
     with tk.if_(tk.warp_id() == 0):
         tk.warpgroup.any_greater(m, 0.0, 1)
     with tk.else_():
@@ -80,10 +86,7 @@ def test_a_phase_of_votes_and_syncs_is_reported():
 def test_bad_barrier_ids_are_refused():
     @tk.kernel(warps=4)
     def bad(out: tk.gl[f32, 1, 1, 64, 16]):
-        t = tk.rt(f32, 16, 16)
-        tk.zero(t)
-        m = tk.col_vec(t)
-        tk.row_max(m, t)
+        _, m = zero_rows()
         tk.warpgroup.any_greater(m, 0.0, 16)
     with pytest.raises(tk.TraceError, match="barrier id must be an int in 1..15"):
         bad.source(torch.zeros(1, 1, 64, 16))
