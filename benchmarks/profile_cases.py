@@ -4,8 +4,9 @@
         python3 benchmarks/profile_cases.py CASE
 
 Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
-causal(0/1) [key=value ...] [--only-sdpa] (tkpy: attention(), or kernels.attention._launch with those options, e.g.
-pingpong=softmax overlap=False; then SDPA cuDNN). Each runs 3 times after building its inputs.
+causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or kernels.attention._launch with those
+options, e.g. pingpong=softmax overlap=False; then SDPA cuDNN, and with --flash SDPA flash). Each runs 3 times after
+building its inputs.
 """
 from __future__ import annotations
 
@@ -46,9 +47,11 @@ def main(argv: list[str]) -> None:
                     att._launch(q, k, v, o, lse, bool(causal), None, **options)
                 else:
                     att.attention(q, k, v, causal=bool(causal))
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            for _ in range(3):
-                F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        backends = [SDPBackend.CUDNN_ATTENTION] + ([SDPBackend.FLASH_ATTENTION] if "--flash" in argv else [])
+        for backend in backends:
+            with sdpa_kernel([backend]):
+                for _ in range(3):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
     else:
         raise SystemExit(f"unknown case {what!r}")
     torch.cuda.synchronize()

@@ -203,3 +203,24 @@ def test_balanced_orders_give_every_function_every_predecessor_alike(n):
     assert all(sorted(order) == list(range(n)) for order in orders)
     pairs = Counter((order[i], order[i + 1]) for order in orders for i in range(n - 1))
     assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1
+
+
+def test_pipe_profile_table_takes_each_kernels_last_launch_in_its_units():
+    """benchmarks/pipe_profile.py's table from ncu's raw CSV (its second line the units): the last launch of each
+    kernel, microseconds and TFLOP/s from the duration's unit, the clock from its own, and only the pipes that some
+    kernel keeps busy."""
+    from benchmarks.pipe_profile import last_launches, table
+    pipe = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+    idle = "sm__inst_executed_pipe_fp64.avg.pct_of_peak_sustained_active"
+    text = "\n".join([
+        f'"ID","Kernel Name","gpu__time_duration.sum","sm__cycles_elapsed.avg.per_second",'
+        f'"smsp__issue_active.avg.pct_of_peak_sustained_active","{pipe}","{idle}"',
+        '"","","msecond","cycle/nsecond","%","%","%"',
+        '"0","attention_fwd_d64","2.0","1.60","30.0","50.0","0.2"',
+        '"1","attention_fwd_d64","1.0","1.75","31.5","55.2","0.3"',
+        '"2","flash_fwd_kernel","1,500.0","1.70","40.1","35.2","0.1"'])
+    rows, units = last_launches(text)
+    lines = table(rows, units, flops=2e12).splitlines()
+    assert lines[0].split(" | ") == ["kernel", "us", "TFLOP/s", "GHz", "issue %", "pipe_tensor_op_gmma"]
+    assert lines[2].split(" | ") == ["attention_fwd_d64", "1000", "2000", "1.75", "31.5", "55.2"]
+    assert lines[3].split(" | ") == ["flash_fwd_kernel", "1500000", "1", "1.70", "40.1", "35.2"]
