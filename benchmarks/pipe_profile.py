@@ -1,12 +1,13 @@
 """How busy each pipe of the SM is in tkpy's attention kernel and in SDPA's cuDNN and flash kernels (Nsight Compute).
 
     python3 benchmarks/pipe_profile.py B H N D causal(0/1) [key=value ...]
+    python3 benchmarks/pipe_profile.py --csv pipes_B_H_N_D_causal.csv        (a report saved to $OUT before)
 
 Profiles the last of the three launches of each kernel that benchmarks/profile_cases.py runs (tkpy: attention(),
 or kernels.attention._launch with the options given; SDPA cuDNN; SDPA flash) with ncu's SpeedOfLight,
 ComputeWorkloadAnalysis, SchedulerStats and InstructionStats sections, clocks left alone, and prints per kernel
-its duration, TFLOP/s, SM clock, issue-slot use and every pipe's share of its peak (the tensor pipes, the XU that
-runs MUFU.EX2, FMA, ALU, ...). Under ncu each launch runs alone on a cold L2 at the clock the GPU picks for it: the
+its duration, TFLOP/s, SM clock, issue-slot use and the busy share of the pipes that matter here (PIPES: the tensor
+pipe, the XU that runs MUFU.EX2, FMA, ALU, ...). Under ncu each launch runs alone on a cold L2 at the clock the GPU picks for it: the
 figures compare kernels with one another, not with a sustained benchmark. With $OUT set, the raw metrics go to
 $OUT/pipes_B_H_N_D_causal.csv. Needs ncu on the PATH (the GPU machine has it).
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -23,16 +23,25 @@ from pathlib import Path
 
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "SchedulerStats", "InstructionStats")
 KERNELS = "regex:attention_fwd|sdpa|flash_fwd"
-DURATION, CLOCK = "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second"
+DURATION, CLOCK = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
 ISSUE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
-# a pipe's share of its peak: the cycles it is busy, or the instructions it executes
-PIPE = re.compile(r"^sm__(pipe_\w+_cycles_active|inst_executed_pipe_\w+)\.avg\.pct_of_peak_sustained_active$")
-SECONDS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
-HERTZ = {"cycle/nsecond": 1e9, "cycle/usecond": 1e6, "cycle/second": 1.0, "ghz": 1e9, "mhz": 1e6, "hz": 1.0}
-SHOWN = 1.0                         # pipe columns where some kernel reaches this many percent
+# (column, metric): each pipe's share of its peak, by the cycles it is busy or the instructions it executes. tensor
+# counts wgmma and mma.sync alike, but mma.sync (flash's) runs at about half wgmma's rate on Hopper; xu is
+# the MUFU (the exponentials) with the conversions; adu takes the barriers.
+PIPES = (("tensor", "sm__pipe_tensor_cycles_active"), ("xu", "sm__inst_executed_pipe_xu"),
+         ("fma", "sm__pipe_fma_cycles_active"), ("alu", "sm__pipe_alu_cycles_active"),
+         ("adu", "sm__inst_executed_pipe_adu"), ("uniform", "sm__inst_executed_pipe_uniform"))
+SECONDS = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1.0,
+           "second": 1.0}
+HERTZ = {"ghz": 1e9, "mhz": 1e6, "khz": 1e3, "hz": 1.0, "cycle/nsecond": 1e9, "cycle/usecond": 1e6,
+         "cycle/second": 1.0}
 
 
 def main(argv: list[str]) -> None:
+    if argv[0] == "--csv":
+        b, h, n, d, causal = (int(x) for x in Path(argv[1]).stem.split("_")[1:6])
+        print(table(*last_launches(Path(argv[1]).read_text()), flops_of(b, h, n, d, causal)))
+        return
     b, h, n, d, causal = (int(x) for x in argv[:5])
     options = argv[5:]
     script = Path(__file__).resolve().parent / "profile_cases.py"
@@ -40,25 +49,19 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report")
         sections = [arg for name in SECTIONS for arg in ("--section", name)]
-        pipes = tensor_pipes()
-        metrics = ["--metrics", ",".join(pipes)] if pipes else []
-        subprocess.run(["ncu", "--clock-control", "none", "-k", KERNELS, *sections, *metrics, "-o", report,
-                        *command], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["ncu", "--clock-control", "none", "-k", KERNELS, *sections, "-o", report, *command],
+                       check=True, stdout=subprocess.DEVNULL)
         text = subprocess.run(["ncu", "-i", report + ".ncu-rep", "--page", "raw", "--csv"], check=True,
                               capture_output=True, text=True).stdout
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"pipes_{b}_{h}_{n}_{d}_{causal}.csv").write_text(text)
-    flops = 4 * b * h * n * n * d / (2 if causal else 1)
     print(f"B{b} H{h} N{n} D{d} {'causal' if causal else 'non-causal'} {' '.join(options)}")
-    print(table(*last_launches(text), flops))
+    print(table(*last_launches(text), flops_of(b, h, n, d, causal)))
 
 
-def tensor_pipes() -> list[str]:
-    """Every tensor pipe's busy share that this ncu knows for the GH100 (the sections need not name wgmma's)."""
-    text = subprocess.run(["ncu", "--query-metrics", "--chip", "gh100"], check=True, capture_output=True,
-                          text=True).stdout
-    names = sorted(set(re.findall(r"\bsm__pipe_tensor\w*_cycles_active\b", text)))
-    return [name + ".avg.pct_of_peak_sustained_active" for name in names]
+def flops_of(b: int, h: int, n: int, d: int, causal: int) -> float:
+    """Attention's forward FLOPs, causal counted at half."""
+    return 4 * b * h * n * n * d / (2 if causal else 1)
 
 
 def last_launches(text: str) -> tuple[list[dict], dict]:
@@ -79,16 +82,15 @@ def number(row: dict, metric: str) -> float:
 
 
 def table(rows: list[dict], units: dict, flops: float) -> str:
-    """Per kernel: its name (shortened), microseconds, TFLOP/s, GHz, issue slots busy and the busy pipes (%)."""
-    pipes = sorted({m for row in rows for m in row if PIPE.match(m) and number(row, m) >= SHOWN})
-    short = {m: PIPE.match(m).group(1).replace("_cycles_active", "").replace("inst_executed_", "inst_") for m in pipes}
-    header = ["kernel", "us", "TFLOP/s", "GHz", "issue %", *short.values()]
+    """Per kernel: its name (shortened), microseconds, TFLOP/s, GHz, issue slots busy and the pipes (% of peak)."""
+    header = ["kernel", "us", "TFLOP/s", "GHz", "issue %", *(name for name, _ in PIPES)]
     lines = [" | ".join(header), " | ".join("---" for _ in header)]
     for row in rows:
-        seconds = number(row, DURATION) * SECONDS[units[DURATION]]
+        seconds = number(row, DURATION) * SECONDS[units[DURATION].lower()]
         hertz = number(row, CLOCK) * HERTZ[units[CLOCK].lower()]
         cells = [row["Kernel Name"][:48], f"{seconds * 1e6:.0f}", f"{flops / seconds / 1e12:.0f}",
-                 f"{hertz / 1e9:.2f}", f"{number(row, ISSUE):.1f}", *(f"{number(row, m):.1f}" for m in pipes)]
+                 f"{hertz / 1e9:.2f}", f"{number(row, ISSUE):.1f}",
+                 *(f"{number(row, metric + '.avg.pct_of_peak_sustained_active'):.1f}" for _, metric in PIPES)]
         lines.append(" | ".join(cells))
     return "\n".join(lines)
 

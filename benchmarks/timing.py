@@ -24,6 +24,15 @@ WARMUP_CALLS = 3
 
 def median_ms(fn) -> float:
     """Median GPU milliseconds per call of `fn` over CUDA-graph replays (see the module docstring)."""
+    graph, calls, replay_ms = graph_of(fn)
+    replays = max(MIN_REPLAYS, round(BUDGET_MS / replay_ms))
+    times = sorted(_timed_replays(graph, replays))
+    return times[len(times) // 2] / calls
+
+
+def graph_of(fn, target_ms: float = TARGET_REPLAY_MS):
+    """(graph, calls, milliseconds of one replay): `fn` warmed up, then a CUDA graph of `calls` back-to-back calls
+    of it, enough that a replay lasts target_ms or more (up to MAX_CALLS)."""
     import torch
 
     # Warm up outside the capture (compiles, caches, library handles), on a side stream as torch recommends.
@@ -43,14 +52,11 @@ def median_ms(fn) -> float:
                 fn()
         graph.replay()                           # the first replay uploads the graph: not timed
         replay_ms = _timed_replays(graph, 1)[0]
-        if replay_ms >= TARGET_REPLAY_MS or calls >= MAX_CALLS:
-            break
-        # Too short: as many calls as make TARGET_REPLAY_MS by this replay's time per call, and a fifth more.
-        calls = min(MAX_CALLS, math.ceil(calls * 1.2 * TARGET_REPLAY_MS / max(replay_ms, 1e-4)))
+        if replay_ms >= target_ms or calls >= MAX_CALLS:
+            return graph, calls, replay_ms
+        # Too short: as many calls as make target_ms by this replay's time per call, and a fifth more.
+        calls = min(MAX_CALLS, math.ceil(calls * 1.2 * target_ms / max(replay_ms, 1e-4)))
         del graph
-    replays = max(MIN_REPLAYS, round(BUDGET_MS / replay_ms))
-    times = sorted(_timed_replays(graph, replays))
-    return times[len(times) // 2] / calls
 
 
 def _timed_replays(graph, replays: int) -> list[float]:

@@ -207,20 +207,31 @@ def test_balanced_orders_give_every_function_every_predecessor_alike(n):
 
 def test_pipe_profile_table_takes_each_kernels_last_launch_in_its_units():
     """benchmarks/pipe_profile.py's table from ncu's raw CSV (its second line the units): the last launch of each
-    kernel, microseconds and TFLOP/s from the duration's unit, the clock from its own, and only the pipes that some
-    kernel keeps busy."""
-    from benchmarks.pipe_profile import last_launches, table
-    pipe = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
-    idle = "sm__inst_executed_pipe_fp64.avg.pct_of_peak_sustained_active"
+    kernel, microseconds and TFLOP/s from the duration's unit, the clock from its own, and its PIPES columns."""
+    from benchmarks.pipe_profile import PIPES, last_launches, table
+    pipes = [metric + ".avg.pct_of_peak_sustained_active" for _, metric in PIPES]
     text = "\n".join([
-        f'"ID","Kernel Name","gpu__time_duration.sum","sm__cycles_elapsed.avg.per_second",'
-        f'"smsp__issue_active.avg.pct_of_peak_sustained_active","{pipe}","{idle}"',
-        '"","","msecond","cycle/nsecond","%","%","%"',
-        '"0","attention_fwd_d64","2.0","1.60","30.0","50.0","0.2"',
-        '"1","attention_fwd_d64","1.0","1.75","31.5","55.2","0.3"',
-        '"2","flash_fwd_kernel","1,500.0","1.70","40.1","35.2","0.1"'])
+        '"ID","Kernel Name","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second",'
+        '"smsp__issue_active.avg.pct_of_peak_sustained_active",' + ",".join(f'"{m}"' for m in pipes),
+        '"","","ms","Ghz","%",' + ",".join('"%"' for _ in pipes),
+        '"0","attention_fwd_d64","2.0","1.60","30.0",' + ",".join(f'"{i}"' for i in range(len(pipes))),
+        '"1","attention_fwd_d64","1.0","1.75","31.5",' + ",".join(f'"{10 * i}.5"' for i in range(len(pipes))),
+        '"2","flash_fwd_kernel","1,500.0","1.70","40.1",' + ",".join('"1,000"' for _ in pipes)])
     rows, units = last_launches(text)
     lines = table(rows, units, flops=2e12).splitlines()
-    assert lines[0].split(" | ") == ["kernel", "us", "TFLOP/s", "GHz", "issue %", "pipe_tensor_op_gmma"]
-    assert lines[2].split(" | ") == ["attention_fwd_d64", "1000", "2000", "1.75", "31.5", "55.2"]
-    assert lines[3].split(" | ") == ["flash_fwd_kernel", "1500000", "1", "1.70", "40.1", "35.2"]
+    assert lines[0].split(" | ") == ["kernel", "us", "TFLOP/s", "GHz", "issue %", *(name for name, _ in PIPES)]
+    assert lines[2].split(" | ") == ["attention_fwd_d64", "1000", "2000", "1.75", "31.5",
+                                     *(f"{10 * i}.5" for i in range(len(pipes)))]
+    assert lines[3].split(" | ") == ["flash_fwd_kernel", "1500000", "1", "1.70", "40.1", *("1000.0" for _ in pipes)]
+
+
+def test_power_clock_table_gives_work_per_clock_against_flash():
+    """benchmarks/power_clock.py's table: each kernel's TFLOP/s per GHz of its own clock, and both ratios to flash."""
+    from benchmarks.power_clock import table
+    row = {"b": 4, "h": 16, "n": 16384, "d": 64, "causal": False,
+           "tkpy": {"tflops": 520.0, "mhz": 1600.0, "watts": 699.0, "per_ghz": 325.0},
+           "cudnn": {"tflops": 460.0, "mhz": 1700.0, "watts": 690.0, "per_ghz": 460 / 1.7},
+           "flash": {"tflops": 300.0, "mhz": 1875.0, "watts": 650.0, "per_ghz": 160.0}}
+    lines = table([row]).splitlines()
+    assert lines[2].split(" | ") == ["4 16 16384 64 no", "tkpy", "520", "1600", "699", "325", "1.73", "2.03"]
+    assert lines[4].split(" | ")[-2:] == ["1.00", "1.00"]
