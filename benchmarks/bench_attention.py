@@ -14,8 +14,9 @@ pair; the tkpy column is its time in the cuDNN pair.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode
-                  (split-K on few query tiles over many keys; decoding shapes with GQA)
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims
+                  (split-K on few query tiles over many keys; decoding shapes with GQA; head dims between the
+                   tuned 64, 128 and 256: D80, D96, D160, D192)
     PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
@@ -32,48 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
+# Head dims between the tuned ones, which take the next tuned one's settings (--dims)
+OTHER_DIM_CASES = [(16, 16, 4096, d, causal) for d in (80, 96, 160, 192) for causal in (False, True)]
 
 
 def main(variants: bool | None = None) -> list[dict]:
     """The issue's cases against cuDNN and flash (and, unless `variants` is False or --no-variants is given, the
     variant table); returns the cases' rows."""
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from benchmarks.timing import median_ms, paired_ms
-    from kernels.attention import attention
-    rows = []
-    for b, h, n, d, causal in CASES:
-        q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-        flops = 4 * b * h * n * n * d / (2 if causal else 1)
-        out = attention(q, k, v, causal=causal)
-        ours = lambda: attention(q, k, v, causal=causal)  # noqa: E731
-        row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-            try:
-                with sdpa_kernel(backend):
-                    ref = fn()
-                    t_ours, t_theirs = paired_ms(ours, fn)            # tkpy timed against each, in pairs
-                row[name], row[f"vs_{name}"] = flops / t_theirs / 1e9, t_theirs / t_ours
-                if name == "cudnn":
-                    row["tkpy"] = flops / t_ours / 1e9
-            except RuntimeError as e:          # a backend that does not take this case
-                print(f"  {name} unavailable for B{b} H{h} N{n} D{d} causal={causal}: {str(e).splitlines()[0]}")
-                row[name], row[f"vs_{name}"], ref = float("nan"), float("nan"), None
-            if name == "cudnn" and ref is not None:
-                row["diff_vs_cudnn"] = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-        row.setdefault("tkpy", flops / median_ms(ours) / 1e9)
-        rows.append(row)
-        del q, k, v, out
-        torch.cuda.empty_cache()
-    print(f"{'B H N D':>18} {'causal':>6} {'tkpy':>6} {'cuDNN':>6} {'flash':>6} {'vs cuDNN':>9} {'vs flash':>9} "
-          f"{'diff':>8}  (TFLOP/s; causal at half the FLOPs)")
-    for r in rows:
-        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
-              f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['vs_cudnn']:>9.2f} {r['vs_flash']:>9.2f} "
-              f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
+    rows = [case_row(*case) for case in CASES]
+    print_rows(rows)
     if variants is None:
         variants = "--no-variants" not in sys.argv
     variant_rows = variant_table() if variants else []
@@ -81,6 +49,58 @@ def main(variants: bool | None = None) -> list[dict]:
     if out_dir:
         plot(rows, out_dir / "attention.png")
     return rows
+
+
+def other_dims_table() -> list[dict]:
+    """OTHER_DIM_CASES (head dims between the tuned 64, 128 and 256) against cuDNN and flash, as main's table."""
+    rows = [case_row(*case) for case in OTHER_DIM_CASES]
+    print("\nhead dims between the tuned ones (kernels.attention.tuned):")
+    print_rows(rows)
+    save("attention_dims.json", rows)
+    return rows
+
+
+def case_row(b: int, h: int, n: int, d: int, causal: bool) -> dict:
+    """TFLOP/s of attention() and of SDPA's cuDNN and flash backends on random bf16 (b, h, n, d) inputs, tkpy timed
+    in pairs with each (timing.paired_ms), and the relative difference of its output from cuDNN's."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchmarks.timing import median_ms, paired_ms
+    from kernels.attention import attention
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    flops = 4 * b * h * n * n * d / (2 if causal else 1)
+    out = attention(q, k, v, causal=causal)
+    ours = lambda: attention(q, k, v, causal=causal)  # noqa: E731
+    row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+        try:
+            with sdpa_kernel(backend):
+                ref = fn()
+                t_ours, t_theirs = paired_ms(ours, fn)            # tkpy timed against each, in pairs
+            row[name], row[f"vs_{name}"] = flops / t_theirs / 1e9, t_theirs / t_ours
+            if name == "cudnn":
+                row["tkpy"] = flops / t_ours / 1e9
+        except RuntimeError as e:          # a backend that does not take this case
+            print(f"  {name} unavailable for B{b} H{h} N{n} D{d} causal={causal}: {str(e).splitlines()[0]}")
+            row[name], row[f"vs_{name}"], ref = float("nan"), float("nan"), None
+        if name == "cudnn" and ref is not None:
+            row["diff_vs_cudnn"] = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+    row.setdefault("tkpy", flops / median_ms(ours) / 1e9)
+    del q, k, v, out
+    torch.cuda.empty_cache()
+    return row
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"{'B H N D':>18} {'causal':>6} {'tkpy':>6} {'cuDNN':>6} {'flash':>6} {'vs cuDNN':>9} {'vs flash':>9} "
+          f"{'diff':>8}  (TFLOP/s; causal at half the FLOPs)")
+    for r in rows:
+        print(f"{r['b']:>3} {r['h']:>3} {r['n']:>6} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} {r['tkpy']:>6.0f} "
+              f"{r['cudnn']:>6.0f} {r['flash']:>6.0f} {r['vs_cudnn']:>9.2f} {r['vs_flash']:>9.2f} "
+              f"{r.get('diff_vs_cudnn', float('nan')):>8.1e}")
 
 
 # Other configurations: per head dim where they apply, keyword options of _launch. The default (attention()'s
@@ -448,5 +468,7 @@ if __name__ == "__main__":
         split_table()
     elif "--decode" in sys.argv:
         decode_table()
+    elif "--dims" in sys.argv:
+        other_dims_table()
     else:
         main()

@@ -106,6 +106,7 @@ def main() -> int:
         fp8 = subprocess.run([sys.executable, "-m", "kernels.gemm_fp8"], cwd=ROOT, capture_output=True, text=True)
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main(variants=variants)
+        report["attention_dims"] = bench_attention.other_dims_table()
         report["attention_split"] = bench_attention.split_table()
         report["attention_decode"] = bench_attention.decode_table()
         from benchmarks import bench_exp2, bench_smem
@@ -122,7 +123,7 @@ def main() -> int:
     for name, r in report.get("launch", {}).items():
         if name in ("raw_ex_int", "prepared", "native_raw", "native_noop", "tkpy_call", "tkpy_python", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
-    for r in report.get("attention", []):
+    for r in report.get("attention", []) + report.get("attention_dims", []):
         print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}{' causal' if r.get('causal') else ''}: "
               f"tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
               f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")

@@ -39,6 +39,10 @@ non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles
 shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a tile of padding
 (causal pairs from 8, the padding tile before row 0).
 
+Head dims: 64, 128 and 256 were tuned on the H200; any other multiple of 16 up to 256 takes the settings of the next
+tuned one up (tuned: D96 runs D128's kernels on narrower tiles), whose registers and shared memory its tiles need at
+most.
+
 Decoding and other few-row shapes: GQA runs each key/value head's query heads as one sequence (packed_heads;
 causal kernels mask each row by its position in its own head, packed=True), a head's rows that fit 64 run on one
 consumer warpgroup (tasks of 64 rows, no turns), and where the tasks fill at most half the SMs their keys are
@@ -65,6 +69,10 @@ FLT_MAX = 3.4028234663852886e38
 HEAD_GROUP = 8                      # heads per section of the task order at most (K/V of a section share L2)
 SECTION_BYTES = 16 << 20            # ... and as many as keep the section's K and V within this many bytes
 DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
+# The head dims whose settings below were tuned on the H200; a kernel of another head dim (a multiple of 16 up to
+# 256: D80, D96, D160, ...) takes those of the next tuned one up (tuned), whose tiles need at least its registers
+# and shared memory.
+TUNED_DIMS = (64, 128, 256)
 # head dim -> (key/value rows per stage, stages): K and V tiles of every stage, and the 128 x D query
 # tile, fit in shared memory (D=128: 32 KB + 3 x 64 KB); S (16 x kv rows), P and O (16 x D) of each warp
 # fit in its registers. A consumer releases a stage one step after it arrived, so 3+ stages keep the
@@ -167,6 +175,11 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def tuned(d: int) -> int:
+    """The head dim of TUNED_DIMS whose settings a kernel of head dim d takes: the smallest at least d."""
+    return min(t for t in TUNED_DIMS if t >= d)
+
+
 def q_rows(consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
     """Query rows per task: 64 per consumer warpgroup."""
     return 64 * consumer_warpgroups
@@ -185,10 +198,11 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 3 (12 waves of 192 rows at 1.25x beat 16 of 128)."""
     if n <= q_rows(1):
         return 1
+    rates = GROUP_RATE[tuned(d)]
 
     def time(groups):
-        return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / GROUP_RATE[d][groups]
-    return min(GROUP_RATE[d], key=lambda groups: (time(groups), groups))
+        return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / rates[groups]
+    return min(rates, key=lambda groups: (time(groups), groups))
 
 
 def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> bool:
@@ -197,12 +211,13 @@ def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> boo
     135, and SERIAL_ONE_GROUP's serial schedule takes one ring)."""
     if consumer_warpgroups == 1:
         return False
+    d = tuned(d)
     return consumer_warpgroups == 3 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
 
 
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
     """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin."""
-    groups = consumer_warpgroups
+    groups, d = consumer_warpgroups, tuned(d)
     if split_kv:
         return (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
     if groups == 1:
@@ -251,7 +266,7 @@ def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, odd: boo
     padding: causal from CAUSAL_PAIR_TILES (the padding tile beside the one that sees the fewest keys), non-causal
     with 3 warpgroups from ODD_PAIR_TILES."""
     tiles = cdiv(n, q_rows(consumer_warpgroups))
-    if (d, consumer_warpgroups, causal) not in CLUSTER_PAIRS:
+    if (tuned(d), consumer_warpgroups, causal) not in CLUSTER_PAIRS:
         return 1
     if causal:
         return 2 if tiles >= CAUSAL_PAIR_TILES and (tiles % 2 == 0 or odd) else 1
@@ -400,11 +415,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     pingpong = pingpong if groups > 1 else False         # (one warpgroup takes no turns)
     softmax_turns = pingpong == "softmax"
     mma_turns = bool(pingpong) and not softmax_turns
-    if groups == 3 and d not in CONFIGS_3WG:
-        raise ValueError(f"attention: 3 consumer warpgroups take head dims {', '.join(map(str, CONFIGS_3WG))} "
-                         f"(their registers hold S, P and O of those only), got {d}")
+    if d % 16 or not 16 <= d <= 256:
+        raise ValueError(f"attention: the head dim must be a multiple of 16 from 16 to 256, got {d}")
+    family = tuned(d)                                       # (the tuned settings it takes)
+    if groups == 3 and family not in CONFIGS_3WG:
+        raise ValueError(f"attention: 3 consumer warpgroups take head dims up to {max(CONFIGS_3WG)} (their "
+                         f"registers hold S, P and O of those only), got {d}")
     if overlap is None:         # OVERLAP, but the serial schedule for SERIAL_ONE_GROUP's one-warpgroup kernels
-        overlap = OVERLAP and not (groups == 1 and d in SERIAL_ONE_GROUP and not split_kv)
+        overlap = OVERLAP and not (groups == 1 and family in SERIAL_ONE_GROUP and not split_kv)
     if split_kv and not overlap:
         raise ValueError("attention: split_kv=True reads V_{k-1} at step k (the overlapped schedule); it needs "
                          "overlap=True")
@@ -417,15 +435,15 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: split_k=True shares a task's keys between tasks that run apart; no clusters")
     if blocks_per_sm not in (1, 2):
         raise ValueError(f"attention: blocks_per_sm must be 1 or 2, got {blocks_per_sm!r}")
-    if blocks_per_sm == 2 and (groups != 1 or split_kv or d not in CONFIGS_1WG_2SM):
+    if blocks_per_sm == 2 and (groups != 1 or split_kv or family not in CONFIGS_1WG_2SM):
         raise ValueError(f"attention: blocks_per_sm={blocks_per_sm} is for one consumer warpgroup, one ring and head "
-                         f"dims {', '.join(map(str, CONFIGS_1WG_2SM))}")
+                         f"dims up to {max(CONFIGS_1WG_2SM)}")
     if split_k and not lse:
         raise ValueError("attention: split_k=True needs lse=True (combine_kernel weighs the splits by their "
                          "log-sum-exps)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
-    stale_default = d in STALE_SHIFT and not softmax_turns
+    stale_default = family in STALE_SHIFT and not softmax_turns
     stale_shift = stale_default if stale_shift is None else stale_shift
     if stale_shift and softmax_turns:
         raise ValueError("attention: stale_shift=True keeps P's shift without a row max; softmax turns need the max "
@@ -447,7 +465,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if last_kv is not None and (not isinstance(last_kv, int) or last_kv % 16 or not 16 <= last_kv < kv):
         raise ValueError(f"attention: last_kv (rows of a partial last key tile's MMAs) must be a multiple of 16 below "
                          f"kv ({kv}), got {last_kv!r}")
-    q_default = groups <= 2 and d in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
+    q_default = groups <= 2 and family in Q_REGISTERS and kv <= 128 and overlap   # (longer tiles: spills)
     q_registers = q_default if q_registers is None else q_registers
     if packed and not causal:
         raise ValueError("attention: packed=True is for causal attention (non-causal packed rows need no kernel of "
@@ -1013,8 +1031,8 @@ def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q has batch {b} but k and v have batch {bk}")
     if dk != d:
         raise ValueError(f"q has head dim {d} but k and v have head dim {dk}")
-    if d not in CONFIGS:
-        raise ValueError(f"head dim {d} is not supported (supported: {', '.join(map(str, CONFIGS))})")
+    if d % 16 or not 16 <= d <= 256:
+        raise ValueError(f"head dim {d} is not supported (supported: multiples of 16 from 16 to 256)")
     if hkv == 0 or h % hkv:
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv}) (GQA/MQA)")
     if nk == 0:
@@ -1034,8 +1052,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
               scale: float | None = None, return_lse: bool = False):
     """softmax(q k^T * scale [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
 
-    - dtypes: bf16 or fp16 (all three the same); head dims 64, 128 and 256; CUDA tensors (or any
-      device under TKPY_INTERPRET=1, which runs tkpy's CPU interpreter).
+    - dtypes: bf16 or fp16 (all three the same); head dims: multiples of 16 from 16 to 256 (64, 128 and 256
+      tuned, the others taking the settings of the next tuned one up: tuned); CUDA tensors (or any device
+      under TKPY_INTERPRET=1, which runs tkpy's CPU interpreter).
     - k and v: (batch, kv_heads, seq_k, head_dim) with kv_heads dividing heads: grouped-query and
       multi-query attention (query head h reads key/value head h // (heads / kv_heads), as torch's
       enable_gqa). Any seq and seq_k >= 1, equal or not.
@@ -1156,7 +1175,7 @@ def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int
     off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as many as fill the SMs, each at
     least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
     tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
-    if not SPLIT_K_DEFAULT or consumer_warpgroups == 3 or d not in SPLIT_K_DIMS or 2 * tasks > sms:
+    if not SPLIT_K_DEFAULT or consumer_warpgroups == 3 or tuned(d) not in SPLIT_K_DIMS or 2 * tasks > sms:
         return 1
     return splits_to_fill(tasks, nk, d, sms)
 
@@ -1164,7 +1183,7 @@ def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int
 def splits_to_fill(tasks: int, nk: int, d: int, sms: int) -> int:
     """Tasks per query tile that fill `sms` SMs with `tasks` query tiles over nk keys: each split at least
     SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS splits, at least 1."""
-    steps = cdiv(nk, CONFIGS[d][0])
+    steps = cdiv(nk, CONFIGS[tuned(d)][0])
     return max(1, min(sms // tasks, steps // SPLIT_MIN_STEPS, MAX_SPLITS))
 
 
@@ -1182,39 +1201,41 @@ def combine_kernel(d: int, dtype, splits: int):
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
                 O: tk.gl[dtype, "B", "H", "N", d], L: tk.gl[f32, "B", "H", "NL"]):
-        out = tk.rt(f32, 16, COMBINE_COLS)
-        parts = [tk.rt(f32, 16, COMBINE_COLS) for _ in range(splits)]
-        weights = [tk.col_vec(out) for _ in range(splits)]
-        top, total, denominator = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
-        row = tk.block_idx.x                                                # 16-row units
-        col = tk.let(tk.block_idx.z * 4 + tk.warp_id(), "col")              # COMBINE_COLS-column units
-        b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
-        for s, (weight, part) in enumerate(zip(weights, parts)):
-            tk.load(weight, Lw, (s * O.batch + b, h, row))
-            tk.load(part, Ow, (s * O.batch + b, h, row, col), masked=True)
-        tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
-        for weight in weights:
-            tk.max(top, top, weight)
-        tk.zero(total)
-        for weight in weights:                  # each split's log-sum-exp becomes its weight e^(l_s - max)
-            tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), weight, top)
-            tk.add(total, total, weight)
-        tk.max(denominator, total, 1e-30)
-        tk.zero(out)
-        for weight, part in zip(weights, parts):
-            tk.mul_row(part, part, weight)
-            tk.add(out, out, part)
-        tk.div_row(out, out, denominator)
-        tk.store(O, out, (b, h, row, col), masked=True)
-        with tk.if_(col == 0):
-            tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
-            tk.store(L, total, (b, h, row), masked=True)
+        units = d // COMBINE_COLS                                           # (the last block's warps may pass d)
+        with tk.if_(tk.block_idx.z * 4 + tk.warp_id() < units) if units % 4 else contextlib.nullcontext():
+            out = tk.rt(f32, 16, COMBINE_COLS)
+            parts = [tk.rt(f32, 16, COMBINE_COLS) for _ in range(splits)]
+            weights = [tk.col_vec(out) for _ in range(splits)]
+            top, total, denominator = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
+            row = tk.block_idx.x                                                # 16-row units
+            col = tk.let(tk.block_idx.z * 4 + tk.warp_id(), "col")              # COMBINE_COLS-column units
+            b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
+            for s, (weight, part) in enumerate(zip(weights, parts)):
+                tk.load(weight, Lw, (s * O.batch + b, h, row))
+                tk.load(part, Ow, (s * O.batch + b, h, row, col), masked=True)
+            tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
+            for weight in weights:
+                tk.max(top, top, weight)
+            tk.zero(total)
+            for weight in weights:                  # each split's log-sum-exp becomes its weight e^(l_s - max)
+                tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), weight, top)
+                tk.add(total, total, weight)
+            tk.max(denominator, total, 1e-30)
+            tk.zero(out)
+            for weight, part in zip(weights, parts):
+                tk.mul_row(part, part, weight)
+                tk.add(out, out, part)
+            tk.div_row(out, out, denominator)
+            tk.store(O, out, (b, h, row, col), masked=True)
+            with tk.if_(col == 0):
+                tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
+                tk.store(L, total, (b, h, row), masked=True)
     return combine
 
 
 def combine_grid(b: int, h: int, n: int, d: int) -> tuple[int, int, int]:
     """combine_kernel's blocks: 16-row units of n, b x h heads, and d over 4 warps of COMBINE_COLS columns."""
-    return cdiv(n, 16), b * h, d // (4 * COMBINE_COLS)
+    return cdiv(n, 16), b * h, cdiv(d, 4 * COMBINE_COLS)
 
 
 def _positive_scale(k: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:

@@ -1,6 +1,6 @@
 """kernels/attention.py in the CPU interpreter (real TMA / mbarrier / wgmma semantics and protocol checks) at
 small sizes: odd and unequal lengths, causal (torch's top-left and bottom-right), GQA/MQA, bf16/fp16, head
-dims 64/128/256, several tasks per persistent block; against an explicit float64 softmax and torch's SDPA.
+dims 64/128/256 and the others in multiples of 16 (D32, D80, D96, D160, ...), several tasks per persistent block; against an explicit float64 softmax and torch's SDPA.
 Plus the input checks, NVRTC compiles and SASS of every variant. No GPU needed."""
 from __future__ import annotations
 
@@ -68,6 +68,13 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
     (1, 2, 2, 300, 77, 64, "bottom_right", BF16),       # the first 223 rows see no key
     (1, 1, 1, 100, 100, 256, True, BF16),
     (1, 1, 1, 1, 1, 64, True, FP16),
+    # head dims between the tuned ones, which take the next tuned one's settings (tuned): D96 and D80 as D128 (Q in
+    # registers, 128-row key tiles), D48 and D32 as D64, D160 as D256 (64-row key tiles)
+    (1, 2, 2, 150, 170, 96, False, BF16),
+    (1, 4, 2, 77, 200, 80, True, FP16),
+    (1, 2, 1, 130, 90, 32, "bottom_right", BF16),
+    (1, 2, 2, 200, 100, 48, False, BF16),
+    (1, 1, 1, 100, 150, 160, True, BF16),
 ]
 
 
@@ -395,6 +402,8 @@ def launch_split(q, k, v, causal, splits, **options):
     (True, 64, 1, 300, 900, 3, dict(q_ahead=True)),        # the second query tile's buffer, with no O staged in it
     (False, 128, 1, 200, 1500, 3, dict(split_kv=True)),    # D128's split rings of 176-row tiles (long keys)
     ("bottom_right", 256, 1, 150, 400, 3, {}),            # D256: 64-row key tiles
+    (False, 96, 1, 150, 700, 3, {}),                       # D96: the combine's last block of 2 warps of columns
+    (False, 80, 2, 64, 600, 2, dict(consumer_warpgroups=1)),   # D80 decoding on one warpgroup (D128's serial)
 ])
 def test_split_k(monkeypatch, causal, d, hkv, n, nk, splits, options):
     """splits > 1: each query tile's key tiles shared by `splits` tasks writing fp32 partial results into
@@ -759,7 +768,8 @@ def test_clear_errors(monkeypatch):
         attention(q, q, q)
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     bad = [
-        ((q[..., :32], q[..., :32], q[..., :32]), "head dim 32 is not supported"),
+        ((q[..., :40], q[..., :40], q[..., :40]), "head dim 40 is not supported .*multiples of 16 from 16 to 256"),
+        ((torch.zeros(1, 2, 128, 272, dtype=BF16),) * 3, "head dim 272 is not supported"),
         ((torch.zeros(1, 3, 128, 64, dtype=BF16), q, q), r"multiple of key/value heads"),
         ((q.float(), q.float(), q.float()), "supports bf16 and fp16"),
         ((q, q.half(), q), "same dtype"),
@@ -942,6 +952,26 @@ def test_three_consumer_warpgroups_compile_to_hgmma_without_spills(d, kv, causal
     assert "setmaxnreg.inc.sync.aligned.u32 160" in kernel.ptx(*args)
 
 
+def test_head_dims_take_the_next_tuned_ones_settings():
+    """tuned(d): D16-D64 take D64's settings, D80-D128 D128's, D144-D256 D256's; so the defaults of a kernel between
+    them (tiles, Q in registers, stale_shift, split rings, cluster pairs) are those of the tuned one above, and its
+    kernel compiles to HGMMA without spills (its tiles are narrower)."""
+    assert [att.tuned(d) for d in (16, 48, 64, 80, 128, 144, 256)] == [64, 64, 64, 128, 128, 256, 256]
+    assert att.default_tiles(96, 2, False) == att.default_tiles(128, 2, False)
+    assert att.default_tiles(48, 3, True) == att.default_tiles(64, 3, True)
+    assert att.split_kv_for(4096, 96, 2, False) and att.cluster_for(1024, 96, 2, False) == 2
+    assert att.consumer_warpgroups_for(16, 16, 4096, 48, 132) == 3
+    for bad in (8, 40, 272):
+        with pytest.raises(ValueError, match="multiple of 16 from 16 to 256"):
+            att._attention(bad)
+    with pytest.raises(ValueError, match="3 consumer warpgroups take head dims up to 128"):
+        att._attention(160, consumer_warpgroups=3)
+    q, lse = torch.empty(1, 2, 1024, 96, dtype=BF16), torch.empty(1, 2, 1024)
+    kernel = att._attention(96).kernel
+    assert kernel.name == "attention_fwd_d96"
+    compiled_sass(kernel, [q, q, q, q, lse, 1.0])
+
+
 def test_consumer_warpgroups_option(monkeypatch):
     """2 is the default (same kernel name and code); 3 only for CONFIGS_3WG's head dims; the log-sum-exp buffer
     must have the kernel's rows."""
@@ -956,7 +986,7 @@ def test_consumer_warpgroups_option(monkeypatch):
     assert att.lse_rows(460) == 512 and att.lse_rows(460, 3) == 576
     with pytest.raises(ValueError, match="consumer_warpgroups must be 1, 2 or 3"):
         att._attention(64, consumer_warpgroups=4)
-    with pytest.raises(ValueError, match="3 consumer warpgroups take head dims"):
+    with pytest.raises(ValueError, match="3 consumer warpgroups take head dims up to 128"):
         att._attention(256, consumer_warpgroups=3)
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 2, 200, 64, dtype=BF16)

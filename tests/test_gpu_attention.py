@@ -1,6 +1,6 @@
 """kernels/attention.py against float64 / float32 references on the GPU (skipped without a Hopper GPU): odd and
-unequal lengths, causal (top-left as torch, and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256, strided
-inputs; outputs and log-sum-exp buffers poisoned with NaN."""
+unequal lengths, causal (top-left as torch, and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256 and the others
+in multiples of 16, strided inputs; outputs and log-sum-exp buffers poisoned with NaN."""
 
 import pytest
 import torch
@@ -57,9 +57,23 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
     (4, 16, 4, 2048, 2048, 128, True, BF16),            # 1024 tasks: several per persistent block
     (8, 16, 16, 1024, 1024, 64, False, FP16),
 ]
+OTHER_HEAD_DIMS = [  # head dims between the tuned ones (kernels.attention.tuned: the next tuned one's settings)
+    (2, 4, 2, 1000, 1300, 96, False, BF16),             # D128's: Q in registers, split rings, cluster pairs
+    (1, 8, 8, 2048, 2048, 96, True, FP16),
+    (2, 4, 4, 777, 1024, 80, False, BF16),
+    (1, 4, 2, 1500, 1500, 80, True, BF16),
+    (1, 4, 4, 1024, 1024, 112, False, BF16),
+    (2, 4, 4, 1000, 700, 48, False, FP16),              # D64's: 3 consumer warpgroups, split rings
+    (1, 8, 4, 2048, 2048, 32, True, BF16),
+    (2, 2, 2, 640, 900, 16, "bottom_right", BF16),
+    (2, 4, 2, 700, 1000, 160, True, BF16),              # D256's: 64-row key tiles
+    (1, 4, 4, 1000, 1000, 192, False, FP16),
+    (1, 2, 1, 513, 800, 224, "bottom_right", BF16),
+    (1, 2, 2, 300, 300, 240, False, BF16),
+]
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES)
+@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES + OTHER_HEAD_DIMS)
 def test_attention_forward(b, h, hkv, n, nk, d, causal, dtype):
     q, k, v = qkv(b, h, hkv, n, nk, d, dtype)
     o, lse = run_poisoned(q, k, v, causal)
@@ -136,8 +150,8 @@ def test_strided_bnhd_inputs_are_read_in_place():
 def test_attention_rejects_what_it_cannot_do():
     from kernels.attention import attention
     q = torch.empty(1, 2, 128, 64, dtype=BF16, device="cuda")
-    with pytest.raises(ValueError, match="head dim"):
-        attention(q[..., :32], q[..., :32], q[..., :32])
+    with pytest.raises(ValueError, match="head dim 40 is not supported"):
+        attention(q[..., :40], q[..., :40], q[..., :40])
     with pytest.raises(ValueError, match="multiple of key/value heads"):
         attention(torch.empty(1, 3, 128, 64, dtype=BF16, device="cuda"), q, q)
     with pytest.raises(ValueError, match="bf16 and fp16"):
@@ -286,7 +300,8 @@ def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     (2, 8, 2, 300, 3000, 128, True, 2, 2), (1, 4, 4, 1000, 300, 128, "bottom_right", 2, 2),
     (1, 16, 4, 64, 8192, 64, True, 4, 2), (1, 2, 2, 130, 200, 128, False, 5, 2),
     (1, 8, 2, 200, 3000, 256, False, 3, 2), (1, 4, 4, 130, 2000, 256, "bottom_right", 4, 2),
-    (1, 8, 8, 400, 9000, 64, False, 4, 3), (1, 8, 4, 200, 5000, 64, "bottom_right", 3, 3)])
+    (1, 8, 8, 400, 9000, 64, False, 4, 3), (1, 8, 4, 200, 5000, 64, "bottom_right", 3, 3),
+    (1, 8, 2, 200, 3000, 96, False, 3, 2), (1, 4, 4, 130, 2000, 80, True, 4, 2)])   # the combine's partial last block
 def test_split_k(b, h, hkv, n, nk, d, causal, splits, groups):
     """splits > 1 (flash-decoding): each query tile's keys shared by `splits` tasks, their fp32 results merged by
     combine_kernel (GQA, MQA-like groups, causal both ways with rows that see no key, more splits than key tiles;
@@ -299,7 +314,8 @@ def test_split_k(b, h, hkv, n, nk, d, causal, splits, groups):
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal", [
     (2, 32, 8, 1, 4096, 128, False), (1, 16, 2, 37, 3000, 64, False), (3, 8, 1, 64, 8192, 256, False),
     (1, 28, 4, 100, 5000, 128, False), (4, 32, 8, 4, 8192, 128, "bottom_right"), (2, 16, 2, 50, 1000, 64, True),
-    (1, 8, 2, 37, 30, 128, "bottom_right"), (2, 32, 8, 64, 9000, 128, "bottom_right")])
+    (1, 8, 2, 37, 30, 128, "bottom_right"), (2, 32, 8, 64, 9000, 128, "bottom_right"),
+    (2, 32, 8, 1, 8192, 96, False), (4, 32, 8, 4, 4096, 80, "bottom_right"), (2, 16, 2, 1, 5000, 160, False)])
 def test_decoding_packs_gqa_heads(b, h, hkv, n, nk, d, causal):
     """attention() on decoding shapes: each key/value head's query heads run as one sequence (packed_heads; groups of
     4, 8 and 7; causal rows masked at their own positions, rows that see no key included), split-K where the tiles
