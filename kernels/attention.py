@@ -362,7 +362,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     P's type, and L's shift stays the one P used) the warpgroup votes (tk.warpgroup.any_greater) to redo the
     step: S = Q K^T again, the softmax with the max, O rescaled. Rows that saw only masked keys so far (shift
     -FLT_MAX) get an infinite sum and redo their first real step. False where it is the default: name
-    "_maxfirst".
+    "_maxfirst"; True where it is not: "_stale".
     exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
     pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
     q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
@@ -504,7 +504,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
         + (f"_last{last_kv}" if last_kv else "") \
         + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
-        + ("" if stale_shift == stale_default else "_maxfirst")
+        + ("" if stale_shift == stale_default else "_stale" if stale_shift else "_maxfirst")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 

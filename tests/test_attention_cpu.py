@@ -144,11 +144,12 @@ def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, blocks,
 
 
 def test_stale_shift_options():
-    """stale_shift=False (the row max first every step) is named; softmax turns take the max first by default and
-    refuse stale_shift=True; D256 takes the max first by default."""
+    """stale_shift=False (the row max first every step) is named, as is stale_shift=True where the max first is the
+    default (D256); softmax turns take the max first by default and refuse stale_shift=True."""
     assert att._attention(128, att.bf16, False, stale_shift=False).kernel.name.endswith("_maxfirst")
     assert "_maxfirst" not in att._attention(128, att.bf16, False, pingpong="softmax").kernel.name
     assert "_maxfirst" not in att._attention(256, att.bf16, False).kernel.name
+    assert att._attention(256, att.bf16, False, stale_shift=True).kernel.name.endswith("_stale")
     with pytest.raises(ValueError, match="stale_shift=True keeps P's shift without a row max"):
         att._attention(128, att.bf16, False, stale_shift=True, pingpong="softmax")
 
