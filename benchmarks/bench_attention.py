@@ -15,8 +15,8 @@ pair; the tkpy column is its time in the cuDNN pair.
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
     PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims
-                  (split-K on few query tiles over many keys; decoding shapes with GQA; head dims between the
-                   tuned 64, 128 and 256: D80, D96, D160, D192)
+                  (split-K on few query tiles over many keys; decoding shapes with GQA; other head dims:
+                   D80, D96, D160, D192, D256)
     PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
-# Head dims between the tuned ones, which take the next tuned one's settings (--dims)
-OTHER_DIM_CASES = [(16, 16, 4096, d, causal) for d in (80, 96, 160, 192) for causal in (False, True)]
+# Head dims other than the issue's 64 and 128: between the tuned ones, which take the next tuned one's settings, and
+# D256 (--dims)
+OTHER_DIM_CASES = [(16, 16, 4096, d, causal) for d in (80, 96, 160, 192, 256) for causal in (False, True)]
 
 
 def main(variants: bool | None = None) -> list[dict]:
@@ -52,9 +53,9 @@ def main(variants: bool | None = None) -> list[dict]:
 
 
 def other_dims_table() -> list[dict]:
-    """OTHER_DIM_CASES (head dims between the tuned 64, 128 and 256) against cuDNN and flash, as main's table."""
+    """OTHER_DIM_CASES (head dims other than 64 and 128) against cuDNN and flash, as main's table."""
     rows = [case_row(*case) for case in OTHER_DIM_CASES]
-    print("\nhead dims between the tuned ones (kernels.attention.tuned):")
+    print("\nother head dims (kernels.attention.tuned, wide_kv):")
     print_rows(rows)
     save("attention_dims.json", rows)
     return rows

@@ -18,8 +18,8 @@ short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in the 
 late ring (late_inputs), as FlashAttention-3's separate K and V pipelines: K_k is released once step k is done and
 V_{k-1} once step k is, so each K stage is held for one step instead of two. attention() runs D64 with both
 (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of the SMs for the sequence at hand
-(consumer_warpgroups_for); D128 and D256 with 2 warpgroups and one ring, but D128 non-causal from 2048 keys on
-with split rings of 176-row tiles (split_kv_for).
+(consumer_warpgroups_for); D128 with 2 warpgroups and one ring, but non-causal from 2048 keys on with split rings of
+176-row tiles (split_kv_for); past D128, 2 warpgroups on split rings of the tallest tiles that fit (wide_kv).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile, whose step runs on the keys it holds rounded up to 16 (last_kv: S, the softmax and P V
@@ -98,8 +98,9 @@ CONFIGS_1WG_2SM = {64: (64, 5), 128: (32, 5)}
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
 # released a step later; so a K stage is held for one step, not two. Per head dim (key/value rows per stage, K
 # stages, V stages): D128 takes FlashAttention-3's 176-row tiles in 2 + 2 stages (176 KB beside the 32 KB of Q),
-# which still load a step ahead (a combined ring fits only 2 stages of 176 rows: no step ahead).
-CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2), 256: (64, 2, 2)}
+# which still load a step ahead (a combined ring fits only 2 stages of 176 rows: no step ahead). Head dims past 128
+# take 2 + 2 stages of the tallest tiles that fit beside Q (wide_kv).
+CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2)}
 CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
 # kernels attention() picks between (benchmarks/bench_attention.py --compare): at D64, 3 warpgroups with split K/V
@@ -134,6 +135,11 @@ ODD_PAIR_TILES = 13
 # 2048 to 6144 keys in runs 155 and 157 (N4096: +0.7, +1.3, +2.2%), 1-5% slower at 1024 (runs 153-155; the default
 # keeps Q in registers and preloads it, which pays at short sequences).
 SPLIT_KEYS = {128: 2048}
+# Past D128 the 2-warpgroup kernels run split K/V rings whatever the keys, in 2 + 2 stages of the tallest key tiles
+# (a multiple of 16, up to 128) that fit in WIDE_SHARED_BYTES beside the 128 x D query tile (wide_kv: D160 128 rows,
+# D192 112, D256 80): one ring of two 64-row stages, the previous default, leaves no load in flight while a step
+# holds K_k and V_{k-1}, and ran 0.57-0.72x cuDNN at N4096; these 0.89-1.02x (RESULTS.md run 195).
+WIDE_SHARED_BYTES = 225 * 1024      # the 227 KB a block can have, less the semaphores and the alignment
 # The partial last key tile of a sequence (nk not a multiple of the tile's rows) runs its MMAs and softmax on the
 # rows it holds, rounded up to 16 (the last_kv option, last_kv_for), instead of a whole tile of masked keys:
 # RESULTS.md run 155, +4% at D128 N1056, +3% at N4000, +1.8% at N8192 (176-row split tiles, 96 rows left).
@@ -153,7 +159,9 @@ RESCALE_SLACK = 8.0                 # stale_shift: log2 of how far a kept step's
 # O's scale (stale_shift): the exponentials start as S arrives and ~140 instructions a step go (the max's FMNMX and
 # shuffles, the rescale's FMULs). A step whose P would pass 2^RESCALE_SLACK in a row's sum is redone with the max.
 # Timed against the max first in RESULTS.md run 181 (a timing-only copy: +7% at D128 N1024 and N4096, +9% at N16384,
-# +8-11% at D64) and run 182. (D256's kernels, at the edge of their registers, spill with it under NVRTC 13.5.)
+# +8-11% at D64) and run 182. Past D128 the kernels, at the edge of their registers, spill with it under NVRTC 13.5
+# (D160-D192 a little, D256 more; D256 causal also under 13.0), so they keep the max first: stale_shift=True there
+# ran D160 and D192 8-10% faster under the H200's NVRTC 13.0 (RESULTS.md run 195).
 STALE_SHIFT = (64, 128)
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
 # (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
@@ -178,6 +186,12 @@ def cdiv(a, b):
 def tuned(d: int) -> int:
     """The head dim of TUNED_DIMS whose settings a kernel of head dim d takes: the smallest at least d."""
     return min(t for t in TUNED_DIMS if t >= d)
+
+
+def wide_kv(d: int) -> int:
+    """Key/value rows per tile of split rings past D128: the tallest multiple of 16, up to 128, whose 2 + 2 stages of
+    K and V fit in WIDE_SHARED_BYTES beside the 128 x d query tile (bf16/fp16)."""
+    return min(128, (WIDE_SHARED_BYTES // (2 * d) - Q_ROWS) // 4 // 16 * 16)
 
 
 def q_rows(consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
@@ -207,17 +221,20 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
 
 def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> bool:
     """Whether attention() runs split K/V rings (split_kv) for nk keys: always with 3 consumer warpgroups, and with 2
-    at D128 non-causal from SPLIT_KEYS keys on (CONFIGS_SPLIT's 176-row tiles); never with 1 (level, RESULTS.md run
-    135, and SERIAL_ONE_GROUP's serial schedule takes one ring)."""
+    past D128 (wide_kv's tiles) and at D128 non-causal from SPLIT_KEYS keys on (CONFIGS_SPLIT's 176-row tiles); never
+    with 1 (level, RESULTS.md run 135, and SERIAL_ONE_GROUP's serial schedule takes one ring)."""
     if consumer_warpgroups == 1:
         return False
     d = tuned(d)
-    return consumer_warpgroups == 3 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
+    return consumer_warpgroups == 3 or d > 128 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
 
 
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
     """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin."""
-    groups, d = consumer_warpgroups, tuned(d)
+    groups, family = consumer_warpgroups, tuned(d)
+    if split_kv and groups == 2 and family > 128:
+        return wide_kv(d), 2, 2
+    d = family
     if split_kv:
         return (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
     if groups == 1:

@@ -973,6 +973,18 @@ def test_head_dims_take_the_next_tuned_ones_settings():
     compiled_sass(kernel, [q, q, q, q, lse, 1.0])
 
 
+@pytest.mark.parametrize("d,causal", [(160, True), (192, False), (192, True), (256, True)])
+def test_wide_head_dims_take_split_rings_of_the_tallest_tiles_that_fit(d, causal):
+    """Past D128 attention() runs 2 warpgroups on split K/V rings of 2 + 2 stages of wide_kv's tiles (D160 128 rows,
+    D192 112, D256 80: the stages and Q within WIDE_SHARED_BYTES), with the max first, compiled without spills."""
+    assert [att.wide_kv(x) for x in (144, 160, 192, 208, 224, 240, 256)] == [128, 128, 112, 96, 96, 80, 80]
+    q = torch.empty(1, 16, 4096, d, dtype=BF16)
+    template, args = att._prepared(q, q, q, q, None, causal, None)
+    assert (template.stages, template.late_stages) == (2, 2) and "_splitkv" in template.kernel.name
+    assert "_stale" not in template.kernel.name and att.default_tiles(d, 2, True)[0] == att.wide_kv(d)
+    compiled_sass(template.kernel, args)
+
+
 def test_consumer_warpgroups_option(monkeypatch):
     """2 is the default (same kernel name and code); 3 only for CONFIGS_3WG's head dims; the log-sum-exp buffer
     must have the kernel's rows."""
@@ -1164,7 +1176,9 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     (8192, 128, 2, False, True), (16384, 128, 2, False, True),   # 176-row split tiles on long keys (runs 125-126)
     (2048, 128, 2, False, True), (4096, 128, 2, False, True),    # and from 2048 keys (runs 155-157)
     (1024, 128, 2, False, False), (16384, 128, 2, True, False),  # slower at 1024 keys; causal not timed
-    (100, 64, 3, True, True), (16384, 256, 2, False, False)])    # 3 warpgroups: always split; D256 not timed
+    (100, 64, 3, True, True),                                     # 3 warpgroups: always split
+    (16384, 256, 2, False, True), (100, 160, 2, True, True),      # past D128 with 2: always split (run 195)
+    (16384, 256, 1, False, False)])                               # never with 1
 def test_split_kv_for(nk, d, groups, causal, split):
     assert att.split_kv_for(nk, d, groups, causal) == split
 
