@@ -117,8 +117,9 @@ Q_REGISTERS = (128,)
 # (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
 # tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
 # runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal was level at N4096
-# and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered.
-CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False)}
+# and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered; past D128
+# (wide_kv's split rings) +2.5-6% causal or not at D160, D192 and D256 N4096 (run 198).
+CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False), (256, 2, False), (256, 2, True)}
 # ... causal ones only from this many query tiles a head: a causal pair loads the key tiles of its longer tile, which
 # its other block skips, about 1 / (tiles + 1) of the head's steps; at D64 the pairs ran 3% slower than single blocks
 # at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10, 2% at 12 (run 176)

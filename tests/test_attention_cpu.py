@@ -973,6 +973,20 @@ def test_head_dims_take_the_next_tuned_ones_settings():
     compiled_sass(kernel, [q, q, q, q, lse, 1.0])
 
 
+def test_wide_head_dims_in_causal_cluster_pairs(monkeypatch):
+    """D160 causal on 9 query tiles a head: attention()'s cluster pairs past D128, an odd count paired with a tile
+    of padding before row 0, on split rings of 128-row key tiles (two SMs: no split-K)."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
+    launched = []
+    real = att._attention
+    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    q, k, v = rand(1, 2, 1100, 160, dtype=BF16), rand(1, 1, 1100, 160, dtype=BF16), rand(1, 1, 1100, 160, dtype=BF16)
+    o, lse = attention(q, k, v, causal=True, return_lse=True)
+    assert launched[-1]["cluster"] == 2 and launched[-1]["split_kv"]
+    check(o, lse, *reference(q, k, v, True), 1100)
+
+
 @pytest.mark.parametrize("d,causal", [(160, True), (192, False), (192, True), (256, True)])
 def test_wide_head_dims_take_split_rings_of_the_tallest_tiles_that_fit(d, causal):
     """Past D128 attention() runs 2 warpgroups on split K/V rings of 2 + 2 stages of wide_kv's tiles (D160 128 rows,
@@ -1193,7 +1207,9 @@ def test_split_kv_for(nk, d, groups, causal, split):
     (2048, 64, 3, False, 1), (8192, 64, 3, False, 2),        # 11 and 43 tiles: odd, a tile of padding (run 177)
     (8192, 64, 3, True, 2), (2048, 64, 3, True, 2),          # causal: 43 and 11 tiles, odd: padding before row 0
     (1300, 64, 3, True, 1),                                  # 7: too few
-    (1024, 64, 2, False, 1), (4096, 256, 2, False, 1)])      # not timed in pairs
+    (1024, 64, 2, False, 1),                                 # not timed in pairs
+    (4096, 256, 2, False, 2), (4096, 192, 2, True, 2),       # past D128, causal or not (run 198)
+    (1300, 160, 2, True, 2), (800, 160, 2, True, 1)])        # causal: 11 tiles (padding before row 0), 7 too few
 def test_cluster_for(n, d, groups, causal, cluster):
     assert att.cluster_for(n, d, groups, causal) == cluster
     if n == 8192:       # (a tile of padding: not without skips, nor with the padding after the last row)

@@ -66,8 +66,11 @@ OTHER_HEAD_DIMS = [  # head dims between the tuned ones (kernels.attention.tuned
     (2, 4, 4, 1000, 700, 48, False, FP16),              # D64's: 3 consumer warpgroups, split rings
     (1, 8, 4, 2048, 2048, 32, True, BF16),
     (2, 2, 2, 640, 900, 16, "bottom_right", BF16),
-    (2, 4, 2, 700, 1000, 160, True, BF16),              # D256's: 64-row key tiles
+    (2, 4, 2, 700, 1000, 160, True, BF16),              # D256's: split rings of wide_kv's tiles, cluster pairs
     (1, 4, 4, 1000, 1000, 192, False, FP16),
+    (1, 4, 2, 1500, 1500, 192, True, BF16),             # causal pairs (12 query tiles a head)
+    (1, 2, 2, 1300, 1300, 160, True, BF16),             # ... and 11, with a tile of padding
+    (1, 2, 2, 2048, 2048, 256, True, FP16),
     (1, 2, 1, 513, 800, 224, "bottom_right", BF16),
     (1, 2, 2, 300, 300, 240, False, BF16),
 ]
