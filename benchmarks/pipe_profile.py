@@ -3,13 +3,13 @@
     python3 benchmarks/pipe_profile.py B H N D causal(0/1) [key=value ...]
     python3 benchmarks/pipe_profile.py --csv pipes_B_H_N_D_causal.csv        (a report saved to $OUT before)
 
-Profiles the last of the three launches of each kernel that benchmarks/profile_cases.py runs (tkpy: attention(),
-or kernels.attention._launch with the options given; SDPA cuDNN; SDPA flash) with ncu's SpeedOfLight,
-ComputeWorkloadAnalysis, SchedulerStats and InstructionStats sections, clocks left alone, and prints per kernel
-its duration, TFLOP/s, SM clock, issue-slot use and the busy share of the pipes that matter here (PIPES: the tensor
-pipe, the XU that runs MUFU.EX2, FMA, ALU, ...). Under ncu each launch runs alone on a cold L2 at the clock the GPU picks for it: the
-figures compare kernels with one another, not with a sustained benchmark. With $OUT set, the raw metrics go to
-$OUT/pipes_B_H_N_D_causal.csv. Needs ncu on the PATH (the GPU machine has it).
+Profiles the last of the three launches of each kernel that benchmarks/profile_cases.py runs (tkpy: attention(), or
+kernels.attention._launch with the options given; SDPA cuDNN; SDPA flash) with ncu's SpeedOfLight,
+ComputeWorkloadAnalysis, SchedulerStats and InstructionStats sections, clocks left alone, and prints per kernel its
+duration, TFLOP/s, SM clock, issue-slot use and the busy share of the pipes that matter here (PIPES: the tensor
+pipe, the XU that runs MUFU.EX2, FMA, ALU, ...). Under ncu each launch runs alone on a cold L2 at the clock the GPU
+picks for it: the figures compare kernels with one another, not with a sustained benchmark. With $OUT set, the raw
+metrics go to $OUT/pipes_B_H_N_D_causal.csv. Needs ncu on the PATH (the GPU machine has it).
 """
 from __future__ import annotations
 

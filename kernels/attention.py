@@ -33,11 +33,11 @@ keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
 (q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 and head
-dims past D128 (causal from 8 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent query
-tiles (cluster_for): one block multicasts each K tile and the other each V tile into both, so the L2 serves them once per pair; the
-non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a partial last band
-shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a tile of padding
-(causal pairs from 8, the padding tile before row 0).
+dims past D128 (causal from 8 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent
+query tiles (cluster_for): one block multicasts each K tile and the other each V tile into both, so the L2 serves
+them once per pair; the non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a
+partial last band shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a
+tile of padding (causal pairs from 8, the padding tile before row 0).
 
 Head dims: 64, 128 and 256 were tuned on the H200; any other multiple of 16 up to 256 takes the settings of the next
 tuned one up (tuned: D96 runs D128's kernels on narrower tiles), whose registers and shared memory its tiles need at

@@ -1,7 +1,8 @@
-"""kernels/attention.py in the CPU interpreter (real TMA / mbarrier / wgmma semantics and protocol checks) at
-small sizes: odd and unequal lengths, causal (torch's top-left and bottom-right), GQA/MQA, bf16/fp16, head
-dims 64/128/256 and the others in multiples of 16 (D32, D80, D96, D160, ...), several tasks per persistent block; against an explicit float64 softmax and torch's SDPA.
-Plus the input checks, NVRTC compiles and SASS of every variant. No GPU needed."""
+"""kernels/attention.py in the CPU interpreter (real TMA / mbarrier / wgmma semantics and protocol checks) at small
+sizes: odd and unequal lengths, causal (torch's top-left and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256
+and the others in multiples of 16 (D32, D80, D96, D160, ...), several tasks per persistent block; against an
+explicit float64 softmax and torch's SDPA. Plus the input checks, NVRTC compiles and SASS of every variant. No GPU
+needed."""
 from __future__ import annotations
 
 import functools
