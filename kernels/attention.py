@@ -73,6 +73,7 @@ DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
 # 256: D80, D96, D160, ...) takes those of the next tuned one up (tuned), whose tiles need at least its registers
 # and shared memory.
 TUNED_DIMS = (64, 128, 256)
+HEAD_DIMS = range(16, 257, 16)      # the head dims the kernels take (wgmma K and the 16-column register tiles)
 # head dim -> (key/value rows per stage, stages): K and V tiles of every stage, and the 128 x D query
 # tile, fit in shared memory (D=128: 32 KB + 3 x 64 KB); S (16 x kv rows), P and O (16 x D) of each warp
 # fit in its registers. A consumer releases a stage one step after it arrived, so 3+ stages keep the
@@ -433,7 +434,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     pingpong = pingpong if groups > 1 else False         # (one warpgroup takes no turns)
     softmax_turns = pingpong == "softmax"
     mma_turns = bool(pingpong) and not softmax_turns
-    if d % 16 or not 16 <= d <= 256:
+    if d not in HEAD_DIMS:
         raise ValueError(f"attention: the head dim must be a multiple of 16 from 16 to 256, got {d}")
     family = tuned(d)                                       # (the tuned settings it takes)
     if groups == 3 and family not in CONFIGS_3WG:
@@ -1049,7 +1050,7 @@ def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q has batch {b} but k and v have batch {bk}")
     if dk != d:
         raise ValueError(f"q has head dim {d} but k and v have head dim {dk}")
-    if d % 16 or not 16 <= d <= 256:
+    if d not in HEAD_DIMS:
         raise ValueError(f"head dim {d} is not supported (supported: multiples of 16 from 16 to 256)")
     if hkv == 0 or h % hkv:
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv}) (GQA/MQA)")
