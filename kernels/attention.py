@@ -53,12 +53,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 
 import torch
 
 import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.ir.expr import call
+from tkpy.runtime.errors import SpillWarning
 from tkpy.templates import shared
 from tkpy.templates.common import multiprocessors
 
@@ -161,10 +163,13 @@ RESCALE_SLACK = 8.0                 # stale_shift: log2 of how far a kept step's
 # O's scale (stale_shift): the exponentials start as S arrives and ~140 instructions a step go (the max's FMNMX and
 # shuffles, the rescale's FMULs). A step whose P would pass 2^RESCALE_SLACK in a row's sum is redone with the max.
 # Timed against the max first in RESULTS.md run 181 (a timing-only copy: +7% at D128 N1024 and N4096, +9% at N16384,
-# +8-11% at D64) and run 182. Past D128 the kernels, at the edge of their registers, spill with it under NVRTC 13.5
-# (D160-D192 a little, D256 more; D256 causal also under 13.0), so they keep the max first: stale_shift=True there
-# ran D160 and D192 8-10% faster under the H200's NVRTC 13.0 (RESULTS.md run 195).
+# +8-11% at D64) and run 182.
 STALE_SHIFT = (64, 128)
+# ... and head dims whose 2-warpgroup kernels take it where they compile without spills (_compiles_clean): past D128
+# the kernels are at the edge of their registers, and whether they spill with it depends on the assembler (under
+# NVRTC 13.5 D160-D192 a little, D256 more; under 13.0, the H200's, only D256 causal). Without spills it ran D160 and
+# D192 8-10% faster, D256 non-causal 9% (RESULTS.md runs 195 and 198).
+STALE_WHERE_IT_FITS = (256,)
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
 # (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
 OVERLAP = True                      # step k issues S_k and step k-1's O += P V together (FlashAttention-3)
@@ -1142,7 +1147,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
     as they are (cluster by default from cluster_for; last_kv from last_kv_for; `splits` tasks per query tile,
     split-K, from splits_for: with more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into
-    o and lse; lse None: a kernel without L, lse=False, but under split-K)."""
+    o and lse; lse None: a kernel without L, lse=False, but under split-K; stale_shift by default as _attention's,
+    and at STALE_WHERE_IT_FITS's head dims where that kernel compiles clean)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1183,10 +1189,29 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     if "last_kv" not in options:
         kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)
-    template = _attention(d, DTYPES[q.dtype], variant is not None, consumer_warpgroups=consumer_warpgroups,
-                          split_kv=split_kv, cluster=cluster, split_k=splits > 1, lse=lse is not None or splits > 1,
-                          **({"packed": True} if packed > 1 and variant is not None else {}), **options)
-    return template, args
+    kernel = functools.partial(_attention, d, DTYPES[q.dtype], variant is not None,
+                               consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
+                               split_k=splits > 1, lse=lse is not None or splits > 1,
+                               **({"packed": True} if packed > 1 and variant is not None else {}), **options)
+    if (tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 and "stale_shift" not in options
+            and options.get("pingpong", PINGPONG) is True and _compiles_clean(kernel(stale_shift=True), args)):
+        return kernel(stale_shift=True), args
+    return kernel(), args
+
+
+_CLEAN: dict[str, bool] = {}
+
+
+def _compiles_clean(template, args) -> bool:
+    """Whether the template's kernel compiles without spilling registers and with its wgmma asynchronous
+    (kernel.resources: NVRTC, no GPU; once per kernel and process, its source being the same for any sizes)."""
+    name = template.kernel.name
+    if name not in _CLEAN:
+        with warnings.catch_warnings():                 # (a kernel that spills is not run: no warning)
+            warnings.simplefilter("ignore", SpillWarning)
+            r = template.kernel.resources(*args)
+        _CLEAN[name] = not r.spills and not any("Performance Loss" in w for w in r.warnings)
+    return _CLEAN[name]
 
 
 def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int, sms: int) -> int:

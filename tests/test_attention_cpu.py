@@ -131,7 +131,9 @@ def growing_keys(n, nk, d, spike: bool):
     (128, False, dict(), 3), (128, True, dict(), 3),
     (64, "bottom_right", dict(consumer_warpgroups=3, split_kv=True), 3),
     (64, True, dict(consumer_warpgroups=2, overlap=False), 3), (128, False, dict(consumer_warpgroups=1), 4),
-    (128, False, dict(split_kv=True, cluster=2, last_kv=112), 2), (64, False, dict(pv_first=True), 3)])
+    (128, False, dict(split_kv=True, cluster=2, last_kv=112), 2), (64, False, dict(pv_first=True), 3),
+    (192, False, dict(split_kv=True, stale_shift=True), 2),              # past D128 where it compiles clean
+    (160, True, dict(split_kv=True, cluster=2, stale_shift=True), 2)])
 @pytest.mark.parametrize("scale,spike", [(2.0, False), (0.1, True), (0.1, False)])
 def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, blocks, scale, spike):
     """stale_shift (the default): a step's P on the running shift, redone with the max where a row's sum passes
@@ -991,12 +993,15 @@ def test_wide_head_dims_in_causal_cluster_pairs(monkeypatch):
 @pytest.mark.parametrize("d,causal", [(160, True), (192, False), (192, True), (256, True)])
 def test_wide_head_dims_take_split_rings_of_the_tallest_tiles_that_fit(d, causal):
     """Past D128 attention() runs 2 warpgroups on split K/V rings of 2 + 2 stages of wide_kv's tiles (D160 128 rows,
-    D192 112, D256 80: the stages and Q within WIDE_SHARED_BYTES), with the max first, compiled without spills."""
+    D192 112, D256 80: the stages and Q within WIDE_SHARED_BYTES), with stale_shift where that kernel compiles
+    clean under this NVRTC (STALE_WHERE_IT_FITS) and the max first otherwise; either way without spills."""
     assert [att.wide_kv(x) for x in (144, 160, 192, 208, 224, 240, 256)] == [128, 128, 112, 96, 96, 80, 80]
     q = torch.empty(1, 16, 4096, d, dtype=BF16)
     template, args = att._prepared(q, q, q, q, None, causal, None)
     assert (template.stages, template.late_stages) == (2, 2) and "_splitkv" in template.kernel.name
-    assert "_stale" not in template.kernel.name and att.default_tiles(d, 2, True)[0] == att.wide_kv(d)
+    assert att.default_tiles(d, 2, True)[0] == att.wide_kv(d)
+    stale = att._prepared(q, q, q, q, None, causal, None, stale_shift=True)[0]
+    assert ("_stale" in template.kernel.name) == att._compiles_clean(stale, args)
     compiled_sass(template.kernel, args)
 
 

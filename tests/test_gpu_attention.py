@@ -184,7 +184,8 @@ def test_kernel_variants(pingpong, overlap, stages, kv, d, causal):
 
 @pytest.mark.parametrize("d,causal,options", [
     (128, False, dict()), (128, True, dict()), (64, False, dict()), (64, "bottom_right", dict()),
-    (128, False, dict(consumer_warpgroups=1)), (64, True, dict()), (128, False, dict(split_kv=True))])
+    (128, False, dict(consumer_warpgroups=1)), (64, True, dict()), (128, False, dict(split_kv=True)),
+    (192, False, dict(stale_shift=True)), (160, True, dict(stale_shift=True)), (256, False, dict(stale_shift=True))])
 @pytest.mark.parametrize("scale,spike", [(2.0, False), (None, True)])
 def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, scale, spike):
     """stale_shift (the default): P on the running shift, a step redone with the max where a row's P sums past
