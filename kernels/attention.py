@@ -168,7 +168,7 @@ STALE_SHIFT = (64, 128)
 # ... and head dims whose 2-warpgroup kernels take it where they compile without spills (_compiles_clean): past D128
 # the kernels are at the edge of their registers, and whether they spill with it depends on the assembler (under
 # NVRTC 13.5 D160-D192 a little, D256 more; under 13.0, the H200's, only D256 causal). Without spills it ran D160 and
-# D192 8-10% faster, D256 non-causal 9% (RESULTS.md runs 195 and 198).
+# D192 8-10% faster, D256 non-causal 9% (RESULTS.md runs 195 and 198; attention()'s choice in run 200).
 STALE_WHERE_IT_FITS = (256,)
 # pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
 # (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
