@@ -207,16 +207,18 @@ def launch_options(name: str, d: int, lse) -> tuple[dict | None, object]:
 
 def runnable(launch_args: tuple, options: dict | None) -> bool:
     """Whether kernels.attention._launch(*launch_args, **options) would run: options for this head dim that the
-    kernel does not refuse for this case (e.g. cluster pairs on an odd number of query tiles)."""
+    kernel does not refuse for this case (e.g. cluster pairs on an odd number of query tiles) and whose tiles fit
+    (traced: e.g. stages that leave the query tile no shared memory)."""
     from kernels import attention as att
-    from tkpy.errors import ArgumentError
+    from tkpy.errors import ArgumentError, TraceError
     if options is None:
         return False
     try:
         prepared = att._prepared(*launch_args, **options)
         if prepared is not None:
             prepared[0].grid(*prepared[1])
-    except (ValueError, ArgumentError):
+            prepared[0].kernel.trace(*prepared[1])
+    except (ValueError, ArgumentError, TraceError):
         return False
     return True
 

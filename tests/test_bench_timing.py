@@ -171,7 +171,7 @@ def test_attention_timeline_task_switches():
 
 def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
     """bench_attention.runnable: a variant runs where its head dim is configured and the kernel takes the case
-    (cluster pairs: an even number of query tiles), checked before any launch."""
+    (cluster pairs: an even number of query tiles) and its tiles fit in shared memory, checked before any launch."""
     import torch
 
     from benchmarks.bench_attention import launch_options, runnable
@@ -190,6 +190,9 @@ def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
     assert args(300, True, "default")[0][4] is None and args(300, True, "with lse")[0][4] is not None
     assert launch_options("max first", 256, None) == (None, None)                     # not configured for D256
     assert not runnable(args(256, False, "default")[0], None)
+    wide = torch.empty(1, 2, 1024, 192, dtype=torch.bfloat16)                        # stages that leave Q no room
+    assert not runnable((wide,) * 4 + (None, False, None), dict(split_kv=True, kv=96, stages=3, late_stages=2))
+    assert runnable((wide,) * 4 + (None, False, None), dict(split_kv=True, kv=96, stages=2, late_stages=2))
 
 
 @pytest.mark.parametrize("n", range(1, 8))
