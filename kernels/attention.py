@@ -1193,9 +1193,11 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
                                split_k=splits > 1, lse=lse is not None or splits > 1,
                                **({"packed": True} if packed > 1 and variant is not None else {}), **options)
-    if (tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 and "stale_shift" not in options
-            and options.get("pingpong", PINGPONG) is True and _compiles_clean(kernel(stale_shift=True), args)):
-        return kernel(stale_shift=True), args
+    if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 and "stale_shift" not in options \
+            and options.get("pingpong", PINGPONG) is True:
+        stale = kernel(stale_shift=True)
+        if _compiles_clean(stale, args):
+            return stale, args
     return kernel(), args
 
 
@@ -1245,14 +1247,14 @@ def combine_kernel(d: int, dtype, splits: int):
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
                 O: tk.gl[dtype, "B", "H", "N", d], L: tk.gl[f32, "B", "H", "NL"]):
+        col = tk.let(tk.block_idx.z * 4 + tk.warp_id(), "col")                  # COMBINE_COLS-column units
         units = d // COMBINE_COLS                                           # (the last block's warps may pass d)
-        with tk.if_(tk.block_idx.z * 4 + tk.warp_id() < units) if units % 4 else contextlib.nullcontext():
+        with tk.if_(col < units) if units % 4 else contextlib.nullcontext():
             out = tk.rt(f32, 16, COMBINE_COLS)
             parts = [tk.rt(f32, 16, COMBINE_COLS) for _ in range(splits)]
             weights = [tk.col_vec(out) for _ in range(splits)]
             top, total, denominator = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
             row = tk.block_idx.x                                                # 16-row units
-            col = tk.let(tk.block_idx.z * 4 + tk.warp_id(), "col")              # COMBINE_COLS-column units
             b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
             for s, (weight, part) in enumerate(zip(weights, parts)):
                 tk.load(weight, Lw, (s * O.batch + b, h, row))
