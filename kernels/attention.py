@@ -19,7 +19,9 @@ late ring (late_inputs), as FlashAttention-3's separate K and V pipelines: K_k i
 V_{k-1} once step k is, so each K stage is held for one step instead of two. attention() runs D64 with both
 (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of the SMs for the sequence at hand
 (consumer_warpgroups_for); D128 with 2 warpgroups and one ring, but non-causal from 2048 keys on with split rings of
-176-row tiles (split_kv_for); past D128, 2 warpgroups on split rings of the tallest tiles that fit (wide_kv).
+176-row tiles (split_kv_for), or of 128-row tiles with a V stage more where few query tiles read each key/value
+head's tiles (streaming: K and V come from memory); past D128, 2 warpgroups on split rings of the tallest tiles that
+fit (wide_kv).
 
 Any lengths: TMA zero-fills key/value rows past N_k and the scores of those keys are set to -inf on
 the last key tile, whose step runs on the keys it holds rounded up to 16 (last_kv: S, the softmax and P V
@@ -105,6 +107,14 @@ CONFIGS_1WG_2SM = {64: (64, 5), 128: (32, 5)}
 # take 2 + 2 stages of the tallest tiles that fit beside Q (wide_kv).
 CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2)}
 CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
+# ... but where each key/value head's tiles are read by at most STREAM_READERS query tiles (its query heads' tiles of
+# one batch, `streaming`), K and V stream from memory rather than from the L2, and the 2-warpgroup split rings take
+# CONFIGS_STREAM's shorter tiles with a V stage more (V_k loads two steps ahead): RESULTS.md run 203, D128 128-row
+# tiles in 2 + 3 stages against 176 in 2 + 2: +3.8% at B4 H32 N128 over 8192 keys (1 reader), +5.6% at B8 H32 N128
+# over 4096, +4.4-7% split-K (B2 and B1 H32 N128 over 16384 keys), +1.5% GQA H32/8 N128 (4 readers), +4% B1 H16 N512
+# over 32768 (4 readers, 2 splits); level at 32 readers (B16 H16 N4096), 3% slower at 128 (N16384, run 125).
+STREAM_READERS = 4
+CONFIGS_STREAM = {128: (128, 2, 3)}
 # Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
 # kernels attention() picks between (benchmarks/bench_attention.py --compare): at D64, 3 warpgroups with split K/V
 # rings (and, since session 8, cluster pairs) ran 1.02-1.09x in RESULTS.md run 43, and 1.24x-1.49x in run 122
@@ -234,6 +244,12 @@ def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> boo
         return False
     d = tuned(d)
     return consumer_warpgroups == 3 or d > 128 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
+
+
+def streaming(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int) -> bool:
+    """Whether each key/value head's tiles are read by at most STREAM_READERS query tiles (its query heads' tiles in
+    one batch; q as the kernel takes it, packed heads stacked), so that K and V stream from memory."""
+    return q.shape[1] // k.shape[1] * cdiv(q.shape[2], q_rows(consumer_warpgroups)) <= STREAM_READERS
 
 
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
@@ -1145,7 +1161,9 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
               cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
-    as they are (cluster by default from cluster_for; last_kv from last_kv_for; `splits` tasks per query tile,
+    as they are (cluster by default from cluster_for; last_kv from last_kv_for; kv, stages and late_stages from
+    CONFIGS_STREAM where the tasks stream K and V (streaming) and none of them or last_kv is given, else the
+    kernel's; `splits` tasks per query tile,
     split-K, from splits_for: with more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into
     o and lse; lse None: a kernel without L, lse=False, but under split-K; stale_shift by default as _attention's,
     and at STALE_WHERE_IT_FITS's head dims where that kernel compiles clean)."""
@@ -1165,8 +1183,13 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                          f"{q_rows(consumer_warpgroups)}), got {lse.shape[-1]}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
+    blocks_per_sm = options.get("blocks_per_sm", 1)
+    if split_kv and consumer_warpgroups == 2 and tuned(d) in CONFIGS_STREAM and streaming(q, k, consumer_warpgroups) \
+            and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
+        options.update(zip(("kv", "stages", "late_stages"), CONFIGS_STREAM[tuned(d)]))
+    kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, blocks_per_sm)[0]
     if splits is None:                          # (two blocks an SM: twice the places to fill)
-        splits = splits_for(*q.shape, nk, consumer_warpgroups, multiprocessors(q) * options.get("blocks_per_sm", 1))
+        splits = splits_for(*q.shape, nk, kv, consumer_warpgroups, multiprocessors(q) * blocks_per_sm)
     if splits < 1:
         raise ValueError(f"attention: splits (tasks per query tile) must be at least 1, got {splits!r}")
     if splits > 1:                              # fp32 workspaces of splits x batch rows for O and the lse
@@ -1187,7 +1210,6 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                              options.get("skip_masked"), options.get("pad_first"))
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None, odd=odd)
     if "last_kv" not in options:
-        kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, options.get("blocks_per_sm", 1))[0]
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)
     kernel = functools.partial(_attention, d, DTYPES[q.dtype], variant is not None,
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
@@ -1216,21 +1238,20 @@ def _compiles_clean(template, args) -> bool:
     return _CLEAN[name]
 
 
-def splits_for(b: int, h: int, n: int, d: int, nk: int, consumer_warpgroups: int, sms: int) -> int:
-    """Tasks per query tile (split-K) attention() runs: 1 while the tasks fill half the SMs (or SPLIT_K_DEFAULT is
-    off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as many as fill the SMs, each at
-    least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
+def splits_for(b: int, h: int, n: int, d: int, nk: int, kv: int, consumer_warpgroups: int, sms: int) -> int:
+    """Tasks per query tile (split-K) attention() runs over nk keys in tiles of kv rows: 1 while the tasks fill half
+    the SMs (or SPLIT_K_DEFAULT is off, or 3 consumer warpgroups, or a head dim not in SPLIT_K_DIMS); otherwise as
+    many as fill the SMs, each at least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS."""
     tasks = b * h * cdiv(n, q_rows(consumer_warpgroups))
     if not SPLIT_K_DEFAULT or consumer_warpgroups == 3 or tuned(d) not in SPLIT_K_DIMS or 2 * tasks > sms:
         return 1
-    return splits_to_fill(tasks, nk, d, sms)
+    return splits_to_fill(tasks, nk, kv, sms)
 
 
-def splits_to_fill(tasks: int, nk: int, d: int, sms: int) -> int:
-    """Tasks per query tile that fill `sms` SMs with `tasks` query tiles over nk keys: each split at least
-    SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS splits, at least 1."""
-    steps = cdiv(nk, CONFIGS[tuned(d)][0])
-    return max(1, min(sms // tasks, steps // SPLIT_MIN_STEPS, MAX_SPLITS))
+def splits_to_fill(tasks: int, nk: int, kv: int, sms: int) -> int:
+    """Tasks per query tile that fill `sms` SMs with `tasks` query tiles over nk keys in tiles of kv rows: each
+    split at least SPLIT_MIN_STEPS key tiles, at most MAX_SPLITS splits, at least 1."""
+    return max(1, min(sms // tasks, cdiv(nk, kv) // SPLIT_MIN_STEPS, MAX_SPLITS))
 
 
 COMBINE_COLS = 16                   # columns of O per warp of combine_kernel

@@ -580,13 +580,14 @@ def test_split_k_choices_and_sass(monkeypatch):
     """splits_for leaves tasks that fill half the SMs unsplit; split-K takes no clusters; its kernels compile without
     spills or serialized MMAs, and the combine kernel too."""
     monkeypatch.setattr(att, "SPLIT_K_DEFAULT", True)
-    assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 4        # 32 tasks over 256 key tiles: 4 splits
-    assert att.splits_for(1, 2, 128, 128, 512, 2, 132) == 1           # 4 key tiles: too few to split
-    assert att.splits_for(16, 16, 1024, 128, 1024, 2, 132) == 1       # 2048 tasks: no split
-    assert att.splits_for(1, 8, 192, 64, 65536, 3, 132) == 1          # 3 warpgroups: not timed split
-    assert att.splits_for(1, 4, 1000, 256, 1000, 2, 132) == 4         # D256: 16 key tiles of 64
+    assert att.splits_for(1, 32, 128, 128, 32768, 128, 2, 132) == 4   # 32 tasks over 256 key tiles: 4 splits
+    assert att.splits_for(1, 2, 128, 128, 512, 128, 2, 132) == 1      # 4 key tiles: too few to split
+    assert att.splits_for(16, 16, 1024, 128, 1024, 128, 2, 132) == 1  # 2048 tasks: no split
+    assert att.splits_for(1, 8, 192, 64, 65536, 128, 3, 132) == 1     # 3 warpgroups: not timed split
+    assert att.splits_for(1, 4, 1000, 256, 1000, 64, 2, 132) == 4     # D256: 16 key tiles of 64
+    assert att.splits_for(1, 4, 1000, 256, 1000, 80, 2, 132) == 3     # ... 13 of 80 (wide_kv's): 3 of 4 or more
     monkeypatch.setattr(att, "SPLIT_K_DEFAULT", False)
-    assert att.splits_for(1, 32, 128, 128, 32768, 2, 132) == 1
+    assert att.splits_for(1, 32, 128, 128, 32768, 128, 2, 132) == 1
     with pytest.raises(ValueError, match="split_k=True shares a task's keys between tasks that run apart"):
         att._attention(128, att.DTYPES[BF16], False, split_k=True, cluster=2)
     q = torch.empty(1, 2, 384, 128, dtype=BF16)
@@ -1201,6 +1202,35 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     (16384, 256, 1, False, False)])                               # never with 1
 def test_split_kv_for(nk, d, groups, causal, split):
     assert att.split_kv_for(nk, d, groups, causal) == split
+
+
+@pytest.mark.parametrize("b,h,hkv,n,nk,streams,tiles", [
+    (4, 32, 32, 128, 8192, True, (128, 2, 3)),     # 1 query tile reads each key/value head's tiles: they stream
+    (4, 32, 8, 128, 8192, True, (128, 2, 3)),      # 4 (GQA): still streaming (RESULTS.md run 203)
+    (1, 16, 16, 512, 32768, True, (128, 2, 3)),    # 4 query tiles a head, split-K
+    (2, 8, 1, 300, 9000, False, (176, 2, 2)),      # 8 x 3 tiles share them: from the L2
+    (16, 16, 16, 4096, 4096, False, (176, 2, 2)),  # 32 tiles a head
+    (4, 32, 32, 128, 1024, True, None)])           # too few keys for split rings: one ring, CONFIGS's
+def test_split_rings_of_streaming_tasks(monkeypatch, b, h, hkv, n, nk, streams, tiles):
+    """D128 non-causal split rings take CONFIGS_STREAM's 128-row tiles in 2 + 3 stages where at most STREAM_READERS
+    query tiles read each key/value head's tiles, CONFIGS_SPLIT's 176 rows in 2 + 2 otherwise; split-K counts its
+    key tiles in the rows the kernel takes."""
+    launched = []
+    real = att._attention
+    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
+    q = torch.empty(b, h, n, 128, dtype=BF16)
+    k = torch.empty(b, hkv, nk, 128, dtype=BF16)
+    att._prepared(q, k, k, q, None, False, None)
+    options = launched[-1]
+    default = att.default_tiles(128, 2, options["split_kv"])
+    got = tuple(options.get(name, fallback) for name, fallback in zip(("kv", "stages", "late_stages"), default))
+    assert options["split_kv"] == (tiles is not None)
+    assert got == (default if tiles is None else tiles)
+    assert att.streaming(q, k, 2) == streams
+    if options["split_k"]:                  # split-K at least SPLIT_MIN_STEPS of the kernel's key tiles a split
+        splits = att.splits_for(b, h, n, 128, nk, got[0], 2, 132)
+        assert att.cdiv(nk, got[0]) // splits >= att.SPLIT_MIN_STEPS
 
 
 @pytest.mark.parametrize("n,d,groups,causal,cluster", [

@@ -288,13 +288,15 @@ def test_clusters_of_four(b, h, hkv, n, nk, causal):
                                          (2, 4, 2, 1000, 2100)])
 def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     """attention()'s kernel for D128 non-causal from SPLIT_KEYS keys on: split K/V rings of 176-row tiles (in
-    cluster pairs where a head's query tiles pair up; partial key tiles, GQA, MQA); these few tasks also split their
-    keys (split-K, splits=None: attention()'s choice) or not (splits=1)."""
+    cluster pairs where a head's query tiles pair up; partial key tiles, GQA, MQA), or of 128-row tiles in 2 + 3
+    stages where few query tiles read each key/value head's (streaming: 3 at B2 H2 N300); these few tasks also split
+    their keys (split-K, splits=None: attention()'s choice) or not (splits=1)."""
     from kernels import attention as att
     q, k, v = qkv(b, h, hkv, n, nk, 128)
     lse = torch.empty(b, h, att.lse_rows(n), device=q.device)
     template, _ = att._prepared(q, k, v, q, lse, False, None, splits=splits)
     assert "_splitkv" in template.kernel.name
+    assert ("_kv128_splitkv_3late" in template.kernel.name) == att.streaming(q, k, 2)
     o, lse = run_poisoned(q, k, v, False, splits=splits)
     check(o, lse, *reference(q, k, v, False))
 
