@@ -112,7 +112,7 @@ CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # CONFIGS_STREAM's shorter tiles with a V stage more (V_k loads two steps ahead): RESULTS.md run 203, D128 128-row
 # tiles in 2 + 3 stages against 176 in 2 + 2: +3.8% at B4 H32 N128 over 8192 keys (1 reader), +5.6% at B8 H32 N128
 # over 4096, +4.4-7% split-K (B2 and B1 H32 N128 over 16384 keys), +1.5% GQA H32/8 N128 (4 readers), +4% B1 H16 N512
-# over 32768 (4 readers, 2 splits); level at 32 readers (B16 H16 N4096), 3% slower at 128 (N16384, run 125).
+# over 32768 (4 readers, 2 splits); level at 2 readers, 1-3% slower from 8 (run 204) and 3% at 128 (N16384, run 125).
 STREAM_READERS = 4
 CONFIGS_STREAM = {128: (128, 2, 3)}
 # Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
