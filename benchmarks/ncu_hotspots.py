@@ -13,22 +13,21 @@ import collections
 import csv
 import io
 import os
-import subprocess
 import sys
-import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import ncu  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
     split = argv.index("--")
     options, command = argv[:split], argv[split + 1:]
     regex, top = options[0], int(options[options.index("--top") + 1]) if "--top" in options else 40
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "report")
-        subprocess.run(["ncu", "--clock-control", "none", "-k", f"regex:{regex}", "--launch-skip", "1",
-                        "--launch-count", "1", "--section", "SourceCounters", "--section", "WarpStateStats",
-                        "-o", report, *command], check=True, stdout=subprocess.DEVNULL)
-        text = subprocess.run(["ncu", "-i", report + ".ncu-rep", "--page", "source", "--csv", "--print-source",
-                               "sass"], check=True, capture_output=True, text=True).stdout
+    text = ncu.profile(["-k", f"regex:{regex}", "--launch-skip", "1", "--launch-count", "1", "--section",
+                        "SourceCounters", "--section", "WarpStateStats"], command,
+                       ["--page", "source", "--print-source", "sass"])
     if os.environ.get("OUT"):                      # the whole table, to study off the GPU machine
         with open(os.path.join(os.environ["OUT"], f"hotspots_{regex.strip('^$').replace('|', '_')}.csv"), "w") as f:
             f.write(text)

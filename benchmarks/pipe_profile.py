@@ -16,10 +16,12 @@ from __future__ import annotations
 import csv
 import io
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import ncu  # noqa: E402
 
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "SchedulerStats", "InstructionStats")
 KERNELS = "regex:attention_fwd|sdpa|flash_fwd"
@@ -46,13 +48,8 @@ def main(argv: list[str]) -> None:
     options = argv[5:]
     script = Path(__file__).resolve().parent / "profile_cases.py"
     command = [sys.executable, str(script), "attention", *argv[:5], *options, "--flash"]
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "report")
-        sections = [arg for name in SECTIONS for arg in ("--section", name)]
-        subprocess.run(["ncu", "--clock-control", "none", "-k", KERNELS, *sections, "-o", report, *command],
-                       check=True, stdout=subprocess.DEVNULL)
-        text = subprocess.run(["ncu", "-i", report + ".ncu-rep", "--page", "raw", "--csv"], check=True,
-                              capture_output=True, text=True).stdout
+    sections = [arg for name in SECTIONS for arg in ("--section", name)]
+    text = ncu.profile(["-k", KERNELS, *sections], command, ["--page", "raw"])
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"pipes_{b}_{h}_{n}_{d}_{causal}.csv").write_text(text)
     print(f"B{b} H{h} N{n} D{d} {'causal' if causal else 'non-causal'} {' '.join(options)}")
