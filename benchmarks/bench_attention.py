@@ -1,4 +1,4 @@
-"""tkpy attention forward against SDPA's cuDNN and flash backends in the same run (bf16).
+"""tkpy attention forward against SDPA's cuDNN and flash backends in the same run (bf16; --fp16 the same cases in fp16).
 
 Cases: B16 H16 N4096 and B4 H16 N16384 at head dims 64 and 128, plus a short-sequence B16 H16 N1024
 D128; each non-causal and causal (causal counted at half the FLOPs: 4 B H N^2 D / 2). Each row also
@@ -14,9 +14,9 @@ pair; the tkpy column is its time in the cuDNN pair.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims | --fp16
                   (split-K on few query tiles over many keys; decoding shapes with GQA; other head dims:
-                   D80, D96, D160, D192, D256)
+                   D80, D96, D160, D192, D256; the main cases in fp16)
     PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
@@ -61,20 +61,31 @@ def other_dims_table() -> list[dict]:
     return rows
 
 
-def case_row(b: int, h: int, n: int, d: int, causal: bool) -> dict:
-    """TFLOP/s of attention() and of SDPA's cuDNN and flash backends on random bf16 (b, h, n, d) inputs, tkpy timed
-    in pairs with each (timing.paired_ms), and the relative difference of its output from cuDNN's."""
+def fp16_table() -> list[dict]:
+    """CASES in fp16 against cuDNN and flash, as main's table."""
+    rows = [case_row(*case, dtype="fp16") for case in CASES]
+    print("\nfp16:")
+    print_rows(rows)
+    save("attention_fp16.json", rows)
+    return rows
+
+
+def case_row(b: int, h: int, n: int, d: int, causal: bool, dtype: str = "bf16") -> dict:
+    """TFLOP/s of attention() and of SDPA's cuDNN and flash backends on random (b, h, n, d) inputs of `dtype` ("bf16"
+    or "fp16"), tkpy timed in pairs with each (timing.paired_ms), and the relative difference of its output from
+    cuDNN's."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from benchmarks.timing import median_ms, paired_ms
     from kernels.attention import attention
-    q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    element = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    q, k, v = (torch.randn(b, h, n, d, dtype=element, device="cuda") for _ in range(3))
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
     out = attention(q, k, v, causal=causal)
     ours = lambda: attention(q, k, v, causal=causal)  # noqa: E731
-    row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
+    row = {"b": b, "h": h, "n": n, "d": d, "causal": causal, "dtype": dtype}
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
         try:
@@ -474,5 +485,7 @@ if __name__ == "__main__":
         decode_table()
     elif "--dims" in sys.argv:
         other_dims_table()
+    elif "--fp16" in sys.argv:
+        fp16_table()
     else:
         main()

@@ -107,6 +107,7 @@ def main() -> int:
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main(variants=variants)
         report["attention_dims"] = bench_attention.other_dims_table()
+        report["attention_fp16"] = bench_attention.fp16_table()
         report["attention_split"] = bench_attention.split_table()
         report["attention_decode"] = bench_attention.decode_table()
         from benchmarks import bench_exp2, bench_smem
@@ -123,10 +124,11 @@ def main() -> int:
     for name, r in report.get("launch", {}).items():
         if name in ("raw_ex_int", "prepared", "native_raw", "native_noop", "tkpy_call", "tkpy_python", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")
-    for r in report.get("attention", []) + report.get("attention_dims", []):
-        print(f"attention B{r['b']} H{r['h']} N{r['n']} D{r['d']}{' causal' if r.get('causal') else ''}: "
+    for r in report.get("attention", []) + report.get("attention_dims", []) + report.get("attention_fp16", []):
+        print(f"attention {r.get('dtype', 'bf16')} B{r['b']} H{r['h']} N{r['n']} D{r['d']}"
+              f"{' causal' if r.get('causal') else ''}: "
               f"tkpy {r['tkpy']:.0f}, cuDNN {r['cudnn']:.0f}, "
-              f"flash {r['flash']:.0f} TFLOP/s ({r['tkpy'] / r['cudnn']:.2f}x cuDNN)")
+              f"flash {r['flash']:.0f} TFLOP/s ({r['vs_cudnn']:.2f}x cuDNN, {r['vs_flash']:.2f}x flash)")
     for r in report.get("attention_split", []):
         print(f"attention split-K B{r['b']} H{r['h']}/{r['hkv']} N{r['n']} over {r['nk']} keys D{r['d']} "
               f"causal={r['causal']} {r['groups']}wg ({r['splits']} splits): {r['split']:.0f} TFLOP/s, "
