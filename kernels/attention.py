@@ -1162,11 +1162,11 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
               cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
     as they are (cluster by default from cluster_for; last_kv from last_kv_for; kv, stages and late_stages from
-    CONFIGS_STREAM where the tasks stream K and V (streaming) and none of them or last_kv is given, else the
-    kernel's; `splits` tasks per query tile,
-    split-K, from splits_for: with more than 1 the kernel's O and L are fp32 workspaces, which _launch merges into
-    o and lse; lse None: a kernel without L, lse=False, but under split-K; stale_shift by default as _attention's,
-    and at STALE_WHERE_IT_FITS's head dims where that kernel compiles clean)."""
+    CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is given, else the
+    kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
+    fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
+    split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
+    compiles clean)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
