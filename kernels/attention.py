@@ -60,6 +60,7 @@ import warnings
 import torch
 
 import tkpy as tk
+from kernels import forward_only
 from tkpy import bf16, f32, fp16
 from tkpy.ir.expr import call
 from tkpy.runtime.errors import SpillWarning
@@ -1054,6 +1055,7 @@ def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if x.dim() != 4:
             raise ValueError(f"attention expects (batch, heads, seq, head_dim) tensors; {name} has shape "
                              f"{tuple(x.shape)}")
+    forward_only("attention", q, k, v)
     if q.dtype not in DTYPES:
         raise ValueError(f"attention supports bf16 and fp16 tensors, got {q.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:

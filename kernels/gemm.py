@@ -43,6 +43,7 @@ import math
 import torch
 
 import tkpy as tk
+from kernels import forward_only
 from tkpy import bf16, f32, fp16
 from tkpy.interpret.launch import interpret_requested
 from tkpy.templates import shared
@@ -308,6 +309,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     rounding differences)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
+    forward_only("matmul", a, b, bias)
     if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
         raise ValueError(f"expects a and b both bf16 or both fp16; got {a.dtype} and {b.dtype}")
     if b.device != a.device:

@@ -24,6 +24,7 @@ import functools
 import torch
 
 import tkpy as tk
+from kernels import forward_only
 from tkpy import bf16, f32, fp16
 from tkpy.templates import shared
 from tkpy.templates.common import multiprocessors
@@ -127,6 +128,7 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     width (256 or 128)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
+    forward_only("matmul_fp8", a, b, scale_a, scale_b)
     if a.dtype not in FP8 or b.dtype not in FP8:
         raise ValueError(f"expects fp8 operands (float8_e4m3fn / float8_e5m2); got {a.dtype} and {b.dtype}")
     (m, k), n = a.shape, b.shape[1]

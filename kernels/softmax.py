@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 import tkpy as tk
+from kernels import forward_only
 from tkpy import bf16, f32
 
 WARPS = 4
@@ -32,6 +33,7 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax over the last dim of a 2-D bf16 tensor whose rows are a multiple of 64 and dim of 16 (<= 256)."""
     if x.dim() != 2 or x.dtype != torch.bfloat16:
         raise ValueError(f"softmax expects a 2-D bf16 tensor, got {x.dim()}-D {x.dtype}")
+    forward_only("softmax", x)
     rows, d = x.shape
     if rows % (WARPS * ROWS_PER_WARP) or d % 16 or not 16 <= d <= 256:
         raise ValueError(f"softmax needs rows % {WARPS * ROWS_PER_WARP} == 0 and dim a multiple of 16 up to 256; "
