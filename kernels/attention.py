@@ -62,6 +62,7 @@ import torch
 import tkpy as tk
 from kernels import forward_only
 from tkpy import bf16, f32, fp16
+from tkpy.frontend.signature import broadcast_dim
 from tkpy.ir.expr import call
 from tkpy.runtime.errors import SpillWarning
 from tkpy.templates import shared
@@ -1083,9 +1084,11 @@ def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 def _usable(x: torch.Tensor) -> torch.Tensor:
     """x itself when the kernel can read it in place (last dim contiguous, 16-byte aligned pointer and
-    strides: e.g. a (B, N, H, D) tensor transposed to (B, H, N, D)); otherwise a contiguous copy."""
+    strides: e.g. a (B, N, H, D) tensor transposed to (B, H, N, D)); otherwise (also where it repeats a dim,
+    e.g. k.expand(batch, ...)) a contiguous copy."""
     esize = x.element_size()
-    if x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(s * esize % 16 == 0 for s in x.stride()[:-1]):
+    if x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(s * esize % 16 == 0 for s in x.stride()[:-1]) \
+            and broadcast_dim(x) is None:
         return x
     return x.contiguous()
 

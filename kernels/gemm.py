@@ -45,6 +45,7 @@ import torch
 import tkpy as tk
 from kernels import forward_only
 from tkpy import bf16, f32, fp16
+from tkpy.frontend.signature import broadcast_dim
 from tkpy.interpret.launch import interpret_requested
 from tkpy.templates import shared
 from tkpy.templates.common import multiprocessors
@@ -438,10 +439,12 @@ def _cluster(bn: int, n: int) -> int:
 
 
 def _tma_ready(x: torch.Tensor, copy: bool = True):
-    """x if TMA can read it in place (unit column stride, 16-byte aligned pointer and row stride), else
-    (copy=True) a view of a padded copy whose rows are 16-byte aligned, or (copy=False) None."""
+    """x if TMA can read it in place (unit column stride, 16-byte aligned pointer and row stride, no repeated
+    rows as from .expand()), else (copy=True) a view of a padded copy whose rows are 16-byte aligned, or
+    (copy=False) None."""
     size = x.element_size()
-    if x.stride(-1) == 1 and x.data_ptr() % ALIGN == 0 and x.stride(0) * size % ALIGN == 0:
+    if x.stride(-1) == 1 and x.data_ptr() % ALIGN == 0 and x.stride(0) * size % ALIGN == 0 \
+            and broadcast_dim(x) is None:
         return x
     if not copy:
         return None

@@ -1347,3 +1347,17 @@ def test_one_consumer_warpgroup(monkeypatch, d, causal, hkv, n, nk, splits, spli
     options = dict(blocks_per_sm=2, split_kv=False) if split_kv == "2/SM" else dict(split_kv=split_kv)
     o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1, **options)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
+
+
+def test_expanded_inputs_are_copied_before_the_kernel(monkeypatch):
+    """K and V broadcast over the batch (stride 0): _usable copies them (a TMA map cannot repeat a dim; the kernel's
+    arguments refuse such tensors, tk.ArgumentError), and the result is right (interpreter)."""
+    monkeypatch.setenv("TKPY_INTERPRET", "1")
+    q = rand(2, 2, 70, 64, dtype=BF16)
+    k, v = (rand(1, 2, 90, 64, dtype=BF16).expand(2, -1, -1, -1) for _ in range(2))
+    assert att._usable(k) is not k and att._usable(q) is q
+    o, lse = attention(q, k, v, return_lse=True)
+    check(o, lse, *reference(q, k, v), 70)
+    kernel = att._attention(64, att.DTYPES[BF16], False, lse=False).kernel
+    with pytest.raises(tk.ArgumentError, match="repeats its elements along dim 0"):
+        kernel.trace(q, k, v, torch.empty_like(q), 1.0)

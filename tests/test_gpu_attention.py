@@ -150,6 +150,17 @@ def test_strided_bnhd_inputs_are_read_in_place():
     check(*att.attention(q, k_copied, v, return_lse=True), *reference(q, k_copied, v))
 
 
+def test_expanded_inputs_are_copied():
+    """K and V broadcast over the batch and Q over the heads (stride 0, .expand()): a TMA map cannot repeat a dim,
+    so attention() copies them (_usable) rather than read past their storage."""
+    from kernels import attention as att
+    q = rand(2, 1, 300, 128, dtype=BF16).expand(-1, 4, -1, -1)
+    k, v = (rand(1, 2, 700, 128, dtype=BF16).expand(2, -1, -1, -1) for _ in range(2))
+    assert att._usable(k) is not k and att._usable(k).is_contiguous()
+    for causal in (False, True):
+        check(*att.attention(q, k, v, causal=causal, return_lse=True), *reference(q, k, v, causal))
+
+
 def test_attention_rejects_what_it_cannot_do():
     from kernels.attention import attention
     q = torch.empty(1, 2, 128, 64, dtype=BF16, device="cuda")

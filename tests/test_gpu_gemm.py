@@ -127,6 +127,14 @@ def test_odd_layouts_are_copied_and_still_right():
     assert rel_err(c, reference(a, b, v, "relu", 0.1)) < TOL[BF16]
 
 
+def test_expanded_operands_are_copied():
+    """Operands that repeat a row or a column (stride 0, .expand()) are copied before TMA reads them."""
+    from kernels.gemm import matmul
+    a = rand(1, 256, dtype=BF16).expand(300, -1)
+    for b in (rand(256, 1, dtype=BF16).expand(-1, 200), rand(1, 200, dtype=BF16).expand(256, -1)):
+        assert rel_err(matmul(a, b), reference(a, b)) < TOL[BF16]
+
+
 def test_matches_torch_matmul_like_for_like():
     """bf16 in, bf16 out: within bf16 rounding of cuBLAS's result."""
     from kernels.gemm import matmul

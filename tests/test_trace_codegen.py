@@ -237,6 +237,7 @@ def test_tile_from_another_scope_is_rejected():
     ((torch.empty(256, 64, 1, dtype=torch.bfloat16), X64, 64), "dims"),
     ((X64, torch.empty(128, 64, dtype=torch.bfloat16), 64), "dim 'R' is 256 elsewhere but 128"),
     ((X64.t(), X64, 64), "contiguous in its last dim"),
+    ((torch.empty(1, 64, dtype=torch.bfloat16).expand(256, -1), X64, 64), "repeats its elements along dim 0"),
     ((X64, X64), "takes 3 arguments"),
     (("x", X64, 64), "must be a torch.Tensor"),
 ])

@@ -95,6 +95,13 @@ def dynamic_dim_names(specs: list[ParamSpec]) -> list[str]:
     return seen
 
 
+def broadcast_dim(t) -> int | None:
+    """The first dim along which tensor `t` repeats its elements (stride 0 over more than one: e.g. from .expand()),
+    or None."""
+    return next((axis for axis, (size, stride) in enumerate(zip(t.shape, t.stride())) if stride == 0 and size > 1),
+                None)
+
+
 def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
     """Raise ArgumentError if tensor `t` cannot be passed as `spec` (a gl parameter)."""
     import torch
@@ -115,6 +122,10 @@ def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
     if t.numel() and t.stride(-1) != 1:
         raise ArgumentError(f"`{spec.name}` must be contiguous in its last dim (strides {t.stride()}); "
                             "call .contiguous()")
+    axis = broadcast_dim(t)
+    if axis is not None:     # (a TMA map cannot repeat a dim; a store would race)
+        raise ArgumentError(f"`{spec.name}` repeats its elements along dim {axis} (stride 0 over {t.shape[axis]}, "
+                            "e.g. from .expand()); kernels take tensors of distinct elements: call .contiguous()")
     esize = t.element_size()
     if t.data_ptr() % ALIGNMENT:
         raise ArgumentError(f"`{spec.name}`'s data pointer {t.data_ptr():#x} is not {ALIGNMENT}-byte aligned "
