@@ -296,12 +296,13 @@ def test_clusters_of_four(b, h, hkv, n, nk, causal):
 
 @pytest.mark.parametrize("splits", [None, 1])
 @pytest.mark.parametrize("b,h,hkv,n,nk", [(1, 4, 2, 512, 8200), (2, 2, 2, 300, 9000), (1, 8, 1, 1000, 16384),
-                                         (2, 4, 2, 1000, 2100)])
+                                         (2, 4, 2, 1000, 2100), (1, 4, 4, 256, 2100)])
 def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     """attention()'s kernel for D128 non-causal from SPLIT_KEYS keys on: split K/V rings of 176-row tiles (in
     cluster pairs where a head's query tiles pair up; partial key tiles, GQA, MQA), or of 128-row tiles in 2 + 3
-    stages where few query tiles read each key/value head's (streaming: 3 at B2 H2 N300); these few tasks also split
-    their keys (split-K, splits=None: attention()'s choice) or not (splits=1)."""
+    stages where few query tiles read each key/value head's (streaming: 3 at B2 H2 N300, 2 at B1 H4 N256, those in
+    cluster pairs with splits=1); these few tasks also split their keys (split-K, splits=None: attention()'s choice)
+    or not (splits=1)."""
     from kernels import attention as att
     q, k, v = qkv(b, h, hkv, n, nk, 128)
     lse = torch.empty(b, h, att.lse_rows(n), device=q.device)
