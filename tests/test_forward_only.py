@@ -2,6 +2,8 @@
 work (the output would carry no gradient, silently); under torch.no_grad() they run."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -12,12 +14,15 @@ from kernels.gemm_fp8 import matmul_fp8
 from kernels.softmax import softmax
 
 
-def needs_grad(*shape, dtype=torch.bfloat16):
-    return torch.randn(*shape).to(dtype).requires_grad_()
+rand = functools.partial(gpu_util.rand, device="cpu")
 
 
 def plain(*shape, dtype=torch.bfloat16):
-    return torch.randn(*shape).to(dtype)
+    return rand(*shape, dtype=dtype)
+
+
+def needs_grad(*shape, dtype=torch.bfloat16):
+    return plain(*shape, dtype=dtype).requires_grad_()
 
 
 def fp8_weight(n, k):
@@ -43,7 +48,7 @@ def test_inputs_that_require_grad_are_refused(name):
 def test_attention_runs_under_no_grad(monkeypatch):
     """The same inputs under torch.no_grad(): attention() runs (the CPU interpreter) and its output needs no grad."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
-    q, k, v = (gpu_util.rand(1, 2, 64, 64, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(3))
+    q, k, v = (needs_grad(1, 2, 64, 64) for _ in range(3))
     with torch.no_grad():
         o = attention(q, k, v)
     assert not o.requires_grad

@@ -97,9 +97,11 @@ def dynamic_dim_names(specs: list[ParamSpec]) -> list[str]:
 
 def broadcast_dim(t) -> int | None:
     """The first dim along which tensor `t` repeats its elements (stride 0 over more than one: e.g. from .expand()),
-    or None."""
-    return next((axis for axis, (size, stride) in enumerate(zip(t.shape, t.stride())) if stride == 0 and size > 1),
-                None)
+    or None. (On attention()'s and matmul()'s launch paths: most tensors leave at the first test.)"""
+    strides = t.stride()
+    if 0 not in strides:
+        return None
+    return next((axis for axis, (size, stride) in enumerate(zip(t.shape, strides)) if stride == 0 and size > 1), None)
 
 
 def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
