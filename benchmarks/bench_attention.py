@@ -385,7 +385,8 @@ def split_table(rounds: int = 4) -> list[dict]:
         k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
         o = torch.empty_like(q)
         tasks = b * h * att.cdiv(n, att.q_rows(groups))
-        kv = att.default_tiles(d, groups, att.split_kv_for(nk, d, groups, causal is not False))[0]
+        split_kv = att.split_kv_for(nk, d, groups, causal is not False)      # (the key tiles attention() takes)
+        kv = (att.stream_tiles(q, k, groups, split_kv) or att.default_tiles(d, groups, split_kv))[0]
         splits = max(2, att.splits_to_fill(tasks, nk, kv, att.multiprocessors(q)))
         if causal == "bottom_right":
             peer = lower_right_flash(q, k, v)

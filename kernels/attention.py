@@ -254,6 +254,15 @@ def streaming(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int) -> boo
     return q.shape[1] // k.shape[1] * cdiv(q.shape[2], q_rows(consumer_warpgroups)) <= STREAM_READERS
 
 
+def stream_tiles(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int, split_kv: bool) -> tuple | None:
+    """CONFIGS_STREAM's (key/value rows per tile, K stages, V stages), which attention() gives the 2-warpgroup split
+    rings where the tasks stream K and V (streaming), or None where it keeps default_tiles'."""
+    d = tuned(q.shape[3])
+    if split_kv and consumer_warpgroups == 2 and d in CONFIGS_STREAM and streaming(q, k, consumer_warpgroups):
+        return CONFIGS_STREAM[d]
+    return None
+
+
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
     """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin."""
     groups, family = consumer_warpgroups, tuned(d)
@@ -350,7 +359,10 @@ def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
 
 
 def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
-    """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups)."""
+    """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups). A branch per
+    warpgroup with its barrier id an immediate, here and in _turn: ids computed at run time (OWN[0] +
+    tk.warpgroup.id(), as the vote's) hold a register through the task loop, and D128's kernels at the edge of
+    the register file then spill (checked under NVRTC 13.5: split rings causal, last_kv, pv_first)."""
     for wg in range(groups):
         with tk.if_(tk.warpgroup.id() == wg):
             tk.warpgroup.sync(OWN[wg])
@@ -1189,9 +1201,9 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
     blocks_per_sm = options.get("blocks_per_sm", 1)
-    if split_kv and consumer_warpgroups == 2 and tuned(d) in CONFIGS_STREAM and streaming(q, k, consumer_warpgroups) \
-            and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
-        options.update(zip(("kv", "stages", "late_stages"), CONFIGS_STREAM[tuned(d)]))
+    stream = stream_tiles(q, k, consumer_warpgroups, split_kv)
+    if stream and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
+        options.update(zip(("kv", "stages", "late_stages"), stream))
     kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, blocks_per_sm)[0]
     if splits is None:                          # (two blocks an SM: twice the places to fill)
         splits = splits_for(*q.shape, nk, kv, consumer_warpgroups, multiprocessors(q) * blocks_per_sm)

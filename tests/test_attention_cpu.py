@@ -1228,6 +1228,7 @@ def test_split_rings_of_streaming_tasks(monkeypatch, b, h, hkv, n, nk, streams, 
     assert options["split_kv"] == (tiles is not None)
     assert got == (default if tiles is None else tiles)
     assert att.streaming(q, k, 2) == streams
+    assert att.stream_tiles(q, k, 2, options["split_kv"]) == (tiles if streams else None)
     if options["split_k"]:                  # split-K at least SPLIT_MIN_STEPS of the kernel's key tiles a split
         splits = att.splits_for(b, h, n, 128, nk, got[0], 2, 132)
         assert att.cdiv(nk, got[0]) // splits >= att.SPLIT_MIN_STEPS

@@ -110,12 +110,12 @@ def emit_fence_proxy_async(em, op):
 
 @emits("named_sync")
 def emit_named_sync(em, op):
-    yield f"tk::named_sync({op.attrs['barrier_id']}, {op.attrs['threads']});"
+    yield f"tk::named_sync({render(op.args[0])}, {op.attrs['threads']});"
 
 
 @emits("named_arrive")
 def emit_named_arrive(em, op):
-    yield f"tk::named_arrive({op.attrs['barrier_id']}, {op.attrs['threads']});"
+    yield f"tk::named_arrive({render(op.args[0])}, {op.attrs['threads']});"
 
 
 @emits("warpgroup_any_greater")

@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 
 from ..errors import InterpretError
-from ..ir.protocol import REGISTER_FILE
+from ..ir.protocol import MAX_NAMED_BARRIER, REGISTER_FILE
 from .mbarrier import Semaphore, Transfer
 from .memory import whole
 from .numerics import RAW, decode, encode, to_f32
@@ -198,32 +198,33 @@ def fence_proxy_async(warp, op):
     warp.block.shared.fence(warp.index)
 
 
-@semantics("named_sync", attrs=("barrier_id", "threads"))
+@semantics("named_sync", attrs=("threads",))
 def named_sync(warp, op):
     """bar.sync id, threads: completes when threads / 32 warps have arrived (every arrival of a phase must
     give the same count)."""
-    return _named_barrier(warp, op, op.attrs["barrier_id"]).arrive(warp)
+    return _named_barrier(warp, op).arrive(warp)
 
 
-@semantics("named_arrive", attrs=("barrier_id", "threads"))
+@semantics("named_arrive", attrs=("threads",))
 def named_arrive(warp, op):
     """bar.arrive id, threads: counts this warp towards the barrier's phase and goes on."""
-    _named_barrier(warp, op, op.attrs["barrier_id"]).arrive(warp)
+    _named_barrier(warp, op).arrive(warp)
 
 
 @semantics("warpgroup_any_greater", attrs=("threads",))
 def warpgroup_any_greater(warp, op):
     """bar.red.or on named barrier `barrier`: each warp's predicate (some element of its vector above the
     threshold; NaN is not), ORed over the warps of the phase into every warp's result variable."""
-    result, vec, threshold, barrier = op.args
-    bid = warp.value(barrier)
-    if not isinstance(bid, int) or not 1 <= bid <= 15:
-        raise InterpretError(f"warpgroup.any_greater: named barrier id {bid!r} is not in 1..15", op.loc)
+    result, vec, threshold, _ = op.args
     mine = bool(np.any(warp.read(vec) > np.float32(to_f32(warp.value(threshold)))))
-    return _named_barrier(warp, op, bid).arrive(warp, vote=(mine, result.name))
+    return _named_barrier(warp, op).arrive(warp, vote=(mine, result.name))
 
 
-def _named_barrier(warp, op, bid: int) -> Barrier:
+def _named_barrier(warp, op) -> Barrier:
+    """The named barrier the op's last argument names (an id the warp computes, for runtime ids), this phase."""
+    bid = warp.value(op.args[-1])
+    if not isinstance(bid, int) or not 1 <= bid <= MAX_NAMED_BARRIER:
+        raise InterpretError(f"named barrier id {bid!r} is not in 1..{MAX_NAMED_BARRIER}", op.loc)
     warps = op.attrs["threads"] // 32
     barrier = warp.block.sync_object(("named barrier", bid),
                                      lambda: Barrier(f"named barrier {bid}", warps, one_site=False))

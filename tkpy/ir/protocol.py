@@ -13,6 +13,7 @@ from ..ir.expr import Expr, free_symbols, render
 from .core import For, If, KernelIR, Op, SharedRef, walk
 
 REGISTER_FILE = 65536        # 32-bit registers per SM (and per block with one block per SM)
+MAX_NAMED_BARRIER = 15       # named barriers 0..15 per block (bar.sync); 0 is tk.sync()'s
 GENERIC_SHARED_WRITES = ("store_st_rt", "load_st_gl")
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from ..frontend.context import current
 from ..ir.core import SharedRef, Var
+from ..ir.expr import Expr, as_expr
+from ..ir.protocol import MAX_NAMED_BARRIER
 from ..tiles.dtypes import i32
 from ..tiles.types import Semaphore
 from ._checks import describe, emit, fail, scalar
-
-MAX_NAMED_BARRIER = 15
 
 
 def semaphore(count: int = 1) -> Var:
@@ -69,24 +69,33 @@ def fence_proxy_async():
     return emit("fence_proxy_async")
 
 
-def named_sync(barrier_id: int, warps: int):
-    """Barrier `barrier_id` (1..15) among `warps` warps, e.g. the consumer warpgroups only."""
-    if not isinstance(barrier_id, int) or not 1 <= barrier_id <= MAX_NAMED_BARRIER:
-        fail(f"named_sync: barrier id must be an int in 1..{MAX_NAMED_BARRIER} (0 is tk.sync()), got {barrier_id!r}")
+def barrier_id(x, what: str) -> Expr:
+    """A named barrier's id: an int in 1..MAX_NAMED_BARRIER (0 is tk.sync()'s), or a runtime int, e.g. one
+    barrier per warpgroup as `first + tk.warpgroup.id()` (bar.sync takes it from a register: no branch per
+    warpgroup; the interpreter checks its range when it runs)."""
+    if isinstance(x, bool) or not isinstance(x, (int, Expr)) or isinstance(x, int) and not 1 <= x <= MAX_NAMED_BARRIER \
+            or isinstance(x, Expr) and x.dtype != i32:
+        fail(f"{what}: barrier id must be an int in 1..{MAX_NAMED_BARRIER} (0 is tk.sync()) or a runtime int, "
+             f"got {x!r}")
+    return as_expr(x)
+
+
+def named_sync(barrier_id_: int | Expr, warps: int):
+    """Barrier `barrier_id_` (see barrier_id) among `warps` warps, e.g. the consumer warpgroups only."""
+    bid = barrier_id(barrier_id_, "named_sync")
     if not isinstance(warps, int) or not 1 <= warps <= current().warps:
         fail(f"named_sync: warps must be an int in 1..{current().warps}, got {warps!r}")
-    return emit("named_sync", barrier_id=barrier_id, threads=32 * warps)
+    return emit("named_sync", bid, threads=32 * warps)
 
 
-def named_arrive(barrier_id: int, warps: int):
-    """Arrive on barrier `barrier_id` (1..15) among `warps` warps without waiting (bar.arrive): the warps that
-    named_sync on it go on once `warps` warps have arrived or synced. A producer/consumer hand-off, e.g.
-    two warpgroups taking turns; a warp may arrive at most once per phase of the barrier."""
-    if not isinstance(barrier_id, int) or not 1 <= barrier_id <= MAX_NAMED_BARRIER:
-        fail(f"named_arrive: barrier id must be an int in 1..{MAX_NAMED_BARRIER}, got {barrier_id!r}")
+def named_arrive(barrier_id_: int | Expr, warps: int):
+    """Arrive on barrier `barrier_id_` (see barrier_id) among `warps` warps without waiting (bar.arrive): the
+    warps that named_sync on it go on once `warps` warps have arrived or synced. A producer/consumer hand-off,
+    e.g. two warpgroups taking turns; a warp may arrive at most once per phase of the barrier."""
+    bid = barrier_id(barrier_id_, "named_arrive")
     if not isinstance(warps, int) or not 1 <= warps <= current().warps:
         fail(f"named_arrive: warps must be an int in 1..{current().warps}, got {warps!r}")
-    return emit("named_arrive", barrier_id=barrier_id, threads=32 * warps)
+    return emit("named_arrive", bid, threads=32 * warps)
 
 
 def _registers(n: int, increase: bool):

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ..frontend.control import WARP_ID, Mutable, var
-from ..ir.expr import Expr, as_expr
-from ..tiles.dtypes import i32
+from ..ir.expr import Expr
 from . import wgmma
 from ._checks import emit, fail, register_vector, scalar
 from .memory import Scope
+from .sync_async import barrier_id
 
 WARPS_PER_WARPGROUP = 4
 
@@ -29,29 +29,23 @@ class Warpgroup(Scope):
     def id(self) -> Expr:
         return warpgroup_id()
 
-    def sync(self, barrier_id: int):
-        """Barrier among the 4 warps of the calling warpgroup on named barrier `barrier_id` (1..15);
-        give each warpgroup its own id (e.g. 1 + warpgroup index when it is a Python int)."""
-        if not isinstance(barrier_id, int) or not 1 <= barrier_id <= 15:
-            fail(f"warpgroup.sync: barrier id must be an int in 1..15, got {barrier_id!r}")
-        return emit("named_sync", barrier_id=barrier_id, threads=32 * WARPS_PER_WARPGROUP)
+    def sync(self, barrier: int | Expr):
+        """Barrier among the 4 warps of the calling warpgroup on named barrier `barrier` (tk.barrier_id's: an int
+        in 1..15, or a runtime int); give each warpgroup its own, e.g. `first + tk.warpgroup.id()`."""
+        return emit("named_sync", barrier_id(barrier, "warpgroup.sync"), threads=32 * WARPS_PER_WARPGROUP)
 
-    def any_greater(self, vec, threshold, barrier_id, name: str = "any_greater") -> Mutable:
+    def any_greater(self, vec, threshold, barrier: int | Expr, name: str = "any_greater") -> Mutable:
         """True in every thread of the calling warpgroup when some element of the register vector `vec`, in
         any of its 4 warps, exceeds `threshold`: a warpgroup-uniform condition for `tk.if_`, e.g. around a
         branch that issues a wgmma (which all 4 warps must issue together). A barrier that also ORs a
-        predicate (bar.red.or) on named barrier `barrier_id` (1..15, an int or a runtime int, e.g. one per
-        warpgroup), which the warpgroup's 4 warps meet; NaN exceeds nothing. `name`: the flag's name in the
-        generated C++ (where no Python variable of the kernel's own gives it one)."""
+        predicate (bar.red.or) on named barrier `barrier` (as warpgroup.sync's), which the warpgroup's 4 warps
+        meet; NaN exceeds nothing. `name`: the flag's name in the generated C++ (where no Python variable of
+        the kernel's own gives it one)."""
         vec = register_vector(vec, "warpgroup.any_greater")
         threshold = scalar(threshold, "warpgroup.any_greater's threshold")
-        if isinstance(barrier_id, bool) or not isinstance(barrier_id, (int, Expr)) \
-                or isinstance(barrier_id, int) and not 1 <= barrier_id <= 15 \
-                or isinstance(barrier_id, Expr) and barrier_id.dtype != i32:
-            fail(f"warpgroup.any_greater: barrier id must be an int in 1..15 or a runtime int, got {barrier_id!r}")
+        bid = barrier_id(barrier, "warpgroup.any_greater")
         result = var(False, name)
-        emit("warpgroup_any_greater", result, vec, threshold, as_expr(barrier_id),
-             threads=32 * WARPS_PER_WARPGROUP)
+        emit("warpgroup_any_greater", result, vec, threshold, bid, threads=32 * WARPS_PER_WARPGROUP)
         return result
 
 
