@@ -118,6 +118,23 @@ def emit_named_arrive(em, op):
     yield f"tk::named_arrive({render(op.args[0])}, {op.attrs['threads']});"
 
 
+@emits("warpgroup_any")
+def emit_warpgroup_any(em, op):
+    result, condition, barrier = op.args
+    yield f"{result.name} = tk::named_any({render(condition)}, {render(barrier)}, {op.attrs['threads']});"
+
+
+@emits("threadfence")
+def emit_threadfence(em, op):
+    yield "tk::threadfence();"
+
+
+@emits("atomic_add")
+def emit_atomic_add(em, op):
+    result, g, *coord, value = op.args
+    yield f"{result.name} = tk::warp_atomic_add({g.name}.at({', '.join(render(c) for c in coord)}), {render(value)});"
+
+
 @emits("warpgroup_any_greater")
 def emit_warpgroup_any_greater(em, op):
     result, vec, threshold, barrier = op.args

@@ -220,6 +220,30 @@ def warpgroup_any_greater(warp, op):
     return _named_barrier(warp, op).arrive(warp, vote=(mine, result.name))
 
 
+@semantics("warpgroup_any", attrs=("threads",))
+def warpgroup_any(warp, op):
+    """bar.red.or of a scalar predicate over the warps of the phase, into every warp's result variable."""
+    result, condition, _ = op.args
+    return _named_barrier(warp, op).arrive(warp, vote=(bool(warp.value(condition)), result.name))
+
+
+@semantics("threadfence")
+def threadfence(warp, op):
+    """The interpreter's global memory is seen by every warp as soon as written: nothing to order."""
+    return None
+
+
+@semantics("atomic_add")
+def atomic_add(warp, op):
+    """atom.add on one int32 element, once for the warp; the warp's result variable gets the old value."""
+    result, dst, *coord, value = op.args
+    g = warp.block.globals[dst]
+    cell = g.box(tuple(warp.value(c) for c in coord), 1, 1, f"atomic_add on `{dst.name}`", op.loc)
+    old = int(cell.view(np.int32)[0, 0])
+    cell[0, 0] = np.array([old + int(warp.value(value))], np.int64).astype(np.int32).view(cell.dtype)[0]
+    warp.env[result.name] = old
+
+
 def _named_barrier(warp, op) -> Barrier:
     """The named barrier the op's last argument names (an id the warp computes, for runtime ids), this phase."""
     bid = warp.value(op.args[-1])

@@ -13,9 +13,10 @@ from .masks import (make_causal, make_causal_t, tril, tril_periodic, triu, left_
                     lower_fill)
 from .sync import sync, warp_sync, mark
 
-from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, named_sync,
-                         named_arrive,
+from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, threadfence,
+                         named_sync, named_arrive,
                          producer_registers, consumer_registers)
+from .atomic import atomic_add
 from . import cluster, tma
 from .warpgroup import warpgroup, warpgroup_id
 

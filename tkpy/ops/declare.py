@@ -17,20 +17,24 @@ def _make(cls, *args, **kw):
         raise TraceError(str(e), user_loc()) from None
 
 
-def rt(dtype: DType, rows: int, cols: int, layout: str = "row", name: str | None = None) -> Var:
-    """A register tile: each warp holds its own `rows x cols` tile (multiples of 16). `name`: its name in the
-    generated C++ (made unique with the kernel's other names), where no Python variable gives it one."""
-    if name is not None and not (isinstance(name, str) and name.isidentifier()):
-        fail(f"tk.rt needs an identifier for a name, got {name!r}")
-    var = current().declare(_make(RT, dtype, rows, cols, layout), "t")
+def _named(var: Var, name: str | None, what: str) -> Var:
+    """`var` named `name` in the generated C++ (made unique with the kernel's other names), where no Python
+    variable of the kernel's own gives it one (e.g. a tile declared in a helper function)."""
     if name is not None:
+        if not (isinstance(name, str) and name.isidentifier()):
+            fail(f"{what} needs an identifier for a name, got {name!r}")
         var.name = name
     return var
 
 
-def rv(dtype: DType, length: int, layout: str = "ortho") -> Var:
-    """A register vector of `length` values in the given layout (see tkpy.tiles.layouts)."""
-    return current().declare(_make(RV, dtype, length, layout), "v")
+def rt(dtype: DType, rows: int, cols: int, layout: str = "row", name: str | None = None) -> Var:
+    """A register tile: each warp holds its own `rows x cols` tile (multiples of 16). `name`: see _named."""
+    return _named(current().declare(_make(RT, dtype, rows, cols, layout), "t"), name, "tk.rt")
+
+
+def rv(dtype: DType, length: int, layout: str = "ortho", name: str | None = None) -> Var:
+    """A register vector of `length` values in the given layout (see tkpy.tiles.layouts). `name`: see _named."""
+    return _named(current().declare(_make(RV, dtype, length, layout), "v"), name, "tk.rv")
 
 
 def st(dtype: DType, rows: int, cols: int, count: int = 1, swizzle: int = -1) -> Var:
@@ -46,13 +50,13 @@ def sv(dtype: DType, length: int, count: int = 1) -> Var:
     return current().declare(_make(SV, dtype, length), "sv", count)
 
 
-def col_vec(tile, dtype: DType | None = None) -> Var:
+def col_vec(tile, dtype: DType | None = None, name: str | None = None) -> Var:
     """A vector with one value per row of `tile` (what row_max produces, what sub_row consumes)."""
     t = register_tile(tile, "col_vec")
-    return current().declare(t.type.col_vec(dtype), "v")
+    return _named(current().declare(t.type.col_vec(dtype), "v"), name, "tk.col_vec")
 
 
-def row_vec(tile, dtype: DType | None = None) -> Var:
+def row_vec(tile, dtype: DType | None = None, name: str | None = None) -> Var:
     """A vector with one value per column of `tile` (what col_max produces, what sub_col consumes)."""
     t = register_tile(tile, "row_vec")
-    return current().declare(t.type.row_vec(dtype), "v")
+    return _named(current().declare(t.type.row_vec(dtype), "v"), name, "tk.row_vec")

@@ -64,6 +64,13 @@ def wait(sem, phase):
     return emit("sem_wait", semaphore_ref(sem, "wait"), _int(phase, "wait phase"))
 
 
+def threadfence():
+    """Order this thread's global (and shared) memory writes before its later ones for the whole GPU
+    (fence.acq_rel.gpu, CUDA's __threadfence): before a tk.atomic_add that tells another block the writes are
+    done, and after one that learns it, before reading them."""
+    return emit("threadfence")
+
+
 def fence_proxy_async():
     """Make this warp's ordinary shared-memory writes visible to TMA and wgmma (the async proxy)."""
     return emit("fence_proxy_async")

@@ -34,6 +34,17 @@ class Warpgroup(Scope):
         in 1..15, or a runtime int); give each warpgroup its own, e.g. `first + tk.warpgroup.id()`."""
         return emit("named_sync", barrier_id(barrier, "warpgroup.sync"), threads=32 * WARPS_PER_WARPGROUP)
 
+    def any(self, condition, barrier: int | Expr, name: str = "any") -> Mutable:
+        """True in every thread of the calling warpgroup when the scalar `condition` holds in any of its 4 warps
+        (e.g. a flag one warp computed): a warpgroup-uniform condition for `tk.if_`. A barrier on named barrier
+        `barrier` (as warpgroup.sync's) that ORs a predicate (bar.red.or), which the warpgroup's 4 warps meet.
+        `name`: the flag's name in the generated C++."""
+        condition = scalar(condition, "warpgroup.any's condition")
+        bid = barrier_id(barrier, "warpgroup.any")
+        result = var(False, name)
+        emit("warpgroup_any", result, condition, bid, threads=32 * WARPS_PER_WARPGROUP)
+        return result
+
     def any_greater(self, vec, threshold, barrier: int | Expr, name: str = "any_greater") -> Mutable:
         """True in every thread of the calling warpgroup when some element of the register vector `vec`, in
         any of its 4 warps, exceeds `threshold`: a warpgroup-uniform condition for `tk.if_`, e.g. around a

@@ -49,6 +49,7 @@ half = fp16
 float16 = fp16
 bfloat16 = bf16
 float32 = f32
+int32 = i32
 
 TILE_DTYPES = (bf16, fp16, f32)
 MMA_INPUT_DTYPES = (bf16, fp16)

@@ -61,6 +61,16 @@ __device__ __forceinline__ bool named_any(bool mine, int id, int threads) {
                  : "=r"(any) : "r"((u32)mine), "r"(id), "r"(threads) : "memory");
     return any != 0;
 }
+// This thread's memory writes ordered before its later ones for the whole GPU (__threadfence).
+__device__ __forceinline__ void threadfence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// Atomic add to a global int by lane 0 of the calling warp (acquire-release at GPU scope); every lane gets the
+// value before the add.
+__device__ __forceinline__ int warp_atomic_add(int* p, int v) {
+    int old = 0;
+    if (threadIdx.x % 32 == 0)
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return __shfl_sync(0xffffffffu, old, 0);
+}
 // Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
 __device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void cluster_sync() {

@@ -1,0 +1,153 @@
+"""tk.atomic_add, tk.threadfence and tk.warpgroup.any: counters between blocks and the "last block merges"
+hand-off (each block writes its part, fences, counts itself in; the block that counts last reads every part
+and resets the counter for the next launch), in the CPU interpreter, the C++ and on the GPU where there is one."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tkpy as tk
+from tests.gpu_util import on_gpu, poisoned, rand
+from tkpy import f32, i32
+
+
+@tk.kernel(warps=2)
+def count(counter: tk.gl[i32, 4], seen: tk.gl[f32, "G", 32, 16]):
+    """Every warp of every block counts itself in on counter[2]; row (warp) of block b's 16 x 16 tile of `seen`
+    gets the count before it."""
+    old = tk.atomic_add(counter, 2, 1)
+    t = tk.rt(f32, 16, 16)
+    tk.fill(t, old)
+    tk.store(seen, t, (tk.block_idx.x, tk.warp_id(), 0))
+
+
+def test_counting_in_the_interpreter():
+    counter = torch.tensor([5, 6, 0, 7], dtype=torch.int32)
+    seen = torch.full((3, 32, 16), float("nan"))
+    count.interpret[(3,)](counter, seen)
+    assert counter.tolist() == [5, 6, 6, 7]
+    assert sorted(seen[:, ::16, 0].flatten().tolist()) == list(range(6))
+    assert torch.equal(seen, seen[:, ::16, :1].repeat_interleave(16, 1).expand(3, 32, 16))
+
+
+@tk.kernel(warps=1)
+def last_block_sums(parts: tk.gl[f32, "G", 16, 16], counter: tk.gl[i32, 1], total: tk.gl[f32, 16, 16],
+                    x: tk.gl[f32, "G", 16, 16]):
+    """Block b writes parts[b] = 2 x[b]; the last block to count itself in writes total = sum of parts and
+    takes the counter back to 0."""
+    t = tk.rt(f32, 16, 16)
+    tk.load(t, x, (tk.block_idx.x, 0, 0))
+    tk.mul(t, t, 2.0)
+    tk.store(parts, t, (tk.block_idx.x, 0, 0))
+    tk.threadfence()                                    # this block's part before its count
+    blocks = tk.grid_dim.x
+    old = tk.atomic_add(counter, 0, 1)
+    with tk.if_(old == blocks - 1):                     # every other part is written and fenced
+        tk.threadfence()
+        acc, part = tk.rt(f32, 16, 16), tk.rt(f32, 16, 16)
+        tk.zero(acc)
+        for b in tk.range(blocks):
+            tk.load(part, parts, (b, 0, 0))
+            tk.add(acc, acc, part)
+        tk.store(total, acc)
+        tk.atomic_add(counter, 0, -blocks)
+
+
+def run_last_block(device: str, blocks: int, launches: int, launch):
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    for _ in range(launches):
+        x = rand(blocks, 16, 16, dtype=torch.float32, device=device)
+        parts, total = poisoned(blocks, 16, 16, dtype=torch.float32, device=device), \
+            poisoned(16, 16, dtype=torch.float32, device=device)
+        launch(parts, counter, total, x)
+        expected = (2 * x.double()).sum(0)
+        torch.testing.assert_close(total.double().cpu(), expected.cpu(), rtol=1e-6, atol=1e-5)
+        assert counter.item() == 0
+
+
+def test_last_block_merges_in_the_interpreter():
+    run_last_block("cpu", 5, 2, lambda *args: last_block_sums.interpret[(5,)](*args))
+
+
+@tk.kernel(warps=8)
+def vote_any(flags: tk.gl[f32, 1, 128, 16], chosen: int):
+    """Each warpgroup votes whether warp `chosen` is among its warps; every warp writes the verdict."""
+    yes = tk.warpgroup.any(tk.warp_id() == chosen, 1 + tk.warpgroup.id())
+    t = tk.rt(f32, 16, 16)
+    tk.fill(t, 0.0)
+    with tk.if_(yes):
+        tk.fill(t, 1.0)
+    tk.store(flags, t, (0, tk.warp_id(), 0))
+
+
+@pytest.mark.parametrize("chosen", [1, 6, 9])
+def test_warpgroup_any_in_the_interpreter(chosen):
+    flags = torch.full((1, 128, 16), float("nan"))
+    vote_any.interpret[(1,)](flags, chosen)
+    verdicts = flags[0, ::16, 0].tolist()
+    assert verdicts == [float(chosen // 4 == w // 4) for w in range(8)]
+
+
+def test_the_cpp():
+    counter, seen = torch.zeros(4, dtype=torch.int32), torch.zeros(3, 32, 16)
+    src = count.source(counter, seen)
+    assert "old = tk::warp_atomic_add(counter.at(0, 0, 0, 2), 1);" in src
+    src = last_block_sums.source(torch.zeros(3, 16, 16), torch.zeros(1, dtype=torch.int32), torch.zeros(16, 16),
+                                 torch.zeros(3, 16, 16))
+    assert src.count("tk::threadfence();") == 2 and "atom.acq_rel.gpu.global.add.s32" in src
+    assert "tk::named_any(warpid == chosen, 1 + warpid / 4, 128);" in vote_any.source(torch.zeros(1, 128, 16), 3)
+    for k, args in ((count, (counter, seen)), (vote_any, (torch.zeros(1, 128, 16), 3))):
+        assert k.trace(*args).lower().compile() is not None
+
+
+def test_bad_atomics_are_refused():
+    @tk.kernel(warps=1)
+    def on_floats(x: tk.gl[f32, 16, 16]):
+        tk.atomic_add(x, (0, 0), 1)
+
+    @tk.kernel(warps=1)
+    def float_value(c: tk.gl[i32, 4]):
+        tk.atomic_add(c, 0, 1.5)
+
+    @tk.kernel(warps=1)
+    def five_coords(c: tk.gl[i32, 4]):
+        tk.atomic_add(c, (0, 0, 0, 0, 0), 1)
+    with pytest.raises(tk.TraceError, match="atomic_add adds to int32 global tensors"):
+        on_floats.source(torch.zeros(16, 16))
+    with pytest.raises(tk.TraceError, match="must be integers"):
+        float_value.source(torch.zeros(4, dtype=torch.int32))
+    with pytest.raises(tk.TraceError, match="coordinates take 1 to 4 entries"):
+        five_coords.source(torch.zeros(4, dtype=torch.int32))
+
+
+def test_an_atomic_past_the_tensor_is_reported():
+    @tk.kernel(warps=1)
+    def past_the_end(counter: tk.gl[i32, "C"]):
+        tk.atomic_add(counter, 2, 1)
+    with pytest.raises(tk.InterpretError, match="out-of-bounds access of `counter`"):
+        past_the_end.interpret[(1,)](torch.zeros(2, dtype=torch.int32))
+
+
+@on_gpu
+def test_counting_on_the_gpu():
+    counter = torch.tensor([5, 6, 0, 7], dtype=torch.int32, device="cuda")
+    seen = poisoned(300, 32, 16, dtype=torch.float32)
+    count[(300,)](counter, seen)
+    torch.cuda.synchronize()
+    assert counter.tolist() == [5, 6, 600, 7]
+    assert sorted(seen[:, ::16, 0].flatten().int().tolist()) == list(range(600))
+
+
+@on_gpu
+def test_last_block_merges_on_the_gpu():
+    """264 blocks (two an SM) over 20 launches: the total is right and the counter back at 0 after each."""
+    run_last_block("cuda", 264, 20, lambda *args: last_block_sums[(264,)](*args))
+
+
+@on_gpu
+@pytest.mark.parametrize("chosen", [2, 7])
+def test_warpgroup_any_on_the_gpu(chosen):
+    flags = poisoned(1, 128, 16, dtype=torch.float32)
+    vote_any[(1,)](flags, chosen)
+    torch.cuda.synchronize()
+    assert flags[0, ::16, 0].tolist() == [float(chosen // 4 == w // 4) for w in range(8)]
