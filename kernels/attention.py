@@ -61,7 +61,7 @@ import torch
 
 import tkpy as tk
 from kernels import forward_only
-from tkpy import bf16, f32, fp16, i32
+from tkpy import bf16, f32, fp16
 from tkpy.frontend.signature import broadcast_dim
 from tkpy.ir.expr import call
 from tkpy.runtime.errors import SpillWarning
@@ -169,12 +169,6 @@ SPLIT_K_DEFAULT = True
 SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
 MAX_SPLITS = 16
-# One-warpgroup split-K kernels (decoding) merge their splits themselves (the kernel's merge option): the last of a
-# query tile's splits to finish merges them, where combine_kernel, launched after the split kernel, waits for the
-# whole grid and adds a launch (RESULTS.md run 212: 5 us of a 40 us one-row decoding call over 32768 keys).
-MERGE_IN_KERNEL = True
-COUNTER_SLOTS = 1 << 20             # split counters per device (see split_counters)
-MERGE_BATCH = 8                     # splits' slices a warp of a merging kernel loads at once (its registers allow)
 PINGPONG = True                     # consumer warpgroups take turns issuing S = Q K^T (named barriers)
 RESCALE_SLACK = 8.0                 # stale_shift: log2 of how far a kept step's P may exceed 1
 # Head dims whose steps after a task's first compute P on the running shift, without this tile's row max, and leave
@@ -400,7 +394,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
                last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True,
-               stale_shift: bool | None = None, merge: bool = False):
+               stale_shift: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -466,13 +460,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     those past its diagonal: with 3 warpgroups on 128-row key tiles the first one's ends a tile before the task's),
     only taking its turn there; False: name "_noskip"; True with 2 warpgroups non-causal: "_skip".
     lse=False: the kernel takes no L and computes no log-sum-exp (attention() without return_lse, as SDPA's
-    inference kernels); name "_nolse". Split-K needs it (the merge weighs the splits by it).
-    merge=True (split_k, one consumer warpgroup): the kernel merges the splits itself instead of combine_kernel:
-    it also takes the outputs Out and LSE and `Counter`, int32 (b, h, 64-row units) zeros; each split's
-    warpgroup counts itself in once its rows are written (tk.atomic_add after tk.threadfence), and the last of a
-    query tile's splits merges theirs (_merge_splits over MAX_SPLITS slots) and takes its counter back to 0 for the
-    next launch; name "_merged". Spares the combine kernel's launch and the wait for the whole split grid
-    (MERGE_IN_KERNEL)."""
+    inference kernels); name "_nolse". Split-K needs it (combine_kernel weighs the splits by it)."""
     groups = consumer_warpgroups
     if pingpong not in (True, False, "softmax"):
         raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
@@ -504,9 +492,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if blocks_per_sm == 2 and (groups != 1 or split_kv or family not in CONFIGS_1WG_2SM):
         raise ValueError(f"attention: blocks_per_sm={blocks_per_sm} is for one consumer warpgroup, one ring and head "
                          f"dims up to {max(CONFIGS_1WG_2SM)}")
-    if merge and not (split_k and groups == 1):
-        raise ValueError("attention: merge=True merges split-K's splits in the kernel of one consumer warpgroup; it "
-                         "needs split_k=True and consumer_warpgroups=1")
     if split_k and not lse:
         raise ValueError("attention: split_k=True needs lse=True (combine_kernel weighs the splits by their "
                          "log-sum-exps)")
@@ -569,7 +554,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
-        + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") + ("_merged" if merge else "") \
+        + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
         + (f"_last{last_kv}" if last_kv else "") \
         + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
@@ -584,13 +569,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
         V: tk.gl[dtype, "B", "HKV", "NK", d]
-        if split_k:                         # split s of batch b at s * B + b (merged by the kernel or combine_kernel)
+        if split_k:                         # split s of batch b at s * B + b (combine_kernel merges them)
             O: tk.gl[f32, "SB", "H", "N", d]
             L: tk.gl[f32, "SB", "H", "NL"]
-            if merge:                       # the merged outputs, and a counter of splits done per 64-row unit
-                Out: tk.gl[dtype, "B", "H", "N", d]
-                LSE: tk.gl[f32, "B", "H", "NLO"]
-                Counter: tk.gl[i32, "B", "H", "U"]
         else:
             O: tk.gl[dtype, "B", "H", "N", d]
             if lse:                         # NL: N rounded up to rows, or more (the stores need no bounds check)
@@ -1033,14 +1014,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     self.q_to_registers(st)
                 tk.mark("finish: next Q in registers")
             if split_k:         # O (fp32) straight from the registers into split s's rows of the workspace
+                b = task.split * g.Q.batch + b
                 with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
-                    tk.warpgroup.store(g.O, st.out, (task.split * g.Q.batch + b, h, unit, 0), masked=True)
+                    tk.warpgroup.store(g.O, st.out, (b, h, unit, 0), masked=True)
                 tk.fence_proxy_async()          # every warp's reads of the query tile before TMA writes it again
                 _own_sync(groups)
-                self.store_lse(g, st, task.split * g.Q.batch + b, h, unit)
-                if merge:
-                    with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
-                        self.merge_splits(g, b, h, unit)
+                self.store_lse(g, st, b, h, unit)
                 return
             tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
@@ -1061,26 +1040,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if lse:
                 self.store_lse(g, st, b, h, unit)
 
-        def merge_splits(self, g, b, h, unit):
-            """(merge) This split's rows of the workspaces are written: count it in; the last of the query tile's
-            splits merges them all into Out and LSE, its warps taking COMBINE_COLS-column units in turn, and takes
-            the counter back to 0."""
-            tk.threadfence()                                    # this warp's rows, then every warp's, before the
-            _own_sync(groups)                                   # count
-            last = tk.var(False, "last_split")
-            with tk.if_(tk.warp_id() % 4 == 0):
-                tk.assign(last, tk.atomic_add(g.Counter, (b, h, unit), 1, name="splits_done") == g.splits - 1)
-            with tk.if_(tk.warpgroup.any(last, OWN[0], name="merges")):
-                tk.threadfence()                                # (acquire: the other splits' rows)
-                # The unit's 16-row slices that hold rows, and this warp's column units: loops of run-time
-                # bounds, which the assembler does not unroll into several slices' loads at once (spills).
-                for r in tk.range(call("min", 4, cdiv(g.Q.rows - unit * 64, 16))):
-                    for col in tk.range(tk.warp_id() % 4, d // COMBINE_COLS, 4):
-                        _merge_splits(g.O, g.L, g.Out, g.LSE, (b, h, unit * 4 + r, col), MAX_SPLITS, g.splits,
-                                      MERGE_BATCH)
-                with tk.if_(tk.warp_id() % 4 == 0):
-                    tk.atomic_add(g.Counter, (b, h, unit), -g.splits, name="reset")
-
         def store_lse(self, g, st, b, h, unit):
             """lse = ln(sum_j e^(s_j * scale)) = (max * scale_log2 + log2(sum_j 2^(s_j * scale_log2 - shift))) * ln 2
             per row into L, with shift = max * scale_log2 as P used it; -inf for rows that see no key (log2(0) +
@@ -1097,7 +1056,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 with tk.if_(tk.warpgroup.id() == 0):
                     tk.named_sync(TURN[0], 8)
 
-    Attention.merges_splits = merge
     return Attention
 
 
@@ -1210,41 +1168,11 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
     if prepared is not None:
         template, args = prepared
         template(*args)
-        if template.scheduler.splits_k and not template.merges_splits:     # the splits' results merged into o, lse
+        if template.scheduler.splits_k:         # the splits' results in the workspaces, merged into o and lse
             b, h, n, d = q.shape
-            lse = merged_lse(q) if lse is None else lse
+            if lse is None:                     # (rows padded to a 16-byte stride)
+                lse = torch.empty(b, h, cdiv(n, 4) * 4, dtype=torch.float32, device=q.device)
             combine_kernel(d, DTYPES[q.dtype], args[-1])[combine_grid(b, h, n, d)](args[3], args[4], o, lse)
-
-
-def merged_lse(q: torch.Tensor) -> torch.Tensor:
-    """A scratch log-sum-exp for split-K's merge where the caller wants none (rows padded to a 16-byte stride)."""
-    b, h, n = q.shape[:3]
-    return torch.empty(b, h, cdiv(n, 4) * 4, dtype=torch.float32, device=q.device)
-
-
-_COUNTERS: dict = {}                    # device -> [zeroed int32 counters, the next free slot]
-
-
-def split_counters(q: torch.Tensor, b: int, h: int, units: int) -> torch.Tensor | None:
-    """Zeroed int32 counters (b, h, units) for a merging split-K kernel (merge=True), which takes each back to 0 as
-    it ends. A buffer of COUNTER_SLOTS per device, allocated on first use and dealt out in turn, so that launches
-    running at once on different streams count apart (the buffer would have to hold COUNTER_SLOTS / (b h units)
-    launches in flight to wrap onto a running one). None while a CUDA graph is being captured on a device that has
-    no buffer yet (an allocation then would belong to the graph): that launch merges with combine_kernel. On the
-    CPU (the interpreter) fresh zeros. (units rounded up to 4: a kernel's tensors have 16-byte strides.)"""
-    units = cdiv(units, 4) * 4
-    count = b * h * units
-    if not q.is_cuda:
-        return torch.zeros(b, h, units, dtype=torch.int32)
-    entry = _COUNTERS.get(q.device)
-    if entry is None or count > COUNTER_SLOTS:
-        if torch.cuda.is_current_stream_capturing() or count > COUNTER_SLOTS:
-            return None
-        entry = _COUNTERS[q.device] = [torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=q.device), 0]
-    buffer, start = entry
-    start = 0 if start + count > COUNTER_SLOTS else start
-    entry[1] = start + count
-    return buffer[start:start + count].view(b, h, units)
 
 
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
@@ -1253,10 +1181,9 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     as they are (cluster by default from cluster_for; last_kv from last_kv_for; kv, stages and late_stages from
     CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is given, else the
     kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
-    fp32 workspaces, merged into o and lse by the kernel itself (merge: by default with one consumer warpgroup,
-    MERGE_IN_KERNEL, where that kernel compiles clean on the GPU, and a counter buffer is at hand, split_counters)
-    or by _launch's combine_kernel; lse None: a kernel without L, lse=False, but under split-K; stale_shift by
-    default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel compiles clean)."""
+    fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
+    split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
+    compiles clean)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1282,12 +1209,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         splits = splits_for(*q.shape, nk, kv, consumer_warpgroups, multiprocessors(q) * blocks_per_sm)
     if splits < 1:
         raise ValueError(f"attention: splits (tasks per query tile) must be at least 1, got {splits!r}")
-    merge, merged = options.pop("merge", None), []      # (the merged outputs and the counters, merging kernels')
     if splits > 1:                              # fp32 workspaces of splits x batch rows for O and the lse
         b, h = q.shape[:2]
-        if merge or merge is None and MERGE_IN_KERNEL and consumer_warpgroups == 1:
-            counters = split_counters(q, b, h, cdiv(n, 64))
-            merged = [o, merged_lse(q) if lse is None else lse, counters] if counters is not None else []
         outputs = [torch.empty(splits * b, h, n, d, dtype=torch.float32, device=q.device),
                    torch.empty(splits * b, h, lse_rows(n, consumer_warpgroups), dtype=torch.float32, device=q.device)]
     else:
@@ -1309,10 +1232,6 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
                                split_k=splits > 1, lse=lse is not None or splits > 1,
                                **({"packed": True} if packed > 1 and variant is not None else {}), **options)
-    if merged:          # the kernel merges its splits: where asked, or where it compiles clean (its merge's registers)
-        merging, merged_args = kernel(merge=True), args[:5] + merged + args[5:]
-        if merge or not q.is_cuda or _compiles_clean(merging, merged_args):
-            return merging, merged_args
     if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 and "stale_shift" not in options \
             and options.get("pingpong", PINGPONG) is True:
         stale = kernel(stale_shift=True)
@@ -1357,62 +1276,45 @@ COMBINE_COLS = 16                   # columns of O per warp of combine_kernel
 
 @functools.cache
 def combine_kernel(d: int, dtype, splits: int):
-    """Merges split-K results (flash-decoding) where the split kernel does not (merged kernels do it themselves):
-    _merge_splits on combine_grid, a warp per 16 rows and COMBINE_COLS columns; rows past N are skipped."""
+    """Merges split-K results (flash-decoding): for each query row, the `splits` partial outputs O_s (normalized
+    over their own keys) and log-sum-exps l_s become O = sum_s e^(l_s - l) O_s and l = ln sum_s e^(l_s) (rows
+    that see no key in any split: O = 0, l = -inf). Launched on combine_grid: a warp per 16 rows and COMBINE_COLS
+    columns, which loads every split's slice before it adds any (16 splits of 16 x 16 fp32 are 128 registers a
+    thread), so that its time is one round trip to L2 and not one per split (RESULTS.md runs 132-133); rows past N are
+    skipped."""
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],
                 O: tk.gl[dtype, "B", "H", "N", d], L: tk.gl[f32, "B", "H", "NL"]):
         col = tk.let(tk.block_idx.z * 4 + tk.warp_id(), "col")                  # COMBINE_COLS-column units
         units = d // COMBINE_COLS                                           # (the last block's warps may pass d)
         with tk.if_(col < units) if units % 4 else contextlib.nullcontext():
+            out = tk.rt(f32, 16, COMBINE_COLS)
+            parts = [tk.rt(f32, 16, COMBINE_COLS, name="part") for _ in range(splits)]
+            weights = [tk.col_vec(out, name="weight") for _ in range(splits)]
+            top, total, denominator = tk.col_vec(out), tk.col_vec(out), tk.col_vec(out)
+            row = tk.block_idx.x                                                # 16-row units
             b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
-            _merge_splits(Ow, Lw, O, L, (b, h, tk.block_idx.x, col), splits)
-    return combine
-
-
-def _merge_splits(Ow, Lw, O, L, at, slots: int, splits=None, batch: int | None = None) -> None:
-    """(Traced in a kernel, by one warp) split-K's partial outputs O_s (normalized over their own keys) and
-    log-sum-exps l_s, in the workspaces Ow and Lw (split s of batch b at s * B + b), merged into O = sum_s
-    e^(l_s - l) O_s and L: l = ln sum_s e^(l_s) (rows that see no key in any split: O = 0, l = -inf), for the 16
-    rows and COMBINE_COLS columns at `at` = (b, h, row, col) (rows and columns in those units); L by the warp of
-    column unit 0. `slots` splits: the splits themselves, or with `splits` (a run-time count up to `slots`) its
-    first `splits`, the slots past them reading the last split's again and weighing e^-FLT_MAX = 0. The warp
-    loads `batch` splits' slices (default: all) before it adds any (16 of 16 x 16 fp32 are 128 registers a
-    thread), so that its time is a round trip to L2 per batch and not one per split (RESULTS.md runs 132-133); a
-    batch past a run-time `splits` is skipped."""
-    b, h, row, col = at
-    batch = batch or slots
-    split_of = [s if splits is None or s == 0 else call("min", s, splits - 1) for s in range(slots)]
-    weights = [tk.rv(f32, 16, name="weight") for _ in range(slots)]
-    top, total, denominator = (tk.rv(f32, 16, name=name) for name in ("top", "total", "denominator"))
-    for s, weight in enumerate(weights):
-        tk.load(weight, Lw, (split_of[s] * O.batch + b, h, row))
-        if split_of[s] is not s:            # (1 past the splits, else 0)
-            unused = tk.let(call("min", 1, call("max", 0, s + 1 - splits)), "unused")
-            tk.map(weight, lambda l: l - FLT_MAX * unused, weight)
-    tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
-    for weight in weights:
-        tk.max(top, top, weight)
-    tk.zero(total)
-    for weight in weights:                  # each split's log-sum-exp becomes its weight e^(l_s - max)
-        tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), weight, top)
-        tk.add(total, total, weight)
-    tk.max(denominator, total, 1e-30)
-    out = tk.rt(f32, 16, COMBINE_COLS, name="out")
-    tk.zero(out)
-    for first in range(0, slots, batch):
-        with tk.if_(first < splits) if splits is not None and first else contextlib.nullcontext():
-            parts = [tk.rt(f32, 16, COMBINE_COLS, name="part") for _ in range(first, min(first + batch, slots))]
-            for s, part in enumerate(parts, first):
-                tk.load(part, Ow, (split_of[s] * O.batch + b, h, row, col), masked=True)
-            for s, part in enumerate(parts, first):
-                tk.mul_row(part, part, weights[s])
+            for s, (weight, part) in enumerate(zip(weights, parts)):
+                tk.load(weight, Lw, (s * O.batch + b, h, row))
+                tk.load(part, Ow, (s * O.batch + b, h, row, col), masked=True)
+            tk.fill(top, -FLT_MAX)                  # (so a row that sees no key weighs its splits e^-inf = 0)
+            for weight in weights:
+                tk.max(top, top, weight)
+            tk.zero(total)
+            for weight in weights:                  # each split's log-sum-exp becomes its weight e^(l_s - max)
+                tk.map(weight, lambda l, m: tk.exp2((l - m) * LOG2E), weight, top)
+                tk.add(total, total, weight)
+            tk.max(denominator, total, 1e-30)
+            tk.zero(out)
+            for weight, part in zip(weights, parts):
+                tk.mul_row(part, part, weight)
                 tk.add(out, out, part)
-    tk.div_row(out, out, denominator)
-    tk.store(O, out, (b, h, row, col), masked=True)
-    with tk.if_(col == 0):
-        tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
-        tk.store(L, total, (b, h, row), masked=True)
+            tk.div_row(out, out, denominator)
+            tk.store(O, out, (b, h, row, col), masked=True)
+            with tk.if_(col == 0):
+                tk.map(total, lambda t, m: m + tk.log2(t) * (1.0 / LOG2E), total, top)
+                tk.store(L, total, (b, h, row), masked=True)
+    return combine
 
 
 def combine_grid(b: int, h: int, n: int, d: int) -> tuple[int, int, int]:

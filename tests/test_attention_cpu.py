@@ -669,16 +669,15 @@ def test_two_blocks_an_sm_compile_to_half_the_sm():
 @pytest.mark.parametrize("causal", [False, "bottom_right"])
 def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
     """attention() on speculative decoding's drafts at D128 (4 rows a head, 4 heads a key/value head): packed into 16
-    rows, one consumer warpgroup in the serial schedule with one ring (SERIAL_ONE_GROUP), split-K over the keys,
-    whose splits the kernel merges itself (MERGE_IN_KERNEL); the last key tile's step on its 104 keys, rounded up
-    to 16."""
+    rows, one consumer warpgroup in the serial schedule with one ring (SERIAL_ONE_GROUP), split-K over the keys; the
+    last key tile's step on its 104 keys, rounded up to 16."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
     monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(real(*a, **kw).kernel.name) or real(*a, **kw))
     q, k, v = rand(1, 8, 4, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16)
     o, lse = att.attention(q, k, v, causal, return_lse=True)
-    assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk_merged" \
+    assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk" \
         + ("_packed" if causal else "") + "_last112"
     check(o, lse, *reference(q, k, v, causal), 4)
 
@@ -1349,39 +1348,6 @@ def test_one_consumer_warpgroup(monkeypatch, d, causal, hkv, n, nk, splits, spli
     options = dict(blocks_per_sm=2, split_kv=False) if split_kv == "2/SM" else dict(split_kv=split_kv)
     o, lse = launch_split(q, k, v, causal, splits, consumer_warpgroups=1, **options)
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
-
-
-@pytest.mark.parametrize("causal,d,hkv,n,nk,splits,sms", [
-    (False, 128, 1, 200, 700, 3, 2),            # 4 query tiles x 3 splits on 2 blocks: several merges a block
-    ("bottom_right", 128, 2, 150, 100, 2, 3),   # rows that see no key in any split: 0 and -inf
-    (False, 64, 1, 40, 900, 11, 132),           # past MERGE_BATCH splits: the second batch of slices
-    (True, 80, 2, 64, 300, 2, 4)])              # D80: a warp of no column unit (5 units over 4 warps)
-def test_one_warpgroup_split_k_merges_in_the_kernel(monkeypatch, causal, d, hkv, n, nk, splits, sms):
-    """One-warpgroup split-K kernels merge their splits themselves (merge, MERGE_IN_KERNEL: the last split of a
-    query tile to count itself in merges them), as combine_kernel would (merge=False); every counter back at 0."""
-    monkeypatch.setenv("TKPY_INTERPRET", "1")
-    monkeypatch.setattr(att, "multiprocessors", lambda tensor: sms)
-    counters = []
-    real = att.split_counters
-    monkeypatch.setattr(att, "split_counters", lambda *a: counters.append(real(*a)) or counters[-1])
-    q = rand(1, 2, n, d, dtype=BF16)
-    k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
-    template, args = att._prepared(q, k, v, q, None, causal, 0.1, consumer_warpgroups=1, splits=splits)
-    assert template.merges_splits and "_splitk_merged" in template.kernel.name
-    merged = launch_split(q, k, v, causal, splits, consumer_warpgroups=1)
-    assert len(counters) == 2 and not any(c.any() for c in counters)
-    apart = launch_split(q, k, v, causal, splits, consumer_warpgroups=1, merge=False)
-    assert len(counters) == 2                   # (combine_kernel: no counters)
-    for got, want in zip(merged, apart):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    check(*merged, *reference(q, k, v, causal, scale=0.1), n)
-
-
-def test_merging_needs_one_warpgroup_split_k():
-    with pytest.raises(ValueError, match="merge=True merges split-K's splits in the kernel of one consumer"):
-        att._attention(128, att.DTYPES[BF16], False, consumer_warpgroups=2, split_k=True, merge=True)
-    with pytest.raises(ValueError, match="merge=True merges split-K's splits in the kernel of one consumer"):
-        att._attention(128, att.DTYPES[BF16], False, consumer_warpgroups=1, merge=True)
 
 
 def test_expanded_inputs_are_copied_before_the_kernel(monkeypatch):

@@ -359,37 +359,6 @@ def test_one_consumer_warpgroup(b, h, hkv, n, nk, d, causal, splits):
     check(o, lse, *reference(q, k, v, causal))
 
 
-@pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,splits", [
-    (1, 64, 8, 1, 32768, 128, False, None),     # one-row decoding: 8 query tiles x 16 splits
-    (2, 32, 8, 16, 9000, 128, "bottom_right", 16),  # 16 tiles x 16 splits on 132 SMs: several merges a block
-    (8, 16, 2, 1, 8192, 256, False, None), (3, 16, 2, 8, 3000, 64, True, 11), (2, 8, 2, 30, 2000, 80, False, 5)])
-def test_one_warpgroup_split_k_merges_in_the_kernel(b, h, hkv, n, nk, d, causal, splits):
-    """Packed decoding on one consumer warpgroup whose split-K kernel merges its splits itself (the last split of a
-    query tile to count itself in, after tk.threadfence and tk.atomic_add): right in every launch of several back to
-    back (a moving error would be a race), each leaving every counter at 0, and equal to combine_kernel's merge."""
-    from kernels import attention as att
-    q, k, v = qkv(b, h, hkv, n, nk, d)
-    group = h // hkv
-    qp = q.view(b, hkv, group * n, d)
-    ref = reference(q, k, v, causal)
-    results = []
-    for merge in (True, True, True, False):
-        o = poisoned(b, h, n, d, dtype=q.dtype)
-        lse = poisoned(b, hkv, att.lse_rows(group * n, 1), dtype=torch.float32)
-        template, _ = att._prepared(qp, k, v, o.view(qp.shape), lse, causal, None, consumer_warpgroups=1, packed=group,
-                                    splits=splits, merge=merge)
-        assert template.merges_splits == merge
-        att._launch(qp, k, v, o.view(qp.shape), lse, causal, None, consumer_warpgroups=1, packed=group, splits=splits,
-                    merge=merge)
-        lse = lse[..., :group * n].reshape(b, h, n)
-        check(o, lse, *ref)
-        results.append((o, lse))
-        assert not att._COUNTERS[q.device][0].any(), "every counter back at 0"
-    for o, lse in results[1:]:
-        torch.testing.assert_close(o, results[0][0], rtol=0, atol=2e-3)
-        torch.testing.assert_close(lse, results[0][1], rtol=0, atol=1e-5)
-
-
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal", [(8, 32, 8, 1, 8192, 128, False), (2, 16, 2, 8, 3000, 64, True),
                                                     (1, 16, 4, 16, 5000, 128, "bottom_right")])
 def test_two_blocks_an_sm(b, h, hkv, n, nk, d, causal):
