@@ -14,9 +14,9 @@ pair; the tkpy column is its time in the cuDNN pair.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--no-variants]
                   (tables on stdout; $OUT/attention.json and $OUT/attention.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims | --fp16
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims | --fp16 | --sweep
                   (split-K on few query tiles over many keys; decoding shapes with GQA; other head dims:
-                   D80, D96, D160, D192, D256; the main cases in fp16)
+                   D80, D96, D160, D192, D256; the main cases in fp16; sequence lengths from 256 to 32768)
     PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
@@ -33,6 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(16, 16, 4096, 128), (16, 16, 4096, 64), (4, 16, 16384, 128), (4, 16, 16384, 64), (16, 16, 1024, 128)]
 CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, True)]
+# Sequence lengths from 256 to 32768 (odd ones among them), 32768 query rows a batch (B = 32768 / N), H16 (--sweep)
+SWEEP_LENGTHS = (256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768)
+SWEEP_CASES = [(max(1, 32768 // n), 16, n, d, causal) for d in (128, 64) for n in SWEEP_LENGTHS
+               for causal in (False, True)]
 # Head dims other than the issue's 64 and 128: between the tuned ones, which take the next tuned one's settings, and
 # D256 (--dims)
 OTHER_DIM_CASES = [(16, 16, 4096, d, causal) for d in (80, 96, 160, 192, 256) for causal in (False, True)]
@@ -58,6 +62,16 @@ def other_dims_table() -> list[dict]:
     print("\nother head dims (kernels.attention.tuned, wide_kv):")
     print_rows(rows)
     save("attention_dims.json", rows)
+    return rows
+
+
+def sweep_table() -> list[dict]:
+    """SWEEP_CASES (sequence lengths from 256 to 32768, 32768 query rows each) against cuDNN and flash, as main's
+    table."""
+    rows = [case_row(*case) for case in SWEEP_CASES]
+    print("\nsequence lengths (B = 32768 / N, H16):")
+    print_rows(rows)
+    save("attention_sweep.json", rows)
     return rows
 
 
@@ -488,5 +502,7 @@ if __name__ == "__main__":
         other_dims_table()
     elif "--fp16" in sys.argv:
         fp16_table()
+    elif "--sweep" in sys.argv:
+        sweep_table()
     else:
         main()
