@@ -227,14 +227,18 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     """The consumer warpgroups (1, 2 or 3) attention() runs for b x h heads of n query rows at head dim d on
     `sms` SMs: 1 where a head's rows fit one 64-row task (n <= 64: decoding, packed GQA heads; a 128-row task
     would be half padding; RESULTS.md runs 131 and 133, 4-16% faster); otherwise the fewest modelled time, waves
-    of tasks over the SMs times a task's rows over GROUP_RATE (ties to 2). E.g. on 132 SMs at D64, B16 H16:
-    N4096 -> 3 (43 waves of 192 rows beat 63 of 128), N1024 -> 3 (12 waves of 192 rows at 1.25x beat 16 of 128)."""
+    of tasks over the SMs times a task's rows over GROUP_RATE (ties to 2), a task's rows being its warpgroups' that
+    hold real rows, on average: a warpgroup of padding rows skips its steps (skip_masked). E.g. on 132 SMs at D64,
+    B16 H16: N4096 -> 3 (43 waves of 186 rows beat 63 of 128), N1024 -> 3 (12 waves of 171 rows at 1.25x beat 16 of
+    128); B128 H16 N256 -> 3 (a head's 4 warpgroups of rows in 2 tasks either way: RESULTS.md run 217, 3.5% faster
+    than 2 warpgroups non-causal, 21% causal)."""
     if n <= q_rows(1):
         return 1
     rates = GROUP_RATE[tuned(d)]
 
     def time(groups):
-        return cdiv(b * h * cdiv(n, q_rows(groups)), sms) * q_rows(groups) / rates[groups]
+        tiles = cdiv(n, q_rows(groups))                 # a head's tasks, and their warpgroups of real rows
+        return cdiv(b * h * tiles, sms) * q_rows(1) * cdiv(n, q_rows(1)) / tiles / rates[groups]
     return min(rates, key=lambda groups: (time(groups), groups))
 
 
