@@ -76,7 +76,7 @@ def fence_proxy_async():
     return emit("fence_proxy_async")
 
 
-def barrier_id(x, what: str) -> Expr:
+def checked_barrier_id(x, what: str) -> Expr:
     """A named barrier's id: an int in 1..MAX_NAMED_BARRIER (0 is tk.sync()'s), or a runtime int, e.g. one
     barrier per warpgroup as `first + tk.warpgroup.id()` (bar.sync takes it from a register: no branch per
     warpgroup; the interpreter checks its range when it runs)."""
@@ -87,19 +87,19 @@ def barrier_id(x, what: str) -> Expr:
     return as_expr(x)
 
 
-def named_sync(barrier_id_: int | Expr, warps: int):
-    """Barrier `barrier_id_` (see barrier_id) among `warps` warps, e.g. the consumer warpgroups only."""
-    bid = barrier_id(barrier_id_, "named_sync")
+def named_sync(barrier_id: int | Expr, warps: int):
+    """Barrier `barrier_id` (see checked_barrier_id) among `warps` warps, e.g. the consumer warpgroups only."""
+    bid = checked_barrier_id(barrier_id, "named_sync")
     if not isinstance(warps, int) or not 1 <= warps <= current().warps:
         fail(f"named_sync: warps must be an int in 1..{current().warps}, got {warps!r}")
     return emit("named_sync", bid, threads=32 * warps)
 
 
-def named_arrive(barrier_id_: int | Expr, warps: int):
-    """Arrive on barrier `barrier_id_` (see barrier_id) among `warps` warps without waiting (bar.arrive): the
+def named_arrive(barrier_id: int | Expr, warps: int):
+    """Arrive on barrier `barrier_id` (see checked_barrier_id) among `warps` warps without waiting (bar.arrive): the
     warps that named_sync on it go on once `warps` warps have arrived or synced. A producer/consumer hand-off,
     e.g. two warpgroups taking turns; a warp may arrive at most once per phase of the barrier."""
-    bid = barrier_id(barrier_id_, "named_arrive")
+    bid = checked_barrier_id(barrier_id, "named_arrive")
     if not isinstance(warps, int) or not 1 <= warps <= current().warps:
         fail(f"named_arrive: warps must be an int in 1..{current().warps}, got {warps!r}")
     return emit("named_arrive", bid, threads=32 * warps)
