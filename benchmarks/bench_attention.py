@@ -17,10 +17,10 @@ pair; the tkpy column is its time in the cuDNN pair.
     PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims | --fp16 | --sweep
                   (split-K on few query tiles over many keys; decoding shapes with GQA; other head dims:
                    D80, D96, D160, D192, D256; the main cases in fp16; sequence lengths from 256 to 32768)
-    PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...]
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...] [--short]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
-                   $OUT/attention_compare.json)
+                   $OUT/attention_compare.json; --short: on SHORT_CASES, D64 sequences of 128-512 rows)
 """
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, Tru
 SWEEP_LENGTHS = (256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768)
 SWEEP_CASES = [(max(1, 32768 // n), 16, n, d, causal) for d in (128, 64) for n in SWEEP_LENGTHS
                for causal in (False, True)]
+# Short sequences, where tasks have few key tiles (--compare ... --short): D64 (0.78-0.95x cuDNN at N256-512, run 218)
+SHORT_CASES = [(32768 // n, 16, n, 64, causal) for n in (128, 256, 512) for causal in (False, True)]
 # Head dims other than the issue's 64 and 128: between the tuned ones, which take the next tuned one's settings, and
 # D256 (--dims)
 OTHER_DIM_CASES = [(16, 16, 4096, d, causal) for d in (80, 96, 160, 192, 256) for causal in (False, True)]
@@ -493,7 +495,8 @@ def decode_table(rounds: int = 4) -> list[dict]:
 if __name__ == "__main__":
     if "--compare" in sys.argv:
         at = sys.argv.index("--compare")
-        compare(sys.argv[at + 2:], int(sys.argv[at + 1]))
+        names = [a for a in sys.argv[at + 2:] if a != "--short"]
+        compare(names, int(sys.argv[at + 1]), SHORT_CASES if "--short" in sys.argv else None)
     elif "--split" in sys.argv:
         split_table()
     elif "--decode" in sys.argv:
