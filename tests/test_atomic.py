@@ -122,6 +122,16 @@ def test_bad_atomics_are_refused():
         five_coords.source(torch.zeros(4, dtype=torch.int32))
 
 
+def test_int32_tensors_are_for_atomics_only():
+    @tk.kernel(warps=1)
+    def copies_ints(c: tk.gl[i32, 16, 16], y: tk.gl[f32, 16, 16]):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, c)
+        tk.store(y, t)
+    with pytest.raises(tk.TraceError, match="`c` is an int32 global tensor, which only tk.atomic_add takes"):
+        copies_ints.source(torch.zeros(16, 16, dtype=torch.int32), torch.zeros(16, 16))
+
+
 def test_an_atomic_past_the_tensor_is_reported():
     @tk.kernel(warps=1)
     def past_the_end(counter: tk.gl[i32, "C"]):
