@@ -60,29 +60,25 @@ def main(variants: bool | None = None) -> list[dict]:
 
 def other_dims_table() -> list[dict]:
     """OTHER_DIM_CASES (head dims other than 64 and 128) against cuDNN and flash, as main's table."""
-    rows = [case_row(*case) for case in OTHER_DIM_CASES]
-    print("\nother head dims (kernels.attention.tuned, wide_kv):")
-    print_rows(rows)
-    save("attention_dims.json", rows)
-    return rows
+    return case_table(OTHER_DIM_CASES, "other head dims (kernels.attention.tuned, wide_kv)", "attention_dims.json")
 
 
 def sweep_table() -> list[dict]:
-    """SWEEP_CASES (sequence lengths from 256 to 32768, 32768 query rows each) against cuDNN and flash, as main's
-    table."""
-    rows = [case_row(*case) for case in SWEEP_CASES]
-    print("\nsequence lengths (B = 32768 / N, H16):")
-    print_rows(rows)
-    save("attention_sweep.json", rows)
-    return rows
+    """SWEEP_CASES (sequence lengths from 256 to 32768, 32768 query rows each) against cuDNN and flash."""
+    return case_table(SWEEP_CASES, "sequence lengths (B = 32768 / N, H16)", "attention_sweep.json")
 
 
 def fp16_table() -> list[dict]:
-    """CASES in fp16 against cuDNN and flash, as main's table."""
-    rows = [case_row(*case, dtype="fp16") for case in CASES]
-    print("\nfp16:")
+    """CASES in fp16 against cuDNN and flash."""
+    return case_table(CASES, "fp16", "attention_fp16.json", dtype="fp16")
+
+
+def case_table(cases: list, title: str, saved_as: str, dtype: str = "bf16") -> list[dict]:
+    """case_row of each of `cases`, printed as main's table under `title` and saved as $OUT/`saved_as`."""
+    rows = [case_row(*case, dtype=dtype) for case in cases]
+    print(f"\n{title}:")
     print_rows(rows)
-    save("attention_fp16.json", rows)
+    save(saved_as, rows)
     return rows
 
 

@@ -239,8 +239,9 @@ def atomic_add(warp, op):
     result, dst, *coord, value = op.args
     g = warp.block.globals[dst]
     cell = g.box(tuple(warp.value(c) for c in coord), 1, 1, f"atomic_add on `{dst.name}`", op.loc)
-    old = int(cell.view(np.int32)[0, 0])
-    cell[0, 0] = np.array([old + int(warp.value(value))], np.int64).astype(np.int32).view(cell.dtype)[0]
+    ints = cell.view(np.int32)
+    old = int(ints[0, 0])
+    ints[0, 0] = (old + int(warp.value(value)) + 2**31) % 2**32 - 2**31        # (wraps as the 32-bit add)
     warp.env[result.name] = old
 
 
