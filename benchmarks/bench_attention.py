@@ -17,10 +17,11 @@ pair; the tkpy column is its time in the cuDNN pair.
     PYTHONPATH=. python3 benchmarks/bench_attention.py --split | --decode | --dims | --fp16 | --sweep
                   (split-K on few query tiles over many keys; decoding shapes with GQA; other head dims:
                    D80, D96, D160, D192, D256; the main cases in fp16; sequence lengths from 256 to 32768)
-    PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...] [--short]
+    PYTHONPATH=. python3 benchmarks/bench_attention.py --compare ROUNDS NAME [NAME ...] [--short | --sweep] [--dim D]
                   (VARIANTS named, e.g. default "splitkv 3wg", against cuDNN on every case, interleaved:
                    each round times each of them once per case; medians and spread of the ratios to cuDNN;
-                   $OUT/attention_compare.json; --short: on SHORT_CASES, D64 sequences of 128-512 rows)
+                   $OUT/attention_compare.json; on CASES, or --short: SHORT_CASES, sequences of 128-1024 rows,
+                   --sweep: SWEEP_CASES; --dim D: only the cases at head dim D)
 """
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ CASES = [(b, h, n, d, causal) for b, h, n, d in SHAPES for causal in (False, Tru
 SWEEP_LENGTHS = (256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768)
 SWEEP_CASES = [(max(1, 32768 // n), 16, n, d, causal) for d in (128, 64) for n in SWEEP_LENGTHS
                for causal in (False, True)]
-# Short sequences, where tasks have few key tiles (--compare ... --short): D64 (0.78-0.95x cuDNN at N256-512, run 218)
-SHORT_CASES = [(32768 // n, 16, n, 64, causal) for n in (128, 256, 512) for causal in (False, True)]
+# Short sequences, where tasks have few key tiles (--compare ... --short): D64 0.78-0.95x cuDNN at N256-512 in run 218
+SHORT_CASES = [(32768 // n, 16, n, d, causal) for d in (64, 128) for n in (128, 256, 384, 512, 1024)
+               for causal in (False, True)]
 # Head dims other than the issue's 64 and 128: between the tuned ones, which take the next tuned one's settings, and
 # D256 (--dims)
 OTHER_DIM_CASES = [(16, 16, 4096, d, causal) for d in (80, 96, 160, 192, 256) for causal in (False, True)]
@@ -164,6 +166,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "max first": {d: dict(stale_shift=False) for d in (64, 128)},
                  "qahead": {64: dict(q_ahead=True)},
                  "2wg qahead": {64: dict(TWO, q_ahead=True)},
+                 "2wg kv128 qahead": {64: dict(TWO, kv=128, q_ahead=True)},
                  "qahead kv96": {128: dict(kv=96, q_ahead=True)},
                  "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)},
                  "q registers": {64: dict(TWO, q_registers=True)}, "q shared": {128: dict(q_registers=False)},
@@ -244,6 +247,16 @@ def runnable(launch_args: tuple, options: dict | None) -> bool:
     except (ValueError, ArgumentError, TraceError):
         return False
     return True
+
+
+def compare_arguments(args: list[str]) -> tuple[list[str], list]:
+    """--compare's variant names and cases from the arguments after ROUNDS (see the module's docstring)."""
+    cases = SHORT_CASES if "--short" in args else SWEEP_CASES if "--sweep" in args else CASES
+    if "--dim" in args:
+        at = args.index("--dim")
+        dim = int(args[at + 1])
+        cases, args = [case for case in cases if case[3] == dim], args[:at] + args[at + 2:]
+    return [a for a in args if a not in ("--short", "--sweep")], cases
 
 
 def compare(names: list[str], rounds: int, cases: list | None = None,
@@ -491,8 +504,8 @@ def decode_table(rounds: int = 4) -> list[dict]:
 if __name__ == "__main__":
     if "--compare" in sys.argv:
         at = sys.argv.index("--compare")
-        names = [a for a in sys.argv[at + 2:] if a != "--short"]
-        compare(names, int(sys.argv[at + 1]), SHORT_CASES if "--short" in sys.argv else None)
+        names, cases = compare_arguments(sys.argv[at + 2:])
+        compare(names, int(sys.argv[at + 1]), cases)
     elif "--split" in sys.argv:
         split_table()
     elif "--decode" in sys.argv:

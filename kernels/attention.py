@@ -129,6 +129,15 @@ GROUP_RATE = {64: {2: 1.0, 3: 1.25}, 128: {2: 1.0}, 256: {2: 1.0}}
 # D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill). The
 # serial schedule (overlap=False) keeps Q in shared memory: NVRTC 13.0 miscompiles it with Q in registers (run 96).
 Q_REGISTERS = (128,)
+# Head dim -> keys up to which attention()'s kernels (2 or 3 consumer warpgroups, Q in shared memory) load each
+# consumer's next query tile while it works on its current one (q_ahead): a task of 2-4 key tiles otherwise spends
+# a large part of its time waiting for its own Q at its start. RESULTS.md run 220 (3 warpgroups, D64, B = 32768 / N,
+# H16): N128 +20% non-causal, +33% causal; N256 +9% and +10%, N384 +3% and +12%, N512 +1-2% and +4-5%; level at
+# N1000-N4096, 1-2% behind from N8192. (D128's kernels keep Q in registers and preload the next one: q_preload.)
+Q_AHEAD_KEYS = {64: 512}
+# ... and head dim -> key/value rows per tile of the 2-warpgroup kernels there, which split 128 and 256 keys evenly:
+# RESULTS.md run 221, D64 128-row tiles 3-15% faster than CONFIGS' 160 at N128 and N256.
+Q_AHEAD_KV = {64: 128}
 # (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
 # tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
 # runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal was level at N4096
@@ -227,18 +236,21 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     """The consumer warpgroups (1, 2 or 3) attention() runs for b x h heads of n query rows at head dim d on
     `sms` SMs: 1 where a head's rows fit one 64-row task (n <= 64: decoding, packed GQA heads; a 128-row task
     would be half padding; RESULTS.md runs 131 and 133, 4-16% faster); otherwise the fewest modelled time, waves
-    of tasks over the SMs times a task's rows over GROUP_RATE (ties to 2), a task's rows being its warpgroups' that
-    hold real rows, on average: a warpgroup of padding rows skips its steps (skip_masked). E.g. on 132 SMs at D64,
-    B16 H16: N4096 -> 3 (43 waves of 186 rows beat 63 of 128), N1024 -> 3 (12 waves of 171 rows at 1.25x beat 16 of
-    128); B128 H16 N256 -> 3 (a head's 4 warpgroups of rows in 2 tasks either way: RESULTS.md run 217, 3.5% faster
-    than 2 warpgroups non-causal, 21% causal)."""
+    of tasks over the SMs times a task's rows over its rate (ties to 2): a task's rows are its warpgroups' that
+    hold real rows, on average (a warpgroup of padding rows skips its steps, skip_masked), and its rate is
+    GROUP_RATE's for the warpgroups those rows keep busy (a third warpgroup with nothing to do overlaps no one's
+    softmax). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of 186 rows beat 63 of 128), N1024 -> 3 (12
+    waves of 171 rows at 1.25x beat 16 of 128); B128 H16 N256 -> 2 (a head's 4 warpgroups of rows in 2 tasks either
+    way, 2 busy on average: RESULTS.md run 221, with q_ahead and 128-row key tiles 8% faster than 3 warpgroups
+    non-causal, 6% causal; N128 12% and 10%)."""
     if n <= q_rows(1):
         return 1
     rates = GROUP_RATE[tuned(d)]
 
     def time(groups):
         tiles = cdiv(n, q_rows(groups))                 # a head's tasks, and their warpgroups of real rows
-        return cdiv(b * h * tiles, sms) * q_rows(1) * cdiv(n, q_rows(1)) / tiles / rates[groups]
+        busy = cdiv(n, q_rows(1)) / tiles               # (a task's rate: that of the warpgroups it keeps busy)
+        return cdiv(b * h * tiles, sms) * q_rows(1) * busy / rates[min(groups, math.ceil(busy))]
     return min(rates, key=lambda groups: (time(groups), groups))
 
 
@@ -265,6 +277,14 @@ def stream_tiles(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int, spl
     if split_kv and consumer_warpgroups == 2 and d in CONFIGS_STREAM and streaming(q, k, consumer_warpgroups):
         return CONFIGS_STREAM[d]
     return None
+
+
+def q_ahead_default(nk: int, d: int, consumer_warpgroups: int, options: dict) -> bool:
+    """Whether attention()'s kernel over nk keys loads each consumer's next query tile ahead (q_ahead, with
+    Q_AHEAD_KV's tiles for 2 warpgroups on one ring): with 2 or 3 consumer warpgroups up to Q_AHEAD_KEYS keys, where
+    `options` (_attention's) choose none of q_ahead, q_registers, q_preload and blocks_per_sm."""
+    return consumer_warpgroups > 1 and nk <= Q_AHEAD_KEYS.get(tuned(d), 0) \
+        and not options.keys() & {"q_ahead", "q_registers", "q_preload", "blocks_per_sm"}
 
 
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
@@ -1182,7 +1202,8 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
               cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
-    as they are (cluster by default from cluster_for; last_kv from last_kv_for; kv, stages and late_stages from
+    as they are (cluster by default from cluster_for; last_kv from last_kv_for; q_ahead where q_ahead_default, and
+    then 2 warpgroups on one ring Q_AHEAD_KV's key tiles unless kv is given; kv, stages and late_stages from
     CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is given, else the
     kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
     fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
@@ -1205,6 +1226,10 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
     blocks_per_sm = options.get("blocks_per_sm", 1)
+    if q_ahead_default(nk, d, consumer_warpgroups, options):
+        options["q_ahead"] = True
+        if consumer_warpgroups == 2 and not split_kv and "kv" not in options:
+            options["kv"] = Q_AHEAD_KV[tuned(d)]
     stream = stream_tiles(q, k, consumer_warpgroups, split_kv)
     if stream and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
         options.update(zip(("kv", "stages", "late_stages"), stream))

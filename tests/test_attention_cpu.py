@@ -636,11 +636,13 @@ def test_causal_odd_pairs_follow_the_kernels_padding(monkeypatch, options, clust
     assert rel_err(o, reference(q, k, v, True, scale=0.125)[0]) < 1e-2
 
 
-@pytest.mark.parametrize("causal,nk,last_kv", [(True, 700, 64), ("bottom_right", 300, 48)])
-def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, last_kv):
+@pytest.mark.parametrize("causal,nk,name", [(True, 700, "cluster2_packed_last64"),
+                                            ("bottom_right", 300, "qahead_cluster2_packed_last48")])
+def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, name):
     """A packed causal kernel in cluster pairs at D64 with 3 warpgroups and split rings: 4 heads of 90 rows in 192-row
     tiles (positions wrap mid-tile; the pair's tiles differ in key tiles), into poisoned O and L; the partial last
-    key tile's step on the 60 or 44 keys it holds, rounded up to 16."""
+    key tile's step on the 60 or 44 keys it holds, rounded up to 16; over 300 keys, each consumer's next query tile
+    loaded ahead (q_ahead_default)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 8, 90, 64, dtype=BF16)
     k, v = rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
@@ -648,7 +650,7 @@ def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, last_kv):
     lse = gpu_util.poisoned(1, 2, att.lse_rows(360, 3), dtype=torch.float32, device="cpu")
     options = dict(consumer_warpgroups=3, split_kv=True, cluster=2, packed=4, splits=1)
     template, _ = att._prepared(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
-    assert template.kernel.name == f"attention_fwd_d64_3wg_causal_splitkv_cluster2_packed_last{last_kv}"
+    assert template.kernel.name == f"attention_fwd_d64_3wg_causal_splitkv_{name}"
     att._launch(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
     check(o, lse[..., :360].reshape(1, 8, 90), *reference(q, k, v, causal, scale=0.1), 90)
 
@@ -1164,8 +1166,9 @@ def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
     (16, 16, 4096, 64, 3), (4, 16, 16384, 64, 3), (16, 16, 2048, 64, 3),   # many waves: 192-row tasks, 25% faster
     (16, 16, 1024, 64, 3),       # 1024 rows padded to 1152 by 192-row tasks: 12 waves of 192 beat 16 of 128
     (2, 16, 4096, 64, 3),        # 6 waves of 192 rows against 8 of 128
-    (16, 16, 100, 64, 3),        # 2 waves either way of 2 warpgroups of rows (a third of padding skips its steps)
-    (128, 16, 256, 64, 3),       # 32 waves either way, 2 warpgroups of rows a task on average (RESULTS.md run 217)
+    (16, 16, 100, 64, 2),        # 2 waves either way of 2 warpgroups of rows: a third would have nothing to do
+    (128, 16, 256, 64, 2),       # 32 waves either way, 2 warpgroups busy a task on average (RESULTS.md run 221)
+    (128, 16, 320, 64, 3),       # 32 waves of 2.5 busy warpgroups against 48 of 2 (run 217: 1.21x against 0.97x)
     (1, 1, 192, 64, 2),          # one wave either way: 2 tasks of 128 rows finish before 1 of 192
     (16, 16, 4096, 128, 2), (4, 16, 16384, 256, 2),
     (1, 2, 1, 64, 1), (16, 16, 64, 128, 1), (8, 8, 33, 256, 1)])   # a head's rows fit one 64-row task
@@ -1177,8 +1180,9 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
     better fit for 384 rows: two query tiles a head, too few for causal pairs), with narrow last steps (causal: a
-    warpgroup's 64 rows, as 72 keys left would round to 80; non-causal: the 40 keys left of 200 in 160-row tiles,
-    rounded to 48); without return_lse, a kernel that computes no log-sum-exp."""
+    warpgroup's 64 rows, as 72 keys left would round to 80; non-causal: the 72 keys left of 200 in 128-row tiles,
+    rounded to 80), loading the next query tile ahead over few keys (q_ahead_default: 2 warpgroups then on
+    Q_AHEAD_KV's 128-row tiles); without return_lse, a kernel that computes no log-sum-exp."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -1186,12 +1190,31 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
-    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, cluster=1, split_k=False, lse=True, last_kv=64)
+    assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, q_ahead=True, cluster=1, split_k=False, lse=True,
+                                last_kv=64)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 1, 192, 64, dtype=BF16), k, v)   # one wave either way: two 128-row tasks of 96 rows
-    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, cluster=1, split_k=False, lse=False, last_kv=48)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, q_ahead=True, kv=128, cluster=1, split_k=False,
+                                lse=False, last_kv=80)
     assert o2.shape == (1, 1, 192, 64)                           # on average finish before one of 192
+
+
+@pytest.mark.parametrize("n,nk,d,options,name", [
+    (256, 256, 64, {}, "attention_fwd_d64_kv128_qahead_nolse"),        # 2 warpgroups: Q_AHEAD_KV's 128-row tiles
+    (512, 512, 64, {}, "attention_fwd_d64_3wg_splitkv_qahead_nolse"),   # 3 warpgroups on their split rings
+    (512, 513, 64, {}, "attention_fwd_d64_3wg_splitkv_last16_nolse"),   # past Q_AHEAD_KEYS
+    (48, 256, 64, {}, "attention_fwd_d64_1wg_last96_nolse"),            # one warpgroup: one query tile a task
+    (256, 256, 128, {}, "attention_fwd_d128_cluster2_nolse"),           # D128: Q in registers, preloaded
+    (256, 256, 64, dict(kv=96), "attention_fwd_d64_kv96_qahead_last64_nolse"),   # kv as given
+    (256, 256, 64, dict(consumer_warpgroups=2, q_registers=True), "attention_fwd_d64_qregs_last96_nolse"),
+    (256, 256, 64, dict(q_ahead=False), "attention_fwd_d64_last96_nolse")])
+def test_q_ahead_by_default_over_few_keys(n, nk, d, options, name):
+    """attention()'s kernels load each consumer's next query tile ahead (q_ahead) up to Q_AHEAD_KEYS keys at the head
+    dims it names, with 2 or 3 consumer warpgroups, unless the options choose how Q is held."""
+    q, k = torch.empty(32768 // n, 16, n, d, dtype=BF16), torch.empty(32768 // n, 16, nk, d, dtype=BF16)
+    template, _ = att._prepared(q, k, k, q, None, False, None, **options)
+    assert template.kernel.name == name
 
 
 @pytest.mark.parametrize("nk,d,groups,causal,split", [
