@@ -132,7 +132,7 @@ Q_REGISTERS = (128,)
 # Head dim -> keys up to which attention()'s kernels (2 or 3 consumer warpgroups, Q in shared memory) load each
 # consumer's next query tile while it works on its current one (q_ahead): a task of 2-4 key tiles otherwise spends
 # a large part of its time waiting for its own Q at its start. RESULTS.md run 220 (3 warpgroups, D64, B = 32768 / N,
-# H16): N128 +20% non-causal, +33% causal; N256 +9% and +10%, N384 +3% and +12%, N512 +1-2% and +4-5%; level at
+# H16): N128 +20% non-causal, +33% causal; N256 +9% and +10%, N384 +4% and +12%, N512 +2% and +4-5%; level at
 # N1000-N4096, 1-2% behind from N8192. (D128's kernels keep Q in registers and preload the next one: q_preload.)
 Q_AHEAD_KEYS = {64: 512}
 # ... and head dim -> key/value rows per tile of the 2-warpgroup kernels there, which split 128 and 256 keys evenly:
