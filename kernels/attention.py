@@ -136,7 +136,8 @@ Q_REGISTERS = (128,)
 # N1000-N4096, 1-2% behind from N8192. (D128's kernels keep Q in registers and preload the next one: q_preload.)
 Q_AHEAD_KEYS = {64: 512}
 # ... and head dim -> key/value rows per tile of the 2-warpgroup kernels there, which split 128 and 256 keys evenly:
-# RESULTS.md run 221, D64 128-row tiles 3-15% faster than CONFIGS' 160 at N128 and N256.
+# RESULTS.md run 221, D64 128-row tiles 3-15% faster than CONFIGS' 160 at N128 and N256. Their warpgroups run in
+# lockstep (pingpong=False): a task of 1-2 steps has no next step for a turn to overlap; 1-4% faster (run 224).
 Q_AHEAD_KV = {64: 128}
 # (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
 # tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
@@ -280,9 +281,9 @@ def stream_tiles(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int, spl
 
 
 def q_ahead_default(nk: int, d: int, consumer_warpgroups: int, options: dict) -> bool:
-    """Whether attention()'s kernel over nk keys loads each consumer's next query tile ahead (q_ahead, with
-    Q_AHEAD_KV's tiles for 2 warpgroups on one ring): with 2 or 3 consumer warpgroups up to Q_AHEAD_KEYS keys, where
-    `options` (_attention's) choose none of q_ahead, q_registers, q_preload and blocks_per_sm."""
+    """Whether attention()'s kernel over nk keys loads each consumer's next query tile ahead (q_ahead; 2 warpgroups
+    on one ring then on Q_AHEAD_KV's tiles, in lockstep): with 2 or 3 consumer warpgroups up to Q_AHEAD_KEYS keys,
+    where `options` (_attention's) choose none of q_ahead, q_registers, q_preload and blocks_per_sm."""
     return consumer_warpgroups > 1 and nk <= Q_AHEAD_KEYS.get(tuned(d), 0) \
         and not options.keys() & {"q_ahead", "q_registers", "q_preload", "blocks_per_sm"}
 
@@ -1203,12 +1204,12 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
               cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
     as they are (cluster by default from cluster_for; last_kv from last_kv_for; q_ahead where q_ahead_default, and
-    then 2 warpgroups on one ring Q_AHEAD_KV's key tiles unless kv is given; kv, stages and late_stages from
-    CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is given, else the
-    kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
-    fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
-    split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
-    compiles clean)."""
+    then 2 warpgroups on one ring Q_AHEAD_KV's key tiles, in lockstep, unless kv is given; kv, stages and
+    late_stages from CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is
+    given, else the kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the
+    kernel's O and L are fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L,
+    lse=False, but under split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims
+    where that kernel compiles clean)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1230,6 +1231,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         options["q_ahead"] = True
         if consumer_warpgroups == 2 and not split_kv and "kv" not in options:
             options["kv"] = Q_AHEAD_KV[tuned(d)]
+            options.setdefault("pingpong", False)
     stream = stream_tiles(q, k, consumer_warpgroups, split_kv)
     if stream and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
         options.update(zip(("kv", "stages", "late_stages"), stream))

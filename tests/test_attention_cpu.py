@@ -1182,7 +1182,7 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     better fit for 384 rows: two query tiles a head, too few for causal pairs), with narrow last steps (causal: a
     warpgroup's 64 rows, as 72 keys left would round to 80; non-causal: the 72 keys left of 200 in 128-row tiles,
     rounded to 80), loading the next query tile ahead over few keys (q_ahead_default: 2 warpgroups then on
-    Q_AHEAD_KV's 128-row tiles); without return_lse, a kernel that computes no log-sum-exp."""
+    Q_AHEAD_KV's 128-row tiles, in lockstep); without return_lse, a kernel that computes no log-sum-exp."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -1195,13 +1195,13 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 1, 192, 64, dtype=BF16), k, v)   # one wave either way: two 128-row tasks of 96 rows
-    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, q_ahead=True, kv=128, cluster=1, split_k=False,
-                                lse=False, last_kv=80)
+    assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, q_ahead=True, kv=128, pingpong=False,
+                                cluster=1, split_k=False, lse=False, last_kv=80)
     assert o2.shape == (1, 1, 192, 64)                           # on average finish before one of 192
 
 
 @pytest.mark.parametrize("n,nk,d,options,name", [
-    (256, 256, 64, {}, "attention_fwd_d64_kv128_qahead_nolse"),        # 2 warpgroups: Q_AHEAD_KV's 128-row tiles
+    (256, 256, 64, {}, "attention_fwd_d64_lockstep_kv128_qahead_nolse"),   # 2 warpgroups: Q_AHEAD_KV's tiles
     (512, 512, 64, {}, "attention_fwd_d64_3wg_splitkv_qahead_nolse"),   # 3 warpgroups on their split rings
     (512, 513, 64, {}, "attention_fwd_d64_3wg_splitkv_last16_nolse"),   # past Q_AHEAD_KEYS
     (48, 256, 64, {}, "attention_fwd_d64_1wg_last96_nolse"),            # one warpgroup: one query tile a task
