@@ -167,6 +167,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "max first": {d: dict(stale_shift=False) for d in (64, 128)},
                  "qahead": {64: dict(q_ahead=True)},
                  "2wg qahead": {64: dict(TWO, q_ahead=True)},
+                 "2wg kv128 qahead": {64: dict(TWO, kv=128, q_ahead=True)},
                  "1wg qahead": {64: dict(consumer_warpgroups=1, q_ahead=True)},
                  "1wg 2/SM qahead": {64: dict(consumer_warpgroups=1, blocks_per_sm=2, q_ahead=True)},
                  "1wg 2/SM": {64: dict(consumer_warpgroups=1, blocks_per_sm=2)},

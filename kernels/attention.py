@@ -137,7 +137,7 @@ Q_REGISTERS = (128,)
 Q_AHEAD_KEYS = {64: 512}
 # ... and head dim -> key/value rows per tile of the 2-warpgroup kernels there, which split 128 and 256 keys evenly:
 # RESULTS.md run 221, D64 128-row tiles 3-15% faster than CONFIGS' 160 at N128 and N256. Their warpgroups run in
-# lockstep (pingpong=False): a task of 1-2 steps has no next step for a turn to overlap; 1-4% faster (run 224).
+# lockstep (pingpong=False): a task of 1-2 steps has no next step for a turn to overlap; 1-4% faster (runs 225, 227).
 Q_AHEAD_KV = {64: 128}
 # (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
 # tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
