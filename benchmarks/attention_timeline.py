@@ -2,9 +2,9 @@
 
 The attention kernel and the LCF template carry marks (stage waits, the turn, the MMA issues and waits, the
 softmax's parts); this script traces the kernel attention() runs (or the one the options name) with
-TKPY_TIMELINE=1, runs it twice (the second run recorded), and prints the phases between consecutive marks of the
-consumer warps, most cycles first, what a switch between tasks costs a warp (task_switches), and a window of block
-0's first consumer warp of each warpgroup.
+TKPY_TIMELINE=1, runs it twice (the second run recorded), and prints a window of block 0's first consumer warp of
+each warpgroup, then the phases between consecutive marks of the consumer warps, most cycles first, and what a switch
+between tasks costs a warp (task_switches), last.
 
 A mark costs a warp about 90 cycles (a clock read and a global store; RESULTS.md runs 74-76) and the scheduler
 does not move instructions across it freely: read the phases as proportions, not exact costs.
@@ -93,7 +93,7 @@ if __name__ == "__main__":
     print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}{' causal' if causal else ''}"
           f"{''.join(f' {k}={v}' for k, v in options.items())}: cycles between consecutive marks "
           f"(consumer warps of blocks 0-{timeline.BLOCKS - 1})")
+    print("block 0 mid-run (cycle, warp, mark):")          # (the long window first: the summaries come last)
+    print(window(records))
     print(timeline.table(records, top=40))
     print(task_switches(records))
-    print("block 0 mid-run (cycle, warp, mark):")
-    print(window(records))
