@@ -162,6 +162,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)},
                  "softmax turns": {d: dict(pingpong="softmax") for d in (64, 128)},
                  "lockstep": {d: dict(pingpong=False) for d in (64, 128)},
+                 "q load at start": {64: dict(next_q_in_step=False)},
                  "softmax turns serial": {d: dict(TWO, pingpong="softmax", overlap=False) for d in (64, 128)},
                  "2wg softmax turns": {64: dict(TWO, pingpong="softmax")},
                  "max first": {d: dict(stale_shift=False) for d in (64, 128)},

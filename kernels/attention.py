@@ -419,7 +419,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
                last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True,
-               stale_shift: bool | None = None):
+               stale_shift: bool | None = None, next_q_in_step: bool | None = None):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -556,6 +556,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         raise ValueError("attention: pad_first=True is for causal attention (without a mask every row costs the same)")
     whole_bands = cluster > 1 and whole_clusters(causal, groups, packed, skips, pad_first)   # (tasks)
     preload_default = q_registers and not q_ahead
+    # q_ahead: where every task has a first step (non-causal, no split-K or skips: otherwise tasks or warpgroups of
+    # none), the next task's Q load is issued there, behind the step's S, its coordinates' integer divisions off
+    # the way to that S (next_q_in_step).
+    in_step_default = q_ahead and overlap and not causal and not split_k and not skips
+    next_q_in_step = in_step_default if next_q_in_step is None else next_q_in_step
+    if next_q_in_step and not in_step_default:
+        raise ValueError("attention: next_q_in_step=True needs q_ahead and the overlapped schedule, and every task a "
+                         "first step (non-causal, no split-K or skip_masked)")
     q_preload = preload_default if q_preload is None else q_preload
     if q_preload and (not q_registers or q_ahead):
         raise ValueError("attention: q_preload=True moves the next task's Q into registers at a task's finish; it "
@@ -583,7 +591,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
         + (f"_last{last_kv}" if last_kv else "") \
         + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
-        + ("" if stale_shift == stale_default else "_stale" if stale_shift else "_maxfirst")
+        + ("" if stale_shift == stale_default else "_stale" if stale_shift else "_maxfirst") \
+        + ("_qloadatstart" if in_step_default and not next_q_in_step else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -763,8 +772,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 # The next task's into the other buffer: the previous task's O store has read it (finish waits).
                 # (One load at a computed buffer: a branch per warpgroup and buffer cost the MMAs their uniform
                 # registers, RESULTS.md run 49.)
-                with tk.if_(st.has_next_task()):
-                    self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
+                if not next_q_in_step:
+                    with tk.if_(st.has_next_task()):
+                        self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
                 st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
                 tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
             st.tasks_done += 1
@@ -982,6 +992,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if mma_turns:
                         _turn(sync_on_turn=False, groups=groups)
+                    if next_q_in_step:                          # the next task's Q into the other buffer (start
+                        with tk.if_(st.has_next_task()):        # counted this task already)
+                            self.load_q(st, st.next_task(), st.tasks_done % 2)
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
                     self.softmax(st, k, scores)          # (no rescale: O is still zero)

@@ -1285,7 +1285,7 @@ run_q_ahead = functools.partial(interpret, name_part="_qahead", q_ahead=True)
 Q_AHEAD_CONFIGS = [          # the configurations whose stages leave room for a second query tile per warpgroup
     (64, {}), (64, dict(consumer_warpgroups=3, split_kv=True)), (128, dict(kv=96)),
     (128, dict(split_kv=True, kv=128, stages=2, late_stages=3)), (64, dict(pingpong=False)),
-    (64, dict(overlap=False, stages=2))]
+    (64, dict(overlap=False, stages=2)), (64, dict(next_q_in_step=False))]
 
 
 @pytest.mark.parametrize("d,options", Q_AHEAD_CONFIGS)
@@ -1317,6 +1317,18 @@ def test_q_ahead_odd_lengths(b, h, hkv, n, nk, d, causal, dtype):
     q, k, v = rand(b, h, n, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype), rand(b, hkv, nk, d, dtype=dtype)
     o, lse = run_q_ahead(q, k, v, causal, 0.125, 2, **({} if d == 64 else dict(kv=96)))
     check(o, lse, *reference(q, k, v, causal, scale=0.125), n)
+
+
+def test_next_q_in_step_needs_a_first_step_in_every_task():
+    """next_q_in_step (by default with q_ahead where every task has a first step) is refused where a task or a
+    warpgroup may have none, or without q_ahead."""
+    for options in (dict(causal=True), dict(consumer_warpgroups=3, split_kv=True), dict(q_ahead=False),
+                    dict(split_k=True)):
+        options = {"causal": False, "q_ahead": True, **options}
+        with pytest.raises(ValueError, match="next_q_in_step=True needs q_ahead"):
+            att._attention(64, att.DTYPES[BF16], options.pop("causal"), next_q_in_step=True, **options)
+    assert "_qloadatstart" in att._attention(64, att.DTYPES[BF16], False, q_ahead=True,
+                                             next_q_in_step=False).kernel.name
 
 
 def test_q_ahead_needs_the_shared_memory_of_a_second_query_tile():
