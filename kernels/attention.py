@@ -434,6 +434,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     late stages of their own (the template's late_inputs), defaults CONFIGS_SPLIT / CONFIGS_SPLIT_3WG; the kernel
     name gains "_splitkv". q_ahead=True: two query tiles per consumer warpgroup, the next task's loading into one
     while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead".
+    next_q_in_step (default: with q_ahead where every task has a first step: non-causal, no split-K or skips): the
+    next task's Q load is issued in a task's first step, behind its S, instead of at its start; False there: name
+    "_qloadatstart" (RESULTS.md run 229).
     stale_shift (default at STALE_SHIFT's head dims, but not with softmax turns): a step after a
     task's first computes P = exp2(S * scale_log2 - shift) on the running shift as S arrives, without this tile's
     row max, and leaves O's scale, so P may exceed 1; where some row's sum of the step's P passes
