@@ -280,12 +280,20 @@ def stream_tiles(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int, spl
     return None
 
 
-def q_ahead_default(nk: int, d: int, consumer_warpgroups: int, options: dict) -> bool:
-    """Whether attention()'s kernel over nk keys loads each consumer's next query tile ahead (q_ahead; 2 warpgroups
-    on one ring then on Q_AHEAD_KV's tiles, in lockstep): with 2 or 3 consumer warpgroups up to Q_AHEAD_KEYS keys,
-    where `options` (_attention's) choose none of q_ahead, q_registers, q_preload and blocks_per_sm."""
-    return consumer_warpgroups > 1 and nk <= Q_AHEAD_KEYS.get(tuned(d), 0) \
-        and not options.keys() & {"q_ahead", "q_registers", "q_preload", "blocks_per_sm"}
+def few_keys_options(nk: int, d: int, consumer_warpgroups: int, split_kv: bool, options: dict) -> dict:
+    """The options (_attention's) attention() adds to `options` for tasks of few key tiles: with 2 or 3 consumer
+    warpgroups up to Q_AHEAD_KEYS keys, where `options` choose none of q_ahead, q_registers, q_preload and
+    blocks_per_sm, each consumer's next query tile loaded ahead (q_ahead); 2 warpgroups on one ring then also on
+    Q_AHEAD_KV's tiles in lockstep (pingpong=False), unless kv is given (pingpong: unless given)."""
+    if consumer_warpgroups == 1 or nk > Q_AHEAD_KEYS.get(tuned(d), 0) \
+            or options.keys() & {"q_ahead", "q_registers", "q_preload", "blocks_per_sm"}:
+        return {}
+    added = {"q_ahead": True}
+    if consumer_warpgroups == 2 and not split_kv and "kv" not in options:
+        added["kv"] = Q_AHEAD_KV[tuned(d)]
+        if "pingpong" not in options:
+            added["pingpong"] = False
+    return added
 
 
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
@@ -1219,13 +1227,13 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,
               cluster: int | None = None, splits: int | None = None, packed: int = 1, **options):
     """_launch's kernel template and its arguments (None when the output is empty); `options` go to _attention
-    as they are (cluster by default from cluster_for; last_kv from last_kv_for; q_ahead where q_ahead_default, and
-    then 2 warpgroups on one ring Q_AHEAD_KV's key tiles, in lockstep, unless kv is given; kv, stages and
-    late_stages from CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is
-    given, else the kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the
-    kernel's O and L are fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L,
-    lse=False, but under split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims
-    where that kernel compiles clean)."""
+    as they are (cluster by default from cluster_for; last_kv from last_kv_for; q_ahead, and for 2 warpgroups on
+    one ring Q_AHEAD_KV's key tiles in lockstep, where few_keys_options says; kv, stages and late_stages from
+    CONFIGS_STREAM where the tasks stream K and V, streaming, and none of them or last_kv is given, else the
+    kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
+    fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
+    split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
+    compiles clean)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1243,11 +1251,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
     blocks_per_sm = options.get("blocks_per_sm", 1)
-    if q_ahead_default(nk, d, consumer_warpgroups, options):
-        options["q_ahead"] = True
-        if consumer_warpgroups == 2 and not split_kv and "kv" not in options:
-            options["kv"] = Q_AHEAD_KV[tuned(d)]
-            options.setdefault("pingpong", False)
+    options.update(few_keys_options(nk, d, consumer_warpgroups, split_kv, options))
     stream = stream_tiles(q, k, consumer_warpgroups, split_kv)
     if stream and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
         options.update(zip(("kv", "stages", "late_stages"), stream))

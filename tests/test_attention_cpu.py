@@ -642,7 +642,7 @@ def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, name):
     """A packed causal kernel in cluster pairs at D64 with 3 warpgroups and split rings: 4 heads of 90 rows in 192-row
     tiles (positions wrap mid-tile; the pair's tiles differ in key tiles), into poisoned O and L; the partial last
     key tile's step on the 60 or 44 keys it holds, rounded up to 16; over 300 keys, each consumer's next query tile
-    loaded ahead (q_ahead_default)."""
+    loaded ahead (few_keys_options)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 8, 90, 64, dtype=BF16)
     k, v = rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
@@ -1181,7 +1181,7 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the
     better fit for 384 rows: two query tiles a head, too few for causal pairs), with narrow last steps (causal: a
     warpgroup's 64 rows, as 72 keys left would round to 80; non-causal: the 72 keys left of 200 in 128-row tiles,
-    rounded to 80), loading the next query tile ahead over few keys (q_ahead_default: 2 warpgroups then on
+    rounded to 80), loading the next query tile ahead over few keys (few_keys_options: 2 warpgroups then on
     Q_AHEAD_KV's 128-row tiles, in lockstep); without return_lse, a kernel that computes no log-sum-exp."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
