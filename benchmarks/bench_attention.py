@@ -143,7 +143,8 @@ def print_rows(rows: list[dict]) -> None:
 # "emu n/8": n of every 8 of P's exponentials on the FMA pipes (tk.exp2's emulated), the MUFU the rest. "with lse":
 # the kernel that also stores the log-sum-exp (attention(return_lse=True)); the others compute none, as attention().
 # "max first": every step's row max before its exponentials (stale_shift=False; the default's steps use the running
-# shift and are redone where it falls behind by the slack).
+# shift and are redone where it falls behind by the slack). "c division": the task loops' index math by C++'s
+# division (fast_division=False), not by divisors made once.
 TWO, THREE, SPLIT = dict(consumer_warpgroups=2), dict(consumer_warpgroups=3), dict(split_kv=True)
 OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=False)},
                  "2wg overlap only": {64: dict(TWO, pingpong=False)},
@@ -163,6 +164,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "softmax turns": {d: dict(pingpong="softmax") for d in (64, 128)},
                  "lockstep": {d: dict(pingpong=False) for d in (64, 128)},
                  "q load at start": {64: dict(next_q_in_step=False)},
+                 "c division": {d: dict(fast_division=False) for d in (64, 128)},
                  "softmax turns serial": {d: dict(TWO, pingpong="softmax", overlap=False) for d in (64, 128)},
                  "2wg softmax turns": {64: dict(TWO, pingpong="softmax")},
                  "max first": {d: dict(stale_shift=False) for d in (64, 128)},

@@ -391,6 +391,22 @@ def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
     return row, col
 
 
+def section_task(index, row_tiles: int, col_tiles: int, heads: int):
+    """(query tile, batch * head) of non-causal task `index` (ints or traced expressions alike): sections of
+    `heads` columns (the last may have fewer), in each the last query tiles first, heads inner. Every division is
+    by a value fixed for the kernel (heads, and the last section's, at least 1), which the kernel makes once
+    (codegen/divisors.py): a task switch's index math is then a few multiply-highs."""
+    per_section = heads * row_tiles
+    first_col = index // per_section * heads
+    within = index % per_section
+    last_heads = call("max", 1, col_tiles % heads)       # (the last section's, where it is partial)
+    partial = first_col + heads > col_tiles
+    row, col = within // heads, within % heads
+    row = row + partial * (within // last_heads - row)
+    col = col + partial * (within % last_heads - col)
+    return row_tiles - 1 - row, first_col + col
+
+
 def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
     """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups). A branch per
     warpgroup with its barrier id an immediate, here and in _turn: ids computed at run time (OWN[0] +
@@ -427,7 +443,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
                cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
                last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True,
-               stale_shift: bool | None = None, next_q_in_step: bool | None = None):
+               stale_shift: bool | None = None, next_q_in_step: bool | None = None, fast_division: bool = True):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
     consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
     (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
@@ -445,6 +461,8 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     next_q_in_step (default: with q_ahead where every task has a first step: non-causal, no split-K or skips): the
     next task's Q load is issued in a task's first step, behind its S, instead of at its start; False there: name
     "_qloadatstart" (RESULTS.md run 229).
+    fast_division=False: the task loops' index math by C++'s division, not by divisors made once (tk.kernel's
+    option); name "_cdiv".
     stale_shift (default at STALE_SHIFT's head dims, but not with softmax turns): a step after a
     task's first computes P = exp2(S * scale_log2 - shift) on the running shift as S arrives, without this tile's
     row max, and leaves O's scale, so P may exceed 1; where some row's sum of the step's P passes
@@ -603,13 +621,13 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + (f"_last{last_kv}" if last_kv else "") \
         + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
         + ("" if stale_shift == stale_default else "_stale" if stale_shift else "_maxfirst") \
-        + ("_qloadatstart" if in_step_default and not next_q_in_step else "")
+        + ("_qloadatstart" if in_step_default and not next_q_in_step else "") + ("" if fast_division else "_cdiv")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers, blocks_per_sm=blocks_per_sm,
-            **rings, **scheduler)
+            fast_division=fast_division, **rings, **scheduler)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
@@ -687,11 +705,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 schedulers = tk.grid_dim.x // cluster if cluster > 1 else tk.grid_dim.x     # (clusters)
                 return causal_task(index, row_tiles, col_tiles, schedulers)
             heads = call("max", 1, call("min", HEAD_GROUP, SECTION_BYTES // (g.K.rows * (2 * d * dtype.nbytes))))
-            per_section = heads * row_tiles
-            first_col = index // per_section * heads
-            cols_here = call("min", col_tiles - first_col, heads)
-            within = index % per_section
-            return row_tiles - 1 - within // cols_here, first_col + within % cols_here
+            return section_task(index, row_tiles, col_tiles, heads)
 
         def load(self, g, task, inp, k, arrived):
             k = task.k0 + k if split_k else k                            # (split-K: from the share's first)
@@ -1233,7 +1247,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
     fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
     split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
-    compiles clean)."""
+    compiles clean; on the GPU, the kernel's index math by divisors (fast_division) where that compiles without
+    spills under this NVRTC, by C++'s division otherwise)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1283,15 +1298,25 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
                                split_k=splits > 1, lse=lse is not None or splits > 1,
                                **({"packed": True} if packed > 1 and variant is not None else {}), **options)
-    if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 and "stale_shift" not in options \
-            and options.get("pingpong", PINGPONG) is True:
-        stale = kernel(stale_shift=True)
-        if _compiles_clean(stale, args):
-            return stale, args
-    return kernel(), args
+    choices = [dict(stale_shift=True)] if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 \
+        and "stale_shift" not in options and options.get("pingpong", PINGPONG) is True else []
+    if "fast_division" not in options and q.is_cuda:      # (the interpreter divides as C++ either way)
+        choices = [dict(choice, **division) for choice in choices + [{}] for division in DIVISION_CHOICES]
+    return first_clean(kernel, args, choices) or kernel(), args
+
+
+def first_clean(kernel, args, choices) -> object | None:
+    """kernel(**choice) for the first of `choices` that compiles clean (_compiles_clean), or None."""
+    for choice in choices:
+        template = kernel(**choice)
+        if _compiles_clean(template, args):
+            return template
+    return None
 
 
 _CLEAN: dict[str, bool] = {}
+# The index math by divisors, or by C++'s division where the divisors' registers cost the kernel spills (_prepared)
+DIVISION_CHOICES = ({}, dict(fast_division=False))
 
 
 def _compiles_clean(template, args) -> bool:

@@ -12,11 +12,12 @@ import re
 
 from ..errors import UnsupportedError
 from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from ..ir.expr import PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
+from ..ir.expr import DIVISOR_NAMES, PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype, tensor_maps
+from . import divisors
 from ..runtime import timeline
 from .prelude import prelude_for
 
@@ -126,7 +127,7 @@ class KernelEmitter:
             for text in timeline.kernel_state(k.warps):
                 self.line(text)
         gl_decls_at = len(self.lines)
-        self.block(k.body)
+        self.body_with_divisors(k.body)
         body_text = "\n".join(self.lines[gl_decls_at:])
         views = [self._gl_decl(p) for p in k.params   # tensors only TMA touches need no view
                  if isinstance(p, GlobalVar) and re.search(rf"\b{p.name}\b", body_text)]
@@ -137,6 +138,20 @@ class KernelEmitter:
             if re.search(rf"\b{name}\b", body):
                 self.lines.insert(prologue_at, "    " + decl)
         return "\n".join(self.lines) + "\n"
+
+    def body_with_divisors(self, body) -> None:
+        """The kernel's top-level statements, each divisor (codegen/divisors.py) made right after the last of them
+        that its value needs, and the divisions by it rendered as such."""
+        planned = divisors.plan(self.k) if self.k.fast_division else divisors.Divisors()
+        token = DIVISOR_NAMES.set(planned.names)
+        try:
+            for position, s in enumerate([None, *body], start=-1):
+                if s is not None:
+                    self.block([s])
+                for text in planned.declared_after(position):
+                    self.line(text)
+        finally:
+            DIVISOR_NAMES.reset(token)
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)

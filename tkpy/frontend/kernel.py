@@ -27,12 +27,14 @@ MAX_WARPS = 32
 class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
-    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1):
+    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
+                 fast_division: bool = True):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         if blocks_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"blocks_per_sm must be 1..4, got {blocks_per_sm!r}")
         self.blocks_per_sm = blocks_per_sm
+        self.fast_division = fast_division
         self.fn = fn
         self.warps = warps
         self.cluster = _cluster3(cluster)
@@ -84,7 +86,7 @@ class Kernel:
         key, constexprs = self._bind(args, need_cuda=False)
         contiguous = key[0]
         ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster,
-                          self.blocks_per_sm)
+                          self.blocks_per_sm, self.fast_division)
         run_all(ir)
         return Traced(self, ir, key)
 
@@ -348,11 +350,14 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
     return c
 
 
-def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1):
+def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
+           fast_division: bool = True):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
     to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
-    file and of shared memory, which the shared-memory check holds it to."""
+    file and of shared memory, which the shared-memory check holds it to. fast_division (default): the divisions
+    in loops by values fixed for the kernel (dimensions, the grid size) by divisors made once
+    (tkpy/codegen/divisors.py), each holding two registers through the loops; False: C++'s division."""
     if fn is None:
-        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm)
-    return Kernel(fn, warps, name, cluster, blocks_per_sm)
+        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division)
+    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division)

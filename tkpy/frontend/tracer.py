@@ -21,7 +21,7 @@ _RESERVED = set(keyword.kwlist) | {
 
 
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
-                 constexprs: dict, cluster=None, blocks_per_sm: int = 1) -> KernelIR:
+                 constexprs: dict, cluster=None, blocks_per_sm: int = 1, fast_division: bool = True) -> KernelIR:
     """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed."""
     ctx = TraceContext(name, warps, cluster)
     args, params, gl_index = [], [], 0
@@ -44,7 +44,8 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
     _name_variables(body, user_locals, {s.name for s in specs})
     loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
     return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster, blocks_per_sm=blocks_per_sm,
-                    dependent_launch=dependent_launch.enabled(), timeline=timeline.enabled())
+                    dependent_launch=dependent_launch.enabled(), timeline=timeline.enabled(),
+                    fast_division=fast_division)
 
 
 def _call_capturing_locals(fn, args, code) -> dict:

@@ -7,6 +7,7 @@ tree with `render`, so an index reads the same in both.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Union
 
@@ -162,6 +163,11 @@ def call(fn: str, *args) -> Expr:
     return Call(fn, args, dtype)
 
 
+# The C++ generator's divisions by a hoisted divisor (codegen/divisors.py): id of the `/` or `%` node -> the name
+# of its `tk::divisor`, rendered in place of the divisor's expression. Empty (the IR printer's text) otherwise.
+DIVISOR_NAMES: ContextVar[dict] = ContextVar("DIVISOR_NAMES", default={})
+
+
 def render(e: Expr, parent_precedence: int = 0) -> str:
     """C-like text of an expression (valid C++, also used by the IR printer)."""
     if isinstance(e, Const):
@@ -180,7 +186,7 @@ def render(e: Expr, parent_precedence: int = 0) -> str:
         return f"{fn}({', '.join(render(a) for a in e.args)})"
     if isinstance(e, BinOp):
         p = _PRECEDENCE[e.op]
-        text = f"{render(e.a, p)} {e.op} {render(e.b, p + 1)}"
+        text = f"{render(e.a, p)} {e.op} {DIVISOR_NAMES.get().get(id(e)) or render(e.b, p + 1)}"
         return f"({text})" if p < parent_precedence else text
     raise TypeError(f"not an expression: {e!r}")
 

@@ -47,7 +47,7 @@ def _verify_block(stmts, tiles: set, syms: set, mutables: set) -> None:
                                  s.loc)
             _check_syms(s.value, syms, s)
         elif isinstance(s, Op):
-            for a in _flat(s.args):
+            for a in flat_operands(s.args):
                 var = a.var if isinstance(a, SharedRef) else a
                 if isinstance(var, Var) and var not in tiles:
                     raise TraceError(f"{s.name}: `{var.name}` is used outside the scope it was declared in "
@@ -66,10 +66,10 @@ def _verify_block(stmts, tiles: set, syms: set, mutables: set) -> None:
             _verify_block(s.orelse, tiles, syms, mutables)
 
 
-def _flat(args):
+def flat_operands(args):
     for a in args:
         if isinstance(a, tuple):
-            yield from _flat(a)
+            yield from flat_operands(a)
         else:
             yield a
 
@@ -136,7 +136,7 @@ def register_estimate(kernel: KernelIR) -> int:
                 elif s.var.view is not None and isinstance(s.var.view.base, Var):
                     use(s.var.view.base, position)
             elif isinstance(s, Op):
-                for a in _flat(s.args):
+                for a in flat_operands(s.args):
                     if isinstance(a, Var):
                         use(a, position)
             elif isinstance(s, For):

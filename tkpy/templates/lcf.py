@@ -96,6 +96,7 @@ Parameters (decorator arguments), checked when the class is decorated:
                           holds the rings to), and a persistent grid of 2 per SM (as many as the occupancy query
                           says fit); no clusters. E.g. one consumer warpgroup streaming from memory, where a
                           second block keeps more loads in flight
+    fast_division         as tk.kernel's (default True): the task loops' index math by divisors made once
 """
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ class LCF:
                  producer_warps: int = 4,
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
                  scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-                 definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
+                 fast_division: bool = True, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
                 raise TypeError(f"an {self.kind} class needs a `{method}` method; {cls.__name__} has none")
@@ -193,7 +194,7 @@ class LCF:
         self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
                              name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None,
-                             blocks_per_sm=blocks_per_sm)
+                             blocks_per_sm=blocks_per_sm, fast_division=fast_division)
 
     def _check_late(self, cls, stages: int, late_stages: Optional[int]) -> int:
         """The late ring's stage count (0 without late_inputs), after checking the class's late declarations."""
@@ -688,11 +689,12 @@ def decorator(template_class, caller, cls, options: dict):
 def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages: Optional[int] = None,
         persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
-        scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1):
+        scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
+        fast_division: bool = True):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
-                   scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm)
+                   scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm, fast_division=fast_division)
     return decorator(LCF, sys._getframe(1), cls, options)
