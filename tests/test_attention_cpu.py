@@ -841,6 +841,22 @@ def test_causal_task_pairs_cover_every_tile(blocks, n, heads):
     check(o, lse, *reference(q, k, v, True, scale=0.125), n)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 32])
+@pytest.mark.parametrize("cols", [1, 5, 8, 16, 19, 256])
+@pytest.mark.parametrize("heads", [1, 2, 3, 8])
+def test_section_task_order(rows, cols, heads):
+    """section_task (non-causal) visits every (query tile, batch * head) once: sections of `heads` columns, the last
+    partial, each taking its last query tiles first with the columns inner."""
+    def value(x):
+        return int(getattr(x, "value", x))
+    tasks = [tuple(value(x) for x in att.section_task(i, rows, cols, heads)) for i in range(rows * cols)]
+    assert sorted(tasks) == [(r, c) for r in range(rows) for c in range(cols)]
+    for i, (r, c) in enumerate(tasks):
+        first = i // (heads * rows) * heads                     # the section's first column, and its width
+        width = min(heads, cols - first)
+        assert (r, c) == (rows - 1 - (i - first * rows) // width, first + (i - first * rows) % width)
+
+
 def _causal_tasks(rows, heads, blocks):
     return [tuple(int(getattr(x, "value", x)) for x in att.causal_task(i, rows, heads, blocks))
             for i in range(rows * heads)]
