@@ -154,7 +154,8 @@ def main() -> int:
     if exp2:
         print(f"exp2 per SM and clock: MUFU {exp2['mufu_f32']:.1f}, with 2/8 by the polynomial {exp2['poly_2of8']:.1f}, "
               f"3/8 {exp2['poly_3of8']:.1f}")
-    return report["tests"]["returncode"]
+    print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")   # (again, last: the device
+    return report["tests"]["returncode"]                                                   # returns a tail)
 
 
 if __name__ == "__main__":
