@@ -74,7 +74,13 @@ struct divisor {
     __device__ __forceinline__ explicit divisor(int value) : d(value) {
         const u32 a = value < 0 ? 0u - u32(value) : value == 0 ? 1u : u32(value);   // (0: no trap, as n / 0)
         shift = 32 - __clz(a - 1);
-        mul = u32(((1ull << (32 + shift)) + a - 1) / a - (1ull << 32));
+        // m = ceil(2^32 (2^s - a) / a), below 2^32 as 2^s - a < a: a double division (exact numerator), corrected
+        // by its remainder; a 64-bit integer division would call a ~70-instruction routine at every kernel's start.
+        const u64 n = u64((1ull << shift) - a) << 32;
+        u64 q = u64(double(n) / double(a));
+        long long rem = (long long)(n - q * a);
+        if (rem < 0) { q -= 1; rem += a; } else if (rem >= (long long)a) { q += 1; rem -= a; }
+        mul = u32(q + (rem != 0));
     }
     __device__ __forceinline__ int quotient(int n) const {
         const u32 a = n < 0 ? 0u - u32(n) : u32(n);
