@@ -175,6 +175,7 @@ NARROW_LAST = True
 # one task per query tile and 1.46-2.11x cuDNN where the tasks fill at most half the SMs (B1 H32 N128 over 16384
 # keys, B1 H16 N512 over 32768, ...); run 129: D256 5.3x unsplit, GQA and bottom-right causal alike. With 1 or 2
 # consumer warpgroups (3 split well too, run 129, but 2 are faster on those shapes and attention() picks them).
+FAST_DIVISION_TASKS = 2             # tasks a block runs at least for divisors made at its start to pay (runs 231-235)
 SPLIT_K_DEFAULT = True
 SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
@@ -618,10 +619,10 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
         + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
-        + (f"_last{last_kv}" if last_kv else "") \
+        + (f"_last{last_kv}" if last_kv else "") + ("" if fast_division else "_cdiv") \
         + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
         + ("" if stale_shift == stale_default else "_stale" if stale_shift else "_maxfirst") \
-        + ("_qloadatstart" if in_step_default and not next_q_in_step else "") + ("" if fast_division else "_cdiv")
+        + ("_qloadatstart" if in_step_default and not next_q_in_step else "")
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
@@ -1247,8 +1248,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     kernel's; `splits` tasks per query tile, split-K, from splits_for: with more than 1 the kernel's O and L are
     fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
     split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
-    compiles clean; on the GPU, the kernel's index math by divisors (fast_division) where that compiles without
-    spills under this NVRTC, by C++'s division otherwise)."""
+    compiles clean; the kernel's index math by divisors (fast_division) where each block runs FAST_DIVISION_TASKS
+    tasks or more and, on the GPU, that compiles without spills under this NVRTC, by C++'s division otherwise)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1294,6 +1295,9 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
         cluster = 1 if splits > 1 else cluster_for(n, d, consumer_warpgroups, variant is not None, odd=odd)
     if "last_kv" not in options:
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)
+    tasks = cdiv(n, q_rows(consumer_warpgroups)) * q.shape[0] * q.shape[1] * splits
+    if "fast_division" not in options and tasks < FAST_DIVISION_TASKS * multiprocessors(q) * blocks_per_sm:
+        options["fast_division"] = False
     kernel = functools.partial(_attention, d, DTYPES[q.dtype], variant is not None,
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
                                split_k=splits > 1, lse=lse is not None or splits > 1,

@@ -645,13 +645,13 @@ def test_causal_odd_pairs_follow_the_kernels_padding(monkeypatch, options, clust
     assert rel_err(o, reference(q, k, v, True, scale=0.125)[0]) < 1e-2
 
 
-@pytest.mark.parametrize("causal,nk,name", [(True, 700, "cluster2_packed_last64"),
-                                            ("bottom_right", 300, "qahead_cluster2_packed_last48")])
+@pytest.mark.parametrize("causal,nk,name", [(True, 700, "cluster2_packed_last64_cdiv"),
+                                            ("bottom_right", 300, "qahead_cluster2_packed_last48_cdiv")])
 def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, name):
     """A packed causal kernel in cluster pairs at D64 with 3 warpgroups and split rings: 4 heads of 90 rows in 192-row
     tiles (positions wrap mid-tile; the pair's tiles differ in key tiles), into poisoned O and L; the partial last
     key tile's step on the 60 or 44 keys it holds, rounded up to 16; over 300 keys, each consumer's next query tile
-    loaded ahead (few_keys_options)."""
+    loaded ahead (few_keys_options); a task a block, so C++'s division (FAST_DIVISION_TASKS)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 8, 90, 64, dtype=BF16)
     k, v = rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
@@ -689,7 +689,7 @@ def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
     q, k, v = rand(1, 8, 4, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16)
     o, lse = att.attention(q, k, v, causal, return_lse=True)
     assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk" \
-        + ("_packed" if causal else "") + "_last112"
+        + ("_packed" if causal else "") + "_last112_cdiv"
     check(o, lse, *reference(q, k, v, causal), 4)
 
 
@@ -1207,7 +1207,9 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     better fit for 384 rows: two query tiles a head, too few for causal pairs), with narrow last steps (causal: a
     warpgroup's 64 rows, as 72 keys left would round to 80; non-causal: the 72 keys left of 200 in 128-row tiles,
     rounded to 80), loading the next query tile ahead over few keys (few_keys_options: 2 warpgroups then on
-    Q_AHEAD_KV's 128-row tiles, in lockstep); without return_lse, a kernel that computes no log-sum-exp."""
+    Q_AHEAD_KV's 128-row tiles, in lockstep); without return_lse, a kernel that computes no log-sum-exp; blocks of
+    one task each in the second call (2 SMs, 2 tasks), so C++'s division there, not divisors made at each block's
+    start (FAST_DIVISION_TASKS)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
     real = att._attention
@@ -1221,7 +1223,7 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
     o2 = att.attention(rand(1, 1, 192, 64, dtype=BF16), k, v)   # one wave either way: two 128-row tasks of 96 rows
     assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, q_ahead=True, kv=128, pingpong=False,
-                                cluster=1, split_k=False, lse=False, last_kv=80)
+                                cluster=1, split_k=False, lse=False, last_kv=80, fast_division=False)
     assert o2.shape == (1, 1, 192, 64)                           # on average finish before one of 192
 
 

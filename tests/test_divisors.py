@@ -14,7 +14,7 @@ ITERS = 64          # dividends per block
 SPLIT = 65536       # results go out as (x // SPLIT, x % SPLIT), C's, each exact in fp32
 
 
-@tk.kernel(warps=1)
+@tk.kernel(warps=1, fast_division=True)
 def divisions(y: tk.gl[f32, "R", 80], d: int, base: int, stride: int):
     """Rows 16 (b * ITERS + i) .. +15 of y: the quotient and the remainder of n = base + (b * ITERS + i) * stride
     by d, each as its high and low parts (divisions by a constant, left to the compiler), then i divided by the
@@ -60,7 +60,7 @@ def test_divisions_in_loops_by_fixed_values_use_divisors():
 
 
 def test_a_division_of_fixed_values_is_left_to_the_compiler():
-    @tk.kernel(warps=1)
+    @tk.kernel(warps=1, fast_division=True)
     def fixed(y: tk.gl[f32, "R", 16], d: int):
         t = tk.rt(f32, 16, 16)
         for i in tk.range(y.rows // 16):

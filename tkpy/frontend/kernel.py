@@ -28,7 +28,7 @@ class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
     def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
-                 fast_division: bool = True):
+                 fast_division: bool = False):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         if blocks_per_sm not in (1, 2, 3, 4):
@@ -351,13 +351,15 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
 
 
 def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
-           fast_division: bool = True):
+           fast_division: bool = False):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
     to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
-    file and of shared memory, which the shared-memory check holds it to. fast_division (default): the divisions
-    in loops by values fixed for the kernel (dimensions, the grid size) by divisors made once
-    (tkpy/codegen/divisors.py), each holding two registers through the loops; False: C++'s division."""
+    file and of shared memory, which the shared-memory check holds it to. fast_division=True: the divisions in
+    loops by values fixed for the kernel (dimensions, the grid size) by divisors made once at its start
+    (tkpy/codegen/divisors.py): each division a multiply-high and a shift, each divisor two registers through the
+    loops and ~a division's time at the start; for persistent kernels whose blocks loop over several tasks
+    (RESULTS.md runs 230-235: attention +4-12%, a GEMM of one tile a block 7% slower)."""
     if fn is None:
         return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division)
     return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division)

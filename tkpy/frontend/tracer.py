@@ -21,7 +21,7 @@ _RESERVED = set(keyword.kwlist) | {
 
 
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
-                 constexprs: dict, cluster=None, blocks_per_sm: int = 1, fast_division: bool = True) -> KernelIR:
+                 constexprs: dict, cluster=None, blocks_per_sm: int = 1, fast_division: bool = False) -> KernelIR:
     """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed."""
     ctx = TraceContext(name, warps, cluster)
     args, params, gl_index = [], [], 0

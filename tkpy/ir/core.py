@@ -232,7 +232,7 @@ class KernelIR:
                                       # register file and of shared memory each (ir/passes.py shared_limit)
     dependent_launch: bool = False    # programmatic dependent launch (runtime/dependent_launch.py)
     timeline: bool = False            # tk.mark records the cycle counter (runtime/timeline.py)
-    fast_division: bool = True        # divisions in loops by kernel-fixed values through divisors (codegen/divisors.py)
+    fast_division: bool = False       # divisions in loops by kernel-fixed values through divisors (codegen/divisors.py)
 
     @property
     def threads(self) -> int:

@@ -96,7 +96,7 @@ Parameters (decorator arguments), checked when the class is decorated:
                           holds the rings to), and a persistent grid of 2 per SM (as many as the occupancy query
                           says fit); no clusters. E.g. one consumer warpgroup streaming from memory, where a
                           second block keeps more loads in flight
-    fast_division         as tk.kernel's (default True): the task loops' index math by divisors made once
+    fast_division         as tk.kernel's (default False): the task loops' index math by divisors made once
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class LCF:
                  producer_warps: int = 4,
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
                  scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-                 fast_division: bool = True, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
+                 fast_division: bool = False, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
                 raise TypeError(f"an {self.kind} class needs a `{method}` method; {cls.__name__} has none")
@@ -690,7 +690,7 @@ def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages:
         persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
         scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-        fast_division: bool = True):
+        fast_division: bool = False):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,

@@ -74,10 +74,14 @@ struct divisor {
     __device__ __forceinline__ explicit divisor(int value) : d(value) {
         const u32 a = value < 0 ? 0u - u32(value) : value == 0 ? 1u : u32(value);   // (0: no trap, as n / 0)
         shift = 32 - __clz(a - 1);
-        // m = ceil(2^32 (2^s - a) / a), below 2^32 as 2^s - a < a: a double division (exact numerator), corrected
-        // by its remainder; a 64-bit integer division would call a ~70-instruction routine at every kernel's start.
+        // m = ceil(2^32 (2^s - a) / a), below 2^32 as 2^s - a < a: from the MUFU's reciprocal, corrected twice by
+        // the remainder (a 64-bit division calls a ~70-instruction routine, a double one has a slow path: either
+        // costs a GEMM of one tile a block 7%, RESULTS.md run 235)
+        float inv;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(float(a)));
         const u64 n = u64((1ull << shift) - a) << 32;
-        u64 q = u64(double(n) / double(a));
+        u64 q = u64(float(n) * inv);                                          // within ~2^10 of n / a
+        q += (long long)(float((long long)(n - q * a)) * inv);                // within 1
         long long rem = (long long)(n - q * a);
         if (rem < 0) { q -= 1; rem += a; } else if (rem >= (long long)a) { q += 1; rem -= a; }
         mul = u32(q + (rem != 0));
