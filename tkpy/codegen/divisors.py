@@ -35,6 +35,8 @@ class Divisors:
 
 
 def plan(kernel: KernelIR) -> Divisors:
+    """The divisors of `kernel`'s divisions in loops by fixed values (one per distinct divisor expression), named
+    after the divisor where it is a symbol (`H_divisor`), divisor_0, divisor_1, ... otherwise."""
     fixed = {p.sym.name for p in kernel.params if hasattr(p, "sym")} | set(BUILTIN_SYMS)
     fixed |= {d for p in kernel.params if isinstance(p, GlobalVar) for d in p.type.dynamic_dims}
     made_at = {}                         # top-level constant -> its statement's position
@@ -44,25 +46,23 @@ def plan(kernel: KernelIR) -> Divisors:
             made_at[s.sym.name] = position
     divisors = Divisors()
     by_text: dict[str, str] = {}         # a divisor's C++ expression -> its name (one divisor per value)
+    unnamed = 0
     for division in _divisions(kernel.body, fixed, in_loop=False):
-            text = render(division.b)
-            name = by_text.get(text)
-            if name is None:
-                name = by_text[text] = _name_for(division.b, sum(n.startswith("divisor_") for n in by_text.values()))
-                after = max((made_at.get(sym.name, -1) for sym in free_symbols(division.b)), default=-1)
-                divisors.declarations.setdefault(after, []).append(
-                    f"const tk::divisor {name}({text});  // divides in the loops below by a multiply-high and a shift")
-            divisors.names[id(division)] = name
+        text = render(division.b)
+        name = by_text.get(text)
+        if name is None:
+            symbol = getattr(division.b, "name", None)
+            name = by_text[text] = f"{symbol}_divisor" if symbol else f"divisor_{unnamed}"
+            unnamed += symbol is None
+            after = max((made_at.get(sym.name, -1) for sym in free_symbols(division.b)), default=-1)
+            divisors.declarations.setdefault(after, []).append(
+                f"const tk::divisor {name}({text});  // divides in the loops below by a multiply-high and a shift")
+        divisors.names[id(division)] = name
     return divisors
 
 
 def _made_of(e: Expr, fixed: set) -> bool:
     return all(sym.name in fixed for sym in free_symbols(e))
-
-
-def _name_for(divisor: Expr, count: int) -> str:
-    name = getattr(divisor, "name", None)
-    return f"{name}_divisor" if name else f"divisor_{count}"
 
 
 def _divisions(body, fixed: set, in_loop: bool):
