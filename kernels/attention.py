@@ -705,8 +705,14 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             if causal:
                 schedulers = tk.grid_dim.x // cluster if cluster > 1 else tk.grid_dim.x     # (clusters)
                 return causal_task(index, row_tiles, col_tiles, schedulers)
-            heads = call("max", 1, call("min", HEAD_GROUP, SECTION_BYTES // (g.K.rows * (2 * d * dtype.nbytes))))
-            return section_task(index, row_tiles, col_tiles, heads)
+            return section_task(index, row_tiles, col_tiles, g.section_heads)
+
+        def constants(self, g):
+            """Non-causal: the heads of a section of the task order (order)."""
+            if causal:
+                return {}
+            return dict(section_heads=call("max", 1, call("min", HEAD_GROUP,
+                                                          SECTION_BYTES // (g.K.rows * (2 * d * dtype.nbytes)))))
 
         def load(self, g, task, inp, k, arrived):
             k = task.k0 + k if split_k else k                            # (split-K: from the share's first)

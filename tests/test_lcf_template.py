@@ -114,6 +114,36 @@ def test_clusters_on_adjacent_columns_share_a(stages, reverse, blocks, lagged):
     assert rel_err(c, reference(a, b)) < 1e-2
 
 
+def with_constants(constants, order, fast_division: bool = True):
+    """ragged_gemm(2, False)'s class with a constants(g) method and an order that uses them."""
+    base = type(ragged_gemm(2, False).user)
+    body = dict(base.__dict__, constants=lambda self, g: constants(g), order=order)
+    return tk.lcf(stages=2, fast_division=fast_division)(type("Constants", (base,), body))
+
+
+def test_constants_are_made_once_at_the_top():
+    """constants(g)'s values are named constants of the kernel, `g.<name>`, before the roles split; an order that
+    divides by one (columns inner, in rows of `tile_cols`) gets its divisor with fast_division, and runs as the
+    default order's reverse in the interpreter."""
+    template = with_constants(lambda g: dict(tile_cols=g.C.cols // BN),
+                              lambda self, g, index, rows, cols: (rows - 1 - index // g.tile_cols, index % g.tile_cols))
+    a, b = rand(5 * BM, 2 * BK, dtype=torch.bfloat16), rand(2 * BK, 3 * BN, dtype=torch.bfloat16)
+    c = poisoned(5 * BM, 3 * BN, dtype=torch.float32)
+    src = template.kernel.source(a, b, c)
+    assert "const int tile_cols = N / 64;" in src and "const tk::divisor tile_cols_divisor(tile_cols);" in src
+    assert src.index("const int tile_cols") < src.index("if (warpid / 4 == 2)")
+    assert "/ tile_cols_divisor" in src and "% tile_cols_divisor" in src
+    template.kernel.interpret[(2,)](a, b, c)
+    assert rel_err(c, reference(a, b)) < 1e-2
+
+
+def test_a_constant_may_not_shadow_a_parameter():
+    template = with_constants(lambda g: dict(A=1), lambda self, g, index, rows, cols: (index // cols, index % cols))
+    a, c = torch.empty(BM, BK, dtype=torch.bfloat16), torch.empty(BM, BN)
+    with pytest.raises(TypeError, match="constants\\(g\\): `A` is already a parameter of the kernel"):
+        template.kernel.source(a, torch.empty(BK, BN, dtype=torch.bfloat16), c)
+
+
 def test_rebinding_a_var_on_st_is_an_error_at_that_line():
     """`st.n = 0` on a tk.var attribute would only rebind the Python name: a TraceError at the user's line says to
     write tk.assign(st.n, 0)."""

@@ -4,6 +4,9 @@ The author writes, as methods of a class whose annotations are the kernel's
 global tensors:
 
     tasks(g)                    -> (row_tiles, col_tiles): the output tiles
+    constants(g)                (optional) -> {name: value}: values fixed for the kernel that the other methods
+                                use (e.g. a task order's section width), made once at the top as named
+                                constants `g.<name>` (with fast_division, divisions by them become divisors)
     iters(g)                    -> how many load/compute steps each task takes, or
     iters(g, task)              -> how many steps this task takes (may differ per task, may be 0)
     order(g, index, row_tiles, col_tiles)
@@ -343,6 +346,10 @@ class Pipeline:
         tk.cluster.sync() if blocks > 1 else tk.sync()
 
         self.row_tiles, self.col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
+        for name, value in (user.constants(g) if hasattr(user, "constants") else {}).items():
+            if hasattr(g, name):
+                raise TypeError(f"constants(g): `{name}` is already a parameter of the kernel")
+            setattr(g, name, let(value, name))
         if t.cluster_along == "rows":                    # a cluster takes `blocks` rows of tiles
             self.bands = self.row_tiles // blocks, self.col_tiles
         else:                                            # ... or `blocks` columns
