@@ -6,7 +6,8 @@ The tests run on 16 pytest-xdist workers where xdist is installed (pass -n yours
 the main tables (GEMM, attention, split-K, decoding, ...), meant with the tests to fit one 10-minute device call
 (402 s as a whole in session 11's first run: tests 142 s, benchmarks the rest); --variants adds the GEMM and
 attention variant tables (run them in a call of their own); --quick runs the tests only. Details go to $OUT (pytest log, junit XML, JSON of every
-measurement) when OUT is set.
+measurement) when OUT is set: pytest.log, gpu_check.json and the plots, the rest in details.zip (the device returns
+8 files at most).
 """
 from __future__ import annotations
 
@@ -87,6 +88,21 @@ def bench_launch() -> dict:
     return {}
 
 
+KEPT = ("pytest.log", "gpu_check.json", "attention.png", "gemm.png")   # what stays beside details.zip
+
+
+def bundle_details(out: Path) -> None:
+    """The other files under `out` (each table's JSON, junit.xml, ...) moved into details.zip: the device returns
+    at most 8 files, and in session 19 it left out pytest.log and gpu_check.json among 13."""
+    import zipfile
+    files = [f for f in sorted(out.iterdir()) if f.is_file() and f.name not in KEPT]
+    with zipfile.ZipFile(out / "details.zip", "w", zipfile.ZIP_DEFLATED) as bundle:
+        for f in files:
+            bundle.write(f, f.name)
+    for f in files:
+        f.unlink()
+
+
 def main() -> int:
     quick, variants = "--quick" in sys.argv, "--variants" in sys.argv
     extra = [a for a in sys.argv[1:] if a not in ("--quick", "--variants")]
@@ -115,6 +131,7 @@ def main() -> int:
         report["exp2"] = bench_exp2.main()
     if OUT:
         (OUT / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+        bundle_details(OUT)
 
     print("\n==== summary ====")
     print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")

@@ -1,7 +1,7 @@
 """benchmarks/timing.py's graph-replay timing on the CPU, against a stand-in for torch.cuda whose graphs
 replay on a simulated clock: the graph grows until a replay lasts TARGET_REPLAY_MS (up to MAX_CALLS
 calls), the warm-up runs outside the capture, and the result is the median time per call. Also: the attention
-timeline script finds its anchors in the kernel source."""
+timeline script finds its anchors in the kernel source; gpu_check.py bundles its details."""
 from __future__ import annotations
 
 import contextlib
@@ -238,3 +238,19 @@ def test_power_clock_table_gives_work_per_clock_against_flash():
     lines = table([row]).splitlines()
     assert lines[2].split(" | ") == ["4 16 16384 64 no", "tkpy", "520", "1600", "699", "325", "1.73", "2.03"]
     assert lines[4].split(" | ")[-2:] == ["1.00", "1.00"]
+
+
+def test_gpu_check_bundles_its_details(tmp_path):
+    """gpu_check.py leaves the pytest log, its JSON report and the plots beside one details.zip of the rest: the
+    device returns at most 8 files."""
+    import zipfile
+
+    from benchmarks.gpu_check import bundle_details
+    for name in ("pytest.log", "gpu_check.json", "attention.png", "junit.xml", "attention.json", "gemm.json"):
+        (tmp_path / name).write_text(name)
+    bundle_details(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.png", "details.zip", "gpu_check.json",
+                                                          "pytest.log"]
+    with zipfile.ZipFile(tmp_path / "details.zip") as bundle:
+        assert sorted(bundle.namelist()) == ["attention.json", "gemm.json", "junit.xml"]
+        assert bundle.read("junit.xml") == b"junit.xml"
