@@ -1425,3 +1425,18 @@ def test_expanded_inputs_are_copied_before_the_kernel(monkeypatch):
     kernel = att._attention(64, att.DTYPES[BF16], False, lse=False).kernel
     with pytest.raises(tk.ArgumentError, match="repeats its elements along dim 0"):
         kernel.trace(q, k, v, torch.empty_like(q), 1.0)
+
+
+@pytest.mark.parametrize("n,d,causal", [(256, 64, False), (256, 64, True), (4096, 64, False), (4096, 128, False),
+                                        (1024, 128, True), (16384, 128, False)])
+def test_task_loops_divide_only_by_divisors(monkeypatch, n, d, causal):
+    """In attention()'s kernels over many tasks a block, every division in the loops is by a constant or by a
+    tk::divisor made at the kernel's start (fast_division; RESULTS.md runs 230-237): none by a runtime value."""
+    monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
+    q = torch.empty(max(1, 32768 // n), 16, n, d, dtype=BF16)
+    template, args = att._prepared(q, q, q, q, None, causal, None)
+    body = template.kernel.source(*args).split("end of prelude")[1]
+    loops = body[body.index("for ("):]
+    assert "tk::divisor" in body
+    assert not [line for line in loops.splitlines() if not line.strip().startswith("//")
+                and re.search(r" [/%] (?!\d|\w+_divisor\b|divisor_\d+\b)", line)]
