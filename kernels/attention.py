@@ -395,8 +395,8 @@ def causal_task(index, row_tiles: int, col_tiles: int, blocks: int):
 def section_task(index, row_tiles: int, col_tiles: int, heads: int):
     """(query tile, batch * head) of non-causal task `index` (ints or traced expressions alike): sections of
     `heads` columns (the last may have fewer), in each the last query tiles first, heads inner. Every division is
-    by a value fixed for the kernel (heads, and the last section's, at least 1), which the kernel makes once
-    (codegen/divisors.py): a task switch's index math is then a few multiply-highs."""
+    by a value fixed for the kernel (heads, and the last section's, at least 1), which a kernel with fast_division
+    makes once (codegen/divisors.py): a task switch's index math is then a few multiply-highs."""
     per_section = heads * row_tiles
     first_col = index // per_section * heads
     within = index % per_section

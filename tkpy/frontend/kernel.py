@@ -359,7 +359,7 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     loops by values fixed for the kernel (dimensions, the grid size) by divisors made once at its start
     (tkpy/codegen/divisors.py): each division a multiply-high and a shift, each divisor two registers through the
     loops and ~a division's time at the start; for persistent kernels whose blocks loop over several tasks
-    (RESULTS.md runs 230-235: attention +4-12%, a GEMM of one tile a block 7% slower)."""
+    (RESULTS.md runs 230-237: attention +3-12%; a GEMM of one tile a block 1% slower, run 236)."""
     if fn is None:
         return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division)
     return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division)
