@@ -134,7 +134,6 @@ def main() -> int:
         bundle_details(OUT)
 
     print("\n==== summary ====")
-    print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")
     for name, r in report.get("compile", {}).items():
         print(f"compile {name:14s} trace {r['trace_ms']:6.1f} ms  lower {r['lower_ms']:5.1f} ms  "
               f"cold NVRTC {r['cold_compile_ms']:6.1f} ms  disk cache {r['disk_cache_ms']:5.2f} ms")
@@ -171,8 +170,8 @@ def main() -> int:
     if exp2:
         print(f"exp2 per SM and clock: MUFU {exp2['mufu_f32']:.1f}, with 2/8 by the polynomial {exp2['poly_2of8']:.1f}, "
               f"3/8 {exp2['poly_3of8']:.1f}")
-    print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")   # (again, last: the device
-    return report["tests"]["returncode"]                                                   # returns a tail)
+    print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")   # last: the device returns
+    return report["tests"]["returncode"]                                                   # the output's tail
 
 
 if __name__ == "__main__":
