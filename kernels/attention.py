@@ -34,12 +34,12 @@ takes a long query tile and the short one that complements it in the next round 
 keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
-(q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, D64 and head
-dims past D128 (causal from 8 query tiles a head) and D128 non-causal run in clusters of two blocks on adjacent
-query tiles (cluster_for): one block multicasts each K tile and the other each V tile into both, so the L2 serves
+(q_preload), so that only a block's first task waits for its Q. Where a head's query tiles pair up, the kernels
+(causal ones from 8 query tiles a head, 32 at D128) run in clusters of two blocks on adjacent query tiles
+(cluster_for): one block multicasts each K tile and the other each V tile into both, so the L2 serves
 them once per pair; the non-causal pairs of 3-warpgroup tasks deal a band's 64-row units round its tiles, so that a
 partial last band shares its padding (unit), and from 13 query tiles a head pair up an odd number of them with a
-tile of padding (causal pairs from 8, the padding tile before row 0).
+tile of padding (causal pairs from CAUSAL_PAIR_TILES, the padding tile before row 0).
 
 Head dims: 64, 128 and 256 were tuned on the H200; any other multiple of 16 up to 256 takes the settings of the next
 tuned one up (tuned: D96 runs D128's kernels on narrower tiles), whose registers and shared memory its tiles need at
@@ -141,16 +141,19 @@ Q_AHEAD_KEYS = {64: 512}
 Q_AHEAD_KV = {64: 128}
 # (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
 # tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
-# runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal was level at N4096
-# and N16384 and 3% slower at N1024 (its pairs' extra key tile), the cases not timed stay unclustered; past D128
-# (wide_kv's split rings) +2.5-6% causal or not at D160, D192 and D256 N4096 (run 198).
-CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False), (256, 2, False), (256, 2, True)}
-# ... causal ones only from this many query tiles a head: a causal pair loads the key tiles of its longer tile, which
-# its other block skips, about 1 / (tiles + 1) of the head's steps; at D64 the pairs ran 3% slower than single blocks
-# at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10, 2% at 12 (run 176)
-# and 3% at 22 (N4096, runs 113-114). An odd number pairs up with a tile of padding before row 0 (next to the tile
-# that sees the fewest keys): +1.6-1.7% at 11 and 43 tiles (run 178).
-CAUSAL_PAIR_TILES = 8
+# runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal from
+# CAUSAL_PAIR_TILES (below); past D128 (wide_kv's split rings) +2.5-6% causal or not at D160, D192 and D256 N4096
+# (run 198); the cases not timed stay unclustered.
+CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False), (128, 2, True), (256, 2, False), (256, 2, True)}
+# ... causal ones only from this many query tiles a head (per head dim): a causal pair loads the key tiles of its
+# longer tile, which its other block skips, about 1 / (tiles + 1) of the head's steps. At D64 the pairs ran 3% slower
+# than single blocks at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10,
+# 2% at 12 (run 176) and 3% at 22 (N4096, runs 113-114). D128 (2 warpgroups, Q in registers) was level at N4096 and
+# N16384 and 3% slower at N1024 in runs 113-114; on session 19's kernels (runs 240-241) 2-4% slower up to 24 tiles
+# (N1024-N3000), +0.5-1.5% at 32 (N4096), +0.6% at 64, +1-3% at 128 and +2.6% at 256. An odd number pairs up with
+# a tile of padding before row 0 (next to the tile that sees the fewest keys): D64 +1.6-1.7% at 11 and 43 tiles
+# (run 178).
+CAUSAL_PAIR_TILES = {64: 8, 128: 32, 256: 8}
 # ... and non-causal 3-warpgroup ones (whose units interleave, see the kernel's `unit`) also on an odd number of query
 # tiles a head from this many, the pair then taking a last tile of padding: at D64 +3.9% at 43 tiles (N8192), -0.8%
 # at 11 (N2048), -12% at 3 (N512), RESULTS.md run 177.
@@ -346,7 +349,7 @@ def whole_clusters(causal: bool, consumer_warpgroups: int, packed: bool, skip_ma
 
 def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, odd: bool = True) -> int:
     """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
-    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES; else 1.
+    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES[d]; else 1.
     With `odd` (a kernel that takes whole clusters, whole_clusters), an odd number pairs up too, with a tile of
     padding: causal from CAUSAL_PAIR_TILES (the padding tile beside the one that sees the fewest keys), non-causal
     with 3 warpgroups from ODD_PAIR_TILES."""
@@ -354,7 +357,7 @@ def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, odd: boo
     if (tuned(d), consumer_warpgroups, causal) not in CLUSTER_PAIRS:
         return 1
     if causal:
-        return 2 if tiles >= CAUSAL_PAIR_TILES and (tiles % 2 == 0 or odd) else 1
+        return 2 if tiles >= CAUSAL_PAIR_TILES[tuned(d)] and (tiles % 2 == 0 or odd) else 1
     padded = odd and consumer_warpgroups == 3 and tiles >= ODD_PAIR_TILES
     return 2 if tiles % 2 == 0 or padded else 1
 
@@ -1255,7 +1258,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     fp32 workspaces, which _launch merges into o and lse; lse None: a kernel without L, lse=False, but under
     split-K; stale_shift by default as _attention's, and at STALE_WHERE_IT_FITS's head dims where that kernel
     compiles clean; the kernel's index math by divisors (fast_division) where each block runs FAST_DIVISION_TASKS
-    tasks or more and, on the GPU, that compiles without spills under this NVRTC, by C++'s division otherwise)."""
+    tasks or more and, on the GPU, that compiles without spills under this NVRTC, by C++'s division otherwise; and
+    the cluster pairs cluster_for picks, on the GPU where they compile clean, single blocks otherwise)."""
     if consumer_warpgroups is None:
         consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
@@ -1295,6 +1299,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
             args.append(n // packed)
     if splits > 1:
         args.append(splits)
+    picked_pairs = cluster is None
     if cluster is None:
         odd = whole_clusters(variant is not None, consumer_warpgroups, packed > 1 and variant is not None,
                              options.get("skip_masked"), options.get("pad_first"))
@@ -1308,11 +1313,23 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
                                split_k=splits > 1, lse=lse is not None or splits > 1,
                                **({"packed": True} if packed > 1 and variant is not None else {}), **options)
+    choices = clean_choices(d, consumer_warpgroups, options, q.is_cuda, picked_pairs and cluster > 1)
+    return first_clean(kernel, args, choices) or kernel(), args
+
+
+def clean_choices(d: int, consumer_warpgroups: int, options: dict, on_gpu: bool, pairs: bool) -> list[dict]:
+    """The options _prepared tries in turn, the kernel of the first that compiles clean run (first_clean; none
+    clean: the kernel as given): stale_shift at STALE_WHERE_IT_FITS's head dims; on the GPU (the interpreter divides
+    as C++ either way) the index math by divisors, then by C++'s division (DIVISION_CHOICES); and with `pairs`
+    (cluster pairs that cluster_for picked) single blocks after each, where the pair's kernel spills: D128's causal
+    pairs spill 16 bytes under NVRTC 13.5, none under 13.0. Divisors go before pairs, the larger gain (runs 232, 240)."""
     choices = [dict(stale_shift=True)] if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 \
         and "stale_shift" not in options and options.get("pingpong", PINGPONG) is True else []
-    if "fast_division" not in options and q.is_cuda:      # (the interpreter divides as C++ either way)
+    if "fast_division" not in options and on_gpu:
         choices = [dict(choice, **division) for choice in choices + [{}] for division in DIVISION_CHOICES]
-    return first_clean(kernel, args, choices) or kernel(), args
+    if pairs and on_gpu:
+        choices = [dict(choice, **single) for choice in choices or [{}] for single in ({}, dict(cluster=1))]
+    return choices
 
 
 def first_clean(kernel, args, choices) -> object | None:

@@ -1288,7 +1288,8 @@ def test_split_rings_of_streaming_tasks(monkeypatch, b, h, hkv, n, nk, streams, 
 @pytest.mark.parametrize("n,d,groups,causal,cluster", [
     (4096, 128, 2, False, 2), (1000, 128, 2, False, 2),     # 32 and 8 query tiles a head
     (1100, 128, 2, False, 1),                                # 9: no pairs
-    (4096, 128, 2, True, 1),                                 # D128 causal: level or slower in pairs (runs 113-114)
+    (3000, 128, 2, True, 1), (4096, 128, 2, True, 2),        # D128 causal: from 32 tiles (runs 240-241)
+    (4200, 128, 2, True, 2),                                 # ... and 33, with a tile of padding
     (4096, 64, 3, True, 2), (4096, 64, 3, False, 2),         # 22 tiles of 192 rows
     (900, 64, 3, False, 1), (1000, 64, 3, False, 2),         # 5 and 6 tiles of 192 rows
     (1024, 64, 3, True, 1), (1536, 64, 3, True, 2),          # causal: 6 tiles too few (run 172), 8 enough (176)
@@ -1302,6 +1303,36 @@ def test_cluster_for(n, d, groups, causal, cluster):
     assert att.cluster_for(n, d, groups, causal) == cluster
     if n == 8192:       # (a tile of padding: not without skips, nor with the padding after the last row)
         assert att.cluster_for(n, d, groups, causal, odd=False) == 1
+
+
+def test_clean_choices_try_divisors_then_single_blocks():
+    """On the GPU _prepared tries the index math by divisors, then by C++'s division, each in the cluster pairs
+    cluster_for picked and then in single blocks; in the interpreter (and for pairs the caller gave) nothing but
+    the stale shift at its head dims."""
+    cdiv_, single = dict(fast_division=False), dict(cluster=1)
+    assert att.clean_choices(128, 2, {}, True, True) == [{}, single, cdiv_, dict(cdiv_, **single)]
+    assert att.clean_choices(128, 2, {}, True, False) == [{}, cdiv_]
+    assert att.clean_choices(128, 2, cdiv_, True, True) == [{}, single]
+    assert att.clean_choices(128, 2, {}, False, True) == []
+    stale = dict(stale_shift=True)
+    assert att.clean_choices(256, 2, {}, False, True) == [stale]
+    assert att.clean_choices(256, 2, {}, True, False) == [stale, dict(stale, **cdiv_), {}, cdiv_]
+
+
+def test_default_causal_pairs_at_d128_compile_clean_or_run_single(monkeypatch):
+    """D128 causal from 32 query tiles a head runs in cluster pairs where their kernel compiles clean under the
+    NVRTC at hand, in single blocks otherwise (NVRTC 13.5's pair kernel spills 16 bytes, 13.0's none), with the
+    divisors before either (first_clean over clean_choices); a pair's spills are never what runs."""
+    q, lse = torch.empty(4, 16, 4096, 128, dtype=BF16), torch.empty(4, 16, 4096)
+    args = [q, q, q, q, lse, 1.0, 0]
+    assert att.cluster_for(4096, 128, 2, True) == 2
+    kernel = functools.partial(att._attention, 128, att.DTYPES[BF16], True, cluster=2)
+    template = att.first_clean(kernel, args, att.clean_choices(128, 2, {}, True, True))
+    assert template is not None
+    compiled_sass(template.kernel, args)
+    monkeypatch.setattr(att, "_compiles_clean", lambda template, args: "_cluster2" not in template.kernel.name)
+    chosen = att.first_clean(kernel, args, att.clean_choices(128, 2, {}, True, True))
+    assert chosen.kernel.name == "attention_fwd_d128_causal"
 
 
 # -- q_ahead=True: two query tiles per consumer warpgroup, the next task's Q loading while this task runs -------

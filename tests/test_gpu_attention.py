@@ -57,6 +57,8 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
     (1, 4, 4, 300, 1000, 128, "bottom_right", BF16),
     (1, 4, 2, 1000, 300, 64, "bottom_right", FP16),     # the first 700 rows see no key
     (4, 16, 4, 2048, 2048, 128, True, BF16),            # 1024 tasks: several per persistent block
+    (1, 4, 2, 4200, 4300, 128, True, BF16),             # causal pairs (33 query tiles a head, a tile of padding)
+    (1, 2, 2, 4096, 4096, 128, "bottom_right", FP16),   # ... and 32
     (8, 16, 16, 1024, 1024, 64, False, FP16),
 ]
 OTHER_HEAD_DIMS = [  # head dims between the tuned ones (kernels.attention.tuned: the next tuned one's settings)
