@@ -18,7 +18,8 @@ short MMAs), the turns going round the ring of 3. `split_kv=True` puts K in the 
 late ring (late_inputs), as FlashAttention-3's separate K and V pipelines: K_k is released once step k is done and
 V_{k-1} once step k is, so each K stage is held for one step instead of two. attention() runs D64 with both
 (CONFIGS_SPLIT_3WG) unless a 128-row task layout takes fewer waves of the SMs for the sequence at hand
-(consumer_warpgroups_for); D128 with 2 warpgroups and one ring, but non-causal from 2048 keys on with split rings of
+(consumer_warpgroups_for); D128 causal from 1024 to 16383 query rows with 3 on one ring of 64-row tiles
+(CAUSAL_GROUP_ROWS), otherwise with 2 warpgroups and one ring, but non-causal from 2048 keys on with split rings of
 176-row tiles (split_kv_for), or of 128-row tiles with a V stage more where few query tiles read each key/value
 head's tiles (streaming: K and V come from memory); past D128, 2 warpgroups on split rings of the tallest tiles that
 fit (wide_kv).
@@ -124,6 +125,12 @@ CONFIGS_STREAM = {128: (128, 2, 3)}
 # model's choice right in each, but for B2 N4096 causal, 4% slower with 3); at D128 they ran 0.87-1.07x, no better
 # than the default on the whole, and are not picked.
 GROUP_RATE = {64: {2: 1.0, 3: 1.25}, 128: {2: 1.0}, 256: {2: 1.0}}
+# ... and causal, for query lengths in CAUSAL_GROUP_ROWS: D128 with 3 warpgroups on one ring of CONFIGS_3WG's 64-row
+# key tiles (CAUSAL_ONE_RING_3WG) ran 3-5% faster than 2 (in cluster pairs from 32 query tiles) at N1024-N4096, 0.8%
+# at N2048, 2% at N8192, level at N16384 and 9% slower at N512 (RESULTS.md runs 245-246; split rings 3-6% behind one).
+CAUSAL_GROUP_RATE = {128: {2: 1.0, 3: 1.04}}
+CAUSAL_GROUP_ROWS = {128: range(1024, 16384)}
+CAUSAL_ONE_RING_3WG = (128,)
 # Head dims whose 2-warpgroup kernels keep each warp's query rows in registers for S = Q K^T (q_registers) when their
 # key tiles have 128 rows or fewer: at D128 0-3% faster in 17 of 18 paired measurements (RESULTS.md runs 89, 93, 95);
 # D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill). The
@@ -212,6 +219,14 @@ CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "
           "bottom_right": "bottom_right", "lower_right": "bottom_right"}
 
 
+def causal_variant(causal) -> str | None:
+    """CAUSAL's mask for attention()'s `causal` argument (None: not causal), or a clear error."""
+    if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
+        raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
+                         f"got {causal!r}")
+    return CAUSAL[causal]
+
+
 def cdiv(a, b):
     return (a + b - 1) // b
 
@@ -237,7 +252,7 @@ def lse_rows(n: int, consumer_warpgroups: int = CONSUMER_WARPGROUPS) -> int:
     return cdiv(n, q_rows(consumer_warpgroups)) * q_rows(consumer_warpgroups)
 
 
-def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
+def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int, causal: bool = False) -> int:
     """The consumer warpgroups (1, 2 or 3) attention() runs for b x h heads of n query rows at head dim d on
     `sms` SMs: 1 where a head's rows fit one 64-row task (n <= 64: decoding, packed GQA heads; a 128-row task
     would be half padding; RESULTS.md runs 131 and 133, 4-16% faster); otherwise the fewest modelled time, waves
@@ -247,10 +262,13 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
     softmax). E.g. on 132 SMs at D64, B16 H16: N4096 -> 3 (43 waves of 186 rows beat 63 of 128), N1024 -> 3 (12
     waves of 171 rows at 1.25x beat 16 of 128); B128 H16 N256 -> 2 (a head's 4 warpgroups of rows in 2 tasks either
     way, 2 busy on average: RESULTS.md run 221, with q_ahead and 128-row key tiles 8% faster than 3 warpgroups
-    non-causal, 6% causal; N128 12% and 10%)."""
+    non-causal, 6% causal; N128 12% and 10%). causal (not packed): CAUSAL_GROUP_RATE's rates where n is in
+    CAUSAL_GROUP_ROWS (D128 B16 H16 N1024 -> 3: 12 waves of 171 rows at 1.04x beat 16 of 128)."""
     if n <= q_rows(1):
         return 1
     rates = GROUP_RATE[tuned(d)]
+    if causal and n in CAUSAL_GROUP_ROWS.get(tuned(d), ()):
+        rates = CAUSAL_GROUP_RATE[tuned(d)]
 
     def time(groups):
         tiles = cdiv(n, q_rows(groups))                 # a head's tasks, and their warpgroups of real rows
@@ -260,13 +278,16 @@ def consumer_warpgroups_for(b: int, h: int, n: int, d: int, sms: int) -> int:
 
 
 def split_kv_for(nk: int, d: int, consumer_warpgroups: int, causal: bool) -> bool:
-    """Whether attention() runs split K/V rings (split_kv) for nk keys: always with 3 consumer warpgroups, and with 2
-    past D128 (wide_kv's tiles) and at D128 non-causal from SPLIT_KEYS keys on (CONFIGS_SPLIT's 176-row tiles); never
-    with 1 (level, RESULTS.md run 135, and SERIAL_ONE_GROUP's serial schedule takes one ring)."""
+    """Whether attention() runs split K/V rings (split_kv) for nk keys: with 3 consumer warpgroups but causal at
+    CAUSAL_ONE_RING_3WG's head dims, with 2 past D128 (wide_kv's tiles) and at D128 non-causal from SPLIT_KEYS keys
+    on (CONFIGS_SPLIT's 176-row tiles); never with 1 (level, RESULTS.md run 135, and SERIAL_ONE_GROUP's serial
+    schedule takes one ring)."""
     if consumer_warpgroups == 1:
         return False
     d = tuned(d)
-    return consumer_warpgroups == 3 or d > 128 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
+    if consumer_warpgroups == 3:
+        return not (causal and d in CAUSAL_ONE_RING_3WG)
+    return d > 128 or (not causal and d in SPLIT_KEYS and nk >= SPLIT_KEYS[d])
 
 
 def streaming(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int) -> bool:
@@ -1212,7 +1233,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
         q, o_run, (h, n) = q.view(b, hkv, group * n, d), o.view(b, hkv, group * n, d), (hkv, group * n)
     else:
         o_run = o
-    groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q))
+    groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q), causal_variant(causal) is not None and group == 1)
     lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device) if return_lse else None
     _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)   # (None: no lse computed)
     return (o, lse[..., :n].reshape(o.shape[:3])) if return_lse else o
@@ -1260,14 +1281,11 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     compiles clean; the kernel's index math by divisors (fast_division) where each block runs FAST_DIVISION_TASKS
     tasks or more and, on the GPU, that compiles without spills under this NVRTC, by C++'s division otherwise; and
     the cluster pairs cluster_for picks, on the GPU where they compile clean, single blocks otherwise)."""
+    variant = causal_variant(causal)
     if consumer_warpgroups is None:
-        consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q))
-    if not isinstance(causal, (bool, str)) or causal not in CAUSAL:
-        raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
-                         f"got {causal!r}")
+        consumer_warpgroups = consumer_warpgroups_for(*q.shape, multiprocessors(q), variant is not None and packed == 1)
     if split_kv is None:
-        split_kv = split_kv_for(k.shape[2], q.shape[3], consumer_warpgroups, CAUSAL[causal] is not None)
-    variant = CAUSAL[causal]
+        split_kv = split_kv_for(k.shape[2], q.shape[3], consumer_warpgroups, variant is not None)
     (n, d), nk = q.shape[2:], k.shape[2]
     if not o.numel():
         return None

@@ -1201,6 +1201,23 @@ def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
     assert att.consumer_warpgroups_for(b, h, n, d, 132) == groups
 
 
+@pytest.mark.parametrize("b,h,n,groups", [
+    (16, 16, 1024, 3), (16, 16, 4096, 3), (4, 16, 8192, 3),    # 3-5% faster, 2% at N8192 (RESULTS.md runs 245-246)
+    (64, 16, 512, 2), (4, 16, 16384, 2),                         # 9% slower at N512; level at N16384
+    (1, 1, 1024, 2)])                                            # one wave either way: 8 tasks of 128 rows finish first
+def test_causal_d128_takes_three_warpgroups_on_one_ring(b, h, n, groups):
+    """D128 causal runs 3 consumer warpgroups on one ring of 64-row key tiles for CAUSAL_GROUP_ROWS's lengths, where
+    the wave model says (CAUSAL_GROUP_RATE); non-causal and D64's choices are the causal-blind model's."""
+    assert att.consumer_warpgroups_for(b, h, n, 128, 132, causal=True) == groups
+    assert att.consumer_warpgroups_for(b, h, n, 128, 132) == 2
+    assert att.consumer_warpgroups_for(b, h, n, 64, 132, causal=True) == att.consumer_warpgroups_for(b, h, n, 64, 132)
+    assert not att.split_kv_for(n, 128, 3, True) and att.split_kv_for(n, 128, 3, False)
+    assert att.split_kv_for(n, 64, 3, True)
+    q = torch.empty(b, h, n, 128, dtype=BF16)
+    template = att._prepared(q, q, q, q, None, True, None)[0]
+    assert ("_3wg" in template.kernel.name) == (groups == 3) and "_splitkv" not in template.kernel.name
+
+
 def test_attention_runs_the_kernel_it_picks(monkeypatch):
     """attention() runs consumer_warpgroups_for's choice, with split K/V rings for 3 warpgroups, in cluster pairs
     where cluster_for says, and sizes the log-sum-exp buffer for its tasks' rows (here 2 SMs make 192-row tasks the

@@ -59,6 +59,8 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
     (4, 16, 4, 2048, 2048, 128, True, BF16),            # 1024 tasks: several per persistent block
     (1, 4, 2, 4200, 4300, 128, True, BF16),             # causal pairs (33 query tiles a head, a tile of padding)
     (1, 2, 2, 4096, 4096, 128, "bottom_right", FP16),   # ... and 32
+    (8, 16, 4, 1024, 1024, 128, True, BF16),            # D128 causal on 3 warpgroups, one ring (CAUSAL_GROUP_ROWS)
+    (8, 16, 8, 1100, 1300, 128, "bottom_right", FP16),  # ... odd lengths
     (8, 16, 16, 1024, 1024, 64, False, FP16),
 ]
 OTHER_HEAD_DIMS = [  # head dims between the tuned ones (kernels.attention.tuned: the next tuned one's settings)
