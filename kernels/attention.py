@@ -156,7 +156,7 @@ CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False), (128, 2, True),
 # longer tile, which its other block skips, about 1 / (tiles + 1) of the head's steps. At D64 the pairs ran 3% slower
 # than single blocks at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10,
 # 2% at 12 (run 176) and 3% at 22 (N4096, runs 113-114). D128 (2 warpgroups, Q in registers) was level at N4096 and
-# N16384 and 3% slower at N1024 in runs 113-114; on session 19's kernels (runs 240-241) 2-4% slower up to 24 tiles
+# N16384 and 3% slower at N1024 in runs 113-114; on session 20's kernels (runs 240-241) 2-4% slower up to 24 tiles
 # (N1024-N3000), +0.5-1.5% at 32 (N4096), +0.6% at 64, +1-3% at 128 and +2.6% at 256. An odd number pairs up with
 # a tile of padding before row 0 (next to the tile that sees the fewest keys): D64 +1.6-1.7% at 11 and 43 tiles
 # (run 178).
@@ -370,8 +370,8 @@ def whole_clusters(causal: bool, consumer_warpgroups: int, packed: bool, skip_ma
 
 def cluster_for(n: int, d: int, consumer_warpgroups: int, causal: bool, odd: bool = True) -> int:
     """The blocks per cluster attention() runs for n query rows: 2 where CLUSTER_PAIRS has the kernel and a head's
-    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES[d]; else 1.
-    With `odd` (a kernel that takes whole clusters, whole_clusters), an odd number pairs up too, with a tile of
+    query tiles are even in number (a cluster takes two adjacent ones), causal at least CAUSAL_PAIR_TILES[tuned(d)];
+    else 1. With `odd` (a kernel that takes whole clusters, whole_clusters), an odd number pairs up too, with a tile of
     padding: causal from CAUSAL_PAIR_TILES (the padding tile beside the one that sees the fewest keys), non-causal
     with 3 warpgroups from ODD_PAIR_TILES."""
     tiles = cdiv(n, q_rows(consumer_warpgroups))
