@@ -1340,7 +1340,8 @@ def clean_choices(d: int, consumer_warpgroups: int, options: dict, on_gpu: bool,
     clean: the kernel as given): stale_shift at STALE_WHERE_IT_FITS's head dims; on the GPU (the interpreter divides
     as C++ either way) the index math by divisors, then by C++'s division (DIVISION_CHOICES); and with `pairs`
     (cluster pairs that cluster_for picked) single blocks after each, where the pair's kernel spills: D128's causal
-    pairs spill 16 bytes under NVRTC 13.5, none under 13.0. Divisors go before pairs, the larger gain (runs 232, 240)."""
+    pairs spill 16 bytes under NVRTC 13.5, none under 13.0. Divisors go before pairs, the larger gain (runs 232,
+    240)."""
     choices = [dict(stale_shift=True)] if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 \
         and "stale_shift" not in options and options.get("pingpong", PINGPONG) is True else []
     if "fast_division" not in options and on_gpu:
