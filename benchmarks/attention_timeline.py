@@ -10,7 +10,7 @@ A mark costs a warp about 90 cycles (a clock read and a global store; RESULTS.md
 does not move instructions across it freely: read the phases as proportions, not exact costs.
 
     PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D] [--causal] [key=value ...]
-        (default 16 16 4096 128; key=value: options of kernels.attention._launch, e.g. q_preload=True)
+        (default 16 16 4096 128; key=value: options of tkpy.kernels.attention_forward._launch, e.g. q_preload=True)
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run(b: int, h: int, n: int, d: int, causal: bool = False, **options) -> dict:
-    """Records of the kernel attention() runs (or the one kernels.attention._launch's `options` name), its consumer
+    """Records of the kernel attention() runs (or the one tkpy.kernels.attention_forward._launch's `options` name), its consumer
     warps: {(block, warp): [(cycle, label), ...]}."""
     import torch
 
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     from tkpy.runtime import timeline
     os.environ[timeline.ENV] = "1"      # before the kernel is traced (a process that traced it before: no marks)
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))

@@ -29,6 +29,7 @@ import json
 import os
 import sys
 from pathlib import Path
+import tkpy.kernels as tkpy_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -62,7 +63,7 @@ def main(variants: bool | None = None) -> list[dict]:
 
 def other_dims_table() -> list[dict]:
     """OTHER_DIM_CASES (head dims other than 64 and 128) against cuDNN and flash, as main's table."""
-    return case_table(OTHER_DIM_CASES, "other head dims (kernels.attention.tuned, wide_kv)", "attention_dims.json")
+    return case_table(OTHER_DIM_CASES, "other head dims (tkpy.kernels.attention_forward.tuned, wide_kv)", "attention_dims.json")
 
 
 def sweep_table() -> list[dict]:
@@ -93,7 +94,7 @@ def case_row(b: int, h: int, n: int, d: int, causal: bool, dtype: str = "bf16") 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from benchmarks.timing import median_ms, paired_ms
-    from kernels.attention import attention
+    from tkpy.kernels import attention
     element = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     q, k, v = (torch.randn(b, h, n, d, dtype=element, device="cuda") for _ in range(3))
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
@@ -189,7 +190,7 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "no skips": {d: dict(skip_masked=False) for d in (64, 128)},
                  "skips": {128: dict(skip_masked=True)},
                  **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
-VARIANTS = {  # name -> keyword options of kernels.attention._launch (attention()'s choices where not given)
+VARIANTS = {  # name -> keyword options of tkpy.kernels.attention_forward._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 
 
@@ -199,7 +200,7 @@ def variant_table() -> list[dict]:
     import torch
 
     from benchmarks.timing import median_ms
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     b, h, n = 16, 16, 4096
     rows = []
     for d in (128, 64):
@@ -227,7 +228,7 @@ def variant_table() -> list[dict]:
 
 
 def launch_options(name: str, d: int, lse) -> tuple[dict | None, object]:
-    """Keyword options of kernels.attention._launch for VARIANTS[name] at head dim d (None: not for this d), and
+    """Keyword options of tkpy.kernels.attention_forward._launch for VARIANTS[name] at head dim d (None: not for this d), and
     its log-sum-exp buffer: `lse` for a variant with lse=True, otherwise None (as attention() without
     return_lse)."""
     options = dict(VARIANTS[name])
@@ -239,10 +240,10 @@ def launch_options(name: str, d: int, lse) -> tuple[dict | None, object]:
 
 
 def runnable(launch_args: tuple, options: dict | None) -> bool:
-    """Whether kernels.attention._launch(*launch_args, **options) would run: options for this head dim that the
+    """Whether tkpy.kernels.attention_forward._launch(*launch_args, **options) would run: options for this head dim that the
     kernel does not refuse for this case (e.g. cluster pairs on an odd number of query tiles) and whose tiles fit
     (traced: e.g. stages that leave the query tile no shared memory)."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     from tkpy.errors import ArgumentError, TraceError
     if options is None:
         return False
@@ -279,7 +280,7 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from benchmarks.timing import balanced_orders, median_ms
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
@@ -410,7 +411,7 @@ def split_table(rounds: int = 4) -> list[dict]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     rows = []
     for b, h, hkv, n, nk, d, causal, groups in SPLIT_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
@@ -464,7 +465,7 @@ def decode_table(rounds: int = 4) -> list[dict]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     rows = []
     for b, h, hkv, n, nk, d, causal in DECODE_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
@@ -472,7 +473,7 @@ def decode_table(rounds: int = 4) -> list[dict]:
         o = torch.empty_like(q)
         group = att.packed_heads(q, hkv)
         qp, op = (x.view(b, h // group, group * n, d) for x in (q, o))
-        fns = {"tkpy": lambda: att.attention(q, k, v, causal),
+        fns = {"tkpy": lambda: tkpy_kernels.attention(q, k, v, causal),
                "unpacked": lambda: att._launch(q, k, v, o, None, causal, None, consumer_warpgroups=2),
                "1wg": lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=1, packed=group),
                "2wg": lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=2, packed=group)}

@@ -31,6 +31,7 @@ import json
 import os
 import sys
 from pathlib import Path
+import tkpy.kernels as tkpy_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,7 +51,7 @@ def cases(quick: bool = False) -> list[dict]:
 
 def tile_width(m: int, n: int, k: int, a) -> tuple:
     """(tile width, splits) that matmul runs for this shape by default."""
-    from kernels import gemm, gemm_splitk
+    from tkpy.kernels import gemm, gemm_splitk
     from tkpy.templates.common import multiprocessors
     return gemm_splitk.plan(m, n, k, multiprocessors(a), gemm._block_n(m, n, a))
 
@@ -58,7 +59,7 @@ def tile_width(m: int, n: int, k: int, a) -> tuple:
 def tile_label(m: int, n: int, k: int, a) -> str:
     """What matmul runs for this shape by default: e.g. "256", "64A2" (64-wide tiles, A shared by clusters
     of two blocks), "256/S4" (K split in 4)."""
-    from kernels import gemm
+    from tkpy.kernels import gemm
     bn, splits = tile_width(m, n, k, a)
     if splits > 1:
         return f"{bn}/S{splits}"
@@ -71,7 +72,7 @@ def measure(case: dict) -> dict:
     import torch
 
     from benchmarks.timing import paired_ms
-    from kernels import gemm
+    from tkpy.kernels import gemm
     m, n, k, layout = case["m"], case["n"], case["k"], case["layout"]
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") if layout == "nt" else \
@@ -85,7 +86,7 @@ def measure(case: dict) -> dict:
         case = dict(case, reference="cuBLASLt fused epilogue" if fused else "torch addmm + gelu")
 
         def ours():
-            gemm.matmul(a, b, out=c, bias=bias, activation="gelu", scale=0.05)
+            tkpy_kernels.matmul(a, b, out=c, bias=bias, activation="gelu", scale=0.05)
 
         def theirs():
             if fused:
@@ -94,7 +95,7 @@ def measure(case: dict) -> dict:
                 got["ref"] = torch.nn.functional.gelu(torch.addmm(bias, a, b, alpha=0.05), approximate="tanh")
     else:
         def ours():
-            gemm.matmul(a, b, out=c)
+            tkpy_kernels.matmul(a, b, out=c)
 
         def theirs():
             torch.matmul(a, b, out=ref)
@@ -174,10 +175,10 @@ def variant_tables(quick: bool = False) -> dict:
     import torch
 
     import tkpy as tk
-    from kernels import gemm
+    from tkpy.kernels import gemm
 
     def through_matmul(options):
-        return lambda a, w, b, c: gemm.matmul(a, b, out=c, **options)
+        return lambda a, w, b, c: tkpy_kernels.matmul(a, b, out=c, **options)
 
     def through_template(options):
         return lambda a, w, b, c: gemm.matmul_template(tk.bf16, tk.bf16, w is not b, **options)(a, w, c)

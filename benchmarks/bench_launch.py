@@ -18,6 +18,13 @@ Measures, for a trivial 4-argument kernel, the host time of:
   native_raw      cuLaunchKernelEx called from tkpy's C extension, pre-packed params, given stream
   native_noop     tkpy_call's native launcher with a driver function that does nothing: tkpy's own
                   host cost per call (key, pointers, pack, stream), without the driver
+And whole calls of the torch-facing kernels at a cache hit (small shapes; each allocates its output), next to
+torch's equivalents in the same rounds:
+  matmul          tkpy.kernels.matmul(a, b), eager inference: the direct path (op_support.direct_call_ok)
+  matmul_op       torch.ops.tkpy.matmul(a, b): through the op dispatcher (autograd key included)
+  torch_matmul    torch.matmul(a, b) (cuBLAS)
+  attention       tkpy.kernels.attention(q, k, v) (direct), attention_op through the dispatcher
+  torch_sdpa      torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 Each figure is the median over batches (40 x 500 calls after warm-up) of the
 batch's mean per-call time; the paths are interleaved (one batch of each per
@@ -106,6 +113,26 @@ def native_noop_call(kernel) -> Callable[[], None] | None:
     y = torch.empty_like(x)
     call = functools.partial(noop, (1, 1, 1))
     return lambda: call(x, y, 1, 0.5)
+
+
+def op_paths(sync) -> dict:
+    """The torch-facing kernels' whole calls, through the eager fast path and through the dispatcher, and
+    torch's own calls, on small bf16 CUDA tensors (128 x 128 x 128; attention (1, 1, 128, 64)), already
+    compiled."""
+    import torch
+
+    from tkpy.kernels import attention, matmul
+
+    a, b = (torch.randn(128, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    q, k, v = (torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    op, att = torch.ops.tkpy.matmul.default, torch.ops.tkpy.attention.default
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    calls = {"matmul": lambda: matmul(a, b), "matmul_op": lambda: op(a, b), "torch_matmul": lambda: torch.matmul(a, b),
+             "attention": lambda: attention(q, k, v), "attention_op": lambda: att(q, k, v),
+             "torch_sdpa": lambda: sdpa(q, k, v)}
+    for call in calls.values():
+        call()
+    return {name: (call, sync) for name, call in calls.items()}
 
 
 def _time_interleaved(paths: dict) -> dict[str, dict[str, float]]:
@@ -267,6 +294,7 @@ def main() -> int:
         prepacked = functools.partial(entry.launch_prepacked, grid, stream)
         paths["native_raw"] = (prepacked, sync)
         paths["native_noop"] = (native_noop_call(kernel), lambda: None)
+    paths.update(op_paths(sync))
     results = _time_interleaved(paths)
 
     sync()

@@ -47,8 +47,8 @@ def bench_compile() -> dict:
     """Cold compile (empty disk cache) and warm load (disk cache, fresh process memo) of the examples."""
     import torch
 
-    from kernels.softmax import softmax_rows
-    from kernels.warp_matmul import warp_matmul_bf16
+    from tkpy.kernels.row_softmax import softmax_rows
+    from tkpy.kernels.warp_matmul import warp_matmul_bf16
     from tkpy.runtime import nvrtc
 
     x = torch.empty(1024, 128, dtype=torch.bfloat16)
@@ -119,7 +119,7 @@ def main() -> int:
         from benchmarks import bench_attention, bench_gemm
         report["gemm"] = bench_gemm.main(variants=variants)
         report["gemm_repeats"] = bench_gemm.repeated([1024, 4096, 8192], 3)
-        fp8 = subprocess.run([sys.executable, "-m", "kernels.gemm_fp8"], cwd=ROOT, capture_output=True, text=True)
+        fp8 = subprocess.run([sys.executable, "-m", "tkpy.kernels", "matmul_fp8"], cwd=ROOT, capture_output=True, text=True)
         report["fp8"] = (fp8.stdout + fp8.stderr).strip().splitlines()
         report["attention"] = bench_attention.main(variants=variants)
         report["attention_dims"] = bench_attention.other_dims_table()

@@ -83,7 +83,7 @@ def case_row(b: int, h: int, n: int, d: int, causal: int, sampler: Sampler) -> d
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from benchmarks.timing import balanced_orders
-    from kernels.attention import attention
+    from tkpy.kernels import attention
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
 
     def sdpa(backend):

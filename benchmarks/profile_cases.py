@@ -4,7 +4,7 @@
         python3 benchmarks/profile_cases.py CASE
 
 Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
-causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or kernels.attention._launch with those
+causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or tkpy.kernels.attention_forward._launch with those
 options, e.g. pingpong=softmax overlap=False; then SDPA cuDNN, and with --flash SDPA flash). Each runs 3 times after
 building its inputs.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+import tkpy.kernels as tkpy_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -20,7 +21,7 @@ def main(argv: list[str]) -> None:
     import torch
     what, *dims = argv
     if what == "gemm":
-        from kernels import gemm
+        from tkpy.kernels import gemm
         m, n, k, layout = int(dims[0]), int(dims[1]), int(dims[2]), dims[3]
         a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
@@ -29,14 +30,14 @@ def main(argv: list[str]) -> None:
         extra = dict(x.split("=") for x in dims[4:])
         options = {key: int(v) for key, v in extra.items()}
         for _ in range(3):
-            gemm.matmul(a, b, out=c, **options)
+            tkpy_kernels.matmul(a, b, out=c, **options)
         for _ in range(3):
             torch.matmul(a, b, out=c)
     elif what == "attention":
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        from kernels import attention as att
+        from tkpy.kernels import attention_forward as att
         bsz, h, n, d, causal = (int(x) for x in dims[:5])
         options = dict(attention_option(x) for x in dims[5:] if "=" in x)
         q, k, v = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> None:
                 if options:
                     att._launch(q, k, v, o, lse, bool(causal), None, **options)
                 else:
-                    att.attention(q, k, v, causal=bool(causal))
+                    tkpy_kernels.attention(q, k, v, causal=bool(causal))
         backends = [SDPBackend.CUDNN_ATTENTION] + ([SDPBackend.FLASH_ATTENTION] if "--flash" in argv else [])
         for backend in backends:
             with sdpa_kernel([backend]):

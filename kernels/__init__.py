@@ -1,11 +1,16 @@
-"""Kernels written in tkpy, each a torch-facing function plus its tkpy kernel."""
+"""tkpy.kernels: kernels written in tkpy, each a torch operator (torch.ops.tkpy.<name>) with a torch-facing function.
 
+    from tkpy.kernels import attention, matmul, matmul_fp8, softmax, scaled_dot_product_attention
 
-def forward_only(name: str, *tensors) -> None:
-    """Raise NotImplementedError where autograd would need a backward pass these kernels do not have: some input
-    requires grad while grad mode is on (the output would otherwise carry no gradient, silently)."""
-    import torch
+The repository keeps them in its top-level kernels/ folder; installed, they are the package tkpy.kernels (and in a
+checkout tkpy maps that name to the folder): import them by that name only.
+"""
+if __name__ != "tkpy.kernels":
+    raise ImportError(f"the kernels folder is the package tkpy.kernels: import tkpy.kernels, not {__name__}")
 
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors):
-        raise NotImplementedError(f"{name}: no backward pass (forward only); call it under torch.no_grad() or "
-                                  "torch.inference_mode(), or on tensors that do not require grad")
+from .attention_op import attention, scaled_dot_product_attention  # noqa: E402
+from .matmul_fp8_op import matmul_fp8  # noqa: E402
+from .matmul_op import matmul  # noqa: E402
+from .row_softmax import softmax  # noqa: E402
+
+__all__ = ["attention", "matmul", "matmul_fp8", "scaled_dot_product_attention", "softmax"]

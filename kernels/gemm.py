@@ -43,7 +43,7 @@ import math
 import torch
 
 import tkpy as tk
-from kernels import forward_only
+from .op_support import check_device, refuse_overlap
 from tkpy import bf16, f32, fp16
 from tkpy.frontend.signature import broadcast_dim
 from tkpy.interpret.launch import interpret_requested
@@ -280,58 +280,56 @@ class MatmulCluster2:
         tk.warpgroup.store(g.C, st.acc_right, (row, task.col * 2 + 1), masked=True)
 
 
-# -- the torch-facing function ----------------------------------------------------------------------------
+# -- the launch (the torch operator is kernels/matmul_op.py) --------------------------------------------------
 
-def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, bias: torch.Tensor | None = None,
-           activation: str | None = None, scale: float | None = None, out_dtype: torch.dtype | None = None,
-           cluster: int | None = None, block_n: int | None = None, split_k: int | None = None,
-           deterministic: bool = True) -> torch.Tensor:
-    """`activation(scale * (a @ b) + bias)` with fp32 accumulation, written to `out` (or a new tensor).
-
-    a: (M, K), b: (K, N), both bf16 or both fp16. b may be row-major, or the transpose of a row-major
-    (N, K) tensor (`w.T`, strides (1, K)): that layout is read as is. Other layouts are copied first.
-    bias: (N,) added to every row (any float dtype; bf16/fp16/fp32 are read as is). activation: None,
-    "relu", "silu" or "gelu" (the tanh approximation, torch's gelu(approximate="tanh")). scale: a number.
-    Output dtype: `out_dtype`, else out's, else the inputs'; bf16, fp16 or fp32.
-
-    Any M, N, K. TMA needs 16-byte aligned base pointers and row strides (K, or N for a row-major b, a
-    multiple of 8 elements): an operand that is not is first copied into a padded buffer (one extra
-    read and write of it), and so is C (computed into a padded buffer, then copied into place).
-    `block_n`: force the tile width (256, 128 or 64; default: `_block_n`, the widest unless a narrower one
-    keeps clearly more SMs busy). `cluster`: None (default) shares A between pairs of column-adjacent
-    blocks where `_cluster` says so (tile widths in CLUSTER_A_WIDTHS, an even number of column tiles); 1
-    never; 2 always (any dtype and epilogue; cdiv(N, tile width) must be even, and K is not split).
-
-    Split-K (kernels/gemm_splitk.py): when the output has few tiles next to the SMs (e.g. M = 128 against
-    an 8192 x 8192 weight), S tasks share each tile's K steps and write fp32 partial sums that a second
-    kernel adds up before the epilogue. `split_k`: None picks S (1 when splitting does not pay), an int
-    forces it (1: never split). `deterministic=True` adds the partials in a fixed order (the same bits on
-    every run); False adds them with TMA fp32 reductions into one workspace (less traffic, run-to-run
-    rounding differences)."""
+def checked(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
+            out_dtype: torch.dtype | None, out: torch.Tensor | None = None, cluster: int | None = None,
+            block_n: int | None = None, split_k: int | None = None) -> torch.dtype:
+    """The output dtype of matmul on these arguments, or a ValueError naming what it cannot take. Reads only
+    shapes, dtypes and devices: the operator's fake implementation checks with it too."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
-    forward_only("matmul", a, b, bias)
+        raise ValueError(f"matmul expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
     if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
-        raise ValueError(f"expects a and b both bf16 or both fp16; got {a.dtype} and {b.dtype}")
+        raise ValueError(f"matmul expects a and b both bf16 or both fp16; got {a.dtype} and {b.dtype}")
     if b.device != a.device:
-        raise ValueError(f"a is on {a.device}, b on {b.device}")
-    (m, k), n = a.shape, b.shape[1]
+        raise ValueError(f"matmul: a is on {a.device}, b on {b.device}")
+    (m, _), n = a.shape, b.shape[1]
     if out_dtype is None:
         out_dtype = out.dtype if out is not None else a.dtype
     if out_dtype not in DTYPES:
-        raise ValueError(f"the output must be bf16, fp16 or fp32; got {out_dtype}")
-    if out is not None:
-        if out.shape != (m, n) or out.dtype != out_dtype or out.device != a.device:
-            raise ValueError(f"out must be a ({m}, {n}) {out_dtype} tensor on {a.device}; got "
-                             f"{tuple(out.shape)} {out.dtype} on {out.device}")
+        raise ValueError(f"matmul's output must be bf16, fp16 or fp32; got {out_dtype}")
+    if out is not None and (out.shape != (m, n) or out.dtype != out_dtype or out.device != a.device):
+        raise ValueError(f"out must be a ({m}, {n}) {out_dtype} tensor on {a.device}; got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or None, got {activation!r}")
+    if bias is not None and (bias.shape != (n,) or not bias.is_floating_point() or bias.device != a.device):
+        raise ValueError(f"bias must be a ({n},) float tensor on {a.device}; got {tuple(bias.shape)} "
+                         f"{bias.dtype} on {bias.device}")
+    if cluster is not None and cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be None, 1 or 2, got {cluster!r}")
+    if block_n is not None and block_n not in WIDTHS:
+        raise ValueError(f"block_n must be 256, 128 or 64, got {block_n}")
+    if split_k is not None and not (isinstance(split_k, int) and split_k >= 1):
+        raise ValueError(f"split_k must be None or a positive int, got {split_k!r}")
+    if cluster == 2 and split_k not in (None, 1):
+        raise ValueError("cluster=2 does not split K")
+    check_device("matmul", a)
+    return out_dtype
+
+
+def run(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+        activation: str | None = None, scale: float | None = None, out_dtype: torch.dtype | None = None,
+        cluster: int | None = None, block_n: int | None = None, split_k: int | None = None,
+        deterministic: bool = True) -> torch.Tensor:
+    """matmul's launch on checked-or-not arguments (tkpy.kernels.matmul documents them): the kernel(s) for
+    this shape, written into `out` or a new tensor, which it returns."""
+    out_dtype = checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k)
+    if out is not None:
+        refuse_overlap("matmul", out, a=a, b=b, bias=bias)
+    (m, k), n = a.shape, b.shape[1]
     if bias is not None:
-        if bias.shape != (n,) or not bias.is_floating_point() or bias.device != a.device:
-            raise ValueError(f"bias must be a ({n},) float tensor on {a.device}; got {tuple(bias.shape)} "
-                             f"{bias.dtype} on {bias.device}")
-        bias = bias if bias.dtype in DTYPES else bias.float()
-        bias = _aligned(bias.contiguous())
+        bias = _aligned((bias if bias.dtype in DTYPES else bias.float()).contiguous())
     if scale is not None:
         scale = float(scale)
     result = out if out is not None else torch.empty(m, n, dtype=out_dtype, device=a.device)
@@ -341,14 +339,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         return result.copy_(_epilogue(torch.zeros(m, n, device=a.device), bias, activation, scale))
 
     b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and n > 1     # b = w.T of a row-major (N, K) w
-    if cluster is not None and cluster not in CLUSTERS:
-        raise ValueError(f"cluster must be None, 1 or 2, got {cluster!r}")
-    if block_n is not None and block_n not in WIDTHS:
-        raise ValueError(f"block_n must be 256, 128 or 64, got {block_n}")
-    if split_k is not None and not (isinstance(split_k, int) and split_k >= 1):
-        raise ValueError(f"split_k must be None or a positive int, got {split_k!r}")
-    if cluster == 2 and split_k not in (None, 1):
-        raise ValueError("cluster=2 does not split K")
     a_, b_ = _tma_ready(a), _tma_ready(b.T if b_transposed else b)
     c = result if _tma_ready(result, copy=False) is not None else _padded_like(result)
     extras = (() if bias is None else (bias,)) + (() if scale is None else (scale,))

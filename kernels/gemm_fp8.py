@@ -14,7 +14,7 @@ vector of N column scales (made on the GPU: no host synchronisation). Any M and 
 16 (TMA's 16-byte row strides: K for the fp8 operands, N for the bf16 output, as _scaled_mm requires);
 TMA zero-fills partial boxes and clips the stores.
 
-`python -m kernels.gemm_fp8` checks a product against a float64 reference (on the CPU interpreter
+`python -m tkpy.kernels matmul_fp8` checks a product against a float64 reference (on the CPU interpreter
 without a GPU) and, on a GPU, times it against torch._scaled_mm in the same run.
 """
 from __future__ import annotations
@@ -24,10 +24,11 @@ import functools
 import torch
 
 import tkpy as tk
-from kernels import forward_only
 from tkpy import bf16, f32, fp16
 from tkpy.templates import shared
 from tkpy.templates.common import multiprocessors
+
+from .op_support import check_device, refuse_overlap
 
 BM, BK = 128, 128
 WIDTHS = (256, 128)
@@ -110,27 +111,17 @@ def _block_n(m: int, n: int, a: torch.Tensor) -> int:
 
 def column_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, n: int) -> torch.Tensor:
     """The (N,) fp32 column scales scale_a * scale_b (computed on the tensors' device, no synchronisation)."""
-    if scale_a.numel() != 1:
-        raise ValueError(f"scale_a must hold one value (per-tensor scaling); got shape {tuple(scale_a.shape)}")
-    if scale_b.numel() not in (1, n):
-        raise ValueError(f"scale_b must hold one value or one per column ({n}); got shape {tuple(scale_b.shape)}")
     return (scale_a.float().reshape(1) * scale_b.float().reshape(-1)).expand(n).contiguous()
 
 
-def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-               out: torch.Tensor | None = None, *, out_dtype: torch.dtype = torch.bfloat16,
-               block_n: int | None = None) -> torch.Tensor:
-    """`scale_a * scale_b * (a @ b)` with fp32 accumulation, rounded to `out_dtype` (bf16 by default; fp16, fp32).
-
-    a: (M, K) fp8 (float8_e4m3fn or float8_e5m2), row-major. b: (K, N) fp8, the transpose of a row-major
-    (N, K) tensor (strides (1, K)), as torch._scaled_mm takes it. scale_a: a one-element fp32 tensor;
-    scale_b: one element or (N,) (per-column scales). K and N multiples of 16. `block_n`: force the tile
-    width (256 or 128)."""
+def checked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+            out_dtype: torch.dtype, out: torch.Tensor | None = None, block_n: int | None = None) -> None:
+    """A ValueError naming what matmul_fp8 cannot take (shapes, dtypes, strides, devices only: the operator's
+    fake implementation checks with it too)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
-    forward_only("matmul_fp8", a, b, scale_a, scale_b)
+        raise ValueError(f"matmul_fp8 expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
     if a.dtype not in FP8 or b.dtype not in FP8:
-        raise ValueError(f"expects fp8 operands (float8_e4m3fn / float8_e5m2); got {a.dtype} and {b.dtype}")
+        raise ValueError(f"matmul_fp8 expects fp8 operands (float8_e4m3fn / float8_e5m2); got {a.dtype} and {b.dtype}")
     (m, k), n = a.shape, b.shape[1]
     if k % 16 or n % 16:
         raise ValueError(f"K and N must be multiples of 16 (16-byte TMA row strides); got K = {k}, N = {n}")
@@ -141,16 +132,34 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
                          f"got strides {b.stride()}")
     if out_dtype not in OUT:
         raise ValueError(f"out_dtype must be bf16, fp16 or fp32; got {out_dtype}")
+    for name, x in (("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if x.device != a.device:
+            raise ValueError(f"matmul_fp8: a is on {a.device}, {name} on {x.device}")
+    if scale_a.numel() != 1:
+        raise ValueError(f"scale_a must hold one value (per-tensor scaling); got shape {tuple(scale_a.shape)}")
+    if scale_b.numel() not in (1, n):
+        raise ValueError(f"scale_b must hold one value or one per column ({n}); got shape {tuple(scale_b.shape)}")
+    if out is not None and (out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor; got {tuple(out.shape)} {out.dtype}")
+    if block_n is not None and block_n not in WIDTHS:
+        raise ValueError(f"block_n must be 256 or 128, got {block_n}")
+    check_device("matmul_fp8", a)
+
+
+def run(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+        out: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+        block_n: int | None = None) -> torch.Tensor:
+    """matmul_fp8's launch (tkpy.kernels.matmul_fp8 documents the arguments), into `out` or a new tensor."""
+    checked(a, b, scale_a, scale_b, out_dtype, out, block_n)
+    (m, k), n = a.shape, b.shape[1]
     if out is None:
         out = torch.empty(m, n, dtype=out_dtype, device=a.device)
-    elif out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor; got {tuple(out.shape)} {out.dtype}")
+    else:
+        refuse_overlap("matmul_fp8", out, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
     if m == 0 or n == 0:
         return out
     if k == 0:
         return out.zero_()
-    if block_n is not None and block_n not in WIDTHS:
-        raise ValueError(f"block_n must be 256 or 128, got {block_n}")
     scales = column_scales(scale_a, scale_b, n)
     template = fp8_matmul_template(FP8[a.dtype], FP8[b.dtype], OUT[out_dtype], block_n or _block_n(m, n, a))
     args = (a, b.T, out, scales)
@@ -163,45 +172,3 @@ def reference(a, b, scale_a, scale_b, out_dtype=torch.bfloat16) -> torch.Tensor:
     n = b.shape[1]
     scales = column_scales(scale_a, scale_b, n).double()
     return ((a.double() @ b.double()) * scales).to(out_dtype)
-
-
-def _main():
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shape", type=int, nargs=3, default=None, metavar=("M", "N", "K"))
-    parser.add_argument("--kinds", default="e4m3,e4m3", help="fp8 kinds of A and B, e.g. e4m3,e5m2")
-    args = parser.parse_args()
-    kinds = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-    ka, kb = (kinds[x] for x in args.kinds.split(","))
-    gpu = torch.cuda.is_available()
-    m, n, k = args.shape or ((4096, 4096, 4096) if gpu else (256, 512, 256))
-    device = "cuda" if gpu else "cpu"
-    a = (torch.randn(m, k, device=device) * 2).to(ka)
-    w = (torch.randn(n, k, device=device) * 2).to(kb)
-    scale_a = torch.tensor([0.5], device=device)
-    scale_b = torch.tensor([0.25], device=device)
-    if not gpu:
-        import os
-        os.environ["TKPY_INTERPRET"] = "1"      # no GPU: run the kernel on the CPU interpreter
-    c = matmul_fp8(a, w.T, scale_a, scale_b)
-    ref = reference(a, w.T, scale_a, scale_b)
-    err = ((c.double() - ref.double()).norm() / ref.double().norm()).item()
-    print(f"matmul_fp8 {m}x{n}x{k} {args.kinds}: relative error {err:.2e} against float64 ({'GPU' if gpu else 'interpreter'})")
-    if not gpu:
-        return
-    from benchmarks.timing import median_ms
-
-    flops = 2 * m * n * k
-    ours = median_ms(lambda: matmul_fp8(a, w.T, scale_a, scale_b, out=c))
-    print(f"  tkpy matmul_fp8:       {ours * 1e3:8.1f} us  {flops / ours / 1e9:7.1f} TFLOP/s")
-    try:
-        theirs = median_ms(lambda: torch._scaled_mm(a, w.T, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16))
-        print(f"  torch._scaled_mm:      {theirs * 1e3:8.1f} us  {flops / theirs / 1e9:7.1f} TFLOP/s"
-              f"  (tkpy / torch time: {ours / theirs:.2f})")
-    except RuntimeError as e:          # e.g. an fp8 combination cuBLASLt does not take
-        print(f"  torch._scaled_mm: not run ({str(e).splitlines()[0]})")
-
-
-if __name__ == "__main__":
-    _main()

@@ -1,4 +1,4 @@
-"""kernels/attention.py in the CPU interpreter (real TMA / mbarrier / wgmma semantics and protocol checks) at small
+"""kernels/attention_forward.py in the CPU interpreter (real TMA / mbarrier / wgmma semantics and protocol checks) at small
 sizes: odd and unequal lengths, causal (torch's top-left and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256
 and the others in multiples of 16 (D32, D80, D96, D160, ...), several tasks per persistent block; against an
 explicit float64 softmax and torch's SDPA. Plus the input checks, NVRTC compiles and SASS of every variant. No GPU
@@ -13,10 +13,11 @@ import torch
 import torch.nn.functional as F
 
 import gpu_util
+import tkpy.kernels as tkpy_kernels
 import tkpy as tk
 from gpu_util import rel_err
-from kernels import attention as att
-from kernels.attention import attention
+from tkpy.kernels import attention_forward as att
+from tkpy.kernels import attention
 
 rand = functools.partial(gpu_util.rand, device="cpu")
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -521,7 +522,7 @@ def test_attention_splits_few_tasks_over_many_keys(monkeypatch):
     real = att._attention
     monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     q, k, v = rand(1, 2, 128, 128, dtype=BF16), rand(1, 1, 1024, 128, dtype=BF16), rand(1, 1, 1024, 128, dtype=BF16)
-    o, lse = att.attention(q, k, v, return_lse=True)
+    o, lse = tkpy_kernels.attention(q, k, v, return_lse=True)
     assert launched[-1]["split_k"] and launched[-1]["cluster"] == 1
     check(o, lse, *reference(q, k, v, False), 128)
 
@@ -544,7 +545,7 @@ def test_gqa_heads_packed_into_one_sequence(monkeypatch, h, hkv, n, nk, causal, 
     monkeypatch.setattr(att, "_launch", lambda q, *a, **kw: launched.append(q.shape) or real(q, *a, **kw))
     q = rand(1, n, h, 64, dtype=BF16).transpose(1, 2) if transposed else rand(1, h, n, 64, dtype=BF16)
     k, v = rand(1, hkv, nk, 64, dtype=BF16), rand(1, hkv, nk, 64, dtype=BF16)
-    o, lse = att.attention(q, k, v, causal, return_lse=True)
+    o, lse = tkpy_kernels.attention(q, k, v, causal, return_lse=True)
     assert launched[-1][1:3] == (packed or (h, n))
     assert o.shape == q.shape and lse.shape == q.shape[:3]
     check(o, lse, *reference(q, k, v, causal), n)
@@ -687,7 +688,7 @@ def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
     real = att._attention
     monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(real(*a, **kw).kernel.name) or real(*a, **kw))
     q, k, v = rand(1, 8, 4, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16)
-    o, lse = att.attention(q, k, v, causal, return_lse=True)
+    o, lse = tkpy_kernels.attention(q, k, v, causal, return_lse=True)
     assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk" \
         + ("_packed" if causal else "") + "_last112_cdiv"
     check(o, lse, *reference(q, k, v, causal), 4)
@@ -1233,12 +1234,12 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
-    o, lse = att.attention(q, k, v, causal="bottom_right", return_lse=True)
+    o, lse = tkpy_kernels.attention(q, k, v, causal="bottom_right", return_lse=True)
     assert launched[-1] == dict(consumer_warpgroups=3, split_kv=True, q_ahead=True, cluster=1, split_k=False, lse=True,
                                 last_kv=64)
     assert lse.shape == (1, 2, 384)
     check(o, lse, *reference(q, k, v, "bottom_right"), 384)
-    o2 = att.attention(rand(1, 1, 192, 64, dtype=BF16), k, v)   # one wave either way: two 128-row tasks of 96 rows
+    o2 = tkpy_kernels.attention(rand(1, 1, 192, 64, dtype=BF16), k, v)   # one wave either way: two 128-row tasks of 96 rows
     assert launched[-1] == dict(consumer_warpgroups=2, split_kv=False, q_ahead=True, kv=128, pingpong=False,
                                 cluster=1, split_k=False, lse=False, last_kv=80, fast_division=False)
     assert o2.shape == (1, 1, 192, 64)                           # on average finish before one of 192

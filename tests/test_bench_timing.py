@@ -80,7 +80,7 @@ def test_attention_kernel_carries_its_timeline_marks(monkeypatch):
     (the template's and the kernel's), and still compiles for sm_90a without spills."""
     import torch
 
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     from tkpy.runtime import timeline
     monkeypatch.setenv(timeline.ENV, "1")
     att._attention.cache_clear()
@@ -121,7 +121,7 @@ def test_attention_loads_variants_compile(causal):
     import torch
 
     from benchmarks import attention_loads
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     from tkpy.runtime import compile_cuda
 
     q, lse = torch.empty(1, 2, 256, 128, dtype=torch.bfloat16), torch.empty(1, 2, att.lse_rows(256, 2))
@@ -175,7 +175,7 @@ def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
     import torch
 
     from benchmarks.bench_attention import launch_options, runnable
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
 

@@ -13,8 +13,9 @@ import re
 import pytest
 import torch
 
+import tkpy.kernels as tkpy_kernels
 import tkpy as tk
-from kernels import gemm
+from tkpy.kernels import gemm
 
 from gpu_util import rel_err
 from test_interpret_gemm import BF16, F32, FP16, TOL, interpret, operands, poisoned, rand, reference  # noqa: F401
@@ -23,7 +24,7 @@ from test_interpret_gemm import BF16, F32, FP16, TOL, interpret, operands, poiso
 def plan_of(a, b, **options):
     """Run matmul and return the plan it made (plan.template: the template it launches)."""
     gemm._PLANS.clear()
-    gemm.matmul(a, b, **options)
+    tkpy_kernels.matmul(a, b, **options)
     (plan,) = gemm._PLANS.values()
     return plan
 
@@ -45,9 +46,9 @@ def test_clusters_sharing_a(m, n, k, block_n, transposed, dtype, out, bias, acti
     a, b = operands(m, n, k, dtype, transposed)
     v = None if bias is None else rand(n, dtype=bias)
     options = dict(bias=v, activation=activation, scale=scale, block_n=block_n)
-    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=out), cluster=2, **options)
+    c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=out), cluster=2, **options)
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
-    alone = gemm.matmul(a, b, out=poisoned(m, n, dtype=out), cluster=1, **options)
+    alone = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=out), cluster=1, **options)
     assert torch.equal(c, alone)          # the same products in the same order, tile by tile
 
 
@@ -97,7 +98,7 @@ def test_matmul_clusters_by_itself_where_the_rule_says(monkeypatch):
 
 
 def gemm_splitk_plan():
-    from kernels import gemm_splitk
+    from tkpy.kernels import gemm_splitk
     return gemm_splitk.SplitPlan
 
 
@@ -116,7 +117,7 @@ def test_the_switch_turns_it_off(monkeypatch):
 def test_argument_errors(kwargs, match):
     a, b = operands(32, kwargs.pop("n", 128), 64, BF16, False)
     with pytest.raises(ValueError, match=match):
-        gemm.matmul(a, b, **kwargs)
+        tkpy_kernels.matmul(a, b, **kwargs)
 
 
 def test_template_errors():

@@ -5,7 +5,8 @@ import re
 import pytest
 import torch
 
-from kernels import gemm_fp8
+import tkpy.kernels as tkpy_kernels
+from tkpy.kernels import gemm_fp8
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -37,7 +38,7 @@ def test_interpreted(monkeypatch, m, n, k, ka, kb, per_column, bn):
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     a, b, sa, sb = operands(m, n, k, ka, kb, per_column)
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    assert gemm_fp8.matmul_fp8(a, b, sa, sb, out=c, block_n=bn) is c
+    assert tkpy_kernels.matmul_fp8(a, b, sa, sb, out=c, block_n=bn) is c
     check(c, a, b, sa, sb)
 
 
@@ -53,7 +54,7 @@ def test_argument_errors(kwargs, match):
     args = dict(a=torch.zeros(16, 32, dtype=E4), b=torch.zeros(16, 32, dtype=E4).T, scale_a=torch.ones(1),
                 scale_b=torch.ones(1)) | kwargs
     with pytest.raises(ValueError, match=match):
-        gemm_fp8.matmul_fp8(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), **args)
+        tkpy_kernels.matmul_fp8(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), **args)
 
 
 @pytest.mark.parametrize("ka,kb,bn", [(E4, E4, 256), (E4, E5, 128), (E5, E5, 256)])

@@ -11,8 +11,9 @@ import re
 import pytest
 import torch
 
+import tkpy.kernels as tkpy_kernels
 import tkpy as tk
-from kernels import gemm, gemm_splitk
+from tkpy.kernels import gemm, gemm_splitk
 
 from gpu_util import rel_err
 from test_interpret_gemm import BF16, F32, FP16, TOL, interpret, operands, poisoned, rand, reference  # noqa: F401
@@ -34,7 +35,7 @@ def test_split_k_products(m, n, k, split_k, deterministic, transposed, out, bias
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(m, n, k, dtype, transposed)
     v = None if bias is None else rand(n, dtype=bias)
-    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale,
+    c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale,
                     split_k=split_k, deterministic=deterministic, block_n=block_n)
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
 
@@ -53,7 +54,7 @@ def test_matmul_splits_a_product_with_few_tiles_when_asked():
     assert gemm_splitk.plan(128, 512, 4096, H200, gemm._block_n(128, 512, torch.empty(0)), gain=MODEL_GAIN)[1] > 1
     a, b = operands(128, 512, 4096, BF16, True)
     v = rand(512, dtype=F32)
-    c = gemm.matmul(a, b, bias=v, activation="relu", out_dtype=F32, split_k=4)
+    c = tkpy_kernels.matmul(a, b, bias=v, activation="relu", out_dtype=F32, split_k=4)
     assert rel_err(c, reference(a, b, v, "relu")) < TOL[F32]
     assert any(isinstance(p, gemm_splitk.SplitPlan) for p in gemm._PLANS.values())
 
@@ -88,9 +89,9 @@ def test_the_register_store_epilogue_is_kept(block_n):
 def test_split_argument_errors():
     a, b = rand(32, 64, dtype=BF16), rand(64, 16, dtype=BF16)
     with pytest.raises(ValueError, match="split_k must be None or a positive int"):
-        gemm.matmul(a, b, split_k=0)
+        tkpy_kernels.matmul(a, b, split_k=0)
     with pytest.raises(ValueError, match="cluster=2 does not split K"):
-        gemm.matmul(a, b, cluster=2, split_k=2)
+        tkpy_kernels.matmul(a, b, cluster=2, split_k=2)
     with pytest.raises(ValueError, match="the epilogue comes after the reduction"):
         gemm.matmul_template(tk.bf16, tk.bf16, split="ordered")
 

@@ -1,4 +1,4 @@
-"""kernels/attention.py against float64 / float32 references on the GPU (skipped without a Hopper GPU): odd and
+"""kernels/attention_forward.py against float64 / float32 references on the GPU (skipped without a Hopper GPU): odd and
 unequal lengths, causal (top-left as torch, and bottom-right), GQA/MQA, bf16/fp16, head dims 64/128/256 and the others
 in multiples of 16, strided inputs; outputs and log-sum-exp buffers poisoned with NaN."""
 
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from gpu_util import attention_reference as reference, poisoned, rand, rel_err, requires_gpu
+import tkpy.kernels as tkpy_kernels
 
 pytestmark = requires_gpu
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -18,7 +19,7 @@ def run_poisoned(q, k, v, causal=False, scale=None, **options):
     """The kernel attention() picks, or the one _launch's `options` name, on NaN-filled output and log-sum-exp
     buffers (the latter padded to a task's rows, 128 or 192): every element of O and of L's first n rows must
     be written."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     b, h, n, d = q.shape
     o = poisoned(b, h, n, d, dtype=q.dtype)
     lse = poisoned(b, h, max(att.lse_rows(n, groups) for groups in (2, 3)), dtype=torch.float32)
@@ -63,7 +64,7 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype
     (8, 16, 8, 1100, 1300, 128, "bottom_right", FP16),  # ... odd lengths
     (8, 16, 16, 1024, 1024, 64, False, FP16),
 ]
-OTHER_HEAD_DIMS = [  # head dims between the tuned ones (kernels.attention.tuned: the next tuned one's settings)
+OTHER_HEAD_DIMS = [  # head dims between the tuned ones (tkpy.kernels.attention_forward.tuned: the next tuned one's settings)
     (2, 4, 2, 1000, 1300, 96, False, BF16),             # D128's: Q in registers, split rings, cluster pairs
     (1, 8, 8, 2048, 2048, 96, True, FP16),
     (2, 4, 4, 777, 1024, 80, False, BF16),
@@ -96,7 +97,7 @@ def test_attention_forward(b, h, hkv, n, nk, d, causal, dtype):
 @pytest.mark.parametrize("b,h,hkv,n,nk,d,causal,dtype", CASES[::3] + CASES[-1:])
 def test_attention_without_lse(b, h, hkv, n, nk, d, causal, dtype):
     """lse=None, as attention() without return_lse runs: kernels that compute no log-sum-exp, on a poisoned O."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q, k, v = qkv(b, h, hkv, n, nk, d, dtype)
     o = poisoned(b, h, n, d, dtype=q.dtype)
     att._launch(q, k, v, o, None, causal, None)
@@ -104,7 +105,7 @@ def test_attention_without_lse(b, h, hkv, n, nk, d, causal, dtype):
 
 
 def test_torch_facing_function_and_lse_view():
-    from kernels.attention import attention
+    from tkpy.kernels import attention
     q, k, v = (rand(2, 4, 333, 128, dtype=BF16) for _ in range(3))
     o, lse = attention(q, k, v, causal=True, return_lse=True)
     assert o.shape == q.shape and o.is_contiguous() and lse.shape == (2, 4, 333)
@@ -116,11 +117,11 @@ def test_torch_facing_function_and_lse_view():
 def test_attention_runs_three_warpgroups_with_split_rings_at_d64(causal):
     """At D64 with many waves of tasks attention() runs 3 consumer warpgroups with split K/V rings: the same
     output, bit for bit, as that kernel launched by name, and the float64 reference's."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     from tkpy.templates.common import multiprocessors
     q, k, v = qkv(8, 16, 4, 2048, 2048, 64)
     assert att.consumer_warpgroups_for(*q.shape, multiprocessors(q)) == 3
-    o, lse = att.attention(q, k, v, causal=causal, return_lse=True)
+    o, lse = tkpy_kernels.attention(q, k, v, causal=causal, return_lse=True)
     check(o, lse, *reference(q, k, v, causal))
     o3, _ = run_poisoned(q, k, v, causal, consumer_warpgroups=3, split_kv=True)
     assert torch.equal(o, o3)
@@ -129,7 +130,7 @@ def test_attention_runs_three_warpgroups_with_split_rings_at_d64(causal):
 @pytest.mark.parametrize("scale", [1.0, 0.01])
 def test_large_and_small_scales(scale):
     """scale 1 with d=128 makes scores of tens: the running max must keep exp2 in range."""
-    from kernels.attention import attention
+    from tkpy.kernels import attention
     q, k, v = (rand(1, 4, 700, 128, dtype=BF16) for _ in range(3))
     o, lse = attention(q, k, v, causal=True, scale=scale, return_lse=True)
     check(o, lse, *reference(q, k, v, True, scale=scale))
@@ -146,29 +147,29 @@ def test_negative_and_zero_scales(scale, causal):
 
 def test_strided_bnhd_inputs_are_read_in_place():
     """(B, N, H, D) tensors viewed as (B, H, N, D): TMA tensor maps and the Q loads use their strides."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q = rand(2, 515, 8, 128, dtype=BF16).transpose(1, 2)
     k, v = (rand(2, 600, 2, 128, dtype=BF16).transpose(1, 2) for _ in range(2))
     assert att._usable(q) is q and att._usable(k) is k
-    check(*att.attention(q, k, v, causal="bottom_right", return_lse=True), *reference(q, k, v, "bottom_right"))
+    check(*tkpy_kernels.attention(q, k, v, causal="bottom_right", return_lse=True), *reference(q, k, v, "bottom_right"))
     k_copied = rand(2, 2, 600, 132, dtype=BF16)[..., :128]         # 264-byte rows: copied with .contiguous()
     assert att._usable(k_copied) is not k_copied
-    check(*att.attention(q, k_copied, v, return_lse=True), *reference(q, k_copied, v))
+    check(*tkpy_kernels.attention(q, k_copied, v, return_lse=True), *reference(q, k_copied, v))
 
 
 def test_expanded_inputs_are_copied():
     """K and V broadcast over the batch and Q over the heads (stride 0, .expand()): a TMA map cannot repeat a dim,
     so attention() copies them (_usable) rather than read past their storage."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q = rand(2, 1, 300, 128, dtype=BF16).expand(-1, 4, -1, -1)
     k, v = (rand(1, 2, 700, 128, dtype=BF16).expand(2, -1, -1, -1) for _ in range(2))
     assert att._usable(k) is not k and att._usable(k).is_contiguous()
     for causal in (False, True):
-        check(*att.attention(q, k, v, causal=causal, return_lse=True), *reference(q, k, v, causal))
+        check(*tkpy_kernels.attention(q, k, v, causal=causal, return_lse=True), *reference(q, k, v, causal))
 
 
 def test_attention_rejects_what_it_cannot_do():
-    from kernels.attention import attention
+    from tkpy.kernels import attention
     q = torch.empty(1, 2, 128, 64, dtype=BF16, device="cuda")
     with pytest.raises(ValueError, match="head dim 40 is not supported"):
         attention(q[..., :40], q[..., :40], q[..., :40])
@@ -309,7 +310,7 @@ def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     stages where few query tiles read each key/value head's (streaming: 3 at B2 H2 N300, 2 at B1 H4 N256, those in
     cluster pairs with splits=1); these few tasks also split their keys (split-K, splits=None: attention()'s choice)
     or not (splits=1)."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q, k, v = qkv(b, h, hkv, n, nk, 128)
     lse = torch.empty(b, h, att.lse_rows(n), device=q.device)
     template, _ = att._prepared(q, k, v, q, lse, False, None, splits=splits)
@@ -344,10 +345,10 @@ def test_decoding_packs_gqa_heads(b, h, hkv, n, nk, d, causal):
     """attention() on decoding shapes: each key/value head's query heads run as one sequence (packed_heads; groups of
     4, 8 and 7; causal rows masked at their own positions, rows that see no key included), split-K where the tiles
     are few; output and log-sum-exp per query head."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q, k, v = qkv(b, h, hkv, n, nk, d)
     assert att.packed_heads(q, hkv) == h // hkv
-    o, lse = att.attention(q, k, v, causal, return_lse=True)
+    o, lse = tkpy_kernels.attention(q, k, v, causal, return_lse=True)
     check(o, lse, *reference(q, k, v, causal))
 
 
@@ -370,7 +371,7 @@ def test_one_consumer_warpgroup(b, h, hkv, n, nk, d, causal, splits):
 def test_two_blocks_an_sm(b, h, hkv, n, nk, d, causal):
     """blocks_per_sm=2 (one consumer warpgroup): the occupancy query finds two blocks an SM, and packed decoding is
     right with split-K over twice the SMs' places."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q, k, v = qkv(b, h, hkv, n, nk, d)
     group = h // hkv
     qp = q.view(b, hkv, group * n, d)
@@ -386,7 +387,7 @@ def test_two_blocks_an_sm(b, h, hkv, n, nk, d, causal):
 def test_persistent_clusters_are_all_resident():
     """The LCF grid of a persistent clustered kernel holds no more clusters than the GPU runs at once
     (cuOccupancyMaxActiveClusters): a second wave would double the time (RESULTS.md run 117)."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q, k, v = qkv(16, 16, 16, 4096, 4096, 128)
     o, lse = torch.empty_like(q), torch.empty(16, 16, 4096, device=q.device)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
@@ -497,7 +498,7 @@ def test_split_kv_cases(b, h, hkv, n, nk, d, causal, dtype):
 def test_partial_last_key_tile(n, nk, d, causal, options, last_kv):
     """The step on a partial last key tile runs on the keys it holds, and causal, a warpgroup's last step on the keys
     its rows see (attention()'s last_kv_for, or given)."""
-    from kernels import attention as att
+    from tkpy.kernels import attention_forward as att
     q, k, v = qkv(2, 4, 2, n, nk, d)
     template, _ = att._prepared(q, k, v, q, torch.empty(2, 4, 4096), causal, None, **options)
     assert re.search(rf"_last{last_kv}(_cdiv)?$", template.kernel.name)          # (few tasks: C++'s division)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gpu_util import poisoned, rand, rel_err, requires_gpu
+import tkpy.kernels as tkpy_kernels
 
 pytestmark = requires_gpu
 BF16, FP16, F32 = torch.bfloat16, torch.float16, torch.float32
@@ -23,7 +24,7 @@ def operands(m, n, k, dtype, transposed):
 
 
 def reference(a, b, bias=None, activation=None, scale=None):
-    from kernels.gemm import _epilogue
+    from tkpy.kernels.gemm import _epilogue
     return _epilogue(a.double() @ b.double(), None if bias is None else bias.double(), activation, scale)
 
 
@@ -31,7 +32,7 @@ def reference(a, b, bias=None, activation=None, scale=None):
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
 @pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
 def test_matmul(m, n, k, transposed, dtype):
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a, b = operands(m, n, k, dtype, transposed)
     c = matmul(a, b, out=poisoned(m, n, dtype=dtype))
     assert rel_err(c, reference(a, b)) < TOL[dtype]
@@ -48,7 +49,7 @@ EPILOGUES = [  # out dtype, bias dtype, activation, scale
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
 def test_epilogues(out, bias, activation, scale, m, n, k, transposed):
     """act(scale * a @ b + bias) in bf16/fp16/fp32 (the scales keep the pre-activation values near 1)."""
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(m, n, k, dtype, transposed)
     v = None if bias is None else rand(n, dtype=bias)
@@ -59,7 +60,7 @@ def test_epilogues(out, bias, activation, scale, m, n, k, transposed):
 @pytest.mark.parametrize("activation,scale", [("gelu", 0.1), ("silu", None)])
 @pytest.mark.parametrize("m,n,k", [(1, 512, 16), (7, 1000, 72)])
 def test_epilogues_of_few_rows(m, n, k, activation, scale):
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a, b = operands(m, n, k, BF16, False)
     v = rand(n, dtype=BF16)
     c = matmul(a, b, out=poisoned(m, n, dtype=F32), bias=v, activation=activation, scale=scale)
@@ -70,7 +71,7 @@ def test_epilogues_of_few_rows(m, n, k, activation, scale):
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 1024), (300, 520, 96), (1000, 3000, 700)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
 def test_every_tile_width(block_n, m, n, k, transposed):
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a, b = operands(m, n, k, BF16, transposed)
     v = rand(n, dtype=F32)
     c = matmul(a, b, out=poisoned(m, n, dtype=F32), bias=v, activation="gelu", scale=0.02, block_n=block_n)
@@ -87,7 +88,7 @@ WIDE64_SHAPES = [(1000, 3000, 700), (1, 1000, 4096), (640, 768, 16), (257, 129, 
 def test_64_wide_tiles(out, m, n, k, transposed):
     """128 x 64 tiles in every output dtype (one piece per tile in bf16/fp16, two 32-column pieces in fp32)
     at odd shapes: ragged edges, M = 1, K = 16, more tasks than SMs (1000 x 3000: 376 tiles)."""
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(m, n, k, dtype, transposed)
     c = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=64)
@@ -97,7 +98,7 @@ def test_64_wide_tiles(out, m, n, k, transposed):
 @pytest.mark.parametrize("out,bias,activation,scale", EPILOGUES)
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
 def test_64_wide_tiles_with_epilogues(out, bias, activation, scale, transposed):
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(1000, 3000, 700, dtype, transposed)
     v = None if bias is None else rand(3000, dtype=bias)
@@ -106,7 +107,7 @@ def test_64_wide_tiles_with_epilogues(out, bias, activation, scale, transposed):
 
 
 def test_stores_stay_inside_the_output_view():
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a, b = operands(1000, 3000, 704, BF16, True)
     big = torch.full((1100, 3200), 7.0, dtype=F32, device="cuda")
     c = matmul(a, b, out=big[50:1050, 64:3064])
@@ -118,7 +119,7 @@ def test_stores_stay_inside_the_output_view():
 
 
 def test_odd_layouts_are_copied_and_still_right():
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a = rand(512, 1000, dtype=BF16).T                          # (1000, 512), strides (1, 1000)
     b = rand(512, 3002, dtype=BF16)[:, ::2][:, :1001]           # (512, 1001), column stride 2
     v = rand(1002, dtype=F32)[1:]                              # misaligned
@@ -129,7 +130,7 @@ def test_odd_layouts_are_copied_and_still_right():
 
 def test_expanded_operands_are_copied():
     """Operands that repeat a row or a column (stride 0, .expand()) are copied before TMA reads them."""
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a = rand(1, 256, dtype=BF16).expand(300, -1)
     for b in (rand(256, 1, dtype=BF16).expand(-1, 200), rand(1, 200, dtype=BF16).expand(256, -1)):
         assert rel_err(matmul(a, b), reference(a, b)) < TOL[BF16]
@@ -137,7 +138,7 @@ def test_expanded_operands_are_copied():
 
 def test_matches_torch_matmul_like_for_like():
     """bf16 in, bf16 out: within bf16 rounding of cuBLAS's result."""
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a, b = operands(2048, 4096, 1024, BF16, True)
     assert rel_err(matmul(a, b), torch.matmul(a, b)) < 1e-2
 
@@ -162,7 +163,7 @@ SPLIT_CASES_64 = [  # the same with 64-wide tiles forced (the partials in two 32
 @pytest.mark.parametrize("m,n,k,split_k,deterministic,transposed,out,bias,activation,scale,block_n",
                          [c + (None,) for c in SPLIT_CASES] + [c + (64,) for c in SPLIT_CASES_64])
 def test_split_k(m, n, k, split_k, deterministic, transposed, out, bias, activation, scale, block_n):
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(m, n, k, dtype, transposed)
     v = None if bias is None else rand(n, dtype=bias)
@@ -172,7 +173,7 @@ def test_split_k(m, n, k, split_k, deterministic, transposed, out, bias, activat
 
 
 def test_split_k_ordered_gives_the_same_bits_every_run():
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     a, b = operands(128, 8192, 8192, BF16, True)
     first = matmul(a, b, out_dtype=F32, split_k=4)
     for _ in range(3):
@@ -185,7 +186,7 @@ def test_split_k_ordered_gives_the_same_bits_every_run():
 def test_register_store_epilogue(block_n, transposed):
     """The LCF variant (masked stores from registers) kept for comparison with the TMA epilogue."""
     import tkpy as tk
-    from kernels.gemm import matmul_template
+    from tkpy.kernels.gemm import matmul_template
     a, b = operands(1000, 3000, 704, BF16, transposed)            # K: 16-byte rows, as TMA reads them in place
     v, c = rand(3000, dtype=F32), poisoned(1000, 3000, dtype=F32)
     template = matmul_template(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n, epilogue="registers")
@@ -248,7 +249,7 @@ def _cdiv(a, b):
 def test_clusters_sharing_a(m, n, k, transposed, block_n, out):
     """Against float64, and element for element against the unclustered kernel (the same products in the same
     order per tile, so the same bits)."""
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     if _cdiv(n, block_n) % 2:
         pytest.skip(f"{_cdiv(n, block_n)} column tiles of {block_n}: an odd number, not clustered")
     dtype = FP16 if out == FP16 else BF16
@@ -264,7 +265,7 @@ def test_clusters_sharing_a(m, n, k, transposed, block_n, out):
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
 def test_clusters_sharing_a_with_epilogues(out, bias, activation, scale, block_n, transposed):
-    from kernels.gemm import matmul
+    from tkpy.kernels import matmul
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(1000, 3072, 700, dtype, transposed)
     v = None if bias is None else rand(3072, dtype=bias)
@@ -281,13 +282,13 @@ def test_clusters_sharing_a_with_epilogues(out, bias, activation, scale, block_n
     (1000, 1000, 700, True, True),        # 16 column tiles of 64, the last ragged
     (130, 3000, 700, False, False)])      # 47 column tiles of 64: falls back to unclustered tiles
 def test_matmul_clusters_by_itself(m, n, k, transposed, clustered, monkeypatch):
-    """The automatic rule switched on (kernels.gemm._cluster with CLUSTER_A_WIDTHS = (64,): 64-wide tiles, an
+    """The automatic rule switched on (tkpy.kernels.gemm._cluster with CLUSTER_A_WIDTHS = (64,): 64-wide tiles, an
     even number of column tiles; all these shapes run in 64-wide tiles on an H200's 132 SMs)."""
-    from kernels import gemm
+    from tkpy.kernels import gemm
     monkeypatch.setattr(gemm, "CLUSTER_A_WIDTHS", (64,))
     a, b = operands(m, n, k, BF16, transposed)
     gemm._PLANS.clear()
-    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=BF16))
+    c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=BF16))
     torch.cuda.synchronize()
     (plan,) = gemm._PLANS.values()
     assert "_n64" in plan.template.kernel.name
@@ -295,4 +296,4 @@ def test_matmul_clusters_by_itself(m, n, k, transposed, clustered, monkeypatch):
     assert rel_err(c, reference(a, b)) < TOL[BF16]
     if not clustered:
         with pytest.raises(ValueError, match="an odd number"):
-            gemm.matmul(a, b, block_n=64, cluster=2)
+            tkpy_kernels.matmul(a, b, block_n=64, cluster=2)

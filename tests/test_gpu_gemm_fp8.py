@@ -5,7 +5,8 @@ import torch
 
 from gpu_util import poisoned, requires_gpu
 
-from kernels import gemm_fp8
+import tkpy.kernels as tkpy_kernels
+from tkpy.kernels import gemm_fp8
 from test_gemm_fp8 import E4, E5, check, operands
 
 pytestmark = requires_gpu
@@ -17,7 +18,7 @@ pytestmark = requires_gpu
 def test_against_float64(m, n, k, ka, kb):
     a, b, sa, sb = operands(m, n, k, ka, kb, per_column=(m + n) % 3 == 0, device="cuda")
     c = poisoned(m, n, dtype=torch.bfloat16)
-    gemm_fp8.matmul_fp8(a, b, sa, sb, out=c)
+    tkpy_kernels.matmul_fp8(a, b, sa, sb, out=c)
     torch.cuda.synchronize()
     check(c, a, b, sa, sb)
 
@@ -26,7 +27,7 @@ def test_against_float64(m, n, k, ka, kb):
 def test_both_tile_widths(bn):
     a, b, sa, sb = operands(520, 1008, 400, E4, E4, per_column=True, device="cuda")
     c = poisoned(520, 1008, dtype=torch.bfloat16)
-    gemm_fp8.matmul_fp8(a, b, sa, sb, out=c, block_n=bn)
+    tkpy_kernels.matmul_fp8(a, b, sa, sb, out=c, block_n=bn)
     torch.cuda.synchronize()
     check(c, a, b, sa, sb)
 
@@ -38,7 +39,7 @@ def test_matches_torch_scaled_mm(ka, kb):
         ref = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     except RuntimeError as e:
         pytest.skip(f"torch._scaled_mm does not take this combination here: {e}")
-    c = gemm_fp8.matmul_fp8(a, b, sa, sb)
+    c = tkpy_kernels.matmul_fp8(a, b, sa, sb)
     torch.cuda.synchronize()
     rel = ((c.double() - ref.double()).norm() / ref.double().norm()).item()
     assert rel < 1e-2

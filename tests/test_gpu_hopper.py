@@ -214,14 +214,14 @@ def test_wgmma_on_windows(dt, n, k, variant, a_regs):
 
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (256, 512, 512), (1024, 768, 1024), (2048, 2048, 4096)])
 def test_warp_specialized_gemm(m, n, k):
-    from kernels.gemm_ws import matmul
+    from tkpy.kernels.gemm_ws import matmul
     a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
     c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16))
     assert rel_err(c, a.double() @ b.double()) < 1e-2
 
 
 def test_gemm_sass_uses_hgmma_and_tma():
-    from kernels.gemm_ws import gemm_ws
+    from tkpy.kernels.gemm_ws import gemm_ws
     a = torch.empty(256, 128, dtype=torch.bfloat16)
     b = torch.empty(128, 512, dtype=torch.bfloat16)
     sass = gemm_ws.sass(a, b, torch.empty(256, 512, dtype=torch.bfloat16))
@@ -274,9 +274,10 @@ def test_cluster_multicast_and_remote_arrive():
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (512, 768, 320), (1920, 2048, 1024), (4096, 4096, 512)])
 def test_lcf_template_gemm(m, n, k, cluster):
     """The persistent LCF-template GEMM, including more tiles than SMs (several tasks per block),
-    and its 2-block-cluster variant on adjacent tile rows with B multicast (kernels.gemm.MatmulCluster2;
+    and its 2-block-cluster variant on adjacent tile rows with B multicast (tkpy.kernels.gemm.MatmulCluster2;
     matmul's own clusters share A: tests/test_gpu_gemm.py)."""
-    from kernels.gemm import MatmulCluster2, matmul
+    from tkpy.kernels import matmul
+    from tkpy.kernels.gemm import MatmulCluster2
     if m % (128 * cluster):
         pytest.skip("clusters of 2 take two rows of tiles")
     a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)

@@ -5,19 +5,34 @@ import pytest
 import torch
 
 from gpu_util import poisoned, rand, rel_err, requires_gpu
-from kernels.softmax import softmax
-from kernels.warp_matmul import matmul
+from test_softmax_op import TOL, assert_close, reference
+from tkpy.kernels.row_softmax import softmax
+from tkpy.kernels.warp_matmul import matmul
 
 pytestmark = requires_gpu
 
 
-@pytest.mark.parametrize("rows,d", [(64, 16), (1024, 64), (4096, 128), (192, 256)])
-def test_softmax(rows, d):
-    x = rand(rows, d, dtype=torch.bfloat16, low=-6, high=6)
-    y = softmax(x, out=poisoned(rows, d, dtype=torch.bfloat16))
-    ref = torch.softmax(x.double(), dim=-1)
-    assert rel_err(y, ref) < 1e-2
-    assert torch.allclose(y.double().sum(-1), torch.ones(rows, dtype=torch.float64, device="cuda"), atol=2e-2)
+@pytest.mark.parametrize("dtype", TOL)
+@pytest.mark.parametrize("shape", [(64, 16), (1024, 64), (4096, 128), (192, 256), (2, 3, 40), (70, 1), (33, 5),
+                                   (1000, 100), (3, 77, 256)])
+def test_softmax(shape, dtype):
+    """Forward and backward against float64 torch on every element (tests/test_softmax_op.py's checks)."""
+    x = rand(*shape, dtype=dtype, low=-6, high=6).requires_grad_()
+    dy = rand(*shape, dtype=dtype)
+    poisoned(*shape, dtype=dtype)         # freed at once: y reuses its block of NaN, which unwritten elements keep
+    y = softmax(x)
+    y.backward(dy)
+    y_ref, dx_ref = reference(x, dy)
+    assert y.is_contiguous()
+    assert_close(y.detach(), y_ref, dtype)
+    assert_close(x.grad, dx_ref, dtype)
+
+
+def test_softmax_opcheck():
+    x = rand(33, 40, dtype=torch.bfloat16).requires_grad_()
+    torch.library.opcheck(torch.ops.tkpy.softmax.default, (x,))
+    torch.library.opcheck(torch.ops.tkpy.softmax_backward.default,
+                          (rand(33, 40, dtype=torch.bfloat16), softmax(x.detach())))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -29,6 +44,6 @@ def test_warp_matmul(dtype, m, n, k):
     assert rel_err(c, ref) < 1e-5
 
 
-def test_softmax_rejects_bad_shape():
-    with pytest.raises(ValueError, match="multiple"):
-        softmax(torch.empty(100, 64, dtype=torch.bfloat16, device="cuda"))
+def test_softmax_rejects_wide_rows():
+    with pytest.raises(ValueError, match="at most 256 elements"):
+        softmax(torch.empty(100, 257, dtype=torch.bfloat16, device="cuda"))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
+import tkpy.kernels as kernels
 import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.interpret import SEMANTICS
@@ -27,8 +27,8 @@ from test_gpu_ops import (BINARY, REDUCE, UNARY, WARPS, big_shared, binary_kerne
                           loop_and_branch, mma_kernel, reduce_kernel, roundtrip_kernel, shared_roundtrip_kernel,
                           unary_kernel)
 from test_trace_codegen import line_of
-from kernels.softmax import softmax, softmax_rows
-from kernels.warp_matmul import matmul, warp_matmul_bf16, warp_matmul_fp16
+from tkpy.kernels.row_softmax import cdiv, softmax, softmax_backward_rows, softmax_rows
+from tkpy.kernels.warp_matmul import matmul, warp_matmul_bf16, warp_matmul_fp16
 
 
 rand = functools.partial(gpu_util.rand, device="cpu")
@@ -59,13 +59,25 @@ def test_scalars_divide_like_cpp():
 
 
 # -- the kernels of kernels/ --------------------------------------------------------------------------
-@pytest.mark.parametrize("rows,d", [(64, 16), (1024, 64), (192, 256)])
+SOFTMAX_SHAPES = [(64, 16), (1024, 64), (192, 256), (100, 40)]     # (the last: a partial tile, rows and columns)
+
+
+@pytest.mark.parametrize("rows,d", SOFTMAX_SHAPES)
 def test_softmax(rows, d):
     x = rand(rows, d, dtype=torch.bfloat16, low=-6, high=6)
     y = poisoned(rows, d, dtype=torch.bfloat16)
-    softmax_rows.interpret[(rows // 64,)](x, y, d)
+    softmax_rows.interpret[(cdiv(rows, 64),)](x, y, cdiv(d, 16) * 16)
     ref = torch.softmax(x.double(), dim=-1)
     assert rel_err(y, ref) < 1e-2
+
+
+@pytest.mark.parametrize("rows,d", SOFTMAX_SHAPES)
+def test_softmax_backward(rows, d):
+    y = torch.softmax(rand(rows, d, dtype=torch.float64, low=-6, high=6), -1).to(torch.bfloat16)
+    dy, dx = rand(rows, d, dtype=torch.bfloat16), poisoned(rows, d, dtype=torch.bfloat16)
+    softmax_backward_rows.interpret[(cdiv(rows, 64),)](dy, y, dx, cdiv(d, 16) * 16)
+    y64 = y.double()
+    assert rel_err(dx, y64 * (dy.double() - (dy.double() * y64).sum(-1, keepdim=True))) < 1e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -86,7 +98,7 @@ def test_env_var_runs_the_torch_facing_functions_on_the_cpu(monkeypatch):
     assert rel_err(matmul(a, b), a.double() @ b.double()) < 1e-5
 
 
-INTERPRETED_HERE = {"softmax_rows", "warp_matmul_bf16", "warp_matmul_fp16"}
+INTERPRETED_HERE = {"softmax_rows", "softmax_backward_rows", "warp_matmul_bf16", "warp_matmul_fp16"}
 INTERPRETED_IN_HOPPER_TESTS = {"gemm_ws", "matmul", "matmul_cluster2"}    # tests/test_interpret_hopper.py
 AWAITING_SEMANTICS: dict = {}     # kernel name -> why the interpreter cannot run it yet
 
@@ -96,7 +108,7 @@ def test_every_kernel_in_kernels_is_checked_here():
     needs a test in this file or in test_interpret_hopper.py."""
     found = set()
     for info in pkgutil.iter_modules(kernels.__path__):
-        module = importlib.import_module(f"kernels.{info.name}")
+        module = importlib.import_module(f"tkpy.kernels.{info.name}")
         candidates = [getattr(v, "kernel", v) for v in vars(module).values()]   # a template holds its kernel
         found |= {k.name for k in candidates if isinstance(k, tk.Kernel)}
     unchecked = found - INTERPRETED_HERE - INTERPRETED_IN_HOPPER_TESTS - set(AWAITING_SEMANTICS)

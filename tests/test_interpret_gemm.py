@@ -11,11 +11,12 @@ import re
 import pytest
 import torch
 
+import tkpy.kernels as tkpy_kernels
 import tkpy as tk
 
 import gpu_util
 from gpu_util import rel_err
-from kernels import gemm
+from tkpy.kernels import gemm
 from test_attention_cpu import before_hgmma
 
 rand = functools.partial(gpu_util.rand, device="cpu")
@@ -45,7 +46,7 @@ def reference(a, b, bias=None, activation=None, scale=None):
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 def test_plain_product(m, n, k, transposed, dtype):
     a, b = operands(m, n, k, dtype, transposed)
-    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=dtype))
+    c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=dtype))
     assert rel_err(c, reference(a, b)) < TOL[dtype]
 
 
@@ -62,7 +63,7 @@ def test_output_dtypes_and_epilogues(out, bias, activation, scale, transposed):
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(100, 300, 70, dtype, transposed)
     v = None if bias is None else rand(300, dtype=bias)
-    c = gemm.matmul(a, b, out=poisoned(100, 300, dtype=out), bias=v, activation=activation, scale=scale)
+    c = tkpy_kernels.matmul(a, b, out=poisoned(100, 300, dtype=out), bias=v, activation=activation, scale=scale)
     assert c.dtype == out
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
 
@@ -110,7 +111,7 @@ def test_64_wide_tiles(out, bias, activation, scale, transposed):
     m, n, k = 130, 200, 90
     a, b = operands(m, n, k, dtype, transposed)
     v = None if bias is None else rand(n, dtype=bias)
-    c = gemm.matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale, block_n=64)
+    c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=out), bias=v, activation=activation, scale=scale, block_n=64)
     assert c.dtype == out
     assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
 
@@ -136,7 +137,7 @@ def test_stores_stay_inside_the_output_view():
     """C as a window of a larger buffer: the edge tiles write nothing past its last row or column."""
     a, b = operands(70, 200, 64, BF16, False)
     big = torch.full((100, 264), 7.0, dtype=F32)
-    c = gemm.matmul(a, b, out=big[10:80, 8:208])
+    c = tkpy_kernels.matmul(a, b, out=big[10:80, 8:208])
     assert rel_err(c, reference(a, b)) < TOL[F32]
     inside = torch.zeros_like(big, dtype=torch.bool)
     inside[10:80, 8:208] = True
@@ -149,24 +150,24 @@ def test_operands_in_other_layouts_are_copied():
     a = rand(64, 96, dtype=BF16).T                              # (96, 64), strides (1, 96)
     b = rand(64, 80, dtype=BF16)[:, ::2][:, :37]                # (64, 37), column stride 2
     v = rand(38, dtype=F32)[1:]                                 # 4 bytes past an aligned address
-    c = gemm.matmul(a, b, bias=v)
+    c = tkpy_kernels.matmul(a, b, bias=v)
     assert c.shape == (96, 37) and c.is_contiguous()
     assert rel_err(c, reference(a, b, v)) < TOL[BF16]
 
 
 def test_vectors_and_a_single_row():
     x, w = rand(1, 70, dtype=BF16), rand(70, 1, dtype=BF16)
-    assert rel_err(gemm.matmul(x, w), reference(x, w)) < TOL[BF16]
+    assert rel_err(tkpy_kernels.matmul(x, w), reference(x, w)) < TOL[BF16]
     w = rand(5, 70, dtype=BF16).T                               # (70, 5) as w.T
-    assert rel_err(gemm.matmul(x, w, out_dtype=F32), reference(x, w)) < TOL[F32]
+    assert rel_err(tkpy_kernels.matmul(x, w, out_dtype=F32), reference(x, w)) < TOL[F32]
 
 
 def test_empty_shapes():
     a, b = rand(0, 32, dtype=BF16), rand(32, 16, dtype=BF16)
-    assert gemm.matmul(a, b).shape == (0, 16)
+    assert tkpy_kernels.matmul(a, b).shape == (0, 16)
     a, b = rand(8, 0, dtype=BF16), rand(0, 16, dtype=BF16)
     v = rand(16, dtype=F32)
-    c = gemm.matmul(a, b, bias=v, activation="gelu", out_dtype=F32)
+    c = tkpy_kernels.matmul(a, b, bias=v, activation="gelu", out_dtype=F32)
     assert torch.allclose(c, torch.nn.functional.gelu(v, approximate="tanh").expand(8, -1))
 
 
@@ -184,4 +185,4 @@ def test_empty_shapes():
 def test_argument_errors(kwargs, match):
     args = dict(a=rand(32, 64, dtype=BF16), b=rand(64, 16, dtype=BF16)) | kwargs
     with pytest.raises(ValueError, match=match):
-        gemm.matmul(args.pop("a"), args.pop("b"), **args)
+        tkpy_kernels.matmul(args.pop("a"), args.pop("b"), **args)

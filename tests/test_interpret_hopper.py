@@ -20,7 +20,7 @@ from gpu_util import TORCH, rel_err
 from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, WINDOW_CASES, multicast_kernel, run_wgmma_on_windows,
                              tma_5d_kernel, tma_edge_kernel, tma_roundtrip_kernel, wgmma_kernel)
 from test_trace_codegen import line_of
-from kernels import attention, gemm, gemm_ws
+from tkpy.kernels import attention_forward, gemm, gemm_ws
 
 rand = functools.partial(gpu_util.rand, device="cpu")
 poisoned = functools.partial(gpu_util.poisoned, device="cpu")
@@ -150,7 +150,7 @@ def test_attention_forward_of_512_tokens_interprets_in_under_10_s(d):
     q, k, v = (rand(1, 2, 512, d, dtype=torch.bfloat16) for _ in range(3))
     o, lse = poisoned(1, 2, 512, d, dtype=torch.bfloat16), poisoned(1, 2, 512, dtype=torch.float32)
     start = time.perf_counter()
-    attention._attention(d).kernel.interpret[(3,)](q, k, v, o, lse, attention.LOG2E / math.sqrt(d))
+    attention_forward._attention(d).kernel.interpret[(3,)](q, k, v, o, lse, attention_forward.LOG2E / math.sqrt(d))
     seconds = time.perf_counter() - start
     scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(d)
     assert rel_err(o, torch.softmax(scores, -1) @ v.double()) < 1e-2
@@ -440,8 +440,8 @@ def test_other_misuse_is_reported(kern, args, match):
 
 def test_template_kernels_run_under_TKPY_INTERPRET(monkeypatch):
     """The torch-facing template functions pick a grid without asking a GPU for its SM count."""
-    from kernels.attention import attention
-    from kernels.gemm import matmul
+    from tkpy.kernels import attention
+    from tkpy.kernels import matmul
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     a, b = rand(256, 128, dtype=torch.bfloat16), rand(128, 256, dtype=torch.bfloat16)
     assert rel_err(matmul(a, b), a.double() @ b.double()) < 1e-2

@@ -8,8 +8,8 @@ import torch
 
 import tkpy as tk
 from tkpy import bf16, f32, fp16
-from kernels.softmax import softmax_rows
-from kernels.warp_matmul import warp_matmul_bf16, warp_matmul_fp16
+from tkpy.kernels.row_softmax import softmax_rows
+from tkpy.kernels.warp_matmul import warp_matmul_bf16, warp_matmul_fp16
 
 X64 = torch.empty(256, 64, dtype=torch.bfloat16)
 
@@ -25,7 +25,7 @@ def test_softmax_ir_names_user_variables_and_lines():
     text = softmax_rows.ir(X64, X64, 64)
     assert "kernel softmax_rows(@x: gl<bf16, R, C>, @y: gl<bf16, R, C>) warps=4" in text
     assert "%t = rt<f32, 16x64, row>" in text
-    assert re.search(r"row_max %m, %t\s+# softmax.py:\d+", text)
+    assert re.search(r"row_max %m, %t\s+# row_softmax.py:\d+", text)
     assert "sub_row %t, %t, %m" in text and "div_row %t, %t, %s" in text
     assert "constexpr D=64" in text
 
@@ -35,11 +35,11 @@ def test_softmax_source_reads_like_thunderkittens():
     body = src.split("// ---- end of prelude ----")[1]
     assert "#include" not in src                                    # NVRTC has no headers
     assert 'extern "C" __global__ void __launch_bounds__(128)' in body
-    for stmt in ("tk::rt<float, 1, 4, tk::row_l> t;", "tk::row_max(m, t);", "tk::sub_row(t, t, m);",
-                 "tk::exp(t, t);", "tk::div_row(t, t, s);", "tk::store(y, t, 0, 0, (block_x * 4 + warpid) * 16, 0);"):
+    for stmt in ("tk::rt<float, 1, 4, tk::row_l> t;", "tk::row_max(m, t);", "tk::sub_row(t, t, m);", "tk::exp(t, t);",
+                 "tk::div_row(t, t, s);", "tk::store_masked(y, t, 0, 0, (block_x * 4 + warpid) * 16, 0);"):
         assert stmt in body
     # every statement is preceded by its Python origin
-    assert re.search(r"// softmax\.py:\d+  tk\.row_max\(m, t\)\n\s+tk::row_max\(m, t\);", body)
+    assert re.search(r"// row_softmax\.py:\d+  tk\.row_max\(m, t\)\n\s+tk::row_max\(m, t\);", body)
 
 
 def test_register_tiles_take_a_name_made_unique():
@@ -357,7 +357,7 @@ def test_register_reallocation_must_fit():
 
 
 def test_hopper_kernel_codegen_and_sass():
-    from kernels.gemm_ws import gemm_ws
+    from tkpy.kernels.gemm_ws import gemm_ws
     a, b = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 512, dtype=torch.bfloat16)
     c = torch.empty(256, 512, dtype=torch.bfloat16)
     src = gemm_ws.source(a, b, c)
@@ -479,7 +479,7 @@ def test_5d_coordinates_and_6d_tensors_are_rejected_clearly():
 def test_tensor_maps_are_prefetched_at_entry():
     """A kernel with TMA prefetches each tensor map's descriptor once, by one thread, before its body
     (UTMACCTL.PF in the SASS); a kernel without TMA gets nothing."""
-    from kernels import gemm
+    from tkpy.kernels import gemm
     a, b, c = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16), \
         torch.empty(256, 256, dtype=torch.bfloat16)
     kernel = gemm.Matmul.kernel

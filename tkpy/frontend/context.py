@@ -94,15 +94,16 @@ class activate:
         return False
 
 
-_TEMPLATES_DIR = _TKPY_DIR + "templates" + os.sep
+# Code inside tkpy's folder that counts as user code: the block templates (the statements they generate point at
+# the template's lines) and, installed, tkpy.kernels (kernels written in tkpy, as a user writes them).
+_USER_DIRS = tuple(_TKPY_DIR + name + os.sep for name in ("templates", "kernels"))
 
 
 def user_frame():
-    """The innermost frame outside the tkpy package (the user's code), or None. Block templates
-    count as user code: the statements they generate point at the template's lines."""
+    """The innermost frame outside the tkpy package (the user's code), or None."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_TKPY_DIR) \
-            and not frame.f_code.co_filename.startswith(_TEMPLATES_DIR):
+            and not frame.f_code.co_filename.startswith(_USER_DIRS):
         frame = frame.f_back
     return frame
 

@@ -61,13 +61,14 @@ import warnings
 import torch
 
 import tkpy as tk
-from kernels import forward_only
 from tkpy import bf16, f32, fp16
 from tkpy.frontend.signature import broadcast_dim
 from tkpy.ir.expr import call
 from tkpy.runtime.errors import SpillWarning
 from tkpy.templates import shared
 from tkpy.templates.common import multiprocessors
+
+from .op_support import check_device
 
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
@@ -1153,8 +1154,9 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     return Attention
 
 
-def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    from tkpy.interpret.launch import interpret_requested
+def checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """A TypeError or ValueError naming what attention cannot take (shapes, dtypes and devices only: the
+    operator's fake implementation checks with it too)."""
 
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -1162,16 +1164,12 @@ def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if x.dim() != 4:
             raise ValueError(f"attention expects (batch, heads, seq, head_dim) tensors; {name} has shape "
                              f"{tuple(x.shape)}")
-    forward_only("attention", q, k, v)
     if q.dtype not in DTYPES:
         raise ValueError(f"attention supports bf16 and fp16 tensors, got {q.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on the same device; got {q.device}, {k.device}, {v.device}")
-    if q.device.type != "cuda" and not interpret_requested():
-        raise ValueError(f"attention runs on CUDA tensors (got {q.device}); set TKPY_INTERPRET=1 to run it "
-                         "in tkpy's CPU interpreter")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape (a value head dim other than the key's is not "
                          f"supported); got {tuple(k.shape)} and {tuple(v.shape)}")
@@ -1186,6 +1184,7 @@ def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv}) (GQA/MQA)")
     if nk == 0:
         raise ValueError("attention over zero keys is undefined (k and v have sequence length 0)")
+    check_device("attention", q)
 
 
 def _usable(x: torch.Tensor) -> torch.Tensor:
@@ -1199,9 +1198,10 @@ def _usable(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
-              scale: float | None = None, return_lse: bool = False):
-    """softmax(q k^T * scale [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
+            scale: float | None = None, return_lse: bool = False):
+    """softmax(q k^T * scale [+ causal mask]) v for (batch, heads, seq, head_dim) tensors: the launch behind
+    tkpy.kernels.attention_forward (the torch operator, kernels/attention_op.py).
 
     - dtypes: bf16 or fp16 (all three the same); head dims: multiples of 16 from 16 to 256 (64, 128 and 256
       tuned, the others taking the settings of the next tuned one up: tuned); CUDA tensors (or any device
@@ -1217,15 +1217,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     - scale: defaults to 1 / sqrt(head_dim); any value (the kernel takes a positive one: a negative
       scale runs on -k with |scale|, a zero scale on a zero k with scale 1, both exact).
     - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores,
-      (batch, heads, seq) (usually a view of a buffer padded to a multiple of a task's 128 or 192 rows), as a
-      backward pass needs.
+      (batch, heads, seq), contiguous, as a backward pass needs.
     GQA/MQA with few query rows (decoding) runs each key/value head's query heads as one sequence
     (packed_heads), so that a query tile is not mostly padding.
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a
     (B, N, H, D) tensor transposed to (B, H, N, D)); others are copied with .contiguous(). The
     output is a new contiguous tensor.
     """
-    _checked(q, k, v)
+    checked(q, k, v)
     (b, h, n, d), hkv = q.shape, k.shape[1]
     group = packed_heads(q, hkv)
     o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
@@ -1236,7 +1235,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q), causal_variant(causal) is not None and group == 1)
     lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device) if return_lse else None
     _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)   # (None: no lse computed)
-    return (o, lse[..., :n].reshape(o.shape[:3])) if return_lse else o
+    return (o, lse[..., :n].reshape(o.shape[:3]).contiguous()) if return_lse else o
 
 
 def packed_heads(q: torch.Tensor, hkv: int) -> int:
