@@ -37,8 +37,12 @@ def wheel(tmp_path_factory) -> Path:
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
     shutil.copytree(ROOT, source, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
         ".git", "build", "dist", "*.egg-info", "__pycache__", ".*venv*", ".whl", ".out", "benchmarks", "tests"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
-                   check=True, capture_output=True, text=True)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+                           capture_output=True, text=True)
+    if build.returncode and "setuptools" in build.stderr and ("No matching distribution" in build.stderr
+                                                              or "connection" in build.stderr.lower()):
+        pytest.skip("no package index to fetch the build backend (setuptools) from (e.g. the offline GPU machine)")
+    assert build.returncode == 0, build.stderr
     (path,) = out.glob("tkpy-*.whl")
     return path
 
