@@ -20,6 +20,7 @@ Measures, for a trivial 4-argument kernel, the host time of:
                   host cost per call (key, pointers, pack, stream), without the driver
 And whole calls of the torch-facing kernels at a cache hit (small shapes; each allocates its output), next to
 torch's equivalents in the same rounds:
+  gemm_kernel     the GEMM kernel's launch alone, kernel[grid](a, b, c) (three TMA maps)
   matmul          tkpy.kernels.matmul(a, b), eager inference: the direct path (op_support.direct_call_ok)
   matmul_op       torch.ops.tkpy.matmul(a, b): through the op dispatcher (autograd key included)
   torch_matmul    torch.matmul(a, b) (cuBLAS)
@@ -127,7 +128,13 @@ def op_paths(sync) -> dict:
     q, k, v = (torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     op, att = torch.ops.tkpy.matmul.default, torch.ops.tkpy.attention.default
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    calls = {"matmul": lambda: matmul(a, b), "matmul_op": lambda: op(a, b), "torch_matmul": lambda: torch.matmul(a, b),
+    matmul(a, b)
+    from tkpy.kernels import gemm
+    (plan,) = [call.launch for key, call in gemm._CALLS.items() if key[0] == a.shape and key[9] is None]
+    c = torch.empty(128, 128, device="cuda", dtype=torch.bfloat16)
+    kernel, grid = plan.template.kernel, plan.template.grid(a, b, c)
+    calls = {"gemm_kernel": lambda: kernel[grid](a, b, c),
+             "matmul": lambda: matmul(a, b), "matmul_op": lambda: op(a, b), "torch_matmul": lambda: torch.matmul(a, b),
              "attention": lambda: attention(q, k, v), "attention_op": lambda: att(q, k, v),
              "torch_sdpa": lambda: sdpa(q, k, v)}
     for call in calls.values():

@@ -63,6 +63,7 @@ import torch
 import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.frontend.signature import broadcast_dim
+from tkpy.interpret.launch import interpret_requested
 from tkpy.ir.expr import call
 from tkpy.runtime.errors import SpillWarning
 from tkpy.templates import shared
@@ -1224,18 +1225,62 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | st
     (B, N, H, D) tensor transposed to (B, H, N, D)); others are copied with .contiguous(). The
     output is a new contiguous tensor.
     """
-    checked(q, k, v)
-    (b, h, n, d), hkv = q.shape, k.shape[1]
-    group = packed_heads(q, hkv)
-    o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
-    if group > 1:                               # each key/value head's query heads as one sequence of group x n rows
-        q, o_run, (h, n) = q.view(b, hkv, group * n, d), o.view(b, hkv, group * n, d), (hkv, group * n)
-    else:
-        o_run = o
-    groups = consumer_warpgroups_for(b, h, n, d, multiprocessors(q), causal_variant(causal) is not None and group == 1)
-    lse = torch.empty(b, h, lse_rows(n, groups), dtype=torch.float32, device=q.device) if return_lse else None
-    _launch(q, k, v, o_run, lse, causal, scale, consumer_warpgroups=groups, packed=group)   # (None: no lse computed)
-    return (o, lse[..., :n].reshape(o.shape[:3]).contiguous()) if return_lse else o
+    signature = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+                 causal, scale is None or (scale < 0, scale == 0), return_lse, interpret_requested())
+    plan = _FORWARD_PLANS.get(signature)
+    if plan is None:
+        checked(q, k, v)
+        plan = _FORWARD_PLANS[signature] = _ForwardPlan(q, k, causal, return_lse)
+    return plan(q, k, v, scale)
+
+
+_FORWARD_PLANS: dict = {}
+
+
+class _ForwardPlan:
+    """forward for one signature of inputs (shapes, strides, dtypes, device, causal, the scale's sign, return_lse):
+    the checks passed and the choices made (head packing, consumer warpgroups, the kernel _prepared picks, its
+    scalar arguments) on the first call, from shapes alone; a call then allocates, checks pointers and launches."""
+
+    def __init__(self, q, k, causal, return_lse):
+        (b, h, n, d), hkv = q.shape, k.shape[1]
+        self.group = packed_heads(q, hkv)
+        h_run, n_run = (hkv, self.group * n) if self.group > 1 else (h, n)
+        self.groups = consumer_warpgroups_for(b, h_run, n_run, d, multiprocessors(q),
+                                              causal_variant(causal) is not None and self.group == 1)
+        self.causal, self.return_lse = causal, return_lse
+        self.run_shape = (b, h_run, n_run, d)
+        self.kernel = None           # (template, scalar arguments after the scale, workspaces) from the first call
+
+    def __call__(self, q, k, v, scale):
+        b, h, n, d = q.shape
+        o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
+        q_run, o_run = (q.view(self.run_shape), o.view(self.run_shape)) if self.group > 1 else (q, o)
+        lse = torch.empty(*self.run_shape[:2], lse_rows(self.run_shape[2], self.groups), dtype=torch.float32,
+                          device=q.device) if self.return_lse else None
+        if o.numel():
+            self._launch(q_run, k, v, o_run, lse, scale)
+        return (o, lse[..., :self.run_shape[2]].reshape(o.shape[:3]).contiguous()) if self.return_lse else o
+
+    def _launch(self, q, k, v, o, lse, scale):
+        if self.kernel is None:      # _prepared's choices, once (it reads tensors: first_clean compiles on them)
+            template, args = _prepared(q, k, v, o, lse, self.causal, scale, consumer_warpgroups=self.groups,
+                                       packed=self.group)
+            outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
+            self.kernel = template, tuple(args[3 + outputs + 1:]), [tuple(w.shape) for w in args[3:3 + outputs]]
+            template(*args)
+        else:
+            template, scalars, workspaces = self.kernel
+            scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+            k, scale = _positive_scale(k, scale)
+            if template.scheduler.splits_k:
+                outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in workspaces]
+            else:
+                outputs = [o] if lse is None else [o, lse]
+            args = (_usable(q), _usable(k), _usable(v), *outputs, scale * LOG2E, *scalars)
+            template(*args)
+        if template.scheduler.splits_k:      # the splits' results in the workspaces, merged into o and lse
+            _combine(q, o, lse, args)
 
 
 def packed_heads(q: torch.Tensor, hkv: int) -> int:
@@ -1262,10 +1307,16 @@ def _launch(q, k, v, o, lse, causal, scale, **options) -> None:
         template, args = prepared
         template(*args)
         if template.scheduler.splits_k:         # the splits' results in the workspaces, merged into o and lse
-            b, h, n, d = q.shape
-            if lse is None:                     # (rows padded to a 16-byte stride)
-                lse = torch.empty(b, h, cdiv(n, 4) * 4, dtype=torch.float32, device=q.device)
-            combine_kernel(d, DTYPES[q.dtype], args[-1])[combine_grid(b, h, n, d)](args[3], args[4], o, lse)
+            _combine(q, o, lse, args)
+
+
+def _combine(q, o, lse, args) -> None:
+    """Merge a split-K kernel's workspaces (its arguments 3 and 4; its last, the splits) into o and lse (None: into
+    a scratch buffer)."""
+    b, h, n, d = q.shape
+    if lse is None:                             # (rows padded to a 16-byte stride)
+        lse = torch.empty(b, h, cdiv(n, 4) * 4, dtype=torch.float32, device=q.device)
+    combine_kernel(d, DTYPES[q.dtype], args[-1])[combine_grid(b, h, n, d)](args[3], args[4], o, lse)
 
 
 def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = None, split_kv: bool | None = None,

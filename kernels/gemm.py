@@ -322,39 +322,65 @@ def run(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bias:
         activation: str | None = None, scale: float | None = None, out_dtype: torch.dtype | None = None,
         cluster: int | None = None, block_n: int | None = None, split_k: int | None = None,
         deterministic: bool = True) -> torch.Tensor:
-    """matmul's launch on checked-or-not arguments (tkpy.kernels.matmul documents them): the kernel(s) for
-    this shape, written into `out` or a new tensor, which it returns."""
-    out_dtype = checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k)
-    if out is not None:
-        refuse_overlap("matmul", out, a=a, b=b, bias=bias)
-    (m, k), n = a.shape, b.shape[1]
-    if bias is not None:
-        bias = _aligned((bias if bias.dtype in DTYPES else bias.float()).contiguous())
-    if scale is not None:
-        scale = float(scale)
-    result = out if out is not None else torch.empty(m, n, dtype=out_dtype, device=a.device)
-    if m == 0 or n == 0:
+    """matmul's launch (tkpy.kernels.matmul documents the arguments): the kernel(s) for this shape, written into
+    `out` or a new tensor, which it returns. What depends only on the arguments' shapes, strides, dtypes and
+    options (the checks, the layout, the kernels and their grid) is decided once per such signature (_CALLS);
+    a call then only checks its pointers, allocates and launches."""
+    signature = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device,
+                 bias is None or (bias.shape, bias.stride(), bias.dtype, bias.device),
+                 out is None or (out.shape, out.stride(), out.dtype, out.device), activation, scale is None,
+                 out_dtype, cluster, block_n, split_k, deterministic, interpret_requested())
+    call = _CALLS.get(signature)
+    if call is None:
+        call = _CALLS[signature] = _Call(a, b, out, bias, activation, scale, out_dtype, cluster, block_n, split_k,
+                                         deterministic)
+    return call(a, b, out, bias, scale)
+
+
+_CALLS: dict = {}
+
+
+class _Call:
+    """run for one signature of arguments: the checks passed, the layout known, the kernels (`launch`) made on the
+    first call, as _plan reads tensors."""
+
+    def __init__(self, a, b, out, bias, activation, scale, out_dtype, cluster, block_n, split_k, deterministic):
+        self.out_dtype = checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k)
+        (self.m, self.k), self.n, self.device = a.shape, b.shape[1], a.device
+        self.b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and self.n > 1   # b = w.T of a row-major w
+        self.bias_ready = bias is None or (bias.dtype in DTYPES and bias.stride(0) == 1)
+        operand_b = b.T if self.b_transposed else b
+        self.strides_ready = (_tma_layout(a), _tma_layout(operand_b),   # (a new output is contiguous)
+                              _tma_layout(out) if out is not None else self.n * self.out_dtype.itemsize % ALIGN == 0)
+        self.options = (activation, cluster, block_n, split_k, deterministic)
+        self.launch = None
+
+    def __call__(self, a, b, out, bias, scale):
+        m, n, k = self.m, self.n, self.k
+        activation = self.options[0]
+        if out is not None:
+            refuse_overlap("matmul", out, a=a, b=b, bias=bias)
+        if bias is not None and not (self.bias_ready and bias.data_ptr() % ALIGN == 0):
+            bias = _aligned((bias if bias.dtype in DTYPES else bias.float()).contiguous())
+        if scale is not None:
+            scale = float(scale)
+        result = out if out is not None else torch.empty(m, n, dtype=self.out_dtype, device=self.device)
+        if m == 0 or n == 0:
+            return result
+        if k == 0:                   # no K steps: the epilogue of a zero product
+            return result.copy_(_epilogue(torch.zeros(m, n, device=self.device), bias, activation, scale))
+        a_ready, b_ready, c_ready = self.strides_ready
+        b = b.T if self.b_transposed else b
+        a_ = a if a_ready and a.data_ptr() % ALIGN == 0 else _padded_copy(a)
+        b_ = b if b_ready and b.data_ptr() % ALIGN == 0 else _padded_copy(b)
+        c = result if c_ready and result.data_ptr() % ALIGN == 0 else _padded_like(result)
+        extras = (() if bias is None else (bias,)) + (() if scale is None else (scale,))
+        if self.launch is None:
+            self.launch = _plan(a_, b_, c, extras, self.out_dtype, self.b_transposed, bias, scale, *self.options)
+        self.launch(a_, b_, c, extras)
+        if c is not result:
+            result.copy_(c)
         return result
-    if k == 0:                       # no K steps: the epilogue of a zero product
-        return result.copy_(_epilogue(torch.zeros(m, n, device=a.device), bias, activation, scale))
-
-    b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and n > 1     # b = w.T of a row-major (N, K) w
-    a_, b_ = _tma_ready(a), _tma_ready(b.T if b_transposed else b)
-    c = result if _tma_ready(result, copy=False) is not None else _padded_like(result)
-    extras = (() if bias is None else (bias,)) + (() if scale is None else (scale,))
-    key = (m, n, k, a.dtype, out_dtype, b_transposed, bias is None or bias.dtype, scale is None, activation,
-           block_n, cluster, split_k, deterministic, a.device, interpret_requested())
-    plan = _PLANS.get(key)
-    if plan is None:                 # the kernels and their grids, once per shape and combination
-        plan = _PLANS[key] = _plan(a_, b_, c, extras, out_dtype, b_transposed, bias, scale, activation, cluster,
-                                   block_n, split_k, deterministic)
-    plan(a_, b_, c, extras)
-    if c is not result:
-        result.copy_(c)
-    return result
-
-
-_PLANS: dict = {}
 
 
 def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, cluster, block_n, split_k,
@@ -428,19 +454,15 @@ def _cluster(bn: int, n: int) -> int:
     return 2 if bn in CLUSTER_A_WIDTHS and cdiv(n, bn) % 2 == 0 else 1
 
 
-def _tma_ready(x: torch.Tensor, copy: bool = True):
-    """x if TMA can read it in place (unit column stride, 16-byte aligned pointer and row stride, no repeated
-    rows as from .expand()), else (copy=True) a view of a padded copy whose rows are 16-byte aligned, or
-    (copy=False) None."""
-    size = x.element_size()
-    if x.stride(-1) == 1 and x.data_ptr() % ALIGN == 0 and x.stride(0) * size % ALIGN == 0 \
-            and broadcast_dim(x) is None:
-        return x
-    if not copy:
-        return None
-    padded = _padded_like(x)
-    padded.copy_(x)
-    return padded
+def _tma_layout(x: torch.Tensor) -> bool:
+    """Whether TMA can read x's layout in place: unit column stride, 16-byte aligned row stride, no repeated rows
+    (as from .expand()); its pointer must be 16-byte aligned too."""
+    return x.stride(-1) == 1 and x.stride(0) * x.element_size() % ALIGN == 0 and broadcast_dim(x) is None
+
+
+def _padded_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy of x in a padded buffer whose rows are 16-byte aligned (a view)."""
+    return _padded_like(x).copy_(x)
 
 
 def _padded_like(x: torch.Tensor) -> torch.Tensor:

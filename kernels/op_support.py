@@ -75,18 +75,26 @@ def refuse_grad(name: str, *tensors, reason: str | None = None) -> None:
                                   "grad")
 
 
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_transform = torch._C._functorch.peek_interpreter_stack
+_profiler = torch.autograd.profiler
+_Tensor = torch.Tensor
+
+
 def direct_call_ok(tensors: Sequence) -> bool:
     """True when calling an op's implementation directly is indistinguishable from dispatching it: plain
     torch.Tensor inputs (no subclass: fake, functional, DTensor), none needing a gradient, outside torch.compile's
-    trace, with no __torch_function__ / dispatch mode, functorch transform or profiler active."""
-    if torch.compiler.is_compiling() or torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in tensors):
-        return False
-    if any(t is not None and type(t) is not torch.Tensor for t in tensors):
-        return False
-    return not (torch._C._is_torch_function_mode_enabled() or torch._C._len_torch_dispatch_stack()
-                or torch._C._functorch.peek_interpreter_stack() is not None
-                or torch.autograd.profiler._is_profiler_enabled)
+    trace, with no __torch_function__ / dispatch mode, functorch transform or profiler active. (On the launch
+    path: the torch functions are bound once.)"""
+    grad = _grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not _Tensor or grad and t.requires_grad):
+            return False
+    return not (_is_compiling() or _torch_function_mode() or _dispatch_modes() or _functorch_transform() is not None
+                or _profiler._is_profiler_enabled)
 
 
 def refuse_overlap(name: str, out: torch.Tensor, **inputs) -> None:

@@ -541,8 +541,9 @@ def test_gqa_heads_packed_into_one_sequence(monkeypatch, h, hkv, n, nk, causal, 
     heads and rows merge without a copy; the output and the log-sum-exp come back per query head."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
-    real = att._launch
-    monkeypatch.setattr(att, "_launch", lambda q, *a, **kw: launched.append(q.shape) or real(q, *a, **kw))
+    real = att._prepared
+    monkeypatch.setattr(att, "_FORWARD_PLANS", {})          # (a plan made earlier would not call _prepared again)
+    monkeypatch.setattr(att, "_prepared", lambda q, *a, **kw: launched.append(q.shape) or real(q, *a, **kw))
     q = rand(1, n, h, 64, dtype=BF16).transpose(1, 2) if transposed else rand(1, h, n, 64, dtype=BF16)
     k, v = rand(1, hkv, nk, 64, dtype=BF16), rand(1, hkv, nk, 64, dtype=BF16)
     o, lse = tkpy_kernels.attention(q, k, v, causal, return_lse=True)

@@ -23,9 +23,9 @@ from test_interpret_gemm import BF16, F32, FP16, TOL, interpret, operands, poiso
 
 def plan_of(a, b, **options):
     """Run matmul and return the plan it made (plan.template: the template it launches)."""
-    gemm._PLANS.clear()
+    gemm._CALLS.clear()
     tkpy_kernels.matmul(a, b, **options)
-    (plan,) = gemm._PLANS.values()
+    (plan,) = (call.launch for call in gemm._CALLS.values())
     return plan
 
 

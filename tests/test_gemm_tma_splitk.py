@@ -56,7 +56,7 @@ def test_matmul_splits_a_product_with_few_tiles_when_asked():
     v = rand(512, dtype=F32)
     c = tkpy_kernels.matmul(a, b, bias=v, activation="relu", out_dtype=F32, split_k=4)
     assert rel_err(c, reference(a, b, v, "relu")) < TOL[F32]
-    assert any(isinstance(p, gemm_splitk.SplitPlan) for p in gemm._PLANS.values())
+    assert any(isinstance(c.launch, gemm_splitk.SplitPlan) for c in gemm._CALLS.values())
 
 
 @pytest.mark.parametrize("m,n,k,splits", [

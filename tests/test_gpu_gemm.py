@@ -287,10 +287,10 @@ def test_matmul_clusters_by_itself(m, n, k, transposed, clustered, monkeypatch):
     from tkpy.kernels import gemm
     monkeypatch.setattr(gemm, "CLUSTER_A_WIDTHS", (64,))
     a, b = operands(m, n, k, BF16, transposed)
-    gemm._PLANS.clear()
+    gemm._CALLS.clear()
     c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=BF16))
     torch.cuda.synchronize()
-    (plan,) = gemm._PLANS.values()
+    (plan,) = (call.launch for call in gemm._CALLS.values())
     assert "_n64" in plan.template.kernel.name
     assert (plan.template.cluster == 2) == clustered
     assert rel_err(c, reference(a, b)) < TOL[BF16]
