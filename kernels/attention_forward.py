@@ -1188,15 +1188,19 @@ def checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     check_device("attention", q)
 
 
-def _usable(x: torch.Tensor) -> torch.Tensor:
+def _usable(x: torch.Tensor, layout_ok: bool | None = None) -> torch.Tensor:
     """x itself when the kernel can read it in place (last dim contiguous, 16-byte aligned pointer and
     strides: e.g. a (B, N, H, D) tensor transposed to (B, H, N, D)); otherwise (also where it repeats a dim,
-    e.g. k.expand(batch, ...)) a contiguous copy."""
-    esize = x.element_size()
-    if x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(s * esize % 16 == 0 for s in x.stride()[:-1]) \
-            and broadcast_dim(x) is None:
+    e.g. k.expand(batch, ...)) a contiguous copy. `layout_ok`: _readable_layout(x), when known."""
+    if (_readable_layout(x) if layout_ok is None else layout_ok) and x.data_ptr() % 16 == 0:
         return x
     return x.contiguous()
+
+
+def _readable_layout(x: torch.Tensor) -> bool:
+    """Whether the kernel reads x's strides in place (its pointer must be 16-byte aligned too)."""
+    esize = x.element_size()
+    return x.stride(-1) == 1 and all(s * esize % 16 == 0 for s in x.stride()[:-1]) and broadcast_dim(x) is None
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
@@ -1268,16 +1272,19 @@ class _ForwardPlan:
                                        packed=self.group)
             outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
             self.kernel = template, tuple(args[3 + outputs + 1:]), [tuple(w.shape) for w in args[3:3 + outputs]]
+            self.layouts = _readable_layout(q), _readable_layout(k), _readable_layout(v)
             template(*args)
         else:
             template, scalars, workspaces = self.kernel
             scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
-            k, scale = _positive_scale(k, scale)
+            keys, scale = _positive_scale(k, scale)
             if template.scheduler.splits_k:
                 outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in workspaces]
             else:
                 outputs = [o] if lse is None else [o, lse]
-            args = (_usable(q), _usable(k), _usable(v), *outputs, scale * LOG2E, *scalars)
+            q_layout, k_layout, v_layout = self.layouts
+            args = (_usable(q, q_layout), _usable(keys, k_layout if keys is k else None), _usable(v, v_layout),
+                    *outputs, scale * LOG2E, *scalars)
             template(*args)
         if template.scheduler.splits_k:      # the splits' results in the workspaces, merged into o and lse
             _combine(q, o, lse, args)

@@ -283,3 +283,21 @@ def test_sdpa_drop_in_heads_as_torch():
 def test_default_scale_is_one_over_root_d():
     q, k, v = rand(1, 2, 32, 32), rand(1, 2, 32, 32), rand(1, 2, 32, 32)
     assert rel_err(scaled_dot_product_attention(q, k, v), attention(q, k, v, scale=1 / math.sqrt(32))) < 1e-6
+
+
+# -- decisions made once per signature --------------------------------------------------------------------------
+
+def test_a_signature_decided_once_still_checks_each_calls_pointers_and_scale():
+    """matmul and attention decide per signature of arguments (shapes, strides, dtypes, options) on the first call;
+    a later call of that signature with other data, another scale of the same sign and views whose pointers are not
+    16-byte aligned (the same strides) computes its own result (the misaligned operands copied)."""
+    buf = rand(64, 80)
+    for offset in (0, 1):                                # 16-byte aligned, then 2 bytes off: same strides
+        a, b = buf[:, offset:offset + 32], rand(32, 48)
+        assert rel_err(matmul(a, b, scale=0.5 + offset), (0.5 + offset) * (a.double() @ b.double())) < TOL[BF16]
+    qbuf = rand(1, 2, 40, 72)
+    for offset, scale in ((0, 0.3), (1, 0.7), (0, -0.2), (1, -0.9)):
+        q, k, v = qbuf[..., offset:offset + 64], rand(1, 2, 40, 64), rand(1, 2, 40, 64)
+        o, lse = attention(q, k, v, causal=True, scale=scale, return_lse=True)
+        ref, ref_lse = gpu_util.attention_reference(q, k, v, True, scale)
+        assert rel_err(o, ref) < TOL[BF16] and rel_err(lse, ref_lse) < TOL[BF16]
