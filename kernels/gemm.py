@@ -284,7 +284,7 @@ class MatmulCluster2:
 
 def checked(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
             out_dtype: torch.dtype | None, out: torch.Tensor | None = None, cluster: int | None = None,
-            block_n: int | None = None, split_k: int | None = None) -> torch.dtype:
+            block_n: int | None = None, split_k: int | None = None, scale: float | None = None) -> torch.dtype:
     """The output dtype of matmul on these arguments, or a ValueError naming what it cannot take. Reads only
     shapes, dtypes and devices: the operator's fake implementation checks with it too."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
@@ -306,12 +306,14 @@ def checked(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activat
     if bias is not None and (bias.shape != (n,) or not bias.is_floating_point() or bias.device != a.device):
         raise ValueError(f"bias must be a ({n},) float tensor on {a.device}; got {tuple(bias.shape)} "
                          f"{bias.dtype} on {bias.device}")
-    if cluster is not None and cluster not in CLUSTERS:
+    if cluster is not None and (type(cluster) is not int or cluster not in CLUSTERS):
         raise ValueError(f"cluster must be None, 1 or 2, got {cluster!r}")
     if block_n is not None and block_n not in WIDTHS:
         raise ValueError(f"block_n must be 256, 128 or 64, got {block_n}")
-    if split_k is not None and not (isinstance(split_k, int) and split_k >= 1):
+    if split_k is not None and not (type(split_k) is int and split_k >= 1):
         raise ValueError(f"split_k must be None or a positive int, got {split_k!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"scale must be a number or None, got {scale!r}")
     if cluster == 2 and split_k not in (None, 1):
         raise ValueError("cluster=2 does not split K")
     check_device("matmul", a)
@@ -328,7 +330,7 @@ def run(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bias:
     a call then only checks its pointers, allocates and launches."""
     signature = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device,
                  bias is None or (bias.shape, bias.stride(), bias.dtype, bias.device),
-                 out is None or (out.shape, out.stride(), out.dtype, out.device), activation, scale is None,
+                 out is None or (out.shape, out.stride(), out.dtype, out.device), activation, type(scale),
                  out_dtype, cluster, block_n, split_k, deterministic, interpret_requested())
     call = _CALLS.get(signature)
     if call is None:
@@ -345,7 +347,7 @@ class _Call:
     first call, as _plan reads tensors."""
 
     def __init__(self, a, b, out, bias, activation, scale, out_dtype, cluster, block_n, split_k, deterministic):
-        self.out_dtype = checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k)
+        self.out_dtype = checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k, scale)
         (self.m, self.k), self.n, self.device = a.shape, b.shape[1], a.device
         self.b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and self.n > 1   # b = w.T of a row-major w
         self.bias_ready = bias is None or (bias.dtype in DTYPES and bias.stride(0) == 1)

@@ -73,7 +73,7 @@ def _impl(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
 
 def _fake(a, b, bias=None, activation=None, scale=None, out_dtype=None, cluster=None, block_n=None, split_k=None,
           deterministic=True):
-    dtype = gemm.checked(a, b, bias, activation, out_dtype, None, cluster, block_n, split_k)
+    dtype = gemm.checked(a, b, bias, activation, out_dtype, None, cluster, block_n, split_k, scale)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=dtype)
 
 
@@ -121,7 +121,7 @@ def _out_impl(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: Optiona
 
 def _out_fake(a, b, out, bias=None, activation=None, scale=None, out_dtype=None, cluster=None, block_n=None,
               split_k=None, deterministic=True):
-    gemm.checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k)
+    gemm.checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k, scale)
 
 
 matmul_out_op = define("matmul_out", _out_impl, _out_fake, mutates_args=("out",),

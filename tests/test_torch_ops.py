@@ -301,3 +301,23 @@ def test_a_signature_decided_once_still_checks_each_calls_pointers_and_scale():
         o, lse = attention(q, k, v, causal=True, scale=scale, return_lse=True)
         ref, ref_lse = gpu_util.attention_reference(q, k, v, True, scale)
         assert rel_err(o, ref) < TOL[BF16] and rel_err(lse, ref_lse) < TOL[BF16]
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    (dict(split_k=True), "split_k must be None or a positive int"),
+    (dict(cluster=True), "cluster must be None, 1 or 2"),
+    (dict(scale="2"), "scale must be a number"),
+])
+def test_matmul_refuses_options_of_the_wrong_type(kwargs, error):
+    a, b = rand(32, 32), rand(32, 32)
+    matmul(a, b, scale=1.0)                              # (the signature with a float scale decided first)
+    with pytest.raises((ValueError, TypeError), match=error):
+        matmul(a, b, **kwargs)
+
+
+def test_matmul_checks_arguments_before_the_early_returns():
+    """Empty products still check their arguments (the kernel is never needed, the errors are)."""
+    with pytest.raises(ValueError, match="bias must be a"):
+        matmul(rand(0, 32), rand(32, 16), bias=rand(7))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        matmul(rand(16, 0), rand(0, 16), activation="tanh")
