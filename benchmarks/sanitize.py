@@ -1,0 +1,113 @@
+"""compute-sanitizer over every public kernel at small shapes, on every path: memcheck, racecheck and synccheck.
+
+    PYTHONPATH=. python3 benchmarks/sanitize.py [--tools memcheck,racecheck,synccheck] [--only NAME_SUBSTRING]
+
+Each tool runs this file's cases (`--cases`) in one process under `compute-sanitizer --tool T`; the kernels are
+compiled once beforehand into a shared cache directory, so the tools time launches only. Prints each tool's error
+summary and writes $OUT/sanitize.json (and each tool's log) when OUT is set. initcheck is left out: it flags every
+element of a TMA-stored output (a tool limitation with TMA stores, seen on matmul: 156000 of 156000 elements).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+def cases() -> dict:
+    """name -> a call of a public kernel (small shapes; every dtype, layout and path the kernels choose between)."""
+    import torch
+
+    from tkpy.kernels import attention, matmul, matmul_fp8, softmax
+
+    def r(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda").to(dtype)
+
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
+    out = {
+        "matmul bf16 nn": lambda: matmul(r(200, 96), r(96, 300)),
+        "matmul fp16 nt bias gelu scale f32-out": lambda: matmul(r(130, 72, dtype=torch.float16),
+                                                                 r(260, 72, dtype=torch.float16).T, bias=r(260),
+                                                                 activation="gelu", scale=0.5, out_dtype=torch.float32),
+        "matmul 256-wide tiles, several tasks a block": lambda: matmul(r(1024, 128), r(128, 4096), block_n=256),
+        "matmul split-K ordered": lambda: matmul(r(128, 2048), r(2048, 256), split_k=4),
+        "matmul split-K atomic": lambda: matmul(r(128, 2048), r(2048, 256), split_k=4, deterministic=False),
+        "matmul cluster=2": lambda: matmul(r(256, 128), r(128, 256), block_n=64, cluster=2),
+        "matmul backward": lambda: matmul(r(64, 64).requires_grad_(), r(64, 64).requires_grad_(),
+                                          activation="relu").sum().backward(),
+        "matmul_fp8 e4m3": lambda: matmul_fp8(r(200, 256).to(e4), r(192, 256).to(e4).T, torch.ones(1, device="cuda"),
+                                              torch.rand(192, device="cuda")),
+        "matmul_fp8 e5m2 x e4m3": lambda: matmul_fp8(r(128, 128).to(e5), r(128, 128).to(e4).T,
+                                                     torch.ones(1, device="cuda"), torch.ones(1, device="cuda")),
+        "softmax bf16 + backward": lambda: softmax(r(300, 100).requires_grad_()).sum().backward(),
+        "softmax fp16 256": lambda: softmax(r(2, 70, 256, dtype=torch.float16)),
+    }
+    for d in (64, 128, 256):
+        for causal in (False, True, "bottom_right"):
+            out[f"attention D{d} causal={causal}"] = lambda d=d, c=causal: attention(
+                r(1, 2, 300, d), r(1, 2, 333, d), r(1, 2, 333, d), causal=c, return_lse=True)
+    out["attention D128 GQA packed decode"] = lambda: attention(r(2, 8, 4, 128), r(2, 2, 700, 128), r(2, 2, 700, 128))
+    out["attention D64 split-K"] = lambda: attention(r(1, 2, 64, 64), r(1, 2, 8192, 64), r(1, 2, 8192, 64))
+    out["attention D64 fp16 3 warpgroups"] = lambda: attention(r(2, 4, 576, 64, dtype=torch.float16),
+                                                             r(2, 4, 576, 64, dtype=torch.float16),
+                                                             r(2, 4, 576, 64, dtype=torch.float16), causal=True)
+    return out
+
+
+def run_cases(only: str | None) -> int:
+    import torch
+    for name, call in cases().items():
+        if only and only not in name:
+            continue
+        call()
+        torch.cuda.synchronize()
+        print(f"ran {name}", flush=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--only", default=None, help="run only the cases whose name contains this")
+    parser.add_argument("--cases", action="store_true", help="(run the cases in this process: what each tool runs)")
+    args = parser.parse_args()
+    if args.cases:
+        return run_cases(args.only)
+    out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TKPY_CACHE_DIR=tempfile.mkdtemp(prefix="tkpy-sanitize-"))
+    me = [sys.executable, str(Path(__file__).resolve()), "--cases"] + (["--only", args.only] if args.only else [])
+    subprocess.run(me, env=env, check=True, capture_output=True, text=True)       # compile everything once
+    report = {}
+    for tool in args.tools.split(","):
+        t0 = time.perf_counter()
+        proc = subprocess.run(["compute-sanitizer", "--tool", tool, "--target-processes", "all",
+                               "--print-limit", "20"] + me, env=env, capture_output=True, text=True)
+        log = proc.stdout + proc.stderr
+        found = re.findall(r"ERROR SUMMARY: (\d+) error", log)
+        errors = sum(int(x) for x in found) if found else None
+        ran = log.count("\nran ") + log.startswith("ran ")
+        report[tool] = {"errors": errors, "cases_run": ran, "returncode": proc.returncode,
+                        "seconds": round(time.perf_counter() - t0, 1)}
+        print(f"{tool:10s} errors: {errors}  cases run: {ran}  rc={proc.returncode}  "
+              f"({report[tool]['seconds']} s)", flush=True)
+        if out:
+            (out / f"sanitize_{tool}.log").write_text(log)
+        elif errors:
+            print(log[-4000:])
+    if out:
+        (out / "sanitize.json").write_text(json.dumps(report, indent=2))
+    return 0 if all(r["errors"] == 0 and r["returncode"] == 0 for r in report.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
