@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gpu_util import poisoned, rand, rel_err, requires_gpu
-from test_softmax_op import TOL, assert_close, reference
+from test_softmax_op import TOL, check_forward_and_backward
 from tkpy.kernels.row_softmax import softmax
 from tkpy.kernels.warp_matmul import matmul
 
@@ -17,15 +17,7 @@ pytestmark = requires_gpu
                                    (1000, 100), (3, 77, 256)])
 def test_softmax(shape, dtype):
     """Forward and backward against float64 torch on every element (tests/test_softmax_op.py's checks)."""
-    x = rand(*shape, dtype=dtype, low=-6, high=6).requires_grad_()
-    dy = rand(*shape, dtype=dtype)
-    poisoned(*shape, dtype=dtype)         # freed at once: y reuses its block of NaN, which unwritten elements keep
-    y = softmax(x)
-    y.backward(dy)
-    y_ref, dx_ref = reference(x, dy)
-    assert y.is_contiguous()
-    assert_close(y.detach(), y_ref, dtype)
-    assert_close(x.grad, dx_ref, dtype)
+    check_forward_and_backward(shape, dtype, "cuda")
 
 
 def test_softmax_opcheck():
