@@ -127,12 +127,13 @@ class Setup:
             return 0x5000 + device
 
         # Python launcher: fastpath.build over a stand-in kernel, cuda-bindings' launch replaced
-        self.py_params = ParamBuffer(kinds)
+        self.py_params = ParamBuffer(kinds)             # the layout
+        self.py_buffers = fastpath.ThreadBuffers(kinds)  # what the launches pack
         self.py_launcher = Launcher(0xF00, (32, 1, 1), smem, cluster, dependent_launch=dependent)
         self.py_calls: list = []
 
         def py_launch(cfg, fn, address, extra):
-            block = bytes(self.py_params._mv)
+            block = bytes(self.py_buffers.mine[0]._mv)
             attrs = {int(a.id): a.value for a in cfg.attrs[:cfg.numAttrs]}
             cl = attrs[4].clusterDim if 4 in attrs else None
             self.py_calls.append(("launch", (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
@@ -146,11 +147,9 @@ class Setup:
         py_kernel = _StubKernel(specs, self._slow)
         _, self.py = fastpath.build(py_kernel, slots)
 
-        def py_failed(err, grid, stream):
-            self.py_launcher.handle_error(err, grid, stream, self.py_params.address)
-
         key = fastpath.cache_key(specs, args)
-        py_kernel._fast[key] = (self.py_params, {}, stream_of, 0, py_failed, self.py_launcher, tensor_maps)
+        py_kernel._fast[key] = (self.py_params, self.py_buffers, stream_of, 0, self.py_launcher.handle_error,
+                                self.py_launcher, tensor_maps)
 
         # native launcher
         self.params = ParamBuffer(kinds)
@@ -201,9 +200,11 @@ def test_builds_once_and_imports(mod, tmp_path):
 
 
 def _struct_outcome(pb, values):
+    """None where the Python launcher hands the call to the slow path's checks (struct.error, or an OverflowError: a
+    float past the 32-bit range), as the native launcher does by returning None."""
     try:
         pb.pack(*values)
-    except struct.error:
+    except (struct.error, OverflowError):
         return None
     except Exception as e:                           # noqa: BLE001
         return type(e)
@@ -311,16 +312,21 @@ def test_failed_launch_reports_with_the_packed_values(mod):
     st = Setup(mod, slots, maps, args, result=1)           # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(DriverError, match=r"cuLaunchKernelEx\(grid=\(3, 1, 1\), block=\(32, 1, 1\)"):
         st.native((3, 1, 1), *args)
-    # the retry after a missing context (handle_error) launches from the ParamBuffer: it holds the call's values
-    assert bytes(st.params._mv) == st.driver.calls[-1][8]
+    # the retry after a missing context (handle_error) launches from the address `failed` gets: the call's own
+    # packed block (not a buffer shared between threads)
     seen = []
+
+    def failed(err, grid, stream, address):
+        base = ctypes.c_void_p.from_address(address).value
+        seen.append((err, grid, stream, ctypes.string_at(base, st.params.size)))
+
     fast: dict = {}
     launcher = mod.Launcher(native.spec_kinds(mod, st.specs), fast, st._slow)
     fast[fastpath.cache_key(st.specs, args)] = native.entry(
         slots, st.specs, st.launcher, st.params, maps, 0, lambda d: 0x77, launch_address=st.driver.address,
-        failed=lambda *a: seen.append(a))
+        failed=failed)
     assert launcher((3, 1, 1), *args) is None
-    assert seen == [(1, (3, 1, 1), 0x77)]
+    assert seen == [(1, (3, 1, 1), 0x77, st.driver.calls[-1][8])]
 
 
 def test_concurrent_calls_keep_their_own_values(mod):

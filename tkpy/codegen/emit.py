@@ -20,6 +20,8 @@ from .abi import Slot, element_ctype, tensor_maps
 from . import divisors
 from ..runtime import timeline
 from .prelude import prelude_for
+from .prelude import debug as debug_cpp
+from .debug import plan_for
 
 SMEM_BASE = "smem"
 BUILTIN_DECLS = [  # declared in the kernel's prologue when the body uses them
@@ -37,7 +39,14 @@ def generate(kernel: KernelIR, slots: list[Slot]) -> str:
                  s.attrs["a_regs"]) for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
     tma5 = any(g.type.rank == 5 for g, _ in tensor_maps(kernel))
     recording = timeline.cpp(kernel.warps) if kernel.timeline else ""
-    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + recording + KernelEmitter(kernel, slots).emit()
+    emitter = KernelEmitter(kernel, slots)
+    body = emitter.emit()
+    debugging = ""
+    if emitter.debug is not None:   # debug mode (tkpy/runtime/debug.py): the bounded waits' helpers and sites
+        from ..runtime.debug import SLOTS
+        debugging = debug_cpp.section(emitter.debug, kernel.debug.timeout_ns, SLOTS,
+                                      kernel.debug.prints(emitter.debug.warpgroups > 0))
+    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + recording + debugging + body
 
 
 def uses_fp8(kernel: KernelIR) -> bool:
@@ -97,6 +106,7 @@ class KernelEmitter:
         self.depth = 1
         self._last_loc = None
         self.mark_ids = {label: i for i, label in enumerate(timeline.labels_of(kernel))} if kernel.timeline else None
+        self.debug = plan_for(kernel) if kernel.debug is not None else None   # debug mode's plan (codegen/debug.py)
 
     # -- structure ---------------------------------------------------------
     def emit(self) -> str:
@@ -125,6 +135,9 @@ class KernelEmitter:
             self.line("tk::wait_for_previous_kernel();  // global memory only once the previous kernel's writes show")
         if k.timeline:           # tkpy/runtime/timeline.py
             for text in timeline.kernel_state(k.warps):
+                self.line(text)
+        if self.debug is not None:   # debug mode: the mbarriers that stand in for hardware barriers (codegen/debug.py)
+            for text in debug_cpp.prologue(self.debug):
                 self.line(text)
         gl_decls_at = len(self.lines)
         self.body_with_divisors(k.body)

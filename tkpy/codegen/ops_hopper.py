@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..ir.expr import render
 from .abi import tensor_map_name
+from .debug import semaphore_index
 from .emit import emits, operand, tile_coord
 
 LANE0 = "if (laneid == 0) "
@@ -29,6 +30,9 @@ def emit_sem_arrive_remote(em, op):
 
 @emits("cluster_sync")
 def emit_cluster_sync(em, op):
+    if em.debug is not None:   # debug mode (codegen/debug.py): two mbarriers a block, bounded
+        yield f"tk::debug::cluster_sync(tkpy_debug_cluster, tkpy_debug_cluster_syncs, {em.debug.site(op).index});"
+        return
     yield "tk::cluster_sync();"
 
 
@@ -47,6 +51,10 @@ def emit_sem_expect(em, op):
 @emits("sem_wait")
 def emit_sem_wait(em, op):
     sem, phase = op.args
+    if em.debug is not None:   # debug mode (codegen/debug.py): bounded, reporting its site
+        yield (f"tk::debug::wait({operand(sem)}, {render(phase)}, {em.debug.site(op).index}, "
+               f"{semaphore_index(op)});")
+        return
     yield f"tk::wait({operand(sem)}, {render(phase)});"
 
 
@@ -93,6 +101,9 @@ WGMMA_NAMES = {(False, True): "AB", (False, False): "ABt", (True, True): "AtB", 
 def emit_wgmma(em, op):
     d, a, b = op.args
     name = ("mma_" if op.attrs["accumulate"] else "mm_") + WGMMA_NAMES[(op.attrs["trans_a"], op.attrs["trans_b"])]
+    if em.debug is not None:   # debug mode: the warpgroup meets first (bounded), so that its wgmma waits cannot hang
+        yield (f"tk::debug::meet(&tkpy_debug_warpgroups[warpid / 4], {em.debug.site(op).index}, warpid / 4);"
+               f"  // the warpgroup's 4 warps issue this wgmma")
     yield f"tk::warpgroup::{name}({operand(d)}, {operand(a)}, {operand(b)});"
 
 
@@ -108,19 +119,35 @@ def emit_fence_proxy_async(em, op):
     yield "tk::fence_proxy_async();"
 
 
+def _debug_named(em) -> bool:
+    """Debug mode with the kernel's named barriers as mbarriers (codegen/debug.py)."""
+    return em.debug is not None and em.debug.named is not None
+
+
 @emits("named_sync")
 def emit_named_sync(em, op):
+    if _debug_named(em):
+        yield f"tk::debug::meet(&tkpy_debug_named[{render(op.args[0])}], {em.debug.site(op).index}, {render(op.args[0])});"
+        return
     yield f"tk::named_sync({render(op.args[0])}, {op.attrs['threads']});"
 
 
 @emits("named_arrive")
 def emit_named_arrive(em, op):
+    if _debug_named(em):
+        yield f"tk::debug::named_arrive(&tkpy_debug_named[{render(op.args[0])}]);"
+        return
     yield f"tk::named_arrive({render(op.args[0])}, {op.attrs['threads']});"
 
 
 @emits("warpgroup_any")
 def emit_warpgroup_any(em, op):
     result, condition, barrier = op.args
+    if _debug_named(em):
+        b = render(barrier)
+        yield (f"{result.name} = tk::debug::named_any({render(condition)}, &tkpy_debug_named[{b}], {b}, "
+               f"{op.attrs['threads']}, {em.debug.site(op).index});")
+        return
     yield f"{result.name} = tk::named_any({render(condition)}, {render(barrier)}, {op.attrs['threads']});"
 
 
@@ -138,6 +165,11 @@ def emit_atomic_add(em, op):
 @emits("warpgroup_any_greater")
 def emit_warpgroup_any_greater(em, op):
     result, vec, threshold, barrier = op.args
+    if _debug_named(em):
+        b = render(barrier)
+        yield (f"{result.name} = tk::debug::named_any(tk::any_greater({operand(vec)}, {render(threshold)}), "
+               f"&tkpy_debug_named[{b}], {b}, {op.attrs['threads']}, {em.debug.site(op).index});")
+        return
     yield (f"{result.name} = tk::named_any(tk::any_greater({operand(vec)}, {render(threshold)}), {render(barrier)}, "
            f"{op.attrs['threads']});")
 

@@ -95,6 +95,9 @@ def emit_mma(em, op):
 
 @emits("sync")
 def emit_sync(em, op):
+    if em.debug is not None and op.attrs["scope"] == "block":   # debug mode (codegen/debug.py): an mbarrier, bounded
+        yield f"tk::debug::meet(&tkpy_debug_block, {em.debug.site(op).index}, 0);"
+        return
     yield "__syncthreads();" if op.attrs["scope"] == "block" else "__syncwarp();"
 
 

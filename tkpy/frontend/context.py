@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import defaultdict
 from typing import Optional
 
@@ -13,7 +14,7 @@ _TKPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class TraceContext:
-    """Collects the statements of one kernel trace. Exactly one is active while tracing."""
+    """Collects the statements of one kernel trace. At most one is active per thread (`activate`)."""
 
     def __init__(self, kernel_name: str, warps: int, cluster=None):
         self.kernel_name = kernel_name
@@ -65,32 +66,37 @@ class TraceContext:
         return var
 
 
-_active: Optional[TraceContext] = None
+class _Active(threading.local):
+    """The trace context being recorded, per thread: threads trace kernels at once (each its own), while a
+    kernel traced from inside another's trace on the same thread is still caught."""
+    ctx: Optional[TraceContext] = None
+
+
+_active = _Active()
 
 
 def current() -> TraceContext:
-    if _active is None:
+    ctx = _active.ctx
+    if ctx is None:
         raise TraceError("tile ops can only be used inside a @tk.kernel function while it is traced "
                          "(call the kernel, or kernel.trace(...))", user_loc())
-    return _active
+    return ctx
 
 
 class activate:
-    """`with activate(ctx):` makes ctx the active trace context."""
+    """`with activate(ctx):` makes ctx this thread's active trace context."""
 
     def __init__(self, ctx: TraceContext):
         self.ctx = ctx
 
     def __enter__(self):
-        global _active
-        if _active is not None:
+        if _active.ctx is not None:
             raise TraceError("kernels cannot be traced from inside another kernel's trace")
-        _active = self.ctx
+        _active.ctx = self.ctx
         return self.ctx
 
     def __exit__(self, *exc):
-        global _active
-        _active = None
+        _active.ctx = None
         return False
 
 

@@ -4,10 +4,15 @@
 
 `kernel[grid](*args)` runs all three once per specialization (cached) and then
 only checks the arguments, packs them and launches.
+
+Threads may call a kernel (launch, inspect, trace) at once: each cache is filled once under a lock
+(`Kernel._once`), and launches pack into per-thread parameter buffers (fastpath.ThreadBuffers).
 """
 from __future__ import annotations
 
 import functools
+import operator
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -17,6 +22,7 @@ from ..errors import ArgumentError
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
 from ..ir.passes import ALIGNMENT_SLACK
+from ..runtime import debug as debug_mode
 from .signature import (bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
 from . import fastpath
 from .tracer import trace_kernel
@@ -28,13 +34,16 @@ class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
     def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
-                 fast_division: bool = False):
+                 fast_division: bool = False, debug: Optional[bool] = None):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         if blocks_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"blocks_per_sm must be 1..4, got {blocks_per_sm!r}")
         self.blocks_per_sm = blocks_per_sm
         self.fast_division = fast_division
+        if debug not in (None, True, False):
+            raise ValueError(f"debug must be True, False or None (as TKPY_DEBUG says), got {debug!r}")
+        self.debug = debug                          # debug mode (runtime/debug.py): True, False, None = TKPY_DEBUG
         self.fn = fn
         self.warps = warps
         self.cluster = _cluster3(cluster)
@@ -50,6 +59,10 @@ class Kernel:
         self._native = None                         # the native launcher, when in use
         self._launcher_source: str | None = None
         self._interpreted = None                    # the CPU interpreter's launcher, made on first use
+        # Held while filling the caches above (`_once`, the fast path's set-up); never around a trace or compile,
+        # which hold the key's own lock in `_key_locks` so that other specializations compile meanwhile.
+        self._lock = threading.RLock()
+        self._key_locks: dict = {}
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -78,7 +91,8 @@ class Kernel:
             if len(devices) > 1:
                 raise ArgumentError(f"{self.name}: tensors are on different devices: {sorted(map(str, devices))}")
         bind_dims(self.specs, args)
-        key = (tuple(contiguous), tuple(sorted(constexprs.items(), key=lambda kv: kv[0])))
+        key = (tuple(contiguous), tuple(sorted(constexprs.items(), key=lambda kv: kv[0])),
+               debug_mode.settings(self.debug))   # debug and normal builds never share a specialization
         return key, constexprs
 
     def trace(self, *args) -> "Traced":
@@ -87,16 +101,28 @@ class Kernel:
         contiguous = key[0]
         ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster,
                           self.blocks_per_sm, self.fast_division)
+        ir.debug = key[2]
         run_all(ir)
         return Traced(self, ir, key)
 
     def _compiled_for(self, args, *, need_cuda: bool) -> "Compiled":
         key, _ = self._bind(args, need_cuda=need_cuda)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self.trace(*args).lower().compile()
-            self._compiled[key] = compiled
-        return compiled
+        return self._once(self._compiled, key, lambda: self.trace(*args).lower().compile())
+
+    def _once(self, cache: dict, key, make):
+        """`cache[key]`, made by `make()` once however many threads ask at once (one trace and one compile
+        per specialization): a lock per key, so threads making other keys meanwhile are not held up. An
+        RLock: a make() that asks for its own key again (a kernel launched from inside its own trace) gets
+        the nested-trace error, not a deadlock."""
+        value = cache.get(key)
+        if value is None:
+            with self._lock:
+                lock = self._key_locks.setdefault((id(cache), key), threading.RLock())
+            with lock:
+                value = cache.get(key)
+                if value is None:
+                    value = cache[key] = make()
+        return value
 
     def max_active_clusters(self, *args) -> int:
         """How many of this kernel's clusters, specialized for `args` (CUDA tensors), the GPU runs at once."""
@@ -160,7 +186,9 @@ class Kernel:
         """`kernel.interpret[grid](*args)`: run on the CPU interpreter (tkpy.interpret) instead of the GPU."""
         if self._interpreted is None:
             from ..interpret import Interpreted
-            self._interpreted = Interpreted(self)
+            with self._lock:        # one per kernel: threads share its cache of traced programs
+                if self._interpreted is None:
+                    self._interpreted = Interpreted(self)
         return self._interpreted
 
     def _launch(self, grid, *args) -> None:
@@ -181,21 +209,31 @@ class Kernel:
         compiled = self._compiled_for(args, need_cuda=True)
         device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
         ready = compiled.ready(device)
+        if compiled.lowered.traced.ir.debug is not None:   # debug mode: every launch checked and synchronized
+            debug_mode.launch(ready, grid, args, compiled.lowered.slots, self, compiled)
+            return
         if not all(compiled.lowered.traced.key[0]):   # a strided tensor: its strides are per call
             ready.launch_once(grid, args, compiled.lowered.slots, self)
             return
-        if self._launcher_source is None:
-            from ..runtime import native
-
-            self._launcher_source, fast = fastpath.build(self, compiled.lowered.slots)
-            self._native = native.launcher(self)    # None: disabled (TKPY_NATIVE_LAUNCH=0) or unavailable
-            self._fast_launch = self._native or fast
-            self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
         key = fastpath.cache_key(self.specs, args)
-        if key in self._fast:
+        if _this_thread.handed == (self, key):
             raise AssertionError(f"tkpy internal error: the fast launcher of {self.name} rejected cached key {key}")
-        self._fast[key] = ready.entry if self._native is None else ready.native_entry(self.specs)
-        self._fast_launch(grid, *args)
+        with self._lock:    # the fast launchers are made once, and a key is added once (another thread may have)
+            if self._launcher_source is None:
+                from ..runtime import native
+
+                source, fast = fastpath.build(self, compiled.lowered.slots)
+                self._native = native.launcher(self)    # None: disabled (TKPY_NATIVE_LAUNCH=0) or unavailable
+                self._fast_launch = self._native or fast
+                self._launcher_source = source
+                self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
+            if key not in self._fast:
+                self._fast[key] = ready.entry if self._native is None else ready.native_entry(self.specs)
+        _this_thread.handed = (self, key)     # if the fast launcher sends this call back here, it rejected the key
+        try:
+            self._fast_launch(grid, *args)
+        finally:
+            _this_thread.handed = None
 
     @property
     def launcher_source(self) -> str | None:
@@ -207,6 +245,15 @@ class Kernel:
     def uses_native_launch(self) -> bool:
         """Whether cache hits go through the native launcher (tkpy.runtime.native; decided at the first launch)."""
         return self._native is not None
+
+
+class _ThreadState(threading.local):
+    """The (kernel, key) this thread's slow path just added (or found added by another thread) and handed to the
+    fast launcher: seeing it again means the fast launcher rejected a key its cache holds (a tkpy bug)."""
+    handed = None
+
+
+_this_thread = _ThreadState()
 
 
 def _current_device() -> int:
@@ -226,7 +273,7 @@ def _grid3(grid) -> tuple[int, int, int]:
     if isinstance(grid, int):
         grid = (grid,)
     try:
-        g = tuple(int(x) for x in grid)
+        g = tuple(operator.index(x) for x in grid)      # (ints only: 1.5 or "2" is an error, not truncated)
     except TypeError:
         raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}") from None
     if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
@@ -271,6 +318,7 @@ class Compiled:
         self.lowered = lowered
         self.module = module
         self._ready: dict[int, _Ready] = {}
+        self._lock = threading.Lock()   # one _Ready per device, whichever threads launch first
 
     @property
     def resources(self):
@@ -292,13 +340,18 @@ class Compiled:
     def ready(self, device: int) -> "_Ready":
         r = self._ready.get(device)
         if r is None:
-            r = _Ready(self, device)
-            self._ready[device] = r
+            with self._lock:
+                r = self._ready.get(device)
+                if r is None:
+                    r = self._ready[device] = _Ready(self, device)
         return r
 
 
 class _Ready:
-    """A compiled specialization loaded on one device; `entry` is what the fast launcher unpacks."""
+    """A compiled specialization loaded on one device; `entry` is what the fast launcher unpacks:
+    (layout, buffers, stream_of, device, failed, launcher, tensor_maps), `layout` a ParamBuffer that
+    describes the parameter block (kinds, offsets) and is never packed, `buffers` each thread's own
+    ParamBuffer (fastpath.ThreadBuffers), `failed(err, grid, stream, params_address)`."""
 
     def __init__(self, compiled: Compiled, device: int):
         from ..runtime import ParamBuffer, load_kernel, stream_getter
@@ -307,35 +360,30 @@ class _Ready:
         ir = compiled.lowered.traced.ir
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
         launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster, ir.dependent_launch)
-        params = ParamBuffer([s.kind for s in compiled.lowered.slots])
-
-        def failed(err, grid, stream):
-            launcher.handle_error(err, grid, stream, params.address)
-
+        kinds = [s.kind for s in compiled.lowered.slots]
         tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in compiled.lowered.slots
                             if s.source[0] == "tmap")
-        self.entry = (params, {}, stream_getter(), device, failed, launcher, tensor_maps)
+        self.entry = (ParamBuffer(kinds), fastpath.ThreadBuffers(kinds), stream_getter(), device,
+                      launcher.handle_error, launcher, tensor_maps)
         self._compiled = compiled
         self._native = None
 
     def native_entry(self, specs):
-        """What the native launcher's cache maps a key to (made on first use)."""
+        """What the native launcher's cache maps a key to (made on first use; called under the kernel's lock)."""
         if self._native is None:
             from ..runtime import native
 
-            params, _, stream_of, device, failed, launcher, tensor_maps = self.entry
-            self._native = native.entry(self._compiled.lowered.slots, specs, launcher, params, tensor_maps,
+            layout, _, stream_of, device, _, launcher, tensor_maps = self.entry
+            self._native = native.entry(self._compiled.lowered.slots, specs, launcher, layout, tensor_maps,
                                         device, stream_of)
         return self._native
 
     def launch_once(self, grid, args, slots, kernel) -> None:
         """Pack and launch without the fast path (strided tensors, whose strides are per call)."""
-        params, _, stream_of, device, failed, launcher, tensor_maps = self.entry
+        _, buffers, stream_of, device, _, launcher, tensor_maps = self.entry
+        params = buffers.mine[0]        # this thread's: another's launch must not repack it before ours
         params.pack(*fastpath.slot_values(slots, kernel.specs, args, tensor_maps))
-        stream = stream_of(device)
-        err = fastpath.prepare_launch(launcher, {}, params, grid, stream)()[0]
-        if err:
-            failed(err, grid, stream)
+        launcher(grid, stream_of(device), params)
 
 
 def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
@@ -351,7 +399,7 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
 
 
 def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
-           fast_division: bool = False):
+           fast_division: bool = False, debug: Optional[bool] = None):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
     to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
@@ -359,7 +407,11 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     loops by values fixed for the kernel (dimensions, the grid size) by divisors made once at its start
     (tkpy/codegen/divisors.py): each division a multiply-high and a shift, each divisor two registers through the
     loops and ~a division's time at the start; for persistent kernels whose blocks loop over several tasks
-    (RESULTS.md runs 230-237: attention +3-12%; a GEMM of one tile a block 1% slower, run 236)."""
+    (RESULTS.md runs 230-237: attention +3-12%; a GEMM of one tile a block 1% slower, run 236). debug=True: debug
+    mode whatever TKPY_DEBUG says (False: never; None: as TKPY_DEBUG): every semaphore wait, tk.sync(), named and
+    cluster barrier and wgmma is bounded (TKPY_DEBUG_TIMEOUT_S, default 4 s) and a wait that times out stops the
+    kernel and raises tk.GpuTimeoutError naming it and its line; each launch synchronizes (tkpy/runtime/debug.py,
+    which lists what stays unbounded: setmaxnreg)."""
     if fn is None:
-        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division)
-    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division)
+        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug)
+    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug)

@@ -7,6 +7,7 @@ specialization per distinct value).
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -138,6 +139,9 @@ def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
                                 f"not a multiple of {ALIGNMENT}; pad the last dim or .contiguous() a padded copy")
 
 
+FLT_MAX = 3.4028234663852886e38          # the largest finite 32-bit float
+
+
 def check_scalar(spec: ParamSpec, v) -> None:
     if spec.kind == "int":
         if isinstance(v, bool) or not isinstance(v, int):
@@ -147,6 +151,8 @@ def check_scalar(spec: ParamSpec, v) -> None:
     elif spec.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ArgumentError(f"`{spec.name}` must be a float, got {type(v).__name__}")
+        if math.inf != abs(v) > FLT_MAX:                # (finite: infinities pack as themselves)
+            raise ArgumentError(f"`{spec.name}` = {v!r} does not fit a 32-bit float (finite values up to {FLT_MAX:.4g})")
 
 
 def bind_dims(specs: list[ParamSpec], args) -> dict[str, int]:

@@ -39,10 +39,7 @@ class Interpreted:
     def program(self, args) -> Program:
         """The interpretable program for these arguments (traced once per specialization)."""
         key, _ = self.kernel._bind(args, need_cuda=False)
-        program = self._programs.get(key)
-        if program is None:
-            program = self._programs[key] = Program(self.kernel.trace(*args).ir)
-        return program
+        return self.kernel._once(self._programs, key, lambda: Program(self.kernel.trace(*args).ir))
 
     def run(self, grid: tuple, *args) -> None:
         """Run the kernel over `grid` (3 ints) on these arguments. Tensors not on the CPU are copied to it

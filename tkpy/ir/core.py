@@ -8,7 +8,7 @@ the user's file:line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..tiles.types import GL, RT, RV, ST, SV, Semaphore
 from .expr import Expr, Sym
@@ -233,6 +233,7 @@ class KernelIR:
     dependent_launch: bool = False    # programmatic dependent launch (runtime/dependent_launch.py)
     timeline: bool = False            # tk.mark records the cycle counter (runtime/timeline.py)
     fast_division: bool = False       # divisions in loops by kernel-fixed values through divisors (codegen/divisors.py)
+    debug: Optional[Any] = None       # debug mode's settings (runtime/debug.py Settings): bounded waits; None: off
 
     @property
     def threads(self) -> int:

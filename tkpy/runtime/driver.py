@@ -712,6 +712,70 @@ class Launcher:
         )
 
 
+# ---------------------------------------------------------------------------
+# debug mode (runtime/debug.py): mapped host memory, module globals, a bounded synchronize
+# ---------------------------------------------------------------------------
+
+_CUDA_ERROR_NOT_READY = 600
+
+
+def host_mapped_alloc(size: int, device_index: int) -> tuple[int, int]:
+    """``size`` bytes of pinned host memory mapped into the device's address space (cuMemHostAlloc with
+    DEVICEMAP | PORTABLE): (host address, device address). The host can read it after a kernel broke the
+    context (a trap), when device memory no longer can be. Never freed (a few bytes per debug module)."""
+    d = _driver()
+    with device_context(device_index):
+        flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
+        host = check(d.cuMemHostAlloc(int(size), flags), "cuMemHostAlloc(DEVICEMAP)")
+        device = check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+    return int(host), int(device)
+
+
+def set_module_pointer(loaded: LoadedKernel, symbol: str, value: int) -> None:
+    """Write the 64-bit ``value`` into the __device__ pointer ``symbol`` of a loaded module (cuModuleGetGlobal)."""
+    d = _driver()
+    with device_context(loaded.device_index):
+        ptr, size = check(d.cuModuleGetGlobal(loaded.module, symbol.encode()), f"cuModuleGetGlobal({symbol!r})")
+        if int(size) != 8:
+            raise DriverError(f"__device__ {symbol} of '{loaded.kernel_name}' is {int(size)} bytes, not a pointer")
+        word = ctypes.c_uint64(int(value))
+        check(d.cuMemcpyHtoD(ptr, ctypes.addressof(word), 8), f"cuMemcpyHtoD({symbol})")
+
+
+def stream_is_capturing(stream_handle: int, device_index: int) -> bool:
+    """Whether the stream is being captured into a CUDA graph (then it cannot be synchronized)."""
+    d = _driver()
+    with device_context(device_index):
+        status = check(d.cuStreamIsCapturing(cu_stream(int(stream_handle))), "cuStreamIsCapturing")
+    return int(status) != int(d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
+def synchronize_stream(stream_handle: int, timeout_s: float, device_index: int) -> bool:
+    """Wait for the stream's work: True once it has finished, False if it is still running after ``timeout_s``
+    seconds (0: wait for ever, cuStreamSynchronize). A failed kernel raises :class:`DriverError`."""
+    d = _driver()
+    stream = cu_stream(int(stream_handle))
+    with device_context(device_index):
+        if not timeout_s:
+            check(d.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            return True
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        pause = 1e-5
+        while True:
+            err = d.cuStreamQuery(stream)[0]
+            if int(err) == 0:
+                return True
+            if int(err) != _CUDA_ERROR_NOT_READY:
+                d.cuStreamSynchronize(stream)   # (fails at once too; but it, unlike a query, flushes device printf)
+                raise driver_error(err, "cuStreamQuery (after a debug-mode launch)")
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
+
+
 _launchers: dict[tuple[Any, ...], Launcher] = {}
 
 
@@ -754,6 +818,7 @@ __all__ = [
     "device_attribute",
     "device_context",
     "driver_error",
+    "host_mapped_alloc",
     "ensure_context",
     "gpu_available",
     "launch",
@@ -763,6 +828,9 @@ __all__ = [
     "max_shared_per_block_optin",
     "primary_context",
     "require_gpu",
+    "set_module_pointer",
     "sm_count",
     "stream_getter",
+    "stream_is_capturing",
+    "synchronize_stream",
 ]

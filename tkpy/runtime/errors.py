@@ -40,6 +40,20 @@ class DriverError(TkpyRuntimeError):
         self.name = name
 
 
+class GpuTimeoutError(TkpyRuntimeError):
+    """Debug mode (``TKPY_DEBUG=1`` or ``tk.kernel(debug=True)``, tkpy/runtime/debug.py): a wait on the GPU timed
+    out, so the kernel stopped itself (``__trap()``), or a debug launch did not finish in time. The message names
+    the wait (its Python line and op), the block, the warp, the barrier and the phase, as the interpreter's
+    :class:`tkpy.DeadlockError` does; ``loc`` is the wait's Python location, ``site`` its tkpy/codegen/debug.py
+    Site (None when the kernel ran past the host's limit). The CUDA context cannot be used again."""
+
+    def __init__(self, message: str, *, kernel: str = "", block=None, warp=None, loc=None, site=None, index=None,
+                 phase=None, waited_s=None) -> None:
+        super().__init__(message)
+        self.kernel, self.block, self.warp, self.loc, self.site = kernel, block, warp, loc, site
+        self.index, self.phase, self.waited_s = index, phase, waited_s
+
+
 class NoGPUError(TkpyRuntimeError):
     """No usable (Hopper, sm_90+) GPU is visible to this process."""
 
@@ -48,4 +62,4 @@ class SpillWarning(UserWarning):
     """ptxas spilled registers to local memory for a tkpy kernel."""
 
 
-__all__ = ["TkpyRuntimeError", "CompileError", "DriverError", "NoGPUError", "SpillWarning"]
+__all__ = ["TkpyRuntimeError", "CompileError", "DriverError", "GpuTimeoutError", "NoGPUError", "SpillWarning"]

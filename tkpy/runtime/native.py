@@ -5,7 +5,9 @@ what the generated Python launcher (:mod:`tkpy.frontend.fastpath`) does: the key
 pointers, the packing, torch's current stream and ``cuLaunchKernelEx``, which it calls through the
 driver's function pointer (``cuGetProcAddress``). It is compiled on first use with the C compiler
 Python was built with (sysconfig's ``CC``) and cached in ``<tkpy cache dir>/native/``, keyed by the
-source, the Python version and the platform.
+source, the Python version and the platform. It is imported only from a private directory, only if the
+file is ours and its HMAC (``<name>.mac``, see :mod:`tkpy.runtime.cache`) matches, and from the very
+descriptor that was checked; with no disk cache it is built in a temporary directory removed at exit.
 
 ``TKPY_NATIVE_LAUNCH=0``, or no compiler, no ``Python.h`` or a failed build, leaves the Python
 launcher in charge, with no other change; the reason is logged once at debug level (logger
@@ -14,6 +16,8 @@ launcher in charge, with no other change; the reason is logged once at debug lev
 from __future__ import annotations
 
 import hashlib
+import hmac
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -27,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
-from .cache import cache_dir, cache_enabled
+from . import cache
 
 ENV = "TKPY_NATIVE_LAUNCH"
 MODULE_NAME = "tkpy_native_launch"
@@ -44,6 +48,7 @@ _module: Any = None
 _tried = False
 _launch_address: Optional[int] = None
 _logged: set = set()
+_temp: Optional[tempfile.TemporaryDirectory] = None   # the build directory when there is no disk cache
 
 
 class NativeBuildError(RuntimeError):
@@ -91,18 +96,34 @@ def build_key(source: bytes, cc: list[str]) -> str:
     return h.hexdigest()
 
 
-def build(directory: Optional[Path] = None, *, force: bool = False) -> Path:
-    """Compile the extension (unless a cached build exists) and return the shared library's path."""
-    cc = compiler()
-    include = python_include()
-    source = SOURCE.read_bytes()
-    if directory is None:
-        directory = cache_dir() / "native" if cache_enabled() else Path(tempfile.mkdtemp(prefix="tkpy-native-"))
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    path = Path(directory) / f"{MODULE_NAME}-{build_key(source, cc)[:24]}{suffix}"
-    if path.is_file() and not force:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _temp_dir() -> Path:
+    """A private directory of this process, removed at exit (TemporaryDirectory's finalizer)."""
+    global _temp
+    if _temp is None:
+        _temp = tempfile.TemporaryDirectory(prefix="tkpy-native-")
+    return Path(_temp.name)
+
+
+def _mac(key: bytes, path: Path, data: bytes) -> bytes:
+    return cache.mac(key, b"tkpy-native", path.name.encode(), data).encode()
+
+
+def _open_verified(path: Path, key: bytes) -> Optional[int]:
+    """A descriptor of the build at `path` if the file is ours, writable by no one else, and its bytes
+    (read from that descriptor) match the MAC beside it; None otherwise."""
+    fd = cache.open_owned(path)
+    if fd is None:
+        return None
+    with os.fdopen(os.dup(fd), "rb") as f:
+        data = f.read()
+    tag = cache.read_owned(path.with_name(path.name + ".mac"))
+    if tag is None or not hmac.compare_digest(tag, _mac(key, path, data)):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _compile(cc: list[str], include: Path, path: Path, key: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     cmd = cc + ["-O2", "-shared", "-fPIC", "-std=c11", "-Wall", f"-I{include}", str(SOURCE), "-o", tmp]
@@ -112,19 +133,66 @@ def build(directory: Optional[Path] = None, *, force: bool = False) -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise NativeBuildError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr.strip()}")
-        os.replace(tmp, path)   # atomic: concurrent builders write the same bytes
+        os.chmod(tmp, 0o700)    # the linker's mode follows the umask: never group-writable
+        with open(tmp, "rb") as f:
+            data = f.read()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        cache.atomic_write(path.with_name(path.name + ".mac"), _mac(key, path, data))
     except (OSError, subprocess.SubprocessError) as e:
         raise NativeBuildError(f"could not run the C compiler: {e}") from e
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def build(directory: Optional[Path] = None, *, force: bool = False) -> Path:
+    """Compile the extension into a private directory (``<cache>/native``, or a temporary one where
+    there is no disk cache) unless a verified build is there; return the shared library's path."""
+    cc = compiler()
+    include = python_include()
+    source = SOURCE.read_bytes()
+    if directory is None:
+        r = cache.root()
+        directory = r / "native" if r is not None else _temp_dir()
+    directory = cache.private_dir(directory)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    path = directory / f"{MODULE_NAME}-{build_key(source, cc)[:24]}{suffix}"
+    key = cache.secret_key(directory)
+
+    def ok() -> bool:
+        fd = _open_verified(path, key)
+        if fd is not None:
+            os.close(fd)
+        return fd is not None
+
+    if force or not ok():
+        with cache.file_lock(path.with_name(path.name + ".lock")):   # one build across processes
+            if force or not ok():
+                _compile(cc, include, path, key)
     return path
 
 
 def _import(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    """Import the build at `path` from the descriptor just verified (/proc/self/fd/N), so a file put
+    at that path after the check is never what runs; without /proc, from a private copy of its bytes."""
+    fd = _open_verified(path, cache.secret_key(path.parent))
+    if fd is None:
+        raise ImportError(f"{path} is not a verified tkpy build")
+    where = f"/proc/self/fd/{fd}"
+    if not os.path.exists(where):
+        copy, where = tempfile.mkstemp(dir=_temp_dir(), suffix=path.name)
+        with os.fdopen(os.dup(fd), "rb") as src, os.fdopen(copy, "wb") as dst:
+            src.seek(0)
+            shutil.copyfileobj(src, dst)
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, where)
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, where, loader=loader)
     module = importlib.util.module_from_spec(spec)
+    # a failed import leaves its descriptor open: glibc keeps a library whose init failed loaded under
+    # its name, so a retry through a reused /proc/self/fd/N would get that stale library back
     spec.loader.exec_module(module)
+    os.close(fd)
+    module.__file__ = str(path)
     return module
 
 
@@ -138,8 +206,8 @@ def load() -> Any:
             try:
                 try:
                     path = build()
-                except OSError:         # an unwritable cache directory: build in a temporary one
-                    path = build(Path(tempfile.mkdtemp(prefix="tkpy-native-")))
+                except OSError:         # an unusable cache directory: build in a temporary one
+                    path = build(_temp_dir())
                 try:
                     _module = _import(path)
                 except ImportError:     # an unloadable cached build: rebuild it once
@@ -224,12 +292,15 @@ def entry(slots, specs, launcher, params, tensor_maps: tuple, device: int, strea
     """The native entry of one specialization on one device (what ``kernel._fast`` maps its key to).
 
     `launcher` is the driver.Launcher (function, block, shared memory, cluster; its handle_error deals
-    with failed launches), `params` its ParamBuffer (its layout; a failed launch's values land there).
+    with failed launches), `params` a ParamBuffer of the layout (``launch_prepacked`` launches it as is).
+    ``failed(err, grid, stream, params_address)`` gets a failed launch's own packed block (on the calling
+    thread's C stack, valid during the call): a retry from a buffer shared between threads could launch
+    with another thread's arguments.
     """
     module = load()
     if failed is None:
-        def failed(err, grid, stream):
-            launcher.handle_error(_cu_result(err), grid, stream, params.address)
+        def failed(err, grid, stream, params_address):
+            launcher.handle_error(_cu_result(err), grid, stream, params_address)
     function = launcher.function
     return module.Entry(
         launch=launch_address if launch_address is not None else driver_launch_address(),
@@ -239,7 +310,7 @@ def entry(slots, specs, launcher, params, tensor_maps: tuple, device: int, strea
         dependent_launch=launcher.dependent_launch,
         layout=layout(module, slots, specs, params), size=params.size, spec_kinds=spec_kinds(module, specs),
         tensor_maps=tuple(tensor_maps), device=device, stream_of=stream_of, failed=failed, params=params,
-        params_base=params._base, params_address=params.address)
+        params_address=params.address)
 
 
 def _cu_result(err: int) -> Any:

@@ -14,8 +14,9 @@
  * key, a misaligned pointer, a value struct would not pack) goes there here too.
  *
  * The parameter block is packed on the C stack, so concurrent calls from several threads are safe;
- * the GIL is released around the driver call only. If the launch fails, the packed block is copied
- * into the specialization's ParamBuffer and `failed(err, grid, stream)` (Python) retries or raises.
+ * the GIL is released around the driver call only. If the launch fails, `failed(err, grid, stream,
+ * params_address)` (Python) retries or raises, with the address of this call's own block (still on this
+ * thread's stack): a retry from a buffer shared between threads could launch another thread's values.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -118,6 +119,8 @@ static int pack_value(int kind, PyObject *v, char *dst)
     case K_F32: case K_F64: {
         double x = PyFloat_AsDouble(v);
         if (x == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return 1; }   /* "required argument is not a float" */
+        if (kind == K_F32 && x - x == 0.0 && (x > 3.4028234663852886e38 || x < -3.4028234663852886e38))
+            return 1;   /* finite but past float's range: the Python path raises the ArgumentError */
         /* little-endian, as struct's "<f"/"<d"; a finite value too large for a float raises OverflowError */
         return (kind == K_F32 ? PyFloat_Pack4(x, dst, 1) : PyFloat_Pack8(x, dst, 1)) ? -1 : 0;
     }
@@ -153,13 +156,12 @@ typedef struct {
     Py_ssize_t nargs, nslots, size;
     char *spec_kinds;                   /* SPEC_* per kernel argument (must match the Launcher's) */
     Slot *slots;
-    char *params_base;                  /* the ParamBuffer's block, which gets the packed values on failure */
-    void **params_address;              /* its void*[] (for launch_prepacked) */
-    PyObject *params;                   /* the ParamBuffer: keeps those alive */
+    void **params_address;              /* the ParamBuffer's void*[] (for launch_prepacked) */
+    PyObject *params;                   /* the ParamBuffer: keeps it alive */
     PyObject *tensor_maps;              /* tuple of callables: tensor -> 128 bytes */
     PyObject *device;                   /* int, passed to stream_of */
     PyObject *stream_of;                /* device -> raw stream handle (torch's current stream) */
-    PyObject *failed;                   /* (err, grid, stream) -> None or raise */
+    PyObject *failed;                   /* (err, grid, stream, params_address) -> None or raise */
 } Entry;
 
 static PyTypeObject EntryType;
@@ -218,23 +220,23 @@ static int launch_grid(Entry *e, PyObject *grid, unsigned int out[3])
 }
 
 /* Entry(launch, function, block, smem, cluster, dependent_launch, layout, size, spec_kinds, tensor_maps,
- *       device, stream_of, failed, params, params_base, params_address)
+ *       device, stream_of, failed, params, params_address)
  * layout: per slot (kind, offset, source, arg, index), kinds and sources as in KINDS / SOURCES;
  * spec_kinds: bytes, one SPEC_* per kernel argument. */
 static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"launch", "function", "block", "smem", "cluster", "dependent_launch", "layout", "size",
-                            "spec_kinds", "tensor_maps", "device", "stream_of", "failed", "params", "params_base",
+                            "spec_kinds", "tensor_maps", "device", "stream_of", "failed", "params",
                             "params_address", NULL};
-    unsigned long long launch, function, base, address;
+    unsigned long long launch, function, address;
     unsigned int smem;
     PyObject *block, *cluster, *layout, *tensor_maps, *device, *stream_of, *failed, *params;
     Py_buffer spec;
     Py_ssize_t size;
     int dependent_launch;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKOIOpOny*O!OOOOKK", names, &launch, &function, &block, &smem,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKOIOpOny*O!OOOOK", names, &launch, &function, &block, &smem,
                                      &cluster, &dependent_launch, &layout, &size, &spec, &PyTuple_Type,
-                                     &tensor_maps, &device, &stream_of, &failed, &params, &base, &address))
+                                     &tensor_maps, &device, &stream_of, &failed, &params, &address))
         return -1;
     const char *spec_kinds = spec.buf;
     Py_ssize_t nargs = spec.len;
@@ -293,7 +295,6 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
     self->nargs = nargs;
     self->nslots = n;
     self->size = size;
-    self->params_base = (char *)(uintptr_t)base;
     self->params_address = (void **)(uintptr_t)address;
     Py_INCREF(tensor_maps); self->tensor_maps = tensor_maps;
     Py_INCREF(device); self->device = device;
@@ -381,7 +382,19 @@ static PyObject *current_stream(Entry *e, void **raw)
     return stream;
 }
 
-/* Packed block in hand: stream, launch, and on failure hand the error to Python. */
+/* failed(err, grid, stream, params_address): the retry after a missing context (or the error) in Python,
+ * from `params` (this call's block: the retry must not read a buffer that another thread may refill). */
+static PyObject *call_failed(Entry *e, CUresult err, PyObject *grid, PyObject *stream, void **params)
+{
+    PyObject *code = PyLong_FromLong(err);
+    PyObject *address = code ? PyLong_FromVoidPtr(params) : NULL;
+    PyObject *result = address ? PyObject_CallFunctionObjArgs(e->failed, code, grid, stream, address, NULL) : NULL;
+    Py_XDECREF(code);
+    Py_XDECREF(address);
+    return result;
+}
+
+/* Packed block in hand: stream, launch, and on failure hand the error to Python with the block's address. */
 static PyObject *launch_block(Entry *e, PyObject *grid, char *block, void **slot_ptrs)
 {
     unsigned int g[3];
@@ -397,12 +410,8 @@ static PyObject *launch_block(Entry *e, PyObject *grid, char *block, void **slot
     PyObject *result = Py_None;
     Py_INCREF(result);
     if (err) {
-        /* the retry after a missing context launches from the ParamBuffer */
-        memcpy(e->params_base, block, (size_t)e->size);
         Py_DECREF(result);
-        PyObject *code = PyLong_FromLong(err);
-        result = code ? PyObject_CallFunctionObjArgs(e->failed, code, grid, stream, NULL) : NULL;
-        Py_XDECREF(code);
+        result = call_failed(e, err, grid, stream, slot_ptrs);
     }
     Py_DECREF(stream);
     return result;
@@ -450,10 +459,7 @@ static PyObject *entry_launch_prepacked(Entry *self, PyObject *const *args, Py_s
     CUresult err = launch_packed(self, g, raw, self->params_address);
     if (!err)
         Py_RETURN_NONE;
-    PyObject *code = PyLong_FromLong(err);
-    PyObject *result = code ? PyObject_CallFunctionObjArgs(self->failed, code, args[0], args[1], NULL) : NULL;
-    Py_XDECREF(code);
-    return result;
+    return call_failed(self, err, args[0], args[1], self->params_address);
 }
 
 static PyObject *entry_get_size(Entry *self, void *closure)

@@ -190,31 +190,46 @@ def compile_cuda(
         raise ValueError(f"arch must be a real architecture like 'sm_90a' (we load CUBIN, never PTX); got {arch!r}")
     options = tuple(options)
     opts = [f"-arch={arch}", *BASE_OPTIONS, *(o for o in options if o not in BASE_OPTIONS)]
-    use_cache = _cache.cache_enabled()
+    use_memo = _cache.cache_enabled()
     key = _cache.cache_key(source, kernel_name, tuple(opts), nvrtc_version(), arch)
 
-    if use_cache:
+    if use_memo:
         hit = _memo.get(key)
         if hit is not None:
             return hit
-        entry = _cache.load(key)
-        if entry is not None and entry["kernel_name"] == kernel_name:
-            mod = CompiledModule(
-                kernel_name=kernel_name,
-                cubin=entry["cubin"],
-                ptx=entry["ptx"],
-                log=entry["log"],
-                resources=parse_ptxas_log(entry["log"], kernel_name),
-                compile_seconds=entry["compile_seconds"],
-                from_cache=True,
-                key=key,
-                arch=arch,
-                source=source,
-            )
-            with _memo_lock:
-                _memo[key] = mod
-            return mod
+    mod = _from_disk(key, source, kernel_name, arch)
+    if mod is None:
+        with _cache.entry_lock(key):  # one compile per key across processes
+            mod = _from_disk(key, source, kernel_name, arch)  # another process may have just written it
+            if mod is None:
+                mod = _compile(source, kernel_name, opts, arch, key)
+                _cache.store(key, kernel_name=kernel_name, cubin=mod.cubin, ptx=mod.ptx, log=mod.log,
+                             compile_seconds=mod.compile_seconds)
+    if use_memo:
+        with _memo_lock:
+            _memo[key] = replace(mod, from_cache=True)
+    return mod
 
+
+def _from_disk(key: str, source: str, kernel_name: str, arch: str) -> CompiledModule | None:
+    entry = _cache.load(key)
+    if entry is None or entry["kernel_name"] != kernel_name:
+        return None
+    return CompiledModule(
+        kernel_name=kernel_name,
+        cubin=entry["cubin"],
+        ptx=entry["ptx"],
+        log=entry["log"],
+        resources=parse_ptxas_log(entry["log"], kernel_name),
+        compile_seconds=entry["compile_seconds"],
+        from_cache=True,
+        key=key,
+        arch=arch,
+        source=source,
+    )
+
+
+def _compile(source: str, kernel_name: str, opts: list[str], arch: str, key: str) -> CompiledModule:
     cubin, ptx, log, secs = _run_nvrtc(source, kernel_name, opts, arch)
     if "-Xptxas=-v" in opts and not parse_ptxas_log(log, kernel_name).found:
         # NVRTC (13.0 on the H200) reuses cubins from the CUDA compute cache (~/.nv/ComputeCache) and then
@@ -230,7 +245,7 @@ def compile_cuda(
             log=log,
             source=source,
         )
-    mod = CompiledModule(
+    return CompiledModule(
         kernel_name=kernel_name,
         cubin=cubin,
         ptx=ptx,
@@ -242,11 +257,6 @@ def compile_cuda(
         arch=arch,
         source=source,
     )
-    if use_cache:
-        _cache.store(key, kernel_name=kernel_name, cubin=cubin, ptx=ptx, log=log, compile_seconds=secs)
-        with _memo_lock:
-            _memo[key] = replace(mod, from_cache=True)
-    return mod
 
 
 def clear_memo() -> None:

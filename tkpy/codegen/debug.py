@@ -1,0 +1,235 @@
+"""Debug mode's plan of a kernel (tkpy/runtime/debug.py): which of its waits are bounded, how, and what each one
+(a "site", numbered in the order of the IR) is called in messages.
+
+The emitter asks the plan for each wait's site and writes the bounded form (prelude/debug.py's helpers); the host
+rebuilds the same plan from the same IR to turn a record's site number back into the Python line, the op and the
+barrier. Nothing here runs for a normal build.
+"""
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..ir.core import For, If, KernelIR, Loc, Op, SharedRef
+from ..ir.expr import BinOp, Const, Sym, render
+
+WARPS_PER_WARPGROUP = 4
+NAMED_BARRIERS = 16          # bar.sync ids 0..15; debug mode gives each an mbarrier
+NAMED_OPS = {"named_sync": 0, "named_arrive": 0, "warpgroup_any": 2, "warpgroup_any_greater": 3}  # -> id's arg
+
+
+@dataclass(frozen=True)
+class Site:
+    """One bounded wait of the kernel: site `index` of its plan."""
+
+    index: int
+    kind: str                 # semaphore | block barrier | named barrier | warpgroup vote | cluster barrier | wgmma
+    op: Op
+    text: str                 # the Python line of the op
+    barrier: str              # the C++ name of what it waits on (`full`, `tkpy_debug_named`, ...)
+    indexed: bool = False     # the barrier is an element of an array, whose index the device reports
+    warps: int = 0            # warps that must arrive (barriers)
+    branches: tuple = ()      # the tk.if_ lines around it, outermost first
+
+    @property
+    def loc(self) -> Loc:
+        return self.op.loc
+
+    @property
+    def source(self) -> str:
+        return f"{self.loc.short} `{self.text}`" if self.text else self.loc.short
+
+    def describe(self, block, index: int, phase: int) -> str:
+        """The barrier and what the warp waited for (as the interpreter's deadlock reports word it)."""
+        b = f"block ({block[0]}, {block[1]}, {block[2]})"
+        if self.kind == "semaphore":
+            name = f"{self.barrier}[{index}]" if self.indexed else self.barrier
+            return f"semaphore `{name}` of {b}, waiting for its phase with parity {phase} to complete"
+        if self.kind == "block barrier":
+            return f"__syncthreads (tk.sync()): waiting for all {self.warps} warps of {b} to arrive"
+        if self.kind == "named barrier":
+            return f"named barrier {index}: waiting for {self.warps} warps to arrive"
+        if self.kind == "warpgroup vote":
+            return f"named barrier {index} (a warpgroup vote): waiting for the {self.warps} warps of the warpgroup to arrive"
+        if self.kind == "cluster barrier":
+            return (f"the cluster barrier (this warp's tk.cluster.sync() number {index}, counting from 0): waiting "
+                    f"for all {self.warps} warps of the cluster to arrive")
+        return (f"the warpgroup MMA (warpgroup {index}): every warp of the warpgroup must issue it, but some of its "
+                f"warps have not within the timeout")
+
+    def c_format(self, kernel: str) -> str:
+        """The printf format of this site's timeout line (a C string literal's contents). Its arguments are
+        block x, y, z, warp, index, phase, milliseconds; "%.0d" swallows an argument that is 0 and means nothing."""
+        what = {
+            "semaphore": (f"semaphore {self.barrier}[%d], phase parity %d" if self.indexed
+                          else f"semaphore {self.barrier}%.0d, phase parity %d"),
+            "block barrier": f"tk.sync() of all {self.warps} warps%.0d%.0d",
+            "named barrier": f"named barrier %d of {self.warps} warps%.0d",
+            "warpgroup vote": f"named barrier %d of a warpgroup vote%.0d",
+            "cluster barrier": f"cluster barrier, this warp's sync number %d%.0d",
+            "wgmma": f"the other warps of warpgroup %d issuing this wgmma%.0d",
+        }[self.kind]
+        text = _c_text(self.source)
+        return (f"tkpy debug: kernel {_c_text(kernel)}, block (%u, %u, %u), warp %u: wait timed out at {text} "
+                f"on {what} after %u ms\\n")
+
+
+@dataclass(frozen=True)
+class Unbounded:
+    """A wait that debug mode leaves to the hardware, and why."""
+
+    op: Op
+    text: str
+    why: str
+
+    @property
+    def source(self) -> str:
+        return f"{self.op.loc.short} `{self.text}`" if self.text else self.op.loc.short
+
+
+@dataclass
+class Plan:
+    """The debug plan of one kernel."""
+
+    ir: KernelIR
+    sites: list = field(default_factory=list)
+    unbounded: list = field(default_factory=list)
+    named: Optional[dict] = None     # barrier id -> warps for the named barriers made mbarriers; None: hardware
+    named_default: int = 1           # the count of ids not in `named` (run-time ids: their one count)
+    block_barrier: bool = False      # tk.sync() occurs
+    warpgroups: int = 0              # wgmma occurs: one rendezvous mbarrier per warpgroup
+    cluster_barrier: bool = False    # tk.cluster.sync() occurs
+    uses_named_mbarriers: bool = False  # named-barrier ops occur and are mbarriers (`named` is not None)
+    _by_op: dict = field(default_factory=dict)
+
+    def site(self, op: Op) -> Site:
+        return self._by_op[id(op)]
+
+    def has_site(self, op: Op) -> bool:
+        return id(op) in self._by_op
+
+    @property
+    def cluster_blocks(self) -> int:
+        c = self.ir.cluster or (1, 1, 1)
+        return c[0] * c[1] * c[2]
+
+
+def plan_for(ir: KernelIR) -> Plan:
+    """The plan of `ir` (deterministic: the emitter and the host build the same one)."""
+    plan = Plan(ir)
+    ops = list(_ops_with_branches(ir.body))
+    named_ops = [op for op, _ in ops if op.name in NAMED_OPS]
+    plan.named, plan.named_default, reason = _named_counts(named_ops, ir.warps)
+    plan.uses_named_mbarriers = bool(named_ops) and plan.named is not None
+    for op, branches in ops:
+        text = linecache.getline(op.loc.file, op.loc.line).strip()
+        site = None
+        if op.name == "sem_wait":
+            sem = op.args[0]
+            indexed = isinstance(sem, SharedRef) and sem.index is not None
+            site = Site(len(plan.sites), "semaphore", op, text, sem.name, indexed, branches=branches)
+        elif op.name == "sync" and op.attrs.get("scope") == "block":
+            plan.block_barrier = True
+            site = Site(len(plan.sites), "block barrier", op, text, "tkpy_debug_block", warps=ir.warps,
+                        branches=branches)
+        elif op.name in NAMED_OPS:
+            if op.name == "named_arrive":         # an arrival does not wait
+                pass
+            elif plan.named is None:
+                plan.unbounded.append(Unbounded(op, text, reason))
+            else:
+                kind = "named barrier" if op.name == "named_sync" else "warpgroup vote"
+                site = Site(len(plan.sites), kind, op, text, "tkpy_debug_named", True, op.attrs["threads"] // 32,
+                            branches=branches)
+        elif op.name == "cluster_sync":
+            plan.cluster_barrier = True
+            site = Site(len(plan.sites), "cluster barrier", op, text, "tkpy_debug_cluster", True,
+                        plan.cluster_blocks * ir.warps, branches=branches)
+        elif op.name == "wgmma":
+            plan.warpgroups = max(1, ir.warps // WARPS_PER_WARPGROUP)
+            site = Site(len(plan.sites), "wgmma", op, text, "tkpy_debug_warpgroups", True, WARPS_PER_WARPGROUP,
+                        branches=branches)
+        elif op.name == "setmaxnreg" and op.attrs.get("increase"):
+            plan.unbounded.append(Unbounded(op, text, "setmaxnreg.inc blocks in hardware until the registers it asks "
+                                                      "for are free (no try form)"))
+        if site is not None:
+            plan.sites.append(site)
+            plan._by_op[id(op)] = site
+    return plan
+
+
+def _ops_with_branches(stmts, branches=()):
+    """(op, the locations of the tk.if_ branches around it) for every op, in the order the emitter visits them."""
+    for s in stmts:
+        if isinstance(s, Op):
+            yield s, branches
+        elif isinstance(s, For):
+            yield from _ops_with_branches(s.body, branches)
+        elif isinstance(s, If):
+            yield from _ops_with_branches(s.then, branches + (s.loc,))
+            yield from _ops_with_branches(s.orelse, branches + (s.loc,))
+
+
+def _named_counts(ops, warps: int) -> tuple[Optional[dict], int, str]:
+    """(barrier id -> warps, 1, "") when every named barrier can be an mbarrier (whose count is fixed at its init):
+    each id that an op may name always with one warp count. A run-time id may name the ids of its range
+    (`_id_range`: e.g. `4 + warpid / 4` in a 12-warp kernel names 4..6; an id of unknown range any of 0..15).
+    Otherwise (None, 1, why): the kernel's named barriers stay in hardware."""
+    counts: dict = {}
+    for op in ops:
+        bid, n = op.args[NAMED_OPS[op.name]], op.attrs["threads"] // 32
+        lo, hi = _id_range(bid, warps) or (0, NAMED_BARRIERS - 1)
+        for i in range(max(lo, 0), min(hi, NAMED_BARRIERS - 1) + 1):
+            if counts.setdefault(i, n) != n:
+                what = f"named barrier {i} is" if isinstance(bid, Const) else f"named barrier {i} may be"
+                return None, 1, (f"{what} used with {counts[i]} and {n} warps, so debug mode keeps the kernel's named "
+                                 f"barriers in hardware (an mbarrier's count is fixed; bar.sync has no try form)")
+    return counts, 1, ""
+
+
+def _id_range(e, warps: int) -> Optional[tuple[int, int]]:
+    """The values a barrier id expression can take, from constants and the warp index; None where unknown."""
+    if isinstance(e, Const):
+        return int(e.value), int(e.value)
+    if isinstance(e, Sym):
+        return (0, warps - 1) if e.name == "warpid" else None
+    if isinstance(e, BinOp) and e.op in "+-*/%":
+        a, b = _id_range(e.a, warps), _id_range(e.b, warps)
+        if a is None or b is None or a[0] < 0 or b[0] < 0:
+            return None
+        if e.op == "+":
+            return a[0] + b[0], a[1] + b[1]
+        if e.op == "-":
+            return a[0] - b[1], a[1] - b[0]
+        if e.op == "*":
+            return a[0] * b[0], a[1] * b[1]
+        if b[0] == 0:
+            return None
+        if e.op == "/":
+            return a[0] // b[1], a[1] // b[0]
+        return 0, min(a[1], b[1] - 1)
+    return None
+
+
+def _c_text(text: str) -> str:
+    """`text` inside a C string literal that is a printf format: escaped, % doubled, ASCII only."""
+    out = []
+    for ch in text:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch == "%":
+            out.append("%%")
+        elif ch == "?":
+            out.append("\\?")          # no trigraphs
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("?")
+    return "".join(out)
+
+
+def semaphore_index(op: Op) -> str:
+    """C++ of the index of a wait's semaphore in its array (0 for a single semaphore)."""
+    sem = op.args[0]
+    return render(sem.index) if isinstance(sem, SharedRef) and sem.index is not None else "0"
