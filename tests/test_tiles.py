@@ -191,3 +191,13 @@ def test_gl_takes_up_to_5_dims_right_aligned():
     assert g2.outer == 1 and g2.dims == (1, 1, 64, "C") and g2.shown == (64, "C")
     with pytest.raises(ValueError, match="1 to 5 dims"):
         GL(bf16, (1, 2, 3, 4, 5, 6))
+
+
+def test_tensor_map_strides_of_size_1_dims_stay_multiples_of_16_bytes():
+    """A single row narrower than 16 bytes (matmul of M = 1, K = 1: found by tests/test_randomized.py on the H200,
+    where the driver refused a 2-byte stride): the stride of each size-1 dim is any valid one, a multiple of 16."""
+    from tkpy.runtime.tensor_map import geometry
+    g = geometry((1, 1), (8, 1), 2, ST(bf16, 64, 64))
+    assert g.dims == (1, 1, 1, 1) and all(s % 16 == 0 for s in g.strides)
+    g = geometry((1, 5), (8, 1), 4, ST(f32, 64, 32))
+    assert all(s % 16 == 0 for s in g.strides)

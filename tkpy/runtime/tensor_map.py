@@ -34,9 +34,11 @@ def geometry(shape, strides, elem_bytes: int, tile: ST) -> Geometry:
     strides = (0,) * (n - len(strides)) + tuple(int(s) for s in strides)
     dims = tuple(reversed(shape))                      # cols, rows, depth, batch[, outer]
     elem_strides = list(reversed(strides))             # cols (1), rows, depth, batch[, outer]
+    align = 16 // elem_bytes                           # TMA strides are multiples of 16 bytes
     for i in range(1, n):                              # padded or size-1 dims: any valid stride
         if shape[n - 1 - i] == 1 or elem_strides[i] == 0:
-            elem_strides[i] = elem_strides[i - 1] * dims[i - 1] if i > 1 else dims[0]
+            extent = elem_strides[i - 1] * dims[i - 1] if i > 1 else dims[0]
+            elem_strides[i] = -(-extent // align) * align
     return Geometry(dims, tuple(s * elem_bytes for s in elem_strides[1:]), (tile.panel_cols, tile.rows) + (1,) * (n - 2))
 
 
