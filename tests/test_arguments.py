@@ -12,12 +12,18 @@ from gpu_util import on_gpu
 from tkpy import f32
 
 
-@tk.kernel(warps=1)
-def scaled(x: tk.gl[f32, 16, 16], y: tk.gl[f32, 16, 16], n: int, s: float):
-    t = tk.rt(f32, 16, 16)
-    tk.load(t, x, (0, 0))
-    tk.mul(t, t, s)
-    tk.store(y, t, (0, 0))
+def make_scaled():
+    """A fresh kernel (no launch path made yet): y = x * s, with an int parameter n."""
+    @tk.kernel(warps=1)
+    def scaled(x: tk.gl[f32, 16, 16], y: tk.gl[f32, 16, 16], n: int, s: float):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x, (0, 0))
+        tk.mul(t, t, s)
+        tk.store(y, t, (0, 0))
+    return scaled
+
+
+scaled = make_scaled()
 
 
 X, Y = torch.randn(16, 16), torch.empty(16, 16)
@@ -50,14 +56,7 @@ def test_the_launchers_refuse_what_the_checks_refuse(monkeypatch, native):
     """On the GPU, after a launch that made the fast path: the native and the Python launcher hand a scalar that does
     not fit back to the checks (an ArgumentError, not OverflowError or a silently infinite float)."""
     monkeypatch.setenv("TKPY_NATIVE_LAUNCH", native)
-
-    @tk.kernel(warps=1)
-    def scaled_here(x: tk.gl[f32, 16, 16], y: tk.gl[f32, 16, 16], n: int, s: float):
-        t = tk.rt(f32, 16, 16)
-        tk.load(t, x, (0, 0))
-        tk.mul(t, t, s)
-        tk.store(y, t, (0, 0))
-
+    scaled_here = make_scaled()
     x, y = X.cuda(), Y.cuda()
     scaled_here[(1,)](x, y, 1, 0.5)
     assert torch.equal(y, x * 0.5)
