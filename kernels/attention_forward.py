@@ -63,7 +63,7 @@ import torch
 import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.frontend.signature import broadcast_dim
-from tkpy.interpret.launch import interpret_requested
+from tkpy.interpret import interpret_requested
 from tkpy.ir.expr import call
 from tkpy.runtime.errors import SpillWarning
 from tkpy.templates import shared

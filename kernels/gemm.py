@@ -46,7 +46,7 @@ import tkpy as tk
 from .op_support import check_device, refuse_overlap
 from tkpy import bf16, f32, fp16
 from tkpy.frontend.signature import broadcast_dim
-from tkpy.interpret.launch import interpret_requested
+from tkpy.interpret import interpret_requested
 from tkpy.templates import shared
 from tkpy.templates.common import multiprocessors
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tkpy.interpret.launch import ENV_VAR, interpret_requested
+from tkpy.interpret import ENV_VAR, interpret_requested
 
 NAMESPACE = "tkpy"
 LIBRARY = torch.library.Library(NAMESPACE, "DEF")     # every tkpy operator (one registration per process)
