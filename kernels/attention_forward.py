@@ -62,14 +62,12 @@ import torch
 
 import tkpy as tk
 from tkpy import bf16, f32, fp16
-from tkpy.frontend.signature import broadcast_dim
-from tkpy.interpret import interpret_requested
 from tkpy.ir.expr import call
-from tkpy.runtime.errors import SpillWarning
-from tkpy.templates import shared
-from tkpy.templates.common import multiprocessors
+from tkpy.runtime import SpillWarning
+from tkpy.templates import multiprocessors, shared
 
 from .op_support import check_device
+from .tensor_layout import cdiv, tma_layout, tma_ready
 
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
@@ -227,10 +225,6 @@ def causal_variant(causal) -> str | None:
         raise ValueError(f"causal must be False, True (top-left, as torch), 'top_left' or 'bottom_right'; "
                          f"got {causal!r}")
     return CAUSAL[causal]
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def tuned(d: int) -> int:
@@ -1189,18 +1183,10 @@ def checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 def _usable(x: torch.Tensor, layout_ok: bool | None = None) -> torch.Tensor:
-    """x itself when the kernel can read it in place (last dim contiguous, 16-byte aligned pointer and
-    strides: e.g. a (B, N, H, D) tensor transposed to (B, H, N, D)); otherwise (also where it repeats a dim,
-    e.g. k.expand(batch, ...)) a contiguous copy. `layout_ok`: _readable_layout(x), when known."""
-    if (_readable_layout(x) if layout_ok is None else layout_ok) and x.data_ptr() % 16 == 0:
-        return x
-    return x.contiguous()
-
-
-def _readable_layout(x: torch.Tensor) -> bool:
-    """Whether the kernel reads x's strides in place (its pointer must be 16-byte aligned too)."""
-    esize = x.element_size()
-    return x.stride(-1) == 1 and all(s * esize % 16 == 0 for s in x.stride()[:-1]) and broadcast_dim(x) is None
+    """x itself when the kernel can read it in place (tma_ready: e.g. a (B, N, H, D) tensor transposed to
+    (B, H, N, D)); otherwise (also where it repeats a dim, e.g. k.expand(batch, ...)) a contiguous copy.
+    `layout_ok`: tma_layout(x), when known."""
+    return x if tma_ready(x, layout_ok) else x.contiguous()
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
@@ -1230,7 +1216,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | st
     output is a new contiguous tensor.
     """
     signature = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-                 causal, scale is None or (scale < 0, scale == 0), return_lse, interpret_requested())
+                 causal, scale is None or (scale < 0, scale == 0), return_lse, tk.interpret_requested())
     plan = _FORWARD_PLANS.get(signature)
     if plan is None:
         checked(q, k, v)
@@ -1272,7 +1258,7 @@ class _ForwardPlan:
                                        packed=self.group)
             outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
             self.kernel = template, tuple(args[3 + outputs + 1:]), [tuple(w.shape) for w in args[3:3 + outputs]]
-            self.layouts = _readable_layout(q), _readable_layout(k), _readable_layout(v)
+            self.layouts = tma_layout(q), tma_layout(k), tma_layout(v)
             template(*args)
         else:
             template, scalars, workspaces = self.kernel

@@ -44,15 +44,12 @@ import torch
 
 import tkpy as tk
 from .op_support import check_device, refuse_overlap
+from .tensor_layout import ALIGN, cdiv, padded_copy, padded_like, tma_layout
 from tkpy import bf16, f32, fp16
-from tkpy.frontend.signature import broadcast_dim
-from tkpy.interpret import interpret_requested
-from tkpy.templates import shared
-from tkpy.templates.common import multiprocessors
+from tkpy.templates import multiprocessors, shared
 
 BM, BN, BK = 128, 256, 64
 HALF = BN // 2
-ALIGN = 16            # bytes: TMA (and tkpy's gl) want 16-byte aligned pointers and row strides
 
 DTYPES = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
 GELU_C = math.sqrt(2 / math.pi)
@@ -64,10 +61,6 @@ ACTIVATIONS = {
     "silu": lambda x: x / (1.0 + tk.exp(-x)),
     "gelu": lambda x: x / (1.0 + tk.exp(x * (x * x * (-2 * GELU_C * 0.044715) - 2 * GELU_C))),
 }
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 WIDTHS = (256, 128, 64)             # the tile widths BN, widest first
@@ -331,7 +324,7 @@ def run(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bias:
     signature = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device,
                  bias is None or (bias.shape, bias.stride(), bias.dtype, bias.device),
                  out is None or (out.shape, out.stride(), out.dtype, out.device), activation, type(scale),
-                 out_dtype, cluster, block_n, split_k, deterministic, interpret_requested())
+                 out_dtype, cluster, block_n, split_k, deterministic, tk.interpret_requested())
     call = _CALLS.get(signature)
     if call is None:
         call = _CALLS[signature] = _Call(a, b, out, bias, activation, scale, out_dtype, cluster, block_n, split_k,
@@ -352,8 +345,8 @@ class _Call:
         self.b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and self.n > 1   # b = w.T of a row-major w
         self.bias_ready = bias is None or (bias.dtype in DTYPES and bias.stride(0) == 1)
         operand_b = b.T if self.b_transposed else b
-        self.strides_ready = (_tma_layout(a), _tma_layout(operand_b),   # (a new output is contiguous)
-                              _tma_layout(out) if out is not None else self.n * self.out_dtype.itemsize % ALIGN == 0)
+        self.strides_ready = (tma_layout(a), tma_layout(operand_b),   # (a new output is contiguous)
+                              tma_layout(out) if out is not None else self.n * self.out_dtype.itemsize % ALIGN == 0)
         self.options = (activation, cluster, block_n, split_k, deterministic)
         self.launch = None
 
@@ -373,9 +366,9 @@ class _Call:
             return result.copy_(_epilogue(torch.zeros(m, n, device=self.device), bias, activation, scale))
         a_ready, b_ready, c_ready = self.strides_ready
         b = b.T if self.b_transposed else b
-        a_ = a if a_ready and a.data_ptr() % ALIGN == 0 else _padded_copy(a)
-        b_ = b if b_ready and b.data_ptr() % ALIGN == 0 else _padded_copy(b)
-        c = result if c_ready and result.data_ptr() % ALIGN == 0 else _padded_like(result)
+        a_ = a if a_ready and a.data_ptr() % ALIGN == 0 else padded_copy(a)
+        b_ = b if b_ready and b.data_ptr() % ALIGN == 0 else padded_copy(b)
+        c = result if c_ready and result.data_ptr() % ALIGN == 0 else padded_like(result)
         extras = (() if bias is None else (bias,)) + (() if scale is None else (scale,))
         if self.launch is None:
             self.launch = _plan(a_, b_, c, extras, self.out_dtype, self.b_transposed, bias, scale, *self.options)
@@ -454,24 +447,6 @@ def _cluster(bn: int, n: int) -> int:
     in CLUSTER_A_WIDTHS and the column tile count is even, else 1 (an odd count falls back to unclustered
     tiles rather than pair the last tile with one past N)."""
     return 2 if bn in CLUSTER_A_WIDTHS and cdiv(n, bn) % 2 == 0 else 1
-
-
-def _tma_layout(x: torch.Tensor) -> bool:
-    """Whether TMA can read x's layout in place: unit column stride, 16-byte aligned row stride, no repeated rows
-    (as from .expand()); its pointer must be 16-byte aligned too."""
-    return x.stride(-1) == 1 and x.stride(0) * x.element_size() % ALIGN == 0 and broadcast_dim(x) is None
-
-
-def _padded_copy(x: torch.Tensor) -> torch.Tensor:
-    """A copy of x in a padded buffer whose rows are 16-byte aligned (a view)."""
-    return _padded_like(x).copy_(x)
-
-
-def _padded_like(x: torch.Tensor) -> torch.Tensor:
-    """An uninitialised tensor of x's shape and dtype whose rows start 16 bytes apart (a view)."""
-    rows, cols = x.shape
-    per = ALIGN // x.element_size()
-    return torch.empty(rows, cdiv(cols, per) * per, dtype=x.dtype, device=x.device)[:, :cols]
 
 
 def _aligned(v: torch.Tensor) -> torch.Tensor:

@@ -25,10 +25,10 @@ import torch
 
 import tkpy as tk
 from tkpy import bf16, f32, fp16
-from tkpy.templates import shared
-from tkpy.templates.common import multiprocessors
+from tkpy.templates import multiprocessors, shared
 
 from .op_support import check_device, refuse_overlap
+from .tensor_layout import cdiv
 
 BM, BK = 128, 128
 WIDTHS = (256, 128)
@@ -40,10 +40,6 @@ STAGES = {256: 4, 128: 6}
 TILE_RATE = {256: 662, 128: 579}
 FP8 = {torch.float8_e4m3fn: tk.fp8e4m3, torch.float8_e5m2: tk.fp8e5m2}
 OUT = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tkpy.interpret import ENV_VAR, interpret_requested
+import tkpy as tk
 
 NAMESPACE = "tkpy"
 LIBRARY = torch.library.Library(NAMESPACE, "DEF")     # every tkpy operator (one registration per process)
@@ -47,9 +47,9 @@ def define(name: str, impl: Callable, fake: Callable, *, mutates_args: Sequence[
 def check_device(name: str, x: torch.Tensor) -> None:
     """ValueError for a tensor tkpy's kernels cannot run on: they take CUDA tensors, and any under TKPY_INTERPRET=1
     (the CPU interpreter; meta tensors are fake ones, whose checks pass)."""
-    if x.device.type not in ("cuda", "meta") and not interpret_requested():
-        raise ValueError(f"{name} runs on CUDA tensors (got {x.device}); set {ENV_VAR}=1 to run it in tkpy's CPU "
-                         "interpreter")
+    if x.device.type not in ("cuda", "meta") and not tk.interpret_requested():
+        raise ValueError(f"{name} runs on CUDA tensors (got {x.device}); set TKPY_INTERPRET=1 to run it in tkpy's "
+                         "CPU interpreter")
 
 
 def _refusing_grad(name: str, op, reason: str) -> Callable:

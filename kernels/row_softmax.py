@@ -17,18 +17,14 @@ import torch
 
 import tkpy as tk
 from tkpy import bf16, f32, fp16
-from tkpy.frontend.signature import ALIGNMENT, broadcast_dim
 from .op_support import check_device, define, direct_call_ok
+from .tensor_layout import cdiv, padded_copy, padded_like, tma_ready
 
 WARPS = 4
 ROWS_PER_WARP = 16
 ROWS_PER_BLOCK = WARPS * ROWS_PER_WARP
 MAX_D = 256                                    # a row in one warp's registers (wider rows: a later kernel)
 DTYPES = {torch.bfloat16: bf16, torch.float16: fp16}
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @functools.cache
@@ -134,29 +130,16 @@ def _launch(kernel, inputs, out: torch.Tensor, d: int) -> None:
     if out.numel() == 0:
         return
     rows = out.view(-1, d)
-    dst = rows if _in_place(rows) else _padded(rows)
+    dst = rows if tma_ready(rows) else padded_like(rows)
     kernel[(cdiv(rows.shape[0], ROWS_PER_BLOCK),)](*(_readable(x.reshape(-1, d)) for x in inputs), dst,
                                                    cdiv(d, 16) * 16)
     if dst is not rows:
         rows.copy_(dst)
 
 
-def _in_place(x: torch.Tensor) -> bool:
-    """Whether a kernel takes the (rows, D) tensor x as it is: unit column stride, 16-byte aligned pointer and
-    row stride, no repeated rows (as from .expand())."""
-    return x.stride(1) == 1 and x.data_ptr() % ALIGNMENT == 0 and x.stride(0) * x.element_size() % ALIGNMENT == 0 \
-        and broadcast_dim(x) is None
-
-
 def _readable(x: torch.Tensor) -> torch.Tensor:
     """x, or a copy a kernel can read: rows padded to 16 bytes."""
-    return x if _in_place(x) else _padded(x).copy_(x)
-
-
-def _padded(x: torch.Tensor) -> torch.Tensor:
-    """An uninitialised (rows, D) tensor like x whose rows start 16 bytes apart (a view of a wider one)."""
-    per = ALIGNMENT // x.element_size()
-    return x.new_empty(x.shape[0], cdiv(x.shape[1], per) * per)[:, :x.shape[1]]
+    return x if tma_ready(x) else padded_copy(x)
 
 
 def _fake(x):

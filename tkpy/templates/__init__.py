@@ -1,4 +1,5 @@
 """Block templates: the author writes load / compute / finish (and store); the template owns the pipeline."""
+from .common import Namespace, multiprocessors
 from .lcf import LCF, Task, lcf, shared
 from .lcsf import LCSF, lcsf
 from .schedule import Grouped, SplitK
