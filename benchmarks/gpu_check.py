@@ -2,10 +2,11 @@
 
     PYTHONPATH=. python3 benchmarks/gpu_check.py [--quick] [--variants] [pytest args...]
 
-The tests run on 16 pytest-xdist workers where xdist is installed (pass -n yourself to choose). The benchmarks are
+The tests run on 16 pytest-xdist workers where xdist is installed (pass -n yourself to choose), then compute-sanitizer over every public kernel (benchmarks/sanitize.py,
+about 30 s plus its compiles). The benchmarks are
 the main tables (GEMM, attention, split-K, decoding, ...), meant with the tests to fit one 10-minute device call
 (402 s as a whole in session 11's first run: tests 142 s, benchmarks the rest); --variants adds the GEMM and
-attention variant tables (run them in a call of their own); --quick runs the tests only. Details go to $OUT (pytest log, junit XML, JSON of every
+attention variant tables (run them in a call of their own); --quick runs the tests and the sanitizer only. Details go to $OUT (pytest log, junit XML, JSON of every
 measurement) when OUT is set: pytest.log, gpu_check.json and the plots, the rest in details.zip (the device returns
 8 files at most).
 """
@@ -88,6 +89,17 @@ def bench_launch() -> dict:
     return {}
 
 
+def sanitize() -> dict:
+    """compute-sanitizer's memcheck, racecheck and synccheck over every public kernel (benchmarks/sanitize.py)."""
+    out = OUT or Path(tempfile.mkdtemp(prefix="tkpy-sanitize-"))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sanitize.py")], cwd=ROOT,
+                          env=dict(os.environ, OUT=str(out)), capture_output=True, text=True)
+    report = out / "sanitize.json"
+    if not report.exists():
+        return {"failed": (proc.stdout + proc.stderr)[-2000:]}
+    return json.loads(report.read_text())
+
+
 KEPT = ("pytest.log", "gpu_check.json", "attention.png", "gemm.png")   # what stays beside details.zip
 
 
@@ -113,6 +125,8 @@ def main() -> int:
     print(f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}; "
           f"torch {torch.__version__}; hopper={gpu_available()}")
     report = {"tests": run_tests(extra)}
+    if gpu_available():
+        report["sanitize"] = sanitize()
     if not quick and gpu_available():
         report["compile"] = bench_compile()
         report["launch"] = bench_launch()
@@ -170,6 +184,9 @@ def main() -> int:
     if exp2:
         print(f"exp2 per SM and clock: MUFU {exp2['mufu_f32']:.1f}, with 2/8 by the polynomial {exp2['poly_2of8']:.1f}, "
               f"3/8 {exp2['poly_3of8']:.1f}")
+    for tool, r in report.get("sanitize", {}).items():
+        print(f"sanitize {tool}: {r}" if tool == "failed" else
+              f"sanitize {tool:9s} errors {r['errors']} over {r['cases_run']} cases (rc={r['returncode']})")
     print(f"tests: {report['tests']['summary']} (rc={report['tests']['returncode']})")   # last: the device returns
     return report["tests"]["returncode"]                                                   # the output's tail
 

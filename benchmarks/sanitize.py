@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,10 +76,31 @@ def run_cases(only: str | None) -> int:
     return 0
 
 
+def error_count(tool: str, log: str) -> int | None:
+    """The device errors a tool's log reports (None if it printed no summary: it was stopped or crashed)."""
+    pattern = r"RACECHECK SUMMARY: \d+ hazards displayed \((\d+) errors" if tool == "racecheck" else \
+        r"ERROR SUMMARY: (\d+) errors?$"
+    found = re.findall(pattern, log, re.MULTILINE)
+    return sum(int(x) for x in found) if found else None
+
+
+def run_stopping_after(command: list, env: dict, seconds: float) -> tuple[str, int | None]:
+    """(stdout + stderr, return code) of `command`; after `seconds` its whole process group is killed and the
+    return code is None (the log then ends at the case it was in)."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        return proc.communicate(timeout=seconds)[0], proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate()[0] + f"\n[stopped after {seconds:.0f} s]\n", None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--only", default=None, help="run only the cases whose name contains this")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per tool before it is stopped")
     parser.add_argument("--cases", action="store_true", help="(run the cases in this process: what each tool runs)")
     args = parser.parse_args()
     if args.cases:
@@ -90,15 +112,13 @@ def main() -> int:
     report = {}
     for tool in args.tools.split(","):
         t0 = time.perf_counter()
-        proc = subprocess.run(["compute-sanitizer", "--tool", tool, "--target-processes", "all",
-                               "--print-limit", "20"] + me, env=env, capture_output=True, text=True)
-        log = proc.stdout + proc.stderr
-        found = re.findall(r"ERROR SUMMARY: (\d+) error", log)
-        errors = sum(int(x) for x in found) if found else None
+        log, returncode = run_stopping_after(["compute-sanitizer", "--tool", tool, "--target-processes", "all",
+                                              "--print-limit", "20", "--report-api-errors", "no"] + me, env, args.timeout)
+        errors = error_count(tool, log)
         ran = log.count("\nran ") + log.startswith("ran ")
-        report[tool] = {"errors": errors, "cases_run": ran, "returncode": proc.returncode,
+        report[tool] = {"errors": errors, "cases_run": ran, "returncode": returncode,
                         "seconds": round(time.perf_counter() - t0, 1)}
-        print(f"{tool:10s} errors: {errors}  cases run: {ran}  rc={proc.returncode}  "
+        print(f"{tool:10s} errors: {errors}  cases run: {ran}  rc={returncode}  "
               f"({report[tool]['seconds']} s)", flush=True)
         if out:
             (out / f"sanitize_{tool}.log").write_text(log)

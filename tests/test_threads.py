@@ -323,3 +323,18 @@ def test_gpu_launches_from_threads_add_to_their_own_tensor(monkeypatch, which, s
 def test_gpu_first_attention_calls_from_16_threads(monkeypatch):
     monkeypatch.delenv("TKPY_INTERPRET", raising=False)
     _first_attention_calls("cuda", 16, 128)
+
+
+@gpu_util.on_gpu
+def test_gpu_tensor_maps_made_on_a_thread_without_a_context():
+    """A fresh thread has no current CUDA context: both ways of making a tensor map (encode, and retargeting a
+    cached map of the same geometry) set the primary one first (retarget did not: INVALID_CONTEXT, run 252)."""
+    from tkpy.runtime.tensor_map import TensorMapEncoder
+    from tkpy.tiles.types import ST
+
+    encoder = TensorMapEncoder(ST(tk.bf16, 64, 64), torch.cuda.current_device())
+    a, b, c = (torch.randn(128, 64, device="cuda").to(torch.bfloat16) for _ in range(3))
+    maps = in_threads(1, lambda i: encoder(a))
+    maps += in_threads(1, lambda i: driver._driver().cuCtxGetCurrent()[1])          # a fresh thread: no context
+    maps += in_threads(1, lambda i: encoder(b)) + in_threads(1, lambda i: encoder(c))  # retargets
+    assert int(maps[1]) == 0 and len({maps[0], maps[2], maps[3]}) == 3 and len(encoder._by_geometry) == 1

@@ -78,9 +78,11 @@ def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
     return ctypes.string_at(tmap.getPtr(), 128)
 
 
-def retarget(blob: bytes, pointer: int) -> bytes:
-    """The same tensor map at another address (cuTensorMapReplaceAddress: 0.4 us against 2 us to encode)."""
+def retarget(blob: bytes, pointer: int, device: int) -> bytes:
+    """The same tensor map at another address (cuTensorMapReplaceAddress: 0.4 us against 2 us to encode); like
+    encoding, it needs a current context (a fresh thread's first launch has none: INVALID_CONTEXT, run 252)."""
     d = _driver()
+    ensure_context(device)
     tmap = d.CUtensorMap()
     ctypes.memmove(tmap.getPtr(), blob, 128)
     check(d.cuTensorMapReplaceAddress(tmap, pointer), "cuTensorMapReplaceAddress")
@@ -103,7 +105,7 @@ class TensorMapEncoder:
         if blob is None:
             similar = self._by_geometry.get(key[1:])
             if similar is not None:
-                blob = retarget(similar, key[0])
+                blob = retarget(similar, key[0], self.device)
             else:
                 geo = geometry(t.shape, t.stride(), t.element_size(), self.tile)
                 blob = encode(key[0], geo, self.tile, self.device)
