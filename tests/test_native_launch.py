@@ -148,6 +148,7 @@ class Setup:
         _, self.py = fastpath.build(py_kernel, slots)
 
         key = fastpath.cache_key(specs, args)
+        self.py_fast = py_kernel._fast
         py_kernel._fast[key] = (self.py_params, self.py_buffers, stream_of, 0, self.py_launcher.handle_error,
                                 self.py_launcher, tensor_maps)
 
@@ -288,6 +289,36 @@ def test_native_and_python_launchers_agree(mod, which, cluster, dependent):
     key = fastpath.cache_key(st.specs, args)
     assert st.native.key(args) == key and hash(st.native.key(args)) == hash(key)
     assert st.native.key((x, [1], n, s, c)) is None
+
+
+def test_native_launcher_caches_tensor_maps_by_pointer_and_shape(mod):
+    """A tensor map is encoded once per (pointer, shape) of a slot, within the slot's 4 latest; the entry is shared
+    by every shape of the specialization's dynamic dims, so one pointer with another shape is another map."""
+    encoded: list = []
+
+    def counting(tag):
+        encode = _encoder(tag)
+        return lambda t: encoded.append((tag, t.data_ptr(), t.shape[0])) or encode(t)
+
+    slots, _ = _slot_sets()["tmaps"]
+    args = _args()
+    st = Setup(mod, slots, (counting(1), counting(2)), args)
+    x, y, n, s, c = args
+    key, other_shape = (fastpath.cache_key(st.specs, a) for a in (args, (x[:32], y[:32], n, s, c)))
+    st.fast[other_shape], st.py_fast[other_shape] = st.fast[key], st.py_fast[key]     # one entry, two shapes
+
+    def launch(case):
+        before = len(encoded)
+        assert st.outcome("native", (1, 1, 1), case) == st.outcome("python", (1, 1, 1), case)
+        native_encodes = encoded[before:len(encoded) - 2]       # (the Python launcher encodes each call: 2)
+        return native_encodes
+
+    assert len(launch(args)) == 2 and launch(args) == []                       # encoded once, then cached
+    assert launch((x[:32], y[:32], n, s, c)) == [(1, x.data_ptr(), 32), (2, y.data_ptr(), 32)]
+    others = [(torch.randn(64, 16), torch.randn(64, 16), n, s, c) for _ in range(5)]
+    assert all(len(launch(case)) == 2 for case in others)                     # 5 new pointers: the oldest goes
+    assert [len(launch(case)) for case in others[1:]] == [0, 0, 0, 0]
+    assert len(launch(args)) == 2                                              # evicted
 
 
 def test_config_abi_matches_cuda_bindings(mod):

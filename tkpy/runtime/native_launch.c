@@ -80,7 +80,26 @@ typedef struct {
     Py_ssize_t offset;
     Py_ssize_t arg;     /* the kernel argument it reads */
     Py_ssize_t index;   /* S_DIM: the axis of that tensor's shape; S_TMAP: the tensor-map encoder */
+    Py_ssize_t cache;   /* S_TMAP: its TmapCache in the entry */
 } Slot;
+
+/* The latest tensor maps of one S_TMAP slot by data pointer and shape. An entry is one compiled specialization
+ * on one device: its tensors have one dtype and are contiguous (strided tensors never take this path), so the map
+ * is a function of the pointer and the shape (the entry serves every shape of its dynamic dims), and a hit spares
+ * the call of the Python encoder (about 1 us a map). */
+#define TMAP_WAYS 4
+#define TMAP_MAX_DIMS 5
+typedef struct {
+    uint64_t ptr;
+    Py_ssize_t ndim;
+    long long dims[TMAP_MAX_DIMS];
+    char blob[128];
+} TmapWay;
+
+typedef struct {
+    TmapWay way[TMAP_WAYS];
+    int filled, next;
+} TmapCache;
 
 #define ALIGNMENT 16            /* data pointers (tkpy.frontend.signature.ALIGNMENT) */
 #define STACK_BLOCK 4096        /* parameter blocks up to this size are packed on the stack */
@@ -156,6 +175,7 @@ typedef struct {
     Py_ssize_t nargs, nslots, size;
     char *spec_kinds;                   /* SPEC_* per kernel argument (must match the Launcher's) */
     Slot *slots;
+    TmapCache *tmap_caches;             /* one per S_TMAP slot */
     void **params_address;              /* the ParamBuffer's void*[] (for launch_prepacked) */
     PyObject *params;                   /* the ParamBuffer: keeps it alive */
     PyObject *tensor_maps;              /* tuple of callables: tensor -> 128 bytes */
@@ -185,6 +205,7 @@ static void entry_dealloc(Entry *self)
     PyObject_GC_UnTrack(self);
     entry_clear(self);
     PyMem_Free(self->slots);
+    PyMem_Free(self->tmap_caches);
     PyMem_Free(self->spec_kinds);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -268,7 +289,7 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "layout must be a tuple of (kind, offset, source, arg, index)");
         goto done;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(layout);
+    Py_ssize_t n = PyTuple_GET_SIZE(layout), tmap_slots = 0;
     self->slots = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Slot));
     self->spec_kinds = PyMem_Malloc((size_t)(nargs ? nargs : 1));
     if (self->slots == NULL || self->spec_kinds == NULL) { PyErr_NoMemory(); goto done; }
@@ -283,12 +304,16 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
         if (s->kind < K_U64 || s->kind > K_BLOB128 || s->source < S_PTR || s->source > S_TMAP
             || s->offset < 0 || s->offset + width > size || s->arg < 0 || s->arg >= nargs
             || (tensor_source && spec_kinds[s->arg] != SPEC_GL) || (s->source == S_PTR && s->kind != K_U64)
+            || (s->source == S_TMAP && s->kind != K_BLOB128)
             || (s->source == S_TMAP && (s->index < 0 || s->index >= PyTuple_GET_SIZE(tensor_maps)))
             || (s->source == S_DIM && s->index < 0)) {
             PyErr_Format(PyExc_ValueError, "bad layout entry %zd: %R", i, PyTuple_GET_ITEM(layout, i));
             goto done;
         }
+        s->cache = s->source == S_TMAP ? tmap_slots++ : -1;
     }
+    self->tmap_caches = PyMem_Calloc((size_t)(tmap_slots ? tmap_slots : 1), sizeof(TmapCache));
+    if (self->tmap_caches == NULL) { PyErr_NoMemory(); goto done; }
     self->launch = (LaunchKernelEx)(uintptr_t)launch;
     self->function = (void *)(uintptr_t)function;
     self->smem = smem;
@@ -304,6 +329,44 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
     status = 0;
 done:
     PyBuffer_Release(&spec);
+    return status;
+}
+
+/* The tensor map of slot `s` for `tensor` (at `ptr`) into `dst`: from the slot's cache, else from its Python
+ * encoder, whose 128 bytes are then cached (the GIL is held from the lookup to the store). 0, 1 (slow path) or -1. */
+static int pack_tensor_map(Entry *e, const Slot *s, PyObject *tensor, PyObject *shape, uint64_t ptr, char *dst)
+{
+    TmapCache *c = &e->tmap_caches[s->cache];
+    TmapWay probe = {.ptr = ptr, .ndim = -1};          /* ndim -1: a shape this cache does not hold */
+    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) <= TMAP_MAX_DIMS) {
+        probe.ndim = PyTuple_GET_SIZE(shape);
+        for (Py_ssize_t d = 0; d < probe.ndim && probe.ndim >= 0; d++) {
+            probe.dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+            if (probe.dims[d] == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                probe.ndim = -1;
+            }
+        }
+    }
+    for (int j = 0; j < c->filled && probe.ndim >= 0; j++) {
+        const TmapWay *w = &c->way[j];
+        if (w->ptr == ptr && w->ndim == probe.ndim && !memcmp(w->dims, probe.dims, (size_t)probe.ndim * sizeof(long long))) {
+            memcpy(dst, w->blob, 128);
+            return 0;
+        }
+    }
+    PyObject *blob = PyObject_CallOneArg(PyTuple_GET_ITEM(e->tensor_maps, s->index), tensor);
+    if (blob == NULL)
+        return -1;
+    int status = pack_value(K_BLOB128, blob, dst);
+    Py_DECREF(blob);
+    if (status == 0 && probe.ndim >= 0) {
+        memcpy(probe.blob, dst, 128);
+        c->way[c->next] = probe;
+        c->next = (c->next + 1) % TMAP_WAYS;
+        if (c->filled < TMAP_WAYS)
+            c->filled += 1;
+    }
     return status;
 }
 
@@ -329,13 +392,8 @@ static int pack_call(Entry *e, PyObject *const *args, PyObject *const *shapes, c
         case S_SCALAR:
             status = pack_value(s->kind, args[s->arg], dst);
             break;
-        default: {  /* S_TMAP */
-            PyObject *blob = PyObject_CallOneArg(PyTuple_GET_ITEM(e->tensor_maps, s->index), args[s->arg]);
-            if (blob == NULL)
-                return -1;
-            status = pack_value(s->kind, blob, dst);
-            Py_DECREF(blob);
-        }
+        default:    /* S_TMAP */
+            status = pack_tensor_map(e, s, args[s->arg], shapes[s->arg], ptrs[s->arg], dst);
         }
         if (status)
             return status;
