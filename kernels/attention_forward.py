@@ -67,7 +67,7 @@ from tkpy.runtime import SpillWarning
 from tkpy.templates import multiprocessors, shared
 
 from .op_support import check_device
-from .tensor_layout import cdiv, tma_layout, tma_ready
+from .tensor_layout import ALIGN, cdiv, tma_layout, tma_ready
 
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
@@ -1182,11 +1182,10 @@ def checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     check_device("attention", q)
 
 
-def _usable(x: torch.Tensor, layout_ok: bool | None = None) -> torch.Tensor:
+def _usable(x: torch.Tensor) -> torch.Tensor:
     """x itself when the kernel can read it in place (tma_ready: e.g. a (B, N, H, D) tensor transposed to
-    (B, H, N, D)); otherwise (also where it repeats a dim, e.g. k.expand(batch, ...)) a contiguous copy.
-    `layout_ok`: tma_layout(x), when known."""
-    return x if tma_ready(x, layout_ok) else x.contiguous()
+    (B, H, N, D)); otherwise (also where it repeats a dim, e.g. k.expand(batch, ...)) a contiguous copy."""
+    return x if tma_ready(x) else x.contiguous()
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
@@ -1240,11 +1239,11 @@ class _ForwardPlan:
                                               causal_variant(causal) is not None and self.group == 1)
         self.causal, self.return_lse = causal, return_lse
         self.run_shape = (b, h_run, n_run, d)
-        self.kernel = None           # (template, scalar arguments after the scale, workspaces) from the first call
+        self.default_scale = 1.0 / math.sqrt(d)
+        self.launch = None           # the kernel on its grid, from the first call
 
     def __call__(self, q, k, v, scale):
-        b, h, n, d = q.shape
-        o = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
+        o = torch.empty_like(q, memory_format=torch.contiguous_format)
         q_run, o_run = (q.view(self.run_shape), o.view(self.run_shape)) if self.group > 1 else (q, o)
         lse = torch.empty(*self.run_shape[:2], lse_rows(self.run_shape[2], self.groups), dtype=torch.float32,
                           device=q.device) if self.return_lse else None
@@ -1253,26 +1252,29 @@ class _ForwardPlan:
         return (o, lse[..., :self.run_shape[2]].reshape(o.shape[:3]).contiguous()) if self.return_lse else o
 
     def _launch(self, q, k, v, o, lse, scale):
-        if self.kernel is None:      # _prepared's choices, once (it reads tensors: first_clean compiles on them)
+        if self.launch is None:      # _prepared's choices, once (it reads tensors: first_clean compiles on them)
             template, args = _prepared(q, k, v, o, lse, self.causal, scale, consumer_warpgroups=self.groups,
                                        packed=self.group)
             outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
-            self.kernel = template, tuple(args[3 + outputs + 1:]), [tuple(w.shape) for w in args[3:3 + outputs]]
+            self.scalars = tuple(args[3 + outputs + 1:])
+            self.workspaces = [tuple(w.shape) for w in args[3:3 + outputs]] if template.scheduler.splits_k else None
             self.layouts = tma_layout(q), tma_layout(k), tma_layout(v)
-            template(*args)
+            launch = template.bind(*args)      # (the grid reads shapes only, which the plan's signature fixes)
         else:
-            template, scalars, workspaces = self.kernel
-            scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
-            keys, scale = _positive_scale(k, scale)
-            if template.scheduler.splits_k:
-                outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in workspaces]
+            launch = self.launch
+            keys, scale = _positive_scale(k, self.default_scale if scale is None else float(scale))
+            if self.workspaces is not None:
+                outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in self.workspaces]
             else:
-                outputs = [o] if lse is None else [o, lse]
-            q_layout, k_layout, v_layout = self.layouts
-            args = (_usable(q, q_layout), _usable(keys, k_layout if keys is k else None), _usable(v, v_layout),
-                    *outputs, scale * LOG2E, *scalars)
-            template(*args)
-        if template.scheduler.splits_k:      # the splits' results in the workspaces, merged into o and lse
+                outputs = (o,) if lse is None else (o, lse)
+            q_ok, k_ok, v_ok = self.layouts
+            args = (q if q_ok and q.data_ptr() % ALIGN == 0 else q.contiguous(),
+                    keys if k_ok and keys is k and k.data_ptr() % ALIGN == 0 else keys.contiguous(),
+                    v if v_ok and v.data_ptr() % ALIGN == 0 else v.contiguous(), *outputs, scale * LOG2E,
+                    *self.scalars)
+        launch(*args)
+        self.launch = launch
+        if self.workspaces is not None:      # the splits' results in the workspaces, merged into o and lse
             _combine(q, o, lse, args)
 
 

@@ -20,9 +20,9 @@ def tma_layout(x: torch.Tensor) -> bool:
     return x.stride(-1) == 1 and all(s * esize % ALIGN == 0 for s in x.stride()[:-1]) and tk.broadcast_dim(x) is None
 
 
-def tma_ready(x: torch.Tensor, layout_ok: bool | None = None) -> bool:
-    """tma_layout(x) (or `layout_ok`, where the caller knows it) and a 16-byte aligned pointer."""
-    return (tma_layout(x) if layout_ok is None else layout_ok) and x.data_ptr() % ALIGN == 0
+def tma_ready(x: torch.Tensor) -> bool:
+    """tma_layout(x) and a 16-byte aligned pointer."""
+    return tma_layout(x) and x.data_ptr() % ALIGN == 0
 
 
 def padded_like(x: torch.Tensor) -> torch.Tensor:

