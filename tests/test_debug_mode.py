@@ -115,6 +115,25 @@ def ranged_ids(x: tk.gl[f32, 16, 16]):
     tk.named_sync(2, 12)
 
 
+@tk.kernel(warps=1, name="reads_past_the_end")
+def reads_past_the_end(x: tk.gl[f32, "R", 16], y: tk.gl[f32, "R", 16]):
+    """Block b copies rows 16b..16b+15: on a 2-block grid over 16 rows, block 1 reads past the end of x."""
+    t = tk.rt(f32, 16, 16)
+    tk.load(t, x, (tk.block_idx.x, 0))
+    tk.store(y, t, (tk.block_idx.x, 0))
+
+
+@tk.kernel(warps=4, name="stage_past_the_ring")
+def stage_past_the_ring(x: tk.gl[f32, 64, 32], stage: int):
+    """An index into an array of 2 shared tiles, and a window of one, at run-time values the host chooses."""
+    ring = tk.st(f32, 64, 32, count=2)
+    t = tk.rt(f32, 16, 32)
+    tk.load(ring[stage], x, (0, 0), scope="block")
+    tk.sync()
+    tk.load(t, ring[0].subtile(16, 32, (stage, 0)))
+    tk.store(x, t, (0, 0))
+
+
 X = torch.zeros(16, 16)
 
 
@@ -287,11 +306,14 @@ def test_debug_and_normal_builds_have_their_own_specializations(plain_env):
 
 # -- the host's reports (no GPU: a record filled by hand) ---------------------------------------------------------
 class FakeRecord:
-    def __init__(self, entries):
-        self._entries = entries
+    def __init__(self, entries, bounds=()):
+        self._entries, self._bounds = entries, list(bounds)
 
     def entries(self):
         return self._entries
+
+    def bounds_entries(self):
+        return self._bounds
 
 
 def compiled_for(kernel, *args):
@@ -322,6 +344,51 @@ def test_a_recorded_timeout_becomes_an_error_naming_the_wait_like_the_interprete
     assert f"warp 0 waits at test_debug_mode.py:{line} `tk.wait(sem, 0)`\n    on semaphore `sem` of block (0, 0, 0)" \
         in str(e.value)
     assert debug_mode._timeout_error(compiled, FakeRecord([]), fault) is None
+
+
+def test_the_debug_build_checks_its_accesses_before_making_them(plain_env):
+    src = debug_build(reads_past_the_end, X, X, monkeypatch=plain_env)
+    body = src[src.index("// kernel reads_past_the_end"):]
+    assert ("    tk::debug::check_tile(x, 0, 0, block_x * 16, 0, 16, 16, false, 0);\n"
+            "    tk::load(t, x, 0, 0, block_x * 16, 0);\n") in body
+    assert "tk::debug::check_tile(y, 0, 0, block_x * 16, 0, 16, 16, false, 1);\n    tk::store(y, t," in body
+    line = line_of(reads_past_the_end.fn, "tk.load(t, x")
+    assert (f'/* check 0 */ "tkpy debug: kernel reads_past_the_end, block (%u, %u, %u), warp %u: out-of-bounds access '
+            f'at test_debug_mode.py:{line} `tk.load(t, x, (tk.block_idx.x, 0))`, the 16 x 16 tile of `x`: %s '
+            f'%lld..%lld, outside [0, %lld)\\n",') in src
+    ring = debug_build(stage_past_the_ring, torch.zeros(64, 32), 1, monkeypatch=plain_env)
+    body = ring[ring.index("// kernel stage_past_the_ring"):]
+    assert "tk::debug::check_tile(x, 0, 0, 0, 0, 64, 32, false, 0);\n    tk::debug::check_index(stage, 2, 0, 5);" in body
+    assert "tk::debug::check_index(stage, 4, 1, 2);" in body           # the window: 16-row band 0..3 of 64 rows
+    plan = plan_for(stage_past_the_ring.trace(torch.zeros(64, 32), 1).ir)
+    assert [(c.what, c.arrays) for c in plan.checks] == [
+        ("the 64 x 32 tile of `x`", (("ring", 2),)),
+        ("the 16 x 32 window of `ring` (64 x 32), in units of windows", ()),
+        ("the 16 x 32 tile of `x`", ())]
+    plain_env.delenv("TKPY_DEBUG")
+    assert "tk::debug" not in stage_past_the_ring.source(torch.zeros(64, 32), 1)      # the normal build
+
+
+def test_a_failed_bounds_check_becomes_an_error_naming_the_access(plain_env):
+    plain_env.setenv("TKPY_DEBUG", "1")
+    compiled = compiled_for(reads_past_the_end, X, X)
+    fault = types.SimpleNamespace(name="CUDA_ERROR_ILLEGAL_INSTRUCTION")
+    record = FakeRecord([], [(0, (1, 0, 0), 0, 2, 16, 31, 16)])
+    err = debug_mode._bounds_error(compiled, record, fault)
+    assert isinstance(err, tk.GpuBoundsError) and isinstance(err, tk.TkpyError)
+    line = line_of(reads_past_the_end.fn, "tk.load(t, x")
+    assert str(err) == (
+        "an out-of-bounds access on the GPU (debug mode) in block (1, 0, 0) of kernel reads_past_the_end:\n"
+        f"  warp 0 at test_debug_mode.py:{line} `tk.load(t, x, (tk.block_idx.x, 0))`\n"
+        "    the 16 x 16 tile of `x`: row indices 16..31, outside [0, 16)\n"
+        "The kernel stopped with __trap() (CUDA_ERROR_ILLEGAL_INSTRUCTION) before the access; the CUDA context "
+        "cannot be used again: end the process.")
+    assert (err.block, err.warp, err.loc.line, err.axis, err.first, err.last, err.limit) == \
+        ((1, 0, 0), 0, line, 2, 16, 31, 16)
+    assert debug_mode._bounds_error(compiled, FakeRecord([]), fault) is None
+    compiled = compiled_for(stage_past_the_ring, torch.zeros(64, 32), 1)
+    err = debug_mode._bounds_error(compiled, FakeRecord([], [(0, (0, 0, 0), 2, 5, 2, 2, 2)]), fault)
+    assert "    index 2 into `ring`, an array of 2, outside [0, 2)\n" in str(err)
 
 
 def test_reports_of_other_barriers(plain_env):
@@ -404,8 +471,8 @@ def test_a_kernel_past_the_hosts_limit_lists_its_unbounded_waits(plain_env):
 def test_the_record_layout_matches_the_cpp(plain_env):
     src = debug_build(never_signalled, X, monkeypatch=plain_env)
     assert ("struct tkpy_debug_slot { unsigned int valid, site, block_x, block_y, block_z, warp; int index, phase; "
-            "unsigned long long waited_ns; };") in src
-    assert debug_mode.SLOT.size == 40 and f"constexpr u32 record_slots = {debug_mode.SLOTS};" in src
+            "unsigned long long waited_ns; long long first, last, limit; };") in src
+    assert debug_mode.SLOT.size == 64 and f"constexpr u32 record_slots = {debug_mode.SLOTS};" in src
 
 
 # -- on the GPU, each in a fresh process --------------------------------------------------------------------------
@@ -471,6 +538,49 @@ def test_other_deadlocks_name_their_barrier(name, text, wanted):
     kernel = globals()[name]
     assert elapsed < 10, out
     assert f"waits at test_debug_mode.py:{line_of(kernel.fn, text)} `{text}" in out and wanted in out, out
+
+
+BOUNDS_CHILD = """
+    import os, sys
+    import torch, tkpy as tk
+    import test_debug_mode as t
+    if {name!r} == "reads_past_the_end":
+        x = torch.randn(16, 16, device="cuda")
+        launch = lambda: t.reads_past_the_end[(2,)](x, torch.empty_like(x))
+    else:
+        x = torch.randn(64, 32, device="cuda")
+        launch = lambda: t.stage_past_the_ring[(1,)](x, {stage})
+    try:
+        launch()
+        torch.cuda.synchronize()
+        print("NO ERROR")
+    except Exception as e:
+        print(f"RAISED {{type(e).__name__}}")
+        print(e)
+    sys.stdout.flush()
+    __import__("ctypes").CDLL(None).fflush(None)   # the device printf's C stdio buffer
+    os._exit(0)
+"""
+
+
+@on_gpu
+@pytest.mark.parametrize("name,stage,text,wanted", [
+    ("reads_past_the_end", None, "tk.load(t, x", "the 16 x 16 tile of `x`: row indices 16..31, outside [0, 16)"),
+    ("stage_past_the_ring", 2, "tk.load(ring[stage]", "index 2 into `ring`, an array of 2, outside [0, 2)"),
+    ("stage_past_the_ring", 4, "tk.load(ring[stage]", "index 4 into `ring`, an array of 2, outside [0, 2)")])
+def test_an_out_of_bounds_access_raises_naming_it(name, stage, text, wanted):
+    out, _ = run_child(BOUNDS_CHILD.format(name=name, stage=stage), TKPY_DEBUG="1")
+    kernel = globals()[name]
+    assert "RAISED GpuBoundsError" in out, out
+    assert f"at test_debug_mode.py:{line_of(kernel.fn, text)} `{text}" in out and wanted in out, out
+    if "out-of-bounds access at test_debug_mode.py" not in out:      # the device's printf line
+        warnings.warn(f"the device's printf line did not show in the output:\n{out}")
+
+
+@on_gpu
+def test_in_bounds_accesses_pass_their_checks():
+    out, _ = run_child(BOUNDS_CHILD.format(name="stage_past_the_ring", stage=1), TKPY_DEBUG="1")
+    assert "NO ERROR" in out, out
 
 
 @on_gpu

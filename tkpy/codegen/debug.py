@@ -1,9 +1,17 @@
 """Debug mode's plan of a kernel (tkpy/runtime/debug.py): which of its waits are bounded, how, and what each one
-(a "site", numbered in the order of the IR) is called in messages.
+(a "site", numbered in the order of the IR) is called in messages; and which of its memory accesses are
+bounds-checked (a "check" each, numbered likewise).
 
-The emitter asks the plan for each wait's site and writes the bounded form (prelude/debug.py's helpers); the host
-rebuilds the same plan from the same IR to turn a record's site number back into the Python line, the op and the
-barrier. Nothing here runs for a normal build.
+The emitter asks the plan for each wait's site and writes the bounded form (prelude/debug.py's helpers), and writes
+each op's checks before it; the host rebuilds the same plan from the same IR to turn a record's site or check
+number back into the Python line, the op and the barrier or the access. Nothing here runs for a normal build.
+
+Checked: the tile of every copy between a global tensor and registers or shared memory (tk.load, tk.store,
+tk.load_async; all of it inside the tensor, or for a masked copy its first element at non-negative coordinates
+inside the batch and depth), the element of tk.atomic_add, every run-time index into an array of shared tiles or
+semaphores, and the window of a shared subtile at run-time coordinates. Not checked: TMA copies, whose tensor maps
+make the hardware clip them (out-of-bounds elements read as zero, writes are dropped), and register tiles, which
+are indexed at trace time.
 """
 from __future__ import annotations
 
@@ -11,8 +19,9 @@ import linecache
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..ir.core import For, If, KernelIR, Loc, Op, SharedRef
-from ..ir.expr import BinOp, Const, Sym, render
+from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Loc, Op, SharedRef, Var
+from ..ir.expr import BinOp, Const, Sym, as_expr, render
+from ..tiles.types import ST, SV
 
 WARPS_PER_WARPGROUP = 4
 NAMED_BARRIERS = 16          # bar.sync ids 0..15; debug mode gives each an mbarrier
@@ -88,6 +97,49 @@ class Unbounded:
         return f"{self.op.loc.short} `{self.text}`" if self.text else self.op.loc.short
 
 
+GLOBAL_TILE_OPS = ("load_rt_gl", "load_rv_gl", "load_st_gl", "load_sv_gl", "store_gl_rt", "store_gl_rv",
+                   "store_gl_st", "store_gl_sv", "load_async")     # (tile, tensor, coordinate) or (tensor, tile, ...)
+AXES = ("batch", "depth", "row", "column", "outer", "array")   # a check's `which`, as the device reports it
+ARRAY = AXES.index("array")   # `which` of a check's first array index (ARRAY + i for its i-th array)
+
+
+@dataclass(frozen=True)
+class Check:
+    """The bounds checks debug mode puts before one op or shared subtile (check `index` of its plan): `lines` is
+    their C++ (each calls tk::debug::out_of_bounds with this index where it fails), `what` the access in words."""
+
+    index: int
+    stmt: object              # the Op or Decl
+    text: str                 # its Python line
+    what: str                 # e.g. "the 16 x 64 tile of `x`" ("" for array indices only)
+    lines: tuple
+    arrays: tuple = ()        # (name, count) of the arrays indexed at run time: check `which` 5 + i is arrays[i]
+    branches: tuple = ()
+
+    @property
+    def loc(self) -> Loc:
+        return self.stmt.loc
+
+    @property
+    def source(self) -> str:
+        return f"{self.loc.short} `{self.text}`" if self.text else self.loc.short
+
+    def describe(self, which: int, first: int, last: int, limit: int) -> str:
+        """What went out of bounds: the axis (or the array index) and the range against its limit."""
+        if which >= ARRAY and which - ARRAY < len(self.arrays):
+            name, count = self.arrays[which - ARRAY]
+            return f"index {first} into `{name}`, an array of {count}, outside [0, {limit})"
+        axis = AXES[which] if 0 <= which < len(AXES) else "unknown"
+        span = f"index {first}" if first == last else f"indices {first}..{last}"
+        return f"{self.what}: {axis} {span}, outside [0, {limit})"
+
+    def c_format(self, kernel: str) -> str:
+        """The printf format of this check's failure line; its arguments are block x, y, z, warp, the axis (a
+        string of AXES), first, last, limit."""
+        return (f"tkpy debug: kernel {_c_text(kernel)}, block (%u, %u, %u), warp %u: out-of-bounds access at "
+                f"{_c_text(self.source)}, {_c_text(self.what)}: %s %lld..%lld, outside [0, %lld)\\n")
+
+
 @dataclass
 class Plan:
     """The debug plan of one kernel."""
@@ -101,10 +153,17 @@ class Plan:
     warpgroups: int = 0              # wgmma occurs: one rendezvous mbarrier per warpgroup
     cluster_barrier: bool = False    # tk.cluster.sync() occurs
     uses_named_mbarriers: bool = False  # named-barrier ops occur and are mbarriers (`named` is not None)
+    checks: list = field(default_factory=list)
     _by_op: dict = field(default_factory=dict)
+    _checks_by_stmt: dict = field(default_factory=dict)
 
     def site(self, op: Op) -> Site:
         return self._by_op[id(op)]
+
+    def checks_of(self, stmt) -> list[str]:
+        """The C++ of the bounds checks before `stmt` (none for most)."""
+        check = self._checks_by_stmt.get(id(stmt))
+        return list(check.lines) if check is not None else []
 
     def has_site(self, op: Op) -> bool:
         return id(op) in self._by_op
@@ -122,6 +181,14 @@ def plan_for(ir: KernelIR) -> Plan:
     named_ops = [op for op, _ in ops if op.name in NAMED_OPS]
     plan.named, plan.named_default, reason = _named_counts(named_ops, ir.warps)
     plan.uses_named_mbarriers = bool(named_ops) and plan.named is not None
+    for stmt, branches in _statements_with_branches(ir.body):
+        access = _access_checks(stmt, len(plan.checks))
+        if access is not None:
+            what, lines, arrays = access
+            text = linecache.getline(stmt.loc.file, stmt.loc.line).strip()
+            check = Check(len(plan.checks), stmt, text, what, tuple(lines), arrays, branches)
+            plan.checks.append(check)
+            plan._checks_by_stmt[id(stmt)] = check
     for op, branches in ops:
         text = linecache.getline(op.loc.file, op.loc.line).strip()
         site = None
@@ -161,14 +228,89 @@ def plan_for(ir: KernelIR) -> Plan:
 
 def _ops_with_branches(stmts, branches=()):
     """(op, the locations of the tk.if_ branches around it) for every op, in the order the emitter visits them."""
-    for s in stmts:
+    for s, b in _statements_with_branches(stmts, branches):
         if isinstance(s, Op):
+            yield s, b
+
+
+def _statements_with_branches(stmts, branches=()):
+    """(op or declaration, the tk.if_ branches around it), in the order the emitter visits them."""
+    for s in stmts:
+        if isinstance(s, (Op, Decl)):
             yield s, branches
         elif isinstance(s, For):
-            yield from _ops_with_branches(s.body, branches)
+            yield from _statements_with_branches(s.body, branches)
         elif isinstance(s, If):
-            yield from _ops_with_branches(s.then, branches + (s.loc,))
-            yield from _ops_with_branches(s.orelse, branches + (s.loc,))
+            yield from _statements_with_branches(s.then, branches + (s.loc,))
+            yield from _statements_with_branches(s.orelse, branches + (s.loc,))
+
+
+def _access_checks(stmt, index: int) -> Optional[tuple[str, list[str], tuple]]:
+    """(the access in words, the C++ of its checks, the arrays they index) for a statement that debug mode
+    bounds-checks, else None."""
+    if isinstance(stmt, Decl):
+        return _view_checks(stmt.var, index)
+    lines, what = [], ""
+    if stmt.name in GLOBAL_TILE_OPS:
+        first, second, coord = stmt.args[:3]
+        g, tile = (first, second) if isinstance(first, GlobalVar) else (second, first)
+        masked = "fill" in stmt.attrs or bool(stmt.attrs.get("masked"))
+        *outer, b, d, r, c = coord
+        t = tile.type
+        lines.append(f"tk::debug::check_tile({g.name}, {render(b)}, {render(d)}, {render(r * t.rows)}, "
+                     f"{render(c * t.cols)}, {t.rows}, {t.cols}, {'true' if masked else 'false'}, {index});")
+        lines += [_index_check(render(o), render(as_expr(g.type.outer)), index, 4) for o in outer]
+        what = f"the {t.rows} x {t.cols} tile of `{g.name}`" + (" (masked)" if masked else "")
+    elif stmt.name == "atomic_add":
+        g, (b, d, r, c) = stmt.args[1], stmt.args[2:6]
+        lines.append(f"tk::debug::check_element({g.name}, {render(b)}, {render(d)}, {render(r)}, {render(c)}, "
+                     f"{index});")
+        what = f"the element of `{g.name}`"
+    elements = list(_unique_elements(stmt.args))
+    lines += [_index_check(render(a.index), str(a.var.count), index, ARRAY + i) for i, a in enumerate(elements)]
+    return (what, lines, tuple((a.var.name, a.var.count) for a in elements)) if lines else None
+
+
+def _unique_elements(args):
+    """The elements at run-time indices of arrays of shared tiles or semaphores among an op's arguments, each
+    (index, array) once."""
+    seen = set()
+    for a in _shared_elements(args):
+        key = (render(a.index), a.var.name)
+        if key not in seen:
+            seen.add(key)
+            yield a
+
+
+def _view_checks(v: Var, index: int) -> Optional[tuple[str, list[str], tuple]]:
+    """A shared subtile at run-time coordinates: its window inside the tile it views (and that tile's array index)."""
+    if v.view is None or not isinstance(v.type, (ST, SV)):
+        return None
+    base, t = v.view.base, v.type
+    arrays = ((base.var.name, base.var.count),) if _runtime_element(base) else ()
+    lines = [_index_check(render(base.index), str(base.var.count), index, ARRAY)] if arrays else []
+    for which, coord, size, whole in ((2, v.view.row, t.rows, base.type.rows), (3, v.view.col, t.cols, base.type.cols)):
+        if not isinstance(coord, Const):
+            lines.append(_index_check(render(coord), str(whole // size), index, which))
+    what = f"the {t.rows} x {t.cols} window of `{base.name}` ({base.type.rows} x {base.type.cols}), in units of windows"
+    return (what, lines, arrays) if lines else None
+
+
+def _shared_elements(args):
+    """The elements at run-time indices of arrays of shared tiles or semaphores among an op's arguments."""
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            yield from _shared_elements(a)
+        elif _runtime_element(a):
+            yield a
+
+
+def _runtime_element(x) -> bool:
+    return isinstance(x, SharedRef) and x.index is not None and not isinstance(x.index, Const) and x.var.count > 1
+
+
+def _index_check(value: str, limit: str, index: int, which: int) -> str:
+    return f"tk::debug::check_index({value}, {limit}, {index}, {which});"
 
 
 def _named_counts(ops, warps: int) -> tuple[Optional[dict], int, str]:

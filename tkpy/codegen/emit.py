@@ -181,6 +181,7 @@ class KernelEmitter:
         for s in stmts:
             if isinstance(s, Decl):
                 self.origin(s.loc, "declare")
+                self.debug_checks(s)
                 self.line(self._decl(s.var))
             elif isinstance(s, Let):
                 self.origin(s.loc, "let")
@@ -196,6 +197,7 @@ class KernelEmitter:
                 emitter = OP_EMITTERS.get(s.name)
                 if emitter is None:
                     raise UnsupportedError(f"no code generator for op `{s.name}`", s.loc)
+                self.debug_checks(s)
                 for text in emitter(self, s):
                     self.line(text)
             elif isinstance(s, For):
@@ -212,6 +214,12 @@ class KernelEmitter:
                     self.line("} else {")
                     self._nested(s.orelse)
                 self.line("}")
+
+    def debug_checks(self, stmt) -> None:
+        """Debug mode: the bounds checks of `stmt`'s memory accesses (codegen/debug.py), before it."""
+        if self.debug is not None:
+            for text in self.debug.checks_of(stmt):
+                self.line(text)
 
     def _nested(self, stmts) -> None:
         self.depth += 1

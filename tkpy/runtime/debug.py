@@ -1,4 +1,5 @@
-"""Debug mode for the GPU: waits that time out, name themselves and stop the kernel, instead of hanging.
+"""Debug mode for the GPU: waits that time out, name themselves and stop the kernel, instead of hanging; and
+memory accesses checked against their bounds, which stop the kernel naming the access instead of corrupting memory.
 
 With ``TKPY_DEBUG=1`` (read when a kernel is traced: it is part of the specialization key, so debug and normal
 builds never mix) or ``@tk.kernel(..., debug=True)`` (``debug=False`` keeps a kernel out of it whatever the
@@ -16,6 +17,12 @@ issue wgmma only record, unless ``TKPY_DEBUG_PRINTF=1``: see Settings.prints.)
     cluster.sync two mbarriers per block, used in turn: each warp arrives on every block's, then waits on its own
     wgmma        the warpgroup meets on an mbarrier before each wgmma, so that a wgmma wait cannot hang on a warp
                  of the warpgroup that never issues the op (wgmma.wait_group itself has no try form)
+
+Bounds checks (same mode): before each tk.load / tk.store / tk.load_async between a global tensor and a tile, each
+tk.atomic_add, each op that indexes an array of shared tiles or semaphores at a run-time index, and each shared
+subtile at run-time coordinates, the debug build checks the access (tkpy/codegen/debug.py lists what and why TMA
+copies are left to the hardware); one that fails is recorded, printed and trapped the same way, and the launch
+raises :class:`tkpy.GpuBoundsError` naming the access, its Python line, the axis and the range against its bound.
 
 Not bounded: ``setmaxnreg`` (``tk.consumer_registers``: it blocks in hardware until registers are free, no try
 form) and, where the kernel's named barriers cannot be mapped to mbarriers (one barrier id used with two warp
@@ -51,7 +58,8 @@ DEFAULT_TIMEOUT_S = 4.0
 DEFAULT_KERNEL_TIMEOUT_S = 30.0
 
 #: the device record: SLOTS slots of SLOT (tkpy/codegen/prelude/debug.py's tkpy_debug_slot)
-SLOT = struct.Struct("<6I2iQ")   # valid, site, block x, y, z, warp, index, phase, waited ns
+SLOT = struct.Struct("<6I2iQ3q")   # valid, site, block x, y, z, warp, index, phase, waited ns, first, last, limit
+WAIT, BOUNDS = 1, 2                # a slot's `valid`: a wait that timed out, a failed bounds check
 SLOTS = 32
 RECORD_SYMBOL = "tkpy_debug_record"
 
@@ -136,13 +144,22 @@ class Record:
         ctypes.memset(self.host, 0, self.size)
 
     def entries(self) -> list[tuple]:
-        """The valid slots, as (site, (block x, y, z), warp, index, phase, waited ns), in the order written."""
+        """The timed-out waits, as (site, (block x, y, z), warp, index, phase, waited ns), in the order written."""
+        return [(site, block, warp, index, phase, waited) for kind, site, block, warp, index, phase, waited, *_
+                in self._slots() if kind == WAIT]
+
+    def bounds_entries(self) -> list[tuple]:
+        """The failed bounds checks, as (check, (block x, y, z), warp, which, first, last, limit)."""
+        return [(check, block, warp, which, first, last, limit) for kind, check, block, warp, which, _, _, first,
+                last, limit in self._slots() if kind == BOUNDS]
+
+    def _slots(self) -> list[tuple]:
         raw = ctypes.string_at(self.host, self.size)
         out = []
         for i in range(SLOTS):
-            valid, site, bx, by, bz, warp, index, phase, waited = SLOT.unpack_from(raw, i * SLOT.size)
-            if valid == 1:
-                out.append((site, (bx, by, bz), warp, index, phase, waited))
+            valid, site, bx, by, bz, warp, index, phase, waited, first, last, limit = SLOT.unpack_from(raw, i * SLOT.size)
+            if valid in (WAIT, BOUNDS):
+                out.append((valid, site, (bx, by, bz), warp, index, phase, waited, first, last, limit))
         return out
 
 
@@ -176,7 +193,7 @@ def launch(ready, grid, args, slots, kernel, compiled) -> None:
             return
         finished = synchronize_stream(stream, kernel_timeout_s(settings_), device)
     except DriverError as e:
-        report = _timeout_error(compiled, record, e)
+        report = _bounds_error(compiled, record, e) or _timeout_error(compiled, record, e)
         if report is None:
             raise
         raise report from e
@@ -216,6 +233,38 @@ def _timeout_error(compiled, record: Record, error):
     return GpuTimeoutError("\n".join(lines), kernel=ir.name, block=block, warp=warp,
                            loc=first.loc if first else None, site=first, index=index, phase=phase,
                            waited_s=waited / 1e9)
+
+
+def _bounds_error(compiled, record: Record, error):
+    """The GpuBoundsError that a failed debug launch's record explains, or None (no bounds check failed)."""
+    from ..codegen.debug import plan_for
+    from .errors import GpuBoundsError
+
+    entries = record.bounds_entries()
+    if not entries:
+        return None
+    ir = compiled.lowered.traced.ir
+    plan = plan_for(ir)
+    check, block, warp, which, first, last, limit = entries[0]
+    where = plan.checks[check] if check < len(plan.checks) else None
+    lines = [f"an out-of-bounds access on the GPU (debug mode) in block ({block[0]}, {block[1]}, {block[2]}) of "
+             f"kernel {ir.name}:"]
+    if where is None:
+        lines.append(f"  warp {warp} failed an unknown check {check}")
+    else:
+        lines.append(f"  warp {warp} at {where.source}{_roles(where)}")
+        lines.append(f"    {where.describe(which, first, last, limit)}")
+    others = entries[1:]
+    if others:
+        shown = ", ".join(f"block ({b[0]}, {b[1]}, {b[2]}) warp {w} at "
+                          f"{plan.checks[c].loc.short if c < len(plan.checks) else c}" for c, b, w, *_ in others[:8])
+        more = f" and {len(others) - 8} more" if len(others) > 8 else ""
+        lines.append(f"  {len(others)} more warp(s) failed a check too: {shown}{more}")
+    lines.append(f"The kernel stopped with __trap() ({getattr(error, 'name', '') or error}) before the access; the "
+                 f"CUDA context cannot be used again: end the process.")
+    return GpuBoundsError("\n".join(lines), kernel=ir.name, block=block, warp=warp,
+                          loc=where.loc if where else None, check=where, axis=which, first=first, last=last,
+                          limit=limit)
 
 
 def _roles(site) -> str:

@@ -54,6 +54,18 @@ class GpuTimeoutError(TkpyRuntimeError):
         self.index, self.phase, self.waited_s = index, phase, waited_s
 
 
+class GpuBoundsError(TkpyRuntimeError):
+    """Debug mode (tkpy/runtime/debug.py): a memory access failed its bounds check on the GPU, so the kernel stopped
+    itself (``__trap()``) before making it. The message names the access (its Python line and op), the block, the
+    warp, the axis and the range against its bound; the same facts are attributes."""
+
+    def __init__(self, message: str, *, kernel: str = "", block=None, warp=None, loc=None, check=None, axis=None,
+                 first=None, last=None, limit=None) -> None:
+        super().__init__(message)
+        self.kernel, self.block, self.warp, self.loc, self.check = kernel, block, warp, loc, check
+        self.axis, self.first, self.last, self.limit = axis, first, last, limit
+
+
 class NoGPUError(TkpyRuntimeError):
     """No usable (Hopper, sm_90+) GPU is visible to this process."""
 
@@ -62,4 +74,5 @@ class SpillWarning(UserWarning):
     """ptxas spilled registers to local memory for a tkpy kernel."""
 
 
-__all__ = ["TkpyRuntimeError", "CompileError", "DriverError", "GpuTimeoutError", "NoGPUError", "SpillWarning"]
+__all__ = ["TkpyRuntimeError", "CompileError", "DriverError", "GpuBoundsError", "GpuTimeoutError", "NoGPUError",
+           "SpillWarning"]

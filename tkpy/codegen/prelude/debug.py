@@ -1,5 +1,5 @@
-"""The C++ of debug mode (tkpy/runtime/debug.py, tkpy/codegen/debug.py): bounded waits and the record of the one
-that timed out. Only debug builds get it, after the prelude and before the kernel (it holds the kernel's own sites
+"""The C++ of debug mode (tkpy/runtime/debug.py, tkpy/codegen/debug.py): bounded waits and bounds checks, and the
+record of the wait that timed out or the access that failed its check. Only debug builds get it, after the prelude and before the kernel (it holds the kernel's own sites
 and timeout); a normal build's source does not change.
 
 PTX references: "mbarrier.try_wait" (the `.parity` form and the state-token form, `.acquire` at CTA or cluster
@@ -8,7 +8,7 @@ before the trap), "trap"; printf through vprintf(format, packed arguments) as CU
 """
 from __future__ import annotations
 
-from ..debug import NAMED_BARRIERS, Plan
+from ..debug import AXES, NAMED_BARRIERS, Plan
 
 _HELPERS = r"""
 namespace tk {
@@ -110,6 +110,55 @@ __device__ __forceinline__ void cluster_sync(semaphore* pair, int& syncs, u32 si
     __syncwarp();
     syncs++;
 }
+// An out-of-bounds access (a check of tkpy/codegen/debug.py failed): one lane of each failing warp records it,
+// prints one line and stops the kernel; the warp's other failing lanes wait for the trap.
+__device__ __forceinline__ void out_of_bounds(u32 check, int which, long long first, long long last, long long limit) {
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane != u32(__ffs(__activemask()) - 1))
+        for (;;) __nanosleep(1000000);
+    tkpy_debug_slot* const record = *reinterpret_cast<tkpy_debug_slot* volatile*>(&tkpy_debug_record);
+    if (record != nullptr) {
+        const u32 slot = atomicAdd(&tkpy_debug_claims, 1u);
+        if (slot < record_slots) {
+            volatile tkpy_debug_slot* s = record + slot;
+            s->site = check; s->block_x = blockIdx.x; s->block_y = blockIdx.y; s->block_z = blockIdx.z;
+            s->warp = warp; s->index = which; s->first = first; s->last = last; s->limit = limit;
+            __threadfence_system();
+            s->valid = 2;                  // 2: a bounds check (1: a wait)
+            __threadfence_system();
+            const u32 back = s->valid;
+            asm volatile("" :: "r"(back));
+        }
+    }
+    if constexpr (print) {
+        struct { u32 bx, by, bz, warp; const char* axis; long long first, last, limit; } args =
+            {blockIdx.x, blockIdx.y, blockIdx.z, warp, tkpy_debug_axes[which], first, last, limit};
+        vprintf(tkpy_debug_check_formats[check], reinterpret_cast<const char*>(&args));
+    }
+    __trap();
+}
+// An index into an array of `limit` (shared tiles, semaphores, windows of a tile).
+__device__ __forceinline__ void check_index(long long value, long long limit, u32 check, int which) {
+    if (value < 0 || value >= limit) out_of_bounds(check, which, value, value, limit);
+}
+// A rows x cols tile copied at element (b, d, r, c) of g: all of it inside g, or for a masked copy (which skips
+// what lies past the last row and column) its first element at non-negative rows and columns.
+template <typename T> __device__ __forceinline__ void check_tile(const gl<T>& g, int b, int d, long long r,
+                                                                 long long c, int rows, int cols, bool masked,
+                                                                 u32 check) {
+    check_index(b, g.batch, check, 0);
+    check_index(d, g.depth, check, 1);
+    if (r < 0 || (!masked && r + rows > g.rows)) out_of_bounds(check, 2, r, r + rows - 1, g.rows);
+    if (c < 0 || (!masked && c + cols > g.cols)) out_of_bounds(check, 3, c, c + cols - 1, g.cols);
+}
+// One element of g (tk.atomic_add).
+template <typename T> __device__ __forceinline__ void check_element(const gl<T>& g, int b, int d, int r, int c,
+                                                                    u32 check) {
+    check_index(b, g.batch, check, 0);
+    check_index(d, g.depth, check, 1);
+    check_index(r, g.rows, check, 2);
+    check_index(c, g.cols, check, 3);
+}
 }  // namespace debug
 }  // namespace tk
 """
@@ -121,17 +170,25 @@ def section(plan: Plan, timeout_ns: int, slots: int, print_: bool = True) -> str
     count = max(1, len(plan.sites))
     if not plan.sites:
         formats = '    "tkpy debug: no bounded waits\\n",'
+    checks = "\n".join(f'    /* check {c.index} */ "{c.c_format(plan.ir.name)}",' for c in plan.checks)
+    if not plan.checks:
+        checks = '    "tkpy debug: no bounds checks\\n",'
+    axes = ", ".join(f'"{a}"' for a in AXES)
     return (
         "// ---- debug mode (TKPY_DEBUG=1 or tk.kernel(debug=True); tkpy/runtime/debug.py): bounded waits ----\n"
         'extern "C" __device__ int vprintf(const char*, const char*);\n'
-        "// A timed-out wait, as the host reads it (tkpy/runtime/debug.py SLOT): `valid` written last.\n"
+        "// A timed-out wait (valid 1) or a failed bounds check (valid 2), as the host reads it (tkpy/runtime/debug.py "
+        "SLOT): `valid` written last.\n"
         "struct tkpy_debug_slot { unsigned int valid, site, block_x, block_y, block_z, warp; int index, phase; "
-        "unsigned long long waited_ns; };\n"
+        "unsigned long long waited_ns; long long first, last, limit; };\n"
         "__device__ tkpy_debug_slot* tkpy_debug_record;   // mapped host memory, set by the host when it loads the "
         "module (or null)\n"
         "__device__ unsigned int tkpy_debug_claims;       // slots of the record taken\n"
         f"// The kernel's bounded waits (sites, tkpy/codegen/debug.py): each one's printf format.\n"
         f"__device__ const char* const tkpy_debug_formats[{count}] = {{\n{formats}\n}};\n"
+        f"// The kernel's bounds checks (tkpy/codegen/debug.py): each one's printf format, and the axes they name.\n"
+        f"__device__ const char* const tkpy_debug_check_formats[{max(1, len(plan.checks))}] = {{\n{checks}\n}};\n"
+        f"__device__ const char* const tkpy_debug_axes[{len(AXES)}] = {{{axes}}};\n"
         "namespace tk {\nnamespace debug {\n"
         f"constexpr u64 timeout_ns = {timeout_ns}ull;   // TKPY_DEBUG_TIMEOUT_S\n"
         f"constexpr u32 record_slots = {slots};\n"
