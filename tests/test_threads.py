@@ -338,3 +338,30 @@ def test_gpu_tensor_maps_made_on_a_thread_without_a_context():
     maps += in_threads(1, lambda i: driver._driver().cuCtxGetCurrent()[1])          # a fresh thread: no context
     maps += in_threads(1, lambda i: encoder(b)) + in_threads(1, lambda i: encoder(c))  # retargets
     assert int(maps[1]) == 0 and len({maps[0], maps[2], maps[3]}) == 3 and len(encoder._by_geometry) == 1
+
+
+def test_tensor_map_calls_retry_once_with_the_primary_context(monkeypatch):
+    """The driver's tensor-map calls run one at a time, and one that reports INVALID_CONTEXT is retried once after
+    the primary context is made current (seen on the H200 from 16 fresh threads at once); other errors raise."""
+    from tkpy.runtime import tensor_map
+
+    calls: list = []
+
+    class FakeDriver:
+        def cuCtxSetCurrent(self, ctx):
+            calls.append(("set", ctx))
+            return (0,)
+
+    monkeypatch.setattr(tensor_map, "_driver", lambda: FakeDriver())
+    monkeypatch.setattr(tensor_map, "ensure_context", lambda device: calls.append(("ensure", device)))
+    monkeypatch.setattr(tensor_map, "primary_context", lambda device: f"primary{device}")
+    results = iter([(CUDA_ERROR_INVALID_CONTEXT,), (0, "map")])
+    assert tensor_map._in_context(3, lambda: next(results), "encode") == "map"
+    assert calls == [("ensure", 3), ("set", "primary3")]
+    results = iter([(CUDA_ERROR_INVALID_CONTEXT,), (CUDA_ERROR_INVALID_CONTEXT,)])
+    with pytest.raises(runtime.DriverError, match="encode"):
+        tensor_map._in_context(3, lambda: next(results), "encode")
+    calls.clear()
+    with pytest.raises(runtime.DriverError):
+        tensor_map._in_context(0, lambda: (1,), "encode")                      # not a context error: no retry
+    assert calls == [("ensure", 0)]

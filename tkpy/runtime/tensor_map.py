@@ -9,10 +9,12 @@ Encoding needs a driver and a current context; the geometry is pure Python.
 from __future__ import annotations
 
 import ctypes
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..tiles.types import ST
-from .driver import _driver, check, ensure_context
+from .driver import _driver, check, ensure_context, primary_context
 
 MAX_CACHED = 64   # encoded maps kept per tile shape (keyed by pointer, shape and strides)
 
@@ -63,12 +65,29 @@ def l2_promotion(panel_bytes: int) -> str:
     return "CU_TENSOR_MAP_L2_PROMOTION_NONE"
 
 
+CUDA_ERROR_INVALID_CONTEXT = 201
+_driver_lock = threading.Lock()
+
+
+def _in_context(device: int, call: Callable[[], tuple], what: str):
+    """check(call()) for one of the driver's tensor-map calls, which need a current context (a fresh thread's first
+    launch has none). On the H200, 16 fresh threads making their first attention call at once still got
+    CUDA_ERROR_INVALID_CONTEXT now and then (runs 251, 253) with the primary context current; so these calls are
+    serialized (they run on cache misses only) and retried once after making the primary context current."""
+    with _driver_lock:
+        ensure_context(device)
+        result = call()
+        if result[0] == CUDA_ERROR_INVALID_CONTEXT:
+            check(_driver().cuCtxSetCurrent(primary_context(device)), "cuCtxSetCurrent")
+            result = call()
+        return check(result, what)
+
+
 def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
     """The 128 bytes of a CUtensorMap (cuTensorMapEncodeTiled); out-of-bounds elements read as zero."""
     d = _driver()
-    ensure_context(device)
     u64, u32 = d.cuuint64_t, d.cuuint32_t
-    tmap = check(d.cuTensorMapEncodeTiled(
+    tmap = _in_context(device, lambda: d.cuTensorMapEncodeTiled(
         getattr(d.CUtensorMapDataType, _DTYPES[tile.dtype.name]), len(geo.dims), pointer,
         [u64(x) for x in geo.dims], [u64(x) for x in geo.strides], [u32(x) for x in geo.box], [u32(1)] * len(geo.dims),
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -79,13 +98,11 @@ def encode(pointer: int, geo: Geometry, tile: ST, device: int) -> bytes:
 
 
 def retarget(blob: bytes, pointer: int, device: int) -> bytes:
-    """The same tensor map at another address (cuTensorMapReplaceAddress: 0.4 us against 2 us to encode); like
-    encoding, it needs a current context (a fresh thread's first launch has none: INVALID_CONTEXT, run 252)."""
+    """The same tensor map at another address (cuTensorMapReplaceAddress: 0.4 us against 2 us to encode)."""
     d = _driver()
-    ensure_context(device)
     tmap = d.CUtensorMap()
     ctypes.memmove(tmap.getPtr(), blob, 128)
-    check(d.cuTensorMapReplaceAddress(tmap, pointer), "cuTensorMapReplaceAddress")
+    _in_context(device, lambda: d.cuTensorMapReplaceAddress(tmap, pointer), "cuTensorMapReplaceAddress")
     return ctypes.string_at(tmap.getPtr(), 128)
 
 
