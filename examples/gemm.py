@@ -15,15 +15,11 @@ chosen per shape, an epilogue through shared memory that overlaps the next tile,
     python examples/gemm.py                    # Hopper GPU: 4096^3 against torch.matmul (cuBLAS), and timed
     TKPY_INTERPRET=1 python examples/gemm.py   # tkpy's CPU interpreter, 256 x 512 x 384 (also without a GPU)
 """
-import os
-import statistics
-import sys
-
 import torch
 
 import tkpy as tk
+from harness import check, device, median_us
 from tkpy import bf16, f32
-from tkpy.runtime import gpu_available
 from tkpy.templates import shared
 
 BM, BN, BK = 128, 256, 64      # C's tile per task, and the K step
@@ -76,37 +72,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-def check(what: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> None:
-    """Every element within atol + rtol * |ref| of the float64 reference, or exit 1 saying where it is not."""
-    err = (out.double() - ref).abs()
-    bad = err > atol + rtol * ref.abs()
-    if bad.any():
-        i = tuple(int(v) for v in torch.nonzero(bad)[0])
-        sys.exit(f"{what}: WRONG: {int(bad.sum())} of {out.numel()} elements off by more than {atol:.2g} + "
-                 f"{rtol:.2g} * |ref|; e.g. at {i}: got {out[i].item():.6g}, expected {ref[i].item():.6g}")
-    print(f"{what}: OK (every element within {atol:.2g} + {rtol:.2g} * |ref| of float64 torch; "
-          f"largest error {err.max():.2e})")
-
-
-def median_us(fn, runs: int = 100) -> float:
-    """Median microseconds of `runs` calls, each between CUDA events, after a warm-up."""
-    for _ in range(10):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
-
 
 def main() -> None:
-    gpu = gpu_available() and not tk.interpret_requested()
-    if not gpu:
-        os.environ["TKPY_INTERPRET"] = "1"        # every launch runs on tkpy's CPU interpreter
+    where = device()                     # "cuda", or "cpu": tkpy's CPU interpreter runs every launch
+    gpu = where == "cuda"
     m, n, k = (4096, 4096, 4096) if gpu else (256, 512, 384)
-    a, b = (torch.randn(shape, device="cuda" if gpu else "cpu").to(torch.bfloat16) for shape in ((m, k), (k, n)))
+    a, b = (torch.randn(shape, device=where).to(torch.bfloat16) for shape in ((m, k), (k, n)))
     # bf16 output: its rounding is up to 2^-8 relative; atol covers fp32 sums of K products near zero.
     check(f"matmul {m} x {n} x {k} bf16 ({'GPU' if gpu else 'interpreter'})", matmul(a, b),
           a.double() @ b.double(), atol=1e-3 * k ** 0.5, rtol=2 ** -7)

@@ -13,16 +13,12 @@ and D a multiple of 128 (a ValueError otherwise).
     python examples/layernorm.py                    # Hopper GPU: 16384 x 4096 against F.layer_norm, and timed
     TKPY_INTERPRET=1 python examples/layernorm.py   # tkpy's CPU interpreter, 128 x 512 (also without a GPU)
 """
-import os
-import statistics
-import sys
-
 import torch
 import torch.nn.functional as F
 
 import tkpy as tk
+from harness import check, device, median_us
 from tkpy import bf16, f32
-from tkpy.runtime import gpu_available
 
 WARPS, STEP = 4, 128      # warps per block, each on 16 rows; columns per step
 
@@ -69,39 +65,13 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return y
 
 
-def check(what: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> None:
-    """Every element within atol + rtol * |ref| of the float64 reference, or exit 1 saying where it is not."""
-    err = (out.double() - ref).abs()
-    bad = err > atol + rtol * ref.abs()
-    if bad.any():
-        i = tuple(int(v) for v in torch.nonzero(bad)[0])
-        sys.exit(f"{what}: WRONG: {int(bad.sum())} of {out.numel()} elements off by more than {atol:.2g} + "
-                 f"{rtol:.2g} * |ref|; e.g. at {i}: got {out[i].item():.6g}, expected {ref[i].item():.6g}")
-    print(f"{what}: OK (every element within {atol:.2g} + {rtol:.2g} * |ref| of float64 torch; "
-          f"largest error {err.max():.2e})")
-
-
-def median_us(fn, runs: int = 100) -> float:
-    """Median microseconds of `runs` calls, each between CUDA events, after a warm-up."""
-    for _ in range(10):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
-
 
 def main() -> None:
-    gpu = gpu_available() and not tk.interpret_requested()
-    if not gpu:
-        os.environ["TKPY_INTERPRET"] = "1"        # every launch runs on tkpy's CPU interpreter
+    where = device()                     # "cuda", or "cpu": tkpy's CPU interpreter runs every launch
+    gpu = where == "cuda"
     rows, d = (16384, 4096) if gpu else (128, 512)
-    device = "cuda" if gpu else "cpu"
-    x = (2 * torch.randn(rows, d, device=device) + 0.5).to(torch.bfloat16)
-    weight, bias = (torch.randn(d, device=device).to(torch.bfloat16) for _ in range(2))
+    x = (2 * torch.randn(rows, d, device=where) + 0.5).to(torch.bfloat16)
+    weight, bias = (torch.randn(d, device=where).to(torch.bfloat16) for _ in range(2))
     ref = F.layer_norm(x.double(), (d,), weight.double(), bias.double(), 1e-5)
     # bf16 output: its rounding is up to 2^-8 relative; 2^-7 and atol leave room for the fp32 statistics.
     check(f"layernorm {rows} x {d} bf16 ({'GPU' if gpu else 'interpreter'})", layernorm(x, weight, bias), ref,

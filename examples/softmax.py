@@ -12,15 +12,11 @@ bounds-checked edges, a backward).
     python examples/softmax.py                    # Hopper GPU: 524288 x 128 against torch.softmax, and timed
     TKPY_INTERPRET=1 python examples/softmax.py   # tkpy's CPU interpreter, 128 x 64 (also without a GPU)
 """
-import os
-import statistics
-import sys
-
 import torch
 
 import tkpy as tk
+from harness import check, device, median_us
 from tkpy import bf16, f32
-from tkpy.runtime import gpu_available
 
 WARPS = 4                  # warps per block, each on 16 rows
 
@@ -52,37 +48,12 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def check(what: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> None:
-    """Every element within atol + rtol * |ref| of the float64 reference, or exit 1 saying where it is not."""
-    err = (out.double() - ref).abs()
-    bad = err > atol + rtol * ref.abs()
-    if bad.any():
-        i = tuple(int(v) for v in torch.nonzero(bad)[0])
-        sys.exit(f"{what}: WRONG: {int(bad.sum())} of {out.numel()} elements off by more than {atol:.2g} + "
-                 f"{rtol:.2g} * |ref|; e.g. at {i}: got {out[i].item():.6g}, expected {ref[i].item():.6g}")
-    print(f"{what}: OK (every element within {atol:.2g} + {rtol:.2g} * |ref| of float64 torch; "
-          f"largest error {err.max():.2e})")
-
-
-def median_us(fn, runs: int = 100) -> float:
-    """Median microseconds of `runs` calls, each between CUDA events, after a warm-up."""
-    for _ in range(10):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
-
 
 def main() -> None:
-    gpu = gpu_available() and not tk.interpret_requested()
-    if not gpu:
-        os.environ["TKPY_INTERPRET"] = "1"        # every launch runs on tkpy's CPU interpreter
+    where = device()                     # "cuda", or "cpu": tkpy's CPU interpreter runs every launch
+    gpu = where == "cuda"
     rows, d = (524288, 128) if gpu else (128, 64)
-    x = (3 * torch.randn(rows, d, device="cuda" if gpu else "cpu")).to(torch.bfloat16)
+    x = (3 * torch.randn(rows, d, device=where)).to(torch.bfloat16)
     # bf16 output: its rounding is up to 2^-8 relative; 2^-7 leaves room for the fp32 exp and sum.
     check(f"softmax {rows} x {d} bf16 ({'GPU' if gpu else 'interpreter'})", softmax(x),
           torch.softmax(x.double(), dim=-1), atol=1e-6, rtol=2 ** -7)

@@ -18,7 +18,7 @@ import torch
 from tkpy.runtime import find_nvdisasm
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.stem != "harness")   # (what they share)
 MAX_CODE_LINES = 100
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
             tokenize.ENDMARKER}
@@ -64,7 +64,9 @@ def test_example_runs_and_checks_itself_on_the_interpreter(path):
 
 
 def load(name: str):
-    """examples/<name>.py as a module (its main() is not run)."""
+    """examples/<name>.py as a module (its main() is not run; it imports examples/harness.py from beside it)."""
+    if str(ROOT / "examples") not in sys.path:
+        sys.path.append(str(ROOT / "examples"))
     spec = importlib.util.spec_from_file_location(f"tkpy_example_{name}", ROOT / "examples" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

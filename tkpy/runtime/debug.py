@@ -221,12 +221,8 @@ def _timeout_error(compiled, record: Record, error):
     else:
         lines.append(f"  warp {warp} waits at {where.source}{_roles(where)}")
         lines.append(f"    on {where.describe(block, index, phase)}: not done after {waited / 1e9:.1f} s")
-    others = entries[1:]
-    if others:
-        shown = ", ".join(f"block ({b[0]}, {b[1]}, {b[2]}) warp {w} at "
-                          f"{plan.sites[s].loc.short if s < len(plan.sites) else s}" for s, b, w, *_ in others[:8])
-        more = f" and {len(others) - 8} more" if len(others) > 8 else ""
-        lines.append(f"  {len(others)} more warp(s) timed out too: {shown}{more}")
+    if entries[1:]:
+        lines.append("  " + _others(entries[1:], plan.sites, "timed out"))
     lines.append(f"The kernel stopped with __trap() ({getattr(error, 'name', '') or error}); the CUDA context cannot "
                  f"be used again: end the process.")
     first = where
@@ -254,17 +250,22 @@ def _bounds_error(compiled, record: Record, error):
     else:
         lines.append(f"  warp {warp} at {where.source}{_roles(where)}")
         lines.append(f"    {where.describe(which, first, last, limit)}")
-    others = entries[1:]
-    if others:
-        shown = ", ".join(f"block ({b[0]}, {b[1]}, {b[2]}) warp {w} at "
-                          f"{plan.checks[c].loc.short if c < len(plan.checks) else c}" for c, b, w, *_ in others[:8])
-        more = f" and {len(others) - 8} more" if len(others) > 8 else ""
-        lines.append(f"  {len(others)} more warp(s) failed a check too: {shown}{more}")
+    if entries[1:]:
+        lines.append("  " + _others(entries[1:], plan.checks, "failed a check"))
     lines.append(f"The kernel stopped with __trap() ({getattr(error, 'name', '') or error}) before the access; the "
                  f"CUDA context cannot be used again: end the process.")
     return GpuBoundsError("\n".join(lines), kernel=ir.name, block=block, warp=warp,
                           loc=where.loc if where else None, check=where, axis=which, first=first, last=last,
                           limit=limit)
+
+
+def _others(entries, places, what: str) -> str:
+    """"N more warp(s) <what> too: block (x, y, z) warp w at file:line, ..." for the record's later entries (8
+    shown)."""
+    shown = ", ".join(f"block ({b[0]}, {b[1]}, {b[2]}) warp {w} at "
+                      f"{places[p].loc.short if p < len(places) else p}" for p, b, w, *_ in entries[:8])
+    more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
+    return f"{len(entries)} more warp(s) {what} too: {shown}{more}"
 
 
 def _roles(site) -> str:

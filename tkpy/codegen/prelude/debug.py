@@ -14,25 +14,30 @@ _HELPERS = r"""
 namespace tk {
 namespace debug {
 __device__ __forceinline__ u64 globaltimer() { u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
-// The end of a wait that timed out, on lane 0 of the waiting warp: record it for the host (mapped host memory,
-// which stays readable once the trap has broken the context), print one line, stop the kernel.
+// One slot of the record for the host (mapped host memory, which stays readable once the trap has broken the
+// context): `kind` 1 a wait that timed out (site, index, phase, waited), 2 a failed bounds check (check, which in
+// `index`, first, last, limit).
+__device__ __forceinline__ void record(u32 kind, u32 site, int index, int phase, u64 waited, long long first = 0,
+                                       long long last = 0, long long limit = 0) {
+    tkpy_debug_slot* const record = *reinterpret_cast<tkpy_debug_slot* volatile*>(&tkpy_debug_record);
+    if (record == nullptr) return;
+    const u32 slot = atomicAdd(&tkpy_debug_claims, 1u);
+    if (slot >= record_slots) return;
+    volatile tkpy_debug_slot* s = record + slot;
+    s->site = site; s->block_x = blockIdx.x; s->block_y = blockIdx.y; s->block_z = blockIdx.z;
+    s->warp = threadIdx.x / 32; s->index = index; s->phase = phase; s->waited_ns = waited;
+    s->first = first; s->last = last; s->limit = limit;
+    __threadfence_system();
+    s->valid = kind;                   // last: the host reads only complete slots
+    __threadfence_system();
+    const u32 back = s->valid;         // read back over the bus: the writes have landed before the trap
+    asm volatile("" :: "r"(back));
+}
+// The end of a wait that timed out, on lane 0 of the waiting warp: record it, print one line, stop the kernel.
 __device__ __forceinline__ void timed_out(u32 site, int index, int phase, u64 start) {
     const u64 waited = globaltimer() - start;
     const u32 warp = threadIdx.x / 32;
-    tkpy_debug_slot* const record = *reinterpret_cast<tkpy_debug_slot* volatile*>(&tkpy_debug_record);
-    if (record != nullptr) {
-        const u32 slot = atomicAdd(&tkpy_debug_claims, 1u);
-        if (slot < record_slots) {
-            volatile tkpy_debug_slot* s = record + slot;
-            s->site = site; s->block_x = blockIdx.x; s->block_y = blockIdx.y; s->block_z = blockIdx.z;
-            s->warp = warp; s->index = index; s->phase = phase; s->waited_ns = waited;
-            __threadfence_system();
-            s->valid = 1;                  // last: the host reads only complete slots
-            __threadfence_system();
-            const u32 back = s->valid;     // read back over the bus: the writes have landed before the trap
-            asm volatile("" :: "r"(back));
-        }
-    }
+    record(1, site, index, phase, waited);
     if constexpr (print) {
         struct { u32 bx, by, bz, warp; int index, phase; u32 ms; } args =   // printf's packed arguments
             {blockIdx.x, blockIdx.y, blockIdx.z, warp, index, phase, u32(waited / 1000000)};
@@ -116,20 +121,7 @@ __device__ __forceinline__ void out_of_bounds(u32 check, int which, long long fi
     const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane != u32(__ffs(__activemask()) - 1))
         for (;;) __nanosleep(1000000);
-    tkpy_debug_slot* const record = *reinterpret_cast<tkpy_debug_slot* volatile*>(&tkpy_debug_record);
-    if (record != nullptr) {
-        const u32 slot = atomicAdd(&tkpy_debug_claims, 1u);
-        if (slot < record_slots) {
-            volatile tkpy_debug_slot* s = record + slot;
-            s->site = check; s->block_x = blockIdx.x; s->block_y = blockIdx.y; s->block_z = blockIdx.z;
-            s->warp = warp; s->index = which; s->first = first; s->last = last; s->limit = limit;
-            __threadfence_system();
-            s->valid = 2;                  // 2: a bounds check (1: a wait)
-            __threadfence_system();
-            const u32 back = s->valid;
-            asm volatile("" :: "r"(back));
-        }
-    }
+    record(2, check, which, 0, 0, first, last, limit);
     if constexpr (print) {
         struct { u32 bx, by, bz, warp; const char* axis; long long first, last, limit; } args =
             {blockIdx.x, blockIdx.y, blockIdx.z, warp, tkpy_debug_axes[which], first, last, limit};
