@@ -141,7 +141,7 @@ def print_rows(rows: list[dict]) -> None:
 # memory, and 2 + 3), and with 3 (CONFIGS_SPLIT_3WG: D128 80 rows in 4 + 4; D64 in 5 + 5; without turns).
 # q_ahead (a second query tile per warpgroup, the next task's Q loading while a task runs) where it fits: the
 # default D64 kernels, D128 in 96-row tiles (3 stages) or split rings of 128-row tiles in 2 + 3 stages.
-# "emu n/8": n of every 8 of P's exponentials on the FMA pipes (tk.exp2's emulated), the MUFU the rest. "with lse":
+# "with lse":
 # the kernel that also stores the log-sum-exp (attention(return_lse=True)); the others compute none, as attention().
 # "max first": every step's row max before its exponentials (stale_shift=False; the default's steps use the running
 # shift and are redone where it falls behind by the slack). "c division": the task loops' index math by C++'s
@@ -162,34 +162,26 @@ OTHER_CONFIGS = {"2wg": {64: TWO}, "2wg pingpong only": {64: dict(TWO, overlap=F
                  "splitkv 3wg": {d: dict(THREE, **SPLIT) for d in (64, 128)},
                  "splitkv 3wg 5+5": {64: dict(THREE, stages=5, late_stages=5, **SPLIT)},
                  "splitkv 3wg no turns": {d: dict(THREE, pingpong=False, **SPLIT) for d in (64, 128)},
-                 "softmax turns": {d: dict(pingpong="softmax") for d in (64, 128)},
                  "lockstep": {d: dict(pingpong=False) for d in (64, 128)},
                  "q load at start": {64: dict(next_q_in_step=False)},
                  "c division": {d: dict(fast_division=False) for d in (64, 128)},
-                 "softmax turns serial": {d: dict(TWO, pingpong="softmax", overlap=False) for d in (64, 128)},
-                 "2wg softmax turns": {64: dict(TWO, pingpong="softmax")},
                  "max first": {d: dict(stale_shift=False) for d in (64, 128)},
                  "qahead": {64: dict(q_ahead=True)},
                  "2wg qahead": {64: dict(TWO, q_ahead=True)},
                  "2wg kv128 qahead": {64: dict(TWO, kv=128, q_ahead=True)},
                  "1wg qahead": {64: dict(consumer_warpgroups=1, q_ahead=True)},
-                 "1wg 2/SM qahead": {64: dict(consumer_warpgroups=1, blocks_per_sm=2, q_ahead=True)},
-                 "1wg 2/SM": {64: dict(consumer_warpgroups=1, blocks_per_sm=2)},
                  "qahead kv96": {128: dict(kv=96, q_ahead=True)},
                  "qahead splitkv128 2+3": {128: dict(SPLIT, kv=128, stages=2, late_stages=3, q_ahead=True)},
                  "q registers": {64: dict(TWO, q_registers=True)}, "q shared": {128: dict(q_registers=False)},
                  "no q preload": {128: dict(q_preload=False)},
                  "pad last": {d: dict(pad_first=False) for d in (64, 128)},
-                 "pv first": {d: dict(pv_first=True) for d in (64, 128)},
                  "cluster2": {d: dict(cluster=2) for d in (64, 128)},
                  "no cluster": {d: dict(cluster=1) for d in (64, 128)},
-                 "cluster4": {d: dict(cluster=4) for d in (64, 128)},
                  "no split": {d: dict(splits=1) for d in (64, 128)},
                  "with lse": {d: dict(lse=True) for d in (64, 128)},
                  "whole last tile": {d: dict(last_kv=None) for d in (64, 128)},
                  "no skips": {d: dict(skip_masked=False) for d in (64, 128)},
-                 "skips": {128: dict(skip_masked=True)},
-                 **{f"emu {n}/8": {d: dict(exp2_emulated=n / 8) for d in (64, 128)} for n in (1, 2, 3)}}
+                 "skips": {128: dict(skip_masked=True)}}
 VARIANTS = {  # name -> keyword options of tkpy.kernels.attention_forward._launch (attention()'s choices where not given)
     "default": {}, **{name: dict(config=config) for name, config in OTHER_CONFIGS.items()}}
 
@@ -477,9 +469,6 @@ def decode_table(rounds: int = 4) -> list[dict]:
                "unpacked": lambda: att._launch(q, k, v, o, None, causal, None, consumer_warpgroups=2),
                "1wg": lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=1, packed=group),
                "2wg": lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=2, packed=group)}
-        if group * n <= 64 and d in att.CONFIGS_1WG_2SM:     # one warpgroup, two blocks an SM
-            fns["1wg 2/SM"] = lambda: att._launch(qp, k, v, op, None, causal, None, consumer_warpgroups=1, packed=group,
-                                                  blocks_per_sm=2)
         if causal == "bottom_right":
             fns["flash"] = lower_right_flash(q, k, v)
         else:
@@ -499,12 +488,12 @@ def decode_table(rounds: int = 4) -> list[dict]:
         rows.append(row)
     print(f"\ndecoding (GQA), TFLOP/s (medians of {rounds} rounds)")
     print(f"{'B H HKV N NK D':>26} {'causal':>12} {'cuDNN':>6} {'flash':>6} {'unpacked':>8} {'1wg':>6} {'2wg':>6} "
-          f"{'tkpy':>6} {'tkpy/peer':>9} {'tkpy/unpacked':>13} {'1wg 2/SM':>8}")
+          f"{'tkpy':>6} {'tkpy/peer':>9} {'tkpy/unpacked':>13}")
     for r in rows:
         print(f"{r['b']:>3} {r['h']:>3} {r['hkv']:>3} {r['n']:>5} {r['nk']:>6} {r['d']:>3} {str(r['causal']):>12} "
               f"{r.get('cudnn', float('nan')):>6.1f} {r.get('flash', float('nan')):>6.1f} {r['unpacked']:>8.1f} "
               f"{r['1wg']:>6.1f} {r['2wg']:>6.1f} {r['tkpy']:>6.1f} {r['tkpy'] / r['peer']:>9.2f} "
-              f"{r['tkpy'] / r['unpacked']:>13.2f} {r.get('1wg 2/SM', float('nan')):>8.1f}")
+              f"{r['tkpy'] / r['unpacked']:>13.2f}")
     save("attention_decode.json", rows)
     return rows
 

@@ -14,9 +14,8 @@ work, for tkpy and cuBLAS alike. Inputs are not rotated: every call reads the sa
 timed tkpy, cuBLAS, cuBLAS, tkpy (the one timed second gains up to ~8% at 8192^3; this order cancels it).
 
 Variant tables follow (--no-variants skips them): the epilogue variants, split-K, and the tile widths
-(64, 128 and 256 forced, 64 and 128 also in clusters of two column-adjacent blocks that share A ("A2"),
-side by side with cuBLAS and what matmul picks). BN: the tile width matmul runs, "A2" when it shares A
-in clusters of two (kernels/gemm.py's CLUSTER_A_WIDTHS), "/S4" when it splits K in 4.
+(64, 128 and 256 forced, side by side with cuBLAS and what matmul picks). BN: the tile width matmul runs
+(it splits K only when asked).
 
     PYTHONPATH=. python3 benchmarks/bench_gemm.py [--quick] [--no-variants]
         tables on stdout; $OUT/gemm.json and $OUT/gemm.png when OUT is set, else ./gemm.png.
@@ -49,21 +48,10 @@ def cases(quick: bool = False) -> list[dict]:
     return [c for c in out if c["m"] * c["n"] * c["k"] < QUICK_MACS] if quick else out
 
 
-def tile_width(m: int, n: int, k: int, a) -> tuple:
-    """(tile width, splits) that matmul runs for this shape by default."""
-    from tkpy.kernels import gemm, gemm_splitk
-    from tkpy.templates.common import multiprocessors
-    return gemm_splitk.plan(m, n, k, multiprocessors(a), gemm._block_n(m, n, a))
-
-
-def tile_label(m: int, n: int, k: int, a) -> str:
-    """What matmul runs for this shape by default: e.g. "256", "64A2" (64-wide tiles, A shared by clusters
-    of two blocks), "256/S4" (K split in 4)."""
+def tile_width(m: int, n: int, a) -> int:
+    """The tile width matmul runs for this shape by default (unsplit: it splits K only when asked)."""
     from tkpy.kernels import gemm
-    bn, splits = tile_width(m, n, k, a)
-    if splits > 1:
-        return f"{bn}/S{splits}"
-    return f"{bn}" + ("A2" if gemm._cluster(bn, n) == 2 else "")
+    return gemm._block_n(m, n, a)
 
 
 def measure(case: dict) -> dict:
@@ -105,10 +93,9 @@ def measure(case: dict) -> dict:
     diff = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
     flops = 2 * m * n * k
     t_ours, t_theirs = paired_ms(ours, theirs)
-    block_n, splits = tile_width(m, n, k, a)
+    block_n = tile_width(m, n, a)
     row = dict(case, tkpy_tflops=flops / t_ours / 1e9, cublas_tflops=flops / t_theirs / 1e9, rel_diff=diff,
-               block_n=block_n, splits=splits, tile=tile_label(m, n, k, a), tkpy_us=t_ours * 1e3,
-               cublas_us=t_theirs * 1e3)
+               block_n=block_n, splits=1, tile=str(block_n), tkpy_us=t_ours * 1e3, cublas_us=t_theirs * 1e3)
     row["ratio"] = row["tkpy_tflops"] / row["cublas_tflops"]
     row["lcf_tflops"] = row["tkpy_tflops"]            # the name earlier runs used
     return row
@@ -150,20 +137,17 @@ def plot(rows: list[dict], path: Path) -> None:
 
 # Variants of the kernel, timed side by side on shapes where they matter (TFLOP/s):
 # epilogues: "tma" (the default: LCSF, 4 input + 2 output stages of 128 x 64 pieces), "tma 3+4" (3 input
-# stages, a whole 128 x 256 tile of output stages), "registers" (LCF, masked stores from the registers);
-# split-K with its split count and tile width forced, ordered (deterministic) or atomic;
-# tile widths: 128 x 64, 128 x 128 and 128 x 256 tiles forced (matmul's block_n), unclustered, and 64 and 128
-# also in clusters of two column-adjacent blocks sharing A ("A2": matmul's cluster=2), and what matmul picks.
-EPILOGUE_VARIANTS = {"tma": dict(), "tma 3+4": dict(stages=3, output_stages=4), "registers": dict(epilogue="registers")}
+# stages, a whole 128 x 256 tile of output stages);
+# split-K with its split count and tile width forced, ordered (deterministic) or atomic, against no split;
+# tile widths: 128 x 64, 128 x 128 and 128 x 256 tiles forced (matmul's block_n), and what matmul picks.
+EPILOGUE_VARIANTS = {"tma": dict(), "tma 3+4": dict(stages=3, output_stages=4)}
 EPILOGUE_SHAPES = [(2048, 2048, 2048, "nn"), (4096, 4096, 4096, "nn"), (8192, 8192, 8192, "nn"), (2048, 8192, 8192, "nt")]
-SPLIT_VARIANTS = {"auto": dict(), "no split": dict(split_k=1), "S2 n128": dict(split_k=2, block_n=128),
+SPLIT_VARIANTS = {"no split": dict(), "S2 n128": dict(split_k=2, block_n=128),
                   "S4 n256": dict(split_k=4, block_n=256), "S4 n256 atomic": dict(split_k=4, block_n=256,
                                                                                    deterministic=False),
                   "S8 n256": dict(split_k=8, block_n=256)}
 SPLIT_SHAPES = [(128, 8192, 8192, "nt"), (1, 4096, 4096, "nt"), (1024, 1024, 1024, "nn"), (256, 4096, 8192, "nt")]
-TILE_VARIANTS = {"n64": dict(block_n=64, cluster=1), "n64 A2": dict(block_n=64, cluster=2),
-                 "n128": dict(block_n=128, cluster=1), "n128 A2": dict(block_n=128, cluster=2),
-                 "n256": dict(block_n=256, cluster=1)}
+TILE_VARIANTS = {"n64": dict(block_n=64), "n128": dict(block_n=128), "n256": dict(block_n=256)}
 TILE_SHAPES = [(1024, 1024, 1024, "nn"), (2048, 2048, 2048, "nn"), (128, 8192, 8192, "nt"), (128, 8192, 8192, "nn"),
                (256, 4096, 8192, "nt"), (4096, 4096, 4096, "nn"),
                (1024, 3072, 4096, "nn")]    # 96 tiles of 256 (73% of the SMs) or 384 of 64 (97% over 3 waves)
@@ -193,8 +177,8 @@ def variant_tables(quick: bool = False) -> dict:
 
 def variant_table(title: str, shapes: list, variants: dict) -> list[dict]:
     """TFLOP/s of each variant (a function of a, w as stored, b as matmul takes it, c) on each shape, printed
-    row by row; with what matmul picks by default (tile_label). A variant that does not apply to a shape
-    (e.g. clusters of two column tiles for an odd number of them: a ValueError) shows as nan."""
+    row by row; with what matmul picks by default (tile_width). A variant that does not apply to a shape
+    (a ValueError) shows as nan."""
     import torch
 
     from benchmarks.timing import median_ms
@@ -207,7 +191,8 @@ def variant_table(title: str, shapes: list, variants: dict) -> list[dict]:
             torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
         b = w.T if layout == "nt" else w
         c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        row = dict(m=m, n=n, k=k, layout=layout, block_n=tile_width(m, n, k, a)[0], tile=tile_label(m, n, k, a))
+        block_n = tile_width(m, n, a)
+        row = dict(m=m, n=n, k=k, layout=layout, block_n=block_n, tile=str(block_n))
         for name, run in variants.items():
             try:
                 row[name] = 2 * m * n * k / median_ms(lambda: run(a, w, b, c)) / 1e9
@@ -241,7 +226,7 @@ def main(quick: bool = False, variants: bool = True) -> list[dict]:
     only the tile widths); returns the main table's rows."""
     rows = []
     print(f"{'M x N x K layout':>34} {'tkpy':>6} {'cuBLAS':>7} {'ratio':>6} {'BN':>6} {'tkpy us':>8} {'cuBLAS us':>9} "
-          f"{'rel diff':>9}  (TFLOP/s, GPU time per call; BN: tkpy's tile width, A2: A shared by 2-block clusters)")
+          f"{'rel diff':>9}  (TFLOP/s, GPU time per call; BN: tkpy's tile width)")
     for case in cases(quick):
         r = measure(case)
         rows.append(r)

@@ -5,7 +5,7 @@
 
 Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
 causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or tkpy.kernels.attention_forward._launch with those
-options, e.g. pingpong=softmax overlap=False; then SDPA cuDNN, and with --flash SDPA flash). Each runs 3 times after
+options, e.g. pingpong=False overlap=False; then SDPA cuDNN, and with --flash SDPA flash). Each runs 3 times after
 building its inputs.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
 
 
 def attention_option(text: str) -> tuple:
-    """key=value of an attention option: ints, True/False, or strings (pingpong=softmax)."""
+    """key=value of an attention option: ints, True/False, or else the string as it is."""
     key, value = text.split("=")
     if value in ("True", "False"):
         return key, value == "True"

@@ -43,7 +43,6 @@ def cases() -> dict:
         "matmul 256-wide tiles, several tasks a block": lambda: matmul(r(1024, 128), r(128, 4096), block_n=256),
         "matmul split-K ordered": lambda: matmul(r(128, 2048), r(2048, 256), split_k=4),
         "matmul split-K atomic": lambda: matmul(r(128, 2048), r(2048, 256), split_k=4, deterministic=False),
-        "matmul cluster=2": lambda: matmul(r(256, 128), r(128, 256), block_n=64, cluster=2),
         "matmul backward": lambda: matmul(r(64, 64).requires_grad_(), r(64, 64).requires_grad_(),
                                           activation="relu").sum().backward(),
         "matmul_fp8 e4m3": lambda: matmul_fp8(r(200, 256).to(e4), r(192, 256).to(e4).T, torch.ones(1, device="cuda"),

@@ -99,9 +99,6 @@ CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 # serve: D256's 2 stages of 64 rows leave no load in flight while a step holds K_k and V_{k-1}; 5 stages of 32 rows
 # ran 17% faster on one-row decoding (RESULTS.md run 136). D128 measured level with 64-row tiles in 5-6 stages.
 CONFIGS_1WG = {256: (32, 5)}
-# ... and with two such blocks an SM (non-default blocks_per_sm=2: 113 KB of shared memory each, Q's 64 rows
-# included); level or 2-4% behind one block an SM on decoding (RESULTS.md run 139).
-CONFIGS_1WG_2SM = {64: (64, 5), 128: (32, 5)}
 # Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
 # released a step later; so a K stage is held for one step, not two. Per head dim (key/value rows per stage, K
@@ -203,12 +200,14 @@ STALE_SHIFT = (64, 128)
 # NVRTC 13.5 D160-D192 a little, D256 more; under 13.0, the H200's, only D256 causal). Without spills it ran D160 and
 # D192 8-10% faster, D256 non-causal 9% (RESULTS.md runs 195 and 198; attention()'s choice in run 200).
 STALE_WHERE_IT_FITS = (256,)
-# pingpong="softmax" (non-default): the turns go round the softmax's exponentials instead, as cuDNN's Hopper kernel
-# (its SASS, RESULTS.md run 55): one warpgroup at a time keeps the MUFU unit busy while the others' MMAs run.
 OVERLAP = True                      # step k issues S_k and step k-1's O += P V together (FlashAttention-3)
 # (A warp issuing a wgmma waits until the tensor core takes it, so most of that P V has run by the time S_k's
 # softmax starts: the timeline, benchmarks/attention_timeline.py, RESULTS.md runs 74-76. The overlap that pays is
 # between the warpgroups; this order still measured faster than the serial one, runs 42 and 57.)
+# Variants that measured slower and left the kernel (RESULTS.md keeps them): turns round the softmax's exponentials
+# instead of the MMA issue ("softmax turns", runs 55, 225, 243), the previous step's P V issued before S ("pv first",
+# runs 112, 115, 187), clusters of four (run 118), two one-warpgroup blocks an SM (run 139), and a share of P's
+# exponentials by tk.exp2's software emulation ("emu n/8", runs 71, 186, 243).
 # Head dims whose one-warpgroup kernels (decoding) run the serial schedule with one ring: a step holds one stage, not
 # two; at D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes (RESULTS.md run 141).
 SERIAL_ONE_GROUP = (128,)
@@ -303,11 +302,11 @@ def stream_tiles(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int, spl
 
 def few_keys_options(nk: int, d: int, consumer_warpgroups: int, split_kv: bool, options: dict) -> dict:
     """The options (_attention's) attention() adds to `options` for tasks of few key tiles: with 2 or 3 consumer
-    warpgroups up to Q_AHEAD_KEYS keys, where `options` choose none of q_ahead, q_registers, q_preload and
-    blocks_per_sm, each consumer's next query tile loaded ahead (q_ahead); 2 warpgroups on one ring then also on
-    Q_AHEAD_KV's tiles in lockstep (pingpong=False), unless kv is given (pingpong: unless given)."""
+    warpgroups up to Q_AHEAD_KEYS keys, where `options` choose none of q_ahead, q_registers and q_preload, each
+    consumer's next query tile loaded ahead (q_ahead); 2 warpgroups on one ring then also on Q_AHEAD_KV's tiles in
+    lockstep (pingpong=False), unless kv is given (pingpong: unless given)."""
     if consumer_warpgroups == 1 or nk > Q_AHEAD_KEYS.get(tuned(d), 0) \
-            or options.keys() & {"q_ahead", "q_registers", "q_preload", "blocks_per_sm"}:
+            or options.keys() & {"q_ahead", "q_registers", "q_preload"}:
         return {}
     added = {"q_ahead": True}
     if consumer_warpgroups == 2 and not split_kv and "kv" not in options:
@@ -317,7 +316,7 @@ def few_keys_options(nk: int, d: int, consumer_warpgroups: int, split_kv: bool, 
     return added
 
 
-def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_sm: int = 1) -> tuple:
+def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool) -> tuple:
     """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin."""
     groups, family = consumer_warpgroups, tuned(d)
     if split_kv and groups == 2 and family > 128:
@@ -326,7 +325,7 @@ def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool, blocks_per_s
     if split_kv:
         return (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
     if groups == 1:
-        return (*(CONFIGS_1WG_2SM[d] if blocks_per_sm == 2 else CONFIGS_1WG.get(d, CONFIGS[d])), None)
+        return (*CONFIGS_1WG.get(d, CONFIGS[d]), None)
     return (*(CONFIGS_3WG if groups == 3 else CONFIGS)[d], None)
 
 
@@ -432,7 +431,7 @@ def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
     """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups). A branch per
     warpgroup with its barrier id an immediate, here and in _turn: ids computed at run time (OWN[0] +
     tk.warpgroup.id(), as the vote's) hold a register through the task loop, and D128's kernels at the edge of
-    the register file then spill (checked under NVRTC 13.5: split rings causal, last_kv, pv_first)."""
+    the register file then spill (checked under NVRTC 13.5: split rings causal, last_kv)."""
     for wg in range(groups):
         with tk.if_(tk.warpgroup.id() == wg):
             tk.warpgroup.sync(OWN[wg])
@@ -457,17 +456,16 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 
 
 @functools.cache
-def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = PINGPONG, stages: int | None = None,
+def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool = PINGPONG, stages: int | None = None,
                overlap: bool | None = None, kv: int | None = None, consumer_warpgroups: int = CONSUMER_WARPGROUPS,
                split_kv: bool = False, late_stages: int | None = None, q_ahead: bool = False,
-               exp2_emulated: float = 0.0, q_registers: bool | None = None,
-               q_preload: bool | None = None, pad_first: bool | None = None, pv_first: bool = False,
-               cluster: int = 1, split_k: bool = False, packed: bool = False, blocks_per_sm: int = 1,
+               q_registers: bool | None = None, q_preload: bool | None = None, pad_first: bool | None = None,
+               cluster: int = 1, split_k: bool = False, packed: bool = False,
                last_kv: int | None = None, skip_masked: bool | None = None, lse: bool = True,
                stale_shift: bool | None = None, next_q_in_step: bool | None = None, fast_division: bool = True):
     """The LCF attention kernel for head dim `d`, element type `dtype` (bf16/fp16), causal or not, with the
-    consumer warpgroups taking turns at issuing their MMAs (pingpong=True), at their softmax's exponentials
-    (pingpong="softmax") or not at all (False), `stages` (default: CONFIGS), each step's softmax overlapping
+    consumer warpgroups taking turns at issuing their MMAs (pingpong=True) or in lockstep (False), `stages`
+    (default: CONFIGS), each step's softmax overlapping
     the previous step's P V product or not (`overlap`; default OVERLAP, but serial for one consumer warpgroup at
     SERIAL_ONE_GROUP's head dims), and `kv` key/value rows per tile (default: CONFIGS; a multiple
     of 16 up to 256, the wgmma N of S = Q K^T; the template raises if its stages do not fit in shared
@@ -484,7 +482,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     "_qloadatstart" (RESULTS.md run 229).
     fast_division=False: the task loops' index math by C++'s division, not by divisors made once (tk.kernel's
     option); name "_cdiv".
-    stale_shift (default at STALE_SHIFT's head dims, but not with softmax turns): a step after a
+    stale_shift (default at STALE_SHIFT's head dims): a step after a
     task's first computes P = exp2(S * scale_log2 - shift) on the running shift as S arrives, without this tile's
     row max, and leaves O's scale, so P may exceed 1; where some row's sum of the step's P passes
     2^RESCALE_SLACK (its max grew by about that much; every P of a step kept is at most that, within the range of
@@ -492,8 +490,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     step: S = Q K^T again, the softmax with the max, O rescaled. Rows that saw only masked keys so far (shift
     -FLT_MAX) get an infinite sum and redo their first real step. False where it is the default: name
     "_maxfirst"; True where it is not: "_stale".
-    exp2_emulated: the share of P's exponentials (a multiple of 1/8) computed by the software exp2 on the FMA
-    pipes instead of the MUFU unit (tk.exp2's emulated); name "_emu" and the eighths.
     q_registers=True: each warp's 16 query rows in registers (loaded from the query tile once per task), so
     S = Q K^T reads only K from shared memory; 32 more registers a thread at D128, which the 2-warpgroup kernels
     have (with 3 warpgroups they spill); with overlap only. Default (None): Q_REGISTERS; the name gains "_qregs"
@@ -504,17 +500,12 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     "_noqpreload" where the choice is not the default. pad_first (causal only; the default there): when n is not a
     multiple of the task's rows, the padding of the partial query tile goes before row 0 (the first task's first
     warpgroups have no rows) instead of after row n-1, where a causal row sees the most keys: D64's 192-row
-    tasks at N4096 run 5.5% fewer steps; False: name "_padlast". pv_first=True (overlap only): step k issues
-    O += P_{k-1} V_{k-1} before S_k and waits for both, so the softmax runs with no MMA in flight and O's
-    rescale can join the exponentials (RESULTS.md run 112: D128 N16384 +2%, D64 1-3.5% slower; on top of cluster
-    pairs behind in every case, run 115); name "_pvfirst".
+    tasks at N4096 run 5.5% fewer steps; False: name "_padlast".
     cluster=2: clusters of two blocks on adjacent query tiles of one head, in lockstep; block 0 loads each K tile
     and block 1 each V tile (with split_kv, into the late ring), multicast to both, so the L2 serves each key/value
     tile once per pair (the query tiles per head must be even). Causal: the pair loads the key tiles of the tile
     that sees more, and the other block skips the extra ones (the template's clusters of unequal tasks; the
-    blocks take the pair's upper tile in turns); name "_cluster2". cluster=4: four blocks on four adjacent query
-    tiles, block 0 loading K and block 1 V into all four (the query tiles per head a multiple of 4); "_cluster4" (on the
-    H200 only 30 clusters of 4 run at once: 3-17% slower than pairs, RESULTS.md run 118).
+    blocks take the pair's upper tile in turns); name "_cluster2".
     split_k=True (no clusters): the kernel takes `splits`, and each (query tile, head) task's key tiles are shared
     by that many tasks (the template's schedule.SplitK), each writing its O normalized over its own keys (fp32,
     straight from the registers) and its log-sum-exp into workspaces O and L of splits x batch rows (split s of
@@ -523,8 +514,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     packed=True (causal only): each sequence of query rows stacks several heads' rows (attention()'s packed_heads), and
     the kernel takes `rows_per_head`: row r is at position r % rows_per_head, which the causal mask and each task's
     key tiles follow (tk.tril_periodic); name "_packed". (Non-causal packing needs no kernel of its own.)
-    blocks_per_sm=2 (one consumer warpgroup, D64/D128, one ring): two blocks an SM (the template's blocks_per_sm),
-    each with CONFIGS_1WG_2SM's tiles in half the shared memory; name "_2persm".
     last_kv (a multiple of 16 below kv): the step on a partial last key tile (one with at most last_kv keys left,
     which is where any task that reaches it ends) runs S = Q K^T, the softmax and P V on the first last_kv rows of
     the tile only (wgmma N and K of last_kv; the code of a step twice, once per width); causal (not packed), so
@@ -537,13 +526,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     lse=False: the kernel takes no L and computes no log-sum-exp (attention() without return_lse, as SDPA's
     inference kernels); name "_nolse". Split-K needs it (combine_kernel weighs the splits by it)."""
     groups = consumer_warpgroups
-    if pingpong not in (True, False, "softmax"):
-        raise ValueError(f"attention: pingpong must be True, False or 'softmax', got {pingpong!r}")
+    if pingpong not in (True, False):
+        raise ValueError(f"attention: pingpong must be True or False, got {pingpong!r}")
     if groups not in (1, 2, 3):
         raise ValueError(f"attention: consumer_warpgroups must be 1, 2 or 3, got {groups!r}")
     pingpong = pingpong if groups > 1 else False         # (one warpgroup takes no turns)
-    softmax_turns = pingpong == "softmax"
-    mma_turns = bool(pingpong) and not softmax_turns
     if d not in HEAD_DIMS:
         raise ValueError(f"attention: the head dim must be a multiple of 16 from 16 to 256, got {d}")
     family = tuned(d)                                       # (the tuned settings it takes)
@@ -555,28 +542,17 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     if split_kv and not overlap:
         raise ValueError("attention: split_kv=True reads V_{k-1} at step k (the overlapped schedule); it needs "
                          "overlap=True")
-    if pv_first and not overlap:
-        raise ValueError("attention: pv_first=True orders the previous step's P V before S (the overlapped schedule); "
-                         "it needs overlap=True")
-    if cluster not in (1, 2, 4):
-        raise ValueError(f"attention: cluster must be 1, 2 or 4, got {cluster!r}")
+    if cluster not in (1, 2):
+        raise ValueError(f"attention: cluster must be 1 or 2, got {cluster!r}")
     if split_k and cluster > 1:
         raise ValueError("attention: split_k=True shares a task's keys between tasks that run apart; no clusters")
-    if blocks_per_sm not in (1, 2):
-        raise ValueError(f"attention: blocks_per_sm must be 1 or 2, got {blocks_per_sm!r}")
-    if blocks_per_sm == 2 and (groups != 1 or split_kv or family not in CONFIGS_1WG_2SM):
-        raise ValueError(f"attention: blocks_per_sm={blocks_per_sm} is for one consumer warpgroup, one ring and head "
-                         f"dims up to {max(CONFIGS_1WG_2SM)}")
     if split_k and not lse:
         raise ValueError("attention: split_k=True needs lse=True (combine_kernel weighs the splits by their "
                          "log-sum-exps)")
     if late_stages is not None and not split_kv:
         raise ValueError("attention: late_stages (V's stages) is for split_kv=True")
-    stale_default = family in STALE_SHIFT and not softmax_turns
+    stale_default = family in STALE_SHIFT
     stale_shift = stale_default if stale_shift is None else stale_shift
-    if stale_shift and softmax_turns:
-        raise ValueError("attention: stale_shift=True keeps P's shift without a row max; softmax turns need the max "
-                         "first (stale_shift=False)")
     rows = q_rows(groups)                                   # query rows per task
     skips_by_default = skips_default(causal, groups, packed)
     skips = skips_by_default if skip_masked is None else skip_masked
@@ -585,7 +561,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "warpgroup of padding rows, or causal one whose diagonal ends before its task's)")
     interleaved = cluster > 1 and not causal and skips      # (see unit)
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
-    default_kv, default_stages, default_late = default_tiles(d, groups, split_kv, blocks_per_sm)
+    default_kv, default_stages, default_late = default_tiles(d, groups, split_kv)
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
     kv = kv or default_kv
     if kv % 16 or not 16 <= kv <= 256:
@@ -623,7 +599,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                          "gives Q's registers to P inside the step loop (wrong outputs on the H200, RESULTS.md run 96)")
     name = f"attention_fwd_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") \
         + ("" if groups == 2 else f"_{groups}wg") + ("_causal" if causal else "") \
-        + ("" if pingpong or groups == 1 else "_lockstep") + ("_softmaxturns" if softmax_turns else "") \
+        + ("" if pingpong or groups == 1 else "_lockstep") \
         + ("" if stages == default_stages else f"_{stages}stages") \
         + ("" if overlap else "_serial") + ("" if kv == default_kv else f"_kv{kv}")
     rings = {}
@@ -633,12 +609,11 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
         rings = dict(late_stages=late_stages)
     q_buffers = 2 if q_ahead else 1
     name += ("_qahead" if q_ahead else "") \
-        + (f"_emu{round(exp2_emulated * 8)}" if exp2_emulated else "") \
         + ("" if q_registers == q_default else "_qregs" if q_registers else "_qshared") \
         + ("" if q_preload == preload_default else "_qpreload" if q_preload else "_noqpreload") \
-        + ("_padlast" if causal and not pad_first and not packed else "") + ("_pvfirst" if pv_first else "") \
+        + ("_padlast" if causal and not pad_first and not packed else "") \
         + (f"_cluster{cluster}" if cluster > 1 else "") + ("_splitk" if split_k else "") \
-        + ("_packed" if packed else "") + ("_2persm" if blocks_per_sm == 2 else "") \
+        + ("_packed" if packed else "") \
         + (f"_last{last_kv}" if last_kv else "") + ("" if fast_division else "_cdiv") \
         + ("" if skips == skips_by_default else "_skip" if skips else "_noskip") + ("" if lse else "_nolse") \
         + ("" if stale_shift == stale_default else "_stale" if stale_shift else "_maxfirst") \
@@ -647,7 +622,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
-            producer_registers=producer_registers, consumer_registers=consumer_registers, blocks_per_sm=blocks_per_sm,
+            producer_registers=producer_registers, consumer_registers=consumer_registers,
             fast_division=fast_division, **rings, **scheduler)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
@@ -743,7 +718,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 with tk.if_(task.rank == 0):
                     tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived, multicast=everyone)
                 if not split_kv:                                         # (split: V in load_late)
-                    with tk.else_() if cluster == 2 else tk.if_(task.rank == 1):
+                    with tk.else_():
                         tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived, multicast=everyone)
                 return
             tk.tma.load_async(inp.k, g.K, (b, hkv, k, 0), arrived)      # rows past NK arrive as zeros
@@ -897,9 +872,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 tk.map(st.shift, lambda m: tk.max(m * g.scale_log2, -FLT_MAX), st.row_max)
             else:
                 tk.mul(st.shift, st.row_max, g.scale_log2)
-            if softmax_turns:                                    # the exponentials, one warpgroup at a time
-                _turn(sync_on_turn=True, groups=groups)
-            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), scores, st.shift)
+            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), scores, st.shift)
             tk.mark("softmax: exponentials")
             tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
             tk.mul(st.row_sum, st.row_sum, st.factor)
@@ -913,7 +886,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
             Per score: one FFMA and MUFU.EX2 (P), FADD (sum)."""
             g = st.g
             self.mask(st, k, scores)
-            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m, emulated=exp2_emulated), scores, st.shift)
+            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), scores, st.shift)
             tk.mark("softmax: exponentials")
             tk.row_sum(st.step_sum, scores)
             grew = tk.warpgroup.any_greater(st.step_sum, 2.0 ** RESCALE_SLACK, OWN[0] + tk.warpgroup.id(), name="grew")
@@ -1006,43 +979,33 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                 case: the assembler keeps the MMAs asynchronous only if every path waits before it reads an
                 accumulator. `width`: K_k's rows in use (kv, or last_kv on a narrow step, a task's last)."""
                 (scores, probs), k_rows = self.tiles(st, width), self.rows_of(inp.k, width)
-                if mma_turns:
+                if pingpong:
                     _turn(sync_on_turn=True, groups=groups)
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
-                    if pv_first:
-                        tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     tk.mark("S issued")
-                    if not pv_first:
-                        tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
-                        tk.mark("P V issued")
-                    if mma_turns:
+                    tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
+                    tk.mark("P V issued")
+                    if pingpong:
                         _turn(sync_on_turn=False, groups=groups)
-                    if pv_first:                                # both: the softmax runs with no MMA in flight
-                        tk.warpgroup.mma_async_wait()
-                    else:
-                        tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
+                    tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
                     tk.mark("S arrived")
                     if stale_shift:     # (the vote's barrier keeps the P V wait below the exponentials)
                         self.softmax_on_stale_shift(st, k, scores, lambda: self.redo_s(st, scores, k_rows))
                     else:
                         self.softmax(st, k, scores)
-                    if not pv_first and not stale_shift:
                         # The assembler would otherwise move the wait above the softmax's exp2s: it keeps shared
                         # stores before the wait, and the row sums depend on every exp2.
                         tk.store(st.anchor[tk.warp_id()], st.row_sum)
                         tk.mark("softmax: row sums")
-                    if softmax_turns:                           # (O's rescale waits for P V: not in the turn)
-                        _turn(sync_on_turn=False, groups=groups)
-                    if not pv_first:
-                        tk.warpgroup.mma_async_wait()           # O and P are free again
-                        tk.mark("P V done")
+                    tk.warpgroup.mma_async_wait()           # O and P are free again
+                    tk.mark("P V done")
                     if not stale_shift:                         # (stale_shift: rescaled where the step was redone)
                         tk.mul_row(st.out, st.out, st.factor)
                 with tk.else_():
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
-                    if mma_turns:
+                    if pingpong:
                         _turn(sync_on_turn=False, groups=groups)
                     if next_q_in_step:                          # the next task's Q into the other buffer (start
                         with tk.if_(st.has_next_task()):        # counted this task already)
@@ -1050,8 +1013,6 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
                     self.softmax(st, k, scores)          # (no rescale: O is still zero)
-                    if softmax_turns:
-                        _turn(sync_on_turn=False, groups=groups)
                 # P converted once for both paths: with a conversion in each, ptxas copied P's 32 registers into
                 # the ones the next P V reads at every step. (O's rescale stays in the k > 0 path, after its wait:
                 # the assembler keeps the MMAs asynchronous only if every path waits before it writes an
@@ -1066,13 +1027,13 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                         tk.warpgroup.mma_async_wait()                               # template releases K_k at once
         else:
             def step(self, st, inp, k, width=kv):
-                if mma_turns:
+                if pingpong:
                     _turn(sync_on_turn=True, groups=groups)
                 scores, probs = self.tiles(st, width)
                 k_rows = self.rows_of(inp.k, width)
                 tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
-                if mma_turns:                                    # the other's S runs during this softmax
+                if pingpong:                                    # the other's S runs during this softmax
                     _turn(sync_on_turn=False, groups=groups)
                 if stale_shift:                                  # (the first step sets the shift)
                     with tk.if_(k > 0):
@@ -1082,9 +1043,7 @@ def _attention(d: int, dtype=bf16, causal: bool = False, pingpong: bool | str = 
                     tk.copy(probs, scores)
                 else:
                     self.softmax(st, k, scores)
-                    self.rescale(st, scores, probs)              # (with softmax turns, O's rescale in the turn:
-                if softmax_turns:                                # its FMULs fill the gaps between exponentials)
-                    _turn(sync_on_turn=False, groups=groups)
+                    self.rescale(st, scores, probs)
                 tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.v, width))
 
         def finish(self, g, st, task):
@@ -1339,14 +1298,13 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                          f"{q_rows(consumer_warpgroups)}), got {lse.shape[-1]}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     k, scale = _positive_scale(k, scale)
-    blocks_per_sm = options.get("blocks_per_sm", 1)
     options.update(few_keys_options(nk, d, consumer_warpgroups, split_kv, options))
     stream = stream_tiles(q, k, consumer_warpgroups, split_kv)
     if stream and not options.keys() & {"kv", "stages", "late_stages", "last_kv"}:
         options.update(zip(("kv", "stages", "late_stages"), stream))
-    kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv, blocks_per_sm)[0]
-    if splits is None:                          # (two blocks an SM: twice the places to fill)
-        splits = splits_for(*q.shape, nk, kv, consumer_warpgroups, multiprocessors(q) * blocks_per_sm)
+    kv = options.get("kv") or default_tiles(d, consumer_warpgroups, split_kv)[0]
+    if splits is None:
+        splits = splits_for(*q.shape, nk, kv, consumer_warpgroups, multiprocessors(q))
     if splits < 1:
         raise ValueError(f"attention: splits (tasks per query tile) must be at least 1, got {splits!r}")
     if splits > 1:                              # fp32 workspaces of splits x batch rows for O and the lse
@@ -1370,7 +1328,7 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
     if "last_kv" not in options:
         options["last_kv"] = last_kv_for(nk, kv, diagonal=variant is not None and packed == 1)
     tasks = cdiv(n, q_rows(consumer_warpgroups)) * q.shape[0] * q.shape[1] * splits
-    if "fast_division" not in options and tasks < FAST_DIVISION_TASKS * multiprocessors(q) * blocks_per_sm:
+    if "fast_division" not in options and tasks < FAST_DIVISION_TASKS * multiprocessors(q):
         options["fast_division"] = False
     kernel = functools.partial(_attention, d, DTYPES[q.dtype], variant is not None,
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,

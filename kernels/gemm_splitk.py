@@ -9,14 +9,15 @@ without splitting.) With split-K each tile's K steps are shared by S tasks (the 
 Determinism:
 - "ordered" (the default, `deterministic=True`): split s stores its partial at depth s of an (S, M, N)
   fp32 workspace and the reduction adds them in split order, so a shape gives the same bits on every
-  run (S depends only on the shape and the GPU's SM count; a different S rounds differently).
+  run for a given S (a different S rounds differently).
 - "atomic" (`deterministic=False`): the splits add their partials into one zero-filled (M, N) workspace
   with TMA reductions (`tk.tma.store_add_async`, fp32 adds in L2): S times less workspace traffic, but
   the order of the additions, and so the last bits, vary from run to run.
 
-`plan` picks the tile width (256, 128 or 64) and S from a cost model of the product (waves of
-128 x BN x 64 steps over the SMs) plus the workspace traffic and the second launch, and splits only
-when that is clearly faster; shapes with enough tiles for half the SMs are never split.
+matmul splits only when asked (`split_k=S`, in 256-wide tiles unless `block_n` says otherwise): a cost model
+that chose S by itself measured slower than no split at every shape it split on the H200 (RESULTS.md run 19:
+128 x 8192 x 8192 215 against 246 TFLOP/s, 256 x 4096 x 8192 256 against 271) and left the code, until the
+reduction is fused into the product.
 """
 from __future__ import annotations
 
@@ -29,49 +30,11 @@ import tkpy as tk
 from tkpy import f32
 from tkpy.templates import Namespace
 
-from .gemm import BK, BM, WIDTHS, _apply_epilogue, _load_bias
+from .gemm_epilogue import apply_epilogue, load_bias
 from .tensor_layout import cdiv
 
-# One SM's 128 x BN x 64 step: at about 860 TFLOP/s over 132 SMs for BN = 256 and 128; a 64-wide step (24 KB
-# of inputs for 1 MFLOP, three times a 256-wide one's bytes per flop) estimated bound by L2 bandwidth.
-STEP_US = {256: 0.62, 128: 0.33, 64: 0.25}
-WORKSPACE_BYTES_PER_US = 6e6        # partial sums written and read back, mostly in L2
-SECOND_LAUNCH_US = 4.0              # the reduction kernel's launch, ramp-up and tail
-# Split only if the model says it takes at most this fraction of the time. 0: never split on our own.
-# On the H200 (run 19, benchmarks/RESULTS.md) every split measured slower than no split (128 x 8192 x 8192:
-# 215 vs 246 TFLOP/s; 256 x 4096 x 8192: 256 vs 271), so automatic splitting stays off until the
-# reduction is fused into the product; split_k= still forces it.
-SPLIT_GAIN = 0.0
-MIN_STEPS = 4                       # K steps (of 64) per split at least
-MAX_SPLITS = 16
 REDUCE_COLS = 64                    # columns of a warp's 16-row tile in the reduction
 LOADS_AHEAD = 4                     # partials a warp of the reduction loads before adding them
-
-
-def model_us(m: int, n: int, k: int, bn: int, splits: int, sms: int) -> float:
-    """Estimated time of the product in 128 x bn tiles with `splits` tasks per tile (and, when split, the
-    ordered reduction: S partials written and read, the output written)."""
-    units = cdiv(m, BM) * cdiv(n, bn) * splits
-    t = cdiv(units, sms) * cdiv(cdiv(k, BK), splits) * STEP_US[bn]
-    if splits > 1:
-        t += (2 * splits + 1) * m * n * 4 / WORKSPACE_BYTES_PER_US + SECOND_LAUNCH_US
-    return t
-
-
-def plan(m: int, n: int, k: int, sms: int, block_n: int, block_n_forced: bool = False,
-         gain: float = SPLIT_GAIN) -> tuple:
-    """(tile width, splits) for a product: `block_n` unsplit, unless splitting some tile width's K steps
-    takes at most `gain` of the unsplit time by the model. With `block_n_forced` only that width is
-    considered."""
-    steps = cdiv(k, BK)
-    unsplit = model_us(m, n, k, block_n, 1, sms)
-    best = (unsplit * gain, block_n, 1)
-    for bn in (block_n,) if block_n_forced else WIDTHS:
-        if cdiv(m, BM) * cdiv(n, bn) * 2 > sms:          # half the SMs have a tile already
-            continue
-        for splits in range(2, min(MAX_SPLITS, steps // MIN_STEPS) + 1):
-            best = min(best, (model_us(m, n, k, bn, splits, sms), bn, splits))
-    return best[1], best[2]
 
 
 @functools.cache
@@ -99,14 +62,14 @@ def reduce_kernel(splits: int, out=tk.bf16, bias=None, scale: bool = False, acti
             partials.append(getattr(st, f"partial{i}"))
         tk.load(st.acc, g.W, (0, row, col), masked=True)
         if bias is not None:                             # in flight with the partials
-            _load_bias(g, st.bias, col)
+            load_bias(g, st.bias, col)
         for first in range(1, splits, LOADS_AHEAD):      # up to LOADS_AHEAD partials in flight, added in order
             batch = list(zip(partials, range(first, min(first + LOADS_AHEAD, splits))))
             for partial, s in batch:
                 tk.load(partial, g.W, (s, row, col), masked=True)
             for partial, _ in batch:
                 tk.add(st.acc, st.acc, partial)
-        _apply_epilogue(g, st.acc, getattr(st, "bias", None), scale, activation)
+        apply_epilogue(g, st.acc, getattr(st, "bias", None), scale, activation)
         tk.store(g.C, st.acc, (row, col), masked=True)
 
     body.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -116,7 +79,8 @@ def reduce_kernel(splits: int, out=tk.bf16, bias=None, scale: bool = False, acti
 
 
 class SplitPlan:
-    """A split-K matmul for one shape and combination: the product into a workspace, then the reduction."""
+    """A split-K matmul for one shape and combination: the product (`template`, kernels/gemm.py's
+    matmul_template with split="ordered" or "atomic") into a workspace, then the reduction (reduce_kernel)."""
 
     def __init__(self, template, reduce, splits: int, deterministic: bool, m: int, n: int):
         self.template, self.reduce, self.splits, self.deterministic = template, reduce, splits, deterministic
@@ -138,13 +102,3 @@ class SplitPlan:
             self.grid = self.template.grid(*args)
         self.template.kernel[self.grid](*args)
         self.reduce[self.reduce_grid](w, c, *extras)
-
-
-def split_plan(dtype, out, b_transposed: bool, bias, scale: bool, activation, bn: int, splits: int,
-               deterministic: bool, m: int, n: int) -> SplitPlan:
-    from .gemm import matmul_template
-
-    template = matmul_template(dtype, f32, b_transposed, None, False, None, bn,
-                               split="ordered" if deterministic else "atomic")
-    reduce = reduce_kernel(splits if deterministic else 1, out, bias, scale, activation)
-    return SplitPlan(template, reduce, splits, deterministic, m, n)

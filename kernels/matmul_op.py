@@ -23,8 +23,7 @@ PRE_ACTIVATION_NEEDED = {"gelu": lambda z: torch.nn.functional.gelu(z, approxima
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, bias: torch.Tensor | None = None,
            activation: str | None = None, scale: float | None = None, out_dtype: torch.dtype | None = None,
-           cluster: int | None = None, block_n: int | None = None, split_k: int | None = None,
-           deterministic: bool = True) -> torch.Tensor:
+           block_n: int | None = None, split_k: int | None = None, deterministic: bool = True) -> torch.Tensor:
     """`activation(scale * (a @ b) + bias)` with fp32 accumulation, written to `out` (or a new tensor).
 
     a: (M, K), b: (K, N), both bf16 or both fp16, CUDA tensors (CPU tensors under TKPY_INTERPRET=1). b may be
@@ -40,25 +39,23 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     multiple of 8 elements): an operand that is not is first copied into a padded buffer (one extra
     read and write of it), and so is C (computed into a padded buffer, then copied into place).
     `block_n`: force the tile width (256, 128 or 64; default: `_block_n`, the widest unless a narrower one
-    keeps clearly more SMs busy). `cluster`: None (default) shares A between pairs of column-adjacent
-    blocks where `_cluster` says so (tile widths in CLUSTER_A_WIDTHS, an even number of column tiles); 1
-    never; 2 always (any dtype and epilogue; cdiv(N, tile width) must be even, and K is not split).
+    keeps clearly more SMs busy).
 
-    Split-K (kernels/gemm_splitk.py): when the output has few tiles next to the SMs (e.g. M = 128 against
-    an 8192 x 8192 weight), S tasks share each tile's K steps and write fp32 partial sums that a second
-    kernel adds up before the epilogue. `split_k`: None picks S (1 when splitting does not pay), an int
-    forces it (1: never split). `deterministic=True` adds the partials in a fixed order (the same bits on
-    every run); False adds them with TMA fp32 reductions into one workspace (less traffic, run-to-run
-    rounding differences)."""
-    options = (cluster, block_n, split_k, deterministic)
+    Split-K (kernels/gemm_splitk.py): `split_k=S` (S > 1) has S tasks share each tile's K steps and write fp32
+    partial sums that a second kernel adds up before the epilogue, for outputs of few tiles next to the SMs
+    (e.g. M = 128 against an 8192 x 8192 weight); None or 1 (the default: splitting measured slower on the
+    H200) does not split. `deterministic=True` adds the partials in a fixed order (the same bits on every run);
+    False adds them with TMA fp32 reductions into one workspace (less traffic, run-to-run rounding
+    differences)."""
+    options = (block_n, split_k, deterministic)
     if out is not None:
         if direct_call_ok((a, b, bias, out)):
             return gemm.run(a, b, out, bias, activation, scale, out_dtype, *options)
         matmul_out_op(a, b, out, bias, activation, scale, out_dtype, *options)
         return out
     if activation in PRE_ACTIVATION_NEEDED and needs_grad(a, b, bias):
-        z = matmul(a, b, bias=bias, scale=scale, out_dtype=out_dtype, cluster=cluster, block_n=block_n,
-                   split_k=split_k, deterministic=deterministic)
+        z = matmul(a, b, bias=bias, scale=scale, out_dtype=out_dtype, block_n=block_n, split_k=split_k,
+                   deterministic=deterministic)
         return PRE_ACTIVATION_NEEDED[activation](z)
     if direct_call_ok((a, b, bias)):
         return gemm.run(a, b, None, bias, activation, scale, out_dtype, *options)
@@ -66,14 +63,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
 
 
 def _impl(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
-          scale: Optional[float] = None, out_dtype: Optional[torch.dtype] = None, cluster: Optional[int] = None,
-          block_n: Optional[int] = None, split_k: Optional[int] = None, deterministic: bool = True) -> torch.Tensor:
-    return gemm.run(a, b, None, bias, activation, scale, out_dtype, cluster, block_n, split_k, deterministic)
+          scale: Optional[float] = None, out_dtype: Optional[torch.dtype] = None, block_n: Optional[int] = None,
+          split_k: Optional[int] = None, deterministic: bool = True) -> torch.Tensor:
+    return gemm.run(a, b, None, bias, activation, scale, out_dtype, block_n, split_k, deterministic)
 
 
-def _fake(a, b, bias=None, activation=None, scale=None, out_dtype=None, cluster=None, block_n=None, split_k=None,
+def _fake(a, b, bias=None, activation=None, scale=None, out_dtype=None, block_n=None, split_k=None,
           deterministic=True):
-    dtype = gemm.checked(a, b, bias, activation, out_dtype, None, cluster, block_n, split_k, scale)
+    dtype = gemm.checked(a, b, bias, activation, out_dtype, None, block_n, split_k, scale)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=dtype)
 
 
@@ -85,12 +82,12 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dc):
     a, b, bias, c = ctx.saved_tensors
-    activation, scale, (cluster, block_n, split_k, deterministic) = ctx.activation, ctx.scale, ctx.options
+    activation, scale, (block_n, split_k, deterministic) = ctx.activation, ctx.scale, ctx.options
     if activation == "relu":
         dz = torch.ops.aten.threshold_backward(dc, c, 0)
     elif activation is not None:                 # the operator called directly: Z recomputed
-        z = matmul(a, b, bias=bias, scale=scale, out_dtype=torch.float32, cluster=cluster, block_n=block_n,
-                   split_k=split_k, deterministic=deterministic)
+        z = matmul(a, b, bias=bias, scale=scale, out_dtype=torch.float32, block_n=block_n, split_k=split_k,
+                   deterministic=deterministic)
         dz = (torch.ops.aten.gelu_backward(dc.float(), z, approximate="tanh") if activation == "gelu"
               else torch.ops.aten.silu_backward(dc.float(), z))
     else:
@@ -106,7 +103,7 @@ def _backward(ctx, dc):
             db = matmul(a.T, low, scale=scale, out_dtype=b.dtype)
     if bias is not None and ctx.needs_input_grad[2]:
         dbias = dz.float().sum(0).to(bias.dtype)
-    return da, db, dbias, None, None, None, None, None, None, None
+    return da, db, dbias, None, None, None, None, None, None
 
 
 matmul_op = define("matmul", _impl, _fake, backward=_backward, setup_context=_setup_context)
@@ -114,14 +111,13 @@ matmul_op = define("matmul", _impl, _fake, backward=_backward, setup_context=_se
 
 def _out_impl(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: Optional[torch.Tensor] = None,
               activation: Optional[str] = None, scale: Optional[float] = None, out_dtype: Optional[torch.dtype] = None,
-              cluster: Optional[int] = None, block_n: Optional[int] = None, split_k: Optional[int] = None,
-              deterministic: bool = True) -> None:
-    gemm.run(a, b, out, bias, activation, scale, out_dtype, cluster, block_n, split_k, deterministic)
+              block_n: Optional[int] = None, split_k: Optional[int] = None, deterministic: bool = True) -> None:
+    gemm.run(a, b, out, bias, activation, scale, out_dtype, block_n, split_k, deterministic)
 
 
-def _out_fake(a, b, out, bias=None, activation=None, scale=None, out_dtype=None, cluster=None, block_n=None,
-              split_k=None, deterministic=True):
-    gemm.checked(a, b, bias, activation, out_dtype, out, cluster, block_n, split_k, scale)
+def _out_fake(a, b, out, bias=None, activation=None, scale=None, out_dtype=None, block_n=None, split_k=None,
+              deterministic=True):
+    gemm.checked(a, b, bias, activation, out_dtype, out, block_n, split_k, scale)
 
 
 matmul_out_op = define("matmul_out", _out_impl, _out_fake, mutates_args=("out",),

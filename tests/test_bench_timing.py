@@ -141,11 +141,11 @@ def test_attention_loads_variants_compile(causal):
 
 def test_attention_timeline_arguments():
     """benchmarks/attention_timeline.py's arguments: a shape (default B16 H16 N4096 D128), --causal, and _launch
-    options as key=value (ints, True/False, strings)."""
+    options as key=value (ints, True/False)."""
     from benchmarks.attention_timeline import parse
     assert parse([]) == ([16, 16, 4096, 128], False, {})
-    assert parse(["4", "8", "1024", "64", "--causal", "q_preload=True", "stages=4", "pingpong=softmax"]) == (
-        [4, 8, 1024, 64], True, {"q_preload": True, "stages": 4, "pingpong": "softmax"})
+    assert parse(["4", "8", "1024", "64", "--causal", "q_preload=True", "stages=4", "pingpong=False"]) == (
+        [4, 8, 1024, 64], True, {"q_preload": True, "stages": 4, "pingpong": False})
 
 
 def test_attention_timeline_task_switches():

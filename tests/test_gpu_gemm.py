@@ -1,8 +1,7 @@
 """kernels/gemm.py's matmul on the GPU against float64 torch: many shapes (tile multiples, odd sizes, M = 1,
 K = 16, 1000x3000x700), both B layouts, bf16/fp16 inputs, bf16/fp16/fp32 outputs, fused epilogues, every
-tile width (256, 128, 64), clusters of two column-adjacent blocks sharing A (also bit for bit against the
-unclustered kernel); outputs poisoned with NaN, and a window of a larger buffer to check that edge tiles write
-nothing outside it (skipped without a GPU)."""
+tile width (256, 128, 64), split-K; outputs poisoned with NaN, and a window of a larger buffer to check that edge
+tiles write nothing outside it (skipped without a GPU)."""
 import pytest
 import torch
 
@@ -145,7 +144,7 @@ def test_matches_torch_matmul_like_for_like():
 
 # -- the TMA epilogue (LCSF), split-K and the template variants (kernels/gemm_splitk.py, tests/test_lcsf_template.py)
 
-SPLIT_CASES = [  # m, n, k, split_k (None: matmul's choice), deterministic, B transposed, out, bias, activation, scale
+SPLIT_CASES = [  # m, n, k, split_k (None: matmul's default, no split), deterministic, B transposed, out, bias, act., scale
     (128, 8192, 8192, None, True, True, BF16, None, None, None),
     (1, 4096, 4096, None, True, False, F32, F32, "gelu", 0.02),
     (100, 3000, 7000, 3, True, False, BF16, BF16, "relu", None),
@@ -181,19 +180,6 @@ def test_split_k_ordered_gives_the_same_bits_every_run():
     assert rel_err(matmul(a, b, out_dtype=F32, split_k=4, deterministic=False), first) < 1e-6
 
 
-@pytest.mark.parametrize("block_n", [64, 128, 256])
-@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
-def test_register_store_epilogue(block_n, transposed):
-    """The LCF variant (masked stores from registers) kept for comparison with the TMA epilogue."""
-    import tkpy as tk
-    from tkpy.kernels.gemm import matmul_template
-    a, b = operands(1000, 3000, 704, BF16, transposed)            # K: 16-byte rows, as TMA reads them in place
-    v, c = rand(3000, dtype=F32), poisoned(1000, 3000, dtype=F32)
-    template = matmul_template(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n, epilogue="registers")
-    template(a, b.T.contiguous() if transposed else b, c, v, 0.02)
-    assert rel_err(c, reference(a, b, v, "gelu", 0.02)) < TOL[F32]
-
-
 @pytest.mark.parametrize("stages,output_stages,pieces,producer_warps,ragged", [
     (2, 2, 2, 4, False), (3, 1, 2, 4, False), (2, 3, 4, 2, False), (1, 2, 1, 3, False), (2, 2, 2, 4, True),
     (3, 1, 4, 2, True)])
@@ -226,74 +212,3 @@ def test_lcf_finish_block_over_the_stages(stages):
     c = poisoned(40 * BM, 24 * BN, dtype=BF16)
     finish_block_gemm(stages)(a, b, c)
     assert rel_err(c, reference(a, b)) < TOL[BF16]
-
-
-# -- clusters of two blocks on adjacent tile columns that share A (matmul_template(cluster=2)) -----------------
-
-CLUSTER_SHAPES = [  # m, n, k, B transposed
-    (1024, 1024, 1024, False), (128, 8192, 512, True), (128, 8192, 512, False), (256, 4096, 1024, True),
-    (1000, 3072, 700, False),      # ragged rows and K
-    (1000, 3000, 700, True),       # a ragged last column tile (64: 47 tiles, odd, so not run clustered)
-    (1, 4096, 4096, True),         # one row of A
-    (4096, 4096, 512, False),      # many more pairs of tiles than clusters: several tasks per cluster
-]
-
-
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-@pytest.mark.parametrize("out", [BF16, FP16, F32], ids=["bf16", "fp16", "f32"])
-@pytest.mark.parametrize("block_n", [64, 128, 256])
-@pytest.mark.parametrize("m,n,k,transposed", CLUSTER_SHAPES)
-def test_clusters_sharing_a(m, n, k, transposed, block_n, out):
-    """Against float64, and element for element against the unclustered kernel (the same products in the same
-    order per tile, so the same bits)."""
-    from tkpy.kernels import matmul
-    if _cdiv(n, block_n) % 2:
-        pytest.skip(f"{_cdiv(n, block_n)} column tiles of {block_n}: an odd number, not clustered")
-    dtype = FP16 if out == FP16 else BF16
-    a, b = operands(m, n, k, dtype, transposed)
-    c = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=block_n, cluster=2)
-    alone = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=block_n, cluster=1)
-    torch.cuda.synchronize()
-    assert rel_err(c, reference(a, b)) < TOL[out]
-    assert torch.equal(c, alone)
-
-
-@pytest.mark.parametrize("out,bias,activation,scale", EPILOGUES)
-@pytest.mark.parametrize("block_n", [64, 128])
-@pytest.mark.parametrize("transposed", [False, True], ids=["nn", "nt"])
-def test_clusters_sharing_a_with_epilogues(out, bias, activation, scale, block_n, transposed):
-    from tkpy.kernels import matmul
-    dtype = FP16 if out == FP16 else BF16
-    a, b = operands(1000, 3072, 700, dtype, transposed)
-    v = None if bias is None else rand(3072, dtype=bias)
-    options = dict(bias=v, activation=activation, scale=scale, block_n=block_n)
-    c = matmul(a, b, out=poisoned(1000, 3072, dtype=out), cluster=2, **options)
-    alone = matmul(a, b, out=poisoned(1000, 3072, dtype=out), cluster=1, **options)
-    torch.cuda.synchronize()
-    assert rel_err(c, reference(a, b, v, activation, scale)) < TOL[out]
-    assert torch.equal(c, alone)
-
-
-@pytest.mark.parametrize("m,n,k,transposed,clustered", [
-    (1024, 1024, 1024, False, True), (128, 8192, 8192, True, True), (256, 4096, 8192, True, True),
-    (1000, 1000, 700, True, True),        # 16 column tiles of 64, the last ragged
-    (130, 3000, 700, False, False)])      # 47 column tiles of 64: falls back to unclustered tiles
-def test_matmul_clusters_by_itself(m, n, k, transposed, clustered, monkeypatch):
-    """The automatic rule switched on (tkpy.kernels.gemm._cluster with CLUSTER_A_WIDTHS = (64,): 64-wide tiles, an
-    even number of column tiles; all these shapes run in 64-wide tiles on an H200's 132 SMs)."""
-    from tkpy.kernels import gemm
-    monkeypatch.setattr(gemm, "CLUSTER_A_WIDTHS", (64,))
-    a, b = operands(m, n, k, BF16, transposed)
-    gemm._CALLS.clear()
-    c = tkpy_kernels.matmul(a, b, out=poisoned(m, n, dtype=BF16))
-    torch.cuda.synchronize()
-    (plan,) = (call.launch for call in gemm._CALLS.values())
-    assert "_n64" in plan.template.kernel.name
-    assert (plan.template.cluster == 2) == clustered
-    assert rel_err(c, reference(a, b)) < TOL[BF16]
-    if not clustered:
-        with pytest.raises(ValueError, match="an odd number"):
-            tkpy_kernels.matmul(a, b, block_n=64, cluster=2)

@@ -270,22 +270,13 @@ def test_cluster_multicast_and_remote_arrive():
         multicast_kernel()[(3,)]
 
 
-@pytest.mark.parametrize("cluster", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(128, 256, 64), (512, 768, 320), (1920, 2048, 1024), (4096, 4096, 512)])
-def test_lcf_template_gemm(m, n, k, cluster):
-    """The persistent LCF-template GEMM, including more tiles than SMs (several tasks per block),
-    and its 2-block-cluster variant on adjacent tile rows with B multicast (tkpy.kernels.gemm.MatmulCluster2;
-    matmul's own clusters share A: tests/test_gpu_gemm.py)."""
+def test_template_gemm(m, n, k):
+    """The persistent template GEMM (tkpy.kernels.matmul), including more tiles than SMs (several tasks per
+    block)."""
     from tkpy.kernels import matmul
-    from tkpy.kernels.gemm import MatmulCluster2
-    if m % (128 * cluster):
-        pytest.skip("clusters of 2 take two rows of tiles")
     a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
-    if cluster == 1:
-        c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16), cluster=1)
-    else:
-        c = poisoned(m, n, dtype=torch.bfloat16)
-        MatmulCluster2(a, b, c)
+    c = matmul(a, b, out=poisoned(m, n, dtype=torch.bfloat16))
     assert rel_err(c, a.double() @ b.double()) < 1e-2
 
 

@@ -99,7 +99,7 @@ def test_env_var_runs_the_torch_facing_functions_on_the_cpu(monkeypatch):
 
 
 INTERPRETED_HERE = {"softmax_rows", "softmax_backward_rows", "warp_matmul_bf16", "warp_matmul_fp16"}
-INTERPRETED_IN_HOPPER_TESTS = {"gemm_ws", "matmul", "matmul_cluster2"}    # tests/test_interpret_hopper.py
+INTERPRETED_IN_HOPPER_TESTS = {"gemm_ws", "matmul"}    # tests/test_interpret_hopper.py
 AWAITING_SEMANTICS: dict = {}     # kernel name -> why the interpreter cannot run it yet
 
 

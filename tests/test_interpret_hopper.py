@@ -135,12 +135,11 @@ def test_env_var_runs_the_gemm_on_the_cpu(monkeypatch):
     assert rel_err(gemm_ws.matmul(a, b), a.double() @ b.double()) < 1e-2
 
 
-@pytest.mark.parametrize("template,blocks", [(gemm.Matmul, 3), (gemm.MatmulCluster2, 4)])
-def test_template_gemm_persistent_and_clustered(template, blocks):
-    """Fewer persistent blocks than tiles; the cluster variant multicasts B and releases stages remotely."""
+def test_template_gemm_persistent():
+    """Fewer persistent blocks than tiles."""
     a, b = rand(512, 192, dtype=torch.bfloat16), rand(192, 512, dtype=torch.bfloat16)
     c = poisoned(512, 512, dtype=torch.bfloat16)
-    template.kernel.interpret[(blocks,)](a, b, c)
+    gemm.Matmul.kernel.interpret[(3,)](a, b, c)
     assert rel_err(c, a.double() @ b.double()) < 1e-2
 
 

@@ -91,16 +91,6 @@ def test_causal_cluster_pairs_are_the_same_in_every_order(monkeypatch, order, op
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_clusters_of_four_are_the_same_in_every_order(monkeypatch, order):
-    """cluster=4, causal bottom-right: four blocks' multicasts, releases and skipped stages in every warp order."""
-    monkeypatch.setenv(ORDER_ENV_VAR, order)
-    q = rand(1, 2, 1000, 128, dtype=torch.bfloat16)
-    k, v = rand(1, 1, 700, 128, dtype=torch.bfloat16), rand(1, 1, 700, 128, dtype=torch.bfloat16)
-    o, lse = attention_cpu.interpret(q, k, v, "bottom_right", 0.1, 4, "_cluster4", cluster=4)
-    attention_cpu.check(o, lse, *attention_cpu.reference(q, k, v, "bottom_right", scale=0.1), 1000)
-
-
-@pytest.mark.parametrize("order", ORDERS)
 def test_split_k_is_the_same_in_every_order(monkeypatch, order):
     """Split-K: the splits' direct stores, the query tile's reuse with no O staged in it, and the merge, in every
     warp order (causal bottom-right with rows that see no key, GQA, several tasks per block)."""

@@ -1,6 +1,6 @@
 """The LCF template's per-task step counts (`iters(g, task)`, 0 included) and task-order hook, run by the
 CPU interpreter with fewer persistent blocks than tasks, so the ring of stages wraps across tasks of
-different lengths, also in clusters of two blocks on adjacent tile columns (cluster_along="cols") that
+different lengths, also in clusters of two or four blocks on adjacent tile columns (cluster_along="cols") that
 share A by multicast; the cluster options' errors; and the generated C++ compiled by NVRTC (SASS: the
 multicast loads, peers told without a GPU-wide memory barrier). No GPU needed."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ def steps_of(row):
 @functools.cache
 def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int = 1):
     """cluster: blocks on adjacent tile columns (the same rows, so the same step counts) that share A: rank r
-    loads A's r-th half and multicasts it to both."""
+    loads A's r-th half and multicasts it to all of them (in clusters of 4, ranks 2 and 3 load only their B)."""
     @tk.lcf(consumer_warpgroups=2, stages=stages, persistent=True, cluster=cluster, cluster_along="cols",
             name=f"ragged_gemm_{stages}_{int(reverse)}" + ("_lagged" if lagged else "") + f"_cluster{cluster}")
     class Ragged:
@@ -53,8 +53,11 @@ def ragged_gemm(stages: int, reverse: bool, lagged: bool = False, cluster: int =
 
         def load(self, g, task, inp, k, arrived):
             tk.tma.expect(arrived, inp)
-            if cluster > 1:
+            if cluster == 2:
                 tk.tma.load_async(inp.a[task.rank], g.A, (task.row * 2 + task.rank, k), arrived, multicast=0b11)
+            elif cluster == 4:
+                with tk.if_(task.rank < 2):
+                    tk.tma.load_async(inp.a[task.rank], g.A, (task.row * 2 + task.rank, k), arrived, multicast=0b1111)
             else:
                 for i in range(2):
                     tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
@@ -111,6 +114,16 @@ def test_clusters_on_adjacent_columns_share_a(stages, reverse, blocks, lagged):
     c = poisoned(5 * BM, 4 * BN, dtype=torch.float32)
     template = ragged_gemm(stages, reverse, lagged, cluster=2)
     template.kernel.interpret[(blocks,)](a, b, c)
+    assert rel_err(c, reference(a, b)) < 1e-2
+
+
+@pytest.mark.parametrize("stages,reverse,blocks", [(2, False, 4), (3, True, 8)])
+def test_clusters_of_four_on_adjacent_columns_share_a(stages, reverse, blocks):
+    """Clusters of four blocks on tile columns 4j to 4j + 3 of a row (5 rows of 8 columns: several bands of four a
+    cluster): ranks 0 and 1 load a half of A each for all four, every stage is released to all four."""
+    a, b = rand(5 * BM, 2 * BK, dtype=torch.bfloat16), rand(2 * BK, 8 * BN, dtype=torch.bfloat16)
+    c = poisoned(5 * BM, 8 * BN, dtype=torch.float32)
+    ragged_gemm(stages, reverse, cluster=4).kernel.interpret[(blocks,)](a, b, c)
     assert rel_err(c, reference(a, b)) < 1e-2
 
 

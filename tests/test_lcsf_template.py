@@ -3,7 +3,7 @@ kernels whose results leave through rings of 1 to 3 output stages in 1 to 4 piec
 warp with TMA, run by the interpreter with fewer persistent blocks than tasks (so output stages are reused
 across tasks while the next task's loads run); per-task step counts (0 included), producers of 2 to 4
 warps (without a register split below 4), split-K (schedule.SplitK) writing partial sums at a depth per
-split, one input stage; LCF's finish block over the last input stages; the generated C++ compiled by NVRTC;
+split, one input stage, clusters of two column-adjacent blocks sharing A by multicast; LCF's finish block over the last input stages; the generated C++ compiled by NVRTC;
 and the errors of bad parameters. The same kernels run on the GPU in tests/test_gpu_gemm.py."""
 from __future__ import annotations
 
@@ -53,15 +53,18 @@ class GemmSteps:
 
 @functools.cache
 def piece_gemm(stages: int = 2, output_stages: int = 2, pieces: int = 2, producer_warps: int = 4,
-               ragged: bool = False, splits: int | None = None):
+               ragged: bool = False, splits: int | None = None, cluster: int = 1):
     """C (fp32) = A @ B in 128 x 64 tiles; the result leaves in `pieces` column pieces. ragged: task row r
-    takes steps_of(r) steps. splits: split-K, C is then (splits, M, N) with split s's partial at depth s."""
+    takes steps_of(r) steps. splits: split-K, C is then (splits, M, N) with split s's partial at depth s.
+    cluster=2: blocks on adjacent tile columns (the same rows, so the same step counts) that share A: rank r
+    loads A's r-th half and multicasts it to both."""
     name = f"piece_gemm_{stages}_{output_stages}_{pieces}_{producer_warps}" + ("_ragged" if ragged else "") + \
-        (f"_split{splits}" if splits else "")
+        (f"_split{splits}" if splits else "") + (f"_cluster{cluster}" if cluster > 1 else "")
     cols = BN // pieces
+    clustering = dict(cluster=cluster, cluster_along="cols") if cluster > 1 else {}
 
     @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=output_stages, producer_warps=producer_warps,
-             scheduler=SplitK(splits) if splits else None, name=name)
+             scheduler=SplitK(splits) if splits else None, name=name, **clustering)
     class PieceGemm(GemmSteps):
         C: tk.gl[f32, "S", "M", "N"] if splits else tk.gl[f32, "M", "N"]
         outputs = dict(c=shared(f32, BM // 2, cols, count=2))
@@ -70,6 +73,13 @@ def piece_gemm(stages: int = 2, output_stages: int = 2, pieces: int = 2, produce
         if ragged:
             def iters(self, g, task):
                 return steps_of(task.row)
+
+        if cluster > 1:
+            def load(self, g, task, inp, k, arrived):
+                tk.tma.expect(arrived, inp)                  # the whole stage, the peer's half of A included
+                tk.tma.load_async(inp.a[task.rank], g.A, (task.row * 2 + task.rank, task.k0 + k), arrived,
+                                  multicast=0b11)
+                tk.tma.load_async(inp.b, g.B, (task.k0 + k, task.col), arrived)
 
         def finish(self, g, st, task, out, piece):
             tk.warpgroup.store(out.c[tk.warpgroup.id()], st.acc[:, piece * cols:(piece + 1) * cols])
@@ -95,6 +105,17 @@ def test_outputs_leave_through_the_ring(stages, output_stages, pieces, producer_
     c = poisoned(5 * BM, 3 * BN, dtype=torch.float32)
     piece_gemm(stages, output_stages, pieces, producer_warps, ragged).kernel.interpret[(blocks,)](a, b, c)
     assert rel_err(c, reference(a, b, ragged)) < 1e-2
+
+
+@pytest.mark.parametrize("stages,output_stages,pieces,blocks", [(2, 2, 2, 2), (3, 1, 4, 2), (2, 2, 1, 4)])
+def test_outputs_leave_through_the_ring_in_clusters(stages, output_stages, pieces, blocks):
+    """Clusters of two blocks on adjacent tile columns sharing A (multicast): 5 x 4 tiles on 1 or 2 clusters, so
+    each cluster runs several pairs of tiles and its stages are released across the cluster while a block's
+    output pieces are still being stored."""
+    a, b = rand(5 * BM, 3 * BK, dtype=torch.bfloat16), rand(3 * BK, 4 * BN, dtype=torch.bfloat16)
+    c = poisoned(5 * BM, 4 * BN, dtype=torch.float32)
+    piece_gemm(stages, output_stages, pieces, cluster=2).kernel.interpret[(blocks,)](a, b, c)
+    assert rel_err(c, reference(a, b)) < 1e-2
 
 
 @pytest.mark.parametrize("splits,k_steps,blocks", [(2, 5, 3), (3, 4, 2), (4, 2, 5)])

@@ -305,7 +305,6 @@ def test_a_signature_decided_once_still_checks_each_calls_pointers_and_scale():
 
 @pytest.mark.parametrize("kwargs,error", [
     (dict(split_k=True), "split_k must be None or a positive int"),
-    (dict(cluster=True), "cluster must be None, 1 or 2"),
     (dict(scale="2"), "scale must be a number"),
 ])
 def test_matmul_refuses_options_of_the_wrong_type(kwargs, error):
