@@ -38,10 +38,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
+
+from ..codegen.debug import plan_for
+from ..codegen.prelude.debug import RECORD_SYMBOL, SLOT, SLOTS   # the device record's layout
+from .errors import GpuTimeoutError
 
 ENV = "TKPY_DEBUG"
 TIMEOUT_ENV = "TKPY_DEBUG_TIMEOUT_S"
@@ -49,11 +52,6 @@ KERNEL_TIMEOUT_ENV = "TKPY_DEBUG_KERNEL_TIMEOUT_S"
 PRINTF_ENV = "TKPY_DEBUG_PRINTF"
 DEFAULT_TIMEOUT_S = 4.0
 DEFAULT_KERNEL_TIMEOUT_S = 30.0
-
-#: the device record: SLOTS slots of SLOT (tkpy/codegen/prelude/debug.py's tkpy_debug_slot)
-SLOT = struct.Struct("<6I2iQ")   # valid, site, block x, y, z, warp, index, phase, waited ns
-SLOTS = 32
-RECORD_SYMBOL = "tkpy_debug_record"
 
 
 @dataclass(frozen=True)
@@ -186,9 +184,6 @@ def launch(ready, grid, args, slots, kernel, compiled) -> None:
 
 def _timeout_error(compiled, record: Record, error):
     """The GpuTimeoutError that a failed debug launch's record explains, or None (no wait timed out)."""
-    from ..codegen.debug import plan_for
-    from .errors import GpuTimeoutError
-
     entries = record.entries()
     if not entries:
         return None
@@ -223,9 +218,6 @@ def _roles(site) -> str:
 
 
 def _still_running_error(compiled, limit: float):
-    from ..codegen.debug import plan_for
-    from .errors import GpuTimeoutError
-
     ir = compiled.lowered.traced.ir
     plan = plan_for(ir)
     lines = [f"kernel {ir.name} did not finish within {limit:g} s ({KERNEL_TIMEOUT_ENV}) and none of its bounded "
@@ -242,8 +234,6 @@ def _still_running_error(compiled, limit: float):
 
 def sites(kernel, *args) -> list:
     """The bounded waits of `kernel`'s debug build for `args` (tkpy/codegen/debug.py's Site), in site order."""
-    from ..codegen.debug import plan_for
-
     return list(plan_for(kernel.trace(*args).ir).sites)
 
 

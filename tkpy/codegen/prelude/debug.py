@@ -8,7 +8,15 @@ before the trap), "trap"; printf through vprintf(format, packed arguments) as CU
 """
 from __future__ import annotations
 
+import struct
+
 from ..debug import NAMED_BARRIERS, Plan
+
+#: the record of timed-out waits, as the host reads it: SLOTS slots of SLOT (tkpy_debug_slot below), at the address
+#: the host sets into the module's RECORD_SYMBOL pointer
+SLOT = struct.Struct("<6I2iQ")   # valid, site, block x, y, z, warp, index, phase, waited ns
+SLOTS = 32
+RECORD_SYMBOL = "tkpy_debug_record"
 
 _HELPERS = r"""
 namespace tk {
