@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -174,3 +175,22 @@ def bind_dims(specs: list[ParamSpec], args) -> dict[str, int]:
 
 
 SCALAR_DTYPES = {"int": i32, "float": f32}
+
+
+def launch_grid(grid, cluster, kernel_name: str) -> tuple[int, int, int]:
+    """The grid of a launch (`kernel[grid]`, `kernel.interpret[grid]`) as 3 ints, checked against CUDA's limits and
+    the kernel's cluster (`cluster`: 3 ints or None)."""
+    if isinstance(grid, int):
+        grid = (grid,)
+    try:
+        g = tuple(operator.index(x) for x in grid)      # (ints only: 1.5 or "2" is an error, not truncated)
+    except TypeError:
+        raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}") from None
+    if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
+        raise ArgumentError(f"grid must be 1 to 3 positive ints, got {grid!r}")
+    if g[0] >= 2**31 or any(x >= 65536 for x in g[1:]):
+        raise ArgumentError(f"grid {g} exceeds CUDA's limits (x < 2^31, y and z < 65536)")
+    g = g + (1,) * (3 - len(g))
+    if cluster and any(x % c for x, c in zip(g, cluster)):
+        raise ArgumentError(f"grid {g} is not a multiple of the cluster {cluster} of {kernel_name}")
+    return g
