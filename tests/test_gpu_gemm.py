@@ -8,6 +8,7 @@ import torch
 
 from gpu_util import poisoned, rand, rel_err, requires_gpu
 import tkpy.kernels as tkpy_kernels
+from tkpy import cdiv
 
 pytestmark = requires_gpu
 BF16, FP16, F32 = torch.bfloat16, torch.float16, torch.float32
@@ -239,10 +240,6 @@ CLUSTER_SHAPES = [  # m, n, k, B transposed
 ]
 
 
-def _cdiv(a, b):
-    return -(-a // b)
-
-
 @pytest.mark.parametrize("out", [BF16, FP16, F32], ids=["bf16", "fp16", "f32"])
 @pytest.mark.parametrize("block_n", [64, 128, 256])
 @pytest.mark.parametrize("m,n,k,transposed", CLUSTER_SHAPES)
@@ -250,8 +247,8 @@ def test_clusters_sharing_a(m, n, k, transposed, block_n, out):
     """Against float64, and element for element against the unclustered kernel (the same products in the same
     order per tile, so the same bits)."""
     from tkpy.kernels import matmul
-    if _cdiv(n, block_n) % 2:
-        pytest.skip(f"{_cdiv(n, block_n)} column tiles of {block_n}: an odd number, not clustered")
+    if cdiv(n, block_n) % 2:
+        pytest.skip(f"{cdiv(n, block_n)} column tiles of {block_n}: an odd number, not clustered")
     dtype = FP16 if out == FP16 else BF16
     a, b = operands(m, n, k, dtype, transposed)
     c = matmul(a, b, out=poisoned(m, n, dtype=out), block_n=block_n, cluster=2)

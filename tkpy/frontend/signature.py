@@ -45,7 +45,7 @@ class ParamSpec:
     gl: Optional[GL] = None
 
 
-def _resolve(ann, fn, definition_locals: dict):
+def resolve_annotation(ann, fn, definition_locals: dict):
     """Evaluate a string annotation (from `from __future__ import annotations`) where fn was defined:
     its globals, its closure, and the locals of the function that defined it (a kernel factory's arguments
     are visible there even when only an annotation uses them)."""
@@ -62,7 +62,7 @@ def _resolve(ann, fn, definition_locals: dict):
 def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec]:
     specs = []
     for p in inspect.signature(fn).parameters.values():
-        ann = _resolve(p.annotation, fn, definition_locals or {})
+        ann = resolve_annotation(p.annotation, fn, definition_locals or {})
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter")
         if isinstance(ann, GL):
@@ -106,8 +106,23 @@ def broadcast_dim(t) -> int | None:
     return next((axis for axis, (size, stride) in enumerate(zip(t.shape, strides)) if stride == 0 and size > 1), None)
 
 
+def tma_layout(t) -> bool:
+    """Whether a kernel takes tensor `t` with its strides as they are (TMA reads it in place): unit last-dim stride,
+    every other stride a multiple of ALIGNMENT bytes, no dim repeated by a stride of 0 (as from .expand()). Its
+    pointer must be ALIGNMENT-byte aligned too (tma_ready). A torch-facing function passes such a tensor as it is
+    and another as a padded or contiguous copy; check_tensor explains what one that is not fails."""
+    esize = t.element_size()
+    return t.stride(-1) == 1 and all(s * esize % ALIGNMENT == 0 for s in t.stride()[:-1]) and broadcast_dim(t) is None
+
+
+def tma_ready(t) -> bool:
+    """tma_layout(t) and an ALIGNMENT-byte aligned pointer: `t` can be passed to a kernel as it is."""
+    return tma_layout(t) and t.data_ptr() % ALIGNMENT == 0
+
+
 def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
-    """Raise ArgumentError if tensor `t` cannot be passed as `spec` (a gl parameter)."""
+    """Raise ArgumentError if tensor `t` cannot be passed as `spec` (a gl parameter): the wrong type, dtype or shape,
+    or a layout that tma_ready refuses (each reason explained; an empty tensor's last stride is not checked)."""
     import torch
 
     g = spec.gl
