@@ -61,12 +61,13 @@ import warnings
 import torch
 
 import tkpy as tk
-from tkpy import bf16, call, cdiv, f32, fp16, tma_layout, tma_ready
+from tkpy import bf16, f32, fp16
+from tkpy import call
 from tkpy.runtime import SpillWarning
 from tkpy.templates import multiprocessors, shared
 
 from .op_support import check_device
-from .tensor_layout import ALIGN
+from .tensor_layout import ALIGN, cdiv, tma_layout, tma_ready
 
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)

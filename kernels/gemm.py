@@ -44,8 +44,8 @@ import torch
 
 import tkpy as tk
 from .op_support import check_device, refuse_overlap
-from .tensor_layout import ALIGN, padded_copy, padded_like
-from tkpy import bf16, cdiv, f32, fp16, tma_layout
+from .tensor_layout import ALIGN, cdiv, padded_copy, padded_like, tma_layout
+from tkpy import bf16, f32, fp16
 from tkpy.templates import multiprocessors, shared
 
 BM, BN, BK = 128, 256, 64

@@ -24,10 +24,11 @@ import functools
 import torch
 
 import tkpy as tk
-from tkpy import bf16, cdiv, f32, fp16
+from tkpy import bf16, f32, fp16
 from tkpy.templates import multiprocessors, shared
 
 from .op_support import check_device, refuse_overlap
+from .tensor_layout import cdiv
 
 BM, BK = 128, 128
 WIDTHS = (256, 128)

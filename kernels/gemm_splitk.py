@@ -26,10 +26,11 @@ import inspect
 import torch
 
 import tkpy as tk
-from tkpy import cdiv, f32
+from tkpy import f32
 from tkpy.templates import Namespace
 
 from .gemm import BK, BM, WIDTHS, _apply_epilogue, _load_bias
+from .tensor_layout import cdiv
 
 # One SM's 128 x BN x 64 step: at about 860 TFLOP/s over 132 SMs for BN = 256 and 128; a 64-wide step (24 KB
 # of inputs for 1 MFLOP, three times a 256-wide one's bytes per flop) estimated bound by L2 bandwidth.

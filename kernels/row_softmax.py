@@ -16,9 +16,9 @@ import math
 import torch
 
 import tkpy as tk
-from tkpy import bf16, cdiv, f32, fp16, tma_ready
+from tkpy import bf16, f32, fp16
 from .op_support import check_device, define, direct_call_ok
-from .tensor_layout import padded_copy, padded_like
+from .tensor_layout import cdiv, padded_copy, padded_like, tma_ready
 
 WARPS = 4
 ROWS_PER_WARP = 16

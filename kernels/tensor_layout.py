@@ -1,19 +1,18 @@
-"""Padded copies for the torch-facing kernels, of tensors that TMA cannot read in place (tk.tma_layout /
-tk.tma_ready say which; tk.cdiv is the one ceiling division)."""
+"""What the torch-facing kernels share about tensors: whether TMA reads one in place (tkpy's rule: tk.tma_layout,
+tk.tma_ready, named here with tk.cdiv for the kernels that take them from this module), padded copies where it
+cannot."""
 from __future__ import annotations
 
 import torch
 
-import tkpy as tk
-
-ALIGN = tk.ALIGNMENT    # bytes: TMA (and tkpy's gl) want 16-byte aligned pointers and strides of the outer dims
+from tkpy import ALIGNMENT as ALIGN, cdiv, tma_layout, tma_ready  # noqa: F401 - tkpy's one definition of each
 
 
 def padded_like(x: torch.Tensor) -> torch.Tensor:
     """An uninitialised (rows, cols) tensor like x whose rows start 16 bytes apart (a view of a wider one)."""
     rows, cols = x.shape
     per = ALIGN // x.element_size()
-    return x.new_empty(rows, tk.cdiv(cols, per) * per)[:, :cols]
+    return x.new_empty(rows, cdiv(cols, per) * per)[:, :cols]
 
 
 def padded_copy(x: torch.Tensor) -> torch.Tensor:

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from ..errors import ArgumentError, TraceError
 from ..frontend.control import Mutable
 from ..frontend.signature import resolve_annotation
-from ..ir.core import Loc, Var
-from ..ir.expr import cdiv
+from ..ir import Loc, Var, cdiv
 from ..ir.passes import ALIGNMENT_SLACK, shared_limit
 from ..ir.protocol import REGISTER_FILE
 from ..tiles.dtypes import DType
