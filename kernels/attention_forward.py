@@ -61,8 +61,7 @@ import warnings
 import torch
 
 import tkpy as tk
-from tkpy import bf16, f32, fp16
-from tkpy.ir.expr import call
+from tkpy import bf16, call, f32, fp16
 from tkpy.runtime import SpillWarning
 from tkpy.templates import multiprocessors, shared
 

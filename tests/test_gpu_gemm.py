@@ -7,6 +7,7 @@ import torch
 
 from gpu_util import poisoned, rand, rel_err, requires_gpu
 import tkpy.kernels as tkpy_kernels
+from tkpy import cdiv
 
 pytestmark = requires_gpu
 BF16, FP16, F32 = torch.bfloat16, torch.float16, torch.float32

@@ -17,7 +17,7 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.interpret import SEMANTICS
 from tkpy.interpret.numerics import round_to
-from tkpy.interpret.scalars import compile_expr
+from tkpy.ir.evaluate import compile_expr
 from tkpy.ir.expr import Sym
 from tkpy.tiles.dtypes import i32
 

@@ -13,7 +13,8 @@ from .tiles.types import RT, RV, ST, SV, GL
 from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, InterpretError, DeadlockError
 from .runtime.errors import GpuBoundsError, GpuTimeoutError
 from .frontend.kernel import kernel, Kernel
-from .frontend.signature import gl, constexpr, broadcast_dim
+from .frontend.signature import gl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT
+from .ir.expr import call, cdiv
 from .interpret.launch import interpret_requested
 from .frontend.control import range, if_, else_, let, var, assign, block_idx, grid_dim, warp_id, lane_id, num_warps
 from .ops import *  # noqa: F401,F403 - the op namespace is the public API

@@ -56,6 +56,18 @@ def param_slots(kernel: KernelIR, arg_index: dict) -> list[Slot]:
     return slots
 
 
+def dim_position(specs, name: str) -> tuple[int, int]:
+    """Where a launch finds the value of the dynamic dim `name` (a ('dim', name) slot): (the position of the first
+    global tensor argument that has it, its axis in that tensor's shape). `specs`: the kernel's parameters
+    (tkpy.frontend.signature's ParamSpec: kind, and the shown dims of a global tensor's gl)."""
+    for i, spec in enumerate(specs):
+        if spec.kind == "gl":
+            shown = spec.gl.shown
+            if name in shown:
+                return i, shown.index(name)
+    raise KeyError(name)
+
+
 TMA_OPS = ("tma_load", "tma_store", "tma_prefetch")
 
 

@@ -17,8 +17,7 @@ from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype, tensor_maps
-from . import divisors
-from ..runtime import timeline
+from . import divisors, timeline
 from .prelude import prelude_for
 from .prelude import debug as debug_cpp
 from .debug import plan_for
@@ -43,8 +42,7 @@ def generate(kernel: KernelIR, slots: list[Slot]) -> str:
     body = emitter.emit()
     debugging = ""
     if emitter.debug is not None:   # debug mode (tkpy/runtime/debug.py): the bounded waits' helpers and sites
-        from ..runtime.debug import SLOTS
-        debugging = debug_cpp.section(emitter.debug, kernel.debug.timeout_ns, SLOTS,
+        debugging = debug_cpp.section(emitter.debug, kernel.debug.timeout_ns, debug_cpp.SLOTS,
                                       kernel.debug.prints(emitter.debug.warpgroups > 0))
     return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + recording + debugging + body
 
@@ -133,7 +131,7 @@ class KernelEmitter:
         if k.dependent_launch:   # tkpy/runtime/dependent_launch.py
             self.line("tk::launch_dependents();  // the next kernel on the stream may start its blocks as ours finish")
             self.line("tk::wait_for_previous_kernel();  // global memory only once the previous kernel's writes show")
-        if k.timeline:           # tkpy/runtime/timeline.py
+        if k.timeline:           # tkpy/codegen/timeline.py
             for text in timeline.kernel_state(k.warps):
                 self.line(text)
         if self.debug is not None:   # debug mode: the mbarriers that stand in for hardware barriers (codegen/debug.py)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import threading
 
+from ..codegen.abi import dim_position
 from .signature import ALIGNMENT
 
 _TEMPLATE = '''
@@ -92,7 +93,7 @@ def build(kernel, slots) -> tuple[str, callable]:
             ptr_names.append(f"p{src[1]}")
             values.append(f"p{src[1]}")
         elif src[0] == "dim":
-            i, axis = _dim_position(specs, src[1])
+            i, axis = dim_position(specs, src[1])
             values.append(f"{names[i]}_shape[{axis}]")
         elif src[0] == "stride":
             raise AssertionError("the fast launcher serves packed tensors only; strided ones take the slow path")
@@ -120,7 +121,7 @@ def slot_values(slots, specs, args, tensor_maps) -> tuple:
         if src[0] == "ptr":
             values.append(args[src[1]].data_ptr())
         elif src[0] == "dim":
-            i, axis = _dim_position(specs, src[1])
+            i, axis = dim_position(specs, src[1])
             values.append(args[i].shape[axis])
         elif src[0] == "stride":
             i, axis = src[1], src[2]
@@ -140,12 +141,3 @@ def prepare_launch(launcher, prepared, params, grid, stream):
         prepared.clear()
     prepared[(grid, stream)] = go
     return go
-
-
-def _dim_position(specs, name: str) -> tuple[int, int]:
-    for i, spec in enumerate(specs):
-        if spec.kind == "gl":
-            shown = spec.gl.shown
-            if name in shown:
-                return i, shown.index(name)
-    raise KeyError(name)

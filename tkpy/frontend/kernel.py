@@ -11,7 +11,6 @@ Threads may call a kernel (launch, inspect, trace) at once: each cache is filled
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 import warnings
 from dataclasses import dataclass
@@ -19,11 +18,12 @@ from typing import Any, Optional
 
 from ..codegen import generate, param_slots
 from ..errors import ArgumentError
+from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
 from ..ir.passes import ALIGNMENT_SLACK
 from ..runtime import debug as debug_mode
-from .signature import (bind_dims, check_scalar, check_tensor, dynamic_dim_names, parse_signature)
+from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
 from . import fastpath
 from .tracer import trace_kernel
 
@@ -166,9 +166,7 @@ class Kernel:
         try:
             return self._bound[grid]
         except (KeyError, TypeError):
-            g = _grid3(grid)
-            if self.cluster and any(x % c for x, c in zip(g, self.cluster)):
-                raise ArgumentError(f"grid {g} is not a multiple of the cluster {self.cluster} of {self.name}")
+            g = launch_grid(grid, self.cluster, self.name)
             bound = functools.partial(self._fast_launch or self._launch, g)
             try:
                 if len(self._bound) > 4096:
@@ -185,7 +183,6 @@ class Kernel:
     def interpret(self):
         """`kernel.interpret[grid](*args)`: run on the CPU interpreter (tkpy.interpret) instead of the GPU."""
         if self._interpreted is None:
-            from ..interpret import Interpreted
             with self._lock:        # one per kernel: threads share its cache of traced programs
                 if self._interpreted is None:
                     self._interpreted = Interpreted(self)
@@ -199,7 +196,6 @@ class Kernel:
 
     def _slow_launch(self, grid, args: tuple) -> None:
         """First call of a specialization, or anything unusual: check everything, compile, load, then launch."""
-        from ..interpret import interpret_requested
         from ..runtime import require_gpu
 
         if interpret_requested():     # TKPY_INTERPRET=1: no fast path is built, so every launch comes here
@@ -267,20 +263,6 @@ def _definition_locals() -> dict:
 
     frame = user_frame()
     return dict(frame.f_locals) if frame is not None and frame.f_code.co_name != "<module>" else {}
-
-
-def _grid3(grid) -> tuple[int, int, int]:
-    if isinstance(grid, int):
-        grid = (grid,)
-    try:
-        g = tuple(operator.index(x) for x in grid)      # (ints only: 1.5 or "2" is an error, not truncated)
-    except TypeError:
-        raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}") from None
-    if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
-        raise ArgumentError(f"grid must be 1 to 3 positive ints, got {grid!r}")
-    if g[0] >= 2**31 or any(x >= 65536 for x in g[1:]):
-        raise ArgumentError(f"grid {g} exceeds CUDA's limits (x < 2^31, y and z < 65536)")
-    return g + (1,) * (3 - len(g))
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -44,7 +45,7 @@ class ParamSpec:
     gl: Optional[GL] = None
 
 
-def _resolve(ann, fn, definition_locals: dict):
+def resolve_annotation(ann, fn, definition_locals: dict):
     """Evaluate a string annotation (from `from __future__ import annotations`) where fn was defined:
     its globals, its closure, and the locals of the function that defined it (a kernel factory's arguments
     are visible there even when only an annotation uses them)."""
@@ -61,7 +62,7 @@ def _resolve(ann, fn, definition_locals: dict):
 def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec]:
     specs = []
     for p in inspect.signature(fn).parameters.values():
-        ann = _resolve(p.annotation, fn, definition_locals or {})
+        ann = resolve_annotation(p.annotation, fn, definition_locals or {})
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter")
         if isinstance(ann, GL):
@@ -105,8 +106,23 @@ def broadcast_dim(t) -> int | None:
     return next((axis for axis, (size, stride) in enumerate(zip(t.shape, strides)) if stride == 0 and size > 1), None)
 
 
+def tma_layout(t) -> bool:
+    """Whether a kernel takes tensor `t` with its strides as they are (TMA reads it in place): unit last-dim stride,
+    every other stride a multiple of ALIGNMENT bytes, no dim repeated by a stride of 0 (as from .expand()). Its
+    pointer must be ALIGNMENT-byte aligned too (tma_ready). A torch-facing function passes such a tensor as it is
+    and another as a padded or contiguous copy; check_tensor explains what one that is not fails."""
+    esize = t.element_size()
+    return t.stride(-1) == 1 and all(s * esize % ALIGNMENT == 0 for s in t.stride()[:-1]) and broadcast_dim(t) is None
+
+
+def tma_ready(t) -> bool:
+    """tma_layout(t) and an ALIGNMENT-byte aligned pointer: `t` can be passed to a kernel as it is."""
+    return tma_layout(t) and t.data_ptr() % ALIGNMENT == 0
+
+
 def check_tensor(spec: ParamSpec, t, *, need_cuda: bool) -> None:
-    """Raise ArgumentError if tensor `t` cannot be passed as `spec` (a gl parameter)."""
+    """Raise ArgumentError if tensor `t` cannot be passed as `spec` (a gl parameter): the wrong type, dtype or shape,
+    or a layout that tma_ready refuses (each reason explained; an empty tensor's last stride is not checked)."""
     import torch
 
     g = spec.gl
@@ -174,3 +190,22 @@ def bind_dims(specs: list[ParamSpec], args) -> dict[str, int]:
 
 
 SCALAR_DTYPES = {"int": i32, "float": f32}
+
+
+def launch_grid(grid, cluster, kernel_name: str) -> tuple[int, int, int]:
+    """The grid of a launch (`kernel[grid]`, `kernel.interpret[grid]`) as 3 ints, checked against CUDA's limits and
+    the kernel's cluster (`cluster`: 3 ints or None)."""
+    if isinstance(grid, int):
+        grid = (grid,)
+    try:
+        g = tuple(operator.index(x) for x in grid)      # (ints only: 1.5 or "2" is an error, not truncated)
+    except TypeError:
+        raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}") from None
+    if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
+        raise ArgumentError(f"grid must be 1 to 3 positive ints, got {grid!r}")
+    if g[0] >= 2**31 or any(x >= 65536 for x in g[1:]):
+        raise ArgumentError(f"grid {g} exceeds CUDA's limits (x < 2^31, y and z < 65536)")
+    g = g + (1,) * (3 - len(g))
+    if cluster and any(x % c for x, c in zip(g, cluster)):
+        raise ArgumentError(f"grid {g} is not a multiple of the cluster {cluster} of {kernel_name}")
+    return g

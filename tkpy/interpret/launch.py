@@ -4,8 +4,7 @@ from __future__ import annotations
 import functools
 import os
 
-from ..errors import ArgumentError
-from ..frontend.signature import SCALAR_DTYPES, bind_dims
+from ..frontend.signature import SCALAR_DTYPES, bind_dims, launch_grid
 from ..tiles.dtypes import f32
 from .machine import Program, run_grid
 from .memory import GlobalTensor
@@ -37,12 +36,7 @@ class Interpreted:
         self._programs: dict = {}
 
     def __getitem__(self, grid):
-        from ..frontend.kernel import _grid3
-
-        g = _grid3(grid)
-        cluster = self.kernel.cluster
-        if cluster and any(x % c for x, c in zip(g, cluster)):
-            raise ArgumentError(f"grid {g} is not a multiple of the cluster {cluster} of {self.kernel.name}")
+        g = launch_grid(grid, self.kernel.cluster, self.kernel.name)
         return functools.partial(self.run, g)
 
     def program(self, args) -> Program:

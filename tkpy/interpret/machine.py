@@ -20,11 +20,11 @@ import numpy as np
 
 from ..errors import DeadlockError, InterpretError, UnsupportedError
 from ..ir.core import Assign, Decl, For, If, KernelIR, Let, Op, SharedRef, Var
+from ..ir.evaluate import LaneDependent, ScalarCache, ScalarFault
 from ..tiles.types import RT, RV
 from .memory import SharedMemory, SharedTile
 from .numerics import round_to
 from .registry import semantics_of
-from .scalars import LaneDependent, ScalarCache, ScalarFault
 
 
 class Program:

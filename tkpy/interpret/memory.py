@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InterpretError
+from ..ir.expr import cdiv
 from ..tiles.types import ST
 from .numerics import RAW
 
@@ -121,7 +122,7 @@ class SharedMemory:
     """
 
     def __init__(self, nbytes: int):
-        nbytes = -(-nbytes // 16) * 16
+        nbytes = cdiv(nbytes, 16) * 16
         self.bytes = np.zeros(nbytes, np.uint8)
         self.words = {1: self.bytes, 2: self.bytes.view(np.uint16), 4: self.bytes.view(np.uint32)}
         self.units = np.zeros(nbytes // 2, np.uint8)

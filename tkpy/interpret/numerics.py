@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.evaluate import to_f32  # noqa: F401 - the interpreter's modules round scalars to f32 with it too
 from ..tiles.dtypes import FP8_DTYPES, DType, bf16, f32, fp16
 from . import fp8
 
@@ -51,11 +52,6 @@ def round_to(dtype: DType, x) -> np.ndarray:
     """float32 values of `x` rounded to `dtype` (what a register of that dtype can hold)."""
     x = np.asarray(x, np.float32)
     return x if dtype == f32 else decode(dtype, encode(dtype, x))
-
-
-def to_f32(v: float) -> float:
-    """A Python float rounded to the nearest float32 (a scalar `float` on the GPU)."""
-    return float(np.float32(v))
 
 
 TINY = np.float32(2.0 ** -126)            # the smallest normal float32

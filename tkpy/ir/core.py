@@ -8,10 +8,33 @@ the user's file:line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
+from ..errors import TraceError
+from ..tiles.dtypes import i32
 from ..tiles.types import GL, RT, RV, ST, SV, Semaphore
-from .expr import Expr, Sym
+from .expr import Expr, Sym, as_expr
+
+# What Python syntax on a tile variable records while a kernel is traced: `a + b`, `-t` ("operator": fn(dunder,
+# tile, *other)), `t[16:32, :]` ("slice": fn(tile, index)) and `t.subtile(...)` ("subtile": fn(tile, rows, cols,
+# coord)). The IR only holds the variables; the op layer above it (tkpy.ops: operators.py, views.py) defines
+# what the syntax means and installs it here with `tile_syntax`, so that the IR imports nothing from it.
+TILE_SYNTAX: dict[str, Callable] = {}
+
+
+def tile_syntax(name: str):
+    """Decorator: install `fn` as what the tile syntax `name` ('operator', 'slice' or 'subtile') does."""
+    def install(fn):
+        TILE_SYNTAX[name] = fn
+        return fn
+    return install
+
+
+def _syntax(name: str) -> Callable:
+    fn = TILE_SYNTAX.get(name)
+    if fn is None:
+        raise TraceError(f"tile {name} syntax records tkpy ops; import tkpy (tkpy.ops defines it)")
+    return fn
 
 
 @dataclass(frozen=True)
@@ -43,12 +66,8 @@ class Var:
         """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,
         a subtile of a tile (`t[16:32]`, `s[0:32, 64:128]`). A shared tile of count 1 is an array of one, its own
         element 0 (so code written for `count=n` runs with n = 1; a runtime index must then be 0)."""
-        from ..errors import TraceError
-        from .expr import as_expr
-
         if isinstance(index, (slice, tuple)):
-            from ..ops.views import slice_tile
-            return slice_tile(self, index)
+            return _syntax("slice")(self, index)
         if not self.is_shared:
             raise TraceError(f"`{self.name}` ({self.type}) is not an array of shared tiles; only "
                              "tk.st(..., count=n) can be indexed")
@@ -63,13 +82,11 @@ class Var:
 
     def subtile(self, rows: int, cols: int, coord=(0, 0)) -> "Var":
         """The rows x cols window at `coord` (in units of the window) of this tile: see tk.subtile."""
-        from ..ops.views import subtile
-        return subtile(self, rows, cols, coord)
+        return _syntax("subtile")(self, rows, cols, coord)
 
     def _operator(fn: str):  # noqa: N805 - builds the arithmetic dunders below
         def op(self, *other):
-            from ..ops.operators import apply
-            return apply(fn, self, *other)
+            return _syntax("operator")(fn, self, *other)
         op.__name__ = f"__{fn}__"
         return op
 
@@ -110,12 +127,10 @@ class SharedRef:
         return self.var.name
 
     def subtile(self, rows: int, cols: int, coord=(0, 0)) -> Var:
-        from ..ops.views import subtile
-        return subtile(self, rows, cols, coord)
+        return _syntax("subtile")(self, rows, cols, coord)
 
     def __getitem__(self, index) -> Var:
-        from ..ops.views import slice_tile
-        return slice_tile(self, index)
+        return _syntax("slice")(self, index)
 
 
 @dataclass(eq=False)
@@ -140,7 +155,6 @@ class GlobalVar:
 
     def dim(self, axis: int) -> Expr | int:
         """Size of axis 0..3 (batch, depth, rows, cols): an int if static, else its runtime symbol."""
-        from ..tiles.dtypes import i32
         d = self.type.dims[axis]
         return d if isinstance(d, int) else Sym(d, i32)  # dims sharing a name are one runtime value
 
@@ -194,6 +208,15 @@ class Op:
     args: tuple
     loc: Loc
     attrs: dict = field(default_factory=dict)
+
+
+# The elementwise functions of `unary`, `binary` and `map` ops (attrs["fn"]), and those `reduce` and `broadcast`
+# ops combine with: the front end records them, the code generator names them (tk::exp, tk::row_max, tk::sub_row)
+# and the interpreter computes them.
+UNARY_FNS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "copy")
+BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
+REDUCE_FNS = ("max", "min", "sum", "prod")
+BROADCAST_FNS = ("add", "sub", "mul", "div")
 
 
 @dataclass(eq=False)

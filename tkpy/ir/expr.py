@@ -156,11 +156,20 @@ def _is(e: Expr, v) -> bool:
 
 
 def call(fn: str, *args) -> Expr:
+    """`tk.call("min", a, b)`, `tk.call("max", a, b)`: that C++ function of runtime scalars (of Python numbers: folded
+    to a constant at trace time)."""
     args = tuple(as_expr(a) for a in args)
     dtype = f32 if any(a.dtype == f32 for a in args) else i32
     if all(isinstance(a, Const) for a in args):
         return Const(_FOLD[fn](*(a.value for a in args)), dtype)
     return Call(fn, args, dtype)
+
+
+def cdiv(a, b):
+    """a / b rounded up, for b > 0: `tk.cdiv(n, 64)` tiles of 64 cover n. Of Python ints an int; of a runtime scalar
+    the scalar `(a + b - 1) / b`. tkpy's one ceiling division (its own shared-memory and tensor-map arithmetic, the
+    kernels' grids and tile counts)."""
+    return (a + b - 1) // b
 
 
 # The C++ generator's divisions by a hoisted divisor (codegen/divisors.py): id of the `/` or `%` node -> the name

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import TraceError
 from ..tiles.types import RT, RV
 from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from .expr import Expr, Sym, free_symbols
+from .expr import Expr, Sym, cdiv, free_symbols
 
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
 SM_SHARED_BYTES = 228 * 1024       # per SM on sm_90, of which each resident block reserves 1 KB for the system
@@ -96,7 +96,7 @@ def plan_shared(kernel: KernelIR) -> None:
             offsets[s.var] = start
         elif isinstance(s, Decl) and s.var.is_shared and s.var.view is None:
             t = s.var.type
-            offset = -(-offset // t.alignment) * t.alignment
+            offset = cdiv(offset, t.alignment) * t.alignment
             offsets[s.var] = offset
             offset += t.nbytes * s.var.count
             if offset + ALIGNMENT_SLACK > limit:

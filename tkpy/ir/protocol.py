@@ -9,8 +9,9 @@ reallocations that do not fit the register file.
 from __future__ import annotations
 
 from ..errors import TraceError
-from ..ir.expr import Expr, free_symbols, render
 from .core import For, If, KernelIR, Op, SharedRef, walk
+from .evaluate import compile_expr
+from .expr import Expr, free_symbols, render
 
 REGISTER_FILE = 65536        # 32-bit registers per SM (and per block with one block per SM)
 MAX_NAMED_BARRIER = 15       # named barriers 0..15 per block (bar.sync); 0 is tk.sync()'s
@@ -98,8 +99,6 @@ def _arrivals_match_the_init(kernel: KernelIR, ops) -> None:
 def _values_by_warp(e: Expr, warps: frozenset):
     """{warp: value of `e` in that warp} for the warps of `warps`, or None if `e` depends on more than the
     warp id."""
-    from ..interpret.scalars import compile_expr
-
     fn = compile_expr(e)
     try:
         return {w: fn({"warpid": w}) for w in warps}

@@ -66,6 +66,13 @@ def register_vector(x, what: str) -> Var:
     return x
 
 
+def register_operand(x, what: str) -> Var:
+    x = operand(x, what)
+    if not isinstance(x.type, (RT, RV)):
+        fail(f"{what}: expected a register tile or vector, got {describe(x)}")
+    return x
+
+
 def scalar(x, what: str) -> Expr:
     try:
         return as_expr(x)
@@ -88,6 +95,11 @@ def same_shape(a, b, what: str) -> None:
 def same_layout(a, b, what: str) -> None:
     if a.type.layout != b.type.layout:
         fail(f"{what}: layouts differ: {describe(a)} vs {describe(b)}; convert one with tk.swap_layout")
+
+
+def compatible(dst, src, what: str) -> None:
+    same_shape(dst, src, what)
+    same_layout(dst, src, what)
 
 
 def tile_coord(coord, what: str, g=None) -> tuple:

@@ -3,24 +3,11 @@ from __future__ import annotations
 
 import math
 
-from ..ir.core import Var
-from ..tiles.types import RT, RV
-from ._checks import describe, emit, fail, operand, same_layout, same_shape, scalar
-
-UNARY_FNS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "copy")
-BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
-
-
-def register_operand(x, what: str) -> Var:
-    x = operand(x, what)
-    if not isinstance(x.type, (RT, RV)):
-        fail(f"{what}: expected a register tile or vector, got {describe(x)}")
-    return x
-
-
-def compatible(dst, src, what: str) -> None:
-    same_shape(dst, src, what)
-    same_layout(dst, src, what)
+from ..ir.core import BINARY_FNS, UNARY_FNS, Var
+from ..tiles.types import RT
+from ._checks import compatible, describe, emit, fail, register_operand, same_shape, scalar
+from .maps import MapExpr, map as map_op
+from .operators import binary_value, temporary, unary_value
 
 
 def fill(dst, value):
@@ -50,7 +37,6 @@ def copy(dst, src=None):
     layout is tk.swap_layout, a vector in another layout moves its values across lanes.
     `tk.copy(src)` returns a new copy."""
     if src is None:
-        from .operators import unary_value
         return unary_value("copy", dst)
     dst, src = register_operand(dst, "copy destination"), register_operand(src, "copy source")
     same_shape(dst, src, "copy")
@@ -64,7 +50,6 @@ def copy(dst, src=None):
 def _unary(fn: str):
     def op(dst, src=None):
         if src is None:
-            from .operators import unary_value
             return unary_value(fn, dst)
         d, s = register_operand(dst, f"{fn} destination"), register_operand(src, f"{fn} source")
         compatible(d, s, fn)
@@ -78,7 +63,6 @@ def _unary(fn: str):
 def _binary(fn: str):
     def op(dst, a, b=None):
         if b is None:
-            from .operators import binary_value
             return binary_value(fn, dst, a)
         d, a_ = register_operand(dst, f"{fn} destination"), register_operand(a, f"{fn} first operand")
         compatible(d, a_, fn)
@@ -115,15 +99,13 @@ def exp2(dst, src=None, *, emulated=0):
     n = _eighths(emulated)
     if n == 0:
         return _exp2(dst, src)
-    from .maps import MapExpr, map
     if src is None:
         if isinstance(dst, MapExpr):
             return MapExpr("exp2_emulated", (dst,), n)
-        from .operators import temporary
         out = temporary(register_operand(dst, "exp2 source").type)
-        map(out, lambda x: exp2(x, emulated=emulated), dst)
+        map_op(out, lambda x: exp2(x, emulated=emulated), dst)
         return out
-    return map(dst, lambda x: exp2(x, emulated=emulated), src)
+    return map_op(dst, lambda x: exp2(x, emulated=emulated), src)
 
 
 def _eighths(share) -> int:

@@ -5,8 +5,7 @@ from ..errors import TraceError
 from ..ir.core import Var
 from ..ir.expr import Const, Sym, as_expr, render
 from ..tiles.types import RT, RV
-from ._checks import describe, emit, fail, register_tile, register_vector
-from .elementwise import compatible, register_operand
+from ._checks import compatible, describe, emit, fail, register_operand, register_tile, register_vector
 from .reduce import vector_for
 
 PYTHON_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}

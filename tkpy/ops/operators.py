@@ -9,19 +9,18 @@ Inside a tk.map function the same calls build map expressions instead.
 from __future__ import annotations
 
 from ..frontend.context import current
-from ..ir.core import Var
+from ..ir.core import BROADCAST_FNS, Var, tile_syntax
 from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV
-from ._checks import describe, emit, fail, scalar
-from .elementwise import compatible, register_operand
+from ._checks import compatible, describe, emit, fail, register_operand, scalar
 from .maps import MapExpr, lift
-from .reduce import BROADCAST_FNS
 
 _DUNDERS = {"add": ("add", False), "radd": ("add", True), "sub": ("sub", False), "rsub": ("sub", True),
             "mul": ("mul", False), "rmul": ("mul", True), "truediv": ("div", False), "rtruediv": ("div", True)}
 _COMMUTATIVE = ("add", "mul", "max", "min")
 
 
+@tile_syntax("operator")
 def apply(dunder: str, x: Var, *other):
     """The arithmetic dunders of tile variables (`x + y` is apply('add', x, y))."""
     if dunder == "neg":

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 from ..frontend.context import current
+from ..ir.core import BROADCAST_FNS, REDUCE_FNS
 from ._checks import describe, emit, fail, register_tile, register_vector, same_layout, same_shape
-
-REDUCE_FNS = ("max", "min", "sum", "prod")
-BROADCAST_FNS = ("add", "sub", "mul", "div")
 
 
 def vector_for(tile, vec, axis: str, what: str):

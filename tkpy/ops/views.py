@@ -14,12 +14,13 @@ coordinates (r, c), in units of the window, as ThunderKittens' `subtile_inplace`
 from __future__ import annotations
 
 from ..frontend.context import current, user_loc
-from ..ir.core import Decl, SharedRef, Var, View
+from ..ir.core import Decl, SharedRef, Var, View, tile_syntax
 from ..ir.expr import Const
 from ..tiles.types import RT, ST
 from ._checks import describe, fail, operand, scalar
 
 
+@tile_syntax("subtile")
 def subtile(tile, rows: int, cols: int, coord=(0, 0)) -> Var:
     """The rows x cols window at `coord` (units of the window) of a register or shared tile."""
     base = operand(tile, "subtile")
@@ -42,6 +43,7 @@ def subtile(tile, rows: int, cols: int, coord=(0, 0)) -> Var:
     return _declare(view_type, base, r, c)
 
 
+@tile_syntax("slice")
 def slice_tile(tile, index) -> Var:
     """`t[r0:r1]` or `t[r0:r1, c0:c1]` (static, in elements): the subtile that range covers."""
     base = operand(tile, "subtile")

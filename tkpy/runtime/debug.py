@@ -45,10 +45,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
+
+from ..codegen.debug import plan_for
+from ..codegen.prelude.debug import BOUNDS, RECORD_SYMBOL, SLOT, SLOTS, WAIT   # the device record's layout
+from .errors import GpuBoundsError, GpuTimeoutError
 
 ENV = "TKPY_DEBUG"
 TIMEOUT_ENV = "TKPY_DEBUG_TIMEOUT_S"
@@ -56,12 +59,6 @@ KERNEL_TIMEOUT_ENV = "TKPY_DEBUG_KERNEL_TIMEOUT_S"
 PRINTF_ENV = "TKPY_DEBUG_PRINTF"
 DEFAULT_TIMEOUT_S = 4.0
 DEFAULT_KERNEL_TIMEOUT_S = 30.0
-
-#: the device record: SLOTS slots of SLOT (tkpy/codegen/prelude/debug.py's tkpy_debug_slot)
-SLOT = struct.Struct("<6I2iQ3q")   # valid, site, block x, y, z, warp, index, phase, waited ns, first, last, limit
-WAIT, BOUNDS = 1, 2                # a slot's `valid`: a wait that timed out, a failed bounds check
-SLOTS = 32
-RECORD_SYMBOL = "tkpy_debug_record"
 
 
 @dataclass(frozen=True)
@@ -203,9 +200,6 @@ def launch(ready, grid, args, slots, kernel, compiled) -> None:
 
 def _timeout_error(compiled, record: Record, error):
     """The GpuTimeoutError that a failed debug launch's record explains, or None (no wait timed out)."""
-    from ..codegen.debug import plan_for
-    from .errors import GpuTimeoutError
-
     entries = record.entries()
     if not entries:
         return None
@@ -233,9 +227,6 @@ def _timeout_error(compiled, record: Record, error):
 
 def _bounds_error(compiled, record: Record, error):
     """The GpuBoundsError that a failed debug launch's record explains, or None (no bounds check failed)."""
-    from ..codegen.debug import plan_for
-    from .errors import GpuBoundsError
-
     entries = record.bounds_entries()
     if not entries:
         return None
@@ -273,9 +264,6 @@ def _roles(site) -> str:
 
 
 def _still_running_error(compiled, limit: float):
-    from ..codegen.debug import plan_for
-    from .errors import GpuTimeoutError
-
     ir = compiled.lowered.traced.ir
     plan = plan_for(ir)
     lines = [f"kernel {ir.name} did not finish within {limit:g} s ({KERNEL_TIMEOUT_ENV}) and none of its bounded "
@@ -292,8 +280,6 @@ def _still_running_error(compiled, limit: float):
 
 def sites(kernel, *args) -> list:
     """The bounded waits of `kernel`'s debug build for `args` (tkpy/codegen/debug.py's Site), in site order."""
-    from ..codegen.debug import plan_for
-
     return list(plan_for(kernel.trace(*args).ir).sites)
 
 

@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from ..codegen.abi import dim_position
 from . import cache
 
 ENV = "TKPY_NATIVE_LAUNCH"
@@ -268,14 +269,12 @@ def layout(module: Any, slots, specs, params) -> tuple:
     """The extension's layout of a kernel's parameter slots: (kind, offset, source, arg, index) each.
 
     The offsets are the ParamBuffer's, so both paths share one layout computation."""
-    from ..frontend.fastpath import _dim_position
-
     out = []
     maps = 0
     for slot, kind, offset in zip(slots, params.kinds, params.offsets):
         src = slot.source
         if src[0] == "dim":
-            arg, index = _dim_position(specs, src[1])
+            arg, index = dim_position(specs, src[1])
         elif src[0] == "tmap":
             arg, index = src[1], maps
             maps += 1

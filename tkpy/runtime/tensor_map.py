@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..ir.expr import cdiv
 from ..tiles.types import ST
 from .driver import _driver, check, ensure_context, primary_context
 
@@ -40,7 +41,7 @@ def geometry(shape, strides, elem_bytes: int, tile: ST) -> Geometry:
     for i in range(1, n):                              # padded or size-1 dims: any valid stride
         if shape[n - 1 - i] == 1 or elem_strides[i] == 0:
             extent = elem_strides[i - 1] * dims[i - 1] if i > 1 else dims[0]
-            elem_strides[i] = -(-extent // align) * align
+            elem_strides[i] = cdiv(extent, align) * align
     return Geometry(dims, tuple(s * elem_bytes for s in elem_strides[1:]), (tile.panel_cols, tile.rows) + (1,) * (n - 2))
 
 

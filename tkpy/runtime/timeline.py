@@ -10,54 +10,22 @@ back and `phases(...)` turns them into the cycles from each mark to the next.
     print(tkpy.runtime.timeline.table(t))
 
 A record costs the warp a clock read and a global store (about 90 cycles on an H200, RESULTS.md runs 74-76), and the
-scheduler does not move instructions across it freely: read the phases as proportions, not exact costs.
+scheduler does not move instructions across it freely: read the phases as proportions, not exact costs. The device
+side (the buffer, the macro a mark expands to, the labels' ids) is the code generator's: tkpy/codegen/timeline.py.
 """
 from __future__ import annotations
 
 import os
 import statistics
 
+from ..codegen.timeline import BLOCKS, BUFFER, MAX_LABELS, RECORDS, labels_of  # noqa: F401 - the format, here too
+
 ENV = "TKPY_TIMELINE"
-BLOCKS = 8             # blocks that record (blockIdx.x < BLOCKS)
-RECORDS = 4096         # records per warp (a ring: the last RECORDS remain)
-BUFFER = "tkpy_timeline"
-MAX_LABELS = 256       # a record is clock64 << 8 | mark
 
 
 def enabled() -> bool:
     """True when ``TKPY_TIMELINE`` is 1/true/yes/on."""
     return os.environ.get(ENV, "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def cpp(warps: int) -> str:
-    """The record buffer and the macro a mark expands to (the per-thread count is declared in the kernel)."""
-    return (f"// ---- timeline (TKPY_TIMELINE=1, tkpy/runtime/timeline.py): lane 0 of each warp of blocks < {BLOCKS}"
-            f" records (clock64 << 8 | mark) ----\n"
-            f"__device__ unsigned long long {BUFFER}[{BLOCKS * warps * RECORDS}];\n"
-            f"#define TKPY_MARK(id) do {{ if (tkpy_marks_on) {BUFFER}[tkpy_marks_base + tkpy_marks++ % {RECORDS}] = "
-            f"((unsigned long long)clock64() << 8) | (id); }} while (0)\n")
-
-
-def kernel_state(warps: int) -> list[str]:
-    """The per-thread declarations at the top of a recording kernel."""
-    return ["unsigned tkpy_marks = 0;  // the timeline's records so far (lane 0 of each warp)",
-            f"const bool tkpy_marks_on = threadIdx.x % 32 == 0 && blockIdx.x < {BLOCKS};",
-            f"const unsigned tkpy_marks_base = (blockIdx.x * {warps} + threadIdx.x / 32) * {RECORDS};"]
-
-
-def labels_of(kernel_ir) -> list[str]:
-    """The kernel's mark labels in order of first appearance: mark i records id i."""
-    from ..ir.core import Op, walk
-
-    labels: list[str] = []
-    for s in walk(kernel_ir.body):
-        if isinstance(s, Op) and s.name == "mark" and s.attrs["label"] not in labels:
-            labels.append(s.attrs["label"])
-            if len(labels) > MAX_LABELS:
-                from ..errors import UnsupportedError
-                raise UnsupportedError(f"a timeline records at most {MAX_LABELS} distinct mark labels per kernel (a "
-                                       f"record keeps the mark in 8 bits); {kernel_ir.name} has more", s.loc)
-    return labels
 
 
 def _recording(kernel):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from ..errors import ArgumentError, TraceError
 from ..frontend.control import Mutable
-from ..frontend.signature import _resolve
-from ..ir.core import Loc, Var
+from ..frontend.signature import resolve_annotation
+from ..ir import Loc, Var, cdiv
 from ..ir.passes import ALIGNMENT_SLACK, shared_limit
 from ..ir.protocol import REGISTER_FILE
 from ..tiles.dtypes import DType
@@ -114,7 +114,7 @@ def finish_placement(inputs: dict, stages: int, finish: dict, loc: Loc) -> tuple
     ends, offset = {s: [] for s in range(stages)}, 0        # each stage's tiles, as plan_shared lays them out
     for spec in inputs.values():
         t = spec.type
-        offset = -(-offset // t.alignment) * t.alignment
+        offset = cdiv(offset, t.alignment) * t.alignment
         for s in range(stages):
             ends[s] += [(offset + (s * spec.count + i) * t.nbytes, offset + (s * spec.count + i + 1) * t.nbytes)
                         for i in range(spec.count)]
@@ -126,7 +126,7 @@ def finish_placement(inputs: dict, stages: int, finish: dict, loc: Loc) -> tuple
                          "stages it shares its storage with", loc)
     offsets, at = {}, start
     for name, spec in finish.items():
-        at = -(-at // spec.type.alignment) * spec.type.alignment
+        at = cdiv(at, spec.type.alignment) * spec.type.alignment
         offsets[name] = at
         at += spec.type.nbytes * spec.count
     first = min(s for s in range(stages) if any(a < offset and b > start for a, b in ends[s]))
@@ -179,7 +179,7 @@ def global_annotations(cls, definition_locals: dict) -> dict:
     for name, ann in annotations.items():
         if name in ("inputs", "outputs"):
             continue
-        ann = _resolve(ann, cls.tasks, definition_locals)
+        ann = resolve_annotation(ann, cls.tasks, definition_locals)
         if not (isinstance(ann, GL) or ann in (int, float)):
             raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...]), "
                             "int or float")
@@ -278,7 +278,7 @@ def ring_bytes(specs: dict, stages: int, offset: int = 0) -> int:
     """Where a ring of `stages` stages of `specs`, declared at byte `offset`, ends (as plan_shared places it)."""
     for spec in specs.values():
         t = spec.type
-        offset = -(-offset // t.alignment) * t.alignment + t.nbytes * spec.count * stages
+        offset = cdiv(offset, t.alignment) * t.alignment + t.nbytes * spec.count * stages
     return offset
 
 
@@ -294,7 +294,7 @@ def check_shared_memory(kind: str, rings: list, semaphores: int, loc: Loc, vary:
         offset = 0
         for (_, specs, _, _), stages in zip(rings, counts):
             offset = ring_bytes(specs, stages, offset)
-        return -(-offset // SEMAPHORE_BYTES) * SEMAPHORE_BYTES + SEMAPHORE_BYTES * semaphores + ALIGNMENT_SLACK
+        return cdiv(offset, SEMAPHORE_BYTES) * SEMAPHORE_BYTES + SEMAPHORE_BYTES * semaphores + ALIGNMENT_SLACK
 
     need = total(counts)
     if need <= limit:

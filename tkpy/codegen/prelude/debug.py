@@ -1,6 +1,7 @@
 """The C++ of debug mode (tkpy/runtime/debug.py, tkpy/codegen/debug.py): bounded waits and bounds checks, and the
-record of the wait that timed out or the access that failed its check. Only debug builds get it, after the prelude and before the kernel (it holds the kernel's own sites
-and timeout); a normal build's source does not change.
+record of the wait that timed out or the access that failed its check. Only debug builds get it, after the prelude
+and before the kernel (it holds the kernel's own sites, checks and timeout); a normal build's source does not
+change.
 
 PTX references: "mbarrier.try_wait" (the `.parity` form and the state-token form, `.acquire` at CTA or cluster
 scope), "%globaltimer" (nanoseconds), "membar/fence" (`__threadfence_system`: the record reaches host memory
@@ -8,7 +9,16 @@ before the trap), "trap"; printf through vprintf(format, packed arguments) as CU
 """
 from __future__ import annotations
 
+import struct
+
 from ..debug import AXES, NAMED_BARRIERS, Plan
+
+#: the record of timed-out waits and failed bounds checks, as the host reads it: SLOTS slots of SLOT
+#: (tkpy_debug_slot below), at the address the host sets into the module's RECORD_SYMBOL pointer
+SLOT = struct.Struct("<6I2iQ3q")   # valid, site, block x, y, z, warp, index, phase, waited ns, first, last, limit
+WAIT, BOUNDS = 1, 2                # a slot's `valid`: a wait that timed out, a failed bounds check
+SLOTS = 32
+RECORD_SYMBOL = "tkpy_debug_record"
 
 _HELPERS = r"""
 namespace tk {

@@ -3,6 +3,7 @@ reductions and mma.sync. Fragment maps and the swizzle are pasted in from tkpy.t
 generated code and the interpreter share one definition."""
 from __future__ import annotations
 
+from ...ir.core import BINARY_FNS, BROADCAST_FNS, REDUCE_FNS, UNARY_FNS
 from ...tiles import exp2_emulation, layouts, swizzle
 
 _BASICS = r"""
@@ -622,9 +623,6 @@ __device__ __forceinline__ void mma_AtBt(rt<float, M, N, row_l>& d, const rt<T, 
 
 def _named_ops() -> str:
     """ThunderKittens-style names over the generic map/reduce/broadcast templates."""
-    from ...ops.elementwise import BINARY_FNS, UNARY_FNS
-    from ...ops.reduce import BROADCAST_FNS, REDUCE_FNS
-
     out = ["\n// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...)."]
     for fn in UNARY_FNS:
         out.append(f"template <typename D, typename S> __device__ __forceinline__ void {fn}(D& d, const S& s) "

@@ -2,7 +2,8 @@
 
 An expression tree is compiled once into nested Python closures over an
 environment dict (builtins `block_x`.., `grid_x`.., `warpid`; scalar parameters;
-dynamic dims; loop counters), then evaluated per warp.
+dynamic dims; loop counters), then evaluated per warp: by the interpreter, and by
+the IR's own checks (protocol.py evaluates conditions on the warp id).
 
 - `int` is C++ `int`: `/` truncates toward zero and `%` takes the sign of the
   dividend (Python's `//` and `%` floor instead); dividing by zero is an error.
@@ -18,12 +19,18 @@ import math
 import operator
 from typing import Callable
 
-from ..ir.expr import BOOL, BinOp, Call, Const, Expr, Sym
+import numpy as np
+
 from ..tiles.dtypes import f32
-from .numerics import to_f32
+from .expr import BOOL, BinOp, Call, Const, Expr, Sym
 
 Env = dict
 Compiled = Callable[[Env], object]
+
+
+def to_f32(v: float) -> float:
+    """A Python float rounded to the nearest float32 (a scalar `float` on the GPU)."""
+    return float(np.float32(v))
 
 
 class ScalarFault(Exception):
