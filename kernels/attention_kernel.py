@@ -95,15 +95,15 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 
 @functools.cache
 def _attention(config: AttentionConfig):
-    """The LCF attention kernel (a tk.lcf template) of `config`, whose docstring says what each option does and
-    whose construction checked them and resolved their defaults; the kernel is named config.name. Cached per
-    config."""
-    d, dtype, causal, groups, packed = config.d, config.dtype, config.causal, config.consumer_warpgroups, config.packed
-    pingpong, overlap, kv, stages = config.turns, config.overlapped, config.kv_rows, config.stage_count
-    split_kv, split_k, cluster, lse, last_kv = config.split_kv, config.split_k, config.cluster, config.lse, config.last_kv
-    q_ahead, q_registers, q_preload, pad_first = config.q_ahead, config.q_in_registers, config.preloads_q, config.pads_first
-    skips, stale_shift, next_q_in_step = config.skips, config.stale, config.q_load_in_step
-    fast_division, name = config.fast_division, config.name
+    """The LCF attention kernel (a tk.lcf template) of `config` (its docstring says what each option does; it checked
+    them and resolved their defaults), named config.name. Cached per config."""
+    c = config
+    d, dtype, causal, groups, packed = c.d, c.dtype, c.causal, c.consumer_warpgroups, c.packed
+    pingpong, overlap, kv, stages, split_kv, split_k = c.turns, c.overlapped, c.kv_rows, c.stage_count, c.split_kv, \
+        c.split_k
+    cluster, lse, last_kv, q_ahead, q_registers = c.cluster, c.lse, c.last_kv, c.q_ahead, c.q_in_registers
+    q_preload, pad_first, skips, stale_shift = c.preloads_q, c.pads_first, c.skips, c.stale
+    next_q_in_step, fast_division = c.q_load_in_step, c.fast_division
     rows = q_rows(groups)                                   # query rows per task
     interleaved = cluster > 1 and not causal and skips      # (see unit)
     everyone = (1 << cluster) - 1                           # the multicast mask of the cluster's blocks
@@ -114,7 +114,7 @@ def _attention(config: AttentionConfig):
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
-    @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=name, cluster=cluster,
+    @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=config.name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers,
             fast_division=fast_division, **rings, **scheduler)
     class Attention:

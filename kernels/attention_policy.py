@@ -3,12 +3,12 @@ attention() runs for a shape on a GPU of some SMs. Its tuning tables were measur
 carry their evidence in EVIDENCE (runs of RESULTS.md), and tests/test_attention_policy.py keeps a golden record of
 the choices they make.
 
-attention() runs D64 with 3 consumer warpgroups on split K/V rings (CONFIGS_SPLIT_3WG) unless a 128-row task
-layout takes fewer waves of the SMs for the sequence at hand (consumer_warpgroups_for); D128 causal from 1024 to 16383 query rows with 3 on one ring of 64-row tiles
-(CAUSAL_GROUP_ROWS), otherwise with 2 warpgroups and one ring, but non-causal from 2048 keys on with split rings of
-176-row tiles (split_kv_for), or of 128-row tiles with a V stage more where few query tiles read each key/value
-head's tiles (streaming: K and V come from memory); past D128, 2 warpgroups on split rings of the tallest tiles that
-fit (wide_kv).
+attention() runs D64 with 3 consumer warpgroups on split K/V rings (CONFIGS_SPLIT_3WG) unless a 128-row task layout
+takes fewer waves of the SMs for the sequence at hand (consumer_warpgroups_for); D128 causal from 1024 to 16383
+query rows with 3 on one ring of 64-row tiles (CAUSAL_GROUP_ROWS), otherwise with 2 warpgroups and one ring, but
+non-causal from 2048 keys on with split rings of 176-row tiles (split_kv_for), or of 128-row tiles with a V stage
+more where few query tiles read each key/value head's tiles (streaming: K and V come from memory); past D128, 2
+warpgroups on split rings of the tallest tiles that fit (wide_kv).
 
 Head dims: 64, 128 and 256 were tuned on the H200; any other multiple of 16 up to 256 takes the settings of the next
 tuned one up (tuned: D96 runs D128's kernels on narrower tiles), whose registers and shared memory its tiles need at
@@ -37,7 +37,7 @@ TUNED_DIMS = (64, 128, 256)
 # tile, fit in shared memory (D=128: 32 KB + 3 x 64 KB); S (16 x kv rows), P and O (16 x D) of each warp
 # fit in its registers. A consumer releases a stage one step after it arrived, so 3+ stages keep the
 # next step's tiles in flight while the current ones are in use. D=64 takes 160-row tiles: its MMAs are
-# short next to the softmax, and fewer, longer steps measured 5-9% faster than 128 (runs 22 and 26).
+# short next to the softmax, and fewer, longer steps measured faster than 128.
 CONFIGS = {64: (160, 4), 128: (128, 3), 256: (64, 2)}
 # With 3 consumer warpgroups (192 query rows per task, as FlashAttention-3 at D64) a consumer has fewer registers:
 # (producer, consumer) registers per thread of the setmaxnreg split (FlashAttention-3's: 128 x (32 + 3 x 160) is
@@ -49,7 +49,7 @@ REGISTERS_3WG = (32, 160)
 CONFIGS_3WG = {64: (96, 4), 128: (64, 4)}
 # With one consumer warpgroup (decoding: K and V streamed past a few query rows), per head dim where CONFIGS does not
 # serve: D256's 2 stages of 64 rows leave no load in flight while a step holds K_k and V_{k-1}; 5 stages of 32 rows
-# ran 17% faster on one-row decoding (RESULTS.md run 136). D128 measured level with 64-row tiles in 5-6 stages.
+# ran faster on one-row decoding. D128 measured level with 64-row tiles in 5-6 stages.
 CONFIGS_1WG = {256: (32, 5)}
 # Non-default split_kv=True: K in the template's ring of input stages and V in its ring of late stages (late_inputs),
 # as FlashAttention-3's separate K and V pipelines: step k reads K_k, released once its step is done, and V_{k-1},
@@ -61,80 +61,59 @@ CONFIGS_SPLIT = {64: (192, 4, 4), 128: (176, 2, 2)}
 CONFIGS_SPLIT_3WG = {64: (128, 4, 4), 128: (80, 4, 4)}
 # ... but where each key/value head's tiles are read by at most STREAM_READERS query tiles (its query heads' tiles of
 # one batch, `streaming`), K and V stream from memory rather than from the L2, and the 2-warpgroup split rings take
-# CONFIGS_STREAM's shorter tiles with a V stage more (V_k loads two steps ahead): RESULTS.md run 203, D128 128-row
-# tiles in 2 + 3 stages against 176 in 2 + 2: +3.8% at B4 H32 N128 over 8192 keys (1 reader), +5.6% at B8 H32 N128
-# over 4096, +4.4-7% split-K (B2 and B1 H32 N128 over 16384 keys), +1.5% GQA H32/8 N128 (4 readers), +4% B1 H16 N512
-# over 32768 (4 readers, 2 splits); level at 2 readers, 1-3% slower from 8 (run 204) and 3% at 128 (N16384, run 125).
+# CONFIGS_STREAM's shorter tiles with a V stage more (V_k loads two steps ahead).
 STREAM_READERS = 4
 CONFIGS_STREAM = {128: (128, 2, 3)}
 # Speed of a full machine of tasks per query row, relative to 2 consumer warpgroups with one ring, of the
-# kernels attention() picks between (benchmarks/bench_attention.py --compare): at D64, 3 warpgroups with split K/V
-# rings (and, since session 8, cluster pairs) ran 1.02-1.09x in RESULTS.md run 43, and 1.24x-1.49x in run 122
-# (the wave counts taken out of the measured 1.10-1.32x at B2 N4096, B8/B16 N1024 and B16 N512; 1.25 keeps the
-# model's choice right in each, but for B2 N4096 causal, 4% slower with 3); at D128 they ran 0.87-1.07x, no better
-# than the default on the whole, and are not picked.
+# kernels attention() picks between (benchmarks/bench_attention.py --compare), the wave counts taken out: at D64, 3
+# warpgroups with split K/V rings and cluster pairs; at D128 they were no better than the default on the whole, and
+# are not picked.
 GROUP_RATE = {64: {2: 1.0, 3: 1.25}, 128: {2: 1.0}, 256: {2: 1.0}}
 # ... and causal, for query lengths in CAUSAL_GROUP_ROWS: D128 with 3 warpgroups on one ring of CONFIGS_3WG's 64-row
-# key tiles (CAUSAL_ONE_RING_3WG) ran 3-5% faster than 2 (in cluster pairs from 32 query tiles) at N1024-N4096, 0.8%
-# at N2048, 2% at N8192, level at N16384 and 9% slower at N512 (RESULTS.md runs 245-246; split rings 3-6% behind one).
+# key tiles (CAUSAL_ONE_RING_3WG) against 2 (in cluster pairs from 32 query tiles); split rings were behind one.
 CAUSAL_GROUP_RATE = {128: {2: 1.0, 3: 1.04}}
 CAUSAL_GROUP_ROWS = {128: range(1024, 16384)}
 CAUSAL_ONE_RING_3WG = (128,)
 # Head dims whose 2-warpgroup kernels keep each warp's query rows in registers for S = Q K^T (q_registers) when their
-# key tiles have 128 rows or fewer: at D128 0-3% faster in 17 of 18 paired measurements (RESULTS.md runs 89, 93, 95);
-# D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the split rings' 176 rows spill). The
-# serial schedule (overlap=False) keeps Q in shared memory: NVRTC 13.0 miscompiles it with Q in registers (run 96).
+# key tiles have 128 rows or fewer; D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the
+# split rings' 176 rows spill). The serial schedule (overlap=False) keeps Q in shared memory: NVRTC 13.0 miscompiles
+# it with Q in registers (RESULTS.md run 96; AttentionConfig refuses it).
 Q_REGISTERS = (128,)
 # Head dim -> keys up to which attention()'s kernels (2 or 3 consumer warpgroups, Q in shared memory) load each
 # consumer's next query tile while it works on its current one (q_ahead): a task of 2-4 key tiles otherwise spends
-# a large part of its time waiting for its own Q at its start. RESULTS.md run 220 (3 warpgroups, D64, B = 32768 / N,
-# H16): N128 +20% non-causal, +33% causal; N256 +9% and +10%, N384 +4% and +12%, N512 +2% and +4-5%; level at
-# N1000-N4096, 1-2% behind from N8192. (D128's kernels keep Q in registers and preload the next one: q_preload.)
+# a large part of its time waiting for its own Q at its start. (D128's kernels keep Q in registers and preload the
+# next one: q_preload.)
 Q_AHEAD_KEYS = {64: 512}
-# ... and head dim -> key/value rows per tile of the 2-warpgroup kernels there, which split 128 and 256 keys evenly:
-# RESULTS.md run 221, D64 128-row tiles 3-15% faster than CONFIGS' 160 at N128 and N256. Their warpgroups run in
-# lockstep (pingpong=False): a task of 1-2 steps has no next step for a turn to overlap; 1-4% faster (runs 225, 227).
+# ... and head dim -> key/value rows per tile of the 2-warpgroup kernels there, which split 128 and 256 keys evenly.
+# Their warpgroups run in lockstep (pingpong=False): a task of 1-2 steps has no next step for a turn to overlap.
 Q_AHEAD_KV = {64: 128}
 # (head dim, consumer warpgroups, causal) whose kernels attention() runs in clusters of two blocks on adjacent query
-# tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up: RESULTS.md
-# runs 113-114, D64 with 3 warpgroups +3% causal or not, D128 non-causal +1-3.5%; D128 causal from
-# CAUSAL_PAIR_TILES (below); past D128 (wide_kv's split rings) +2.5-6% causal or not at D160, D192 and D256 N4096
-# (run 198); the cases not timed stay unclustered.
+# tiles of a head (cluster=2; K and V multicast, one by each block) when a head's query tiles pair up; D128 causal
+# from CAUSAL_PAIR_TILES (below); the cases not timed stay unclustered.
 CLUSTER_PAIRS = {(64, 3, False), (64, 3, True), (128, 2, False), (128, 2, True), (256, 2, False), (256, 2, True)}
 # ... causal ones only from this many query tiles a head (per head dim): a causal pair loads the key tiles of its
-# longer tile, which its other block skips, about 1 / (tiles + 1) of the head's steps. At D64 the pairs ran 3% slower
-# than single blocks at 6 tiles (N1024: 0.977 against 1.007 x cuDNN, RESULTS.md run 172), 1% faster at 8, 3% at 10,
-# 2% at 12 (run 176) and 3% at 22 (N4096, runs 113-114). D128 (2 warpgroups, Q in registers) was level at N4096 and
-# N16384 and 3% slower at N1024 in runs 113-114; on session 20's kernels (runs 240-241) 2-4% slower up to 24 tiles
-# (N1024-N3000), +0.5-1.5% at 32 (N4096), +0.6% at 64, +1-3% at 128 and +2.6% at 256. An odd number pairs up with
-# a tile of padding before row 0 (next to the tile that sees the fewest keys): D64 +1.6-1.7% at 11 and 43 tiles
-# (run 178).
+# longer tile, which its other block skips, about 1 / (tiles + 1) of the head's steps. An odd number pairs up with
+# a tile of padding before row 0 (next to the tile that sees the fewest keys).
 CAUSAL_PAIR_TILES = {64: 8, 128: 32, 256: 8}
 # ... and non-causal 3-warpgroup ones (whose units interleave, see the kernel's `unit`) also on an odd number of query
-# tiles a head from this many, the pair then taking a last tile of padding: at D64 +3.9% at 43 tiles (N8192), -0.8%
-# at 11 (N2048), -12% at 3 (N512), RESULTS.md run 177.
+# tiles a head from this many, the pair then taking a last tile of padding.
 ODD_PAIR_TILES = 13
-# Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT), non-causal:
-# in cluster pairs, D128's 176-row split tiles ran 3.5-5% faster than the 128-row default at 8192 and 16384 keys
-# (RESULTS.md runs 125-126); with the partial last tile's step on the keys it holds (last_kv), 0.6-3.1% faster from
-# 2048 to 6144 keys in runs 155 and 157 (N4096: +0.7, +1.3, +2.2%), 1-5% slower at 1024 (runs 153-155; the default
-# keeps Q in registers and preloads it, which pays at short sequences).
+# Head dim -> keys from which attention() runs the 2-warpgroup kernel with split K/V rings (CONFIGS_SPLIT),
+# non-causal, in cluster pairs, with the partial last tile's step on the keys it holds (last_kv); below, the default
+# keeps Q in registers and preloads it, which pays at short sequences.
 SPLIT_KEYS = {128: 2048}
 # Past D128 the 2-warpgroup kernels run split K/V rings whatever the keys, in 2 + 2 stages of the tallest key tiles
 # (a multiple of 16, up to 128) that fit in WIDE_SHARED_BYTES beside the 128 x D query tile (wide_kv: D160 128 rows,
 # D192 112, D256 80): one ring of two 64-row stages, the previous default, leaves no load in flight while a step
-# holds K_k and V_{k-1}, and ran 0.57-0.72x cuDNN at N4096; these 0.89-1.02x (RESULTS.md run 195).
+# holds K_k and V_{k-1}.
 WIDE_SHARED_BYTES = 225 * 1024      # the 227 KB a block can have, less the semaphores and the alignment
 # The partial last key tile of a sequence (nk not a multiple of the tile's rows) runs its MMAs and softmax on the
-# rows it holds, rounded up to 16 (the last_kv option, last_kv_for), instead of a whole tile of masked keys:
-# RESULTS.md run 155, +4% at D128 N1056, +3% at N4000, +1.8% at N8192 (176-row split tiles, 96 rows left).
+# rows it holds, rounded up to 16 (the last_kv option, last_kv_for), instead of a whole tile of masked keys.
 NARROW_LAST = True
 # Split-K (flash-decoding): few (query tile, head) tasks over many keys share each task's keys among `splits`
-# tasks and merge their results (combine_kernel), by splits_for's rule: RESULTS.md run 128, 1.5-2.4x faster than
-# one task per query tile and 1.46-2.11x cuDNN where the tasks fill at most half the SMs (B1 H32 N128 over 16384
-# keys, B1 H16 N512 over 32768, ...); run 129: D256 5.3x unsplit, GQA and bottom-right causal alike. With 1 or 2
-# consumer warpgroups (3 split well too, run 129, but 2 are faster on those shapes and attention() picks them).
-FAST_DIVISION_TASKS = 2             # tasks a block runs at least for divisors made at its start to pay (runs 231-235)
+# tasks and merge their results (combine_kernel), by splits_for's rule, where the tasks fill at most half the SMs.
+# With 1 or 2 consumer warpgroups (3 split well too, but 2 are faster on those shapes and attention() picks them).
+FAST_DIVISION_TASKS = 2             # tasks a block runs at least for divisors made at its start to pay
 SPLIT_K_DEFAULT = True
 SPLIT_K_DIMS = (64, 128, 256)       # the head dims timed split
 SPLIT_MIN_STEPS = 4                 # key tiles per split at least
@@ -143,25 +122,83 @@ PINGPONG = True                     # consumer warpgroups take turns issuing S =
 # Head dims whose steps after a task's first compute P on the running shift, without this tile's row max, and leave
 # O's scale (stale_shift): the exponentials start as S arrives and ~140 instructions a step go (the max's FMNMX and
 # shuffles, the rescale's FMULs). A step whose P would pass 2^RESCALE_SLACK in a row's sum is redone with the max.
-# Timed against the max first in RESULTS.md run 181 (a timing-only copy: +7% at D128 N1024 and N4096, +9% at N16384,
-# +8-11% at D64) and run 182.
 STALE_SHIFT = (64, 128)
 # ... and head dims whose 2-warpgroup kernels take it where they compile without spills (_compiles_clean): past D128
 # the kernels are at the edge of their registers, and whether they spill with it depends on the assembler (under
-# NVRTC 13.5 D160-D192 a little, D256 more; under 13.0, the H200's, only D256 causal). Without spills it ran D160 and
-# D192 8-10% faster, D256 non-causal 9% (RESULTS.md runs 195 and 198; attention()'s choice in run 200).
+# NVRTC 13.5 D160-D192 a little, D256 more; under 13.0, the H200's, only D256 causal).
 STALE_WHERE_IT_FITS = (256,)
 OVERLAP = True                      # step k issues S_k and step k-1's O += P V together (FlashAttention-3)
 # (A warp issuing a wgmma waits until the tensor core takes it, so most of that P V has run by the time S_k's
-# softmax starts: the timeline, benchmarks/attention_timeline.py, RESULTS.md runs 74-76. The overlap that pays is
-# between the warpgroups; this order still measured faster than the serial one, runs 42 and 57.)
-# Variants that measured slower and left the kernel (RESULTS.md keeps them): turns round the softmax's exponentials
-# instead of the MMA issue ("softmax turns", runs 55, 225, 243), the previous step's P V issued before S ("pv first",
-# runs 112, 115, 187), clusters of four (run 118), two one-warpgroup blocks an SM (run 139), and a share of P's
-# exponentials by tk.exp2's software emulation ("emu n/8", runs 71, 186, 243).
+# softmax starts: the timeline, benchmarks/attention_timeline.py. The overlap that pays is between the warpgroups;
+# this order still measured faster than the serial one.)
 # Head dims whose one-warpgroup kernels (decoding) run the serial schedule with one ring: a step holds one stage, not
-# two; at D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes (RESULTS.md run 141).
+# two.
 SERIAL_ONE_GROUP = (128,)
+# Variants that measured slower and left the kernel (RESULTS.md keeps them).
+SLOWER_VARIANTS = {
+    "turns round the softmax's exponentials instead of the MMA issue (softmax turns)": "RESULTS.md runs 55, 225, 243",
+    "the previous step's P V issued before S (pv first)": "RESULTS.md runs 112, 115, 187",
+    "clusters of four": "RESULTS.md run 118", "two one-warpgroup blocks an SM": "RESULTS.md run 139",
+    "a share of P's exponentials by tk.exp2's software emulation (emu n/8)": "RESULTS.md runs 71, 186, 243",
+}
+# The measurements behind the tables, row by row (table -> key -> evidence; a scalar setting's, one string).
+EVIDENCE = {
+    "CONFIGS": {64: "RESULTS.md runs 22 and 26: 160-row tiles 5-9% faster than 128",
+                128: "no run cited (the first tuned default)", 256: "no run cited (the first tuned default)"},
+    "CONFIGS_1WG": {256: "RESULTS.md run 136: 5 stages of 32 rows 17% faster on one-row decoding than 2 of 64; D128 "
+                         "level with 64-row tiles in 5-6 stages"},
+    "CONFIGS_STREAM": {128: "RESULTS.md run 203: 128-row tiles in 2 + 3 stages against 176 in 2 + 2, +3.8% at B4 H32 "
+                            "N128 over 8192 keys (1 reader), +5.6% at B8 H32 N128 over 4096, +4.4-7% split-K (B2 and "
+                            "B1 H32 N128 over 16384 keys), +1.5% GQA H32/8 N128 (4 readers), +4% B1 H16 N512 over "
+                            "32768 (4 readers, 2 splits); level at 2 readers"},
+    "STREAM_READERS": "RESULTS.md runs 203-204 and 125: level at 2 readers, 1-3% slower from 8 (run 204), 3% at 128 "
+                      "(N16384, run 125)",
+    "GROUP_RATE": {64: "RESULTS.md runs 43 and 122: 3 warpgroups 1.02-1.09x (run 43), 1.24-1.49x with the wave counts "
+                       "taken out of the measured 1.10-1.32x at B2 N4096, B8/B16 N1024 and B16 N512 (run 122); 1.25 "
+                       "keeps the model's choice right in each, but for B2 N4096 causal, 4% slower with 3",
+                   128: "RESULTS.md runs 43 and 122: 3 warpgroups 0.87-1.07x, not picked",
+                   256: "no measurement: 3 warpgroups take head dims up to 128 (CONFIGS_3WG)"},
+    "CAUSAL_GROUP_RATE": {128: "RESULTS.md runs 245-246: 3 warpgroups on one ring 3-5% faster than 2 at N1024-N4096, "
+                               "0.8% at N2048, 2% at N8192, level at N16384, 9% slower at N512; split rings 3-6% "
+                               "behind one"},
+    "CAUSAL_GROUP_ROWS": {128: "RESULTS.md runs 245-246 (see CAUSAL_GROUP_RATE)"},
+    "Q_REGISTERS": "RESULTS.md runs 89, 93, 95: D128 0-3% faster in 17 of 18 paired measurements; run 96: NVRTC 13.0 "
+                   "miscompiles the serial schedule with Q in registers",
+    "Q_AHEAD_KEYS": {64: "RESULTS.md run 220 (3 warpgroups, D64, B = 32768 / N, H16): N128 +20% non-causal, +33% "
+                         "causal; N256 +9% and +10%, N384 +4% and +12%, N512 +2% and +4-5%; level at N1000-N4096, "
+                         "1-2% behind from N8192"},
+    "Q_AHEAD_KV": {64: "RESULTS.md run 221: D64 128-row tiles 3-15% faster than CONFIGS' 160 at N128 and N256; "
+                       "lockstep 1-4% faster (runs 225, 227)"},
+    "CLUSTER_PAIRS": {(64, 3, False): "RESULTS.md runs 113-114: +3%", (64, 3, True): "RESULTS.md runs 113-114: +3%",
+                      (128, 2, False): "RESULTS.md runs 113-114: +1-3.5%",
+                      (128, 2, True): "RESULTS.md runs 240-241 (from CAUSAL_PAIR_TILES)",
+                      (256, 2, False): "RESULTS.md run 198: +2.5-6% at D160, D192 and D256 N4096",
+                      (256, 2, True): "RESULTS.md run 198: +2.5-6% at D160, D192 and D256 N4096"},
+    "CAUSAL_PAIR_TILES": {64: "RESULTS.md runs 172, 176, 113-114: 3% slower than single blocks at 6 tiles (N1024), 1% "
+                              "faster at 8, 3% at 10, 2% at 12, 3% at 22 (N4096); odd counts with a padding tile "
+                              "+1.6-1.7% at 11 and 43 tiles (run 178)",
+                          128: "RESULTS.md runs 113-114 (level at N4096 and N16384, 3% slower at N1024) and 240-241 "
+                               "(2-4% slower up to 24 tiles, +0.5-1.5% at 32, +0.6% at 64, +1-3% at 128, +2.6% at "
+                               "256)",
+                          256: "no run of its own cited (D64's threshold); the pairs past D128 timed at N4096 in "
+                               "RESULTS.md run 198"},
+    "ODD_PAIR_TILES": "RESULTS.md run 177: D64 +3.9% at 43 tiles (N8192), -0.8% at 11 (N2048), -12% at 3 (N512)",
+    "SPLIT_KEYS": {128: "RESULTS.md runs 125-126 (176-row split tiles 3.5-5% faster at 8192 and 16384 keys), 155 and "
+                        "157 (with last_kv 0.6-3.1% faster from 2048 to 6144 keys), 153-155 (1-5% slower at 1024)"},
+    "WIDE_SHARED_BYTES": "RESULTS.md run 195: wide_kv's split rings 0.89-1.02x cuDNN at N4096, one ring of two "
+                         "64-row stages 0.57-0.72x",
+    "NARROW_LAST": "RESULTS.md run 155: +4% at D128 N1056, +3% at N4000, +1.8% at N8192",
+    "SPLIT_K_DEFAULT": "RESULTS.md runs 128-129: 1.5-2.4x one task per query tile and 1.46-2.11x cuDNN where the tasks "
+                       "fill at most half the SMs (B1 H32 N128 over 16384 keys, B1 H16 N512 over 32768, ...); D256 "
+                       "5.3x unsplit, GQA and bottom-right causal alike",
+    "FAST_DIVISION_TASKS": "RESULTS.md runs 231-235",
+    "STALE_SHIFT": "RESULTS.md runs 181-182: +7% at D128 N1024 and N4096, +9% at N16384, +8-11% at D64",
+    "STALE_WHERE_IT_FITS": "RESULTS.md runs 195 and 198 (without spills D160 and D192 8-10% faster, D256 non-causal "
+                           "9%), attention()'s choice in run 200",
+    "OVERLAP": "RESULTS.md runs 42 and 57 (faster than the serial order), 74-76 (the timeline)",
+    "SERIAL_ONE_GROUP": "RESULTS.md run 141: D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes",
+    "DIVISION_CHOICES": "RESULTS.md runs 232 and 240: divisors before cluster pairs, the larger gain",
+}
 
 
 def tuned(d: int) -> int:
@@ -325,8 +362,7 @@ def clean_choices(d: int, consumer_warpgroups: int, options: dict, on_gpu: bool,
     clean: the kernel as given): stale_shift at STALE_WHERE_IT_FITS's head dims; on the GPU (the interpreter divides
     as C++ either way) the index math by divisors, then by C++'s division (DIVISION_CHOICES); and with `pairs`
     (cluster pairs that cluster_for picked) single blocks after each, where the pair's kernel spills: D128's causal
-    pairs spill 16 bytes under NVRTC 13.5, none under 13.0. Divisors go before pairs, the larger gain (runs 232,
-    240)."""
+    pairs spill 16 bytes under NVRTC 13.5, none under 13.0. Divisors go before pairs, the larger gain (EVIDENCE)."""
     choices = [dict(stale_shift=True)] if tuned(d) in STALE_WHERE_IT_FITS and consumer_warpgroups == 2 \
         and "stale_shift" not in options and options.get("pingpong", PINGPONG) is True else []
     if "fast_division" not in options and on_gpu:

@@ -63,8 +63,8 @@ def interpret(q, k, v, causal, scale, blocks, name_part="", **options):
 def as_run(d, dtype, causal, args, **options):
     """kernel_of(**options)'s kernel as attention() takes it on the GPU: its index math by divisors where that
     compiles clean under this NVRTC, by C++'s division otherwise (policy.DIVISION_CHOICES); None if neither is clean."""
-    template = att.first_clean(functools.partial(att_config.AttentionConfig, d, att_config.DTYPES[dtype], causal, **options), args,
-                               policy.DIVISION_CHOICES)
+    config = functools.partial(att_config.AttentionConfig, d, att_config.DTYPES[dtype], causal, **options)
+    template = att.first_clean(config, args, policy.DIVISION_CHOICES)
     assert template is not None, "spills with and without divisors"
     return template.kernel
 
