@@ -95,8 +95,7 @@ def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
 
 @functools.cache
 def _attention(config: AttentionConfig):
-    """The LCF attention kernel (a tk.lcf template) of `config` (its docstring says what each option does; it checked
-    them and resolved their defaults), named config.name. Cached per config."""
+    """The LCF attention kernel (a tk.lcf template) of `config` (its options, checked and resolved), cached."""
     c = config
     d, dtype, causal, groups, packed = c.d, c.dtype, c.causal, c.consumer_warpgroups, c.packed
     pingpong, overlap, kv, stages, split_kv, split_k = c.turns, c.overlapped, c.kv_rows, c.stage_count, c.split_kv, \
