@@ -27,11 +27,12 @@ def run(b: int, h: int, n: int, d: int, causal: bool = False, **options) -> dict
     import torch
 
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     from tkpy.runtime import timeline
     os.environ[timeline.ENV] = "1"      # before the kernel is traced (a process that traced it before: no marks)
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o = torch.empty_like(q)
-    lse = torch.empty(b, h, att.lse_rows(n, 3), device="cuda")
+    lse = torch.empty(b, h, policy.lse_rows(n, 3), device="cuda")
     template, args = att._prepared(q, k, v, o, lse, causal, None, **options)   # attention()'s, or the options'
 
     template(*args)

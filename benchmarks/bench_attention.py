@@ -193,13 +193,14 @@ def variant_table() -> list[dict]:
 
     from benchmarks.timing import median_ms
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     b, h, n = 16, 16, 4096
     rows = []
     for d in (128, 64):
         for causal in (False, True):
             q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
             o = torch.empty_like(q)
-            lse = torch.empty(b, h, max(att.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
+            lse = torch.empty(b, h, max(policy.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             row = {"b": b, "h": h, "n": n, "d": d, "causal": causal}
             for name in VARIANTS:
@@ -273,6 +274,7 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
 
     from benchmarks.timing import balanced_orders, median_ms
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
@@ -280,7 +282,7 @@ def compare(names: list[str], rounds: int, cases: list | None = None,
     for b, h, n, d, causal in cases or CASES:
         q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
         o = torch.empty_like(q)
-        lse = torch.empty(b, h, max(att.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
+        lse = torch.empty(b, h, max(policy.lse_rows(n, w) for w in (2, 3)), dtype=torch.float32, device="cuda")
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         fns = {"cudnn": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
         for name in names:
@@ -404,15 +406,16 @@ def split_table(rounds: int = 4) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     rows = []
     for b, h, hkv, n, nk, d, causal, groups in SPLIT_CASES:
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
         k, v = (torch.randn(b, hkv, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
         o = torch.empty_like(q)
-        tasks = b * h * att.cdiv(n, att.q_rows(groups))
-        split_kv = att.split_kv_for(nk, d, groups, causal is not False)      # (the key tiles attention() takes)
-        kv = (att.stream_tiles(q, k, groups, split_kv) or att.default_tiles(d, groups, split_kv))[0]
-        splits = max(2, att.splits_to_fill(tasks, nk, kv, att.multiprocessors(q)))
+        tasks = b * h * att.cdiv(n, policy.q_rows(groups))
+        split_kv = policy.split_kv_for(nk, d, groups, causal is not False)      # (the key tiles attention() takes)
+        kv = (policy.stream_tiles(q, k, groups, split_kv) or policy.default_tiles(d, groups, split_kv))[0]
+        splits = max(2, policy.splits_to_fill(tasks, nk, kv, att.multiprocessors(q)))
         if causal == "bottom_right":
             peer = lower_right_flash(q, k, v)
         else:

@@ -38,10 +38,11 @@ def main(argv: list[str]) -> None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         from tkpy.kernels import attention_forward as att
+        from tkpy.kernels import attention_policy as policy
         bsz, h, n, d, causal = (int(x) for x in dims[:5])
         options = dict(attention_option(x) for x in dims[5:] if "=" in x)
         q, k, v = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-        o, lse = torch.empty_like(q), torch.empty(bsz, h, max(att.lse_rows(n, g) for g in (2, 3)), device="cuda")
+        o, lse = torch.empty_like(q), torch.empty(bsz, h, max(policy.lse_rows(n, g) for g in (2, 3)), device="cuda")
         if "--only-sdpa" not in argv:
             for _ in range(3):
                 if options:

@@ -37,7 +37,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a (B, N, H, D)
     tensor transposed to (B, H, N, D)); others are copied. The output is a new contiguous tensor.
     Forward only (inputs requiring grad are refused); torch.compile sees it as torch.ops.tkpy.attention.
-    kernels/attention_forward.py says how the kernels run and which one a shape takes."""
+    kernels/attention_kernel.py says how the kernels run, kernels/attention_policy.py which one a shape takes."""
     variant = kernel.causal_variant(causal)
     if direct_call_ok((q, k, v)):
         return kernel.forward(q, k, v, variant or False, scale, return_lse)

@@ -17,9 +17,20 @@ import tkpy.kernels as tkpy_kernels
 import tkpy as tk
 from gpu_util import rel_err
 from tkpy.kernels import attention_forward as att
+from tkpy.kernels import attention_policy as policy
+from tkpy.kernels import attention_config as att_config
+from tkpy.kernels import attention_schedules as schedules
+from tkpy.kernels import attention_combine as att_combine
+from tkpy.kernels import attention_kernel as att_kernel
 from tkpy.kernels import attention
 
 rand = functools.partial(gpu_util.rand, device="cpu")
+
+
+def kernel_of(*args, **options):
+    """The kernel template (attention_kernel._attention's, cached) of AttentionConfig(*args, **options)."""
+    return att._attention(att_config.AttentionConfig(*args, **options))
+
 BF16, FP16 = torch.bfloat16, torch.float16
 
 
@@ -35,25 +46,25 @@ def check(o, lse, ref, ref_lse, n):
 
 
 def interpret(q, k, v, causal, scale, blocks, name_part="", **options):
-    """_attention(**options)'s kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L (L of
+    """kernel_of(**options)'s kernel in the interpreter on `blocks` persistent blocks, into poisoned O and L (L of
     lse_rows(n) rows for the kernel's consumer warpgroups: n rounded up to 128 or 192); checks that `name_part` is
     in the kernel's name; returns O and L's first n rows."""
     b, h, n, d = q.shape
     o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
-    lse = gpu_util.poisoned(b, h, att.lse_rows(n, options.get("consumer_warpgroups", 2)), dtype=torch.float32,
+    lse = gpu_util.poisoned(b, h, policy.lse_rows(n, options.get("consumer_warpgroups", 2)), dtype=torch.float32,
                             device="cpu")
-    kernel = att._attention(d, att.DTYPES[q.dtype], bool(causal), **options).kernel
+    kernel = kernel_of(d, att_config.DTYPES[q.dtype], bool(causal), **options).kernel
     assert name_part in kernel.name
     offset = [] if not causal else [k.shape[2] - n if causal == "bottom_right" else 0]
-    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att.LOG2E, *offset)
+    kernel.interpret[(blocks,)](q, k, v, o, lse, scale * att_kernel.LOG2E, *offset)
     return o, lse[..., :n]
 
 
 def as_run(d, dtype, causal, args, **options):
-    """_attention(**options)'s kernel as attention() takes it on the GPU: its index math by divisors where that
-    compiles clean under this NVRTC, by C++'s division otherwise (att.DIVISION_CHOICES); None if neither is clean."""
-    template = att.first_clean(functools.partial(att._attention, d, att.DTYPES[dtype], causal, **options), args,
-                               att.DIVISION_CHOICES)
+    """kernel_of(**options)'s kernel as attention() takes it on the GPU: its index math by divisors where that
+    compiles clean under this NVRTC, by C++'s division otherwise (policy.DIVISION_CHOICES); None if neither is clean."""
+    config = functools.partial(att_config.AttentionConfig, d, att_config.DTYPES[dtype], causal, **options)
+    template = att.first_clean(config, args, policy.DIVISION_CHOICES)
     assert template is not None, "spills with and without divisors"
     return template.kernel
 
@@ -152,26 +163,26 @@ def test_stale_shift_redoes_the_steps_whose_max_grew(d, causal, options, blocks,
     n, nk = 460, 450
     q, k, v = growing_keys(n, nk, d, spike)
     o, lse = interpret(q, k, v, causal, scale, blocks, **options)
-    assert "_maxfirst" not in att._attention(d, att.bf16, bool(causal), **options).kernel.name
+    assert "_maxfirst" not in kernel_of(d, tk.bf16, bool(causal), **options).kernel.name
     check(o, lse, *reference(q, k, v, causal, scale=scale), n)
 
 
 def test_stale_shift_options():
     """stale_shift=False (the row max first every step) is named, as is stale_shift=True where the max first is the
     default (D256)."""
-    assert att._attention(128, att.bf16, False, stale_shift=False).kernel.name.endswith("_maxfirst")
-    assert "_maxfirst" not in att._attention(256, att.bf16, False).kernel.name
-    assert att._attention(256, att.bf16, False, stale_shift=True).kernel.name.endswith("_stale")
+    assert kernel_of(128, tk.bf16, False, stale_shift=False).kernel.name.endswith("_maxfirst")
+    assert "_maxfirst" not in kernel_of(256, tk.bf16, False).kernel.name
+    assert kernel_of(256, tk.bf16, False, stale_shift=True).kernel.name.endswith("_stale")
     with pytest.raises(ValueError, match="pingpong must be True or False"):
-        att._attention(128, att.bf16, False, pingpong="softmax")
+        kernel_of(128, tk.bf16, False, pingpong="softmax")
 
 
 def test_stale_shift_sass_has_the_vote():
     """The default D128 kernel's steps vote (BAR.RED.OR) and hold the softmax's exponentials twice (kept, and
     redone with the max); the max-first kernel has neither."""
     q, lse = torch.empty(1, 2, 512, 128, dtype=BF16), torch.empty(1, 2, 512)
-    stale = compiled_sass(att._attention(128, att.bf16, False).kernel, [q, q, q, q, lse, 1.0])
-    first = compiled_sass(att._attention(128, att.bf16, False, stale_shift=False).kernel, [q, q, q, q, lse, 1.0])
+    stale = compiled_sass(kernel_of(128, tk.bf16, False).kernel, [q, q, q, q, lse, 1.0])
+    first = compiled_sass(kernel_of(128, tk.bf16, False, stale_shift=False).kernel, [q, q, q, q, lse, 1.0])
     assert "BAR.RED.OR" in stale and "BAR.RED" not in first
     assert stale.count("MUFU.EX2") > first.count("MUFU.EX2")       # the step's exponentials twice: kept and redone
 
@@ -181,7 +192,7 @@ def test_q_registers_compile_to_hgmma_without_spills(d, causal):
     """q_registers=True at 2 consumer warpgroups (D128's default): no spills, the wgmma asynchronous, and S = Q K^T
     reads its A from registers (an HGMMA whose second operand is a register, not a descriptor)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
-    kernel = att._attention(d, att.DTYPES[BF16], causal, q_registers=True).kernel
+    kernel = kernel_of(d, att_config.DTYPES[BF16], causal, q_registers=True).kernel
     assert kernel.name.endswith("_qregs") == (d != 128)
     sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
     assert re.search(r"HGMMA\.64x\d+x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\], R", sass)
@@ -194,13 +205,13 @@ def test_q_registers_stay_apart_from_p(causal):
     live through the step loop. (With the serial schedule NVRTC 13.0's ptxas put P into Q's registers: wrong
     outputs on the H200, RESULTS.md run 96; q_registers=True is refused there.)"""
     q, lse = torch.empty(1, 2, 256, 128, dtype=BF16), torch.empty(1, 2, 256)
-    kernel = att._attention(128, att.DTYPES[BF16], causal).kernel
+    kernel = kernel_of(128, att_config.DTYPES[BF16], causal).kernel
     sass = compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
     a_of = lambda pattern: set(re.findall(rf"HGMMA\.\S+ R\d+, R(\d+), gdesc\[UR\d+\]{pattern}", sass))   # noqa: E731
     s_regs, pv_regs = a_of(", "), a_of(r"\.tnspB")
     assert len(s_regs) == 8 and len(pv_regs) == 8 and not s_regs & pv_regs
     with pytest.raises(ValueError, match="q_registers=True needs overlap=True"):
-        att._attention(128, att.DTYPES[BF16], causal, overlap=False, q_registers=True)
+        kernel_of(128, att_config.DTYPES[BF16], causal, overlap=False, q_registers=True)
 
 
 @pytest.mark.parametrize("d,causal,q_registers,name", [
@@ -242,9 +253,9 @@ def test_split_rings_with_q_in_registers(causal, n, nk, blocks, cluster):
 
 def test_q_preload_options():
     with pytest.raises(ValueError, match="q_preload=True .* needs q_registers"):
-        att._attention(128, att.DTYPES[BF16], False, q_registers=False, q_preload=True)
+        kernel_of(128, att_config.DTYPES[BF16], False, q_registers=False, q_preload=True)
     with pytest.raises(ValueError, match="q_preload=True .* needs q_registers"):
-        att._attention(128, att.DTYPES[BF16], False, q_ahead=True, kv=96, q_preload=True)
+        kernel_of(128, att_config.DTYPES[BF16], False, q_ahead=True, kv=96, q_preload=True)
 
 
 @pytest.mark.parametrize("groups,n,nk,d", [(3, 200, 230, 64), (3, 300, 170, 64), (3, 130, 300, 64),
@@ -274,9 +285,9 @@ def test_cluster_pairs_share_key_value_tiles(heads, hkv, n, nk, blocks):
     check(o, lse, *reference(q, k, v, False, scale=0.1), n)
     for bad in (3, 4):
         with pytest.raises(ValueError, match="cluster must be 1 or 2"):
-            att._attention(128, att.DTYPES[BF16], False, cluster=bad)
+            kernel_of(128, att_config.DTYPES[BF16], False, cluster=bad)
     if heads == 2 and hkv == 1:         # the production kernel: multicast TMA loads, no spills, MMAs asynchronous
-        kernel = att._attention(128, att.DTYPES[BF16], False, cluster=2).kernel
+        kernel = kernel_of(128, att_config.DTYPES[BF16], False, cluster=2).kernel
         assert "UTMALDG.4D.MULTICAST" in compiled_sass(kernel, [q, k, v, q, torch.empty(1, heads, 512), 1.0])
 
 
@@ -342,7 +353,7 @@ def test_without_lse(monkeypatch, causal, d, n, nk, options):
     att._launch(q, k, v, o, None, causal, 0.1, **options)
     assert rel_err(o, reference(q, k, v, causal, scale=0.1)[0]) < 1e-2
     with pytest.raises(ValueError, match="split_k=True needs lse=True"):
-        att._attention(d, att.DTYPES[BF16], False, split_k=True, lse=False)
+        kernel_of(d, att_config.DTYPES[BF16], False, split_k=True, lse=False)
 
 
 def launch_split(q, k, v, causal, splits, **options):
@@ -350,7 +361,7 @@ def launch_split(q, k, v, causal, splits, **options):
     b, h, n, d = q.shape
     options = {"consumer_warpgroups": 2, **options}
     o = gpu_util.poisoned(b, h, n, d, dtype=q.dtype, device="cpu")
-    lse = gpu_util.poisoned(b, h, att.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32, device="cpu")
+    lse = gpu_util.poisoned(b, h, policy.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32, device="cpu")
     att._launch(q, k, v, o, lse, causal, 0.1, splits=splits, **options)
     return o, lse[..., :n]
 
@@ -420,7 +431,7 @@ def test_warpgroups_skip_steps_no_row_of_theirs_sees(groups, n, nk, causal, bloc
     check(o, lse, *reference(q, k, v, causal, scale=0.1), n)
     if skip_masked is False:
         with pytest.raises(ValueError, match="skip_masked=True is for kernels of 2 or 3"):
-            att._attention(d, att.DTYPES[BF16], True, consumer_warpgroups=1, skip_masked=True)
+            kernel_of(d, att_config.DTYPES[BF16], True, consumer_warpgroups=1, skip_masked=True)
 
 
 def test_two_warpgroups_skip_padding_rows_on_request():
@@ -439,15 +450,15 @@ def test_two_warpgroups_skip_padding_rows_on_request():
 def test_last_kv_for(nk, kv, diagonal, last_kv):
     """The rows left in the last tile rounded up to 16, where that is fewer than a tile's; causal, where that is
     none or more than 64, a warpgroup's 64."""
-    assert att.last_kv_for(nk, kv, diagonal) == last_kv
+    assert policy.last_kv_for(nk, kv, diagonal) == last_kv
 
 
 def test_last_kv_checks_and_switch(monkeypatch):
     for bad in (40, 128, 0, 256):
         with pytest.raises(ValueError, match="last_kv"):
-            att._attention(128, att.DTYPES[BF16], False, last_kv=bad)
-    monkeypatch.setattr(att, "NARROW_LAST", False)
-    assert att.last_kv_for(4096, 176) is None
+            kernel_of(128, att_config.DTYPES[BF16], False, last_kv=bad)
+    monkeypatch.setattr(policy, "NARROW_LAST", False)
+    assert policy.last_kv_for(4096, 176) is None
 
 
 @pytest.mark.parametrize("d,causal,last_kv,options", [
@@ -467,8 +478,8 @@ def test_attention_splits_few_tasks_over_many_keys(monkeypatch):
     """attention() on 2 query tiles over 1024 keys (8 key tiles): split-K in 2 (splits_for), the result merged."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
-    real = att._attention
-    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    real = att.AttentionConfig
+    monkeypatch.setattr(att, "AttentionConfig", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     q, k, v = rand(1, 2, 128, 128, dtype=BF16), rand(1, 1, 1024, 128, dtype=BF16), rand(1, 1, 1024, 128, dtype=BF16)
     o, lse = tkpy_kernels.attention(q, k, v, return_lse=True)
     assert launched[-1]["split_k"] and launched[-1]["cluster"] == 1
@@ -515,7 +526,7 @@ def random_configuration(seed: int) -> tuple:
     if groups > 1 and r.random() < 0.2:
         options["skip_masked"] = False
     if r.random() < 0.4:
-        options["last_kv"] = r.choice([None, *range(16, att.default_tiles(d, groups, options["split_kv"])[0], 16)])
+        options["last_kv"] = r.choice([None, *range(16, policy.default_tiles(d, groups, options["split_kv"])[0], 16)])
     if causal and groups > 1 and r.random() < 0.2:
         options["pad_first"] = False
     return d, causal, n, nk, hkv, hkv * r.choice([1, 2]), options
@@ -530,7 +541,7 @@ def test_random_configurations(monkeypatch, seed):
     q = rand(1, h, n, d, dtype=BF16)
     k, v = rand(1, hkv, nk, d, dtype=BF16), rand(1, hkv, nk, d, dtype=BF16)
     o = gpu_util.poisoned(1, h, n, d, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, h, att.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32, device="cpu")
+    lse = gpu_util.poisoned(1, h, policy.lse_rows(n, options["consumer_warpgroups"]), dtype=torch.float32, device="cpu")
     att._launch(q, k, v, o, lse, causal, 0.1, **options)
     check(o, lse[..., :n], *reference(q, k, v, causal, scale=0.1), n)
 
@@ -538,23 +549,23 @@ def test_random_configurations(monkeypatch, seed):
 def test_split_k_choices_and_sass(monkeypatch):
     """splits_for leaves tasks that fill half the SMs unsplit; split-K takes no clusters; its kernels compile without
     spills or serialized MMAs, and the combine kernel too."""
-    monkeypatch.setattr(att, "SPLIT_K_DEFAULT", True)
-    assert att.splits_for(1, 32, 128, 128, 32768, 128, 2, 132) == 4   # 32 tasks over 256 key tiles: 4 splits
-    assert att.splits_for(1, 2, 128, 128, 512, 128, 2, 132) == 1      # 4 key tiles: too few to split
-    assert att.splits_for(16, 16, 1024, 128, 1024, 128, 2, 132) == 1  # 2048 tasks: no split
-    assert att.splits_for(1, 8, 192, 64, 65536, 128, 3, 132) == 1     # 3 warpgroups: not timed split
-    assert att.splits_for(1, 4, 1000, 256, 1000, 64, 2, 132) == 4     # D256: 16 key tiles of 64
-    assert att.splits_for(1, 4, 1000, 256, 1000, 80, 2, 132) == 3     # ... 13 of 80 (wide_kv's): 3 of 4 or more
-    monkeypatch.setattr(att, "SPLIT_K_DEFAULT", False)
-    assert att.splits_for(1, 32, 128, 128, 32768, 128, 2, 132) == 1
+    monkeypatch.setattr(policy, "SPLIT_K_DEFAULT", True)
+    assert policy.splits_for(1, 32, 128, 128, 32768, 128, 2, 132) == 4   # 32 tasks over 256 key tiles: 4 splits
+    assert policy.splits_for(1, 2, 128, 128, 512, 128, 2, 132) == 1      # 4 key tiles: too few to split
+    assert policy.splits_for(16, 16, 1024, 128, 1024, 128, 2, 132) == 1  # 2048 tasks: no split
+    assert policy.splits_for(1, 8, 192, 64, 65536, 128, 3, 132) == 1     # 3 warpgroups: not timed split
+    assert policy.splits_for(1, 4, 1000, 256, 1000, 64, 2, 132) == 4     # D256: 16 key tiles of 64
+    assert policy.splits_for(1, 4, 1000, 256, 1000, 80, 2, 132) == 3     # ... 13 of 80 (wide_kv's): 3 of 4 or more
+    monkeypatch.setattr(policy, "SPLIT_K_DEFAULT", False)
+    assert policy.splits_for(1, 32, 128, 128, 32768, 128, 2, 132) == 1
     with pytest.raises(ValueError, match="split_k=True shares a task's keys between tasks that run apart"):
-        att._attention(128, att.DTYPES[BF16], False, split_k=True, cluster=2)
+        kernel_of(128, att_config.DTYPES[BF16], False, split_k=True, cluster=2)
     q = torch.empty(1, 2, 384, 128, dtype=BF16)
-    kernel = att._attention(128, att.DTYPES[BF16], True, split_k=True).kernel
+    kernel = kernel_of(128, att_config.DTYPES[BF16], True, split_k=True).kernel
     compiled_sass(kernel, [q, q, q, torch.empty(2, 2, 384, 128), torch.empty(2, 2, 384), 1.0, 0, 2])
     for d in (64, 128, 256):                    # D256 in column slices of 128: its whole rows would need 268 registers
-        combine = att.combine_kernel(d, att.DTYPES[BF16], att.MAX_SPLITS)
-        r = combine.resources(torch.empty(att.MAX_SPLITS, 2, 384, d), torch.empty(att.MAX_SPLITS, 2, 384),
+        combine = att_combine.combine_kernel(d, att_config.DTYPES[BF16], policy.MAX_SPLITS)
+        r = combine.resources(torch.empty(policy.MAX_SPLITS, 2, 384, d), torch.empty(policy.MAX_SPLITS, 2, 384),
                               torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384))
         assert r.spill_stores == r.spill_loads == 0, (d, r)
 
@@ -563,7 +574,7 @@ def test_cluster_pairs_need_an_even_number_of_query_tiles(monkeypatch):
     """The template's grid check, before any launch: 300 query rows are 3 tiles of 128."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 1, 300, 128, dtype=BF16)
-    o, lse = torch.empty_like(q), torch.empty(1, 1, att.lse_rows(300))
+    o, lse = torch.empty_like(q), torch.empty(1, 1, policy.lse_rows(300))
     with pytest.raises(tk.ArgumentError, match="clusters of 2 blocks take 2 rows of tiles"):
         att._launch(q, q, q, o, lse, False, None, consumer_warpgroups=2, cluster=2)
 
@@ -586,7 +597,7 @@ def test_causal_odd_pairs_follow_the_kernels_padding(monkeypatch, options, clust
     kernel puts its padding before row 0 (whole_clusters: skip_masked does not matter), not with pad_first=False;
     the paired kernel, its padding tile's task of no steps included, stays right in the interpreter."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
-    monkeypatch.setattr(att, "CLUSTER_PAIRS", att.CLUSTER_PAIRS | {(64, 2, True)})
+    monkeypatch.setattr(policy, "CLUSTER_PAIRS", policy.CLUSTER_PAIRS | {(64, 2, True)})
     q, k, v = (rand(1, 2, 9 * 128 - 50, 64, dtype=BF16) for _ in range(3))
     o = gpu_util.poisoned(*q.shape, dtype=BF16, device="cpu")
     template, args = att._prepared(q, k, v, o, None, True, 0.125, consumer_warpgroups=2, **options)
@@ -606,7 +617,7 @@ def test_packed_causal_cluster_pairs(monkeypatch, causal, nk, name):
     q = rand(1, 8, 90, 64, dtype=BF16)
     k, v = rand(1, 2, nk, 64, dtype=BF16), rand(1, 2, nk, 64, dtype=BF16)
     o = gpu_util.poisoned(1, 8, 90, 64, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, 2, att.lse_rows(360, 3), dtype=torch.float32, device="cpu")
+    lse = gpu_util.poisoned(1, 2, policy.lse_rows(360, 3), dtype=torch.float32, device="cpu")
     options = dict(consumer_warpgroups=3, split_kv=True, cluster=2, packed=4, splits=1)
     template, _ = att._prepared(q.view(1, 2, 360, 64), k, v, o.view(1, 2, 360, 64), lse, causal, 0.1, **options)
     assert template.kernel.name == f"attention_fwd_d64_3wg_causal_splitkv_{name}"
@@ -621,8 +632,8 @@ def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
     last key tile's step on its 104 keys, rounded up to 16."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
-    real = att._attention
-    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(real(*a, **kw).kernel.name) or real(*a, **kw))
+    real = att.AttentionConfig
+    monkeypatch.setattr(att, "AttentionConfig", lambda *a, **kw: launched.append(real(*a, **kw).name) or real(*a, **kw))
     q, k, v = rand(1, 8, 4, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16), rand(1, 2, 1000, 128, dtype=BF16)
     o, lse = tkpy_kernels.attention(q, k, v, causal, return_lse=True)
     assert launched[-1] == "attention_fwd_d128_1wg" + ("_causal" if causal else "") + "_serial_splitk" \
@@ -631,17 +642,17 @@ def test_decoding_runs_the_serial_one_warpgroup_kernel(monkeypatch, causal):
 
 
 def test_packed_kernels_are_causal_and_pad_last():
-    assert att._attention(64, att.DTYPES[BF16], True, packed=True).kernel.name == "attention_fwd_d64_causal_packed"
+    assert kernel_of(64, att_config.DTYPES[BF16], True, packed=True).kernel.name == "attention_fwd_d64_causal_packed"
     with pytest.raises(ValueError, match="packed=True is for causal attention"):
-        att._attention(64, att.DTYPES[BF16], False, packed=True)
+        kernel_of(64, att_config.DTYPES[BF16], False, packed=True)
     with pytest.raises(ValueError, match="pad_first=True does not go with packed=True"):
-        att._attention(64, att.DTYPES[BF16], True, packed=True, pad_first=True)
+        kernel_of(64, att_config.DTYPES[BF16], True, packed=True, pad_first=True)
 
 
 def test_pad_first_is_for_causal():
-    assert "_padlast" not in att._attention(128, att.DTYPES[BF16], False).kernel.name
+    assert "_padlast" not in kernel_of(128, att_config.DTYPES[BF16], False).kernel.name
     with pytest.raises(ValueError, match="pad_first=True is for causal attention"):
-        att._attention(128, att.DTYPES[BF16], False, pad_first=True)
+        kernel_of(128, att_config.DTYPES[BF16], False, pad_first=True)
 
 
 def test_mul_row_skip_ones_is_in_place_and_votes():
@@ -694,7 +705,7 @@ def test_wider_key_value_tiles(d, stages, kv, causal):
 
 def test_kv_must_suit_wgmma():
     with pytest.raises(ValueError, match="multiple of 16 from 16 to 256"):
-        att._attention(64, att.DTYPES[BF16], kv=200)
+        kernel_of(64, att_config.DTYPES[BF16], kv=200)
 
 
 def test_strided_inputs_are_read_in_place_and_others_copied(monkeypatch):
@@ -746,7 +757,7 @@ def test_variants_compile_to_hgmma_without_spills(d, dtype, causal, stages, kv):
     """The default kernels compile without spills, and so do benchmarks/bench_attention.py's other tile heights
     and stage counts (OTHER_CONFIGS)."""
     q, lse = torch.empty(1, 2, 256, d, dtype=dtype), torch.empty(1, 2, 256)
-    kernel = att._attention(d, att.DTYPES[dtype], causal, att.PINGPONG, stages, att.OVERLAP, kv).kernel
+    kernel = kernel_of(d, att_config.DTYPES[dtype], causal, policy.PINGPONG, stages, policy.OVERLAP, kv).kernel
     compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else []))
 
 
@@ -756,9 +767,9 @@ def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d, stale_shift):
     """P = exp2(S * scale_log2 - shift) is an FFMA and a MUFU.EX2 per score, without the range fix-up of a non-ftz
     exp2 (FSETP + FSEL / predicated FMUL) and without a separate scale multiply or max subtraction."""
     q, lse = torch.empty(1, 2, 256, d, dtype=BF16), torch.empty(1, 2, 256)
-    sass = att._attention(d, att.DTYPES[BF16], False, stale_shift=stale_shift).kernel.sass(q, q, q, q, lse, 1.0)
+    sass = kernel_of(d, att_config.DTYPES[BF16], False, stale_shift=stale_shift).kernel.sass(q, q, q, q, lse, 1.0)
     count = lambda op: len(re.findall(rf"\b{op}\b", sass))   # noqa: E731
-    scores = 16 * att.CONFIGS[d][0] // 32               # per lane per step
+    scores = 16 * policy.CONFIGS[d][0] // 32               # per lane per step
     copies = 3 if stale_shift else 2                    # the softmax inlined for k == 0 and k > 0 (stale: and redone)
     assert copies * scores <= count("MUFU.EX2") <= copies * scores + 8
     assert count("FFMA") >= copies * scores
@@ -786,7 +797,7 @@ def test_section_task_order(rows, cols, heads):
     partial, each taking its last query tiles first with the columns inner."""
     def value(x):
         return int(getattr(x, "value", x))
-    tasks = [tuple(value(x) for x in att.section_task(i, rows, cols, heads)) for i in range(rows * cols)]
+    tasks = [tuple(value(x) for x in schedules.section_task(i, rows, cols, heads)) for i in range(rows * cols)]
     assert sorted(tasks) == [(r, c) for r in range(rows) for c in range(cols)]
     for i, (r, c) in enumerate(tasks):
         first = i // (heads * rows) * heads                     # the section's first column, and its width
@@ -795,7 +806,7 @@ def test_section_task_order(rows, cols, heads):
 
 
 def _causal_tasks(rows, heads, blocks):
-    return [tuple(int(getattr(x, "value", x)) for x in att.causal_task(i, rows, heads, blocks))
+    return [tuple(int(getattr(x, "value", x)) for x in schedules.causal_task(i, rows, heads, blocks))
             for i in range(rows * heads)]
 
 
@@ -837,7 +848,7 @@ def test_sections_of_fewer_heads_cover_every_tile(causal, monkeypatch):
     """Long keys make the task order's sections narrower (SECTION_BYTES of K and V per section): with room
     for 2 of 5 heads, sections of 2, 2 and 1 heads still compute every tile."""
     d, n, heads = 64, 300, 5
-    monkeypatch.setattr(att, "SECTION_BYTES", 2 * n * d * 2 * 2)
+    monkeypatch.setattr(att_kernel, "SECTION_BYTES", 2 * n * d * 2 * 2)
     att._attention.cache_clear()
     q, k, v = (rand(1, heads, n, d, dtype=BF16) for _ in range(3))
     try:
@@ -915,7 +926,7 @@ def test_three_consumer_warpgroups_compile_to_hgmma_without_spills(d, kv, causal
     the wgmma stay asynchronous, with NVRTC 13.0 (the H200's; it serializes them at D64 112 rows and D128 80, which
     13.5 does not) and later."""
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
-    kernel = att._attention(d, att.DTYPES[BF16], causal, kv=kv, consumer_warpgroups=3).kernel
+    kernel = kernel_of(d, att_config.DTYPES[BF16], causal, kv=kv, consumer_warpgroups=3).kernel
     args = [q, q, q, q, lse, 1.0] + ([0] if causal else [])
     compiled_sass(kernel, args)
     assert "setmaxnreg.inc.sync.aligned.u32 160" in kernel.ptx(*args)
@@ -925,18 +936,18 @@ def test_head_dims_take_the_next_tuned_ones_settings():
     """tuned(d): D16-D64 take D64's settings, D80-D128 D128's, D144-D256 D256's; so the defaults of a kernel between
     them (tiles, Q in registers, stale_shift, split rings, cluster pairs) are those of the tuned one above, and its
     kernel compiles to HGMMA without spills (its tiles are narrower)."""
-    assert [att.tuned(d) for d in (16, 48, 64, 80, 128, 144, 256)] == [64, 64, 64, 128, 128, 256, 256]
-    assert att.default_tiles(96, 2, False) == att.default_tiles(128, 2, False)
-    assert att.default_tiles(48, 3, True) == att.default_tiles(64, 3, True)
-    assert att.split_kv_for(4096, 96, 2, False) and att.cluster_for(1024, 96, 2, False) == 2
-    assert att.consumer_warpgroups_for(16, 16, 4096, 48, 132) == 3
+    assert [policy.tuned(d) for d in (16, 48, 64, 80, 128, 144, 256)] == [64, 64, 64, 128, 128, 256, 256]
+    assert policy.default_tiles(96, 2, False) == policy.default_tiles(128, 2, False)
+    assert policy.default_tiles(48, 3, True) == policy.default_tiles(64, 3, True)
+    assert policy.split_kv_for(4096, 96, 2, False) and policy.cluster_for(1024, 96, 2, False) == 2
+    assert policy.consumer_warpgroups_for(16, 16, 4096, 48, 132) == 3
     for bad in (8, 40, 272):
         with pytest.raises(ValueError, match="multiple of 16 from 16 to 256"):
-            att._attention(bad)
+            kernel_of(bad)
     with pytest.raises(ValueError, match="3 consumer warpgroups take head dims up to 128"):
-        att._attention(160, consumer_warpgroups=3)
+        kernel_of(160, consumer_warpgroups=3)
     q, lse = torch.empty(1, 2, 1024, 96, dtype=BF16), torch.empty(1, 2, 1024)
-    kernel = att._attention(96).kernel
+    kernel = kernel_of(96).kernel
     assert kernel.name == "attention_fwd_d96"
     compiled_sass(kernel, [q, q, q, q, lse, 1.0])
 
@@ -947,8 +958,8 @@ def test_wide_head_dims_in_causal_cluster_pairs(monkeypatch):
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     launched = []
-    real = att._attention
-    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    real = att.AttentionConfig
+    monkeypatch.setattr(att, "AttentionConfig", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     q, k, v = rand(1, 2, 1100, 160, dtype=BF16), rand(1, 1, 1100, 160, dtype=BF16), rand(1, 1, 1100, 160, dtype=BF16)
     o, lse = attention(q, k, v, causal=True, return_lse=True)
     assert launched[-1]["cluster"] == 2 and launched[-1]["split_kv"]
@@ -960,11 +971,11 @@ def test_wide_head_dims_take_split_rings_of_the_tallest_tiles_that_fit(d, causal
     """Past D128 attention() runs 2 warpgroups on split K/V rings of 2 + 2 stages of wide_kv's tiles (D160 128 rows,
     D192 112, D256 80: the stages and Q within WIDE_SHARED_BYTES), with stale_shift where that kernel compiles
     clean under this NVRTC (STALE_WHERE_IT_FITS) and the max first otherwise; either way without spills."""
-    assert [att.wide_kv(x) for x in (144, 160, 192, 208, 224, 240, 256)] == [128, 128, 112, 96, 96, 80, 80]
+    assert [policy.wide_kv(x) for x in (144, 160, 192, 208, 224, 240, 256)] == [128, 128, 112, 96, 96, 80, 80]
     q = torch.empty(1, 16, 4096, d, dtype=BF16)
     template, args = att._prepared(q, q, q, q, None, causal, None)
     assert (template.stages, template.late_stages) == (2, 2) and "_splitkv" in template.kernel.name
-    assert att.default_tiles(d, 2, True)[0] == att.wide_kv(d)
+    assert policy.default_tiles(d, 2, True)[0] == policy.wide_kv(d)
     stale = att._prepared(q, q, q, q, None, causal, None, stale_shift=True)[0]
     assert ("_stale" in template.kernel.name) == att._compiles_clean(stale, args)
     compiled_sass(template.kernel, args)
@@ -974,18 +985,18 @@ def test_consumer_warpgroups_option(monkeypatch):
     """2 is the default (same kernel name and code); 3 only for CONFIGS_3WG's head dims; the log-sum-exp buffer
     must have the kernel's rows."""
     q, lse = torch.empty(1, 2, 256, 64, dtype=BF16), torch.empty(1, 2, 256)
-    default, explicit = att._attention(64), att._attention(64, consumer_warpgroups=2)
+    default, explicit = kernel_of(64), kernel_of(64, consumer_warpgroups=2)
     assert default.kernel.name == explicit.kernel.name == "attention_fwd_d64"
     assert default.kernel.source(q, q, q, q, lse, 1.0) == explicit.kernel.source(q, q, q, q, lse, 1.0)
-    assert att._attention(64, consumer_warpgroups=3).kernel.name == "attention_fwd_d64_3wg"
-    assert att._attention(128, consumer_warpgroups=1).kernel.name == "attention_fwd_d128_1wg_serial"   # (SERIAL_...)
-    assert att._attention(64, consumer_warpgroups=1).kernel.name == "attention_fwd_d64_1wg" and att.q_rows(1) == 64
-    assert att.q_rows() == att.Q_ROWS == 128 and att.q_rows(3) == 192
-    assert att.lse_rows(460) == 512 and att.lse_rows(460, 3) == 576
+    assert kernel_of(64, consumer_warpgroups=3).kernel.name == "attention_fwd_d64_3wg"
+    assert kernel_of(128, consumer_warpgroups=1).kernel.name == "attention_fwd_d128_1wg_serial"   # (SERIAL_...)
+    assert kernel_of(64, consumer_warpgroups=1).kernel.name == "attention_fwd_d64_1wg" and policy.q_rows(1) == 64
+    assert policy.q_rows() == policy.Q_ROWS == 128 and policy.q_rows(3) == 192
+    assert policy.lse_rows(460) == 512 and policy.lse_rows(460, 3) == 576
     with pytest.raises(ValueError, match="consumer_warpgroups must be 1, 2 or 3"):
-        att._attention(64, consumer_warpgroups=4)
+        kernel_of(64, consumer_warpgroups=4)
     with pytest.raises(ValueError, match="3 consumer warpgroups take head dims up to 128"):
-        att._attention(256, consumer_warpgroups=3)
+        kernel_of(256, consumer_warpgroups=3)
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q = rand(1, 2, 200, 64, dtype=BF16)
     o, lse = torch.empty_like(q), torch.empty(1, 2, 256)
@@ -1007,7 +1018,7 @@ def test_bench_variants_are_kernel_options():
             if "splits" in options_here:
                 options_here["split_k"] = options_here.pop("splits") > 1
             for causal in (True, False):
-                kernel = att._attention(d, att.DTYPES[BF16], causal, **options_here).kernel
+                kernel = kernel_of(d, att_config.DTYPES[BF16], causal, **options_here).kernel
                 assert ("_3wg" in kernel.name) == (options_here.get("consumer_warpgroups") == 3), name
 
 
@@ -1068,7 +1079,7 @@ def test_split_kv_through_launch(monkeypatch):
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     q, k, v = rand(1, 4, 300, 128, dtype=BF16), rand(1, 2, 500, 128, dtype=BF16), rand(1, 2, 500, 128, dtype=BF16)
     o = gpu_util.poisoned(1, 4, 300, 128, dtype=BF16, device="cpu")
-    lse = gpu_util.poisoned(1, 4, att.lse_rows(300), dtype=torch.float32, device="cpu")
+    lse = gpu_util.poisoned(1, 4, policy.lse_rows(300), dtype=torch.float32, device="cpu")
     att._launch(q, k, v, o, lse, True, None, split_kv=True, kv=128, stages=2, late_stages=3)
     check(o, lse[..., :300], *reference(q, k, v, True), 300)
 
@@ -1078,7 +1089,7 @@ def test_split_kv_source_releases_each_k_stage_after_its_step():
     P V too), not a step later; V_{k-1}'s late stage after step k, and the task's last V after its last step. The
     consumers wait for a V stage right before the P V product that reads it."""
     q, lse = torch.empty(1, 2, 384, 128, dtype=BF16), torch.empty(1, 2, 384)
-    kernel = att._attention(128, att.DTYPES[BF16], True, split_kv=True).kernel
+    kernel = kernel_of(128, att_config.DTYPES[BF16], True, split_kv=True).kernel
     assert kernel.name == "attention_fwd_d128_causal_splitkv"
     src = kernel.source(q, q, q, q, lse, 1.0, 0)
     consumer = src[src.index("int ring_1 = 0;"):]
@@ -1093,18 +1104,18 @@ def test_split_kv_source_releases_each_k_stage_after_its_step():
 
 def test_split_kv_options():
     with pytest.raises(ValueError, match="split_kv=True .* needs overlap=True"):
-        att._attention(128, att.DTYPES[BF16], split_kv=True, overlap=False)
+        kernel_of(128, att_config.DTYPES[BF16], split_kv=True, overlap=False)
     with pytest.raises(ValueError, match="late_stages .* is for split_kv=True"):
-        att._attention(128, att.DTYPES[BF16], late_stages=3)
-    names = {att._attention(128, att.DTYPES[BF16], split_kv=True, **o).kernel.name for o in
+        kernel_of(128, att_config.DTYPES[BF16], late_stages=3)
+    names = {kernel_of(128, att_config.DTYPES[BF16], split_kv=True, **o).kernel.name for o in
              (dict(), dict(kv=176, stages=2, late_stages=2), dict(kv=128, stages=3, late_stages=3))}
     assert names == {"attention_fwd_d128_splitkv", "attention_fwd_d128_3stages_kv128_splitkv_3late"}
-    template = att._attention(128, att.DTYPES[BF16], split_kv=True)
-    assert (template.stages, template.late_stages) == att.CONFIGS_SPLIT[128][1:]
+    template = kernel_of(128, att_config.DTYPES[BF16], split_kv=True)
+    assert (template.stages, template.late_stages) == policy.CONFIGS_SPLIT[128][1:]
     with pytest.raises(tk.TraceError, match=r"stages=3 x 44 KB of inputs \(k: 176x128 bf16\) \+ late_stages=3 x 44 KB "
                                             r"of late_inputs \(v: 176x128 bf16\) .*; at most 2 stages fit \(with "
                                             r"late_stages=3\), or at most 2 late_stages fit \(with stages=3\)"):
-        att._attention(128, att.DTYPES[BF16], split_kv=True, stages=3, late_stages=3)
+        kernel_of(128, att_config.DTYPES[BF16], split_kv=True, stages=3, late_stages=3)
 
 
 @pytest.mark.parametrize("d,causal,options", [
@@ -1135,7 +1146,7 @@ def test_split_kv_compiles_to_hgmma_without_spills(d, causal, options):
     (16, 16, 4096, 128, 2), (4, 16, 16384, 256, 2),
     (1, 2, 1, 64, 1), (16, 16, 64, 128, 1), (8, 8, 33, 256, 1)])   # a head's rows fit one 64-row task
 def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
-    assert att.consumer_warpgroups_for(b, h, n, d, 132) == groups
+    assert policy.consumer_warpgroups_for(b, h, n, d, 132) == groups
 
 
 @pytest.mark.parametrize("b,h,n,groups", [
@@ -1145,11 +1156,11 @@ def test_consumer_warpgroups_for_models_waves_of_tasks(b, h, n, d, groups):
 def test_causal_d128_takes_three_warpgroups_on_one_ring(b, h, n, groups):
     """D128 causal runs 3 consumer warpgroups on one ring of 64-row key tiles for CAUSAL_GROUP_ROWS's lengths, where
     the wave model says (CAUSAL_GROUP_RATE); non-causal and D64's choices are the causal-blind model's."""
-    assert att.consumer_warpgroups_for(b, h, n, 128, 132, causal=True) == groups
-    assert att.consumer_warpgroups_for(b, h, n, 128, 132) == 2
-    assert att.consumer_warpgroups_for(b, h, n, 64, 132, causal=True) == att.consumer_warpgroups_for(b, h, n, 64, 132)
-    assert not att.split_kv_for(n, 128, 3, True) and att.split_kv_for(n, 128, 3, False)
-    assert att.split_kv_for(n, 64, 3, True)
+    assert policy.consumer_warpgroups_for(b, h, n, 128, 132, causal=True) == groups
+    assert policy.consumer_warpgroups_for(b, h, n, 128, 132) == 2
+    assert policy.consumer_warpgroups_for(b, h, n, 64, 132, causal=True) == policy.consumer_warpgroups_for(b, h, n, 64, 132)
+    assert not policy.split_kv_for(n, 128, 3, True) and policy.split_kv_for(n, 128, 3, False)
+    assert policy.split_kv_for(n, 64, 3, True)
     q = torch.empty(b, h, n, 128, dtype=BF16)
     template = att._prepared(q, q, q, q, None, True, None)[0]
     assert ("_3wg" in template.kernel.name) == (groups == 3) and "_splitkv" not in template.kernel.name
@@ -1166,8 +1177,8 @@ def test_attention_runs_the_kernel_it_picks(monkeypatch):
     start (FAST_DIVISION_TASKS)."""
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     launched = []
-    real = att._attention
-    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    real = att.AttentionConfig
+    monkeypatch.setattr(att, "AttentionConfig", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 2)
     q, k, v = rand(1, 2, 384, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16), rand(1, 1, 200, 64, dtype=BF16)
     o, lse = tkpy_kernels.attention(q, k, v, causal="bottom_right", return_lse=True)
@@ -1206,7 +1217,7 @@ def test_q_ahead_by_default_over_few_keys(n, nk, d, options, name):
     (16384, 256, 2, False, True), (100, 160, 2, True, True),      # past D128 with 2: always split (run 195)
     (16384, 256, 1, False, False)])                               # never with 1
 def test_split_kv_for(nk, d, groups, causal, split):
-    assert att.split_kv_for(nk, d, groups, causal) == split
+    assert policy.split_kv_for(nk, d, groups, causal) == split
 
 
 @pytest.mark.parametrize("b,h,hkv,n,nk,streams,tiles", [
@@ -1221,22 +1232,22 @@ def test_split_rings_of_streaming_tasks(monkeypatch, b, h, hkv, n, nk, streams, 
     query tiles read each key/value head's tiles, CONFIGS_SPLIT's 176 rows in 2 + 2 otherwise; split-K counts its
     key tiles in the rows the kernel takes."""
     launched = []
-    real = att._attention
-    monkeypatch.setattr(att, "_attention", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    real = att.AttentionConfig
+    monkeypatch.setattr(att, "AttentionConfig", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
     q = torch.empty(b, h, n, 128, dtype=BF16)
     k = torch.empty(b, hkv, nk, 128, dtype=BF16)
     att._prepared(q, k, k, q, None, False, None)
     options = launched[-1]
-    default = att.default_tiles(128, 2, options["split_kv"])
+    default = policy.default_tiles(128, 2, options["split_kv"])
     got = tuple(options.get(name, fallback) for name, fallback in zip(("kv", "stages", "late_stages"), default))
     assert options["split_kv"] == (tiles is not None)
     assert got == (default if tiles is None else tiles)
-    assert att.streaming(q, k, 2) == streams
-    assert att.stream_tiles(q, k, 2, options["split_kv"]) == (tiles if streams else None)
+    assert policy.streaming(q, k, 2) == streams
+    assert policy.stream_tiles(q, k, 2, options["split_kv"]) == (tiles if streams else None)
     if options["split_k"]:                  # split-K at least SPLIT_MIN_STEPS of the kernel's key tiles a split
-        splits = att.splits_for(b, h, n, 128, nk, got[0], 2, 132)
-        assert att.cdiv(nk, got[0]) // splits >= att.SPLIT_MIN_STEPS
+        splits = policy.splits_for(b, h, n, 128, nk, got[0], 2, 132)
+        assert att.cdiv(nk, got[0]) // splits >= policy.SPLIT_MIN_STEPS
 
 
 @pytest.mark.parametrize("n,d,groups,causal,cluster", [
@@ -1254,9 +1265,9 @@ def test_split_rings_of_streaming_tasks(monkeypatch, b, h, hkv, n, nk, streams, 
     (4096, 256, 2, False, 2), (4096, 192, 2, True, 2),       # past D128, causal or not (run 198)
     (1300, 160, 2, True, 2), (800, 160, 2, True, 1)])        # causal: 11 tiles (padding before row 0), 7 too few
 def test_cluster_for(n, d, groups, causal, cluster):
-    assert att.cluster_for(n, d, groups, causal) == cluster
+    assert policy.cluster_for(n, d, groups, causal) == cluster
     if n == 8192:       # (a tile of padding: not without skips, nor with the padding after the last row)
-        assert att.cluster_for(n, d, groups, causal, odd=False) == 1
+        assert policy.cluster_for(n, d, groups, causal, odd=False) == 1
 
 
 def test_clean_choices_try_divisors_then_single_blocks():
@@ -1264,13 +1275,13 @@ def test_clean_choices_try_divisors_then_single_blocks():
     cluster_for picked and then in single blocks; in the interpreter (and for pairs the caller gave) nothing but
     the stale shift at its head dims."""
     cdiv_, single = dict(fast_division=False), dict(cluster=1)
-    assert att.clean_choices(128, 2, {}, True, True) == [{}, single, cdiv_, dict(cdiv_, **single)]
-    assert att.clean_choices(128, 2, {}, True, False) == [{}, cdiv_]
-    assert att.clean_choices(128, 2, cdiv_, True, True) == [{}, single]
-    assert att.clean_choices(128, 2, {}, False, True) == []
+    assert policy.clean_choices(128, 2, {}, True, True) == [{}, single, cdiv_, dict(cdiv_, **single)]
+    assert policy.clean_choices(128, 2, {}, True, False) == [{}, cdiv_]
+    assert policy.clean_choices(128, 2, cdiv_, True, True) == [{}, single]
+    assert policy.clean_choices(128, 2, {}, False, True) == []
     stale = dict(stale_shift=True)
-    assert att.clean_choices(256, 2, {}, False, True) == [stale]
-    assert att.clean_choices(256, 2, {}, True, False) == [stale, dict(stale, **cdiv_), {}, cdiv_]
+    assert policy.clean_choices(256, 2, {}, False, True) == [stale]
+    assert policy.clean_choices(256, 2, {}, True, False) == [stale, dict(stale, **cdiv_), {}, cdiv_]
 
 
 def test_default_causal_pairs_at_d128_compile_clean_or_run_single(monkeypatch):
@@ -1279,13 +1290,13 @@ def test_default_causal_pairs_at_d128_compile_clean_or_run_single(monkeypatch):
     divisors before either (first_clean over clean_choices); a pair's spills are never what runs."""
     q, lse = torch.empty(4, 16, 4096, 128, dtype=BF16), torch.empty(4, 16, 4096)
     args = [q, q, q, q, lse, 1.0, 0]
-    assert att.cluster_for(4096, 128, 2, True) == 2
-    kernel = functools.partial(att._attention, 128, att.DTYPES[BF16], True, cluster=2)
-    template = att.first_clean(kernel, args, att.clean_choices(128, 2, {}, True, True))
+    assert policy.cluster_for(4096, 128, 2, True) == 2
+    kernel = functools.partial(att_config.AttentionConfig, 128, att_config.DTYPES[BF16], True, cluster=2)
+    template = att.first_clean(kernel, args, policy.clean_choices(128, 2, {}, True, True))
     assert template is not None
     compiled_sass(template.kernel, args)
     monkeypatch.setattr(att, "_compiles_clean", lambda template, args: "_cluster2" not in template.kernel.name)
-    chosen = att.first_clean(kernel, args, att.clean_choices(128, 2, {}, True, True))
+    chosen = att.first_clean(kernel, args, policy.clean_choices(128, 2, {}, True, True))
     assert chosen.kernel.name == "attention_fwd_d128_causal"
 
 
@@ -1338,8 +1349,8 @@ def test_next_q_in_step_needs_a_first_step_in_every_task():
                     dict(split_k=True)):
         options = {"causal": False, "q_ahead": True, **options}
         with pytest.raises(ValueError, match="next_q_in_step=True needs q_ahead"):
-            att._attention(64, att.DTYPES[BF16], options.pop("causal"), next_q_in_step=True, **options)
-    assert "_qloadatstart" in att._attention(64, att.DTYPES[BF16], False, q_ahead=True,
+            kernel_of(64, att_config.DTYPES[BF16], options.pop("causal"), next_q_in_step=True, **options)
+    assert "_qloadatstart" in kernel_of(64, att_config.DTYPES[BF16], False, q_ahead=True,
                                              next_q_in_step=False).kernel.name
 
 
@@ -1347,7 +1358,7 @@ def test_q_ahead_needs_the_shared_memory_of_a_second_query_tile():
     """D128's default one-ring kernel (3 stages of 128-row K and V tiles) leaves no room for it."""
     q, lse = torch.empty(1, 2, 384, 128, dtype=BF16), torch.empty(1, 2, 384)
     with pytest.raises(Exception, match="shared memory"):
-        att._attention(128, att.DTYPES[BF16], False, q_ahead=True).kernel.source(q, q, q, q, lse, 1.0)
+        kernel_of(128, att_config.DTYPES[BF16], False, q_ahead=True).kernel.source(q, q, q, q, lse, 1.0)
 
 
 @pytest.mark.parametrize("d,options", Q_AHEAD_CONFIGS[:4])
@@ -1357,7 +1368,7 @@ def test_q_ahead_compiles_to_hgmma_without_spills(d, options):
     warpgroup and buffer (RESULTS.md run 49) had ptxas build the P V descriptors in vector registers, 7-10%
     slower."""
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
-    kernel = att._attention(d, att.DTYPES[BF16], True, q_ahead=True, **options).kernel
+    kernel = kernel_of(d, att_config.DTYPES[BF16], True, q_ahead=True, **options).kernel
     before = before_hgmma(compiled_sass(kernel, [q, q, q, q, lse, 1.0, 0]))
     assert before and not any("R2UR" in line for line in before)
 
@@ -1375,7 +1386,7 @@ def test_wgmma_descriptor_steps_are_one_32_bit_add(d, causal):
     in 64-bit arithmetic (NVRTC 13.0, the H200's, widened the add: three dependent instructions before every
     HGMMA; 13.5 did not, so this fails only under 13.0 on the old prelude)."""
     q, lse = torch.empty(1, 2, 384, d, dtype=BF16), torch.empty(1, 2, 384)
-    kernel = att._attention(d, att.DTYPES[BF16], causal, consumer_warpgroups=3 if d == 64 else 2,
+    kernel = kernel_of(d, att_config.DTYPES[BF16], causal, consumer_warpgroups=3 if d == 64 else 2,
                             split_kv=d == 64).kernel
     before = before_hgmma(compiled_sass(kernel, [q, q, q, q, lse, 1.0] + ([0] if causal else [])))
     assert before and not any("UIADD3.X" in line for line in before)
@@ -1404,7 +1415,7 @@ def test_expanded_inputs_are_copied_before_the_kernel(monkeypatch):
     assert att._usable(k) is not k and att._usable(q) is q
     o, lse = attention(q, k, v, return_lse=True)
     check(o, lse, *reference(q, k, v), 70)
-    kernel = att._attention(64, att.DTYPES[BF16], False, lse=False).kernel
+    kernel = kernel_of(64, att_config.DTYPES[BF16], False, lse=False).kernel
     with pytest.raises(tk.ArgumentError, match="repeats its elements along dim 0"):
         kernel.trace(q, k, v, torch.empty_like(q), 1.0)
 

@@ -81,13 +81,15 @@ def test_attention_kernel_carries_its_timeline_marks(monkeypatch):
     import torch
 
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
+    from tkpy.kernels import attention_config as att_config
     from tkpy.runtime import timeline
     monkeypatch.setenv(timeline.ENV, "1")
     att._attention.cache_clear()
     try:
         q = torch.empty(1, 1, 256, 128, dtype=torch.bfloat16)
-        lse = torch.empty(1, 1, att.lse_rows(256, 2))
-        kernel = att._attention(128, att.DTYPES[q.dtype], False).kernel
+        lse = torch.empty(1, 1, policy.lse_rows(256, 2))
+        kernel = att._attention(att_config.AttentionConfig(128, att_config.DTYPES[q.dtype], False)).kernel
         args = (q, q, q, q, lse, 0.1)
         labels = timeline.labels_of(kernel.trace(*args).ir)
         for label in ("step: wait for the stage", "S issued", "P V issued", "S arrived", "softmax: row max",
@@ -122,19 +124,22 @@ def test_attention_loads_variants_compile(causal):
 
     from benchmarks import attention_loads
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
+    from tkpy.kernels import attention_config as att_config
     from tkpy.runtime import compile_cuda
 
-    q, lse = torch.empty(1, 2, 256, 128, dtype=torch.bfloat16), torch.empty(1, 2, att.lse_rows(256, 2))
+    q, lse = torch.empty(1, 2, 256, 128, dtype=torch.bfloat16), torch.empty(1, 2, policy.lse_rows(256, 2))
     args = [q, q, q, q, lse, 0.1] + ([0] if causal else [])
-    kernel = att._attention(128, att.DTYPES[q.dtype], causal).kernel
+    kernel = att._attention(att_config.AttentionConfig(128, att_config.DTYPES[q.dtype], causal)).kernel
     source = kernel.source(*args)
-    assert attention_loads.stages_of(source) == att.CONFIGS[128][1]
+    assert attention_loads.stages_of(source) == policy.CONFIGS[128][1]
     for name, change in attention_loads.VARIANTS.items():
-        changed = change(source, att.CONFIGS[128][1])
+        changed = change(source, policy.CONFIGS[128][1])
         assert (changed == source) == (name == "as is")
         assert compile_cuda(changed, kernel.name).resources.spill_stores == 0
     q64 = torch.empty(1, 2, 256, 64, dtype=torch.bfloat16)
-    split = att._attention(64, att.DTYPES[q64.dtype], causal, consumer_warpgroups=3, split_kv=True).kernel
+    split = att._attention(att_config.AttentionConfig(64, att_config.DTYPES[q64.dtype], causal, consumer_warpgroups=3,
+                                                       split_kv=True)).kernel
     with pytest.raises(ValueError, match="not a one-ring producer"):
         attention_loads.first_stages(split.source(q64, q64, q64, q64, lse, 0.1, *([0] if causal else [])))
 
@@ -176,12 +181,13 @@ def test_bench_attention_skips_variants_the_kernel_refuses(monkeypatch):
 
     from benchmarks.bench_attention import launch_options, runnable
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     monkeypatch.setenv("TKPY_INTERPRET", "1")
     monkeypatch.setattr(att, "multiprocessors", lambda tensor: 132)
 
     def args(n, causal, name):
         q = torch.empty(1, 2, n, 128, dtype=torch.bfloat16)
-        options, lse = launch_options(name, 128, torch.empty(1, 2, att.lse_rows(n, 3)))
+        options, lse = launch_options(name, 128, torch.empty(1, 2, policy.lse_rows(n, 3)))
         return (q, q, q, torch.empty_like(q), lse, causal, None), options
     assert runnable(*args(256, False, "cluster2"))
     assert runnable(*args(256, True, "cluster2"))

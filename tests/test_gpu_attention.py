@@ -20,9 +20,10 @@ def run_poisoned(q, k, v, causal=False, scale=None, **options):
     buffers (the latter padded to a task's rows, 128 or 192): every element of O and of L's first n rows must
     be written."""
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     b, h, n, d = q.shape
     o = poisoned(b, h, n, d, dtype=q.dtype)
-    lse = poisoned(b, h, max(att.lse_rows(n, groups) for groups in (2, 3)), dtype=torch.float32)
+    lse = poisoned(b, h, max(policy.lse_rows(n, groups) for groups in (2, 3)), dtype=torch.float32)
     att._launch(q, k, v, o, lse, causal, scale, **options)
     return o, lse[..., :n]
 
@@ -117,10 +118,10 @@ def test_torch_facing_function_and_lse_view():
 def test_attention_runs_three_warpgroups_with_split_rings_at_d64(causal):
     """At D64 with many waves of tasks attention() runs 3 consumer warpgroups with split K/V rings: the same
     output, bit for bit, as that kernel launched by name, and the float64 reference's."""
-    from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     from tkpy.templates.common import multiprocessors
     q, k, v = qkv(8, 16, 4, 2048, 2048, 64)
-    assert att.consumer_warpgroups_for(*q.shape, multiprocessors(q)) == 3
+    assert policy.consumer_warpgroups_for(*q.shape, multiprocessors(q)) == 3
     o, lse = tkpy_kernels.attention(q, k, v, causal=causal, return_lse=True)
     check(o, lse, *reference(q, k, v, causal))
     o3, _ = run_poisoned(q, k, v, causal, consumer_warpgroups=3, split_kv=True)
@@ -281,11 +282,12 @@ def test_long_keys_split_rings(b, h, hkv, n, nk, splits):
     cluster pairs with splits=1); these few tasks also split their keys (split-K, splits=None: attention()'s choice)
     or not (splits=1)."""
     from tkpy.kernels import attention_forward as att
+    from tkpy.kernels import attention_policy as policy
     q, k, v = qkv(b, h, hkv, n, nk, 128)
-    lse = torch.empty(b, h, att.lse_rows(n), device=q.device)
+    lse = torch.empty(b, h, policy.lse_rows(n), device=q.device)
     template, _ = att._prepared(q, k, v, q, lse, False, None, splits=splits)
     assert "_splitkv" in template.kernel.name
-    assert ("_kv128_splitkv_3late" in template.kernel.name) == att.streaming(q, k, 2)
+    assert ("_kv128_splitkv_3late" in template.kernel.name) == policy.streaming(q, k, 2)
     o, lse = run_poisoned(q, k, v, False, splits=splits)
     check(o, lse, *reference(q, k, v, False))
 

@@ -149,7 +149,8 @@ def test_attention_forward_of_512_tokens_interprets_in_under_10_s(d):
     q, k, v = (rand(1, 2, 512, d, dtype=torch.bfloat16) for _ in range(3))
     o, lse = poisoned(1, 2, 512, d, dtype=torch.bfloat16), poisoned(1, 2, 512, dtype=torch.float32)
     start = time.perf_counter()
-    attention_forward._attention(d).kernel.interpret[(3,)](q, k, v, o, lse, attention_forward.LOG2E / math.sqrt(d))
+    kernel = attention_forward._attention(attention_forward.AttentionConfig(d)).kernel
+    kernel.interpret[(3,)](q, k, v, o, lse, attention_forward.LOG2E / math.sqrt(d))
     seconds = time.perf_counter() - start
     scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(d)
     assert rel_err(o, torch.softmax(scores, -1) @ v.double()) < 1e-2
