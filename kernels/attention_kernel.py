@@ -1,8 +1,9 @@
 """FlashAttention-style forward attention on Hopper with tkpy's LCF template: the kernel (_attention).
 
 Its options are attention_config.AttentionConfig's; which ones attention() runs for a shape is attention_policy's
-choice (the tables named below live there), the task orders attention_schedules', split-K's merge
-attention_combine's, and attention() itself (checks, packing, launch) attention_forward's.
+choice (the tables named below live there), the task orders tkpy.templates' (causal_pairs_order,
+head_sections_order), split-K's merge attention_combine's, and attention() itself (checks, packing, launch)
+attention_forward's.
 
 A task is 128 query rows of one (batch, head): two consumer warpgroups own 64 rows each, receive their query tile
 in shared memory (at D128 each warp then keeps its 16 rows in registers, Q_REGISTERS), and stream key/value tiles
@@ -29,7 +30,7 @@ attention visits, per query tile, only the key tiles up to its diagonal (the tem
 step counts) and masks the diagonal tiles; a warpgroup's last step runs on the keys its rows see where they end
 halfway into a tile (last_kv), and its steps past its own diagonal, which its task's later warpgroups need, it
 skips (skip_masked; so does, with 3 warpgroups, one whose rows are all padding past N_q). Each persistent block
-takes a long query tile and the short one that complements it in the next round (causal_task), so that the blocks
+takes a long query tile and the short one that complements it in the next round (causal_pairs_order), so that the blocks
 keep in step on a few heads at a time.
 A causal kernel puts the padding of a partial query tile before row 0 (pad_first), where rows see the fewest keys.
 At D128 each task's start loads the next task's Q into the query tile, which its rows in registers leave free
@@ -48,11 +49,10 @@ import math
 
 import tkpy as tk
 from tkpy import call, f32
-from tkpy.templates import shared
+from tkpy.templates import causal_pairs_order, head_sections_order, shared
 
 from .attention_config import AttentionConfig
 from .attention_policy import CONSUMER_WARPGROUPS, REGISTERS_3WG, q_rows, whole_clusters
-from .attention_schedules import causal_task, section_task
 from .tensor_layout import cdiv
 
 LOG2E = 1.4426950408889634
@@ -185,14 +185,14 @@ def _attention(config: AttentionConfig):
                 return cdiv(g.K.rows, kv)
 
         def order(self, g, index, row_tiles, col_tiles):
-            """Causal: causal_task's pairs (every block in step with the others, on a few heads at a time).
+            """Causal: causal_pairs_order's pairs (every block in step with the others, on a few heads at a time).
             Otherwise sections of up to HEAD_GROUP heads whose K and V fit in SECTION_BYTES (a third of the
             L2: 8 heads at 4096 keys of D128, 2 at 16384); in each, the last query tiles first, heads inner:
             the blocks running together share the K/V of a few heads."""
             if causal:
                 schedulers = tk.grid_dim.x // cluster if cluster > 1 else tk.grid_dim.x     # (clusters)
-                return causal_task(index, row_tiles, col_tiles, schedulers)
-            return section_task(index, row_tiles, col_tiles, g.section_heads)
+                return causal_pairs_order(index, row_tiles, col_tiles, schedulers)
+            return head_sections_order(index, row_tiles, col_tiles, g.section_heads)
 
         def constants(self, g):
             """Non-causal: the heads of a section of the task order (order)."""

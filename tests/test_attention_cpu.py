@@ -19,7 +19,6 @@ from gpu_util import rel_err
 from tkpy.kernels import attention_forward as att
 from tkpy.kernels import attention_policy as policy
 from tkpy.kernels import attention_config as att_config
-from tkpy.kernels import attention_schedules as schedules
 from tkpy.kernels import attention_combine as att_combine
 from tkpy.kernels import attention_kernel as att_kernel
 from tkpy.kernels import attention
@@ -780,67 +779,13 @@ def test_softmax_is_one_ffma_and_one_mufu_ex2_per_score(d, stale_shift):
 
 @pytest.mark.parametrize("blocks,n,heads", [(3, 600, 3), (2, 640, 2), (4, 300, 1), (3, 512, 2)])
 def test_causal_task_pairs_cover_every_tile(blocks, n, heads):
-    """Causal tasks go to the persistent blocks in pairs of a long and a short query tile (causal_task): every
+    """Causal tasks go to the persistent blocks in pairs of a long and a short query tile (causal_pairs_order): every
     query tile is still computed exactly as the reference, with an odd tile count (middle tiles paired across
     heads, the last alone when tiles * heads is odd), an even one, and a last partial pair of rounds."""
     d = 64
     q, k, v = (rand(1, heads, n, d, dtype=BF16) for _ in range(3))
     o, lse = interpret(q, k, v, True, 0.125, blocks)
     check(o, lse, *reference(q, k, v, True, scale=0.125), n)
-
-
-@pytest.mark.parametrize("rows", [1, 3, 8, 32])
-@pytest.mark.parametrize("cols", [1, 5, 8, 16, 19, 256])
-@pytest.mark.parametrize("heads", [1, 2, 3, 8])
-def test_section_task_order(rows, cols, heads):
-    """section_task (non-causal) visits every (query tile, batch * head) once: sections of `heads` columns, the last
-    partial, each taking its last query tiles first with the columns inner."""
-    def value(x):
-        return int(getattr(x, "value", x))
-    tasks = [tuple(value(x) for x in schedules.section_task(i, rows, cols, heads)) for i in range(rows * cols)]
-    assert sorted(tasks) == [(r, c) for r in range(rows) for c in range(cols)]
-    for i, (r, c) in enumerate(tasks):
-        first = i // (heads * rows) * heads                     # the section's first column, and its width
-        width = min(heads, cols - first)
-        assert (r, c) == (rows - 1 - (i - first * rows) // width, first + (i - first * rows) % width)
-
-
-def _causal_tasks(rows, heads, blocks):
-    return [tuple(int(getattr(x, "value", x)) for x in schedules.causal_task(i, rows, heads, blocks))
-            for i in range(rows * heads)]
-
-
-@pytest.mark.parametrize("rows", [1, 2, 5, 8, 32])
-@pytest.mark.parametrize("heads", [1, 2, 3, 16])
-@pytest.mark.parametrize("blocks", [1, 3, 7, 132])
-def test_causal_task_order_is_a_permutation_of_balanced_pairs(rows, heads, blocks):
-    """causal_task visits every (query tile, head) once, and in every full pair of rounds each block takes two
-    tiles of about rows + 1 key tiles together (r and rows-1-r of one head, or two middle tiles), long first;
-    the heads of a pair of rounds lie within a window of about 2 * blocks / rows heads (+ 2)."""
-    tasks = _causal_tasks(rows, heads, blocks)
-    assert sorted(tasks) == [(r, c) for r in range(rows) for c in range(heads)]
-    for start in range(0, len(tasks) - 2 * blocks + 1, 2 * blocks):
-        window = tasks[start:start + 2 * blocks]
-        for (long_row, long_col), (short_row, short_col) in zip(window[:blocks], window[blocks:]):
-            assert long_row + short_row == rows - 1 or long_row == short_row == rows // 2
-            assert long_row >= short_row and (long_col == short_col or long_row == rows // 2)
-        cols = [c for _, c in window]
-        if rows % 2 == 0 or min(r for r, _ in window[:blocks]) > rows // 2:   # not the middle pairs (at the end)
-            assert max(cols) - min(cols) <= 2 * blocks // max(1, rows // 2) + 2
-
-
-def test_causal_task_keeps_blocks_in_step_on_few_heads():
-    """The point of causal_task (RESULTS.md run 91): at B16 H16 N4096 D128 (32 query tiles a head, 132 blocks)
-    every block's tasks add up to the same key tiles per pair of rounds, and each pair of rounds touches at most
-    10 heads (the order it replaced had dozens in flight)."""
-    rows, heads, blocks = 32, 256, 132
-    tasks = _causal_tasks(rows, heads, blocks)
-    work = [0] * blocks
-    for i, (r, _) in enumerate(tasks):
-        work[i % blocks] += r + 1
-    assert max(work) - min(work) <= rows + 1
-    for start in range(0, len(tasks), 2 * blocks):
-        assert len({c for _, c in tasks[start:start + 2 * blocks]}) <= 10
 
 
 @pytest.mark.parametrize("causal", [False, True])

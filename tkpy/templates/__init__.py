@@ -2,4 +2,4 @@
 from .common import Namespace, multiprocessors
 from .lcf import LCF, Task, lcf, shared
 from .lcsf import LCSF, lcsf
-from .schedule import Grouped, SplitK
+from .schedule import Grouped, SplitK, causal_pairs_order, grouped_order, head_sections_order

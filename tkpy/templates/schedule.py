@@ -13,6 +13,12 @@ to a tile and, for split-K, to a range of the tile's steps:
   combines, e.g. a deterministic reduction over an fp32 workspace (see kernels/gemm.py).
   Task indices run split-major (all tiles of split 0 first), so the blocks running together read the
   same K range of the operands.
+
+Orders a template class's `order` may return instead of grouped_order's (kernels/attention_kernel.py uses both):
+
+- `causal_pairs_order`: for tiles whose work grows with the row (causal attention's query tiles), a long tile
+  and its complement in consecutive rounds, so that every block does the same work every two rounds.
+- `head_sections_order`: sections of a few columns (heads) at a time, the last rows first.
 """
 from __future__ import annotations
 
@@ -73,3 +79,55 @@ class SplitK(Grouped):
 
     def __repr__(self) -> str:
         return f"SplitK({self._splits!r}, group={self.group})"
+
+
+def causal_pairs_order(index, row_tiles: int, col_tiles: int, blocks: int):
+    """(row tile, column) of task `index` for causal attention's tiles (rows: query tiles, columns: batch * heads),
+    the persistent block `index % blocks` taking `index`, `index + blocks`, ... (ints or traced expressions
+    alike). Below, R = row_tiles, G = blocks.
+
+    A causal query tile r of R has about r + 1 key tiles, so tile r and tile R-1-r of one head together
+    have about R + 1 whatever r: the tasks go in such pairs, the long one in one round and the short one in
+    the next, each block taking both tiles of one pair. So every block does the same work in every two
+    rounds and the blocks stay in step, which keeps the tasks in flight within one window of the pairs'
+    order (head-major: G blocks work on about 2G / R heads, whose K and V stay in the L2). The round-robin
+    snake over sections of heads that this replaced let the blocks drift apart (dozens of heads in flight,
+    half the L2 reads missing at N4096; RESULTS.md run 91). With R odd, the middle tiles of heads 2k and 2k+1
+    pair up after all the others (and the last one is alone when R * heads is odd); a last, partial pair of
+    rounds takes its pairs' long tiles first."""
+    rows, heads = row_tiles, col_tiles
+    total = rows * heads
+    half = rows // 2
+    inner = heads * half                                 # pairs within a head (tiles r, rows-1-r), head-major
+    pairs = (total + 1) // 2                             # then the middle pairs; the very last may be alone
+    first = index // (2 * blocks) * blocks               # the first pair of this pair of rounds
+    here = call("min", blocks, pairs - first)            # pairs in it (fewer in the last)
+    j = index - 2 * first                                # slot in it: long tiles first, then short ones
+    short = j >= here
+    pair = first + j - short * here
+    middle = pair >= inner
+    per_head = call("max", 1, half)
+    p = pair % per_head
+    row = rows - 1 - p + short * (2 * p + 1 - rows)      # inner pair p: tiles rows-1-p (long), p (short)
+    row = row + middle * (half - row)                    # middle pair k: tile rows // 2 of heads 2k and 2k+1
+    col = pair // per_head
+    col = col + middle * (2 * (pair - inner) + short - col)
+    return row, col
+
+
+def head_sections_order(index, row_tiles: int, col_tiles: int, heads: int):
+    """(row tile, column) of task `index` in sections of `heads` columns (the last may have fewer), in each the last
+    row tiles first, columns inner (ints or traced expressions alike): attention's non-causal order, where a
+    column is a head and the blocks running together share a few heads' K and V in L2. Every division is
+    by a value fixed for the kernel (heads, and the last section's, at least 1), which a kernel with fast_division
+    makes once (codegen/divisors.py): a task switch's index math is then a few multiply-highs."""
+    per_section = heads * row_tiles
+    first_col = index // per_section * heads
+    within = index % per_section
+    last_heads = call("max", 1, col_tiles % heads)       # (the last section's, where it is partial)
+    partial = first_col + heads > col_tiles
+    row, col = within // heads, within % heads
+    row = row + partial * (within // last_heads - row)
+    col = col + partial * (within % last_heads - col)
+    return row_tiles - 1 - row, first_col + col
+
