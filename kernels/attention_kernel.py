@@ -355,20 +355,9 @@ def _attention(config: AttentionConfig):
             of the raw scores: the scale is positive); st.factor becomes the factor that rescales what was
             accumulated (exp2 of the shift's change); the row sums are updated. Per score: FMNMX (max), one
             FFMA and MUFU.EX2 (P), FADD (sum)."""
-            g = st.g
             self.mask(st, k, scores)
-            tk.copy(st.factor, st.shift)
-            tk.row_max(st.row_max, scores, st.row_max)           # running max over the tiles so far
-            tk.mark("softmax: row max")
-            if causal:                                           # a row that saw only masked keys: exp2(-inf) = 0
-                tk.map(st.shift, lambda m: tk.max(m * g.scale_log2, -FLT_MAX), st.row_max)
-            else:
-                tk.mul(st.shift, st.row_max, g.scale_log2)
-            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), scores, st.shift)
-            tk.mark("softmax: exponentials")
-            tk.map(st.factor, lambda prev, m: tk.exp2(prev - m), st.factor, st.shift)   # rescale what was accumulated
-            tk.mul(st.row_sum, st.row_sum, st.factor)
-            tk.row_sum(st.row_sum, scores, st.row_sum)
+            tk.online_softmax(scores, st.row_max, st.shift, st.factor, st.row_sum, st.g.scale_log2,
+                              floor=-FLT_MAX if causal else None)    # (causal: rows that saw only masked keys)
 
         def softmax_on_stale_shift(self, st, k, scores, redo_s):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, on the running shift (stale_shift: no row
