@@ -9,13 +9,12 @@ import sys
 import torch
 
 import tkpy as tk
-from tkpy.runtime import gpu_available
 
 
 def device() -> str:
     """"cuda" on a Hopper GPU (unless TKPY_INTERPRET is set); otherwise "cpu", with TKPY_INTERPRET=1 set so that
     every launch runs on tkpy's CPU interpreter."""
-    if gpu_available() and not tk.interpret_requested():
+    if tk.gpu_available() and not tk.interpret_requested():
         return "cuda"
     os.environ["TKPY_INTERPRET"] = "1"
     return "cpu"

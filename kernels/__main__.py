@@ -12,13 +12,13 @@ import os
 
 import torch
 
+import tkpy as tk
 from tkpy.kernels import gemm_fp8, matmul_fp8, softmax
 from tkpy.kernels.row_softmax import softmax_backward_rows, softmax_rows
-from tkpy.runtime import gpu_available
 
 
 def softmax_demo() -> None:
-    if not gpu_available():
+    if not tk.gpu_available():
         x = torch.randn(1024, 64, dtype=torch.bfloat16)
         print(softmax_rows.source(x, x, 64))
         for kernel, args in ((softmax_rows, (x, x, 64)), (softmax_backward_rows, (x, x, x, 64))):
@@ -41,7 +41,7 @@ def softmax_demo() -> None:
 def matmul_fp8_demo(shape, kinds_arg: str) -> None:
     kinds = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     ka, kb = (kinds[x] for x in kinds_arg.split(","))
-    gpu = gpu_available()
+    gpu = tk.gpu_available()
     m, n, k = shape or ((4096, 4096, 4096) if gpu else (256, 512, 256))
     device = "cuda" if gpu else "cpu"
     a = (torch.randn(m, k, device=device) * 2).to(ka)

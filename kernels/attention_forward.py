@@ -14,7 +14,6 @@ import warnings
 import torch
 
 import tkpy as tk
-from tkpy.runtime import SpillWarning
 from tkpy.templates import multiprocessors
 
 from .attention_combine import _combine
@@ -279,7 +278,7 @@ def _compiles_clean(template, args) -> bool:
     name = template.kernel.name
     if name not in _CLEAN:
         with warnings.catch_warnings():                 # (a kernel that spills is not run: no warning)
-            warnings.simplefilter("ignore", SpillWarning)
+            warnings.simplefilter("ignore", tk.SpillWarning)
             r = template.kernel.resources(*args)
         _CLEAN[name] = not r.spills and not any("Performance Loss" in w for w in r.warnings)
     return _CLEAN[name]

@@ -23,7 +23,7 @@ The layers, lowest first (LAYERS says what each package may import):
                                       interpret; never the ops)
     tkpy.templates                    LCF / LCSF block templates, written with the public ops
     tkpy                              the public namespace (tkpy/__init__.py)
-    tkpy.kernels                      kernels written in tkpy: tkpy's public API only (PUBLIC)
+    tkpy.kernels                      kernels written in tkpy: tkpy's public API only (PUBLIC), as examples/ are
 
 The Python layer above IR calls down only; where the IR must call up (the syntax `a + b`, `t[16:32]` on a tile
 records ops), the op layer registers the behaviour (tkpy.ir.core.tile_syntax), as the code generator's and the
@@ -58,9 +58,9 @@ LAYERS = {
     "tkpy.templates": _BASE | {"tkpy.ir", "tkpy.frontend", "tkpy.ops", "tkpy.runtime", "tkpy.interpret"},
 }
 
-# What kernels may import from tkpy: the package itself and the subpackages it documents as public, by their public
+# What kernels and examples may import from tkpy: the package and the subpackage it documents as public, by their public
 # names (a package's __all__ where it has one, else its names without a leading underscore).
-PUBLIC = {"tkpy", "tkpy.templates", "tkpy.runtime"}
+PUBLIC = {"tkpy", "tkpy.templates"}
 # The op namespaces tkpy exports as modules (`tk.tma.load_async`, `tk.cluster.sync()`). Any other module reachable as
 # an attribute (`tk.ir`, `tk.frontend`, and the op modules `from .ops import *` leaves in tkpy's namespace, such as
 # `tk.elementwise`) is not public: `tk.ir.expr.call` reaches past the public names as an import would.
@@ -278,36 +278,43 @@ def _tkpy_aliases(tree: ast.AST) -> set:
             for alias in node.names if alias.name == "tkpy"}
 
 
-def test_kernels_use_the_public_api_only(graph):
+def _private_uses(where: str, name: str, path: Path, is_package: bool, modules) -> list[str]:
+    """What a module of tkpy.kernels or examples/ takes from tkpy that is not its public API."""
+    bad = []
+    for target, line, names in imports_of(name, path, is_package, modules):
+        if target == "tkpy.kernels" or target.startswith("tkpy.kernels."):
+            continue
+        if target not in PUBLIC:
+            bad.append(f"{where}:{line} imports {target}, not public ({', '.join(sorted(PUBLIC))} are)")
+            continue
+        public = _public_names(target)
+        bad += [f"{where}:{line} takes {n} from {target}, not among its public names" for n in names
+                if n != "*" and (n.startswith("_") or n not in public)]
+    tree = ast.parse(path.read_text())
+    aliases = _tkpy_aliases(tree)
+    public = _public_names("tkpy")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            if node.attr not in public:
+                bad.append(f"{where}:{node.lineno} uses {node.value.id}.{node.attr}, not among tkpy's public names")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            chain = node.value
+            while isinstance(chain, ast.Attribute):
+                chain = chain.value
+            if isinstance(chain, ast.Name) and chain.id in aliases:
+                bad.append(f"{where}:{node.lineno} uses .{node.attr} of tkpy, not public")
+    return bad
+
+
+def test_kernels_and_examples_use_the_public_api_only(graph):
     modules, _ = graph
     bad = []
     for name, (path, is_package) in sorted(modules.items()):
-        if not name.startswith("tkpy.kernels"):
-            continue
-        where = f"kernels/{path.relative_to(ROOT / 'kernels')}"
-        for target, line, names in imports_of(name, path, is_package, modules):
-            if target == "tkpy.kernels" or target.startswith("tkpy.kernels."):
-                continue
-            if target not in PUBLIC:
-                bad.append(f"{where}:{line} imports {target}, not public ({', '.join(sorted(PUBLIC))} are)")
-                continue
-            public = _public_names(target)
-            bad += [f"{where}:{line} takes {n} from {target}, not among its public names" for n in names
-                    if n != "*" and (n.startswith("_") or n not in public)]
-        tree = ast.parse(path.read_text())
-        aliases = _tkpy_aliases(tree)
-        public = _public_names("tkpy")
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
-                if node.attr not in public:
-                    bad.append(f"{where}:{node.lineno} uses {node.value.id}.{node.attr}, not among tkpy's public names")
-            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-                chain = node.value
-                while isinstance(chain, ast.Attribute):
-                    chain = chain.value
-                if isinstance(chain, ast.Name) and chain.id in aliases:
-                    bad.append(f"{where}:{node.lineno} uses .{node.attr} of tkpy, not public")
-    assert not bad, "kernels reaching past tkpy's public API:\n  " + "\n  ".join(bad)
+        if name.startswith("tkpy.kernels"):
+            bad += _private_uses(f"kernels/{path.relative_to(ROOT / 'kernels')}", name, path, is_package, modules)
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        bad += _private_uses(f"examples/{path.name}", f"examples.{path.stem}", path, False, modules)
+    assert not bad, "kernels or examples reaching past tkpy's public API:\n  " + "\n  ".join(bad)
 
 
 _IMPORT_ALONE = """
