@@ -68,10 +68,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  *, fallback: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention with tkpy's attention: (..., heads, seq, head_dim)
     tensors (3 dims or more; dims before the heads are flattened into the batch), is_causal top-left as torch's,
-    enable_gqa for fewer key/value heads (one key/value head broadcasts without it, as in torch). Where tkpy's kernels do not compute the same thing (`unsupported`
-    says why: a mask tensor, dropout, a dtype other than bf16/fp16, a head dim that is not a multiple of 16 up to
-    256, a value head dim other than the key's, inputs that require grad) it raises NotImplementedError naming
-    the reason, or, with `fallback=True`, returns torch's SDPA of the same arguments."""
+    enable_gqa for fewer key/value heads (one key/value head broadcasts without it, as in torch). Where tkpy's
+    kernels do not compute the same thing (`unsupported` says why: a mask tensor, dropout, a dtype other than
+    bf16/fp16, a head dim that is not a multiple of 16 up to 256, a value head dim other than the key's, inputs that
+    require grad) it raises NotImplementedError naming the reason, or, with `fallback=True`, returns torch's SDPA of
+    the same arguments."""
     reason = unsupported(query, key, value, attn_mask, dropout_p, enable_gqa)
     if reason is not None:
         if not fallback:

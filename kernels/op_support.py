@@ -27,9 +27,9 @@ def define(name: str, impl: Callable, fake: Callable, *, mutates_args: Sequence[
            backward: Callable | None = None, setup_context: Callable | None = None,
            differentiable: str | None = None):
     """Define `tkpy::<name>` with the schema of `impl`'s annotated signature (its defaults included), `impl` on
-    CUDA and CPU tensors (the kernels' checks accept CPU tensors under TKPY_INTERPRET=1 only: check_device), `fake` as its meta implementation, and either an
-    autograd formula (`backward`, `setup_context`, as torch.library.register_autograd takes them) or, without
-    one, an Autograd kernel that refuses inputs which require grad (its message names the op and gives
+    CUDA and CPU tensors (the kernels' checks accept CPU tensors under TKPY_INTERPRET=1 only: check_device), `fake`
+    as its meta implementation, and either an autograd formula (`backward`, `setup_context`, as
+    torch.library.register_autograd takes them) or, without one, an Autograd kernel that refuses inputs which require grad (its message names the op and gives
     `differentiable`, the reason, e.g. "attention's backward is not implemented yet"). Returns the OpOverload."""
     LIBRARY.define(name + torch.library.infer_schema(impl, mutates_args=mutates_args))
     qualname = f"{NAMESPACE}::{name}"

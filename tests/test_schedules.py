@@ -12,8 +12,8 @@ from tkpy.templates import causal_pairs_order, head_sections_order
 @pytest.mark.parametrize("cols", [1, 5, 8, 16, 19, 256])
 @pytest.mark.parametrize("heads", [1, 2, 3, 8])
 def test_head_sections_order(rows, cols, heads):
-    """head_sections_order (attention's non-causal order) visits every (query tile, batch * head) once: sections of `heads` columns, the last
-    partial, each taking its last query tiles first with the columns inner."""
+    """head_sections_order (attention's non-causal order) visits every (query tile, batch * head) once: sections of
+    `heads` columns, the last partial, each taking its last query tiles first with the columns inner."""
     def value(x):
         return int(getattr(x, "value", x))
     tasks = [tuple(value(x) for x in head_sections_order(i, rows, cols, heads)) for i in range(rows * cols)]

@@ -60,7 +60,8 @@ class Site:
         if self.kind == "named barrier":
             return f"named barrier {index}: waiting for {self.warps} warps to arrive"
         if self.kind == "warpgroup vote":
-            return f"named barrier {index} (a warpgroup vote): waiting for the {self.warps} warps of the warpgroup to arrive"
+            return (f"named barrier {index} (a warpgroup vote): waiting for the {self.warps} warps of the warpgroup "
+                    f"to arrive")
         if self.kind == "cluster barrier":
             return (f"the cluster barrier (this warp's tk.cluster.sync() number {index}, counting from 0): waiting "
                     f"for all {self.warps} warps of the cluster to arrive")

@@ -32,8 +32,8 @@ kernel instead (``TKPY_DEBUG_KERNEL_TIMEOUT_S``, below).
 The record is mapped pinned host memory (cuMemHostAlloc with DEVICEMAP), one per loaded module, whose device
 address is set into the module's ``tkpy_debug_record`` pointer when it is loaded: after a ``__trap()`` the CUDA
 context is unusable and device memory cannot be read back, but host memory can. Every debug launch synchronizes
-its stream (unless the stream is being captured into a CUDA graph; polling, up to ``TKPY_DEBUG_KERNEL_TIMEOUT_S`` seconds, default 30 or more than twice the wait
-timeout); a failure then raises :class:`tkpy.GpuTimeoutError` naming the wait, its Python line, the block, the
+its stream (unless the stream is being captured into a CUDA graph; polling, up to ``TKPY_DEBUG_KERNEL_TIMEOUT_S``
+seconds, default 30 or more than twice the wait timeout); a failure then raises :class:`tkpy.GpuTimeoutError` naming the wait, its Python line, the block, the
 warp and the barrier (the CUDA context stays broken: end the process), and a kernel that does not finish in time
 raises it too, listing the kernel's unbounded waits.
 
@@ -154,9 +154,9 @@ class Record:
         raw = ctypes.string_at(self.host, self.size)
         out = []
         for i in range(SLOTS):
-            valid, site, bx, by, bz, warp, index, phase, waited, first, last, limit = SLOT.unpack_from(raw, i * SLOT.size)
+            valid, site, bx, by, bz, *rest = SLOT.unpack_from(raw, i * SLOT.size)
             if valid in (WAIT, BOUNDS):
-                out.append((valid, site, (bx, by, bz), warp, index, phase, waited, first, last, limit))
+                out.append((valid, site, (bx, by, bz), *rest))     # warp, index, phase, waited, first, last, limit
         return out
 
 
@@ -215,13 +215,8 @@ def _timeout_error(compiled, record: Record, error):
     else:
         lines.append(f"  warp {warp} waits at {where.source}{_roles(where)}")
         lines.append(f"    on {where.describe(block, index, phase)}: not done after {waited / 1e9:.1f} s")
-    if entries[1:]:
-        lines.append("  " + _others(entries[1:], plan.sites, "timed out"))
-    lines.append(f"The kernel stopped with __trap() ({getattr(error, 'name', '') or error}); the CUDA context cannot "
-                 f"be used again: end the process.")
-    first = where
-    return GpuTimeoutError("\n".join(lines), kernel=ir.name, block=block, warp=warp,
-                           loc=first.loc if first else None, site=first, index=index, phase=phase,
+    return GpuTimeoutError(_report(lines, entries, plan.sites, "timed out", error, ""), kernel=ir.name, block=block,
+                           warp=warp, loc=where.loc if where else None, site=where, index=index, phase=phase,
                            waited_s=waited / 1e9)
 
 
@@ -241,22 +236,22 @@ def _bounds_error(compiled, record: Record, error):
     else:
         lines.append(f"  warp {warp} at {where.source}{_roles(where)}")
         lines.append(f"    {where.describe(which, first, last, limit)}")
-    if entries[1:]:
-        lines.append("  " + _others(entries[1:], plan.checks, "failed a check"))
-    lines.append(f"The kernel stopped with __trap() ({getattr(error, 'name', '') or error}) before the access; the "
-                 f"CUDA context cannot be used again: end the process.")
-    return GpuBoundsError("\n".join(lines), kernel=ir.name, block=block, warp=warp,
-                          loc=where.loc if where else None, check=where, axis=which, first=first, last=last,
-                          limit=limit)
+    return GpuBoundsError(_report(lines, entries, plan.checks, "failed a check", error, " before the access"),
+                          kernel=ir.name, block=block, warp=warp, loc=where.loc if where else None, check=where,
+                          axis=which, first=first, last=last, limit=limit)
 
 
-def _others(entries, places, what: str) -> str:
-    """"N more warp(s) <what> too: block (x, y, z) warp w at file:line, ..." for the record's later entries (8
-    shown)."""
-    shown = ", ".join(f"block ({b[0]}, {b[1]}, {b[2]}) warp {w} at "
-                      f"{places[p].loc.short if p < len(places) else p}" for p, b, w, *_ in entries[:8])
-    more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
-    return f"{len(entries)} more warp(s) {what} too: {shown}{more}"
+def _report(lines: list, entries, places, what: str, error, when: str) -> str:
+    """The message of a trapped debug launch: its first entry's `lines`, the other warps' entries (which `what`
+    too, 8 shown; `places` their sites or checks), and the trap."""
+    others = entries[1:]
+    if others:
+        shown = ", ".join(f"block ({b[0]}, {b[1]}, {b[2]}) warp {w} at "
+                          f"{places[p].loc.short if p < len(places) else p}" for p, b, w, *_ in others[:8])
+        more = f" and {len(others) - 8} more" if len(others) > 8 else ""
+        lines = lines + [f"  {len(others)} more warp(s) {what} too: {shown}{more}"]
+    return "\n".join(lines + [f"The kernel stopped with __trap() ({getattr(error, 'name', '') or error}){when}; the "
+                              f"CUDA context cannot be used again: end the process."])
 
 
 def _roles(site) -> str:

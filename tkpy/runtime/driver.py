@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Dynamic shared memory above this needs the per-function opt-in attribute.
 DEFAULT_SMEM_LIMIT = 48 * 1024
 
-_CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_INVALID_CONTEXT = 201    # a call that needs a current context made without one
 
 # ---------------------------------------------------------------------------
 # lazy driver import, error checking
@@ -699,7 +699,7 @@ class Launcher:
         context (a fresh Python thread), make the primary one current and
         retry once; otherwise raise :class:`DriverError` with the launch
         configuration in the message."""
-        if int(err) == _CUDA_ERROR_INVALID_CONTEXT and self.kernel is not None:
+        if int(err) == CUDA_ERROR_INVALID_CONTEXT and self.kernel is not None:
             ensure_context(self.kernel.device_index)
             err = self._launch(self.config(grid, stream_handle), self.function, params_address, 0)[0]
             if not err:

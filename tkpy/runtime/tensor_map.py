@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..ir.expr import cdiv
 from ..tiles.types import ST
-from .driver import _driver, check, ensure_context, primary_context
+from .driver import CUDA_ERROR_INVALID_CONTEXT, _driver, check, ensure_context, primary_context
 
 MAX_CACHED = 64   # encoded maps kept per tile shape (keyed by pointer, shape and strides)
 
@@ -66,7 +66,6 @@ def l2_promotion(panel_bytes: int) -> str:
     return "CU_TENSOR_MAP_L2_PROMOTION_NONE"
 
 
-CUDA_ERROR_INVALID_CONTEXT = 201
 _driver_lock = threading.Lock()
 
 
