@@ -23,7 +23,7 @@ from .attention_policy import (FAST_DIVISION_TASKS, Q_ROWS, clean_choices, clust
                                default_tiles, few_keys_options, last_kv_for, lse_rows, q_rows, split_kv_for,
                                splits_for, stream_tiles, whole_clusters)
 from .op_support import check_device
-from .tensor_layout import ALIGN, cdiv, tma_layout, tma_ready
+from .tensor_layout import ALIGN, cdiv, tma_layout
 
 
 CAUSAL = {False: None, True: "top_left", "top_left": "top_left", "upper_left": "top_left",
@@ -72,10 +72,11 @@ def checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     check_device("attention", q)
 
 
-def _usable(x: torch.Tensor) -> torch.Tensor:
+def _usable(x: torch.Tensor, layout_ok: bool | None = None) -> torch.Tensor:
     """x itself when the kernel can read it in place (tma_ready: e.g. a (B, N, H, D) tensor transposed to
-    (B, H, N, D)); otherwise (also where it repeats a dim, e.g. k.expand(batch, ...)) a contiguous copy."""
-    return x if tma_ready(x) else x.contiguous()
+    (B, H, N, D)); otherwise (also where it repeats a dim, e.g. k.expand(batch, ...)) a contiguous copy.
+    `layout_ok`: tma_layout(x), where a plan knows it for x's strides (it costs about 1 us a tensor)."""
+    return x if (tma_layout(x) if layout_ok is None else layout_ok) and x.data_ptr() % ALIGN == 0 else x.contiguous()
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
@@ -158,9 +159,7 @@ class _ForwardPlan:
             else:
                 outputs = (o,) if lse is None else (o, lse)
             q_ok, k_ok, v_ok = self.layouts
-            args = (q if q_ok and q.data_ptr() % ALIGN == 0 else q.contiguous(),
-                    keys if k_ok and keys is k and k.data_ptr() % ALIGN == 0 else keys.contiguous(),
-                    v if v_ok and v.data_ptr() % ALIGN == 0 else v.contiguous(), *outputs, scale * LOG2E,
+            args = (_usable(q, q_ok), _usable(keys, k_ok and keys is k), _usable(v, v_ok), *outputs, scale * LOG2E,
                     *self.scalars)
         launch(*args)
         self.launch = launch
