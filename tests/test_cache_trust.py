@@ -22,6 +22,8 @@ import pytest
 
 from tkpy.runtime import cache, clear_memo, compile_cuda, native
 
+from test_native_launch import native_build_problem
+
 REPO = Path(__file__).resolve().parents[1]
 ADD1 = 'extern "C" __global__ void add1(float* x){{ x[0] += 1.f; }}  // {}\n'
 ADD2 = 'extern "C" __global__ void add1(float* x){{ x[0] += 2.f; }}  // {}\n'   # same name, other code
@@ -310,20 +312,12 @@ LOAD = """
 """
 
 
-def _native_problem():
-    try:
-        native.compiler()
-        native.python_include()
-    except native.NativeBuildError as e:
-        return str(e)
-    return None
-
-
 @pytest.fixture
 def planted_so(tmp_path):
     """A shared library whose constructor creates tmp_path/MARKER, and the name tkpy imports it under."""
-    if _native_problem():
-        pytest.skip(f"cannot build the native launcher: {_native_problem()}")
+    problem = native_build_problem()
+    if problem:
+        pytest.skip(f"cannot build the native launcher: {problem}")
     c = tmp_path / "planted.c"
     c.write_text(CONSTRUCTOR)
     so = tmp_path / "planted.so"

@@ -24,7 +24,8 @@ from tkpy.runtime import DriverError, Launcher, ParamBuffer, native
 from tkpy.runtime.driver import make_launch_config
 
 
-def _build_problem() -> str | None:
+def native_build_problem() -> str | None:
+    """Why the native launcher cannot be built here (no C compiler or no Python headers), or None."""
     try:
         native.compiler()
         native.python_include()
@@ -33,7 +34,7 @@ def _build_problem() -> str | None:
     return None
 
 
-_PROBLEM = _build_problem()
+_PROBLEM = native_build_problem()
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=f"cannot build the native launcher: {_PROBLEM}")
 
 

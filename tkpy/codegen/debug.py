@@ -28,6 +28,11 @@ NAMED_BARRIERS = 16          # bar.sync ids 0..15; debug mode gives each an mbar
 NAMED_OPS = {"named_sync": 0, "named_arrive": 0, "warpgroup_any": 2, "warpgroup_any_greater": 3}  # -> id's arg
 
 
+def quoted(loc: Loc, text: str) -> str:
+    """`file.py:LINE `text`` (the Python line of a wait or access, as messages show it), or the location alone."""
+    return f"{loc.short} `{text}`" if text else loc.short
+
+
 @dataclass(frozen=True)
 class Site:
     """One bounded wait of the kernel: site `index` of its plan."""
@@ -47,7 +52,7 @@ class Site:
 
     @property
     def source(self) -> str:
-        return f"{self.loc.short} `{self.text}`" if self.text else self.loc.short
+        return quoted(self.loc, self.text)
 
     def describe(self, block, index: int, phase: int) -> str:
         """The barrier and what the warp waited for (as the interpreter's deadlock reports word it)."""
@@ -95,7 +100,7 @@ class Unbounded:
 
     @property
     def source(self) -> str:
-        return f"{self.op.loc.short} `{self.text}`" if self.text else self.op.loc.short
+        return quoted(self.op.loc, self.text)
 
 
 GLOBAL_TILE_OPS = ("load_rt_gl", "load_rv_gl", "load_st_gl", "load_sv_gl", "store_gl_rt", "store_gl_rv",
@@ -123,7 +128,7 @@ class Check:
 
     @property
     def source(self) -> str:
-        return f"{self.loc.short} `{self.text}`" if self.text else self.loc.short
+        return quoted(self.loc, self.text)
 
     def describe(self, which: int, first: int, last: int, limit: int) -> str:
         """What went out of bounds: the axis (or the array index) and the range against its limit."""

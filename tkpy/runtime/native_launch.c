@@ -350,7 +350,8 @@ static int pack_tensor_map(Entry *e, const Slot *s, PyObject *tensor, PyObject *
     }
     for (int j = 0; j < c->filled && probe.ndim >= 0; j++) {
         const TmapWay *w = &c->way[j];
-        if (w->ptr == ptr && w->ndim == probe.ndim && !memcmp(w->dims, probe.dims, (size_t)probe.ndim * sizeof(long long))) {
+        if (w->ptr == ptr && w->ndim == probe.ndim
+            && !memcmp(w->dims, probe.dims, (size_t)probe.ndim * sizeof(long long))) {
             memcpy(dst, w->blob, 128);
             return 0;
         }
