@@ -131,7 +131,7 @@ class _ForwardPlan:
         self.causal, self.return_lse = causal, return_lse
         self.run_shape = (b, h_run, n_run, d)
         self.default_scale = 1.0 / math.sqrt(d)
-        self.launch = None           # the kernel on its grid, from the first call
+        self.kernel = self.grid = None   # the kernel _prepared picks and its grid, from the first call
 
     def __call__(self, q, k, v, scale):
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -143,16 +143,16 @@ class _ForwardPlan:
         return (o, lse[..., :self.run_shape[2]].reshape(o.shape[:3]).contiguous()) if self.return_lse else o
 
     def _launch(self, q, k, v, o, lse, scale):
-        if self.launch is None:      # _prepared's choices, once (it reads tensors: first_clean compiles on them)
+        if self.kernel is None:      # _prepared's choices, once (it reads tensors: first_clean compiles on them)
             template, args = _prepared(q, k, v, o, lse, self.causal, scale, consumer_warpgroups=self.groups,
                                        packed=self.group)
             outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
             self.scalars = tuple(args[3 + outputs + 1:])
             self.workspaces = [tuple(w.shape) for w in args[3:3 + outputs]] if template.scheduler.splits_k else None
             self.layouts = tma_layout(q), tma_layout(k), tma_layout(v)
-            launch = template.bind(*args)      # (the grid reads shapes only, which the plan's signature fixes)
+            self.grid = template.grid(*args)     # (it reads shapes only, which the plan's signature fixes)
+            self.kernel = template.kernel
         else:
-            launch = self.launch
             keys, scale = _positive_scale(k, self.default_scale if scale is None else float(scale))
             if self.workspaces is not None:
                 outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in self.workspaces]
@@ -161,8 +161,7 @@ class _ForwardPlan:
             q_ok, k_ok, v_ok = self.layouts
             args = (_usable(q, q_ok), _usable(keys, k_ok and keys is k), _usable(v, v_ok), *outputs, scale * LOG2E,
                     *self.scalars)
-        launch(*args)
-        self.launch = launch
+        self.kernel[self.grid](*args)        # (kernel[grid] is the fast launcher once the first launch built it)
         if self.workspaces is not None:      # the splits' results in the workspaces, merged into o and lse
             _combine(q, o, lse, args)
 

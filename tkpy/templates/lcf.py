@@ -306,12 +306,6 @@ class LCF:
     def __call__(self, *tensors) -> None:
         self.kernel[self.grid(*tensors)](*tensors)
 
-    def bind(self, *tensors):
-        """The kernel on its grid for these arguments: a launch that later calls with arguments of the same shapes
-        (and the scalars the tasks read) may call directly, without the grid's lookup (the torch-facing kernels'
-        per-signature plans)."""
-        return self.kernel[self.grid(*tensors)]
-
 
 class Pipeline:
     """One trace of an LCF kernel: the stage ring, its semaphores, the producer and consumer loops."""
