@@ -49,10 +49,10 @@ import math
 
 import tkpy as tk
 from tkpy import call, f32
-from tkpy.templates import causal_pairs_order, head_sections_order, shared
+from tkpy.templates import causal_pairs_order, head_sections_order, own_barrier, own_sync, shared
 
 from .attention_config import AttentionConfig
-from .attention_policy import CONSUMER_WARPGROUPS, REGISTERS_3WG, q_rows, whole_clusters
+from .attention_policy import REGISTERS_3WG, q_rows, whole_clusters
 from .tensor_layout import cdiv
 
 LOG2E = 1.4426950408889634
@@ -60,37 +60,8 @@ FLT_MAX = 3.4028234663852886e38
 HEAD_GROUP = 8                      # heads per section of the task order at most (K/V of a section share L2)
 SECTION_BYTES = 16 << 20            # ... and as many as keep the section's K and V within this many bytes
 RESCALE_SLACK = 8.0                 # stale_shift: log2 of how far a kept step's P may exceed 1
-TURN = (2, 3, 7)                    # the named barriers on which warpgroup 0 / 1 / 2 waits for its turn
-OWN = (4, 5, 6)                     # the named barriers of warpgroup 0 / 1 / 2 alone (the template uses 0 and 15;
-                                    # consecutive: the stale-shift vote names warpgroup w's as OWN[0] + w at run time)
-
-
-def _own_sync(groups: int = CONSUMER_WARPGROUPS) -> None:
-    """A barrier among the calling consumer warpgroup's 4 warps (of `groups` consumer warpgroups). A branch per
-    warpgroup with its barrier id an immediate, here and in _turn: ids computed at run time (OWN[0] +
-    tk.warpgroup.id(), as the vote's) hold a register through the task loop, and D128's kernels at the edge of
-    the register file then spill (checked under NVRTC 13.5: split rings causal, last_kv)."""
-    for wg in range(groups):
-        with tk.if_(tk.warpgroup.id() == wg):
-            tk.warpgroup.sync(OWN[wg])
-
-
-def _first_warp(body) -> None:
-    """body(wg) on the first warp of each consumer warpgroup, wg = tk.warpgroup.id()."""
-    with tk.if_(tk.warp_id() % 4 == 0):
-        body(tk.warpgroup.id())
-
-
-def _turn(sync_on_turn: bool, groups: int = CONSUMER_WARPGROUPS) -> None:
-    """The turns go round a ring of `groups` warpgroups: warpgroup w waits for its turn (sync on TURN[w]), or
-    hands the turn to the next, w + 1 mod groups (arrive on its barrier). Each barrier is met by two
-    warpgroups, one syncing and one arriving: 8 warps."""
-    for wg in range(groups):
-        with tk.if_(tk.warpgroup.id() == wg):
-            if sync_on_turn:
-                tk.named_sync(TURN[wg], 8)
-            else:
-                tk.named_arrive(TURN[(wg + 1) % groups], 8)
+TASK_LOADS = {(False, False, False): "start", (True, False, False): "ahead", (True, True, False): "ahead_from_step",
+              (False, False, True): "preload"}    # (q_ahead, next_q_in_step, q_preload) -> the template's task_loads
 
 
 @functools.cache
@@ -109,13 +80,13 @@ def _attention(config: AttentionConfig):
     producer_registers, consumer_registers = REGISTERS_3WG if groups == 3 else (None, None)
     whole_bands = cluster > 1 and whole_clusters(causal, groups, packed, skips, pad_first)   # (tasks)
     rings = dict(late_stages=config.late_stage_count) if split_kv else {}
-    q_buffers = 2 if q_ahead else 1
 
     scheduler = dict(scheduler=tk.templates.SplitK(lambda g: g.splits)) if split_k else {}
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=config.name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers,
-            fast_division=fast_division, **rings, **scheduler)
+            fast_division=fast_division, turns=pingpong, task_loads=TASK_LOADS[q_ahead, next_q_in_step, q_preload],
+            **rings, **scheduler)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
@@ -139,6 +110,7 @@ def _attention(config: AttentionConfig):
             late_inputs = dict(v=shared(dtype, kv, d))
         else:
             inputs = dict(k=shared(dtype, kv, d), v=shared(dtype, kv, d))
+        task_inputs = dict(q=shared(dtype, 64, d))      # each consumer warpgroup's 64 query rows, then its output
 
         def tasks(self, g):
             """(query tiles, batch * heads). Clusters whose padding rows cost little take a head's tiles rounded up
@@ -231,13 +203,6 @@ def _attention(config: AttentionConfig):
                     tk.tma.load_async(inp.v, g.V, (b, hkv, k, 0), arrived)
 
         def setup(self, st):
-            # each consumer's 64 query rows, then its output: tile buffer * groups + wg (q_ahead: 2 buffers)
-            st.q = tk.st(dtype, 64, d, count=groups * q_buffers)
-            st.q_arrived = tk.semaphore(groups * q_buffers)      # each query tile has landed
-            st.tasks_done = tk.var(0, "tasks_done")              # this warpgroup's tasks so far: the phase
-            for buffer in range(q_buffers):
-                _first_warp(lambda wg: tk.init_semaphore(st.q_arrived[buffer * groups + wg], 1))
-            _own_sync(groups)
             if q_registers:
                 st.q_regs = tk.rt(dtype, 16, d)
             st.probs = tk.rt(dtype, 16, kv)                      # P, kept for the next step's P V
@@ -250,55 +215,23 @@ def _attention(config: AttentionConfig):
                 st.step_sum = tk.col_vec(st.out)                 # a step's share of the row sums
             elif overlap:                                        # where each warp stores its row sums, unread:
                 st.anchor = tk.sv(f32, 16, count=4 * groups)     # see compute
-            if pingpong:        # warpgroup 0 takes the first turn: the last hands it over, as after a turn of its own
-                with tk.if_(tk.warpgroup.id() == groups - 1):
-                    tk.named_arrive(TURN[0], 8)
 
-        def load_q(self, st, task, buffer):
-            """Each consumer warpgroup's 64 query rows of `task` into its query tile of `buffer` (zeros past N; a
-            warpgroup of padding rows before row 0 loads rows 0-63, whose results it does not store), by its
-            first warp."""
-            g = st.g
+        def load_task(self, g, task, inp, arrived):
+            """The calling consumer warpgroup's 64 query rows of `task` (zeros past N; a warpgroup of padding rows
+            before row 0 loads rows 0-63, whose results it does not store)."""
             b, h = task.col // g.Q.depth, task.col % g.Q.depth
-            def load(wg):
-                tile = buffer * groups + wg
-                unit = self.unit(g, task, wg)
-                tk.tma.expect(st.q_arrived[tile], st.q[tile])
-                tk.tma.load_async(st.q[tile], g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0),
-                                  st.q_arrived[tile])
-            _first_warp(load)
+            unit = self.unit(g, task, tk.warpgroup.id())
+            tk.tma.expect(arrived, inp)
+            tk.tma.load_async(inp.q, g.Q, (b, h, call("max", 0, unit) if pad_first else unit, 0), arrived)
+
+        if q_preload:   # a task's rows come into registers at the last task's finish (the block's first: its start)
+            def take_task_inputs(self, st, inp):
+                self.q_to_registers(st, inp.q)
 
         def start(self, st, task):
             g = st.g
-            wg = tk.warpgroup.id()
-            if q_preload:       # this task's rows came into registers at the last finish, but for the first task
-                st.q_tile = wg
-                with tk.if_(st.tasks_done == 0):
-                    self.load_q(st, task, 0)
-                    tk.wait(st.q_arrived[wg], 0)
-                    self.q_to_registers(st)
-                    tk.fence_proxy_async()                       # the tile read before TMA writes it again
-                    _own_sync(groups)
-                with tk.if_(st.has_next_task()):                 # the next task's Q lands during this task (the
-                    self.load_q(st, st.next_task(), 0)           # tile is free: finish's O store has read it)
-            elif not q_ahead:
-                self.load_q(st, task, 0)
-                st.q_tile = wg
-                tk.wait(st.q_arrived[wg], st.tasks_done % 2)
-            else:               # this task's Q was loaded during the last (or now, for the block's first task)
-                with tk.if_(st.tasks_done == 0):
-                    self.load_q(st, task, 0)
-                # The next task's into the other buffer: the previous task's O store has read it (finish waits).
-                # (One load at a computed buffer: a branch per warpgroup and buffer cost the MMAs their uniform
-                # registers, RESULTS.md run 49.)
-                if not next_q_in_step:
-                    with tk.if_(st.has_next_task()):
-                        self.load_q(st, st.next_task(), 1 - st.tasks_done % 2)
-                st.q_tile = tk.let(st.tasks_done % 2 * groups + wg, "q_tile")
-                tk.wait(st.q_arrived[st.q_tile], st.tasks_done // 2 % 2)
-            st.tasks_done += 1
             if q_registers and not q_preload:
-                self.q_to_registers(st)
+                self.q_to_registers(st, st.task_inputs.q)
             tk.zero(st.out)
             tk.zero(st.row_sum)
             tk.neg_infty(st.row_max)
@@ -311,8 +244,10 @@ def _attention(config: AttentionConfig):
                     st.diagonal = tk.let(first_row + g.offset, "diagonal")
                     if last_kv:     # the keys below this are those some row of this warpgroup sees
                         st.seen = tk.let(self.seen(g, task), "seen")
-            if skips:
-                st.last_step = tk.let(self.steps_seen(st) - 1, "last_step")
+
+        if skips:
+            def warpgroup_steps(self, st):
+                return self.steps_seen(st)
 
         def warpgroup_row(self, g, task):
             """This warpgroup's first query row of the task (negative for padding before row 0, see first_unit)."""
@@ -360,24 +295,17 @@ def _attention(config: AttentionConfig):
                               floor=-FLT_MAX if causal else None)    # (causal: rows that saw only masked keys)
 
         def softmax_on_stale_shift(self, st, k, scores, redo_s):
-            """S -> P = exp2(S * scale_log2 - shift) in place, masked, on the running shift (stale_shift: no row
-            max, so the exponentials start as S arrives, and O keeps its scale), the row sums updated; but where
-            some row's sum of this step's P passes 2^RESCALE_SLACK, the warpgroup (a vote) redoes S (redo_s: S =
-            Q K^T again, every MMA of the warpgroup then done) and the softmax with the max, and rescales O.
-            Per score: one FFMA and MUFU.EX2 (P), FADD (sum)."""
-            g = st.g
-            self.mask(st, k, scores)
-            tk.map(scores, lambda s, m: tk.exp2(s * g.scale_log2 - m), scores, st.shift)
-            tk.mark("softmax: exponentials")
-            tk.row_sum(st.step_sum, scores)
-            grew = tk.warpgroup.any_greater(st.step_sum, 2.0 ** RESCALE_SLACK, OWN[0] + tk.warpgroup.id(), name="grew")
-            with tk.if_(grew):                                  # (rare: a row max grew by ~RESCALE_SLACK)
+            """S -> P in place, masked, on the running shift (tk.online_softmax_stale: no row max, so the
+            exponentials start as S arrives, and O keeps its scale); where the warpgroup's vote says a row's P grew
+            past 2^RESCALE_SLACK, S again (redo_s: S = Q K^T, every MMA of the warpgroup then done), masked, and
+            the softmax with the max, O rescaled."""
+            def redo():
                 redo_s()
-                self.softmax(st, k, scores)
-                tk.mul_row(st.out, st.out, st.factor)
-            with tk.else_():
-                tk.add(st.row_sum, st.row_sum, st.step_sum)
-            tk.mark("softmax: row sums")
+                self.mask(st, k, scores)
+            self.mask(st, k, scores)
+            tk.online_softmax_stale(scores, st.row_max, st.shift, st.factor, st.row_sum, st.step_sum,
+                                    st.g.scale_log2, redo=redo, rescale=(st.out,), vote_barrier=own_barrier(),
+                                    slack=RESCALE_SLACK, floor=-FLT_MAX if causal else None)
 
         def tiles(self, st, width):
             """This warp's 16 rows of S for a step on `width` key rows (P's exponentials in place), a tile of the
@@ -395,24 +323,20 @@ def _attention(config: AttentionConfig):
             key_tile = st.task.k0 + k if split_k else k
             left_out = key_tile * kv + last_kv                  # the first key the narrow step leaves out
             if causal and not packed:
-                return (k == self.last_step(st)) & ((left_out >= st.g.K.rows) | (st.seen <= left_out))
+                return (k == st.last_step) & ((left_out >= st.g.K.rows) | (st.seen <= left_out))
             return left_out >= st.g.K.rows
-
-        def last_step(self, st):
-            """This warpgroup's last step of the task (see start: causal warpgroups may end before the task)."""
-            return st.last_step if skips else st.iters - 1
 
         @staticmethod
         def rows_of(tile, width):
             """A key/value tile's first `width` rows (the whole tile at kv)."""
             return tile if width == kv else tile.subtile(width, d)
 
-        def q_to_registers(self, st):
-            tk.load(st.q_regs, st.q[st.q_tile].subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
+        def q_to_registers(self, st, q):
+            tk.load(st.q_regs, q.subtile(16, d, (tk.warp_id() % 4, 0)))    # this warp's 16 rows
 
         def q_operand(self, st):
             """A of S = Q K^T: this warp's query rows in registers, or the warpgroup's query tile."""
-            return st.q_regs if q_registers else st.q[st.q_tile]
+            return st.q_regs if q_registers else st.task_inputs.q
 
         def redo_s(self, st, scores, k_rows):
             """S = Q K^T again (stale_shift's redone step), and every MMA of the warpgroup done."""
@@ -432,25 +356,12 @@ def _attention(config: AttentionConfig):
             with tk.else_():
                 step(kv)
 
-        def unless_skipped(self, st, k, step):
-            """step(), or with skips, only on the warpgroup's steps up to its last; past it the warpgroup only
-            takes and hands on its turn (the template waits for and releases the stages)."""
-            if not skips:
-                return step()
-            with tk.if_(k <= st.last_step):
-                step()
-            with tk.else_():
-                if pingpong:
-                    _turn(sync_on_turn=True, groups=groups)
-                    _turn(sync_on_turn=False, groups=groups)
-
         if overlap:
             def compute(self, st, inp, k, prev):
-                self.unless_skipped(st, k, lambda: self.by_width(
-                    st, k, lambda width: self.step(st, inp, k, prev, width)))
+                self.by_width(st, k, lambda width: self.step(st, inp, k, prev, width))
         else:
             def compute(self, st, inp, k):
-                self.unless_skipped(st, k, lambda: self.by_width(st, k, lambda width: self.step(st, inp, k, width)))
+                self.by_width(st, k, lambda width: self.step(st, inp, k, width))
 
         if overlap:
             def step(self, st, inp, k, prev, width=kv):
@@ -461,7 +372,7 @@ def _attention(config: AttentionConfig):
                 accumulator. `width`: K_k's rows in use (kv, or last_kv on a narrow step, a task's last)."""
                 (scores, probs), k_rows = self.tiles(st, width), self.rows_of(inp.k, width)
                 if pingpong:
-                    _turn(sync_on_turn=True, groups=groups)
+                    st.turns.take()
                 with tk.if_(k > 0):
                     tk.mark("turn taken")                       # (timeline marks: no code unless TKPY_TIMELINE=1)
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
@@ -469,7 +380,7 @@ def _attention(config: AttentionConfig):
                     tk.warpgroup.mma_AB(st.out, st.probs, prev.v)
                     tk.mark("P V issued")
                     if pingpong:
-                        _turn(sync_on_turn=False, groups=groups)
+                        st.turns.hand_on()
                     tk.warpgroup.mma_async_wait(1)          # S_k; O += P_{k-1} V_{k-1} still running
                     tk.mark("S arrived")
                     if stale_shift:     # (the vote's barrier keeps the P V wait below the exponentials)
@@ -487,10 +398,9 @@ def _attention(config: AttentionConfig):
                 with tk.else_():
                     tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                     if pingpong:
-                        _turn(sync_on_turn=False, groups=groups)
-                    if next_q_in_step:                          # the next task's Q into the other buffer (start
-                        with tk.if_(st.has_next_task()):        # counted this task already)
-                            self.load_q(st, st.next_task(), st.tasks_done % 2)
+                        st.turns.hand_on()
+                    if next_q_in_step:                          # the next task's Q, behind this S
+                        st.load_next_task_inputs()
                     tk.warpgroup.mma_async_wait()
                     tk.mark("S arrived (no P V running)")
                     self.softmax(st, k, scores)          # (no rescale: O is still zero)
@@ -502,20 +412,20 @@ def _attention(config: AttentionConfig):
                 # does not fit D128's registers (RESULTS.md run 111).
                 tk.copy(probs, scores)
                 tk.mark("O rescaled, P converted")
-                with tk.if_(k == self.last_step(st)) if width == kv else contextlib.nullcontext():
+                with tk.if_(k == st.last_step) if width == kv else contextlib.nullcontext():
                     tk.warpgroup.mma_AB(st.out, probs, self.rows_of(inp.late.v if split_kv else inp.v, width))
                     if split_kv:                # V_k from its late stage; with nothing left in flight, the
                         tk.warpgroup.mma_async_wait()                               # template releases K_k at once
         else:
             def step(self, st, inp, k, width=kv):
                 if pingpong:
-                    _turn(sync_on_turn=True, groups=groups)
+                    st.turns.take()
                 scores, probs = self.tiles(st, width)
                 k_rows = self.rows_of(inp.k, width)
                 tk.warpgroup.mm_ABt(scores, self.q_operand(st), k_rows)
                 tk.warpgroup.mma_async_wait()                    # S, and the previous step's O += P V
                 if pingpong:                                    # the other's S runs during this softmax
-                    _turn(sync_on_turn=False, groups=groups)
+                    st.turns.hand_on()
                 if stale_shift:                                  # (the first step sets the shift)
                     with tk.if_(k > 0):
                         self.softmax_on_stale_shift(st, k, scores, lambda: self.redo_s(st, scores, k_rows))
@@ -538,34 +448,29 @@ def _attention(config: AttentionConfig):
                 tk.map(st.factor, lambda total: 1.0 / total, st.row_sum)
             tk.mul_row(st.out, st.out, st.factor)
             tk.mark("finish: O normalized")
-            if q_preload:       # the next task's Q out of the tile (every S of this task is done) before O goes in
-                with tk.if_(st.has_next_task()):
-                    tk.wait(st.q_arrived[st.q_tile], st.tasks_done % 2)
-                    self.q_to_registers(st)
-                tk.mark("finish: next Q in registers")
             if split_k:         # O (fp32) straight from the registers into split s's rows of the workspace
                 b = task.split * g.Q.batch + b
                 with tk.if_(unit >= 0) if pad_first else contextlib.nullcontext():
                     tk.warpgroup.store(g.O, st.out, (b, h, unit, 0), masked=True)
                 tk.fence_proxy_async()          # every warp's reads of the query tile before TMA writes it again
-                _own_sync(groups)
+                own_sync(groups)
                 self.store_lse(g, st, b, h, unit)
                 return
-            tk.warpgroup.store(st.q[st.q_tile], st.out)          # O through the query tile's shared memory:
+            tk.warpgroup.store(st.task_inputs.q, st.out)         # O through the query tile's shared memory:
             tk.fence_proxy_async()                               # every MMA reading Q is done; TMA reads it
             tk.mark("finish: O in shared")
-            _own_sync(groups)                                    # through the async proxy
+            own_sync(groups)                                     # through the async proxy
             tk.mark("finish: O complete in shared")
             stores = tk.warp_id() % 4 == 0                       # rows past N are clipped (padding before row 0:
             if pad_first:                                        # nothing to store)
                 stores = stores & (unit >= 0)
             with tk.if_(stores):
-                tk.tma.store_async(g.O, st.q[st.q_tile], (b, h, unit, 0))
+                tk.tma.store_async(g.O, st.task_inputs.q, (b, h, unit, 0))
                 tk.tma.store_commit_group()
                 tk.tma.store_async_wait(read_only=True)         # a later task's Q may land there
             tk.mark("finish: O store read")
             if q_preload:       # no warp writes the tile again (the next O) before the store has read it: without the
-                _own_sync(groups)   # wait for a Q at the next start, a task of no steps got there first
+                own_sync(groups)    # wait for a Q at the next start, a task of no steps got there first
                 tk.mark("finish: tile free")
             if lse:
                 self.store_lse(g, st, b, h, unit)
@@ -578,12 +483,5 @@ def _attention(config: AttentionConfig):
             real = (unit >= 0) if pad_first else (unit * 64 < g.Q.rows) if interleaved else None
             with tk.if_(real) if real is not None else contextlib.nullcontext():   # (L has lse_rows(N) rows)
                 tk.store(g.L, st.row_sum, (b, h, unit * 4 + tk.warp_id() % 4))
-
-        def done(self, st):
-            """The turns go round the ring across tasks (a task of no steps takes none); warpgroup 0 takes back
-            the last warpgroup's final hand-off."""
-            if pingpong:
-                with tk.if_(tk.warpgroup.id() == 0):
-                    tk.named_sync(TURN[0], 8)
 
     return Attention

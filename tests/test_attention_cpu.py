@@ -1058,8 +1058,9 @@ def test_split_kv_options():
     template = kernel_of(128, att_config.DTYPES[BF16], split_kv=True)
     assert (template.stages, template.late_stages) == policy.CONFIGS_SPLIT[128][1:]
     with pytest.raises(tk.TraceError, match=r"stages=3 x 44 KB of inputs \(k: 176x128 bf16\) \+ late_stages=3 x 44 KB "
-                                            r"of late_inputs \(v: 176x128 bf16\) .*; at most 2 stages fit \(with "
-                                            r"late_stages=3\), or at most 2 late_stages fit \(with stages=3\)"):
+                                            r"of late_inputs \(v: 176x128 bf16\) \+ task input tiles=2 x 16 KB of "
+                                            r"task_inputs \(q: 64x128 bf16\) .*; only one stage fits \(with "
+                                            r"late_stages=3\), or only one late_stage fits \(with stages=3\)"):
         kernel_of(128, att_config.DTYPES[BF16], split_kv=True, stages=3, late_stages=3)
 
 

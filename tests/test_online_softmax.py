@@ -1,15 +1,18 @@
 """tk.online_softmax (tkpy/ops/softmax.py): steps over a row's key tiles give softmax's P once rescaled, as
 attention accumulates it, in the interpreter (the attention kernels' tests run it on the GPU); a row whose first
-tile is all masked needs the floor."""
+tile is all masked needs the floor. tk.online_softmax_stale: the same results, the step redone exactly where some
+row's P grew past 2^slack (a warpgroup's vote)."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
 
 import tkpy as tk
-from tkpy import f32
+from tkpy import f32, i32
+from tkpy.templates import own_barrier
 
 FLT_MAX = 3.4028234663852886e38
 LOG2E = 1.4426950408889634
@@ -59,3 +62,53 @@ def test_a_masked_first_tile_without_the_floor_is_nan():
     y, lse = torch.empty(16, 32), torch.empty(1, 16)
     steps_kernel(None).interpret[(1,)](x, y, lse, LOG2E)
     assert torch.isnan(y[0]).all() and not torch.isnan(y[1:]).any()
+
+
+@functools.cache
+def stale_kernel():
+    @tk.kernel(warps=4, name="online_softmax_stale")
+    def k(x: tk.gl[f32, 64, 96], y: tk.gl[f32, 64, 32], lse: tk.gl[f32, 1, 64], redos: tk.gl[i32, 1, 4],
+          scale_log2: float):
+        """Three steps of 32 keys for a warpgroup's 64 rows (16 a warp): the first max-first, the others on the
+        stale shift; each redo counted once per warp."""
+        scores, o = tk.rt(f32, 16, 32), tk.rt(f32, 16, 32)
+        row_max, shift, factor, row_sum, step_sum = (tk.col_vec(o) for _ in range(5))
+        tk.neg_infty(row_max)
+        tk.neg_infty(shift)
+        tk.zero(row_sum)
+        tk.zero(o)
+        for step in range(3):
+            tk.load(scores, x, (tk.warp_id(), step))
+            if step == 0:
+                tk.online_softmax(scores, row_max, shift, factor, row_sum, scale_log2)
+            else:
+                def redo(step=step):
+                    tk.load(scores, x, (tk.warp_id(), step))
+                    tk.atomic_add(redos, (0, 0), 1)
+                tk.online_softmax_stale(scores, row_max, shift, factor, row_sum, step_sum, scale_log2, redo=redo,
+                                        rescale=(o,), vote_barrier=own_barrier(), slack=8.0)
+            tk.add(o, o, scores)
+        tk.div_row(o, o, row_sum)
+        tk.store(y, o, (tk.warp_id(), 0))
+        tk.map(row_sum, lambda s, m: tk.log2(s) + m, row_sum, shift)
+        tk.store(lse, row_sum, (0, tk.warp_id()))
+    return k
+
+
+@pytest.mark.parametrize("grows", [False, True])
+def test_stale_steps_give_softmax_and_redo_only_where_p_grew(grows):
+    """Random scores: no step redone, every step's P within 2^8. A row whose max jumps by 400 (P = 2^577 on the
+    stale shift: inf in fp32) at the second step: that step redone once (by each of the 4 warps), the results exact."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(64, 96, generator=gen)
+    if grows:
+        x[37, 40] = 400.0
+    scale = 1.0
+    y, lse = torch.full((64, 32), math.nan), torch.full((1, 64), math.nan)
+    redos = torch.zeros(1, 4, dtype=torch.int32)
+    stale_kernel().interpret[(1,)](x, y, lse, redos, scale * LOG2E)
+    assert redos[0, 0].item() == (4 if grows else 0)
+    p = torch.softmax(x.double() * scale, dim=1)
+    torch.testing.assert_close(y.double(), p[:, :32] + p[:, 32:64] + p[:, 64:], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse[0].double(), torch.logsumexp(x.double() * scale, dim=1) * LOG2E,
+                               rtol=1e-5, atol=1e-5)

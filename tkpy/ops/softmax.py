@@ -3,15 +3,20 @@
 Rows are queries, columns keys. Over the steps, `row_max` is the running max of each row's raw scores and `row_sum`
 the running sum of its exponentials, kept in the scale of the latest max; what else the caller accumulates (O in
 attention) it rescales by `factor` each step (tk.mul_row). After the last step, P's rows sum to `row_sum`.
+
+`online_softmax_stale` is FlashAttention-3-style's cheaper step: P on the running shift as the scores arrive (no row
+max, no rescale), redone with the max only where some row's P grew too large.
 """
 from __future__ import annotations
 
-from .elementwise import copy, exp2, max as tile_max, mul
+from ..frontend.control import else_, if_
+from .elementwise import add, copy, exp2, max as tile_max, mul
 from .maps import map as tile_map
-from .reduce import row_max, row_sum
+from .reduce import mul_row, row_max, row_sum
 from .sync import mark
+from .warpgroup import warpgroup
 
-__all__ = ["online_softmax"]
+__all__ = ["online_softmax", "online_softmax_stale"]
 
 
 def online_softmax(scores, row_max_, shift, factor, row_sum_, scale_log2, *, floor=None) -> None:
@@ -42,3 +47,32 @@ def online_softmax(scores, row_max_, shift, factor, row_sum_, scale_log2, *, flo
     tile_map(factor, lambda prev, m: exp2(prev - m), factor, shift)
     mul(row_sum_, row_sum_, factor)
     row_sum(row_sum_, scores, row_sum_)
+
+
+def online_softmax_stale(scores, row_max_, shift, factor, row_sum_, step_sum, scale_log2, *, redo, rescale=(),
+                         vote_barrier, slack: float = 8.0, floor=None) -> None:
+    """One step of the online softmax on the stale shift, in place, for a warpgroup (every warp of it calls it):
+
+        scores   <- exp2(scores * scale_log2 - shift)   (P, on the shift of the steps before: no row max)
+        step_sum <- each row's sum of P
+
+    and then, where some row's step_sum in the warpgroup passes 2^slack (a vote, tk.warpgroup.any_greater on
+    named barrier `vote_barrier`, e.g. tkpy.templates.own_barrier()), the step is redone: redo() puts the raw
+    scores back into `scores` (e.g. S = Q K^T again and its mask, every MMA waited for), online_softmax runs on
+    them (with `floor`) and each tile of `rescale` (what was accumulated under the old shift, e.g. O) is multiplied
+    by `factor`; otherwise row_sum += step_sum and nothing accumulated changes scale. So a kept step's P is at most
+    2^slack (within bf16's and fp16's range) and `shift` is always the one P used: the results are the max-first
+    softmax's. The first step of a row must be online_softmax's (the shift starts at -inf). Per score: one FFMA and
+    one MUFU.EX2, an add; per step a warpgroup barrier."""
+    tile_map(scores, lambda s, m: exp2(s * scale_log2 - m), scores, shift)
+    mark("softmax: exponentials")
+    row_sum(step_sum, scores)
+    grew = warpgroup.any_greater(step_sum, 2.0 ** slack, vote_barrier, name="grew")
+    with if_(grew):                                   # (rare: a row max grew by about `slack`)
+        redo()
+        online_softmax(scores, row_max_, shift, factor, row_sum_, scale_log2, floor=floor)
+        for tile in rescale:
+            mul_row(tile, tile, factor)
+    with else_():
+        add(row_sum_, row_sum_, step_sum)
+    mark("softmax: row sums")

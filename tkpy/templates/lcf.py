@@ -23,6 +23,11 @@ global tensors:
     compute(st, inp, k)         (consumers) use the k-th inputs, or
     compute(st, inp, k, prev)   also the (k-1)-th inputs `prev` (for k > 0 only: guard their use with
                                 tk.if_(k > 0)); they stay unreleased until this step's compute returns
+    warpgroup_steps(st)         (optional, consumers) how many of the task's first steps the calling consumer
+                                warpgroup computes (e.g. causal attention: none past its rows' diagonal, none for
+                                rows of padding); the template only waits for and releases the others' stages (and
+                                passes on the turn, with turns). Set in start, after the class's start, as
+                                `st.last_step` (the warpgroup's last step; st.iters - 1 without the method)
     done(st)                    (optional, consumers) after a consumer's last task, e.g. to close a protocol
                                 the consumers keep across tasks
     finish(g, st, task)         (consumers) write the task's result, or
@@ -67,8 +72,15 @@ LCSF and a finish block (over the first ring) work as without. late_stages: 2..8
 of steps k-1 and k), default `stages`; both rings must fit in shared memory (a TraceError says how many stages
 of either would fit with the other's as given).
 
+Per-task inputs (`task_inputs`, `load_task`, the `task_loads` parameter): tiles each consumer warpgroup loads once
+per task, e.g. attention's query rows; see task_inputs.py.
+
 Parameters (decorator arguments), checked when the class is decorated:
     consumer_warpgroups   1..3 (default 2)
+    turns                 the consumer warpgroups (2 or 3) take turns at the tensor cores (warpgroups.py): compute
+                          brackets what it issues with `with st.turn():`; the template hands out the first turn after
+                          setup, takes back the last after the last task, and passes it on for skipped steps
+    task_loads            when the task inputs load: "start" (default), "ahead", "ahead_from_step" or "preload"
     stages                1..8 input stages (default 4); they must fit in shared memory (a TraceError
                           says how many would). With one stage each step waits for its MMAs before the
                           stage is released; with more, a step's MMAs stay in flight while the previous
@@ -119,6 +131,8 @@ from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, 
                      global_annotations, globals_namespace, multiprocessors, positional_parameters, register_split,
                      runs_on_gpu, shared)
 from .schedule import Grouped, SplitK, grouped_order
+from .task_inputs import TaskInputs
+from .warpgroups import Turns
 
 __all__ = ["LCF", "Task", "lcf", "shared", "grouped_order", "consumer_registers_for", "PRODUCER_REGISTERS"]
 CLUSTER_ALONG = ("rows", "cols")   # what the blocks of a cluster take consecutive tiles of
@@ -137,7 +151,8 @@ class LCF:
                  producer_warps: int = 4,
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
                  scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-                 fast_division: bool = False, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
+                 fast_division: bool = False, turns: bool = False, task_loads: str = "start",
+                 definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
                 raise TypeError(f"an {self.kind} class needs a `{method}` method; {cls.__name__} has none")
@@ -157,8 +172,13 @@ class LCF:
                              f"got {producer_warps!r}")
         if scheduler is not None and not isinstance(scheduler, Grouped):
             raise TypeError(f"scheduler must be a tkpy.templates.schedule scheduler (Grouped, SplitK), got {scheduler!r}")
+        if turns and consumer_warpgroups < 2:
+            raise ValueError("turns go round 2 or 3 consumer warpgroups; with one there is nothing to take turns with")
         self.user = cls()
         self.consumers = consumer_warpgroups
+        self.turns = turns
+        self.task_inputs = TaskInputs(cls, self.user, consumer_warpgroups, task_loads)
+        self.skips = callable(getattr(cls, "warpgroup_steps", None))
         self.stages = stages
         self.persistent = persistent
         self.cluster = cluster
@@ -232,7 +252,8 @@ class LCF:
     def _rings(self) -> list:
         """The rings of shared buffers, in declaration order: (what, specs, stages, parameter name)."""
         late = [("late_inputs", self.late_inputs, self.late_stages, "late_stages")] if self.late_inputs else []
-        return [("inputs", self.inputs, self.stages, "stages")] + late
+        task = [self.task_inputs.ring()] if self.task_inputs else []
+        return [("inputs", self.inputs, self.stages, "stages")] + late + task
 
     def _semaphores(self) -> int:
         return 2 * self.stages + 2 * self.late_stages + bool(self.finish_block)
@@ -394,7 +415,20 @@ class Pipeline:
     def other_producer_warps(self) -> None:
         """Work for the producer warpgroup's other warps (LCSF: the storer)."""
 
+    def compute(self, st, k, inp, *prev) -> None:
+        """The class's compute of step k, on the warpgroup's steps up to its last (warpgroup_steps); past it the
+        warpgroup only passes on its turn."""
+        if not self.t.skips:
+            return self.user.compute(st, inp, k, *prev)
+        with if_(k <= st.last_step):
+            self.user.compute(st, inp, k, *prev)
+        with else_():
+            if self.t.turns:
+                st.turns.skip()
+
     def finish(self, st, task, index) -> None:
+        if self.t.task_inputs:
+            self.t.task_inputs.before_finish(st)
         if not self.t.finish_block:
             self.user.finish(self.g, st, task)
             return
@@ -539,7 +573,13 @@ class Pipeline:
         t, user, stages = self.t, self.user, self.t.stages
         st = Namespace()
         st.g = self.g                  # the kernel's parameters, for compute() and friends
+        if t.task_inputs:
+            t.task_inputs.declare(st)
         user.setup(st)
+        if t.turns:
+            st.turns = Turns(t.consumers)
+            st.turn = st.turns.turn
+            st.turns.begin()
         ring = var(0, "ring") if self.per_task else None
         for index in tk_range(self.first, self.groups, self.step):
             task = self.task_at(index)
@@ -549,8 +589,11 @@ class Pipeline:
             st.next_task = lambda following=index + self.step: self.task_at(following)
             st.has_next_task = lambda following=index + self.step: following < self.groups
             tk.mark("task start")        # (timeline marks: tkpy/runtime/timeline.py; no code otherwise)
+            if t.task_inputs:
+                t.task_inputs.begin_task(st, task)
             if hasattr(user, "start"):
                 user.start(st, task)
+            st.last_step = let(user.warpgroup_steps(st) - 1, "last_step") if t.skips else n - 1
             if t.late_inputs:
                 self.late_steps(st, n, base)
                 self.skip_steps(n, most, base)
@@ -567,9 +610,9 @@ class Pipeline:
                 body = current().blocks[-1]
                 before = len(body)
                 if t.uses_previous:        # released below, once this step's MMAs are done with it
-                    user.compute(st, self.stage(s), k, self.stage(let((it + stages - 1) % stages, "previous")))
+                    self.compute(st, k, self.stage(s), self.stage(let((it + stages - 1) % stages, "previous")))
                 else:
-                    user.compute(st, self.stage(s), k)
+                    self.compute(st, k, self.stage(s))
                 tk.mark("step: computed")
                 # The commit groups step k surely makes: its MMAs outside runtime branches and loops (a
                 # lower bound, so the wait below may wait longer than needed, never too little).
@@ -600,6 +643,8 @@ class Pipeline:
                 ring += most
             tk.mark("task finish")
             self.finish(st, task, index)
+        if t.turns:
+            st.turns.end()
         if hasattr(user, "done"):
             user.done(st)
 
@@ -620,7 +665,7 @@ class Pipeline:
             prev = self.late_view(it + 2 * t.late_stages - 1, "late_previous")    # it - 1 (for k > 0)
             body = current().blocks[-1]
             before = len(body)
-            user.compute(st, EarlyStage(self.arrays, t.inputs, s, own), k, prev)
+            self.compute(st, k, EarlyStage(self.arrays, t.inputs, s, own), prev)
             tk.mark("step: computed")
             groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
             in_flight = bool(current().pending_wgmma)
@@ -697,11 +742,12 @@ def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages:
         persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
         scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-        fast_division: bool = False):
+        fast_division: bool = False, turns: bool = False, task_loads: str = "start"):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
-                   scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm, fast_division=fast_division)
+                   scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm, fast_division=fast_division,
+                   turns=turns, task_loads=task_loads)
     return decorator(LCF, sys._getframe(1), cls, options)
