@@ -50,8 +50,9 @@ def cases(quick: bool = False) -> list[dict]:
 
 def tile_width(m: int, n: int, a) -> int:
     """The tile width matmul runs for this shape by default (unsplit: it splits K only when asked)."""
-    from tkpy.kernels import gemm
-    return gemm._block_n(m, n, a)
+    from tkpy.kernels.gemm_policy import block_n_for
+    from tkpy.templates import multiprocessors
+    return block_n_for(m, n, multiprocessors(a))
 
 
 def measure(case: dict) -> dict:

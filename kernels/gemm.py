@@ -14,17 +14,15 @@ one (the nn.Linear weight layout; the kernel then multiplies by B^T tiles), writ
 and fuses `act(scale * A @ B + bias)`. Any M, N, K: TMA zero-fills the parts of boxes past the
 tensors, so K tails add zeros and edge tiles compute on zeros, and TMA stores clip what lies past
 C's last row or column. One kernel per (dtype, out dtype, B layout, epilogue, BN) is generated and
-cached (`matmul_template`). The tile width follows the SMs (`_block_n`): e.g. 1024 x 1024 x 1024 has 32
+cached (`matmul_template`). The tile width follows the SMs (`gemm_policy.block_n_for`): e.g. 1024 x 1024 x 1024 has 32
 tiles of 128 x 256 for an H200's 132 SMs but 128 of 128 x 64, so it runs in 64-wide tiles.
 
 `matmul(..., split_k=S)` splits each tile's K steps over S tasks whose fp32 partial sums a second kernel
 adds up before the epilogue (kernels/gemm_splitk.py; deterministic by default); matmul does not split by
 itself.
 
-Variants that measured slower on the H200 left the code (benchmarks/RESULTS.md keeps them): the epilogue's
-masked stores straight from the registers (the LCF template; runs 19 and 63), clusters of two column-adjacent
-blocks sharing A by multicast (slower at every shape but one, run 27), clusters of two row-adjacent blocks
-multicasting halves of B (run 14), and split-K chosen by a cost model (every split slower than none, run 19).
+Which tile width, stages and split for a shape is kernels/gemm_policy.py's choice (its tables carry their evidence;
+SLOWER_VARIANTS names the variants that measured slower and left the code).
 """
 from __future__ import annotations
 
@@ -34,32 +32,24 @@ import torch
 
 import tkpy as tk
 from .gemm_epilogue import ACTIVATIONS, apply_epilogue, load_bias
+from .gemm_policy import BM, OUTPUT_STAGES, SPLIT_BLOCK_N, STAGES, WIDTHS, block_n_for
 from .gemm_splitk import SplitPlan, reduce_kernel
 from .op_support import check_device, refuse_overlap
 from .tensor_layout import ALIGN, cdiv, padded_copy, padded_like, tma_layout
 from tkpy import bf16, f32, fp16
 from tkpy.templates import multiprocessors, shared
 
-BM, BN, BK = 128, 256, 64
+BK = 64                             # K per step
 
 DTYPES = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
 
-
-WIDTHS = (256, 128, 64)             # the tile widths BN, widest first
-# TFLOP/s of each width with every SM busy (4096^3 bf16 on the H200, benchmarks/RESULTS.md run 21): the
-# per-tile cost model of _block_n.
-TILE_RATE = {256: 662, 128: 579, 64: 475}
-# Input stages per tile width, as many as fit beside the 32 KB of two output stages in the 227 KB of shared
-# memory (a stage holds A's 128 x 64 slice, 16 KB, and B's 64 x BN one): 4 x 48 KB, 6 x 32 KB, 8 x 24 KB
-# (8 is also the template's most).
-STAGES = {256: 4, 128: 6, 64: 8}
 SPLITS = (None, "ordered", "atomic")
 
 
 @functools.cache
 def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None, scale: bool = False,
-                    activation: str | None = None, bn: int = BN, split: str | None = None,
-                    stages: int | None = None, output_stages: int = 2):
+                    activation: str | None = None, bn: int = WIDTHS[0], split: str | None = None,
+                    stages: int | None = None, output_stages: int = OUTPUT_STAGES):
     """The GEMM kernel for one combination: `dtype` of A and B (bf16/fp16), `out` dtype of C, B given as
     (N, K) tiles when `b_transposed`, the `bias` vector's dtype (None: no bias), a runtime `scale`, an
     `activation` from ACTIVATIONS, the tile width `bn` (one of WIDTHS: 256, 128 or 64), and
@@ -82,10 +72,10 @@ def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None,
         raise ValueError("a split-K kernel writes fp32 partial sums through TMA; the epilogue comes after the reduction")
     stages = stages or STAGES[bn]
     plain = (dtype, out, b_transposed, bias, scale, activation, bn, split, stages, output_stages) == \
-        (bf16, bf16, False, None, False, None, BN, None, STAGES[BN], 2)
+        (bf16, bf16, False, None, False, None, WIDTHS[0], None, STAGES[WIDTHS[0]], OUTPUT_STAGES)
     tags = [dtype.name, out.name, "nt" if b_transposed else "nn", bias is not None and f"bias_{bias.name}",
             scale and "scale", activation, f"n{bn}", split and f"splitk_{split}",
-            stages != STAGES[bn] and f"{stages}stages", output_stages != 2 and f"{output_stages}out"]
+            stages != STAGES[bn] and f"{stages}stages", output_stages != OUTPUT_STAGES and f"{output_stages}out"]
     name = "matmul" if plain else "matmul_" + "_".join(t for t in tags if t)
     # Columns of C per output piece: one 128-byte swizzle panel (64 of bf16/fp16, 32 of fp32), or the whole
     # tile if narrower; a 64-wide tile is one piece in bf16/fp16, two in fp32.
@@ -263,17 +253,17 @@ class _Call:
 
 def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, block_n, split_k, deterministic):
     """How to run one shape and combination: a callable (a, b, c, extras) launching the kernel(s): the product in
-    tiles of _block_n's width (or block_n's); with split_k > 1 (256-wide tiles unless block_n says otherwise) the
-    split product into a workspace and the reduction that applies the epilogue (kernels/gemm_splitk.py)."""
+    tiles of block_n_for's width (or block_n's); with split_k > 1 (SPLIT_BLOCK_N-wide tiles unless block_n says
+    otherwise) the split product into a workspace and the reduction that applies the epilogue (kernels/gemm_splitk.py)."""
     (m, _), n = a.shape, c.shape[1]
     dtype, out, bias_dtype = DTYPES[a.dtype], DTYPES[out_dtype], None if bias is None else DTYPES[bias.dtype]
     if split_k is not None and split_k > 1:
-        template = matmul_template(dtype, f32, b_transposed, None, False, None, block_n or BN,
+        template = matmul_template(dtype, f32, b_transposed, None, False, None, block_n or SPLIT_BLOCK_N,
                                    split="ordered" if deterministic else "atomic")
         reduce = reduce_kernel(split_k if deterministic else 1, out, bias_dtype, scale is not None, activation)
         return SplitPlan(template, reduce, split_k, deterministic, m, n)
     template = matmul_template(dtype, out, b_transposed, bias_dtype, scale is not None, activation,
-                               block_n or _block_n(m, n, a))
+                               block_n or block_n_for(m, n, multiprocessors(a)))
     return _direct(template, (a, b, c) + extras)
 
 
@@ -300,19 +290,6 @@ def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:
     if activation == "relu":
         return torch.relu(acc)
     return acc
-
-
-def _block_n(m: int, n: int, a: torch.Tensor) -> int:
-    """The tile width with the least modelled time: waves of tasks over the SMs, times one tile's work
-    (proportional to its width) over the rate a full machine of such tiles sustains (TILE_RATE). Narrow
-    tiles fill the SMs when there are few tasks, wide ones do more per byte. E.g. on 132 SMs: 1024^3
-    -> 64 (64 tiles of 128 x 64 in one wave, against 16 of 256 columns); 1024 x 3072 -> 256 (96 tiles in
-    one wave beat 384 narrow ones in three); 4096^3 -> 256."""
-    sms = multiprocessors(a)
-
-    def time(bn):
-        return cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn]
-    return min(WIDTHS, key=lambda bn: (time(bn), -bn))
 
 
 def _aligned(v: torch.Tensor) -> torch.Tensor:

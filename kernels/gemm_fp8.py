@@ -27,17 +27,11 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16
 from tkpy.templates import multiprocessors, shared
 
+from .gemm_policy import BM, FP8_STAGES, FP8_WIDTHS, OUTPUT_STAGES, block_n_for
 from .op_support import check_device, refuse_overlap
 from .tensor_layout import cdiv
 
-BM, BK = 128, 128
-WIDTHS = (256, 128)
-# Input stages per tile width, as many as fit beside the 32 KB of two output stages in 227 KB of shared
-# memory: a stage holds A's 128 x 128 slice (16 KB) and B's BN x 128 one (32 or 16 KB).
-STAGES = {256: 4, 128: 6}
-# Relative throughput of a full machine of each tile width: not measured for fp8 yet; the bf16 GEMM's
-# ratio (kernels/gemm.py TILE_RATE) stands in.
-TILE_RATE = {256: 662, 128: 579}
+BK = 128                            # K per step
 FP8 = {torch.float8_e4m3fn: tk.fp8e4m3, torch.float8_e5m2: tk.fp8e5m2}
 OUT = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
 
@@ -45,16 +39,16 @@ OUT = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
 @functools.cache
 def fp8_matmul_template(a_dtype=tk.fp8e4m3, b_dtype=tk.fp8e4m3, out=bf16, bn: int = 256, stages: int | None = None):
     """The kernel for one combination: fp8 kinds of A and B (any of e4m3 / e5m2 each), the output dtype,
-    the tile width (256 or 128) and the number of input stages (default STAGES[bn])."""
-    if bn not in WIDTHS:
-        raise ValueError(f"bn must be one of {WIDTHS}, got {bn!r}")
-    stages = stages or STAGES[bn]
+    the tile width (256 or 128) and the number of input stages (default FP8_STAGES[bn])."""
+    if bn not in FP8_WIDTHS:
+        raise ValueError(f"bn must be one of {FP8_WIDTHS}, got {bn!r}")
+    stages = stages or FP8_STAGES[bn]
     piece_cols = min(128 // out.nbytes, bn)       # an output piece is one 128-byte swizzle panel wide
     pieces = bn // piece_cols
     name = f"matmul_fp8_{a_dtype.name[3:]}_{b_dtype.name[3:]}_{out.name}_n{bn}" + (
-        f"_{stages}stages" if stages != STAGES[bn] else "")
+        f"_{stages}stages" if stages != FP8_STAGES[bn] else "")
 
-    @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=2, persistent=True, name=name)
+    @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=OUTPUT_STAGES, persistent=True, name=name)
     class MatmulFP8:
         A: tk.gl[a_dtype, "M", "K"]
         B: tk.gl[b_dtype, "N", "K"]            # B^T, row-major: both operands K-major
@@ -98,13 +92,6 @@ def fp8_matmul_template(a_dtype=tk.fp8e4m3, b_dtype=tk.fp8e4m3, out=bf16, bn: in
     return MatmulFP8
 
 
-def _block_n(m: int, n: int, a: torch.Tensor) -> int:
-    """The tile width with the least modelled time (waves of tiles over the SMs, times the tile's width over
-    its full-machine rate), as kernels/gemm.py chooses."""
-    sms = multiprocessors(a)
-    return min(WIDTHS, key=lambda bn: (cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn], -bn))
-
-
 def column_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, n: int) -> torch.Tensor:
     """The (N,) fp32 column scales scale_a * scale_b (computed on the tensors' device, no synchronisation)."""
     return (scale_a.float().reshape(1) * scale_b.float().reshape(-1)).expand(n).contiguous()
@@ -137,7 +124,7 @@ def checked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: to
         raise ValueError(f"scale_b must hold one value or one per column ({n}); got shape {tuple(scale_b.shape)}")
     if out is not None and (out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous()):
         raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor; got {tuple(out.shape)} {out.dtype}")
-    if block_n is not None and block_n not in WIDTHS:
+    if block_n is not None and block_n not in FP8_WIDTHS:
         raise ValueError(f"block_n must be 256 or 128, got {block_n}")
     check_device("matmul_fp8", a)
 
@@ -157,7 +144,8 @@ def run(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.
     if k == 0:
         return out.zero_()
     scales = column_scales(scale_a, scale_b, n)
-    template = fp8_matmul_template(FP8[a.dtype], FP8[b.dtype], OUT[out_dtype], block_n or _block_n(m, n, a))
+    template = fp8_matmul_template(FP8[a.dtype], FP8[b.dtype], OUT[out_dtype],
+                                   block_n or block_n_for(m, n, multiprocessors(a), FP8_WIDTHS))
     args = (a, b.T, out, scales)
     template.kernel[template.grid(*args)](*args)
     return out

@@ -14,6 +14,8 @@ import torch
 import tkpy.kernels as tkpy_kernels
 import tkpy as tk
 from tkpy.kernels import gemm, gemm_splitk
+from tkpy.kernels.gemm_policy import block_n_for
+from tkpy.templates import multiprocessors
 
 from gpu_util import rel_err
 from test_interpret_gemm import BF16, F32, FP16, TOL, interpret, operands, poisoned, rand, reference  # noqa: F401
@@ -53,7 +55,7 @@ def test_matmul_splits_only_when_asked(m, n, k):
     for options in ({}, dict(split_k=1)):
         plan = plan_of(a, b, **options)
         assert not isinstance(plan, gemm_splitk.SplitPlan)
-        assert plan.template.kernel.name == f"matmul_bf16_bf16_nt_n{gemm._block_n(m, n, a)}"
+        assert plan.template.kernel.name == f"matmul_bf16_bf16_nt_n{block_n_for(m, n, multiprocessors(a))}"
 
 
 def test_matmul_splits_a_product_with_few_tiles_when_asked():
