@@ -160,13 +160,14 @@ def variant_tables(quick: bool = False) -> dict:
     import torch
 
     import tkpy as tk
-    from tkpy.kernels import gemm
+    from tkpy.kernels.gemm_config import MatmulConfig
+    from tkpy.kernels.gemm_kernel import matmul_template
 
     def through_matmul(options):
         return lambda a, w, b, c: tkpy_kernels.matmul(a, b, out=c, **options)
 
     def through_template(options):
-        return lambda a, w, b, c: gemm.matmul_template(tk.bf16, tk.bf16, w is not b, **options)(a, w, c)
+        return lambda a, w, b, c: matmul_template(MatmulConfig(tk.bf16, tk.bf16, w is not b, **options))(a, w, c)
 
     cublas = {"cuBLAS": lambda a, w, b, c: torch.matmul(a, b, out=c)}
     tables = {"tile widths": (TILE_SHAPES, {n: through_matmul(o) for n, o in TILE_VARIANTS.items()} | cublas)}

@@ -78,8 +78,9 @@ def reduce_kernel(splits: int, out=tk.bf16, bias=None, scale: bool = False, acti
 
 
 class SplitPlan:
-    """A split-K matmul for one shape and combination: the product (`template`, kernels/gemm.py's
-    matmul_template with split="ordered" or "atomic") into a workspace, then the reduction (reduce_kernel)."""
+    """A split-K matmul for one shape and combination: the product (`template`, kernels/gemm_kernel.py's
+    matmul_template of a config with split="ordered" or "atomic") into a workspace, then the reduction
+    (reduce_kernel)."""
 
     def __init__(self, template, reduce, splits: int, deterministic: bool, m: int, n: int):
         self.template, self.reduce, self.splits, self.deterministic = template, reduce, splits, deterministic

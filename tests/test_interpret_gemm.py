@@ -17,6 +17,8 @@ import tkpy as tk
 import gpu_util
 from gpu_util import rel_err
 from tkpy.kernels import gemm, gemm_policy
+from tkpy.kernels.gemm_config import MatmulConfig
+from tkpy.kernels.gemm_kernel import matmul_template
 from test_attention_cpu import before_hgmma
 
 rand = functools.partial(gpu_util.rand, device="cpu")
@@ -75,7 +77,7 @@ def test_every_tile_width_with_several_tasks_per_block(block_n, transposed):
     are reset and reloaded per task)."""
     a, b = operands(300, 520, 96, BF16, transposed)
     v, c = rand(520, dtype=F32), poisoned(300, 520, dtype=F32)
-    template = gemm.matmul_template(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n)
+    template = matmul_template(MatmulConfig(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n))
     template.kernel.interpret[(2,)](a, b.T if transposed else b, c, v, 0.2)
     assert rel_err(c, reference(a, b, v, "gelu", 0.2)) < TOL[F32]
 
@@ -88,7 +90,7 @@ def test_the_heaviest_epilogues_compile_to_hgmma_without_spills(variant, hgmma):
     """fp32 output, bias, scale and an activation on 256-wide tiles: the 128 accumulator registers, the
     bias vector and the activation's temporaries fit the consumers' registers (NVRTC and nvdisasm, no GPU).
     B as (N, K) tiles is read K-major as it is; a row-major B through wgmma's transpose bit."""
-    template = gemm.matmul_template(*variant, 256)
+    template = matmul_template(MatmulConfig(*variant, 256))
     dtype, out, transposed, bias = (x.torch if hasattr(x, "torch") else x for x in variant[:4])
     args = (torch.empty(512, 256, dtype=dtype), torch.empty(*((512, 256) if transposed else (256, 512)), dtype=dtype),
             torch.empty(512, 512, dtype=out), torch.empty(512, dtype=bias), 1.0)
