@@ -61,7 +61,6 @@ def measure(case: dict) -> dict:
     import torch
 
     from benchmarks.timing import paired_ms
-    from tkpy.kernels import gemm
     m, n, k, layout = case["m"], case["n"], case["k"], case["layout"]
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") if layout == "nt" else \
