@@ -60,6 +60,16 @@ def test_argument_errors(kwargs, match):
         tkpy_kernels.matmul_fp8(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), **args)
 
 
+@pytest.mark.parametrize("options,match", [
+    (dict(a_dtype=tk.bf16), "a_dtype must be fp8e4m3 or fp8e5m2"), (dict(out=tk.fp8e4m3), "the output must be"),
+    (dict(block_n=64), r"block_n must be one of \(256, 128\)")])
+def test_config_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        MatmulFP8Config(**options)
+    assert MatmulFP8Config(tk.fp8e5m2, block_n=128).name == "matmul_fp8_e5m2_e4m3_bf16_n128"
+    assert MatmulFP8Config(stages=3).name == "matmul_fp8_e4m3_e4m3_bf16_n256_3stages"
+
+
 @pytest.mark.parametrize("ka,kb,bn", [(E4, E4, 256), (E4, E5, 128), (E5, E5, 256)])
 def test_compiles_to_qgmma_without_spills(ka, kb, bn):
     t = fp8_matmul_template(MatmulFP8Config(FP8[ka], FP8[kb], tk.bf16, bn))

@@ -189,6 +189,27 @@ def test_argument_errors(kwargs, match):
         tkpy_kernels.matmul(args.pop("a"), args.pop("b"), **args)
 
 
+@pytest.mark.parametrize("options,match", [
+    (dict(dtype=tk.f32), "A and B must be bf16 or fp16"), (dict(out=tk.fp8e4m3), "the output must be bf16, fp16"),
+    (dict(bias=tk.fp8e5m2), "the bias must be bf16, fp16 or fp32"), (dict(scale="yes"), "scale must be True or False"),
+    (dict(b_transposed=None), "b_transposed must be True or False"), (dict(activation="tanh"), "activation must be"),
+    (dict(block_n=96), r"block_n must be one of \(256, 128, 64\)"), (dict(split="tree"), "split must be one of"),
+    (dict(out=tk.f32, bias=tk.f32, split="atomic"), "the epilogue comes after the reduction"),
+])
+def test_config_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        MatmulConfig(**options)
+
+
+def test_config_defaults_resolve_and_name_the_kernel():
+    """The default stages are resolved at construction (configs of one kernel compare equal); the name spells out
+    what is not the default."""
+    assert MatmulConfig(stages=4) == MatmulConfig() and MatmulConfig().name == "matmul"
+    assert MatmulConfig(block_n=64).stages == 8
+    assert MatmulConfig(tk.fp16, tk.f32, True, tk.bf16, True, "silu", 128, stages=3, output_stages=4).name == \
+        "matmul_fp16_f32_nt_bias_bf16_scale_silu_n128_3stages_4out"
+
+
 def test_matmul_takes_no_cluster_argument():
     """Clusters sharing A measured slower than single blocks (RESULTS.md run 27) and left the kernel with their
     `cluster` argument."""
