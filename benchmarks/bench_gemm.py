@@ -50,8 +50,9 @@ def cases(quick: bool = False) -> list[dict]:
 
 def tile_width(m: int, n: int, a) -> int:
     """The tile width matmul runs for this shape by default (unsplit: it splits K only when asked)."""
-    from tkpy.kernels import gemm
-    return gemm._block_n(m, n, a)
+    from tkpy.kernels.gemm_policy import block_n_for
+    from tkpy.templates import multiprocessors
+    return block_n_for(m, n, multiprocessors(a))
 
 
 def measure(case: dict) -> dict:
@@ -60,7 +61,6 @@ def measure(case: dict) -> dict:
     import torch
 
     from benchmarks.timing import paired_ms
-    from tkpy.kernels import gemm
     m, n, k, layout = case["m"], case["n"], case["k"], case["layout"]
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") if layout == "nt" else \
@@ -159,13 +159,14 @@ def variant_tables(quick: bool = False) -> dict:
     import torch
 
     import tkpy as tk
-    from tkpy.kernels import gemm
+    from tkpy.kernels.gemm_config import MatmulConfig
+    from tkpy.kernels.gemm_kernel import matmul_template
 
     def through_matmul(options):
         return lambda a, w, b, c: tkpy_kernels.matmul(a, b, out=c, **options)
 
     def through_template(options):
-        return lambda a, w, b, c: gemm.matmul_template(tk.bf16, tk.bf16, w is not b, **options)(a, w, c)
+        return lambda a, w, b, c: matmul_template(MatmulConfig(tk.bf16, tk.bf16, w is not b, **options))(a, w, c)
 
     cublas = {"cuBLAS": lambda a, w, b, c: torch.matmul(a, b, out=c)}
     tables = {"tile widths": (TILE_SHAPES, {n: through_matmul(o) for n, o in TILE_VARIANTS.items()} | cublas)}

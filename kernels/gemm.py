@@ -1,168 +1,35 @@
-"""C = epilogue(A @ B) on Hopper through tkpy's block templates: the kernel is load, compute, finish, store.
+"""matmul(): C = epilogue(A @ B) on Hopper, the launch behind the torch operator (kernels/matmul_op.py): argument
+checks, the plan of a signature of inputs and the launch.
 
-Each task is a 128 x BN tile of C (BN = 256, or 128 or 64 when that keeps clearly more SMs busy, as
-for small products or few rows): two consumer warpgroups each own 64 rows and accumulate in fp32
-registers with wgmma, while a producer warpgroup streams 64-wide K slices of A and B with TMA through a
-ring of stages. Blocks are persistent (one per SM) and walk the tiles in L2-friendly groups. The
-epilogue goes through shared memory (the LCSF template): the consumers apply scale, bias and activation
-in registers, copy the tile to a ring of two output stages in 128-byte-wide column pieces (stmatrix)
-and go on with the next tile while a storer warp TMA-stores the pieces, so the stores overlap the next
-tile's main loop.
+The kernel is kernels/gemm_kernel.py's (its module docstring says how it runs); its options are
+gemm_config.MatmulConfig's, and the tile width matmul() runs for a shape gemm_policy's choice.
 
-`matmul(a, b)` takes bf16 or fp16 inputs, B as a (K, N) row-major tensor or as `w.T` of an (N, K)
-one (the nn.Linear weight layout; the kernel then multiplies by B^T tiles), writes bf16, fp16 or fp32,
-and fuses `act(scale * A @ B + bias)`. Any M, N, K: TMA zero-fills the parts of boxes past the
-tensors, so K tails add zeros and edge tiles compute on zeros, and TMA stores clip what lies past
-C's last row or column. One kernel per (dtype, out dtype, B layout, epilogue, BN) is generated and
-cached (`matmul_template`). The tile width follows the SMs (`_block_n`): e.g. 1024 x 1024 x 1024 has 32
-tiles of 128 x 256 for an H200's 132 SMs but 128 of 128 x 64, so it runs in 64-wide tiles.
+`matmul(a, b)` takes bf16 or fp16 inputs, B as a (K, N) row-major tensor or as `w.T` of an (N, K) one (the nn.Linear
+weight layout; the kernel then multiplies by B^T tiles), writes bf16, fp16 or fp32, and fuses
+`act(scale * A @ B + bias)`. Any M, N, K: TMA zero-fills the parts of boxes past the tensors and clips the stores past
+C. One kernel per (dtype, out dtype, B layout, epilogue, tile width) is generated and cached
+(gemm_kernel.matmul_template). The tile width follows the SMs (gemm_policy.block_n_for): e.g. 1024 x 1024 x 1024 has
+32 tiles of 128 x 256 for an H200's 132 SMs but 128 of 128 x 64, so it runs in 64-wide tiles.
 
-`matmul(..., split_k=S)` splits each tile's K steps over S tasks whose fp32 partial sums a second kernel
-adds up before the epilogue (kernels/gemm_splitk.py; deterministic by default); matmul does not split by
-itself.
-
-Variants that measured slower on the H200 left the code (benchmarks/RESULTS.md keeps them): the epilogue's
-masked stores straight from the registers (the LCF template; runs 19 and 63), clusters of two column-adjacent
-blocks sharing A by multicast (slower at every shape but one, run 27), clusters of two row-adjacent blocks
-multicasting halves of B (run 14), and split-K chosen by a cost model (every split slower than none, run 19).
+`matmul(..., split_k=S)` splits each tile's K steps over S tasks whose fp32 partial sums a second kernel adds up
+before the epilogue (kernels/gemm_splitk.py; deterministic by default); matmul does not split by itself.
 """
 from __future__ import annotations
-
-import functools
 
 import torch
 
 import tkpy as tk
-from .gemm_epilogue import ACTIVATIONS, apply_epilogue, load_bias
+from tkpy import f32
+from tkpy.templates import multiprocessors
+
+from .gemm_config import DTYPES, MatmulConfig
+from .gemm_epilogue import ACTIVATIONS
+from .gemm_kernel import matmul_template
+from .gemm_policy import SPLIT_BLOCK_N, WIDTHS, block_n_for
 from .gemm_splitk import SplitPlan, reduce_kernel
 from .op_support import check_device, refuse_overlap
-from .tensor_layout import ALIGN, cdiv, padded_copy, padded_like, tma_layout
-from tkpy import bf16, f32, fp16
-from tkpy.templates import multiprocessors, shared
+from .tensor_layout import ALIGN, padded_copy, padded_like, tma_layout
 
-BM, BN, BK = 128, 256, 64
-
-DTYPES = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
-
-
-WIDTHS = (256, 128, 64)             # the tile widths BN, widest first
-# TFLOP/s of each width with every SM busy (4096^3 bf16 on the H200, benchmarks/RESULTS.md run 21): the
-# per-tile cost model of _block_n.
-TILE_RATE = {256: 662, 128: 579, 64: 475}
-# Input stages per tile width, as many as fit beside the 32 KB of two output stages in the 227 KB of shared
-# memory (a stage holds A's 128 x 64 slice, 16 KB, and B's 64 x BN one): 4 x 48 KB, 6 x 32 KB, 8 x 24 KB
-# (8 is also the template's most).
-STAGES = {256: 4, 128: 6, 64: 8}
-SPLITS = (None, "ordered", "atomic")
-
-
-@functools.cache
-def matmul_template(dtype=bf16, out=bf16, b_transposed: bool = False, bias=None, scale: bool = False,
-                    activation: str | None = None, bn: int = BN, split: str | None = None,
-                    stages: int | None = None, output_stages: int = 2):
-    """The GEMM kernel for one combination: `dtype` of A and B (bf16/fp16), `out` dtype of C, B given as
-    (N, K) tiles when `b_transposed`, the `bias` vector's dtype (None: no bias), a runtime `scale`, an
-    `activation` from ACTIVATIONS, the tile width `bn` (one of WIDTHS: 256, 128 or 64), and
-    - split None, or split-K ("ordered" / "atomic"): C is then an fp32 workspace of partial sums, (S, M, N)
-      with split s at depth s ("ordered") or (1, M, N) zero-filled and added into by TMA ("atomic"); a
-      runtime `splits` says how many tasks share each tile's K steps (schedule.SplitK), and the epilogue is
-      left to gemm_splitk.reduce_kernel;
-    - stages: input stages (default STAGES[bn]); output_stages: pieces of C in shared memory at a time (e.g. 3
-      input and 4 output stages hold a whole 128 x 256 bf16 tile).
-    The epilogue (the LCSF template): the consumers copy their accumulators to shared output stages in
-    128-byte-wide column pieces and go on with the next tile while a storer warp TMA-stores them; TMA clips
-    the edge tiles."""
-    if activation is not None and activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or None, got {activation!r}")
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if bn not in WIDTHS:
-        raise ValueError(f"bn must be one of {WIDTHS}, got {bn!r}")
-    if split and (out != f32 or bias is not None or scale or activation):
-        raise ValueError("a split-K kernel writes fp32 partial sums through TMA; the epilogue comes after the reduction")
-    stages = stages or STAGES[bn]
-    plain = (dtype, out, b_transposed, bias, scale, activation, bn, split, stages, output_stages) == \
-        (bf16, bf16, False, None, False, None, BN, None, STAGES[BN], 2)
-    tags = [dtype.name, out.name, "nt" if b_transposed else "nn", bias is not None and f"bias_{bias.name}",
-            scale and "scale", activation, f"n{bn}", split and f"splitk_{split}",
-            stages != STAGES[bn] and f"{stages}stages", output_stages != 2 and f"{output_stages}out"]
-    name = "matmul" if plain else "matmul_" + "_".join(t for t in tags if t)
-    # Columns of C per output piece: one 128-byte swizzle panel (64 of bf16/fp16, 32 of fp32), or the whole
-    # tile if narrower; a 64-wide tile is one piece in bf16/fp16, two in fp32.
-    piece_cols = min(128 // out.nbytes, bn)
-    pieces = bn // piece_cols
-
-    @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=output_stages, persistent=True, name=name,
-             scheduler=tk.templates.SplitK(lambda g: g.splits) if split else None)
-    class Matmul:
-        A: tk.gl[dtype, "M", "K"]
-        B: tk.gl[dtype, "N", "K"] if b_transposed else tk.gl[dtype, "K", "N"]
-        if split:
-            C: tk.gl[f32, "S", "M", "N"]
-            splits: int
-        else:
-            C: tk.gl[out, "M", "N"]
-        if bias is not None:
-            Bias: tk.gl[bias, "N"]
-        if scale:
-            alpha: float
-        inputs = dict(a=shared(dtype, BM // 2, BK, count=2),
-                      b=shared(dtype, bn, BK) if b_transposed else shared(dtype, BK, bn))
-        outputs = dict(c=shared(out, BM // 2, piece_cols, count=2))    # a piece of each consumer's 64 rows
-        output_pieces = pieces
-
-        def tasks(self, g):
-            return cdiv(g.C.rows, BM), cdiv(g.C.cols, bn)
-
-        def iters(self, g):
-            return cdiv(g.A.cols, BK)
-
-        def load(self, g, task, inp, k, arrived):
-            k = task.k0 + k                  # the K step (a split-K task starts at its share's first)
-            tk.tma.expect(arrived, inp)
-            for i in range(2):
-                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
-            tk.tma.load_async(inp.b, g.B, (task.col, k) if b_transposed else (k, task.col), arrived)
-
-        def setup(self, st):
-            st.acc = tk.rt(f32, 16, bn)
-            if bias is not None:             # the bias of the columns the epilogue works on at a time
-                st.bias = tk.rv(f32, piece_cols, "align")
-
-        def start(self, st, task):
-            tk.zero(st.acc)
-
-        def compute(self, st, inp, k):
-            mma = tk.warpgroup.mma_ABt if b_transposed else tk.warpgroup.mma_AB
-            mma(st.acc, inp.a[tk.warpgroup.id()], inp.b)
-
-        def finish(self, g, st, task, stage, piece):
-            """The epilogue piece by piece, so that only one piece's bias values are live next to the
-            accumulator; the next piece's are loaded as soon as this piece's are used."""
-            acc = st.acc[:, piece * piece_cols:(piece + 1) * piece_cols]
-            if bias is not None and piece == 0:
-                load_bias(g, st.bias, task.col * pieces)
-            apply_epilogue(g, acc, getattr(st, "bias", None), scale, activation)
-            tk.warpgroup.store(stage.c[tk.warpgroup.id()], acc)
-            if bias is not None and piece + 1 < pieces:
-                load_bias(g, st.bias, task.col * pieces + piece + 1)
-
-        def store(self, g, task, stage, piece):
-            col = task.col * pieces + piece
-            for i in range(2):
-                if split == "ordered":
-                    tk.tma.store_async(g.C, stage.c[i], (task.split, task.row * 2 + i, col))
-                elif split == "atomic":
-                    tk.tma.store_add_async(g.C, stage.c[i], (0, task.row * 2 + i, col))
-                else:
-                    tk.tma.store_async(g.C, stage.c[i], (task.row * 2 + i, col))
-    return Matmul
-
-
-Matmul = matmul_template()           # the plain bf16 GEMM (kernel name "matmul")
-
-
-# -- the launch (the torch operator is kernels/matmul_op.py) --------------------------------------------------
 
 def checked(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
             out_dtype: torch.dtype | None, out: torch.Tensor | None = None, block_n: int | None = None,
@@ -263,18 +130,19 @@ class _Call:
 
 def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, block_n, split_k, deterministic):
     """How to run one shape and combination: a callable (a, b, c, extras) launching the kernel(s): the product in
-    tiles of _block_n's width (or block_n's); with split_k > 1 (256-wide tiles unless block_n says otherwise) the
-    split product into a workspace and the reduction that applies the epilogue (kernels/gemm_splitk.py)."""
+    tiles of block_n_for's width (or block_n's); with split_k > 1 (SPLIT_BLOCK_N-wide tiles unless block_n says
+    otherwise) the split product into a workspace and the reduction that applies the epilogue
+    (kernels/gemm_splitk.py)."""
     (m, _), n = a.shape, c.shape[1]
     dtype, out, bias_dtype = DTYPES[a.dtype], DTYPES[out_dtype], None if bias is None else DTYPES[bias.dtype]
     if split_k is not None and split_k > 1:
-        template = matmul_template(dtype, f32, b_transposed, None, False, None, block_n or BN,
-                                   split="ordered" if deterministic else "atomic")
+        config = MatmulConfig(dtype, f32, b_transposed, block_n=block_n or SPLIT_BLOCK_N,
+                              split="ordered" if deterministic else "atomic")
         reduce = reduce_kernel(split_k if deterministic else 1, out, bias_dtype, scale is not None, activation)
-        return SplitPlan(template, reduce, split_k, deterministic, m, n)
-    template = matmul_template(dtype, out, b_transposed, bias_dtype, scale is not None, activation,
-                               block_n or _block_n(m, n, a))
-    return _direct(template, (a, b, c) + extras)
+        return SplitPlan(matmul_template(config), reduce, split_k, deterministic, m, n)
+    config = MatmulConfig(dtype, out, b_transposed, bias_dtype, scale is not None, activation,
+                          block_n or block_n_for(m, n, multiprocessors(a)))
+    return _direct(matmul_template(config), (a, b, c) + extras)
 
 
 def _direct(template, args):
@@ -300,19 +168,6 @@ def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:
     if activation == "relu":
         return torch.relu(acc)
     return acc
-
-
-def _block_n(m: int, n: int, a: torch.Tensor) -> int:
-    """The tile width with the least modelled time: waves of tasks over the SMs, times one tile's work
-    (proportional to its width) over the rate a full machine of such tiles sustains (TILE_RATE). Narrow
-    tiles fill the SMs when there are few tasks, wide ones do more per byte. E.g. on 132 SMs: 1024^3
-    -> 64 (64 tiles of 128 x 64 in one wave, against 16 of 256 columns); 1024 x 3072 -> 256 (96 tiles in
-    one wave beat 384 narrow ones in three); 4096^3 -> 256."""
-    sms = multiprocessors(a)
-
-    def time(bn):
-        return cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn]
-    return min(WIDTHS, key=lambda bn: (time(bn), -bn))
 
 
 def _aligned(v: torch.Tensor) -> torch.Tensor:

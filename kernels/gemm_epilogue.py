@@ -1,4 +1,4 @@
-"""The GEMM epilogue `act(scale * acc + bias)` on fp32 accumulators, which kernels/gemm.py's product kernels and
+"""The GEMM epilogue `act(scale * acc + bias)` on fp32 accumulators, which kernels/gemm_kernel.py's product kernels and
 kernels/gemm_splitk.py's reduction both trace (so that neither imports the other's module for it)."""
 from __future__ import annotations
 

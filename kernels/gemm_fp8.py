@@ -1,10 +1,12 @@
-"""C = scale_a * scale_b * (A @ B) in fp8 (e4m3 / e5m2) on Hopper, on the LCSF template: bf16 out.
+"""matmul_fp8(): C = scale_a * scale_b * (A @ B) in fp8 (e4m3 / e5m2) on Hopper, bf16 out (or fp16, fp32): the launch
+behind the torch operator (kernels/matmul_fp8_op.py), its checks and a float64 reference.
 
-The same structure as kernels/gemm.py's GEMM: persistent blocks, a producer warp streaming K slices of A
-and B with TMA through a ring of stages, two consumer warpgroups each accumulating 64 rows of a
-128 x BN tile in fp32 registers with wgmma (m64nNk32 e4m3/e5m2, one instruction per 32 of K), and an
-epilogue through shared memory: each consumer scales its accumulator by the column scales, rounds it
-to bf16 into a 128-byte-wide output piece and a storer warp TMA-stores it while the next tile runs.
+The kernel is kernels/gemm_kernel.py's fp8_matmul_template, the same structure as the 16-bit GEMM's: persistent
+blocks, a producer warp streaming K slices of A and B with TMA through a ring of stages, two consumer warpgroups
+each accumulating 64 rows of a 128 x block_n tile in fp32 registers with wgmma, and an epilogue through shared
+memory: each consumer scales its accumulator by the column scales, rounds it into a 128-byte-wide output piece and
+a storer warp TMA-stores it while the next tile runs. Its options are gemm_config.MatmulFP8Config's; the tile width
+is gemm_policy.block_n_for's, as the 16-bit GEMM's.
 
 fp8 wgmma reads both operands K-major, so B comes as the transpose of a row-major (N, K) tensor: `b` is
 (K, N) with strides (1, K), `w.T`, as torch._scaled_mm takes its second operand. K slices are 128 wide
@@ -23,86 +25,12 @@ import functools
 
 import torch
 
-import tkpy as tk
-from tkpy import bf16, f32, fp16
-from tkpy.templates import multiprocessors, shared
+from tkpy.templates import multiprocessors
 
+from .gemm_config import DTYPES, FP8, MatmulFP8Config
+from .gemm_kernel import fp8_matmul_template
+from .gemm_policy import FP8_WIDTHS, block_n_for
 from .op_support import check_device, refuse_overlap
-from .tensor_layout import cdiv
-
-BM, BK = 128, 128
-WIDTHS = (256, 128)
-# Input stages per tile width, as many as fit beside the 32 KB of two output stages in 227 KB of shared
-# memory: a stage holds A's 128 x 128 slice (16 KB) and B's BN x 128 one (32 or 16 KB).
-STAGES = {256: 4, 128: 6}
-# Relative throughput of a full machine of each tile width: not measured for fp8 yet; the bf16 GEMM's
-# ratio (kernels/gemm.py TILE_RATE) stands in.
-TILE_RATE = {256: 662, 128: 579}
-FP8 = {torch.float8_e4m3fn: tk.fp8e4m3, torch.float8_e5m2: tk.fp8e5m2}
-OUT = {torch.bfloat16: bf16, torch.float16: fp16, torch.float32: f32}
-
-
-@functools.cache
-def fp8_matmul_template(a_dtype=tk.fp8e4m3, b_dtype=tk.fp8e4m3, out=bf16, bn: int = 256, stages: int | None = None):
-    """The kernel for one combination: fp8 kinds of A and B (any of e4m3 / e5m2 each), the output dtype,
-    the tile width (256 or 128) and the number of input stages (default STAGES[bn])."""
-    if bn not in WIDTHS:
-        raise ValueError(f"bn must be one of {WIDTHS}, got {bn!r}")
-    stages = stages or STAGES[bn]
-    piece_cols = min(128 // out.nbytes, bn)       # an output piece is one 128-byte swizzle panel wide
-    pieces = bn // piece_cols
-    name = f"matmul_fp8_{a_dtype.name[3:]}_{b_dtype.name[3:]}_{out.name}_n{bn}" + (
-        f"_{stages}stages" if stages != STAGES[bn] else "")
-
-    @tk.lcsf(consumer_warpgroups=2, stages=stages, output_stages=2, persistent=True, name=name)
-    class MatmulFP8:
-        A: tk.gl[a_dtype, "M", "K"]
-        B: tk.gl[b_dtype, "N", "K"]            # B^T, row-major: both operands K-major
-        C: tk.gl[out, "M", "N"]
-        Scale: tk.gl[f32, "N"]                 # scale_a * scale_b per column of C
-        inputs = dict(a=shared(a_dtype, BM // 2, BK, count=2), b=shared(b_dtype, bn, BK))
-        outputs = dict(c=shared(out, BM // 2, piece_cols, count=2))
-        output_pieces = pieces
-
-        def tasks(self, g):
-            return cdiv(g.C.rows, BM), cdiv(g.C.cols, bn)
-
-        def iters(self, g):
-            return cdiv(g.A.cols, BK)
-
-        def load(self, g, task, inp, k, arrived):
-            tk.tma.expect(arrived, inp)
-            for i in range(2):
-                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
-            tk.tma.load_async(inp.b, g.B, (task.col, k), arrived)
-
-        def setup(self, st):
-            st.acc = tk.rt(f32, 16, bn)
-            st.scale = tk.rv(f32, piece_cols, "align")     # the column scales of one output piece
-
-        def start(self, st, task):
-            tk.zero(st.acc)
-
-        def compute(self, st, inp, k):
-            tk.warpgroup.mma_ABt(st.acc, inp.a[tk.warpgroup.id()], inp.b)
-
-        def finish(self, g, st, task, stage, piece):
-            acc = st.acc[:, piece * piece_cols:(piece + 1) * piece_cols]
-            tk.load(st.scale, g.Scale, (0, task.col * pieces + piece), masked=True)
-            tk.mul_col(acc, acc, st.scale)
-            tk.warpgroup.store(stage.c[tk.warpgroup.id()], acc)
-
-        def store(self, g, task, stage, piece):
-            for i in range(2):
-                tk.tma.store_async(g.C, stage.c[i], (task.row * 2 + i, task.col * pieces + piece))
-    return MatmulFP8
-
-
-def _block_n(m: int, n: int, a: torch.Tensor) -> int:
-    """The tile width with the least modelled time (waves of tiles over the SMs, times the tile's width over
-    its full-machine rate), as kernels/gemm.py chooses."""
-    sms = multiprocessors(a)
-    return min(WIDTHS, key=lambda bn: (cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn], -bn))
 
 
 def column_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, n: int) -> torch.Tensor:
@@ -126,7 +54,7 @@ def checked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: to
     if b.stride() != (1, k):
         raise ValueError(f"b must be the transpose of a row-major (N, K) tensor (strides (1, {k}), e.g. w.T); "
                          f"got strides {b.stride()}")
-    if out_dtype not in OUT:
+    if out_dtype not in DTYPES:
         raise ValueError(f"out_dtype must be bf16, fp16 or fp32; got {out_dtype}")
     for name, x in (("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
         if x.device != a.device:
@@ -137,7 +65,7 @@ def checked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: to
         raise ValueError(f"scale_b must hold one value or one per column ({n}); got shape {tuple(scale_b.shape)}")
     if out is not None and (out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous()):
         raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor; got {tuple(out.shape)} {out.dtype}")
-    if block_n is not None and block_n not in WIDTHS:
+    if block_n is not None and block_n not in FP8_WIDTHS:
         raise ValueError(f"block_n must be 256 or 128, got {block_n}")
     check_device("matmul_fp8", a)
 
@@ -157,10 +85,22 @@ def run(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.
     if k == 0:
         return out.zero_()
     scales = column_scales(scale_a, scale_b, n)
-    template = fp8_matmul_template(FP8[a.dtype], FP8[b.dtype], OUT[out_dtype], block_n or _block_n(m, n, a))
+    template = _template(a, b, out_dtype, block_n)
     args = (a, b.T, out, scales)
     template.kernel[template.grid(*args)](*args)
     return out
+
+
+def _template(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, block_n: int | None):
+    """The kernel template for these operands: their fp8 kinds, the output dtype, block_n or block_n_for's width."""
+    (m, _), n = a.shape, b.shape[1]
+    return _kernel(a.dtype, b.dtype, out_dtype, block_n or block_n_for(m, n, multiprocessors(a), FP8_WIDTHS))
+
+
+@functools.cache
+def _kernel(a_dtype: torch.dtype, b_dtype: torch.dtype, out_dtype: torch.dtype, block_n: int):
+    """fp8_matmul_template of the config of these torch dtypes and tile width (made once, not a config a call)."""
+    return fp8_matmul_template(MatmulFP8Config(FP8[a_dtype], FP8[b_dtype], DTYPES[out_dtype], block_n))
 
 
 def reference(a, b, scale_a, scale_b, out_dtype=torch.bfloat16) -> torch.Tensor:

@@ -14,10 +14,9 @@ Determinism:
   with TMA reductions (`tk.tma.store_add_async`, fp32 adds in L2): S times less workspace traffic, but
   the order of the additions, and so the last bits, vary from run to run.
 
-matmul splits only when asked (`split_k=S`, in 256-wide tiles unless `block_n` says otherwise): a cost model
-that chose S by itself measured slower than no split at every shape it split on the H200 (RESULTS.md run 19:
-128 x 8192 x 8192 215 against 246 TFLOP/s, 256 x 4096 x 8192 256 against 271) and left the code, until the
-reduction is fused into the product.
+matmul splits only when asked (`split_k=S`, in gemm_policy.SPLIT_BLOCK_N-wide tiles unless `block_n` says
+otherwise): a cost model that chose S by itself measured slower than no split at every shape it split on the H200
+(gemm_policy.SLOWER_VARIANTS) and left the code, until the reduction is fused into the product.
 """
 from __future__ import annotations
 
@@ -79,8 +78,9 @@ def reduce_kernel(splits: int, out=tk.bf16, bias=None, scale: bool = False, acti
 
 
 class SplitPlan:
-    """A split-K matmul for one shape and combination: the product (`template`, kernels/gemm.py's
-    matmul_template with split="ordered" or "atomic") into a workspace, then the reduction (reduce_kernel)."""
+    """A split-K matmul for one shape and combination: the product (`template`, kernels/gemm_kernel.py's
+    matmul_template of a config with split="ordered" or "atomic") into a workspace, then the reduction
+    (reduce_kernel)."""
 
     def __init__(self, template, reduce, splits: int, deterministic: bool, m: int, n: int):
         self.template, self.reduce, self.splits, self.deterministic = template, reduce, splits, deterministic

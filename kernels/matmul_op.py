@@ -38,8 +38,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     Any M, N, K. TMA needs 16-byte aligned base pointers and row strides (K, or N for a row-major b, a
     multiple of 8 elements): an operand that is not is first copied into a padded buffer (one extra
     read and write of it), and so is C (computed into a padded buffer, then copied into place).
-    `block_n`: force the tile width (256, 128 or 64; default: `_block_n`, the widest unless a narrower one
-    keeps clearly more SMs busy).
+    `block_n`: force the tile width (256, 128 or 64; default: gemm_policy.block_n_for's, the widest unless a
+    narrower one keeps clearly more SMs busy).
 
     Split-K (kernels/gemm_splitk.py): `split_k=S` (S > 1) has S tasks share each tile's K steps and write fp32
     partial sums that a second kernel adds up before the epilogue, for outputs of few tiles next to the SMs

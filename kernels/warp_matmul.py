@@ -4,7 +4,7 @@ Each block of 4 warps computes a 64x64 tile of C. Per 32-wide K step the block
 stages A's and B's tiles in shared memory; each warp then pulls its 16 rows of A
 (ldmatrix) and all of B (ldmatrix.trans into the col layout mma wants) into
 registers and accumulates with mma_AB. A Hopper-speed GEMM uses wgmma and TMA
-(kernels/gemm.py); this one shows the warp-level vocabulary.
+(kernels/gemm_kernel.py); this one shows the warp-level vocabulary.
 """
 from __future__ import annotations
 

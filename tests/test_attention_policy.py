@@ -7,13 +7,11 @@ regenerate it with `python tests/test_attention_policy.py --write` (and say why 
 No GPU, nothing traced or compiled: meta tensors, the choices captured at first_clean."""
 from __future__ import annotations
 
-import json
 import os
-import sys
 
-import pytest
 import torch
 
+import policy_record
 from tkpy.kernels import attention_forward as att
 from tkpy.kernels import attention_policy as policy
 
@@ -72,30 +70,12 @@ def current(monkeypatch) -> dict:
 
 
 def test_policy_choices_match_the_golden_record(monkeypatch):
-    with open(GOLDEN) as f:
-        golden = json.load(f)
-    got = current(monkeypatch)
-    assert got.keys() == golden.keys(), "the grid changed: regenerate the record (--write)"
-    changed = {name: (golden[name], got[name]) for name in golden if golden[name] != got[name]}
-    assert not changed, f"{len(changed)} choices changed, e.g. {list(changed.items())[:3]}"
+    policy_record.check(GOLDEN, current(monkeypatch))
 
 
 def test_every_table_row_carries_its_evidence():
-    """EVIDENCE names, for each tuning table of the policy, the measurement behind each of its rows."""
-    for table, rows in policy.EVIDENCE.items():
-        values = getattr(policy, table)
-        if isinstance(rows, dict):
-            keys = values if isinstance(values, (set, dict)) else rows
-            assert set(keys) == set(rows), table
-            assert all(isinstance(e, str) and e for e in rows.values()), table
-        else:
-            assert isinstance(rows, str) and "RESULTS.md" in rows, table
+    policy_record.check_evidence(policy)
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    with pytest.MonkeyPatch.context() as mp:
-        record = current(mp)
-    with open(GOLDEN, "w") as f:
-        json.dump(record, f, indent=0, sort_keys=False)
-        f.write("\n")
-    print(len(record), "choices written to", GOLDEN)
+if __name__ == "__main__":
+    policy_record.write_if_asked(GOLDEN, current)

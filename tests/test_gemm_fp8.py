@@ -6,7 +6,10 @@ import pytest
 import torch
 
 import tkpy.kernels as tkpy_kernels
+import tkpy as tk
 from tkpy.kernels import gemm_fp8
+from tkpy.kernels.gemm_config import FP8, MatmulFP8Config
+from tkpy.kernels.gemm_kernel import fp8_matmul_template
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -57,9 +60,19 @@ def test_argument_errors(kwargs, match):
         tkpy_kernels.matmul_fp8(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), **args)
 
 
+@pytest.mark.parametrize("options,match", [
+    (dict(a_dtype=tk.bf16), "a_dtype must be fp8e4m3 or fp8e5m2"), (dict(out=tk.fp8e4m3), "the output must be"),
+    (dict(block_n=64), r"block_n must be one of \(256, 128\)")])
+def test_config_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        MatmulFP8Config(**options)
+    assert MatmulFP8Config(tk.fp8e5m2, block_n=128).name == "matmul_fp8_e5m2_e4m3_bf16_n128"
+    assert MatmulFP8Config(stages=3).name == "matmul_fp8_e4m3_e4m3_bf16_n256_3stages"
+
+
 @pytest.mark.parametrize("ka,kb,bn", [(E4, E4, 256), (E4, E5, 128), (E5, E5, 256)])
 def test_compiles_to_qgmma_without_spills(ka, kb, bn):
-    t = gemm_fp8.fp8_matmul_template(gemm_fp8.FP8[ka], gemm_fp8.FP8[kb], gemm_fp8.bf16, bn)
+    t = fp8_matmul_template(MatmulFP8Config(FP8[ka], FP8[kb], tk.bf16, bn))
     args = (torch.empty(512, 256, dtype=ka), torch.empty(512, 256, dtype=kb), torch.empty(512, 512, dtype=torch.bfloat16),
             torch.empty(512))
     res = t.kernel.resources(*args)

@@ -14,6 +14,10 @@ import torch
 import tkpy.kernels as tkpy_kernels
 import tkpy as tk
 from tkpy.kernels import gemm, gemm_splitk
+from tkpy.kernels.gemm_config import MatmulConfig
+from tkpy.kernels.gemm_kernel import matmul_template
+from tkpy.kernels.gemm_policy import block_n_for
+from tkpy.templates import multiprocessors
 
 from gpu_util import rel_err
 from test_interpret_gemm import BF16, F32, FP16, TOL, interpret, operands, poisoned, rand, reference  # noqa: F401
@@ -53,7 +57,7 @@ def test_matmul_splits_only_when_asked(m, n, k):
     for options in ({}, dict(split_k=1)):
         plan = plan_of(a, b, **options)
         assert not isinstance(plan, gemm_splitk.SplitPlan)
-        assert plan.template.kernel.name == f"matmul_bf16_bf16_nt_n{gemm._block_n(m, n, a)}"
+        assert plan.template.kernel.name == f"matmul_bf16_bf16_nt_n{block_n_for(m, n, multiprocessors(a))}"
 
 
 def test_matmul_splits_a_product_with_few_tiles_when_asked():
@@ -73,7 +77,7 @@ def test_split_argument_errors():
     with pytest.raises(ValueError, match="split_k must be None or a positive int"):
         tkpy_kernels.matmul(a, b, split_k=0)
     with pytest.raises(ValueError, match="the epilogue comes after the reduction"):
-        gemm.matmul_template(tk.bf16, tk.bf16, split="ordered")
+        MatmulConfig(tk.bf16, tk.bf16, split="ordered")
 
 
 # -- what the production-size kernels compile to (NVRTC and nvdisasm, no GPU) --------------------------------
@@ -98,7 +102,7 @@ def _args(dtype, out, transposed, bias=None, scale=False, split=False):
 ], ids=["bf16-nn-256", "fp16-nt-bias-silu-128", "bf16-f32-nt-bias-gelu-256", "bf16-nn-bias-bf16-gelu-256", "bf16-nn-64",
         "bf16-nt-64", "fp16-nn-bias-silu-64", "bf16-f32-nt-bias-gelu-64"])
 def test_the_tma_epilogue_compiles_to_hgmma_stmatrix_and_utmastg(variant, stores):
-    template = gemm.matmul_template(*variant)
+    template = matmul_template(MatmulConfig(*variant))
     args = _args(variant[0].torch, variant[1].torch, variant[2], variant[3] and variant[3].torch, variant[4])
     resources = template.kernel.resources(*args)
     assert resources.spill_stores == resources.spill_loads == 0 and not resources.warnings
@@ -110,7 +114,7 @@ def test_the_tma_epilogue_compiles_to_hgmma_stmatrix_and_utmastg(variant, stores
 @pytest.mark.parametrize("split,tma", [("ordered", "UTMASTG"), ("atomic", "UTMAREDG")])
 @pytest.mark.parametrize("transposed,bn", [(False, 256), (True, 256), (True, 64)])
 def test_split_k_kernels_compile_without_spills(split, tma, transposed, bn):
-    template = gemm.matmul_template(tk.bf16, tk.f32, transposed, None, False, None, bn, split=split)
+    template = matmul_template(MatmulConfig(tk.bf16, tk.f32, transposed, None, False, None, bn, split=split))
     args = _args(torch.bfloat16, None, transposed, split=True)
     resources = template.kernel.resources(*args)
     assert resources.spill_stores == resources.spill_loads == 0 and not resources.warnings

@@ -16,7 +16,9 @@ import tkpy as tk
 
 import gpu_util
 from gpu_util import rel_err
-from tkpy.kernels import gemm
+from tkpy.kernels import gemm, gemm_policy
+from tkpy.kernels.gemm_config import MatmulConfig
+from tkpy.kernels.gemm_kernel import matmul_template
 from test_attention_cpu import before_hgmma
 
 rand = functools.partial(gpu_util.rand, device="cpu")
@@ -75,7 +77,7 @@ def test_every_tile_width_with_several_tasks_per_block(block_n, transposed):
     are reset and reloaded per task)."""
     a, b = operands(300, 520, 96, BF16, transposed)
     v, c = rand(520, dtype=F32), poisoned(300, 520, dtype=F32)
-    template = gemm.matmul_template(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n)
+    template = matmul_template(MatmulConfig(tk.bf16, tk.f32, transposed, tk.f32, True, "gelu", block_n))
     template.kernel.interpret[(2,)](a, b.T if transposed else b, c, v, 0.2)
     assert rel_err(c, reference(a, b, v, "gelu", 0.2)) < TOL[F32]
 
@@ -88,7 +90,7 @@ def test_the_heaviest_epilogues_compile_to_hgmma_without_spills(variant, hgmma):
     """fp32 output, bias, scale and an activation on 256-wide tiles: the 128 accumulator registers, the
     bias vector and the activation's temporaries fit the consumers' registers (NVRTC and nvdisasm, no GPU).
     B as (N, K) tiles is read K-major as it is; a row-major B through wgmma's transpose bit."""
-    template = gemm.matmul_template(*variant, 256)
+    template = matmul_template(MatmulConfig(*variant, 256))
     dtype, out, transposed, bias = (x.torch if hasattr(x, "torch") else x for x in variant[:4])
     args = (torch.empty(512, 256, dtype=dtype), torch.empty(*((512, 256) if transposed else (256, 512)), dtype=dtype),
             torch.empty(512, 512, dtype=out), torch.empty(512, dtype=bias), 1.0)
@@ -130,7 +132,7 @@ def test_64_wide_tiles(out, bias, activation, scale, transposed):
     (1024, 3072, 256),    # 96 wide tiles in one wave beat 384 of 64 columns in three (measured, run 21)
 ])
 def test_the_tile_width_follows_the_number_of_tasks(m, n, block_n):
-    assert gemm._block_n(m, n, torch.empty(0)) == block_n
+    assert gemm_policy.block_n_for(m, n, 132) == block_n      # an H200's SMs
 
 
 def test_stores_stay_inside_the_output_view():
@@ -185,6 +187,27 @@ def test_argument_errors(kwargs, match):
     args = dict(a=rand(32, 64, dtype=BF16), b=rand(64, 16, dtype=BF16)) | kwargs
     with pytest.raises(ValueError, match=match):
         tkpy_kernels.matmul(args.pop("a"), args.pop("b"), **args)
+
+
+@pytest.mark.parametrize("options,match", [
+    (dict(dtype=tk.f32), "A and B must be bf16 or fp16"), (dict(out=tk.fp8e4m3), "the output must be bf16, fp16"),
+    (dict(bias=tk.fp8e5m2), "the bias must be bf16, fp16 or fp32"), (dict(scale="yes"), "scale must be True or False"),
+    (dict(b_transposed=None), "b_transposed must be True or False"), (dict(activation="tanh"), "activation must be"),
+    (dict(block_n=96), r"block_n must be one of \(256, 128, 64\)"), (dict(split="tree"), "split must be one of"),
+    (dict(out=tk.f32, bias=tk.f32, split="atomic"), "the epilogue comes after the reduction"),
+])
+def test_config_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        MatmulConfig(**options)
+
+
+def test_config_defaults_resolve_and_name_the_kernel():
+    """The default stages are resolved at construction (configs of one kernel compare equal); the name spells out
+    what is not the default."""
+    assert MatmulConfig(stages=4) == MatmulConfig() and MatmulConfig().name == "matmul"
+    assert MatmulConfig(block_n=64).stages == 8
+    assert MatmulConfig(tk.fp16, tk.f32, True, tk.bf16, True, "silu", 128, stages=3, output_stages=4).name == \
+        "matmul_fp16_f32_nt_bias_bf16_scale_silu_n128_3stages_4out"
 
 
 def test_matmul_takes_no_cluster_argument():

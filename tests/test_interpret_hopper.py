@@ -20,7 +20,7 @@ from gpu_util import TORCH, rel_err
 from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, WINDOW_CASES, multicast_kernel, run_wgmma_on_windows,
                              tma_5d_kernel, tma_edge_kernel, tma_roundtrip_kernel, wgmma_kernel)
 from test_trace_codegen import line_of
-from tkpy.kernels import attention_forward, gemm, gemm_ws
+from tkpy.kernels import attention_forward, gemm_kernel, gemm_ws
 
 rand = functools.partial(gpu_util.rand, device="cpu")
 poisoned = functools.partial(gpu_util.poisoned, device="cpu")
@@ -139,7 +139,7 @@ def test_template_gemm_persistent():
     """Fewer persistent blocks than tiles."""
     a, b = rand(512, 192, dtype=torch.bfloat16), rand(192, 512, dtype=torch.bfloat16)
     c = poisoned(512, 512, dtype=torch.bfloat16)
-    gemm.Matmul.kernel.interpret[(3,)](a, b, c)
+    gemm_kernel.Matmul.kernel.interpret[(3,)](a, b, c)
     assert rel_err(c, a.double() @ b.double()) < 1e-2
 
 

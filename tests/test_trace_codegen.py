@@ -479,10 +479,10 @@ def test_5d_coordinates_and_6d_tensors_are_rejected_clearly():
 def test_tensor_maps_are_prefetched_at_entry():
     """A kernel with TMA prefetches each tensor map's descriptor once, by one thread, before its body
     (UTMACCTL.PF in the SASS); a kernel without TMA gets nothing."""
-    from tkpy.kernels import gemm
+    from tkpy.kernels import gemm_kernel
     a, b, c = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16), \
         torch.empty(256, 256, dtype=torch.bfloat16)
-    kernel = gemm.Matmul.kernel
+    kernel = gemm_kernel.Matmul.kernel
     source = kernel.source(a, b, c)
     assert source.count("tk::tma::prefetch_map(&") == 3 and "if (threadIdx.x == 0) {" in source
     assert kernel.sass(a, b, c).count("UTMACCTL.PF") == 3

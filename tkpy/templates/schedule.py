@@ -10,7 +10,7 @@ to a tile and, for split-K, to a range of the tile's steps:
   `iters` steps (the shares differ by at most one step). For shapes with few tiles next to the SMs (e.g. a
   GEMM of 128 x 8192 x 8192: 32 tiles of 128 x 256 for 132 SMs), `splits` tasks per tile fill the machine;
   the author's `finish`/`store` then write partial results (task.split of task.splits) that something
-  combines, e.g. a deterministic reduction over an fp32 workspace (see kernels/gemm.py).
+  combines, e.g. a deterministic reduction over an fp32 workspace (see kernels/gemm_kernel.py).
   Task indices run split-major (all tiles of split 0 first), so the blocks running together read the
   same K range of the operands.
 
