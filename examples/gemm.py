@@ -18,7 +18,7 @@ chosen per shape, an epilogue through shared memory that overlaps the next tile,
 import torch
 
 import tkpy as tk
-from harness import check, device, median_us
+from harness import check, device, report_speed
 from tkpy import bf16, f32
 from tkpy.templates import shared
 
@@ -82,9 +82,8 @@ def main() -> None:
     check(f"matmul {m} x {n} x {k} bf16 ({'GPU' if gpu else 'interpreter'})", matmul(a, b),
           a.double() @ b.double(), atol=1e-3 * k ** 0.5, rtol=2 ** -7)
     if gpu:
-        for name, fn in (("tkpy matmul", lambda: matmul(a, b)), ("torch.matmul", lambda: torch.matmul(a, b))):
-            us = median_us(fn)
-            print(f"  {name:12} {us:8.1f} us  {2 * m * n * k / us / 1e6:6.0f} TFLOP/s")
+        report_speed(f"{m} x {n} x {k}", 2 * m * n * k,
+                     {"tkpy matmul": lambda: matmul(a, b), "torch.matmul": lambda: torch.matmul(a, b)})
 
 
 if __name__ == "__main__":

@@ -32,6 +32,13 @@ def check(what: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: fl
           f"largest error {err.max():.2e})")
 
 
+def report_speed(what: str, flops: float, fns: dict) -> None:
+    """Each of `fns` (name -> function) timed (median_us), printed with its TFLOP/s for `flops` per call."""
+    for name, fn in fns.items():
+        us = median_us(fn)
+        print(f"  {what}: {name:14} {us:8.1f} us  {flops / us / 1e6:6.0f} TFLOP/s")
+
+
 def median_us(fn, runs: int = 100) -> float:
     """Median microseconds of `runs` calls, each between CUDA events, after a warm-up."""
     for _ in range(10):

@@ -46,7 +46,7 @@ def test_code_line_counter():
 
 
 def test_there_are_examples():
-    assert {p.stem for p in EXAMPLES} >= {"softmax", "layernorm", "gemm"}
+    assert {p.stem for p in EXAMPLES} >= {"softmax", "layernorm", "gemm", "attention"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

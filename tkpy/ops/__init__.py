@@ -9,9 +9,9 @@ from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt
 from .layout import swap_layout, transpose
 from .views import subtile
 from .maps import map, broadcast_row, broadcast_col
-from .softmax import online_softmax, online_softmax_stale
-from .masks import (make_causal, make_causal_t, tril, tril_periodic, triu, left_fill, right_fill, upper_fill,
-                    lower_fill)
+from .softmax import OnlineSoftmax, online_softmax, online_softmax_stale
+from .masks import (make_causal, make_causal_t, mask_scores, tril, tril_periodic, triu, left_fill, right_fill,
+                    upper_fill, lower_fill)
 from .sync import sync, warp_sync, mark
 
 from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, threadfence,

@@ -9,9 +9,15 @@ block go into `diagonal` / `row` / `col`, which may be runtime values:
                                     keep col <= (first_row + row) % period + diagonal
     right_fill(dst, src, col, val)  fill columns >= col        left_fill       fill columns < col
     lower_fill(dst, src, row, val)  fill rows >= row           upper_fill      fill rows < row
+
+and attention's masks of a tile of scores: mask_scores(scores, first_key, keys, first_row=None), -inf for the keys
+past the last and (causal) past each row's diagonal, each applied only where the tile crosses it.
 """
 from __future__ import annotations
 
+import math
+
+from ..frontend.control import if_
 from ..tiles.dtypes import f32
 from ._checks import describe, emit, fail, register_tile, scalar
 
@@ -80,3 +86,17 @@ def lower_fill(dst, src, row, val=0.0):
 def upper_fill(dst, src, row, val=0.0):
     """dst = src from row `row` on, `val` above it."""
     return _mask("upper_fill", dst, src, val, row=row)
+
+
+def mask_scores(scores, first_key, keys, first_row=None) -> None:
+    """Attention's masks, in place, on a register tile of scores whose row r is query first_row + r and column c key
+    first_key + c: -inf for keys at or past `keys` (the sequence's length), and with `first_row` (causal, top-left:
+    query i sees keys j <= i) for keys past each row's diagonal. Each is a run-time branch taken only where the tile
+    crosses the last key or a diagonal, so most tiles pay a comparison."""
+    width = register_tile(scores, "mask_scores").type.cols
+    if first_row is not None:
+        diagonal = first_row - first_key
+        with if_(diagonal < width - 1):
+            tril(scores, scores, diagonal, -math.inf)
+    with if_(first_key + width > keys):
+        right_fill(scores, scores, keys - first_key, -math.inf)

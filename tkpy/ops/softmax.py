@@ -10,13 +10,14 @@ max, no rescale), redone with the max only where some row's P grew too large.
 from __future__ import annotations
 
 from ..frontend.control import else_, if_
-from .elementwise import add, copy, exp2, max as tile_max, mul
+from .declare import col_vec
+from .elementwise import add, copy, exp2, max as tile_max, mul, neg_infty, zero
 from .maps import map as tile_map
 from .reduce import mul_row, row_max, row_sum
 from .sync import mark
 from .warpgroup import warpgroup
 
-__all__ = ["online_softmax", "online_softmax_stale"]
+__all__ = ["OnlineSoftmax", "online_softmax", "online_softmax_stale"]
 
 
 def online_softmax(scores, row_max_, shift, factor, row_sum_, scale_log2, *, floor=None) -> None:
@@ -76,3 +77,43 @@ def online_softmax_stale(scores, row_max_, shift, factor, row_sum_, step_sum, sc
     with else_():
         add(row_sum_, row_sum_, step_sum)
     mark("softmax: row sums")
+
+
+class OnlineSoftmax:
+    """The running state of the online softmax over the rows of register tiles like `like` (one value a row: the
+    running max, the shift, the rescale factor, the running sum, and with `stale` a step's sum), and its steps:
+
+        softmax = tk.OnlineSoftmax(o, floor=-FLT_MAX, rescale=(o,), vote_barrier=own_barrier())   # in setup
+        softmax.reset()                                  # at a task's start
+        softmax.step(scores, scale_log2)                 # online_softmax, max first
+        softmax.step_stale(scores, scale_log2, redo=...) # online_softmax_stale (with vote_barrier; o rescaled
+                                                         # where redone)
+        softmax.normalize(o)                             # o / the row sums (rows of no keys: 0)
+
+    The vectors are attributes (row_max, shift, factor, row_sum, step_sum), named so in the generated C++."""
+
+    def __init__(self, like, *, floor=None, rescale=(), vote_barrier=None):
+        stale = vote_barrier is not None           # (step_stale's vote: a warpgroup's named barrier)
+        for name in ("row_max", "shift", "factor", "row_sum") + (("step_sum",) if stale else ()):
+            setattr(self, name, col_vec(like, name=name))
+        self.floor, self.rescale, self.vote_barrier = floor, tuple(rescale), vote_barrier
+
+    def reset(self) -> None:
+        neg_infty(self.row_max)
+        neg_infty(self.shift)
+        zero(self.row_sum)
+
+    def step(self, scores, scale_log2) -> None:
+        online_softmax(scores, self.row_max, self.shift, self.factor, self.row_sum, scale_log2, floor=self.floor)
+
+    def step_stale(self, scores, scale_log2, *, redo, slack: float = 8.0) -> None:
+        if self.vote_barrier is None:
+            raise TypeError("OnlineSoftmax.step_stale votes on a warpgroup barrier: make it with vote_barrier=...")
+        online_softmax_stale(scores, self.row_max, self.shift, self.factor, self.row_sum, self.step_sum, scale_log2,
+                             redo=redo, rescale=self.rescale, vote_barrier=self.vote_barrier, slack=slack,
+                             floor=self.floor)
+
+    def normalize(self, out) -> None:
+        """out / row_sum, by one division a row (rows whose sum is 0, that saw no key: 0)."""
+        tile_map(self.factor, lambda total: 1.0 / tile_max(total, 1e-30), self.row_sum)
+        mul_row(out, out, self.factor)

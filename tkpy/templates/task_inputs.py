@@ -104,6 +104,7 @@ class TaskInputs:
                 tk.fence_proxy_async()                     # the tiles read before TMA writes them again
                 own_sync(self.groups)
             with if_(st.has_next_task()):                  # the next task's lands during this one
+                self.free()                                # (the last finish is done with the tiles)
                 self.load(st, st.next_task(), 0)
         elif self.mode == "start":
             self.free()

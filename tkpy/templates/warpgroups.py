@@ -43,6 +43,21 @@ def first_warp(body) -> None:
         body(tk.warpgroup.id())
 
 
+def store_through(dst, src, tile, coord, groups: int, when=None) -> None:
+    """A consumer warpgroup's register tile `src` (64 rows, 16 a warp) to global `dst` at tile coordinates `coord`
+    through its shared tile `tile`: each warp writes its rows, the warpgroup syncs (of `groups` consumer warpgroups),
+    and its first warp TMA-stores the tile (where `when`, a run-time condition, holds; rows past `dst`'s clipped) and
+    waits until the store has read it, so the tile may be written again once the warpgroup next syncs."""
+    tk.warpgroup.store(tile, src)
+    tk.fence_proxy_async()                   # the warps' writes before the async proxy reads them
+    own_sync(groups)
+    first = warp_id() % 4 == 0
+    with if_(first if when is None else first & when):
+        tk.tma.store_async(dst, tile, coord)
+        tk.tma.store_commit_group()
+        tk.tma.store_async_wait(read_only=True)
+
+
 class Turns:
     """The turns of `groups` consumer warpgroups at the tensor cores (see the module docstring). A branch per
     warpgroup with its barrier id an immediate (as own_sync's)."""
