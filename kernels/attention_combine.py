@@ -23,7 +23,7 @@ def combine_kernel(d: int, dtype, splits: int):
     over their own keys) and log-sum-exps l_s become O = sum_s e^(l_s - l) O_s and l = ln sum_s e^(l_s) (rows
     that see no key in any split: O = 0, l = -inf). Launched on combine_grid: a warp per 16 rows and COMBINE_COLS
     columns, which loads every split's slice before it adds any (16 splits of 16 x 16 fp32 are 128 registers a
-    thread), so that its time is one round trip to L2 and not one per split (RESULTS.md runs 132-133); rows past N are
+    thread), so that its time is one round trip to L2 and not one per split; rows past N are
     skipped."""
     @tk.kernel(warps=4, name=f"attention_combine_d{d}" + ("" if dtype == bf16 else f"_{dtype.name}") + f"_s{splits}")
     def combine(Ow: tk.gl[f32, "SB", "H", "N", d], Lw: tk.gl[f32, "SB", "H", "NW"],

@@ -36,7 +36,7 @@ class AttentionConfig:
     while this task runs on the other (otherwise each task waits for its own at its start); name "_qahead".
     next_q_in_step (default: with q_ahead where every task has a first step: non-causal, no split-K or skips): the
     next task's Q load is issued in a task's first step, behind its S, instead of at its start; False there: name
-    "_qloadatstart" (RESULTS.md run 229).
+    "_qloadatstart".
     fast_division=False: the task loops' index math by C++'s division, not by divisors made once (tk.kernel's
     option); name "_cdiv".
     stale_shift (default at STALE_SHIFT's head dims): a step after a

@@ -409,7 +409,7 @@ def _attention(config: AttentionConfig):
                 # the assembler keeps the MMAs asynchronous only if every path waits before it writes an
                 # accumulator; the first step has nothing to rescale.) Packing P into a
                 # second tile beside the exponentials instead (no wait for P_{k-1} V) ran 8% slower at D64 and
-                # does not fit D128's registers (RESULTS.md run 111).
+                # does not fit D128's registers.
                 tk.copy(probs, scores)
                 tk.mark("O rescaled, P converted")
                 with tk.if_(k == st.last_step) if width == kv else contextlib.nullcontext():
@@ -441,7 +441,7 @@ def _attention(config: AttentionConfig):
             b, h = tk.let(task.col // g.Q.depth, "b"), tk.let(task.col % g.Q.depth, "h")   # (once: O's and L's stores)
             unit = tk.let(self.unit(g, task, tk.warpgroup.id()), "unit")   # this warpgroup's rows (64-row units)
             # O / l as O * (1 / l): one division per row instead of an IEEE division (~8 instructions) per element
-            # (RESULTS.md run 164); rows that see no key (causal, split-K): 0 * (1 / tiny) = 0.
+            # (measured faster); rows that see no key (causal, split-K): 0 * (1 / tiny) = 0.
             if causal or split_k:
                 tk.map(st.factor, lambda total: 1.0 / tk.max(total, 1e-30), st.row_sum)
             else:

@@ -77,7 +77,7 @@ CAUSAL_ONE_RING_3WG = (128,)
 # Head dims whose 2-warpgroup kernels keep each warp's query rows in registers for S = Q K^T (q_registers) when their
 # key tiles have 128 rows or fewer; D64's default has 3 warpgroups, and S and P of longer tiles leave no room (the
 # split rings' 176 rows spill). The serial schedule (overlap=False) keeps Q in shared memory: NVRTC 13.0 miscompiles
-# it with Q in registers (RESULTS.md run 96; AttentionConfig refuses it).
+# it with Q in registers (AttentionConfig refuses it).
 Q_REGISTERS = (128,)
 # Head dim -> keys up to which attention()'s kernels (2 or 3 consumer warpgroups, Q in shared memory) load each
 # consumer's next query tile while it works on its current one (q_ahead): a task of 2-4 key tiles otherwise spends
