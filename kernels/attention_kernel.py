@@ -278,12 +278,8 @@ def _attention(config: AttentionConfig):
                 diagonal = g.offset - k * kv
                 with tk.if_(diagonal < width - 1):              # (so the tile masks nothing for p >= 0 past this)
                     tk.tril_periodic(scores, scores, st.first_row, g.rows_per_head, diagonal, -math.inf)
-            elif causal:
-                diagonal = st.diagonal - k * kv
-                with tk.if_(diagonal < width - 1):              # this tile crosses the warp's diagonal
-                    tk.tril(scores, scores, diagonal, -math.inf)
-            with tk.if_(k * kv + width > g.K.rows):             # the last tile: keys past NK
-                tk.right_fill(scores, scores, g.K.rows - k * kv, -math.inf)
+            # keys past NK (the last tile) and, causal, past the warp's rows' diagonals (st.diagonal: its first row's)
+            tk.mask_scores(scores, k * kv, g.K.rows, first_row=st.diagonal if causal and not packed else None)
 
         def softmax(self, st, k, scores):
             """S -> P = exp2(S * scale_log2 - shift) in place, masked, shift = running max * scale_log2 (the max
