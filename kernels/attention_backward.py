@@ -41,37 +41,50 @@ def attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     variant = causal_variant(causal)
     checked(q, k, v)
     _check_saved(grad_out, q, out, lse, grad_lse)
-    (b, h, n, d), (hkv, nk) = q.shape, k.shape[1:3]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     if not q.numel():                       # (no query rows: no gradient reaches k and v)
         return tuple(torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
     dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
+    _launch(grad_out, q, k, v, out, lse, dq, dk, dv, variant, scale, deterministic, grad_lse)
+    return dq, dk, dv
+
+
+def workspaces(q: torch.Tensor, atomic: bool) -> list[torch.Tensor]:
+    """The kernels' fp32 workspaces for queries q (batch, heads, seq, head dim the kernels run): lse_log2 and D,
+    (batch, heads, lse_rows(seq)), and where the main kernel accumulates dQ (atomic) its workspace, (batch, heads,
+    lse_rows(seq), head dim). Their contents do not matter: the prep kernel writes them all."""
+    (b, h, n, d), nq = q.shape, lse_rows(q.shape[2])
+    rows = [torch.empty(b, h, nq, dtype=torch.float32, device=q.device) for _ in range(2)]
+    return rows + ([torch.empty(b, h, nq, d, dtype=torch.float32, device=q.device)] if atomic else [])
+
+
+def _launch(grad_out, q, k, v, out, lse, dq, dk, dv, variant, scale: float, deterministic: bool = False,
+            grad_lse=None, workspace: list | None = None) -> None:
+    """The four launches on checked inputs (q of at least one row) into contiguous dq, dk and dv (their contents do not
+    matter); `variant` causal_variant's, `workspace` workspaces()'s for the head dim the kernels run (native_dim) or
+    None (new ones)."""
+    (b, h, n, d), (hkv, nk) = q.shape, k.shape[1:3]
     run = native_dim(d)
     if run != d:                            # zero columns: the same scores and row sums
         q, k, v, out, grad_out = (F.pad(x, (0, run - d)) for x in (q, k, v, out, grad_out))
     config = AttentionBwdConfig(run, DTYPES[q.dtype], variant is not None, deterministic)
     q, k, v, grad_out = (_usable(x) for x in (q, k, v, grad_out))
-    nq = lse_rows(n)
-    rows, delta = (torch.empty(b, h, nq, dtype=torch.float32, device=q.device) for _ in range(2))
-    workspace = [] if config.dq_pass else [torch.empty(b, h, nq, run, dtype=torch.float32, device=q.device)]
-    prep_kernel(run, config.dtype, not config.dq_pass)[prep_grid(b, h, nq)](
-        _usable(out), grad_out, _aligned(lse), rows, delta, *workspace)
+    rows, delta, *accumulator = workspace if workspace is not None else workspaces(q, not config.dq_pass)
+    prep_kernel(run, config.dtype, not config.dq_pass)[prep_grid(b, h, rows.shape[2])](
+        _usable(out), grad_out, _aligned(lse), rows, delta, *accumulator)
     if grad_lse is not None:                # d lse_i / d s_ij = P_ij: dS = P * (dP - (D - d lse))
         delta[..., :n] -= grad_lse
     scalars = [scale * LOG2E, scale] + ([] if variant is None else [0 if variant == "top_left" else nk - n])
-    grads = [dk, dv] if run == d else [torch.empty(b, hkv, nk, run, dtype=q.dtype, device=q.device)
-                                       for _ in range(2)]
-    _attention_bwd(config)(q, k, v, grad_out, rows, delta, *grads, *workspace, *scalars)
-    full_dq = dq if run == d else torch.empty(b, h, n, run, dtype=q.dtype, device=q.device)
+    padded = [torch.empty(b, x, m, run, dtype=q.dtype, device=q.device) for x, m in ((h, n), (hkv, nk), (hkv, nk))] \
+        if run != d else [dq, dk, dv]
+    _attention_bwd(config)(q, k, v, grad_out, rows, delta, *padded[1:], *accumulator, *scalars)
     if config.dq_pass:
-        _attention_bwd_dq(config)(q, k, v, grad_out, rows, delta, full_dq, *scalars)
+        _attention_bwd_dq(config)(q, k, v, grad_out, rows, delta, padded[0], *scalars)
     else:
-        convert_kernel(run, config.dtype)[prep_grid(b, h, nq)](workspace[0], full_dq, scale)
+        convert_kernel(run, config.dtype)[prep_grid(b, h, rows.shape[2])](accumulator[0], padded[0], scale)
     if run != d:
-        dq.copy_(full_dq[..., :d])
-        dk.copy_(grads[0][..., :d])
-        dv.copy_(grads[1][..., :d])
-    return dq, dk, dv
+        for grad, full in zip((dq, dk, dv), padded):
+            grad.copy_(full[..., :d])
 
 
 def _check_saved(grad_out, q, out, lse, grad_lse) -> None:
