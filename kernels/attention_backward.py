@@ -58,6 +58,7 @@ def workspaces(q: torch.Tensor, atomic: bool) -> list[torch.Tensor]:
     return rows + ([torch.empty(b, h, nq, d, dtype=torch.float32, device=q.device)] if atomic else [])
 
 
+@torch.no_grad()
 def _launch(grad_out, q, k, v, out, lse, dq, dk, dv, variant, scale: float, deterministic: bool = False,
             grad_lse=None, workspace: list | None = None) -> None:
     """The four launches on checked inputs (q of at least one row) into contiguous dq, dk and dv (their contents do not

@@ -30,8 +30,8 @@ def prep_kernel(d: int, dtype, zero_dq: bool):
     def body(O, DO, LSE, L, D, DQ=None):
         row = tk.let(tk.block_idx.x * 4 + tk.warp_id(), "row")                 # 16-row units
         b, h = tk.block_idx.y // O.depth, tk.block_idx.y % O.depth
-        out, grad = tk.rt(f32, 16, cols), tk.rt(f32, 16, cols)
-        delta, lse = tk.col_vec(out), tk.col_vec(out)
+        out, grad = tk.rt(f32, 16, cols, name="out"), tk.rt(f32, 16, cols, name="grad")
+        delta, lse = tk.col_vec(out, name="delta"), tk.col_vec(out, name="lse")
         for c in range(d // cols):
             tk.load(out, O, (b, h, row, c), masked=True)
             tk.load(grad, DO, (b, h, row, c), masked=True)
