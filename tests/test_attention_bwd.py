@@ -42,15 +42,18 @@ def inputs(b, h, hkv, n, nk, d, dtype, device="cpu"):
 
 
 def check(grads, ref, dtype):
-    """Every element of each gradient within TOL of the largest element of its float64 reference (no NaN: the poison
-    of an element not written fails), and the whole within a tenth of it in norm."""
+    """Every element of each gradient within TOL of the largest element of its float64 reference, or of 1e-2 where
+    that is smaller (dq and dk of a single key are 0 up to the rounding of D); no NaN (the poison of an element not
+    written fails); and the whole within half of TOL in norm. (D = rowsum(dO * O) is the rounded O's, as
+    FlashAttention's: where a row's P is nearly one key's, dS = P (dP - D) cancels, and dq's norm error reaches
+    6e-3 in bf16 at D144 and scale 0.5.)"""
     for name, x, r in zip(("dq", "dk", "dv"), grads, ref):
         assert x.shape == r.shape and x.dtype == dtype, name
         assert not torch.isnan(x).any(), f"{name} has NaN: elements not written"
-        size = r.abs().max().item() + 1e-3            # (dq, dk of one key are 0 up to the rounding of D)
-        worst = (x.double() - r).abs().max().item()
-        assert worst <= TOL[dtype] * size, (name, worst / size)
-        assert gpu_util.rel_err(x, r) < TOL[dtype] / 2 or (x.double() - r).norm() < TOL[dtype] * 1e-2 * r.numel(), name
+        size, worst = r.abs().max().item(), (x.double() - r).abs().max().item()
+        assert worst <= TOL[dtype] * max(size, 1e-2), (name, worst, size)
+        if size > 1e-2:
+            assert gpu_util.rel_err(x, r) < TOL[dtype] / 2, (name, gpu_util.rel_err(x, r))
 
 
 def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None):
