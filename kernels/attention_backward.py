@@ -118,7 +118,8 @@ def _describe(x) -> str:
 
 def _impl(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
           lse: torch.Tensor, grad_lse: Optional[torch.Tensor] = None, causal: Optional[str] = None,
-          scale: Optional[float] = None, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+          scale: Optional[float] = None,
+          deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return attention_backward(grad_out, q, k, v, out, lse, causal or False, scale, deterministic, grad_lse)
 
 

@@ -90,6 +90,24 @@ def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     check(backward(q, k, v, do, causal, scale), gpu_util.attention_grads_reference(q, k, v, do, causal, scale), dtype)
 
 
+def random_case(seed: int) -> tuple:
+    """A seeded random small case: (b, h, h_kv, n, n_k, d, causal, dtype, scale, deterministic)."""
+    import random
+    r = random.Random(seed)
+    hkv = r.choice([1, 2])
+    return (1, hkv * r.choice([1, 2]), hkv, r.choice([1, 15, 64, 65, 130, 191]), r.choice([1, 30, 127, 129, 200]),
+            r.choice([16, 32, 64, 80, 96, 128]), r.choice([False, True, "bottom_right"]), r.choice([BF16, FP16]),
+            r.choice([None, 0.1, -0.5, 1.0]), r.random() < 0.3)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_cases(seed):
+    b, h, hkv, n, nk, d, causal, dtype, scale, deterministic = random_case(seed)
+    q, k, v, do = inputs(b, h, hkv, n, nk, d, dtype)
+    check(backward(q, k, v, do, causal, scale, deterministic),
+          gpu_util.attention_grads_reference(q, k, v, do, causal, scale), dtype)
+
+
 @pytest.mark.parametrize("d,causal", [(64, True), (256, False)])
 def test_deterministic_gradients_are_bit_identical(d, causal):
     """deterministic=True (the dQ pass): the same gradients bit for bit from run to run, right."""
@@ -214,10 +232,11 @@ def compiled_clean(kernel, args) -> str:
 
 
 @pytest.mark.parametrize("d,causal,deterministic", [(64, False, False), (64, True, False), (128, False, False),
-                                                    (128, True, False), (128, False, True), (256, True, False)])
+                                                    (128, True, False), (128, False, True), (256, True, False),
+                                                    (96, True, False), (160, False, False)])
 def test_kernels_compile_without_spills(d, causal, deterministic):
-    """The main kernel and the dQ pass at D64, D128 and D256 compile to HGMMA without spills; the main kernel's dQ
-    goes out by TMA reduce-adds (UTMAREDG)."""
+    """The main kernel and the dQ pass at D64, D128 and D256 (and D96, D160: pieces of 48 and 80 columns, 32-byte
+    swizzles) compile to HGMMA without spills; the main kernel's dQ goes out by TMA reduce-adds (UTMAREDG)."""
     c = AttentionBwdConfig(d, tk.bf16, causal, deterministic)
     sass = compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
     assert ("UTMAREDG" in sass) == (not c.dq_pass)
