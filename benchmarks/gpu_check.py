@@ -140,6 +140,8 @@ def main() -> int:
         report["attention_fp16"] = bench_attention.fp16_table()
         report["attention_split"] = bench_attention.split_table()
         report["attention_decode"] = bench_attention.decode_table()
+        from benchmarks import bench_attention_bwd
+        report["attention_bwd"] = bench_attention_bwd.main()
         from benchmarks import bench_exp2, bench_smem
         report["smem"] = bench_smem.main()
         report["exp2"] = bench_exp2.main()

@@ -58,6 +58,14 @@ def cases() -> dict:
                 r(1, 2, 300, d), r(1, 2, 333, d), r(1, 2, 333, d), causal=c, return_lse=True)
     out["attention D128 GQA packed decode"] = lambda: attention(r(2, 8, 4, 128), r(2, 2, 700, 128), r(2, 2, 700, 128))
     out["attention D64 split-K"] = lambda: attention(r(1, 2, 64, 64), r(1, 2, 8192, 64), r(1, 2, 8192, 64))
+    for d in (64, 128, 256):
+        for causal in (False, True, "bottom_right"):        # the backward: the main kernel, dQ by reduce-adds or pass
+            out[f"attention backward D{d} causal={causal}"] = lambda d=d, c=causal: attention(
+                r(1, 4, 300, d).requires_grad_(), r(1, 2, 333, d).requires_grad_(), r(1, 2, 333, d).requires_grad_(),
+                causal=c).sum().backward()
+    out["attention backward D128 deterministic"] = lambda: attention(
+        r(1, 2, 300, 128).requires_grad_(), r(1, 2, 400, 128).requires_grad_(), r(1, 2, 400, 128).requires_grad_(),
+        causal=True, deterministic=True).sum().backward()
     out["attention D64 fp16 3 warpgroups"] = lambda: attention(r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16), causal=True)

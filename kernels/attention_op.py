@@ -1,11 +1,12 @@
-"""`tkpy.kernels.attention_forward` as the torch operator `torch.ops.tkpy.attention`, and an SDPA drop-in.
+"""`tkpy.kernels.attention_forward` as the torch operator `torch.ops.tkpy.attention`, with its autograd formula, and an
+SDPA drop-in.
 
-The forward is kernels/attention_forward.py's. There is no backward yet: inputs that require grad under grad mode are
-refused with a message saying so (the operator gains its autograd formula when the backward kernels land).
-`scaled_dot_product_attention` takes torch.nn.functional.scaled_dot_product_attention's arguments and runs tkpy's
-attention wherever that computes the same thing; elsewhere (a mask tensor, dropout, a dtype or head dim tkpy does
-not take, inputs that need gradients) it raises NotImplementedError naming the reason, or with `fallback=True`
-calls torch's SDPA.
+The forward is kernels/attention_forward.py's, the backward kernels/attention_backward.py's (the operator
+`torch.ops.tkpy.attention_backward`): the operator saves q, k, v, its output and the log-sum-exp, which attention()
+asks the forward for whenever an input requires grad. `scaled_dot_product_attention` takes
+torch.nn.functional.scaled_dot_product_attention's arguments and runs tkpy's attention wherever that computes the
+same thing; elsewhere (a mask tensor, dropout, a dtype or head dim tkpy does not take) it raises NotImplementedError
+naming the reason, or with `fallback=True` calls torch's SDPA.
 """
 from __future__ import annotations
 
@@ -14,13 +15,12 @@ from typing import Optional
 import torch
 
 from . import attention_forward as kernel
+from .attention_backward import attention_backward_op
 from .op_support import define, direct_call_ok, needs_grad
-
-NO_BACKWARD = "attention's backward is not implemented yet"
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False,
-              scale: float | None = None, return_lse: bool = False):
+              scale: float | None = None, return_lse: bool = False, deterministic: bool = False):
     """softmax(q k^T * scale [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
 
     - dtypes: bf16 or fp16 (all three the same); head dims: multiples of 16 from 16 to 256; CUDA tensors (or
@@ -34,32 +34,54 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | 
       that see no key output 0 with a log-sum-exp of -inf.
     - scale: defaults to 1 / sqrt(head_dim); any value.
     - return_lse: also return the fp32 natural-log log-sum-exp of each row's scaled scores, (batch, heads, seq).
+    - Differentiable in q, k and v (and through the log-sum-exp): kernels/attention_backward.py's kernels.
+      deterministic=True (or torch.use_deterministic_algorithms(True)): gradients bit-identical from run to run.
     Inputs whose last dim is contiguous with 16-byte aligned strides are read in place (e.g. a (B, N, H, D)
     tensor transposed to (B, H, N, D)); others are copied. The output is a new contiguous tensor.
-    Forward only (inputs requiring grad are refused); torch.compile sees it as torch.ops.tkpy.attention.
-    kernels/attention_kernel.py says how the kernels run, kernels/attention_policy.py which one a shape takes."""
+    torch.compile sees it as torch.ops.tkpy.attention. kernels/attention_kernel.py says how the kernels run,
+    kernels/attention_policy.py which one a shape takes."""
     variant = kernel.causal_variant(causal)
     if direct_call_ok((q, k, v)):
         return kernel.forward(q, k, v, variant or False, scale, return_lse)
-    o, lse = attention_op(q, k, v, variant, scale, return_lse)
+    o, lse = attention_op(q, k, v, variant, scale, return_lse or needs_grad(q, k, v), deterministic)
     return (o, lse) if return_lse else o
 
 
 def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: Optional[str] = None,
-          scale: Optional[float] = None, return_lse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+          scale: Optional[float] = None, return_lse: bool = False,
+          deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if return_lse:
         return kernel.forward(q, k, v, causal or False, scale, True)
     return kernel.forward(q, k, v, causal or False, scale), q.new_empty(0, dtype=torch.float32)
 
 
-def _fake(q, k, v, causal=None, scale=None, return_lse=False):
+def _fake(q, k, v, causal=None, scale=None, return_lse=False, deterministic=False):
     kernel.checked(q, k, v)
     kernel.causal_variant(causal or False)
     b, h, n, d = q.shape
     return q.new_empty(b, h, n, d), q.new_empty((b, h, n) if return_lse else (0,), dtype=torch.float32)
 
 
-attention_op = define("attention", _impl, _fake, differentiable=NO_BACKWARD)
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, return_lse, deterministic = inputs     # (every argument, defaults filled in)
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.return_lse, ctx.deterministic = causal, scale, return_lse, deterministic
+
+
+def _backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    if not ctx.return_lse:          # the operator called without the log-sum-exp: the forward again, with it
+        o, lse = attention_op(q, k, v, ctx.causal, ctx.scale, True)
+        grad_lse = None
+    if grad_o is None:              # (only the log-sum-exp used)
+        grad_o = torch.zeros_like(o)
+    deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv = attention_backward_op(grad_o, q, k, v, o, lse, grad_lse, ctx.causal, ctx.scale, deterministic)
+    return dq, dk, dv, None, None, None, None
+
+
+attention_op = define("attention", _impl, _fake, backward=_backward, setup_context=_setup_context)
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -70,9 +92,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     tensors (3 dims or more; dims before the heads are flattened into the batch), is_causal top-left as torch's,
     enable_gqa for fewer key/value heads (one key/value head broadcasts without it, as in torch). Where tkpy's
     kernels do not compute the same thing (`unsupported` says why: a mask tensor, dropout, a dtype other than
-    bf16/fp16, a head dim that is not a multiple of 16 up to 256, a value head dim other than the key's, inputs that
-    require grad) it raises NotImplementedError naming the reason, or, with `fallback=True`, returns torch's SDPA of
-    the same arguments."""
+    bf16/fp16, a head dim that is not a multiple of 16 up to 256, a value head dim other than the key's) it raises
+    NotImplementedError naming the reason, or, with `fallback=True`, returns torch's SDPA of the same arguments.
+    Differentiable as attention() is."""
     reason = unsupported(query, key, value, attn_mask, dropout_p, enable_gqa)
     if reason is not None:
         if not fallback:
@@ -109,6 +131,4 @@ def unsupported(query, key, value, attn_mask, dropout_p, enable_gqa) -> str | No
     if key.shape[-3] not in (query.shape[-3], 1) and not enable_gqa:    # (one key/value head broadcasts in torch)
         return (f"query has {query.shape[-3]} heads and key {key.shape[-3]}: pass enable_gqa=True for grouped-query "
                 "attention")
-    if needs_grad(query, key, value):
-        return NO_BACKWARD + " (inputs require grad)"
     return None

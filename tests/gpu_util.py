@@ -55,6 +55,37 @@ def attention_reference(q, k, v, causal=False, scale=None):
     return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1)
 
 
+def attention_grads_reference(q, k, v, grad_out, causal=False, scale=None, grad_lse=None, absolute=False):
+    """float64 (dq, dk, dv) of attention_reference's output (and log-sum-exp) by the explicit formulas: P as
+    attention_reference's (0 in rows that see no key), dV = P^T dO, dS = P * (dO V^T - D) with D = rowsum(dO * O) -
+    dlse, dQ = dS K * scale, dK = dS^T Q * scale; dk and dv summed over each key/value head's query heads (GQA).
+    absolute=True: the same sums of the terms' absolute values (dS = P * (|dO| |V|^T + sum |dO| |O|)), the scale of
+    their rounding errors (where the gradient itself cancels to about 0)."""
+    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
+    rep = q.shape[1] // k.shape[1]
+    q64, do64 = q.detach().double(), grad_out.detach().double()
+    k64, v64 = (x.detach().double().repeat_interleave(rep, dim=1) for x in (k, v))
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    s = q64 @ k64.transpose(-1, -2) * scale
+    if causal:
+        offset = nk - n if causal == "bottom_right" else 0
+        keys, queries = torch.arange(nk, device=q.device), torch.arange(n, device=q.device)
+        s = s.masked_fill(keys[None] > queries[:, None] + offset, -math.inf)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    delta = (do64 * (p @ v64)).sum(-1, keepdim=True)
+    if grad_lse is not None:
+        delta = delta - grad_lse.detach().double()[..., None]
+    if absolute:
+        delta = (do64.abs() * (p @ v64).abs()).sum(-1, keepdim=True)
+        q64, k64, v64, do64, scale = q64.abs(), k64.abs(), v64.abs(), do64.abs(), abs(scale)
+        ds = p * (do64 @ v64.transpose(-1, -2) + delta)
+    else:
+        ds = p * (do64 @ v64.transpose(-1, -2) - delta)
+    b, h = q.shape[:2]
+    per_kv_head = lambda x: x.view(b, h // rep, rep, *x.shape[2:]).sum(2)     # noqa: E731
+    return ds @ k64 * scale, per_kv_head(ds.transpose(-1, -2) @ q64 * scale), per_kv_head(p.transpose(-1, -2) @ do64)
+
+
 def in_fresh_thread(fn) -> None:
     """fn() on a new thread, which has no current CUDA context yet; what it raises is raised here."""
     errors: list[BaseException] = []

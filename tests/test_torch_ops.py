@@ -93,7 +93,7 @@ def test_opcheck_matmul_out_and_fp8(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("causal,return_lse", [(None, False), ("top_left", True), ("bottom_right", True)])
 def test_opcheck_attention(causal, return_lse, device):
-    q, k, v = rand(1, 4, 40, 64, device=device), rand(1, 2, 56, 64, device=device), rand(1, 2, 56, 64, device=device)
+    q, k, v = (rand(1, h, n, 64, device=device, grad=True) for h, n in ((4, 40), (2, 56), (2, 56)))
     torch.library.opcheck(torch.ops.tkpy.attention.default, (q, k, v), dict(causal=causal, return_lse=return_lse))
 
 
@@ -142,12 +142,10 @@ def test_gradient_of_one_input_only(device):
     assert rel_err(w.grad, a.double().T @ torch.ones(24, 40, dtype=torch.float64, device=device)) < 2e-2
 
 
-@pytest.mark.parametrize("name", ["attention", "matmul_fp8", "matmul out="])
+@pytest.mark.parametrize("name", ["matmul_fp8", "matmul out="])
 def test_what_has_no_backward_refuses_grad_with_the_reason(name):
-    q = rand(1, 2, 32, 64, grad=True)
     a8 = rand(32, 32).to(torch.float8_e4m3fn)
     calls = {
-        "attention": (lambda: attention(q, q, q), "attention's backward is not implemented yet"),
         "matmul_fp8": (lambda: matmul_fp8(a8, a8.T, torch.ones(1, requires_grad=True), torch.ones(1)),
                        "fp8 training needs a scaling recipe"),
         "matmul out=": (lambda: matmul(rand(32, 32, grad=True), rand(32, 32), out=torch.empty(32, 32, dtype=BF16)),
@@ -248,7 +246,6 @@ REFUSED = {  # what the drop-in does not take -> (the call's changes, the messag
     "float32": (dict(dtype=F32), "bf16 or fp16"),
     "head dim 40": (dict(d=40), "head dim 40"),
     "batch broadcast": (dict(kv_batch=1), "no broadcasting"),
-    "grad": (dict(grad=True), "backward is not implemented"),
 }
 
 
@@ -256,9 +253,8 @@ REFUSED = {  # what the drop-in does not take -> (the call's changes, the messag
 def test_sdpa_drop_in_says_what_it_cannot_take_or_falls_back_to_torch(name):
     change, message = REFUSED[name]
     change = dict(change)
-    d, dtype, grad, kv_batch = (change.pop(key, default) for key, default in
-                                (("d", 64), ("dtype", BF16), ("grad", False), ("kv_batch", 2)))
-    q = rand(2, 2, 32, d, dtype=dtype, grad=grad)
+    d, dtype, kv_batch = (change.pop(key, default) for key, default in (("d", 64), ("dtype", BF16), ("kv_batch", 2)))
+    q = rand(2, 2, 32, d, dtype=dtype)
     k, v = rand(kv_batch, 2, 32, d, dtype=dtype), rand(kv_batch, 2, 32, d, dtype=dtype)
     with pytest.raises(NotImplementedError, match=message):
         scaled_dot_product_attention(q, k, v, **change)

@@ -65,6 +65,22 @@ def test_register_tiles_take_a_name_made_unique():
     assert str(line_of(badly_named, 'name="2nd"')) in str(e.value)
 
 
+def test_names_cxx_reserves_take_a_suffix():
+    """A name given directly that C++ reserves (tk.rt(name="do"), a template buffer `do`, as attention's backward's
+    dO tiles) becomes do_ in the generated code, which compiles."""
+    def loaded(x):
+        grad = tk.rt(f32, 16, 64, name="do")            # (a helper's locals name nothing)
+        tk.load(grad, x, (0, 0))
+        return grad
+
+    @tk.kernel(warps=4)
+    def reserved(x: tk.gl[f32, 16, 64]):
+        tk.store(x, loaded(x), (0, 0))
+    src = reserved.source(torch.empty(16, 64))
+    assert "tk::rt<float, 1, 4, tk::row_l> do_;" in src
+    assert reserved.resources(torch.empty(16, 64)).spills == 0
+
+
 def test_specializations_are_cached_per_constexpr_and_contiguity():
     a = softmax_rows.trace(X64, X64, 64)
     b = softmax_rows.trace(torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(64, 32, dtype=torch.bfloat16), 32)

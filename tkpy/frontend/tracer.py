@@ -83,6 +83,8 @@ def _name_variables(body, user_locals: dict, taken: set) -> None:
         wanted = names_of.get(id(obj))
         if wanted is None or wanted in _RESERVED:
             wanted = obj.name
+        if wanted in _RESERVED:         # a name given directly (tk.rt(name=...), a template's buffer `do`)
+            wanted += "_"
         final = wanted
         n = 1
         while final in used:

@@ -1,0 +1,85 @@
+"""The config of attention's backward kernels (kernels/attention_bwd_kernel.py, attention_bwd_dq_kernel.py):
+AttentionBwdConfig, a frozen dataclass of their options, which checks them, resolves their defaults
+(attention_bwd_policy's tables) and derives the kernels' names."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tkpy import bf16, fp16
+
+from .attention_bwd_policy import DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
+
+_DERIVED = dict(init=False, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class AttentionBwdConfig:
+    """The options of attention's backward: head dim `d` (a multiple of 32 up to 256: attention_backward pads the
+    others), element type `dtype` (bf16 or fp16), causal or not (the kernels take an `offset`: query i sees key j
+    when j <= i + offset), and deterministic=True: dQ from the dQ pass (attention_bwd_dq_kernel: a task per query
+    tile, its key tiles in order) instead of the main kernel's reduce-adds, whose order varies from run to run;
+    its gradients are then bit-identical from run to run. Past D128 the dQ pass runs either way (dq_pass).
+    `stages`: the main kernel's ring of (Q, dO) tiles (default MAIN_STAGES); `dq_kv` and `dq_stages`: the dQ pass's
+    key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES).
+
+    The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
+    construction checks them (ValueError naming the option) and resolves them into the derived fields."""
+
+    d: int
+    dtype: object = bf16
+    causal: bool = False
+    deterministic: bool = False
+    stages: int | None = None
+    dq_kv: int | None = None
+    dq_stages: int | None = None
+    # derived
+    family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
+    dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
+    splits: int = field(**_DERIVED)             # the main kernel's tasks per key tile (column pieces of dK, dV)
+    stage_count: int = field(**_DERIVED)
+    dq_kv_rows: int = field(**_DERIVED)
+    dq_stage_count: int = field(**_DERIVED)
+
+    def __post_init__(self) -> None:
+        d = self.d
+        if not isinstance(d, int) or d % 32 or not 32 <= d <= MAX_DIM:
+            raise ValueError(f"attention backward: the kernels take head dims in multiples of 32 from 32 to {MAX_DIM} "
+                             f"(two column pieces of a multiple of 16; attention_backward pads the others), got {d!r}")
+        if self.dtype not in (bf16, fp16):
+            raise ValueError(f"attention backward: dtype must be bf16 or fp16, got {self.dtype!r}")
+        for option in ("causal", "deterministic"):
+            if getattr(self, option) not in (True, False):
+                raise ValueError(f"attention backward: {option} must be True or False, got {getattr(self, option)!r}")
+        family = tuned(d)
+        stages = self.stages or MAIN_STAGES[family].value[0]
+        default_kv, default_dq_stages = DQ_TILES[family].value
+        dq_kv, dq_stages = self.dq_kv or default_kv, self.dq_stages or default_dq_stages
+        for option, value in (("stages", stages), ("dq_stages", dq_stages)):
+            if not isinstance(value, int) or not 1 <= value <= 8:
+                raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
+        if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
+            raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
+                             f"from 16 to 256, got {dq_kv!r}")
+        for key, value in dict(family=family, dq_pass=not atomic_dq(d, self.deterministic), splits=splits_for(d),
+                               stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages).items():
+            object.__setattr__(self, key, value)
+
+    def _suffix(self) -> str:
+        return ("" if self.dtype == bf16 else f"_{self.dtype.name}") + ("_causal" if self.causal else "")
+
+    @property
+    def name(self) -> str:
+        """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
+        dQ at a head dim where the main kernel would, and the stages where not the default."""
+        default_stages = MAIN_STAGES[self.family].value[0]
+        return f"attention_bwd_d{self.d}" + self._suffix() \
+            + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
+            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages")
+
+    @property
+    def dq_name(self) -> str:
+        """The dQ pass's name: attention_bwd_dq_d<d>, the dtype and causality, its tiles where not the default."""
+        kv, stages = DQ_TILES[self.family].value
+        return f"attention_bwd_dq_d{self.d}" + self._suffix() \
+            + ("" if self.dq_kv_rows == kv else f"_kv{self.dq_kv_rows}") \
+            + ("" if self.dq_stage_count == stages else f"_{self.dq_stage_count}stages")

@@ -1,0 +1,248 @@
+"""Attention's backward on Hopper with tkpy's LCF template: the main kernel (_attention_bwd), dK and dV, and dQ.
+
+A task is a tile of KEY_ROWS = 128 keys of one (batch, key/value head): two consumer warpgroups own 64 keys each and
+load their K and V rows into shared memory at the task's start. The producer streams, through the template's ring,
+the (Q, dO) tiles of 64 query rows that see those keys: every query tile of every query head of the key/value head
+(GQA/MQA: dK and dV summed over them in registers), causal ones from the first tile some row of which sees a key of
+the task. Per step a warpgroup computes, transposed so that its own keys are the rows (wgmma's M),
+
+    S^T = K Q^T, dP^T = V dO^T                                   (fp32, 16 x 64 per warp)
+    P^T = exp2(S^T * scale_log2 - lse_log2)                       (lse_log2 per query: the prep kernel's L)
+    dS^T = P^T * (dP^T - D)                                       (D = rowsum(dO * O) per query: the prep's D)
+    dV += P^T dO, dK += dS^T Q                                    (P^T and dS^T from registers as wgmma's A)
+
+with P^T set to 0 where the causal mask hides a key and for keys past N_k (rows past N have lse_log2 = +inf: P = 0).
+dK is scaled by the softmax scale at the task's end. Any scale (zero, negative): P needs no running max here.
+
+dQ (head dims up to 128, not deterministic): each warpgroup stores its dS^T into shared memory (two buffers, one
+per step parity, so that one barrier a step suffices), both warpgroups meet, and warpgroup w computes column piece
+w of the step's dQ over the task's 128 keys, dQ_w = dS K_w (dS^T from shared memory as wgmma's transposed A), then
+adds it into the fp32 workspace DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel
+(attention_bwd_prep) scales it into the input dtype. Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+
+K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
+computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
+its accumulators fit the registers.
+"""
+from __future__ import annotations
+
+import functools
+
+import tkpy as tk
+from tkpy import call, f32
+from tkpy.templates import shared
+
+from .attention_bwd_config import AttentionBwdConfig
+from .attention_bwd_policy import KEY_ROWS, Q_TILE, REGISTERS
+from .tensor_layout import cdiv
+
+PIECES = 2                          # column pieces of d / 2 in which the main kernel holds K, V, Q and dO
+KV_FREE = 1                         # named barriers: every consumer warp done with the task's K and V
+DS_READY = 2                        # ... both warpgroups' dS^T of the step in shared memory
+OWN = (3, 4)                        # ... the 4 warps of consumer warpgroup 0 / 1
+
+
+def own_sync() -> None:
+    """A barrier among the calling consumer warpgroup's 4 warps (a branch per warpgroup: immediate barrier ids)."""
+    for wg in range(2):
+        with tk.if_(tk.warpgroup.id() == wg):
+            tk.warpgroup.sync(OWN[wg])
+
+
+def first_warp():
+    """The condition of a consumer warpgroup's first warp (which issues its TMA copies)."""
+    return tk.warp_id() % 4 == 0
+
+
+def causal_mask(probs, diagonal) -> None:
+    """Causal: P^T[r, c] = 0 where key row r is hidden from query column c, c < r + diagonal (diagonal: the warp's
+    first key minus the tile's first query minus the offset), on the tiles the diagonal crosses."""
+    with tk.if_(diagonal > 1 - probs.type.rows):
+        tk.triu(probs, probs, diagonal, 0.0)
+
+
+@functools.cache
+def _attention_bwd(config: AttentionBwdConfig):
+    """The LCF main kernel of attention's backward (a tk.lcf template) for `config`, cached."""
+    c = config
+    d, dtype, causal, splits = c.d, c.dtype, c.causal, c.splits
+    dp = d // PIECES
+    atomic = not c.dq_pass
+    outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
+
+    producer_registers, consumer_registers = REGISTERS
+
+    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name,
+            producer_registers=producer_registers, consumer_registers=consumer_registers)
+    class AttentionBwd:
+        Q: tk.gl[dtype, "B", "H", "N", d]
+        K: tk.gl[dtype, "B", "HKV", "NK", d]
+        V: tk.gl[dtype, "B", "HKV", "NK", d]
+        DO: tk.gl[dtype, "B", "H", "N", d]
+        L: tk.gl[f32, "B", "H", "NQ"]               # lse * log2(e) per query row, +inf past N (the prep kernel's)
+        D: tk.gl[f32, "B", "H", "NQ"]               # rowsum(dO * O) per query row, 0 past N
+        DK: tk.gl[dtype, "B", "HKV", "NK", d]
+        DV: tk.gl[dtype, "B", "HKV", "NK", d]
+        if atomic:
+            DQ: tk.gl[f32, "B", "H", "NQ", d]       # dQ / scale accumulated (zeroed by the prep kernel)
+        scale_log2: float                           # softmax scale * log2(e), any sign
+        scale: float
+        if causal:
+            offset: int                             # query i sees keys j <= i + offset
+        inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES))
+
+        def tasks(self, g):
+            """(key tiles * splits, batch * key/value heads)."""
+            return cdiv(g.K.rows, KEY_ROWS) * splits, g.K.batch * g.K.depth
+
+        @staticmethod
+        def key_tile(task):
+            return task.row // splits if splits > 1 else task.row
+
+        @staticmethod
+        def q_tiles(g):
+            return cdiv(g.Q.rows, Q_TILE)
+
+        def first_tile(self, g, task):
+            """The first query tile a row of which sees a key of the task (causal; 0 otherwise)."""
+            if not causal:
+                return 0
+            return call("max", 0, (self.key_tile(task) * KEY_ROWS - g.offset) // Q_TILE)
+
+        def per_head(self, g, task):
+            """The task's query tiles of each query head."""
+            return call("max", 0, self.q_tiles(g) - self.first_tile(g, task)) if causal else self.q_tiles(g)
+
+        if causal:
+            def iters(self, g, task):
+                return g.Q.depth // g.K.depth * self.per_head(g, task)
+        else:
+            def iters(self, g):
+                return g.Q.depth // g.K.depth * self.q_tiles(g)
+
+        def step_at(self, g, task, k):
+            """(batch, query head, query tile) of the task's step k: the key/value head's query heads in turn."""
+            per_head = self.per_head(g, task)
+            b, hkv = task.col // g.K.depth, task.col % g.K.depth
+            return b, hkv * (g.Q.depth // g.K.depth) + k // per_head, self.first_tile(g, task) + k % per_head
+
+        def load(self, g, task, inp, k, arrived):
+            b, h, tile = self.step_at(g, task, k)
+            tk.tma.expect(arrived, inp)
+            for p in range(PIECES):                 # rows past N arrive as zeros
+                tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
+                tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
+
+        def setup(self, st):
+            # the task's K and V: warpgroup w's 64 rows, piece p, at w * PIECES + p
+            st.k = tk.st(dtype, 64, dp, count=2 * PIECES)
+            st.v = tk.st(dtype, 64, dp, count=2 * PIECES)
+            st.kv_arrived = tk.semaphore(2)
+            st.tasks_done = tk.var(0, "tasks_done")
+            with tk.if_(first_warp()):
+                tk.init_semaphore(st.kv_arrived[tk.warpgroup.id()], 1)
+            tk.named_sync(KV_FREE, 8)               # (each warpgroup waits on the other's semaphore too)
+            st.probs = tk.rt(f32, 16, Q_TILE)       # S^T, then P^T, then (atomic, dp = 64) dQ's piece
+            st.grads = tk.rt(f32, 16, Q_TILE)       # dP^T, then dS^T
+            st.dk = [tk.rt(f32, 16, dp, name="dk") for _ in range(outputs)]
+            st.dv = [tk.rt(f32, 16, dp, name="dv") for _ in range(outputs)]
+            if atomic:
+                st.ds_tiles = tk.st(dtype, 64, Q_TILE, count=4)    # dS^T: [step parity * 2 + warpgroup]
+                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=2)      # warpgroup w's piece of the step's dQ
+                st.steps_done = tk.var(0, "steps_done")
+                # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them; in a window of them
+                # ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
+                st.dq = st.probs if dp == Q_TILE else tk.rt(f32, 16, dp)
+
+        def start(self, st, task):
+            g, wg = st.g, tk.warpgroup.id()
+            b, hkv = task.col // g.K.depth, task.col % g.K.depth
+            tk.named_sync(KV_FREE, 8)               # the last task's reads of K and V (both halves: dQ) are done
+            with tk.if_(first_warp()):
+                tiles = [st.k[wg * PIECES + p] for p in range(PIECES)] + [st.v[wg * PIECES + p] for p in range(PIECES)]
+                tk.tma.expect(st.kv_arrived[wg], *tiles)
+                for p in range(PIECES):             # rows past NK arrive as zeros
+                    unit = self.key_tile(task) * 2 + wg
+                    tk.tma.load_async(st.k[wg * PIECES + p], g.K, (b, hkv, unit, p), st.kv_arrived[wg])
+                    tk.tma.load_async(st.v[wg * PIECES + p], g.V, (b, hkv, unit, p), st.kv_arrived[wg])
+            for acc in st.dk + st.dv:
+                tk.zero(acc)
+            st.key_row = tk.let(self.key_tile(task) * KEY_ROWS + wg * 64 + tk.warp_id() % 4 * 16, "key_row")
+            if atomic:                              # dQ's products read both warpgroups' K
+                for other in range(2):
+                    tk.wait(st.kv_arrived[other], st.tasks_done % 2)
+            else:
+                tk.wait(st.kv_arrived[wg], st.tasks_done % 2)
+            st.tasks_done += 1
+
+        def pieces_out(self, st):
+            """The column pieces of dK and dV this task accumulates: all, or with splits its split's."""
+            return list(range(PIECES)) if splits == 1 else [st.task.row % splits]
+
+        def compute(self, st, inp, k):
+            g, wg = st.g, tk.warpgroup.id()
+            b, h, tile = self.step_at(g, st.task, k)
+            for p in range(PIECES):                 # S^T = K Q^T and dP^T = V dO^T, over the pieces
+                mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
+                mm(st.probs, st.k[wg * PIECES + p], inp.q[p])
+            for p in range(PIECES):
+                mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
+                mm(st.grads, st.v[wg * PIECES + p], inp.do[p])
+            lse = tk.row_vec(st.probs, name="lse")      # (loaded while the products run)
+            tk.load(lse, g.L, (b, h, tile))
+            tk.warpgroup.mma_async_wait()
+            tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
+            if causal:
+                causal_mask(st.probs, st.key_row - tile * Q_TILE - g.offset)
+            with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
+                tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
+            delta = tk.row_vec(st.probs, name="delta")
+            tk.load(delta, g.D, (b, h, tile))
+            tk.map(st.grads, lambda p, dp, dd: p * (dp - dd), st.probs, st.grads, delta)
+            p_low, ds_low = tk.rt(dtype, 16, Q_TILE, name="p_low"), tk.rt(dtype, 16, Q_TILE, name="ds_low")
+            tk.copy(p_low, st.probs)
+            tk.copy(ds_low, st.grads)
+            for i, p in enumerate(self.pieces_out(st)):
+                tk.warpgroup.mma_AB(st.dv[i], p_low, inp.do[p])
+                tk.warpgroup.mma_AB(st.dk[i], ds_low, inp.q[p])
+            if atomic:
+                self.dq_step(st, ds_low, b, h, tile)
+            tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
+
+        def dq_step(self, st, ds_low, b, h, tile):
+            """dQ's piece w (this warpgroup's) of the step, dS K_w over both warpgroups' keys, added into DQ."""
+            g, wg, dq = st.g, tk.warpgroup.id(), st.dq
+            parity = st.steps_done % 2
+            tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
+            tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
+            tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
+            for half in range(2):
+                mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
+                mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + wg])
+            tk.warpgroup.mma_async_wait()
+            with tk.if_(first_warp()):              # the staging tile: the last step's reduce-add has read it
+                tk.tma.store_async_wait(read_only=True)
+            own_sync()
+            tk.warpgroup.store(st.dq_tiles[wg], dq)
+            tk.fence_proxy_async()
+            own_sync()
+            with tk.if_(first_warp()):
+                tk.tma.store_add_async(g.DQ, st.dq_tiles[wg], (b, h, tile, wg))
+                tk.tma.store_commit_group()
+            st.steps_done += 1
+
+        def finish(self, g, st, task):
+            b, hkv = task.col // g.K.depth, task.col % g.K.depth
+            unit = self.key_tile(task) * 2 + tk.warpgroup.id()     # this warpgroup's 64 keys (rows past NK: clipped)
+            for i, p in enumerate(self.pieces_out(st)):
+                tk.mul(st.dk[i], st.dk[i], g.scale)
+                tk.warpgroup.store(g.DK, st.dk[i], (b, hkv, unit, p), masked=True)
+                tk.warpgroup.store(g.DV, st.dv[i], (b, hkv, unit, p), masked=True)
+
+        if atomic:
+            def done(self, st):
+                """The last reduce-adds complete before the block exits."""
+                with tk.if_(first_warp()):
+                    tk.tma.store_async_wait()
+
+    return AttentionBwd

@@ -1,0 +1,73 @@
+"""The policy of attention's backward (kernels/attention_bwd_kernel.py, attention_bwd_dq_kernel.py): which options
+(attention_bwd_config.AttentionBwdConfig) attention_backward runs for a head dim. Each table row carries its
+evidence; tests/test_attention_bwd.py keeps a golden record of the choices.
+
+The kernels take head dims in multiples of 32 (NATIVE_DIMS: the main kernel holds K, V, Q and dO in two column
+pieces of d / 2, a multiple of 16); attention_backward runs the other multiples of 16 on zero columns padded up to
+the next one (native_dim), which leave the scores and the row sums of dO * O as they are.
+
+Head dims up to 128 accumulate dQ across key tiles with TMA reduce-adds into an fp32 workspace (FlashAttention-3's
+way), unless deterministic=True; past 128 (dK and dV of a 64-row key unit no longer fit one warpgroup's registers in
+full) each key tile's task computes dK and dV of one column piece (two tasks a key tile, S and dP computed by
+both), and dQ comes from the separate pass (attention_bwd_dq_kernel), as it does for deterministic=True.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .tensor_layout import cdiv
+
+TUNED_DIMS = (64, 128, 256)         # head dims whose rows below were chosen; others take the next one up's (tuned)
+MAX_DIM = 256
+KEY_ROWS = 128                      # keys per task of the main kernel: 64 per consumer warpgroup (wgmma M)
+Q_TILE = 64                         # query rows per step of the main kernel (S^T's N)
+DQ_TASK_ROWS = 128                  # query rows per task of the dQ pass: 64 per consumer warpgroup
+LSE_ROWS = 128                      # the row vectors' (lse, D) and dQ workspace's rows are N rounded up to this
+ATOMIC_DQ_DIMS = 128                # the head dims up to which the main kernel accumulates dQ itself
+# The main kernel's setmaxnreg split (producer, each consumer warpgroup), FlashAttention-3's: with the default
+# (40, 232) D256's kernel spilled 16 bytes and serialized its wgmmas (C7512).
+REGISTERS = (24, 240)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A policy table row: its value and why (a RESULTS.md run once timed on the GPU, or the fit that set it)."""
+
+    value: tuple
+    evidence: str
+
+
+UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attention_bwd.py); not yet timed"
+# Main kernel: stages of its ring of (Q, dO) query tiles. D128: 2 x 32 KB beside K and V (64 KB), the dS^T tiles
+# (32 KB) and the dQ staging tiles (32 KB); D256: one stage of 64 KB beside K and V (128 KB).
+MAIN_STAGES = {64: Row((2,), UNTIMED), 128: Row((2,), UNTIMED), 256: Row((1,), UNTIMED)}
+# dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
+# 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
+DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}
+
+
+def native_dim(d: int) -> int:
+    """The head dim the kernels run for head dim `d` (a multiple of 16): d itself for multiples of 32, else
+    d + 16 (zero columns)."""
+    return d if d % 32 == 0 else d + 16
+
+
+def tuned(d: int) -> int:
+    """The tuned head dim whose table rows head dim `d` takes: the next one up."""
+    return next(t for t in TUNED_DIMS if t >= d)
+
+
+def atomic_dq(d: int, deterministic: bool) -> bool:
+    """Whether the main kernel accumulates dQ (TMA reduce-adds, in no fixed order), or the dQ pass computes it."""
+    return d <= ATOMIC_DQ_DIMS and not deterministic
+
+
+def splits_for(d: int) -> int:
+    """The main kernel's tasks per key tile: 1 (dK and dV in full), or past ATOMIC_DQ_DIMS 2 (a column piece
+    each)."""
+    return 1 if d <= ATOMIC_DQ_DIMS else 2
+
+
+def lse_rows(n: int) -> int:
+    """Rows of the lse / D vectors and of the dQ workspace: n rounded up to LSE_ROWS (their loads need no bounds)."""
+    return cdiv(n, LSE_ROWS) * LSE_ROWS
