@@ -267,7 +267,8 @@ def test_fp8_prelude_only_in_fp8_kernels():
     k = wgmma_kernel("e4m3", "e4m3", 64, 64)
     src = k.source(_fp8(64, 64), _fp8(64, 64), torch.zeros(64, 64))
     assert "struct fp8e4m3 { unsigned char x; };" in src
-    assert "cvt.rn.satfinite.e4m3x2.f32" in src and "cvt.rn.f16x2.e5m2x2" in src
+    assert "cvt.rn.satfinite.e4m3x2.f32" in src and "cvt.rn.f16x2.e4m3x2" in src
+    assert "fp8e5m2" not in src                  # the helpers of the fp8 kind it uses only
     assert "wgmma_m64n64k32_ss_fp8e4m3(d, descriptor<st<fp8e4m3, RA, CA, SA, PRA, PCA>, false>(a, k)" in src
 
     @tk.kernel(warps=1)

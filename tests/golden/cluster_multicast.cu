@@ -1,4 +1,4 @@
-// sha256 of the whole source: 5fa86bd949593a24999a5c433a2ef117d3ef278787e43e196a0ac9465ad1786d
+// sha256 of the whole source: cfd5bdfc365efecc7a83b7dad451212e86c9151803b5f40f61ff43c71f82b4ac
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

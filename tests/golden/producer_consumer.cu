@@ -1,4 +1,4 @@
-// sha256 of the whole source: c51cfa8f65c3a9d3990739ac7d51e4b8153932f67bd643a7732540a24a02f2ed
+// sha256 of the whole source: 2209582372f9aa8d7d10fe24be2aa6613f745c16374bbabd0dd2c9488f36da2b
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 35b9c1799a767b63988a74d67e56691c95fbba8d01cd85bc5996261c04585215
+// sha256 of the whole source: 724da0643c8dcdfdc0a9891e8fb46444ea3dde8cec601e7940e64f211c348fb0
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

@@ -14,7 +14,7 @@ from ..errors import UnsupportedError
 from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from ..ir.expr import DIVISOR_NAMES, PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
 from ..ir.printer import assignment_text
-from ..tiles.dtypes import FP8_DTYPES, f32
+from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype, tensor_maps
 from . import divisors, timeline
@@ -33,7 +33,11 @@ BUILTIN_DECLS = [  # declared in the kernel's prologue when the body uses them
 SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 128")}
 
 
-def generate(kernel: KernelIR, slots: list[Slot]) -> str:
+def generate(kernel: KernelIR, slots: list[Slot], prelude: str = "used") -> str:
+    """The kernel's CUDA C++: the prelude helpers it uses (`prelude="used"`, what is compiled) or the whole prelude
+    (`prelude="full"`), then what debug mode or the timeline add, then the kernel."""
+    if prelude not in ("used", "full"):
+        raise ValueError(f'prelude must be "used" or "full", got {prelude!r}')
     variants = {(s.attrs["n"], s.attrs["dtype"] + (f"_{s.attrs['b_dtype']}" if "b_dtype" in s.attrs else ""),
                  s.attrs["a_regs"]) for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
     tma5 = any(g.type.rank == 5 for g, _ in tensor_maps(kernel))
@@ -44,14 +48,8 @@ def generate(kernel: KernelIR, slots: list[Slot]) -> str:
     if emitter.debug is not None:   # debug mode (tkpy/runtime/debug.py): the bounded waits' helpers and sites
         debugging = debug_cpp.section(emitter.debug, kernel.debug.timeout_ns, debug_cpp.SLOTS,
                                       kernel.debug.prints(emitter.debug.warpgroups > 0))
-    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + recording + debugging + body
-
-
-def uses_fp8(kernel: KernelIR) -> bool:
-    """Whether any tensor or declared tile of the kernel holds 8-bit floats (it then gets the fp8 prelude)."""
-    types = [p.type for p in kernel.params if isinstance(p, GlobalVar)]
-    types += [s.var.type for s in walk(kernel.body) if isinstance(s, Decl)]
-    return any(getattr(t, "dtype", None) in FP8_DTYPES for t in types)
+    code = recording + debugging + body
+    return prelude_for(code, variants, tma5, full=prelude == "full") + "\n" + code
 
 
 def ctype_of(t) -> str:

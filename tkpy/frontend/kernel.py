@@ -146,9 +146,13 @@ class Kernel:
         """The traced IR as text."""
         return self.trace(*args).text
 
-    def source(self, *args) -> str:
-        """The generated CUDA C++."""
-        return self._compiled_for(args, need_cuda=False).lowered.source
+    def source(self, *args, prelude: str = "used") -> str:
+        """The generated CUDA C++, as NVRTC compiles it: the prelude helpers the kernel uses, then the kernel.
+        prelude="full": the whole prelude instead of the helpers it uses."""
+        lowered = self._compiled_for(args, need_cuda=False).lowered
+        if prelude == "used":
+            return lowered.source
+        return generate(lowered.traced.ir, lowered.slots, prelude)
 
     def ptx(self, *args) -> str:
         return self._compiled_for(args, need_cuda=False).module.ptx

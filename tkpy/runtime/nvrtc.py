@@ -91,6 +91,18 @@ _DIAG_RE = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>(?:catast
 _MARKER_RE = re.compile(r"//\s*(?P<loc>[^\s:]+\.py:\d+)(?:\s+(?P<op>\S[^\n]*?))?\s*$")
 
 
+def _instantiated_at(log_lines: list[str], start: int) -> int:
+    """The kernel's line whose instantiation of a template led to the error reported just before `start` (the last
+    "at line N" of its "detected during ..." notes: the outermost, in the kernel), or 0."""
+    found = 0
+    for raw in log_lines[start:]:
+        if _DIAG_RE.match(raw.strip()):
+            break
+        for m in _INSTANTIATED_RE.finditer(raw):
+            found = int(m.group(1))
+    return found
+
+
 def find_python_origin(source_lines: list[str], line_no: int) -> tuple[str, str] | None:
     """Nearest ``// file.py:LINE  op`` marker on or above 1-based ``line_no``.
 
@@ -103,10 +115,14 @@ def find_python_origin(source_lines: list[str], line_no: int) -> tuple[str, str]
     return None
 
 
+_INSTANTIATED_RE = re.compile(r"\bat line (\d+)")
+
+
 def format_compile_error(source: str, log: str, kernel_name: str, arch: str) -> str:
     lines = source.splitlines()
+    log_lines = log.splitlines()
     diags = []
-    for raw in log.splitlines():
+    for i, raw in enumerate(log_lines):
         m = _DIAG_RE.match(raw.strip())
         if not m or m.group("kind") == "warning":
             continue
@@ -114,7 +130,7 @@ def format_compile_error(source: str, log: str, kernel_name: str, arch: str) -> 
         text = [f"{m.group('kind')}: {m.group('msg')}"]
         if 1 <= n <= len(lines):
             text.append(f"  generated {m.group('file')}:{n}: {lines[n - 1].strip()}")
-        origin = find_python_origin(lines, n)
+        origin = find_python_origin(lines, n) or find_python_origin(lines, _instantiated_at(log_lines, i + 1))
         if origin is not None:
             loc, op = origin
             text.append(f"  from {loc}" + (f"  ({op})" if op else ""))

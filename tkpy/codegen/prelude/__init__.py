@@ -1,25 +1,32 @@
-"""The C++ prelude: header-free device helpers every generated kernel starts with.
+"""The C++ prelude: header-free device helpers, of which a generated kernel carries those it uses.
 
-NVRTC ships no headers, so storage types, conversions and PTX wrappers are
-written here, one module per area. Each module exposes SECTIONS, a list of C++
-texts (each closing any namespace it opens); the prelude is their concatenation
-in the order below.
+NVRTC ships no headers, so storage types, conversions and PTX wrappers are written here, one module per area,
+each a list of helpers (prelude/helpers.py: one paragraph of C++ each). A kernel's source starts with the
+helpers its code needs (`prelude_for`), which is also what NVRTC compiles: the whole prelude takes it several
+times longer to read. `k.source(..., prelude="full")` shows the whole prelude instead.
 """
-from . import fp8 as fp8_section, hopper, warp, warp_extra
+from __future__ import annotations
 
-PRELUDE_HEAD = "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
-PRELUDE_TAIL = "// ---- end of prelude ----\n"
-MODULES = (warp, warp_extra, hopper)  # in order; a module's sections may use those of the modules before it
-SECTIONS = [section for module in MODULES for section in module.SECTIONS]
-PRELUDE = "\n".join([PRELUDE_HEAD, *SECTIONS, PRELUDE_TAIL])
+import functools
+
+from . import fp8, hopper, warp, warp_extra
+from .helpers import Pool
+
+# in order: a module's helpers may use those of the modules before it
+HELPERS = (*warp.HELPERS, *warp_extra.HELPERS, *hopper.HELPERS, *fp8.HELPERS)
+PRELUDE = Pool(list(HELPERS)).text()    # every helper (wgmma wrappers are per kernel): for hand-written kernels
 
 
-def prelude_for(wgmma_variants: set, tma5: bool = False, fp8: bool = False) -> str:
-    """The prelude plus the wgmma wrappers this kernel uses (generated per accumulator width), the
-    5-d TMA copies when it moves tiles of a 5-d global tensor by TMA, and the fp8 types and conversions
-    when it has fp8 tensors or tiles."""
-    if not wgmma_variants and not tma5 and not fp8:
-        return PRELUDE
-    extra = (([fp8_section.SECTION] if fp8 else []) + ([hopper.wgmma_section(wgmma_variants)] if wgmma_variants else [])
-             + ([hopper.TMA5_SECTION] if tma5 else []))
-    return "\n".join([PRELUDE_HEAD, *SECTIONS, *extra, PRELUDE_TAIL])
+@functools.lru_cache(maxsize=64)
+def _pool(wgmma_variants: frozenset, tma5: bool) -> Pool:
+    return Pool([*HELPERS, *hopper.wgmma_helpers(wgmma_variants), *(hopper.TMA5_HELPERS if tma5 else ())])
+
+
+def prelude_for(code: str, wgmma_variants: set, tma5: bool = False, full: bool = False) -> str:
+    """The prelude of a kernel whose code (the kernel and what debug mode or the timeline put beside it) is `code`:
+    the helpers it uses, or with `full` every helper, with the wgmma wrappers of its `wgmma_variants` (hopper.py)
+    and, when it moves tiles of a 5-d tensor by TMA (`tma5`), the 5-d copies."""
+    pool = _pool(frozenset(wgmma_variants), tma5)
+    if full:
+        return pool.text()
+    return pool.text(pool.needed(pool.references(code)))

@@ -1,5 +1,4 @@
-"""Prelude section for 8-bit floats (e4m3, e5m2): storage types and conversions, included in kernels
-that use them.
+"""Prelude helpers for 8-bit floats (e4m3, e5m2): storage types and conversions, in the kernels that use them.
 
 Register tiles of fp8 hold packed pairs (`fp8e4m3_2`, 16 bits) in the fragment layout of 16-bit
 tiles, so the generic register templates (loads, stores, maps, reductions) work through
@@ -9,6 +8,8 @@ largest finite value). Stores into fp8 shared tiles write each pair (row layout)
 layout) with ordinary stores, since stmatrix moves 16-bit elements. PTX ISA: "cvt" (sm_89+).
 """
 from __future__ import annotations
+
+from .helpers import helpers
 
 FP8_PTX = {"fp8e4m3": "e4m3", "fp8e5m2": "e5m2"}
 
@@ -78,5 +79,5 @@ __device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, 
 }
 """
 
-SECTION = ("namespace tk {\n// ---- 8-bit floats (tkpy/codegen/prelude/fp8.py) ----\n" + _STORE
-           + "".join(_conversions(t, ptx) for t, ptx in FP8_PTX.items()) + "}  // namespace tk\n")
+HELPERS = helpers("// ---- 8-bit floats (tkpy/codegen/prelude/fp8.py) ----\n" + _STORE
+                  + "".join(_conversions(t, ptx) for t, ptx in FP8_PTX.items()))

@@ -1,4 +1,4 @@
-"""Prelude sections for Hopper's asynchronous machinery: mbarrier semaphores, TMA, wgmma, setmaxnreg.
+"""Prelude helpers for Hopper's asynchronous machinery: mbarrier semaphores, TMA, wgmma, setmaxnreg.
 
 PTX references: "Parallel Synchronization and Communication Instructions: mbarrier",
 "cp.async.bulk.tensor", "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
@@ -6,7 +6,11 @@ Instructions" (wgmma and its shared-memory matrix descriptor) and "setmaxnreg".
 """
 from __future__ import annotations
 
+from .helpers import Helper, helpers
+
 _SYNC = r"""
+// ---- Hopper: dependent launches, mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
+
 // Programmatic dependent launch (PTX griddepcontrol; tkpy/runtime/dependent_launch.py). Launched with the
 // driver's programmatic-stream-serialization attribute, a kernel may start before the previous kernel on
 // its stream has finished: launch_dependents lets the next kernel's blocks start as this kernel's finish,
@@ -42,9 +46,11 @@ __device__ __forceinline__ void wait(semaphore* sem, int phase) {
         "@!done bra WAIT_%=;\n"
         "}\n" :: "r"(bar), "r"(phase) : "memory");
 }
+
 // Order this thread's generic-proxy shared-memory writes before later async-proxy (TMA, wgmma) reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void fence_semaphore_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
@@ -61,8 +67,10 @@ __device__ __forceinline__ bool named_any(bool mine, int id, int threads) {
                  : "=r"(any) : "r"((u32)mine), "r"(id), "r"(threads) : "memory");
     return any != 0;
 }
+
 // This thread's memory writes ordered before its later ones for the whole GPU (__threadfence).
 __device__ __forceinline__ void threadfence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 // Atomic add to a global int by lane 0 of the calling warp (acquire-release at GPU scope); every lane gets the
 // value before the add.
 __device__ __forceinline__ int warp_atomic_add(int* p, int v) {
@@ -71,6 +79,7 @@ __device__ __forceinline__ int warp_atomic_add(int* p, int v) {
         asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return __shfl_sync(0xffffffffu, old, 0);
 }
+
 // Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
 __device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void cluster_sync() {
@@ -88,6 +97,7 @@ __device__ __forceinline__ void arrive_remote_cta(semaphore* sem, int cta, u32 c
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(sem)), "r"(cta));
     asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0], %1;" :: "r"(remote), "r"(count) : "memory");
 }
+
 template <int N> __device__ __forceinline__ void increase_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
 template <int N> __device__ __forceinline__ void decrease_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 """
@@ -156,16 +166,18 @@ def _tma_copies(rank: int) -> str:
         f"    for (int p = 0; p < panels; p++)\n"
         f'        asm volatile("cp.async.bulk.prefetch.tensor.{rank}d.L2.global.tile [%0, {{{slots(1)}}}];"\n'
         f'                     :: "l"(map), "r"(c + p * {panel}), {coords} : "memory");\n}}\n')
-    return load + multicast + store + prefetch
+    return "\n".join([load, multicast, store, prefetch])
 
 
 _TMA = (
-    "\n// TMA: one cp.async.bulk.tensor per swizzle panel of the shared tile (a box is one panel wide).\n"
-    "// Coordinates are elements, innermost first; the tensor map is 4-d (cols, rows, depth, batch).\n"
-    "namespace tma {\n" + _tma_copies(4) + r"""// Fetch a tensor map's descriptor into the cache ahead of the first copy that uses it.
+    "// TMA: one cp.async.bulk.tensor per swizzle panel of the shared tile (a box is one panel wide).\n"
+    "// Coordinates are elements, innermost first; the tensor map is 4-d (cols, rows, depth, batch).\n\n"
+    + _tma_copies(4) + r"""
+// Fetch a tensor map's descriptor into the cache ahead of the first copy that uses it.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
+
 __device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until at most N committed store groups are still reading their shared-memory source.
 template <int N> __device__ __forceinline__ void store_async_read_wait() {
@@ -175,10 +187,11 @@ template <int N> __device__ __forceinline__ void store_async_read_wait() {
 template <int N> __device__ __forceinline__ void store_async_wait() {
     asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
 }
-}  // namespace tma
 """)
 
 _WGMMA = r"""
+// ---- wgmma ----
+
 // wgmma shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): start address,
 // leading- and stride-dimension byte offsets (all >> 4) and the swizzle mode in bits 62-63.
 // A tile is MN-major when its rows run along K (B of mma_AB, A of mma_AtB), K-major otherwise.
@@ -203,9 +216,11 @@ __device__ __forceinline__ u64 descriptor(const S& s, int k16) {
     asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(low + (offset >> 4)), "r"(high));
     return desc;
 }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+
 // Keep the compiler from moving accesses of accumulator registers across a wgmma wait.
 template <typename T, int H, int W, typename L> __device__ __forceinline__ void register_fence(rt<T, H, W, L>& t) {
     #pragma unroll
@@ -339,30 +354,27 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
         f"    wgmma_commit_group();\n}}\n")
 
 
-def wgmma_section(variants: set) -> str:
-    """The wgmma wrappers a kernel uses, generated per (n, dtype, a_in_registers) in `variants` (dtype as
-    `wgmma_types` reads it)."""
-    if not variants:
-        return ""
-    parts = ["namespace tk {\n// wgmma m64nNk16 with fp32 accumulators, as used by this kernel"]
-    for n, dt, rs in sorted(variants):
-        parts.append(wgmma_instruction(n, dt, rs))
-        parts.append("namespace warpgroup {\n" + warpgroup_mma(n, dt, rs) + "}  // namespace warpgroup")
-    parts.append(_NAMED_MMA)
-    return "\n".join(parts) + "\n}  // namespace tk\n"
-
-
-# 5-d TMA (a gl of 5 dims): overloads of the tma:: copies taking the outer coordinate first, on a
-# 5-d tensor map (cols, rows, depth, batch, outer). Only kernels that use one get this section.
-TMA5_SECTION = "namespace tk {\nnamespace tma {\n" + _tma_copies(5) + "}  // namespace tma\n}  // namespace tk\n"
-
 # ThunderKittens' names; TRANS_* = 1 means that operand is stored MN-major (K along its rows).
-_NAMED_MMA = "namespace warpgroup {\n" + "".join(
+_NAMED_MMA = helpers("\n".join(
     f"template <typename D, typename A, typename B> __device__ __forceinline__ void {name}(D& d, const A& a, const B& b) "
     f"{{ mma<{ta}, {tb}>(d, a, b, {acc}); }}\n"
     for name, ta, tb, acc in (("mma_AB", 0, 1, "true"), ("mm_AB", 0, 1, "false"), ("mma_ABt", 0, 0, "true"),
                               ("mm_ABt", 0, 0, "false"), ("mma_AtB", 1, 1, "true"), ("mm_AtB", 1, 1, "false"),
-                              ("mma_AtBt", 1, 0, "true"), ("mm_AtBt", 1, 0, "false"))) + "}  // namespace warpgroup"
+                              ("mma_AtBt", 1, 0, "true"), ("mm_AtBt", 1, 0, "false"))), "tk::warpgroup")
 
 
-SECTIONS = ["namespace tk {" + _SYNC + _TMA + _WGMMA + "}  // namespace tk\n"]
+def wgmma_helpers(variants) -> list[Helper]:
+    """The wgmma wrappers of a kernel's variants, generated per (n, dtype, a_in_registers) in `variants` (dtype as
+    `wgmma_types` reads it), and ThunderKittens' names over them."""
+    if not variants:
+        return []
+    out = helpers("// wgmma m64nNk16 with fp32 accumulators, as used by this kernel")
+    for n, dt, rs in sorted(variants):
+        out += helpers(wgmma_instruction(n, dt, rs)) + helpers(warpgroup_mma(n, dt, rs), "tk::warpgroup")
+    return out + _NAMED_MMA
+
+
+HELPERS = helpers(_SYNC) + helpers(_TMA, "tk::tma") + helpers(_WGMMA)
+# 5-d TMA (a gl of 5 dims): overloads of the tma:: copies taking the outer coordinate first, on a 5-d tensor map
+# (cols, rows, depth, batch, outer). Only kernels that use one get them.
+TMA5_HELPERS = helpers(_tma_copies(5), "tk::tma")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...ir.core import BINARY_FNS, BROADCAST_FNS, REDUCE_FNS, UNARY_FNS
 from ...tiles import exp2_emulation, layouts, swizzle
+from .helpers import helpers
 
 _BASICS = r"""
 typedef unsigned int u32;
@@ -17,51 +18,56 @@ template <typename A, typename B> struct is_same { static constexpr bool value =
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
 template <typename T> struct identity { typedef T type; };  // blocks template deduction
 
-// 16-bit storage types (no cuda_bf16.h under NVRTC); arithmetic happens in fp32.
-struct bf16 { unsigned short x; };
-struct fp16 { unsigned short x; };
-struct bf16_2 { u32 x; };
-struct fp16_2 { u32 x; };
-
+// Element types and their conversions to and from fp32, where arithmetic happens. A register tile of T holds
+// pairs, packed_of<T>; from_float<T> / from_float2<T2> round to them (specialized per type: each type's helper
+// brings its own).
 template <typename T> struct packed_of;
 template <> struct packed_of<float> { typedef float2 type; };
-template <> struct packed_of<bf16> { typedef bf16_2 type; };
-template <> struct packed_of<fp16> { typedef fp16_2 type; };
-
 __device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(u32(v.x) << 16); }
-__device__ __forceinline__ float to_float(fp16 v) {
-    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f;
-}
 __device__ __forceinline__ float2 to_float2(float2 v) { return v; }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <typename T2> __device__ __forceinline__ T2 from_float2(float2 v);
+template <> __device__ __forceinline__ float2 from_float2<float2>(float2 v) { return v; }
+
+// bf16: a storage type (no cuda_bf16.h under NVRTC); its pairs bf16_2.
+struct bf16 { unsigned short x; };
+struct bf16_2 { u32 x; };
+template <> struct packed_of<bf16> { typedef bf16_2 type; };
+__device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(u32(v.x) << 16); }
 __device__ __forceinline__ float2 to_float2(bf16_2 v) {
     return make_float2(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u));
+}
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
+    bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
+}
+template <> __device__ __forceinline__ bf16_2 from_float2<bf16_2>(float2 v) {
+    bf16_2 r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;  // hi, lo
+}
+
+// fp16, likewise.
+struct fp16 { unsigned short x; };
+struct fp16_2 { u32 x; };
+template <> struct packed_of<fp16> { typedef fp16_2 type; };
+__device__ __forceinline__ float to_float(fp16 v) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f;
 }
 __device__ __forceinline__ float2 to_float2(fp16_2 v) {
     float lo, hi;
     asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(v.x));
     return make_float2(lo, hi);
 }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
-    bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
-}
 template <> __device__ __forceinline__ fp16 from_float<fp16>(float v) {
     fp16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
-}
-template <typename T2> __device__ __forceinline__ T2 from_float2(float2 v);
-template <> __device__ __forceinline__ float2 from_float2<float2>(float2 v) { return v; }
-template <> __device__ __forceinline__ bf16_2 from_float2<bf16_2>(float2 v) {
-    bf16_2 r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;  // hi, lo
 }
 template <> __device__ __forceinline__ fp16_2 from_float2<fp16_2>(float2 v) {
     fp16_2 r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;
 }
 
 __device__ __forceinline__ int lane() { return threadIdx.x & 31; }
+
 __device__ __forceinline__ u32 smem_addr(const void* p) { return u32(__cvta_generic_to_shared(p)); }
+
 __device__ __forceinline__ unsigned char* align_up(unsigned char* p, u64 a) {
     return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(p) + a - 1) & ~(a - 1));
 }
@@ -362,8 +368,11 @@ __device__ __forceinline__ void store(const gl<T>& dst, const st<T, R, C, SWZ, P
 
 _MAPS = r"""
 // Elementwise maps, computed in fp32 and rounded to the destination type.
+
 struct op_copy { __device__ __forceinline__ float operator()(float x) const { return x; } };
+
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
+
 // exp2: one MUFU.EX2 (ex2.approx.ftz: at most 2 ulp, as exp2f; subnormal inputs and results flush to
 // zero), without the range fix-up of the non-ftz ex2.approx that exp2f and __expf compile to (a compare
 // and two predicated multiplies or selects per element). exp(x) = exp2(x * log2 e), as __expf computes it.
@@ -372,18 +381,31 @@ struct op_exp2 {
         float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;
     }
 };
+
 struct op_exp  { __device__ __forceinline__ float operator()(float x) const { return op_exp2{}(x * 1.4426950408889634f); } };
+
 struct op_log  { __device__ __forceinline__ float operator()(float x) const { return __logf(x); } };
+
 struct op_log2 { __device__ __forceinline__ float operator()(float x) const { return __log2f(x); } };
+
 struct op_abs  { __device__ __forceinline__ float operator()(float x) const { return fabsf(x); } };
+
 struct op_relu { __device__ __forceinline__ float operator()(float x) const { return fmaxf(x, 0.0f); } };
+
 struct op_add  { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
+
 struct op_sub  { __device__ __forceinline__ float operator()(float a, float b) const { return a - b; } };
+
 struct op_mul  { __device__ __forceinline__ float operator()(float a, float b) const { return a * b; } };
+
 struct op_div  { __device__ __forceinline__ float operator()(float a, float b) const { return __fdividef(a, b); } };
+
 struct op_max  { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
 struct op_min  { __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); } };
+
 struct op_sum  : op_add {};
+
 struct op_prod : op_mul {};
 
 template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a) { return make_float2(f(a.x), f(a.y)); }
@@ -391,8 +413,9 @@ template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a, flo
     return make_float2(f(a.x, b.x), f(a.y, b.y));
 }
 
+// dst = f(src) and dst = f(a, b) elementwise (ThunderKittens' unary_map / bin_map; b a tile or a float).
 template <typename F, typename TD, typename TS, int H, int W, typename L>
-__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F f) {
+__device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F f) {
     #pragma unroll
     for (int i = 0; i < H; i++)
     #pragma unroll
@@ -401,8 +424,16 @@ __device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>&
     for (int k = 0; k < 4; k++)
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(apply(f, to_float2(src.data[i][j][k])));
 }
+template <typename F, typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[i][k] = from_float<TD>(f(to_float(src.data[i][k])));
+}
+
 template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
-__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
+__device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
     #pragma unroll
     for (int i = 0; i < H; i++)
     #pragma unroll
@@ -413,7 +444,7 @@ __device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>&
             apply(f, to_float2(a.data[i][j][k]), to_float2(b.data[i][j][k])));
 }
 template <typename F, typename TD, typename TA, int H, int W, typename L>
-__device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, float b, F f) {
+__device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, float b, F f) {
     #pragma unroll
     for (int i = 0; i < H; i++)
     #pragma unroll
@@ -423,15 +454,8 @@ __device__ __forceinline__ void map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>&
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(a.data[i][j][k]), make_float2(b, b)));
 }
-template <typename F, typename TD, typename TS, int N, typename L>
-__device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[i][k] = from_float<TD>(f(to_float(src.data[i][k])));
-}
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
-__device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
+__device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
     #pragma unroll
     for (int i = 0; i < N; i++)
     #pragma unroll
@@ -439,7 +463,7 @@ __device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, co
         dst.data[i][k] = from_float<TD>(f(to_float(a.data[i][k]), to_float(b.data[i][k])));
 }
 template <typename F, typename TD, typename TA, int N, typename L>
-__device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
+__device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
     #pragma unroll
     for (int i = 0; i < N; i++)
     #pragma unroll
@@ -456,6 +480,7 @@ __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
     #pragma unroll
     for (int k = 0; k < 4; k++) dst.data[i][j][k] = p;
 }
+
 template <typename T, int N, typename L>
 __device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) {
     #pragma unroll
@@ -623,13 +648,13 @@ __device__ __forceinline__ void mma_AtBt(rt<float, M, N, row_l>& d, const rt<T, 
 
 def _named_ops() -> str:
     """ThunderKittens-style names over the generic map/reduce/broadcast templates."""
-    out = ["\n// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...)."]
+    out = ["// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...)."]
     for fn in UNARY_FNS:
         out.append(f"template <typename D, typename S> __device__ __forceinline__ void {fn}(D& d, const S& s) "
-                   f"{{ map(d, s, op_{fn}{{}}); }}")
+                   f"{{ unary_map(d, s, op_{fn}{{}}); }}")
     for fn in BINARY_FNS:
         out.append(f"template <typename D, typename A, typename B> __device__ __forceinline__ void "
-                   f"{fn}(D& d, const A& a, const B& b) {{ map(d, a, b, op_{fn}{{}}); }}")
+                   f"{fn}(D& d, const A& a, const B& b) {{ bin_map(d, a, b, op_{fn}{{}}); }}")
     for axis, rows in (("row", "true"), ("col", "false")):
         for fn in REDUCE_FNS:
             out.append(f"template <typename V, typename T> __device__ __forceinline__ void {axis}_{fn}(V& d, const T& s) "
@@ -639,7 +664,7 @@ def _named_ops() -> str:
         for fn in BROADCAST_FNS:
             out.append(f"template <typename D, typename S, typename V> __device__ __forceinline__ void "
                        f"{fn}_{axis}(D& d, const S& s, const V& v) {{ broadcast<{rows}>(d, s, v, op_{fn}{{}}); }}")
-    return "\n".join(out) + "\n"
+    return "\n\n".join(out) + "\n"   # one helper each
 
 
 def _substitute(text: str) -> str:
@@ -649,5 +674,5 @@ def _substitute(text: str) -> str:
     return text.replace("SWIZZLE_EXPR", swizzle.SWIZZLE_EXPR)
 
 
-SECTIONS = ["namespace tk {" + "".join([_BASICS, _substitute(_FRAGMENTS), _substitute(_MEMORY), _MAPS, exp2_emulation.CPP, _REDUCE,
-                                       _MMA, _named_ops()]) + "}  // namespace tk\n"]
+HELPERS = helpers("".join([_BASICS, _substitute(_FRAGMENTS), _substitute(_MEMORY), _MAPS, exp2_emulation.CPP, _REDUCE, _MMA,
+                           "\n", _named_ops()]))

@@ -7,10 +7,12 @@ the generated code and the CPU tests read one definition.
 from __future__ import annotations
 
 from ...tiles import shuffles
+from .helpers import helpers
 from .warp import _substitute
 
 _LAYOUT = r"""
 // ---- Layout changes of register tiles ----
+
 template <typename L> struct transpose_of;
 template <> struct transpose_of<row_l> { typedef col_l type; };
 template <> struct transpose_of<col_l> { typedef row_l type; };
@@ -69,6 +71,7 @@ __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, 
 
 _VECTORS = r"""
 // ---- Register vectors: lane indices, layout conversions, memory ----
+
 // Index within its chunk (16 elements; 32 for naive) of lane `lane`'s value k (tkpy/tiles/layouts.py).
 template <typename L> __device__ __forceinline__ int vec_idx(int lane, int k) {
     if constexpr (is_same<L, ortho_l>::value) return ORTHO_INDEX;
@@ -89,7 +92,7 @@ VECTOR_SHUFFLE_SPECIALIZATIONS
 template <typename TD, int ND, typename LD, typename TS, int NS, typename LS>
 __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& src) {
     if constexpr (is_same<LD, LS>::value) {
-        map(dst, src, op_copy{});
+        unary_map(dst, src, op_copy{});
     } else {
         typedef vec_shuffle<LD, LS> S;
         constexpr int P = rv<TS, NS, LS>::per_chunk;
@@ -142,7 +145,8 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n)
         if (!MASKED || i < n) p[i] = from_float<TD>(to_float(src.data[c][k]));
     }
 }
-// rv <-> gl: the vector lies along row r from column c0; rv <-> sv.
+
+// rv <-> gl: the vector lies along row r from column c0.
 template <typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0) {
     load_vec<false>(dst, src.at(b, d, r, c0), 0, 0.0f);
@@ -151,6 +155,8 @@ template <typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
     store_vec<false>(dst.at(b, d, r, c0), src, 0);
 }
+
+// rv <-> sv
 template <typename TD, int N, typename L, typename TS, int LEN>
 __device__ __forceinline__ void load(rv<TD, N, L>& dst, const sv<TS, LEN>& src) { load_vec<false>(dst, src.ptr(0), 0, 0.0f); }
 template <typename TD, int LEN, typename TS, int N, typename L>
@@ -173,6 +179,7 @@ __device__ __forceinline__ void store(const gl<T>& dst, const sv<T, N>& src, int
 
 _VIEWS = r"""
 // ---- Subtiles ----
+
 // Rows [idx * SR, (idx + 1) * SR) of a register tile, in place (ThunderKittens' subtile_inplace).
 template <int SR, typename T, int H, int W, typename L>
 __device__ __forceinline__ rt<T, SR / 16, W, L>& subtile_inplace(rt<T, H, W, L>& t, int idx) {
@@ -196,6 +203,7 @@ __device__ __forceinline__ st<T, RS, CS, SWZ, PR, PC> subtile(const st<T, R, C, 
 
 _MASKS = r"""
 // ---- Masks: dst = keep(row, col) ? src : val, by each element's position in the tile ----
+
 template <typename F, typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F keep, float val) {
     const int ln = lane();
@@ -214,16 +222,19 @@ __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(v);
     }
 }
+
 // ThunderKittens' masks: keep on and below (tril) / above (triu) diagonal `diagonal`, left of column
 // `col` (right_fill fills from it on), from `col` on (left_fill), above row `row` (lower_fill), from it on.
 template <typename D, typename S> __device__ __forceinline__ void tril(D& d, const S& s, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val);
 }
+
 // tril_periodic: rows stacking sequences of `period` rows, each masked by its own position (first_row >= 0).
 template <typename D, typename S>
 __device__ __forceinline__ void tril_periodic(D& d, const S& s, int first_row, int period, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c <= (first_row + r) % period + diagonal; }, val);
 }
+
 template <typename D, typename S> __device__ __forceinline__ void triu(D& d, const S& s, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val);
 }
@@ -233,6 +244,7 @@ template <typename D, typename S> __device__ __forceinline__ void make_causal(D&
 template <typename D, typename S> __device__ __forceinline__ void make_causal_t(D& d, const S& s, float val) {
     triu(d, s, 0, val);
 }
+
 template <typename D, typename S> __device__ __forceinline__ void right_fill(D& d, const S& s, int col, float val) {
     mask(d, s, [=](int, int c) { return c < col; }, val);
 }
@@ -249,6 +261,7 @@ template <typename D, typename S> __device__ __forceinline__ void upper_fill(D& 
 
 _MAPS = r"""
 // ---- Generic maps (tk.map): dst = f(srcs...) elementwise, f a lambda on floats ----
+
 // A vector operand of a tile map, broadcast along rows (per_row: one value per row, as sub_row) or columns.
 template <bool ROWS, typename V> struct broadcast_vec { const V& v; };
 template <typename V> __device__ __forceinline__ broadcast_vec<true, V> per_row(const V& v) { return {v}; }
@@ -313,6 +326,7 @@ template <typename D, typename V> __device__ __forceinline__ void broadcast_col(
 
 _BOUNDED = r"""
 // ---- Bounds-checked copies for tiles at tensor edges ----
+
 // How many of the n elements from (r, c) on lie inside the tensor (none past its last row).
 template <typename T> __device__ __forceinline__ int in_bounds(const gl<T>& g, int r, int c, int n) {
     return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0;
@@ -388,6 +402,7 @@ __device__ __forceinline__ void store_chunk_masked(const gl<T>& g, const T* s, i
     if (valid == n) { *reinterpret_cast<uint4*>(g.at(b, d, r, c)) = *reinterpret_cast<const uint4*>(s); return; }
     for (int e = 0; e < valid; e++) g.at(b, d, r, c)[e] = s[e];
 }
+
 // st <-> gl and sv <-> gl by NT threads, bounds-checked per chunk.
 template <int NT, typename T, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ void load_masked(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0,
@@ -399,6 +414,7 @@ __device__ __forceinline__ void store_masked(const gl<T>& dst, const st<T, R, C,
                                              int t) {
     for_each_chunk<NT, T, R, C>(t, [&](int r, int c) { store_chunk_masked(dst, src.ptr(r, c), b, d, r0 + r, c0 + c); });
 }
+
 template <int NT, typename T, int N>
 __device__ __forceinline__ void load_masked(const sv<T, N>& dst, const gl<T>& src, int b, int d, int r, int c0, float fill,
                                             int t) {
@@ -412,6 +428,7 @@ __device__ __forceinline__ void store_masked(const gl<T>& dst, const sv<T, N>& s
 
 _ASYNC = r"""
 // ---- cp.async: st <- gl without passing through registers ----
+
 // One 16-byte chunk of which the first `src_bytes` come from global memory, the rest are zero.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -454,5 +471,4 @@ def _paste(text: str) -> str:
     return _substitute(text.replace("VECTOR_SHUFFLE_SPECIALIZATIONS", _vector_shuffles()))
 
 
-SECTIONS = ["namespace tk {" + _paste(_LAYOUT + _VECTORS + _VIEWS + _MASKS + _MAPS + _BOUNDED + _ASYNC)
-            + "}  // namespace tk\n"]
+HELPERS = helpers(_paste(_LAYOUT + _VECTORS + _VIEWS + _MASKS + _MAPS + _BOUNDED + _ASYNC))
