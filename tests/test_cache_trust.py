@@ -16,11 +16,15 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
-from tkpy.runtime import cache, clear_memo, compile_cuda, native
+import tkpy as tk
+from tkpy import f32
+from tkpy.runtime import cache, clear_memo, compile_cuda, disasm, find_nvdisasm, native, nvrtc
 
 from test_native_launch import native_build_problem
 
@@ -248,6 +252,74 @@ def test_malformed_metadata_is_a_miss(meta):
     assert not m2.from_cache and m2.resources.found
     clear_memo()
     assert compile_cuda(src, "add1").from_cache      # rewritten
+
+
+# --------------------------------------------------------------------------- what is made from a cubin: its SASS
+
+
+def _row_copy():
+    @tk.kernel(warps=1)
+    def row_copy(x: tk.gl[f32, "R", 16], y: tk.gl[f32, "R", 16]):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x, (tk.block_idx.x, 0))
+        tk.store(y, t, (tk.block_idx.x, 0))
+    return row_copy
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts of NVRTC runs and nvdisasm runs."""
+    if find_nvdisasm() is None:
+        pytest.skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    calls = Counter()
+    run_nvrtc, disassemble = nvrtc._run_nvrtc, disasm.sass
+
+    def nvrtc_counted(*args):
+        calls["nvrtc"] += 1
+        return run_nvrtc(*args)
+
+    def disasm_counted(*args, **kwargs):
+        calls["nvdisasm"] += 1
+        return disassemble(*args, **kwargs)
+    monkeypatch.setattr(nvrtc, "_run_nvrtc", nvrtc_counted)
+    monkeypatch.setattr(disasm, "sass", disasm_counted)
+    return calls
+
+
+def test_sass_ptx_and_resources_are_made_once(counted):
+    """k.sass / k.ptx / k.resources compile (NVRTC) and disassemble (nvdisasm) once: later calls, and those of a
+    new kernel object once the in-process memo is gone (as in a new process), read what was kept."""
+    x = torch.zeros(32, 16)
+    k = _row_copy()
+    first = (k.sass(x, x), k.ptx(x, x), k.resources(x, x))
+    assert "LDG" in first[0] and ".entry row_copy" in first[1] and first[2].found
+    compiles = counted["nvrtc"]                      # 1 (2 where ptxas' report had to be made anew)
+    assert compiles >= 1 and counted["nvdisasm"] == 1
+    assert (k.sass(x, x), k.ptx(x, x), k.resources(x, x)) == first
+    clear_memo()
+    again = _row_copy()
+    assert (again.sass(x, x), again.ptx(x, x), again.resources(x, x)) == first
+    assert counted == Counter(nvrtc=compiles, nvdisasm=1)
+
+
+def test_sass_not_written_by_tkpy_is_remade(counted):
+    """A kept SASS whose MAC does not match (edited), that others can write, or that another user owns, is a miss:
+    disassembled anew and rewritten as ours."""
+    m = compile_cuda(_src(ADD1), "add1")
+    text = disasm.module_sass(m)
+    path = cache.root() / m.key[:2] / f"{m.key}.sass.json"
+    assert _mode(path) & 0o077 == 0 and counted["nvdisasm"] == 1
+    def edit():
+        kept = json.loads(path.read_bytes())
+        path.write_text(json.dumps({**kept, "text": kept["text"].replace("FADD", "FMUL") + " "}))
+    changes = [edit, lambda: os.chmod(path, 0o666)]
+    if os.geteuid() == 0 and _has_nobody():
+        changes.append(lambda: os.chown(path, *_ids()))
+    for n, change in enumerate(changes, start=2):
+        change()
+        assert cache.load_text(m.key, "sass") is None
+        assert disasm.module_sass(m) == text and counted["nvdisasm"] == n
+        assert path.stat().st_uid == os.getuid() and cache.load_text(m.key, "sass") == text
 
 
 # --------------------------------------------------------------------------- concurrency, TKPY_CACHE=0

@@ -155,9 +155,11 @@ class Kernel:
         return generate(lowered.traced.ir, lowered.slots, prelude)
 
     def ptx(self, *args) -> str:
+        """The PTX NVRTC made with the cubin (for reading: the driver loads the cubin)."""
         return self._compiled_for(args, need_cuda=False).module.ptx
 
     def sass(self, *args) -> str:
+        """The cubin's SASS (nvdisasm; no GPU needed), disassembled once and cached as the cubin is."""
         return self._compiled_for(args, need_cuda=False).sass()
 
     def resources(self, *args):
@@ -305,6 +307,7 @@ class Compiled:
         self.module = module
         self._ready: dict[int, _Ready] = {}
         self._lock = threading.Lock()   # one _Ready per device, whichever threads launch first
+        self._sass: Optional[str] = None
 
     @property
     def resources(self):
@@ -315,8 +318,11 @@ class Compiled:
         return self.module.cubin
 
     def sass(self) -> str:
-        from ..runtime import sass
-        return sass(self.module.cubin)
+        """The cubin's SASS, disassembled once (then from memory; in a new process from the disk cache)."""
+        if self._sass is None:
+            from ..runtime import module_sass
+            self._sass = module_sass(self.module)
+        return self._sass
 
     @property
     def dynamic_smem(self) -> int:

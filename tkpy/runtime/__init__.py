@@ -5,7 +5,7 @@ Importing this package never needs a GPU; only the functions in
 """
 
 from .cache import cache_dir, cache_enabled, cache_key
-from .disasm import find_nvdisasm, sass
+from .disasm import find_nvdisasm, module_sass, sass
 from .driver import (
     PARAM_KINDS,
     Launcher,
@@ -59,6 +59,7 @@ __all__ = [
     "load_kernel",
     "make_launch_config",
     "max_shared_per_block_optin",
+    "module_sass",
     "nvrtc_version",
     "parse_ptxas_log",
     "require_gpu",

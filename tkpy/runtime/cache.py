@@ -2,7 +2,9 @@
 
 Layout: ``$TKPY_CACHE_DIR`` (default ``~/.cache/tkpy``) / ``<key[:2]>`` /
 ``<key>.cubin``, ``<key>.ptx``, ``<key>.json`` (kernel name, log, compile
-seconds, a MAC) and ``<key>.lock``; the native launcher lives in ``native/``.
+seconds, a MAC), ``<key>.lock``, and texts made later from the cubin
+(``<key>.sass.json``: its disassembly, with a MAC); the native launcher lives in
+``native/``.
 
 The cache runs only what tkpy wrote. The directory must be ours and writable
 by no one else (we create it 0700; a shared sticky one like /tmp gets a
@@ -340,6 +342,53 @@ def load(key: str) -> dict | None:
         return None
 
 
+# --------------------------------------------------------------------------- texts made from an entry
+
+
+def _text_path(key: str, kind: str, root_dir: Path) -> Path:
+    return root_dir / key[:2] / f"{key}.{kind}.json"
+
+
+def _text_mac(secret: bytes, key: str, kind: str, text: bytes) -> str:
+    return mac(secret, b"tkpy-text", key.encode(), kind.encode(), text)
+
+
+def store_text(key: str, kind: str, text: str) -> bool:
+    """Keep `text`, made from entry `key`'s cubin (kind "sass": its disassembly), beside the entry, under the same
+    trust as the entry (our file, a MAC); False (never raises) if there is no usable cache."""
+    r = root()
+    if r is None:
+        return False
+    path = _text_path(key, kind, r)
+    try:
+        data = {"format": CACHE_FORMAT_VERSION, "text": text, "mac": _text_mac(secret_key(r), key, kind, text.encode())}
+        _makedirs(path.parent)
+        atomic_write(path, json.dumps(data).encode())
+        return True
+    except OSError:
+        return False
+
+
+def load_text(key: str, kind: str) -> str | None:
+    """The text store_text kept for entry `key`, or None: a miss where anything is not verified as ours."""
+    r = root()
+    if r is None:
+        return None
+    try:
+        raw = read_owned(_text_path(key, kind, r))
+        data = json.loads(raw) if raw is not None else None
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT_VERSION:
+            return None
+        text, tag = data.get("text"), data.get("mac")
+        if not (isinstance(text, str) and isinstance(tag, str)):
+            return None
+        if not hmac.compare_digest(tag, _text_mac(secret_key(r), key, kind, text.encode())):
+            return None
+        return text
+    except (OSError, ValueError):
+        return None
+
+
 def entry_paths(key: str) -> dict[str, Path]:
     """Where an entry lives (for users who want to inspect the cubin/ptx)."""
     cubin_p, ptx_p, meta_p = _paths(key, root() or cache_dir())
@@ -354,7 +403,9 @@ __all__ = [
     "entry_lock",
     "entry_paths",
     "load",
+    "load_text",
     "private_dir",
     "root",
     "store",
+    "store_text",
 ]

@@ -11,6 +11,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from . import cache
 from .errors import TkpyRuntimeError
 
 _INSTALL_HINT = "pip install nvidia-cuda-nvdisasm"
@@ -79,6 +80,17 @@ def sass(cubin: bytes, *, line_info: bool = True, source: str | None = None, tim
     return text
 
 
+def module_sass(module) -> str:
+    """The SASS (with line info) of a CompiledModule, disassembled once per cubin: from the disk cache beside the
+    cubin's entry (cache.load_text: only what tkpy wrote), else by nvdisasm, then kept there. The caller keeps it
+    in memory (Compiled.sass)."""
+    text = cache.load_text(module.key, "sass")
+    if text is None:
+        text = sass(module.cubin)
+        cache.store_text(module.key, "sass", text)
+    return text
+
+
 def annotate_with_python_lines(sass_text: str, source: str) -> str:
     """Append the nearest ``// file.py:LINE`` marker to nvdisasm line comments."""
     from .nvrtc import find_python_origin
@@ -96,4 +108,4 @@ def annotate_with_python_lines(sass_text: str, source: str) -> str:
     return "\n".join(out) + ("\n" if sass_text.endswith("\n") else "")
 
 
-__all__ = ["sass", "find_nvdisasm", "annotate_with_python_lines"]
+__all__ = ["sass", "module_sass", "find_nvdisasm", "annotate_with_python_lines"]
