@@ -271,6 +271,23 @@ def test_launch_without_gpu_or_with_cpu_tensors_fails_clearly(monkeypatch):
         softmax_rows[(1,)](X64, X64, 64)
 
 
+def test_a_warp_barrier_right_after_another_is_left_out():
+    """Nothing between two warp barriers (comments aside): the second orders nothing the first did not."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16]):
+        t = tk.rt(f32, 16, 16)
+        tk.warp_sync()
+        tk.warp_sync()
+        tk.load(t, x, (0, 0))
+        tk.warp_sync()
+        tk.store(x, t, (0, 0))
+        tk.warp_sync()
+    body = k.source(torch.empty(16, 16)).split("// ---- end of prelude ----")[1]
+    assert body.count("__syncwarp();") == 3
+    assert re.search(r"// test_trace_codegen\.py:\d+  tk\.warp_sync\(\)\n\s*__syncwarp\(\);\n"
+                     r"\s*// test_trace_codegen\.py:\d+  tk\.load", body)          # (the second one's line too)
+
+
 def test_nvrtc_error_maps_back_to_python_line(monkeypatch):
     import tkpy.codegen.emit as emit
 

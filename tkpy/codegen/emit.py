@@ -31,6 +31,7 @@ BUILTIN_DECLS = [  # declared in the kernel's prologue when the body uses them
     ("cluster_rank", "const int cluster_rank = tk::cluster_rank();"),
 ]
 SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 128")}
+WARP_BARRIER = "__syncwarp();"
 
 
 def generate(kernel: KernelIR, slots: list[Slot], prelude: str = "used") -> str:
@@ -163,7 +164,14 @@ class KernelEmitter:
             DIVISOR_NAMES.reset(token)
 
     def line(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
+        indented = "    " * self.depth + text
+        if text == WARP_BARRIER and self._last_statement() == indented:
+            return        # a warp barrier right after another (an arrival after a wait's): one orders as much
+        self.lines.append(indented)
+
+    def _last_statement(self) -> str | None:
+        """The last line emitted that is not a comment."""
+        return next((line for line in reversed(self.lines) if not line.lstrip().startswith("//")), None)
 
     def origin(self, loc, what: str) -> None:
         """A `// file.py:LINE  source` comment, once per Python line."""
@@ -189,13 +197,18 @@ class KernelEmitter:
             elif isinstance(s, Op):
                 if s.name == "mark" and self.mark_ids is None:      # a timeline mark, recording off: no code
                     continue
+                before = len(self.lines)
                 self.origin(s.loc, s.name)
+                commented = len(self.lines) > before
                 emitter = OP_EMITTERS.get(s.name)
                 if emitter is None:
                     raise UnsupportedError(f"no code generator for op `{s.name}`", s.loc)
                 self.debug_checks(s)
                 for text in emitter(self, s):
                     self.line(text)
+                if commented and len(self.lines) == before + 1:    # nothing but its line's comment: its only
+                    self.lines.pop()                               # statement, a warp barrier, went into the one
+                    self._last_loc = None                          # before it
             elif isinstance(s, For):
                 self.origin(s.loc, "for")
                 v = s.var.name

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..ir.expr import render
 from .abi import tensor_map_name
 from .debug import semaphore_index
-from .emit import emits, operand, tile_coord
+from .emit import WARP_BARRIER, emits, operand, tile_coord
 
 LANE0 = "if (laneid == 0) "
 
@@ -24,7 +24,7 @@ def emit_sem_init(em, op):
 def emit_sem_arrive_remote(em, op):
     sem, cta = op.args
     fn = "arrive_remote_cta" if op.attrs.get("scope") == "cta" else "arrive_remote"    # the release's scope
-    yield "__syncwarp();"
+    yield WARP_BARRIER
     yield f"{LANE0}tk::{fn}({operand(sem)}, {render(cta)}, {op.attrs['count']});"
 
 
@@ -38,7 +38,7 @@ def emit_cluster_sync(em, op):
 
 @emits("sem_arrive")
 def emit_sem_arrive(em, op):
-    yield "__syncwarp();"
+    yield WARP_BARRIER
     yield f"{LANE0}tk::arrive({operand(op.args[0])}, {op.attrs['count']});"
 
 
@@ -91,7 +91,7 @@ def emit_tma_store_commit(em, op):
 def emit_tma_store_wait(em, op):
     fn = "store_async_read_wait" if op.attrs["read_only"] else "store_async_wait"
     yield f"{LANE0}tk::tma::{fn}<{op.attrs['pending']}>();"
-    yield "__syncwarp();"
+    yield WARP_BARRIER
 
 
 WGMMA_NAMES = {(False, True): "AB", (False, False): "ABt", (True, True): "AtB", (True, False): "AtBt"}

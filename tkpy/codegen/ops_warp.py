@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir.expr import Expr
-from .emit import emits, float_operand, gl_view, operand, scope_threads, tile_coord
+from .emit import WARP_BARRIER, emits, float_operand, gl_view, operand, scope_threads, tile_coord
 
 
 def bounded(op, name: str) -> tuple[str, str]:
@@ -98,7 +98,7 @@ def emit_sync(em, op):
     if em.debug is not None and op.attrs["scope"] == "block":   # debug mode (codegen/debug.py): an mbarrier, bounded
         yield f"tk::debug::meet(&tkpy_debug_block, {em.debug.site(op).index}, 0);"
         return
-    yield "__syncthreads();" if op.attrs["scope"] == "block" else "__syncwarp();"
+    yield "__syncthreads();" if op.attrs["scope"] == "block" else WARP_BARRIER
 
 
 @emits("mark")
