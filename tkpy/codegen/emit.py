@@ -174,12 +174,14 @@ class KernelEmitter:
         return next((line for line in reversed(self.lines) if not line.lstrip().startswith("//")), None)
 
     def origin(self, loc, what: str) -> None:
-        """A `// file.py:LINE  source` comment, once per Python line."""
+        """A `// file.py:LINE  source` comment, once per Python line; `// [lcf] lcf.py:LINE  source` where a block
+        template's own code made the statement (not the user's methods it calls)."""
         if loc == self._last_loc:
             return
         self._last_loc = loc
         src = linecache.getline(loc.file, loc.line).strip()
-        self.line(f"// {loc.short}  {src or what}")
+        mark = f"[{loc.template}] " if loc.template else ""
+        self.line(f"// {mark}{loc.short}  {src or what}")
 
     def block(self, stmts) -> None:
         for s in stmts:

@@ -16,10 +16,14 @@ _TKPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 class TraceContext:
     """Collects the statements of one kernel trace. At most one is active per thread (`activate`)."""
 
-    def __init__(self, kernel_name: str, warps: int, cluster=None):
+    def __init__(self, kernel_name: str, warps: int, cluster=None, entry=None):
         self.kernel_name = kernel_name
         self.warps = warps
         self.cluster = cluster
+        self.entry = entry            # the code object of the function traced (user_loc looks no further out)
+        self.template = ""            # a block template tracing its kernel: its name and the user's class's Loc
+        self.template_loc: Optional[Loc] = None
+        self.users_method: Optional[Loc] = None    # as_users: whose statements the template's own code makes now
         self.blocks: list[list] = [[]]
         self.open_loops: list = []
         self._counters: dict[str, int] = defaultdict(int)
@@ -100,9 +104,10 @@ class activate:
         return False
 
 
-# Code inside tkpy's folder that counts as user code: the block templates (the statements they generate point at
-# the template's lines) and, installed, tkpy.kernels (kernels written in tkpy, as a user writes them).
-_USER_DIRS = tuple(_TKPY_DIR + name + os.sep for name in ("templates", "kernels"))
+# Code inside tkpy's folder that counts as user code: the block templates (user_frame: the names of their
+# variables) and, installed, tkpy.kernels (kernels written in tkpy, as a user writes them).
+_TEMPLATES_DIR, _KERNELS_DIR = (_TKPY_DIR + name + os.sep for name in ("templates", "kernels"))
+_USER_DIRS = (_TEMPLATES_DIR, _KERNELS_DIR)
 
 
 def user_frame():
@@ -115,8 +120,42 @@ def user_frame():
 
 
 def user_loc() -> Loc:
-    """File and line of the innermost caller outside the tkpy package."""
-    frame = user_frame()
-    if frame is None:
+    """File and line of the statement being made: of the innermost caller outside the tkpy package (the kernel, a
+    method of a template's class and the template library parts it calls, tkpy.kernels installed); or, for a
+    statement a block template's own code makes (no user code between it and the traced function), of the
+    innermost template line, marked with the template's name."""
+    ctx = _active.ctx
+    entry = ctx.entry if ctx is not None else None
+    frame, template = sys._getframe(1), None
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not file.startswith(_TKPY_DIR) or file.startswith(_KERNELS_DIR):
+            return Loc(file, frame.f_lineno, frame.f_code.co_name)
+        if template is None and file.startswith(_TEMPLATES_DIR):
+            template = frame
+        if frame.f_code is entry:
+            break
+        frame = frame.f_back
+    if template is None:
         return Loc("<unknown>", 0)
-    return Loc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    if ctx is not None and ctx.users_method is not None:
+        return ctx.users_method
+    return Loc(template.f_code.co_filename, template.f_lineno, template.f_code.co_name,
+               (ctx.template if ctx is not None else "") or "template")
+
+
+class as_users:
+    """`with as_users(user.tasks):` the statements a block template's own code makes in the block are the user's
+    method's (the lets of the values it returned): their Loc is the method's first line, not the template's."""
+
+    def __init__(self, method):
+        code = getattr(method, "__code__", None)
+        self.loc = None if code is None else Loc(code.co_filename, code.co_firstlineno, code.co_name)
+
+    def __enter__(self):
+        ctx = current()
+        self.previous, ctx.users_method = ctx.users_method, self.loc or ctx.users_method
+
+    def __exit__(self, *exc):
+        current().users_method = self.previous
+        return False

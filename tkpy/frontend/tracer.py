@@ -23,7 +23,7 @@ _RESERVED = set(keyword.kwlist) | {
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
                  constexprs: dict, cluster=None, blocks_per_sm: int = 1, fast_division: bool = False) -> KernelIR:
     """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed."""
-    ctx = TraceContext(name, warps, cluster)
+    ctx = TraceContext(name, warps, cluster, fn.__code__)
     args, params, gl_index = [], [], 0
     for spec in specs:
         if spec.kind == "gl":
@@ -42,7 +42,7 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
         user_locals = _call_capturing_locals(fn, args, code)
         body = ctx.finish()
     _name_variables(body, user_locals, {s.name for s in specs})
-    loc = Loc(code.co_filename, code.co_firstlineno, fn.__name__)
+    loc = ctx.template_loc or Loc(code.co_filename, code.co_firstlineno, fn.__name__)   # a template's: its user's class
     return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster, blocks_per_sm=blocks_per_sm,
                     dependent_launch=dependent_launch.enabled(), timeline=timeline.enabled(),
                     fast_division=fast_division)

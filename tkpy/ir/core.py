@@ -42,6 +42,7 @@ class Loc:
     file: str
     line: int
     function: str = ""
+    template: str = ""   # the template whose own code this is ("lcf", "lcsf"), or "" (the user's code)
 
     @property
     def short(self) -> str:

@@ -88,7 +88,7 @@ def nvrtc_version() -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 
 _DIAG_RE = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>(?:catastrophic )?error|warning)\b:?\s*(?P<msg>.*)$")
-_MARKER_RE = re.compile(r"//\s*(?P<loc>[^\s:]+\.py:\d+)(?:\s+(?P<op>\S[^\n]*?))?\s*$")
+_MARKER_RE = re.compile(r"//\s*(?:\[\w+\]\s+)?(?P<loc>[^\s:]+\.py:\d+)(?:\s+(?P<op>\S[^\n]*?))?\s*$")
 
 
 def _instantiated_at(log_lines: list[str], start: int) -> int:

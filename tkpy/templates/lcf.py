@@ -47,7 +47,9 @@ tasks in the scheduler's order (schedule.py: L2-friendly groups, or split-K). Th
 ring position of a step is task * iters + k with a constant `iters(g)`; with
 per-task counts (or split-K) producer and consumers each keep a running count (a
 `tk.var`) advanced by every task's count, so they agree on stage and phase.
-Everything it generates is ordinary tkpy, visible in `.kernel.source(...)`.
+Everything it generates is ordinary tkpy, visible in `.kernel.source(...)`: the statements of the class's
+methods under their lines, those of the template's own code marked as its (`// [lcf] lcf.py:LINE ...`), the
+constants of tasks(g) and iters(g) under those methods' `def` lines.
 
 Late inputs: a second ring, of `late_stages` stages, for inputs a step uses one step after it loads them
 (attention's V: step k computes S_k = Q K_k^T and O += P_{k-1} V_{k-1}). The class declares
@@ -121,7 +123,7 @@ from typing import Optional
 
 from .. import ops as tk
 from ..errors import ArgumentError
-from ..frontend.context import current
+from ..frontend.context import as_users, current
 from ..frontend.control import assign, block_idx, grid_dim, if_, else_, let, range as tk_range, var, warp_id
 from ..frontend.kernel import Kernel
 from ..ir.core import Loc
@@ -201,7 +203,7 @@ class LCF:
         if self.uses_previous and stages < 2 and not self.late_inputs:
             raise ValueError("compute(st, inp, k, prev) keeps the previous step's stage while the next one loads: "
                              "it needs stages >= 2")
-        loc = loc or Loc("<template>", 0)
+        loc = self.loc = loc or Loc("<template>", 0)
         self.finish_block = buffer_specs(cls, "finish_block")
         if self.finish_block:
             if self.kind != "LCF":
@@ -337,6 +339,8 @@ class Pipeline:
 
     def trace(self) -> None:
         t, user, g = self.t, self.user, self.g
+        ctx = current()               # the statements the template's own code makes are marked as its, and the
+        ctx.template, ctx.template_loc = t.kind.lower(), t.loc        # kernel's origin is the user's class
         stages, consumers, blocks = t.stages, t.consumers, t.cluster
         self.arrays = declare_ring(t.inputs, stages)
         if t.late_inputs:
@@ -366,11 +370,14 @@ class Pipeline:
             self.init_semaphores()
         tk.cluster.sync() if blocks > 1 else tk.sync()
 
-        self.row_tiles, self.col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
-        for name, value in (user.constants(g) if hasattr(user, "constants") else {}).items():
-            if hasattr(g, name):
-                raise TypeError(f"constants(g): `{name}` is already a parameter of the kernel")
-            setattr(g, name, let(value, name))
+        with as_users(user.tasks):
+            self.row_tiles, self.col_tiles = (let(x, n) for x, n in zip(user.tasks(g), ("row_tiles", "col_tiles")))
+        if hasattr(user, "constants"):
+            with as_users(user.constants):
+                for name, value in user.constants(g).items():
+                    if hasattr(g, name):
+                        raise TypeError(f"constants(g): `{name}` is already a parameter of the kernel")
+                    setattr(g, name, let(value, name))
         if t.cluster_along == "rows":                    # a cluster takes `blocks` rows of tiles
             self.bands = self.row_tiles // blocks, self.col_tiles
         else:                                            # ... or `blocks` columns
@@ -383,7 +390,10 @@ class Pipeline:
             self.groups = let(self.tiles * self.splits, "task_groups")
         else:
             self.groups = let(bands, "task_groups")
-        self.iters = None if t.per_task_iters else let(user.iters(g), "iters")
+        with as_users(user.iters):
+            self.iters = None if t.per_task_iters else let(user.iters(g), "iters")
+        if not hasattr(user, "order"):
+            self.order = t.scheduler.bind(*self.bands)
         self.rank = tk.cluster.rank() if blocks > 1 else as_expr(0)
         self.first = block_idx.x // blocks
         self.step = grid_dim.x // blocks if t.persistent else self.groups
@@ -443,8 +453,10 @@ class Pipeline:
         split, splits = 0, 1
         if t.scheduler.splits_k:
             split, splits, index = let(index // self.tiles, "split"), self.splits, let(index % self.tiles, "tile")
-        order = self.user.order if hasattr(self.user, "order") else t.scheduler.order
-        row, col = order(g, index, *self.bands)           # of bands of `blocks` rows (or columns)
+        if hasattr(self.user, "order"):
+            row, col = self.user.order(g, index, *self.bands)        # of bands of `blocks` rows (or columns)
+        else:
+            row, col = self.order(index)
         within = rank
         if blocks > 1 and t.per_task_iters:              # the blocks' tasks may differ in steps: rotate
             within = (rank + self.local(index)) % blocks
@@ -452,7 +464,9 @@ class Pipeline:
             row = row * blocks + within
         else:
             col = col * blocks + within
-        return Task(index * blocks + rank, let(row, "task_row"), let(col, "task_col"), rank, split, splits)
+        with as_users(getattr(self.user, "order", None)):
+            row, col = let(row, "task_row"), let(col, "task_col")
+        return Task(index * blocks + rank, row, col, rank, split, splits)
 
     def local(self, index):
         """How many tasks this block ran before task `index`."""
@@ -467,7 +481,8 @@ class Pipeline:
             first, end = SplitK.share(total, task.split, task.splits)
             task.k0 = let(first, "k0")
             total = end - task.k0
-        return let(total, "iters"), ring
+        with as_users(self.user.iters if self.t.per_task_iters else None):
+            return let(total, "iters"), ring
 
     def cluster_steps(self, task, n):
         """The most steps of the tasks of `task`'s cluster (this block's `n` among them): the steps the producers
@@ -593,7 +608,8 @@ class Pipeline:
                 t.task_inputs.begin_task(st, task)
             if hasattr(user, "start"):
                 user.start(st, task)
-            st.last_step = let(user.warpgroup_steps(st) - 1, "last_step") if t.skips else n - 1
+            with as_users(user.warpgroup_steps if t.skips else None):
+                st.last_step = let(user.warpgroup_steps(st) - 1, "last_step") if t.skips else n - 1
             if t.late_inputs:
                 self.late_steps(st, n, base)
                 self.skip_steps(n, most, base)

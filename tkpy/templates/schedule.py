@@ -22,16 +22,18 @@ Orders a template class's `order` may return instead of grouped_order's (kernels
 """
 from __future__ import annotations
 
+from ..frontend.control import let
 from ..ir.expr import call
 
 
-def grouped_order(index, row_tiles, col_tiles, group: int) -> tuple:
-    """(row, col) of task `index` walking `group` rows of tiles at a time, column by column, so the
-    blocks running together share A row panels and B column panels in L2."""
-    per_group = group * col_tiles
-    first_row = (index // per_group) * group
-    rows_here = call("min", row_tiles - first_row, group)
-    within = index % per_group
+def grouped_order(index, row_tiles, col_tiles, group: int, per_group=None) -> tuple:
+    """(row, col) of (traced) task `index` walking `group` rows of tiles at a time, column by column, so the
+    blocks running together share A row panels and B column panels in L2. Its values are named constants (tk.let),
+    each computed once; `per_group`: the tasks of a group, group * col_tiles, where the caller made it already."""
+    per_group = group * col_tiles if per_group is None else per_group
+    first_row = let(index // per_group * group, "group_row")
+    rows_here = let(call("min", row_tiles - first_row, group), "group_rows")
+    within = let(index % per_group, "in_group")
     return first_row + within % rows_here, within // rows_here
 
 
@@ -45,8 +47,11 @@ class Grouped:
             raise ValueError(f"group must be a positive int, got {group!r}")
         self.group = group
 
-    def order(self, g, index, row_tiles, col_tiles) -> tuple:
-        return grouped_order(index, row_tiles, col_tiles, self.group)
+    def bind(self, row_tiles, col_tiles):
+        """The kernel's order, index -> (row, col), its values fixed for the kernel made here (the template binds
+        it at the kernel's top, before its roles branch: each role's task loop uses them)."""
+        per_group = let(self.group * col_tiles, "group_tasks")
+        return lambda index: grouped_order(index, row_tiles, col_tiles, self.group, per_group)
 
     def splits(self, g):
         """Tasks per tile: an int, or a runtime value of the kernel's parameters."""
