@@ -139,7 +139,7 @@ def test_every_helper_compiles_with_the_helpers_it_needs():
     for h in pool.members:
         if h.heading:
             continue
-        text = pool.text(pool.needed(pool.uses[h]) | {h})
+        text = pool.text(pool.needed(pool.uses(h)) | {h})
         _run_nvrtc(text + 'extern "C" __global__ void k() {}\n', "k", OPTIONS, "sm_90a")
 
 

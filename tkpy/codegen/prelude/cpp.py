@@ -14,15 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-_TOKEN = re.compile(r"""
-      (?P<space>\s+)
-    | (?P<comment>//[^\n]*|/\*.*?\*/)
-    | (?P<string>"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')
-    | (?P<directive>^[ \t]*\#[^\n]*)
-    | (?P<ident>[A-Za-z_]\w*)
-    | (?P<number>\.?\d[\w.]*)
-    | (?P<op>::|->|.)
-""", re.X | re.S | re.M)
+_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|^[ \t]*\#[^\n]*|[A-Za-z_]\w*"""
+                    r"""|\.?\d[\w.]*|::|->|\S""", re.M | re.S)
 
 # identifiers followed by `(` at the top level that do not name a declared function
 _NOT_FUNCTIONS = {"alignas", "alignof", "asm", "decltype", "noexcept", "operator", "sizeof", "static_assert",
@@ -34,21 +27,22 @@ BUILTIN = "builtin"
 _SCALARS = {"bool", "char", "double", "float", "float2", "int", "long", "short", "unsigned", "u32", "u64", "void"}
 
 
-@dataclass(frozen=True)
-class Token:
-    kind: str      # "ident", "number", "op" or "directive" (a preprocessor line)
-    text: str
+def tokens(text: str) -> list[str]:
+    """The tokens of `text`, comments and string literals left out; a preprocessor line is one token."""
+    return [t for t in _TOKEN.findall(text) if t[0] not in "/\"'" or t == "/"]
 
 
-def tokens(text: str) -> list[Token]:
-    """The tokens of `text`, comments and string literals left out."""
-    return [Token(m.lastgroup, m.group()) for m in _TOKEN.finditer(text)
-            if m.lastgroup not in ("space", "comment", "string")]
+def is_ident(t: str) -> bool:
+    return t[0].isalpha() or t[0] == "_"
 
 
-def brace_depth(text: str) -> int:
-    """How many braces `text` leaves open (those in comments and strings not counted)."""
-    return sum((t.text == "{") - (t.text == "}") for t in tokens(text))
+def is_directive(t: str) -> bool:
+    return t.lstrip().startswith("#")
+
+
+def brace_depth(toks: list[str]) -> int:
+    """How many braces the tokens leave open."""
+    return sum((t == "{") - (t == "}") for t in toks)
 
 
 @dataclass(frozen=True)
@@ -72,89 +66,89 @@ class Declaration:
         return all(a is None or p is None or a == p for a, p in zip(args, self.params))
 
 
-def declarations(toks: list[Token]) -> list[tuple[int, Declaration]]:
+def declarations(toks: list[str]) -> list[tuple[int, Declaration]]:
     """(token index of the name, declaration) of each name declared outside any braces (a template
     specialization, `struct NAME<...>` or `NAME<...>(`, declares none: it extends the primary template's
     helper)."""
     out, depth, parens, i = [], 0, 0, 0
     while i < len(toks):
         t = toks[i]
-        if t.text == "{":
+        if t == "{":
             depth += 1
-        elif t.text == "}":
+        elif t == "}":
             depth -= 1
-        elif depth == 0 and t.kind == "directive":
-            m = re.match(r"\s*#\s*define\s+(\w+)", t.text)
+        elif depth == 0 and is_directive(t):
+            m = re.match(r"\s*#\s*define\s+(\w+)", t)
             if m:
                 out.append((i, Declaration(m.group(1), "macro")))
-        elif depth == 0 and parens == 0 and t.text in ("struct", "class"):
+        elif depth == 0 and parens == 0 and t in ("struct", "class"):
             j = i + 1
-            if toks[j].text == "alignas":                  # struct alignas(64) NAME
+            if toks[j] == "alignas":                  # struct alignas(64) NAME
                 j = _closing(toks, j + 1) + 1
-            if toks[j].kind == "ident" and (j + 1 == len(toks) or toks[j + 1].text != "<"):
-                out.append((j, Declaration(toks[j].text, "struct")))
+            if is_ident(toks[j]) and (j + 1 == len(toks) or toks[j + 1] != "<"):
+                out.append((j, Declaration(toks[j], "struct")))
             i = j
-        elif depth == 0 and parens == 0 and t.text == "typedef":
+        elif depth == 0 and parens == 0 and t == "typedef":
             j = i
-            while toks[j].text != ";":
+            while toks[j] != ";":
                 j += 1
-            out.append((j - 1, Declaration(toks[j - 1].text, "typedef")))
+            out.append((j - 1, Declaration(toks[j - 1], "typedef")))
             i = j
-        elif (depth == 0 and parens == 0 and t.kind == "ident" and t.text not in _NOT_FUNCTIONS
-              and i + 1 < len(toks) and toks[i + 1].text == "(" and (i == 0 or toks[i - 1].text not in
+        elif (depth == 0 and parens == 0 and is_ident(t) and t not in _NOT_FUNCTIONS
+              and i + 1 < len(toks) and toks[i + 1] == "(" and (i == 0 or toks[i - 1] not in
                                                                         _MEMBER_ACCESS | {"operator"})):
             end = _closing(toks, i + 1)
-            out.append((i, _function(t.text, toks[i + 2:end])))
+            out.append((i, _function(t, toks[i + 2:end])))
             i = end
-        elif depth == 0 and t.text in ("(", ")"):
-            parens += 1 if t.text == "(" else -1
+        elif depth == 0 and t in ("(", ")"):
+            parens += 1 if t == "(" else -1
         i += 1
     return out
 
 
-def _closing(toks: list[Token], open_at: int) -> int:
+def _closing(toks: list[str], open_at: int) -> int:
     """The index of the `)` that closes the `(` at `open_at`."""
     level = 0
     for j in range(open_at, len(toks)):
-        level += (toks[j].text == "(") - (toks[j].text == ")")
+        level += (toks[j] == "(") - (toks[j] == ")")
         if level == 0:
             return j
     raise ValueError("unbalanced parentheses in a prelude helper")
 
 
-def _function(name: str, param_toks: list[Token]) -> Declaration:
+def _function(name: str, param_toks: list[str]) -> Declaration:
     params = _split(param_toks, angles=True) if param_toks else []
     found, kinds, required = set(), [], 0
     for param in params:
         dependent = None                       # the bracket level of a `typename X<...>::member` being read
         level = 0
         for i, t in enumerate(param):
-            level += (t.text in ("(", "<")) - (t.text in (")", ">"))
-            if t.text == "=" and level == 0:
+            level += (t in ("(", "<")) - (t in (")", ">"))
+            if t == "=" and level == 0:
                 break
-            if t.text == "typename" and dependent is None:
+            if t == "typename" and dependent is None:
                 dependent = level
             elif dependent is not None:
-                if t.kind == "ident" and level == dependent and param[i - 1].text == "::":
+                if is_ident(t) and level == dependent and param[i - 1] == "::":
                     dependent = None
-            elif t.kind == "ident":
-                found.add(t.text)
-        required += not any(t.text == "=" for t in param)
-        head = next((t.text for t in param if t.text not in ("const", "volatile")), None)
+            elif is_ident(t):
+                found.add(t)
+        required += not any(t == "=" for t in param)
+        head = next((t for t in param if t not in ("const", "volatile")), None)
         kinds.append(BUILTIN if head in _SCALARS else None if head == "typename" else head)
-    variadic = any(t.text == "." for t in param_toks)
+    variadic = any(t == "." for t in param_toks)
     return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic)
 
 
-def _split(toks: list[Token], angles: bool) -> list[list[Token]]:
+def _split(toks: list[str], angles: bool) -> list[list[str]]:
     """A parameter or argument list's items: split at the commas outside parentheses, braces, brackets and (with
     `angles`) template brackets."""
     out, level = [[]], 0
     opening, closing = ("(", "{", "[", "<") if angles else ("(", "{", "["), (")", "}", "]", ">") if angles else (
         ")", "}", "]")
     for t in toks:
-        level += (t.text in opening) - (t.text in closing)
-        if t.text == "," and level == 0:
+        level += (t in opening) - (t in closing)
+        if t == "," and level == 0:
             out.append([])
         else:
             out[-1].append(t)
@@ -182,7 +176,7 @@ class Reference:
         return [("::".join(parts[:n] + qualifier), name) for n in range(len(parts), -1, -1)]
 
 
-def references(toks: list[Token], structs: frozenset, scope: str = "", skip: frozenset = frozenset()) -> set:
+def references(toks: list[str], structs: frozenset, scope: str = "", skip: frozenset = frozenset()) -> set:
     """The References of the text (but for the tokens at the indices in `skip`: the names of its own
     declarations), the kinds of its variables read from their declarations with the `structs` named."""
     out = set()
@@ -191,25 +185,25 @@ def references(toks: list[Token], structs: frozenset, scope: str = "", skip: fro
     depth, i = 0, 0
     while i < len(toks):
         t = toks[i]
-        if t.text == "namespace" and i + 2 < len(toks) and toks[i + 2].text == "{":
+        if t == "namespace" and i + 2 < len(toks) and toks[i + 2] == "{":
             depth += 1
             opened.append((depth, scope))
-            scope = f"{scope}::{toks[i + 1].text}" if scope else toks[i + 1].text
+            scope = f"{scope}::{toks[i + 1]}" if scope else toks[i + 1]
             i += 3
             continue
-        if t.text == "{":
+        if t == "{":
             depth += 1
-        elif t.text == "}":
+        elif t == "}":
             if opened and opened[-1][0] == depth:
                 scope = opened.pop()[1]
             depth -= 1
             if depth == len(opened):            # the end of a top-level declaration: its variables go
                 kinds = {}
-        elif t.kind == "ident" and i not in skip and (i == 0 or toks[i - 1].text not in _MEMBER_ACCESS):
-            path = [t.text]
-            while i + 2 < len(toks) and toks[i + 1].text == "::" and toks[i + 2].kind == "ident":
+        elif is_ident(t) and i not in skip and (i == 0 or toks[i - 1] not in _MEMBER_ACCESS):
+            path = [t]
+            while i + 2 < len(toks) and toks[i + 1] == "::" and is_ident(toks[i + 2]):
                 i += 2
-                path.append(toks[i].text)
+                path.append(toks[i])
             _declare(toks, i, structs, kinds)
             call = _call_args(toks, i + 1)
             out.add(Reference(scope, tuple(path), call is not None,
@@ -218,62 +212,62 @@ def references(toks: list[Token], structs: frozenset, scope: str = "", skip: fro
     return out
 
 
-def _declare(toks: list[Token], i: int, structs: frozenset, kinds: dict) -> None:
+def _declare(toks: list[str], i: int, structs: frozenset, kinds: dict) -> None:
     """If toks[i] heads the type of a variable's declaration (`T<...> & name` followed by `;`, `{`, `=`, `,`, `)`
     or `[`), the variable's kind; a variable declared twice with two kinds (shadowing) becomes unknown."""
-    head = toks[i].text
+    head = toks[i]
     if head not in structs and head not in _SCALARS:
         return
     j = i + 1
-    if j < len(toks) and toks[j].text == "<":
+    if j < len(toks) and toks[j] == "<":
         level = 0
         while j < len(toks):
-            level += (toks[j].text == "<") - (toks[j].text == ">")
-            if level == 0 or toks[j].text in (";", "{", "}"):
+            level += (toks[j] == "<") - (toks[j] == ">")
+            if level == 0 or toks[j] in (";", "{", "}"):
                 break
             j += 1
         j += 1
     pointer = False
-    while j < len(toks) and toks[j].text in ("&", "*", "const", "volatile"):
-        pointer |= toks[j].text == "*"
+    while j < len(toks) and toks[j] in ("&", "*", "const", "volatile"):
+        pointer |= toks[j] == "*"
         j += 1
-    if (j + 1 < len(toks) and toks[j].kind == "ident" and toks[j + 1].text in (";", "{", "=", ",", ")", "[")
+    if (j + 1 < len(toks) and is_ident(toks[j]) and toks[j + 1] in (";", "{", "=", ",", ")", "[")
             and not pointer):
         kind = BUILTIN if head in _SCALARS else head
-        name = toks[j].text
+        name = toks[j]
         kinds[name] = kind if kinds.get(name, kind) == kind else None
 
 
-def _call_args(toks: list[Token], j: int) -> Optional[list[list[Token]]]:
+def _call_args(toks: list[str], j: int) -> Optional[list[list[str]]]:
     """The arguments of a call whose name ends before toks[j] (after template arguments, if any), or None if it
     is no call."""
-    if j < len(toks) and toks[j].text == "<":          # explicit template arguments, or a comparison
+    if j < len(toks) and toks[j] == "<":          # explicit template arguments, or a comparison
         level = 0
         while j < len(toks):
-            level += (toks[j].text == "<") - (toks[j].text == ">")
-            if toks[j].text in (";", "{", "}") or level < 0:
+            level += (toks[j] == "<") - (toks[j] == ">")
+            if toks[j] in (";", "{", "}") or level < 0:
                 return None
             if level == 0:
                 break
             j += 1
         j += 1
-    if j >= len(toks) or toks[j].text != "(":
+    if j >= len(toks) or toks[j] != "(":
         return None
     end = _closing(toks, j)
     return _split(toks[j + 1:end], angles=False) if end > j + 1 else []
 
 
-def _arg_kinds(args: list[list[Token]], kinds: dict) -> Optional[tuple]:
+def _arg_kinds(args: list[list[str]], kinds: dict) -> Optional[tuple]:
     """Each argument's kind: a variable's, BUILTIN for a literal, None where not known; None for all if the
     arguments hold a `<` (a comparison or template arguments: the commas may not split them)."""
-    if any(t.text == "<" for arg in args for t in arg):
+    if any(t == "<" for arg in args for t in arg):
         return None
     out = []
     for arg in args:
-        if len(arg) == 1 and (arg[0].kind == "number" or arg[0].text in ("true", "false")):
+        if len(arg) == 1 and (arg[0][0].isdigit() or arg[0] in ("true", "false")):
             out.append(BUILTIN)
-        elif len(arg) == 1 and arg[0].kind == "ident":
-            out.append(kinds.get(arg[0].text))
+        elif len(arg) == 1 and is_ident(arg[0]):
+            out.append(kinds.get(arg[0]))
         else:
             out.append(None)
     return tuple(out)

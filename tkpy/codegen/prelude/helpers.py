@@ -55,21 +55,24 @@ def helpers(text: str, namespace: str = "tk") -> list[Helper]:
     """`text`, C++ written inside `namespace` (which it does not open), as helpers: one a paragraph."""
     out, lines = [], []
     for line in text.strip("\n").split("\n") + [""]:
-        if line.strip() or cpp.brace_depth("\n".join(lines)):
+        if line.strip() or not lines:
+            lines += [line] if line.strip() else []
+            continue
+        paragraph = "\n".join(lines)
+        toks = cpp.tokens(paragraph)
+        if cpp.brace_depth(toks):                   # a blank line inside braces: read on
             lines.append(line)
             continue
-        if lines:
-            out.append(_helper("\n".join(lines), namespace))
+        out.append(_helper(paragraph, toks, namespace))
         lines = []
     return out
 
 
-def _helper(text: str, namespace: str) -> Helper:
-    toks = cpp.tokens(text)
+def _helper(text: str, toks: list, namespace: str) -> Helper:
     declares = tuple(cpp.declarations(toks))
     if toks and not declares:
         raise ValueError(f"a prelude paragraph that declares nothing would never be chosen:\n{text}")
-    if any(t.text == "namespace" for t in toks):
+    if "namespace" in toks:
         raise ValueError(f"a prelude helper is written inside its namespace ({namespace}), opening none:\n{text}")
     return Helper(text, namespace, tuple(toks), declares)
 
@@ -88,11 +91,19 @@ class Pool:
                 known = tuple(p if p in self.structs or p == cpp.BUILTIN else None for p in d.params)
                 key = ("" if d.kind == "macro" else h.namespace, d.name)
                 self.declared.setdefault(key, []).append((h, replace(d, params=known), d.param_types & self.structs))
-        self.uses = {h: self.references(h.text, h.namespace, h.name_tokens) for h in members}
+        self._uses: dict = {}          # helper -> its references, read when it is first chosen
 
-    def references(self, code: str, scope: str = "", skip: frozenset = frozenset()) -> frozenset:
-        """The cpp.References of `code` (written in namespace `scope`)."""
-        return frozenset(cpp.references(cpp.tokens(code), self.structs, scope, skip))
+    def uses(self, helper: Helper) -> frozenset:
+        """The references of `helper`'s text (but for its declarations' own names)."""
+        refs = self._uses.get(helper)
+        if refs is None:
+            refs = self._uses[helper] = frozenset(cpp.references(list(helper.tokens), self.structs,
+                                                                 helper.namespace, helper.name_tokens))
+        return refs
+
+    def references(self, code: str) -> frozenset:
+        """The cpp.References of a kernel's `code`."""
+        return frozenset(cpp.references(cpp.tokens(code), self.structs))
 
     def needed(self, uses: frozenset) -> set:
         """The helpers that code with these references needs, transitively."""
@@ -116,7 +127,7 @@ class Pool:
                 if helper not in chosen and requires <= types:
                     chosen.add(helper)
                     types |= {d.name for _, d in helper.declares if d.kind == "struct"}
-                    want(self.uses[helper])
+                    want(self.uses(helper))
                     progress = True
             waiting = [w for w in waiting if w[0] not in chosen]
         return chosen
