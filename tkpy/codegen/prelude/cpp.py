@@ -49,8 +49,8 @@ def brace_depth(toks: list[str]) -> int:
 class Declaration:
     """A name a helper declares: a struct, typedef or macro (`kind`), or a function, with the identifiers in its
     parameters' types (`param_types`; of a dependent `typename X<...>::member` only the member) and each
-    parameter's kind (`params`: the head of its type, BUILTIN for a scalar, None for a dependent type; Pool keeps
-    only the heads that are prelude structs, None for the others: template parameters)."""
+    parameter's kind (`params`: the head of its type, BUILTIN for a scalar, None for a pointer or a dependent type;
+    Pool keeps only the heads that are prelude structs, None for the others: template parameters)."""
     name: str
     kind: str                               # "struct", "typedef", "macro" or "function"
     param_types: frozenset = frozenset()
@@ -135,7 +135,8 @@ def _function(name: str, param_toks: list[str]) -> Declaration:
                 found.add(t)
         required += not any(t == "=" for t in param)
         head = next((t for t in param if t not in ("const", "volatile")), None)
-        kinds.append(BUILTIN if head in _SCALARS else None if head == "typename" else head)
+        pointer = "*" in param or "(" in param              # (a literal 0 converts to a pointer)
+        kinds.append(None if pointer or head == "typename" else BUILTIN if head in _SCALARS else head)
     variadic = any(t == "." for t in param_toks)
     return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic)
 
