@@ -2,7 +2,7 @@
 
 A task is a tile of KEY_ROWS = 128 keys of one (batch, key/value head): two consumer warpgroups own 64 keys each and
 load their K and V rows into shared memory at the task's start. The producer streams, through the template's ring,
-the (Q, dO) tiles of 64 query rows that see those keys: every query tile of every query head of the key/value head
+the (Q, dO) tiles of 64 query rows that see those keys, with those rows' L and D (TMA-loaded shared vectors): every query tile of every query head of the key/value head
 (GQA/MQA: dK and dV summed over them in registers), causal ones from the first tile some row of which sees a key of
 the task. Per step a warpgroup computes, transposed so that its own keys are the rows (wgmma's M),
 
@@ -89,7 +89,8 @@ def _attention_bwd(config: AttentionBwdConfig):
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
-        inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES))
+        inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES),
+                      lse=shared(f32, Q_TILE), delta=shared(f32, Q_TILE))     # the step's rows of L and D
 
         def tasks(self, g):
             """(key tiles * splits, batch * key/value heads)."""
@@ -132,6 +133,8 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):                 # rows past N arrive as zeros
                 tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
                 tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
+            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
+            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
 
         def setup(self, st):
             # the task's K and V: warpgroup w's 64 rows, piece p, at w * PIECES + p
@@ -188,8 +191,8 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):
                 mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
                 mm(st.grads, st.v[wg * PIECES + p], inp.do[p])
-            lse = tk.row_vec(st.probs, name="lse")      # (loaded while the products run)
-            tk.load(lse, g.L, (b, h, tile))
+            lse = tk.row_vec(st.probs, name="lse")      # (read while the products run)
+            tk.load(lse, inp.lse)
             tk.warpgroup.mma_async_wait()
             tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
             if causal:
@@ -197,7 +200,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
                 tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
             delta = tk.row_vec(st.probs, name="delta")
-            tk.load(delta, g.D, (b, h, tile))
+            tk.load(delta, inp.delta)
             tk.map(st.grads, lambda p, dp, dd: p * (dp - dd), st.probs, st.grads, delta)
             p_low, ds_low = tk.rt(dtype, 16, Q_TILE, name="p_low"), tk.rt(dtype, 16, Q_TILE, name="ds_low")
             tk.copy(p_low, st.probs)

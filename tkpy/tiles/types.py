@@ -182,11 +182,16 @@ class SV:
     def alignment(self) -> int:
         return 16
 
-    # As a one-row tile: how copies to and from global memory address it.
+    # As a one-row tile: how copies to and from global memory (TMA included: a box of one row) address it.
     rows = 1
+    swizzle = 0
 
     @property
     def cols(self) -> int:
+        return self.length
+
+    @property
+    def panel_cols(self) -> int:
         return self.length
 
     def byte_offset(self, row, col):
