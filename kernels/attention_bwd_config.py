@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import DQ_TILES, DQ_WARPGROUPS, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
+from .attention_bwd_policy import DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -19,9 +19,7 @@ class AttentionBwdConfig:
     when j <= i + offset), and deterministic=True: dQ from the dQ pass (attention_bwd_dq_kernel: a task per query
     tile, its key tiles in order) instead of the main kernel's reduce-adds, whose order varies from run to run;
     its gradients are then bit-identical from run to run. Past D128 the dQ pass runs either way (dq_pass).
-    `stages`: the main kernel's ring of (Q, dO) tiles (default MAIN_STAGES); `dq_warpgroups`: where the main kernel
-    accumulates dQ, the consumer warpgroups that compute a step's dQ (2: a column piece each; 1: the first, both
-    pieces, while the other goes on to its next step; default DQ_WARPGROUPS); `dq_kv` and `dq_stages`: the dQ pass's
+    `stages`: the main kernel's ring of (Q, dO) tiles (default MAIN_STAGES); `dq_kv` and `dq_stages`: the dQ pass's
     key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
@@ -32,7 +30,6 @@ class AttentionBwdConfig:
     causal: bool = False
     deterministic: bool = False
     stages: int | None = None
-    dq_warpgroups: int | None = None
     dq_kv: int | None = None
     dq_stages: int | None = None
     # derived
@@ -40,7 +37,6 @@ class AttentionBwdConfig:
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
     splits: int = field(**_DERIVED)             # the main kernel's tasks per key tile (column pieces of dK, dV)
     stage_count: int = field(**_DERIVED)
-    dq_warpgroup_count: int = field(**_DERIVED)
     dq_kv_rows: int = field(**_DERIVED)
     dq_stage_count: int = field(**_DERIVED)
 
@@ -61,14 +57,11 @@ class AttentionBwdConfig:
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
             if not isinstance(value, int) or not 1 <= value <= 8:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
-        dq_warpgroups = self.dq_warpgroups or DQ_WARPGROUPS[family].value[0]
-        if dq_warpgroups not in (1, 2):
-            raise ValueError(f"attention backward: dq_warpgroups must be 1 or 2, got {dq_warpgroups!r}")
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
         for key, value in dict(family=family, dq_pass=not atomic_dq(d, self.deterministic), splits=splits_for(d),
-                               stage_count=stages, dq_warpgroup_count=dq_warpgroups, dq_kv_rows=dq_kv, dq_stage_count=dq_stages).items():
+                               stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -77,12 +70,11 @@ class AttentionBwdConfig:
     @property
     def name(self) -> str:
         """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
-        dQ at a head dim where the main kernel would, the stages and dQ's warpgroups where not the default."""
-        default_stages, default_dq = MAIN_STAGES[self.family].value[0], DQ_WARPGROUPS[self.family].value[0]
+        dQ at a head dim where the main kernel would, and the stages where not the default."""
+        default_stages = MAIN_STAGES[self.family].value[0]
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
-            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
-            + ("" if self.dq_pass or self.dq_warpgroup_count == default_dq else f"_dq{self.dq_warpgroup_count}wg")
+            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages")
 
     @property
     def dq_name(self) -> str:

@@ -15,11 +15,11 @@ with P^T set to 0 where the causal mask hides a key and for keys past N_k (rows 
 dK is scaled by the softmax scale at the task's end. Any scale (zero, negative): P needs no running max here.
 
 dQ (head dims up to 128, not deterministic): each warpgroup stores its dS^T into shared memory (two buffers, one
-per step parity, so that one barrier a step suffices), both warpgroups meet, and warpgroup w computes column piece
-w of the step's dQ over the task's 128 keys, dQ_w = dS K_w (dS^T from shared memory as wgmma's transposed A), then
-adds it into the fp32 workspace DQ with a TMA reduce-add (FlashAttention-3's way); or with config.dq_warpgroups 1,
-the first warpgroup computes both pieces while the second goes on to its next step (ThunderKittens' way); the convert kernel
-(attention_bwd_prep) scales it into the input dtype. Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+per step parity, so that one barrier a step suffices), both warpgroups meet, and the first warpgroup computes the
+step's dQ over the task's 128 keys, dQ = dS K (dS^T from shared memory as wgmma's transposed A), a column piece at
+a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece into the fp32 workspace
+DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
+dtype. Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -152,7 +152,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             st.dv = [tk.rt(f32, 16, dp, name="dv") for _ in range(outputs)]
             if atomic:
                 st.ds_tiles = tk.st(dtype, 64, Q_TILE, count=4)    # dS^T: [step parity * 2 + warpgroup]
-                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=2)      # piece p of the step's dQ
+                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
                 st.steps_done = tk.var(0, "steps_done")
                 # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them; in a window of them
                 # ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
@@ -214,29 +214,27 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
 
         def dq_step(self, st, ds_low, b, h, tile):
-            """The step's dQ = dS K over both warpgroups' keys, added into DQ: with dq_warpgroups 2, warpgroup w
-            computes column piece w; with 1, the first warpgroup computes both (the second goes on)."""
+            """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
+            goes on to its next step (with a column piece each, both warpgroups waited on the dQ in every step: 1-5%
+            slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 264)."""
             wg, parity = tk.warpgroup.id(), st.steps_done % 2
             tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
-            if c.dq_warpgroup_count == 2:
-                self.dq_pieces(st, [wg], parity, b, h, tile)
-            else:
-                with tk.if_(wg == 0):
-                    self.dq_pieces(st, range(PIECES), parity, b, h, tile)
+            with tk.if_(wg == 0):
+                self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
 
-        def dq_pieces(self, st, pieces, parity, b, h, tile):
-            """dQ's column pieces `pieces` of the step, one after another in st.dq's registers, each through staging
-            tile p into DQ."""
+        def dq_pieces(self, st, parity, b, h, tile):
+            """dQ's column pieces of the step, one after another in st.dq's registers (both at once: ptxas serialized
+            the wgmmas for want of registers, C7512), each through staging tile p into DQ."""
             g, dq = st.g, st.dq
-            for i, p in enumerate(pieces):
+            for p in range(PIECES):
                 for half in range(2):
                     mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
                     mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
                 tk.warpgroup.mma_async_wait()
-                if i == 0:
+                if p == 0:
                     with tk.if_(first_warp()):      # the staging tiles: the last step's reduce-adds have read them
                         tk.tma.store_async_wait(read_only=True)
                     own_sync()
@@ -244,7 +242,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.fence_proxy_async()
             own_sync()
             with tk.if_(first_warp()):
-                for p in pieces:
+                for p in range(PIECES):
                     tk.tma.store_add_async(g.DQ, st.dq_tiles[p], (b, h, tile, p))
                 tk.tma.store_commit_group()
 

@@ -39,11 +39,9 @@ class Row:
 
 UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attention_bwd.py); not yet timed"
 # Main kernel: stages of its ring of (Q, dO) query tiles. D128: 2 x 32 KB beside K and V (64 KB), the dS^T tiles
-# (32 KB) and the dQ staging tiles (32 KB); D256: one stage of 64 KB beside K and V (128 KB).
-MAIN_STAGES = {64: Row((2,), UNTIMED), 128: Row((2,), UNTIMED), 256: Row((1,), UNTIMED)}
-# Main kernel, dQ by reduce-adds: the consumer warpgroups that compute a step's dQ (2: a column piece each, both
-# meeting first; 1: the first warpgroup both pieces while the second starts its next step).
-DQ_WARPGROUPS = {64: Row((2,), UNTIMED), 128: Row((2,), UNTIMED), 256: Row((2,), UNTIMED)}
+# (32 KB) and the dQ staging tiles (32 KB), all a block can have; D256: one stage of 64 KB beside K and V (128 KB).
+MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, level causal (RESULTS.md run 264)"),
+               128: Row((2,), "the most that fit"), 256: Row((1,), "the most that fit")}
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
 # 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
 DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}
