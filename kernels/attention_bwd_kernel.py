@@ -216,7 +216,7 @@ def _attention_bwd(config: AttentionBwdConfig):
         def dq_step(self, st, ds_low, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
             goes on to its next step (with a column piece each, both warpgroups waited on the dQ in every step: 1-5%
-            slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 264)."""
+            slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 266)."""
             wg, parity = tk.warpgroup.id(), st.steps_done % 2
             tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
