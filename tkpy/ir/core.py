@@ -8,33 +8,12 @@ the user's file:line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from ..errors import TraceError
 from ..tiles.dtypes import i32
 from ..tiles.types import GL, RT, RV, ST, SV, Semaphore
-from .expr import Expr, Sym, as_expr
-
-# What Python syntax on a tile variable records while a kernel is traced: `a + b`, `-t` ("operator": fn(dunder,
-# tile, *other)), `t[16:32, :]` ("slice": fn(tile, index)) and `t.subtile(...)` ("subtile": fn(tile, rows, cols,
-# coord)). The IR only holds the variables; the op layer above it (tkpy.ops: operators.py, views.py) defines
-# what the syntax means and installs it here with `tile_syntax`, so that the IR imports nothing from it.
-TILE_SYNTAX: dict[str, Callable] = {}
-
-
-def tile_syntax(name: str):
-    """Decorator: install `fn` as what the tile syntax `name` ('operator', 'slice' or 'subtile') does."""
-    def install(fn):
-        TILE_SYNTAX[name] = fn
-        return fn
-    return install
-
-
-def _syntax(name: str) -> Callable:
-    fn = TILE_SYNTAX.get(name)
-    if fn is None:
-        raise TraceError(f"tile {name} syntax records tkpy ops; import tkpy (tkpy.ops defines it)")
-    return fn
+from .expr import TILE_SYNTAX, Expr, Sym, Traced, as_expr, syntax as _syntax, tile_syntax  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -52,8 +31,9 @@ class Loc:
 
 
 @dataclass(eq=False)
-class Var:
-    """A tile or vector variable: register (rt/rv, one per warp) or shared (st/sv, one per block, or `count`)."""
+class Var(Traced):
+    """A tile or vector variable: register (rt/rv, one per warp) or shared (st/sv, one per block, or `count`).
+    Python's math, numpy and torch functions refuse it (Traced)."""
 
     name: str
     type: Union[RT, RV, ST, SV, Semaphore]
@@ -94,8 +74,10 @@ class Var:
     __sub__, __rsub__ = _operator("sub"), _operator("rsub")
     __mul__, __rmul__ = _operator("mul"), _operator("rmul")
     __truediv__, __rtruediv__ = _operator("truediv"), _operator("rtruediv")
-    __neg__ = _operator("neg")
+    __pow__, __rpow__ = _operator("pow"), _operator("rpow")
+    __neg__, __abs__ = _operator("neg"), _operator("abs")
     del _operator
+    __lt__ = __le__ = __gt__ = __ge__ = Traced._compare
 
     def __repr__(self) -> str:
         return f"%{self.name}"
@@ -134,8 +116,8 @@ class SharedRef:
 
 
 @dataclass(eq=False)
-class GlobalVar:
-    """A global-tensor kernel parameter."""
+class GlobalVar(Traced):
+    """A global-tensor kernel parameter (refused by Python's math, numpy and torch functions, as a Var is)."""
 
     name: str
     type: GL
@@ -214,6 +196,11 @@ class Op:
 # ops combine with: the front end records them, the code generator names them (tk::exp, tk::row_max, tk::sub_row)
 # and the interpreter computes them.
 UNARY_FNS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "copy")
+# The math functions (tk.sqrt .. tk.erf; tkpy/tiles/math_approx.py): unary like those above, with a prelude section
+# of their own that a kernel's source holds only when it uses one; and the two that only map expressions have: pow
+# (binary: tk.pow, x ** y) and powi (x ** n, the integer constant n the expression's param).
+MATH_FNS = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
+MAP_MATH_FNS = ("pow", "powi")
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
 REDUCE_FNS = ("max", "min", "sum", "prod")
 BROADCAST_FNS = ("add", "sub", "mul", "div")
