@@ -119,7 +119,8 @@ def unary_case(fn: str, layout: str, device="cuda") -> Case:
     x = domain(128 * 64, device).view(128, 64)
     x[0, :len(specials)] = torch.tensor([s for s, _ in specials], device=device)
     v = domain(4 * 32, device).view(4, 32)
-    y, vy = poisoned(3, 128, 64, dtype=torch.float32, device=device), poisoned(4, 32, dtype=torch.float32, device=device)
+    y = poisoned(3, 128, 64, dtype=torch.float32, device=device)
+    vy = poisoned(4, 32, dtype=torch.float32, device=device)
 
     def check():
         for got, inp, what in ((y[0], x, "in tk.map"), (vy, v, "of a vector")):

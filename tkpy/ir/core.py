@@ -46,11 +46,8 @@ class Var(Traced):
         """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,
         a subtile of a tile (`t[16:32]`, `s[0:32, 64:128]`). A shared tile of count 1 is an array of one, its own
         element 0 (so code written for `count=n` runs with n = 1; a runtime index must then be 0)."""
-        if isinstance(index, (slice, tuple)):
+        if isinstance(index, (slice, tuple)) or not self.is_shared:
             return _syntax("slice")(self, index)
-        if not self.is_shared:
-            raise TraceError(f"`{self.name}` ({self.type}) is not an array of shared tiles; only "
-                             "tk.st(..., count=n) can be indexed")
         i = as_expr(index)
         if hasattr(i, "value") and not 0 <= i.value < self.count:
             raise TraceError(f"index {i.value} out of range for `{self.name}`, an array of {self.count} tiles")
@@ -78,6 +75,12 @@ class Var(Traced):
     __neg__, __abs__ = _operator("neg"), _operator("abs")
     del _operator
     __lt__ = __le__ = __gt__ = __ge__ = Traced._compare
+
+    def __getattr__(self, name: str):
+        """A missing attribute (`t.sum()`, `t.shape`): a TraceAttributeError saying what to use instead."""
+        if name.startswith("_") or "type" not in self.__dict__:
+            raise AttributeError(name)
+        return self._attribute(name)
 
     def __repr__(self) -> str:
         return f"%{self.name}"
@@ -122,6 +125,13 @@ class GlobalVar(Traced):
     name: str
     type: GL
     contiguous: bool = True
+
+    @property
+    def shape(self) -> tuple:
+        """The dims as declared, as torch's shape: ints for static dims, runtime scalars for dynamic ones."""
+        outer = self.type.outer
+        dims = (outer if isinstance(outer, int) else Sym(outer, i32),) + tuple(self.dim(a) for a in range(4))
+        return dims[5 - self.type.rank:]
 
     @property
     def batch(self): return self.dim(0)
@@ -202,6 +212,12 @@ UNARY_FNS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "copy")
 MATH_FNS = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
 MAP_MATH_FNS = ("pow", "powi")
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
+# The copies between a tile (or vector) and a global tensor, whose first three operands are the tile, the tensor and
+# the coordinate (in units of the tile), or the tensor, the tile and the coordinate: ordinary copies (the debug
+# mode bounds-checks them) and TMA's (the hardware does).
+GLOBAL_TILE_OPS = ("load_rt_gl", "load_rv_gl", "load_st_gl", "load_sv_gl", "store_gl_rt", "store_gl_rv",
+                   "store_gl_st", "store_gl_sv", "load_async")
+TMA_TILE_OPS = ("tma_load", "tma_store", "tma_prefetch")
 REDUCE_FNS = ("max", "min", "sum", "prod")
 BROADCAST_FNS = ("add", "sub", "mul", "div")
 

@@ -72,8 +72,11 @@ class Traced:
     __index__, __round__, __trunc__ = _hook("__index__"), _hook("__round__"), _hook("__trunc__")
     __floor__, __ceil__ = _hook("__floor__"), _hook("__ceil__")
     __array__, __array_ufunc__, __array_function__ = _hook("__array__"), _hook("__array_ufunc__"), _hook("__array_function__")
+    __matmul__ = __rmatmul__ = _hook("__matmul__")
+    __setitem__ = _hook("__setitem__")
     _bool = _hook("__bool__")               # for the classes that have no truth value (scalars, map expressions)
     _compare = _hook("comparison")          # for those that have no comparisons (tiles, map expressions)
+    _attribute = _hook("attribute")         # (a missing attribute: the name; tiles' __getattr__)
     del _hook
 
     @classmethod

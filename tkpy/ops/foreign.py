@@ -15,7 +15,8 @@ import re
 
 import numpy as np
 
-from ..frontend.context import user_frame
+from ..errors import TraceAttributeError
+from ..frontend.context import user_frame, user_loc
 from ..ir.core import GlobalVar, SharedRef, Var
 from ..ir.expr import Expr, Traced, render, tile_syntax
 from ..tiles.types import RT, RV, ST, SV
@@ -63,6 +64,14 @@ def refuse(hook: str, value, args: tuple, kwargs: dict):
         fail(_no_truth_value(value, what))
     if hook == "comparison":
         fail(_no_comparison(call, what))
+    if hook == "attribute":
+        raise TraceAttributeError(_no_attribute(args[0], what), user_loc())
+    if hook == "__setitem__":
+        fail(f"{what} is not assigned element by element: ops write whole tiles (tk.fill, tk.copy, tk.map), and the "
+             "masks (tk.tril, tk.triu, tk.right_fill, tk.make_causal, ...) replace the elements past a boundary")
+    if hook == "__matmul__":
+        fail(f"@ cannot take {what}: tiles multiply into an accumulator, destination first: tk.mma_AB(c, a, b, c) "
+             "(a warp's mma.sync; also mma_ABt, mma_AtB, mma_AtBt) or tk.warpgroup.mma_AB(acc, a, b) (wgmma)")
     name = _function_name(hook, args, call)
     if hook == "__index__" and isinstance(value, Expr) and name == "range":
         loop = f"for i in tk.{call}" if call and call.startswith("range(") else "for i in tk.range(...)"
@@ -70,10 +79,10 @@ def refuse(hook: str, value, args: tuple, kwargs: dict):
              f"is traced): `{loop}:` loops on the GPU; a static dim (tk.gl[bf16, 'R', 64]) or a tk.constexpr "
              "argument is a Python int, for a loop unrolled at trace time")
     if isinstance(value, Expr):
-        fail(f"{name} cannot take a runtime scalar ({what}): it has no value while the kernel is traced. Runtime "
+        fail(f"{name} cannot take a runtime scalar, {what}: it has no value while the kernel is traced. Runtime "
              "scalars take + - * / // % and comparisons (and tk.call('min' / 'max', ...)); compute the rest on the "
              "host and pass it as an int or float argument, or on tiles with tkpy's functions")
-    fail(f"{name} cannot take a tkpy value ({what}): Python's, numpy's and torch's functions run on the host "
+    fail(f"{name} cannot take a tkpy value, {what}: Python's, numpy's and torch's functions run on the host "
          f"while the kernel is traced; use {_suggestion(name, value)}")
 
 
@@ -137,14 +146,16 @@ def _function_name(hook: str, args: tuple, call: str | None) -> str:
 
 
 def _describe(value) -> str:
+    """The value as the messages name it: `n > 0`, `t` (a register tile rt<f32, 16x64, row>), `x` (an element of a
+    tk.map operand)."""
     if isinstance(value, Expr):
         return f"`{render(value)}`"
     if isinstance(value, (Var, SharedRef, GlobalVar)):
         kind = {RT: "a register tile", RV: "a register vector", ST: "a shared tile", SV: "a shared vector"}.get(
             type(value.type), "a global tensor" if isinstance(value, GlobalVar) else "a semaphore")
-        return f"`{user_name(value)}`, {kind} {value.type}"
+        return f"`{user_name(value)}` ({kind} {value.type})"
     name = user_name(value) if value is not None else ""
-    return f"`{name}`, an element of a tk.map operand" if name else "an element of a tk.map operand"
+    return f"`{name}` (an element of a tk.map operand)" if name else "an element of a tk.map operand"
 
 
 def _suggestion(name: str, value) -> str:
@@ -166,6 +177,43 @@ def _no_truth_value(value, what: str) -> str:
                 "tk.constexpr arguments) branch at trace time")
     return ("a tk.map function is traced once, on placeholders for its operands' elements: it cannot branch on "
             f"their values ({what} in an if, and, or, not); select with tk.max / tk.min / tk.relu")
+
+
+# What a torch user reaches for on a tile, and tkpy's way.
+TILE_ATTRIBUTES = {
+    "shape": "its type: t.type.rows, t.type.cols (t.type.length for a vector)", "size": "t.type.rows, t.type.cols",
+    "dtype": "t.type.dtype", "T": "tk.transpose(dst, t) (tk.swap_layout changes the layout)",
+    "t": "tk.transpose(dst, t)", "transpose": "tk.transpose(dst, t)",
+    "float": "tk.copy(dst, t) into a tile of that dtype", "to": "tk.copy(dst, t) into a tile of that dtype",
+    "bfloat16": "tk.copy(dst, t) into a tile of that dtype", "half": "tk.copy(dst, t) into a tile of that dtype",
+    "zero_": "tk.zero(t)", "fill_": "tk.fill(t, value)", "copy_": "tk.copy(t, src)",
+    **dict.fromkeys(("item", "numpy", "tolist", "cpu"), "nothing: a tile has no values while the kernel is traced; "
+                                                         "tk.store it and read the tensor after the launch"),
+}
+
+
+def _no_attribute(name: str, what: str) -> str:
+    use = TILE_ATTRIBUTES.get(name) or TK_FUNCTION.get(name)
+    return (f"{what} has no attribute `{name}`: tiles take tkpy's destination-first ops, as ThunderKittens' "
+            f"(tk.row_max(m, t), tk.sub_row(t, t, m), tk.exp(t, t)); use {use or 'tk.' + name + ' if tkpy has it'}")
+
+
+def missing_name(name: str, names) -> str:
+    """What `tk.<name>` that does not exist should say: the tk way for a torch name, or the closest of `names`."""
+    import difflib
+
+    use = {"zeros": "t = tk.rt(f32, 16, 64); tk.zero(t)", "ones": "t = tk.rt(f32, 16, 64); tk.one(t)",
+           "full": "t = tk.rt(f32, 16, 64); tk.fill(t, value)", "empty": "tk.rt(f32, 16, 64) (a register tile)",
+           "tensor": "tk.rt / tk.st (register and shared tiles) and tk.gl (a kernel's tensor parameter)",
+           "matmul": "tk.mma_AB(c, a, b, c) or tk.warpgroup.mma_AB(acc, a, b)", "mm": "tk.mma_AB(c, a, b, c)",
+           "dot": "tk.mma_AB(c, a, b, c)", "where": "tk.max / tk.min, or the masks (tk.tril, tk.right_fill, ...)",
+           "float32": "tk.f32", "float16": "tk.fp16", "int": "tk.i32", "jit": "@tk.kernel(warps=4)",
+           "program_id": "tk.block_idx.x (and .y, .z)", "arange": "tk.range for a loop on the GPU",
+           **TK_FUNCTION}.get(name)
+    if use is None:
+        close = difflib.get_close_matches(name, [n for n in names if not n.startswith("_")], n=3)
+        use = " or ".join(f"tk.{n}" for n in close) if close else None
+    return f"module 'tkpy' has no attribute '{name}'" + (f"; use {use}" if use else "")
 
 
 def _no_comparison(call: str | None, what: str) -> str:
