@@ -312,8 +312,6 @@ def test_signature_mistakes_name_the_def():
 
 
 def test_a_returned_value_names_the_return():
-    def body(t, n, x):
-        return t
     @tk.kernel(warps=1)
     def returns(x: tk.gl[f32, "R", 64]):
         t = tk.rt(f32, 16, 64)
@@ -328,3 +326,50 @@ def test_global_tensors_have_a_shape():
         rows, cols = x.shape
         assert cols == 64 and rows.name == "R"
     trace(body)
+
+
+def test_a_value_form_whose_result_is_dropped():
+    def body(t, n, x):
+        tk.exp(t)                                         # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(body)
+    says(e, body, "# the offending line", "the new tile this expression returns is never used", "tk.exp(t, t)")
+
+    def reduced(t, n, x):
+        tk.row_max(t)                                     # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(reduced)
+    says(e, reduced, "# the offending line", "the new vector", "tk.row_max(v, t)")
+
+
+def test_a_tile_used_after_the_loop_it_was_declared_in():
+    def body(t, n, x):
+        for i in tk.range(n):
+            s = tk.row_sum(t)
+            tk.mul(t, t, 0.5)
+        tk.sub_row(t, t, s)                               # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(body)
+    says(e, body, "# the offending line", "is used outside the scope it was declared in", "declare it before the loop")
+
+
+def test_tile_declarations_take_python_ints_and_tkpy_dtypes():
+    def runtime_rows(t, n, x):
+        tk.rt(f32, x.rows, 64)                            # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(runtime_rows)
+    says(e, runtime_rows, "# the offending line", "`R` is a runtime value", "tk.constexpr")
+
+    def torch_dtype(t, n, x):
+        tk.rt(torch.bfloat16, 16, 64)                     # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(torch_dtype)
+    says(e, torch_dtype, "# the offending line", "got torch.bfloat16: write tk.bf16")
+
+
+def test_kernel_options_by_name():
+    with pytest.raises(TypeError) as e:
+        @tk.kernel(4)                                     # the offending line
+        def k(x: tk.gl[f32, "R", 64]):
+            pass
+    says(e, test_kernel_options_by_name, "# the offending line", "@tk.kernel(warps=4)")

@@ -426,4 +426,7 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     which lists what stays unbounded: setmaxnreg)."""
     if fn is None:
         return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug)
+    if not callable(fn):
+        raise ArgumentError(f"@tk.kernel takes its options by name: @tk.kernel(warps={fn!r}), not @tk.kernel({fn!r})",
+                            user_loc())
     return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug)

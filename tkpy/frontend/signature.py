@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..errors import ArgumentError, TraceError
 from ..ir.core import Loc
-from ..tiles.dtypes import DType, f32, i32
+from ..tiles.dtypes import DType, f32, i32, named_like
 from ..tiles.types import GL
 
 ALIGNMENT = 16  # bytes: base pointers and row strides, for vectorised and async copies
@@ -27,10 +27,10 @@ class _GlFactory:
     def __getitem__(self, item) -> GL:
         if not isinstance(item, tuple) or not item or not isinstance(item[0], DType):
             first = item[0] if isinstance(item, tuple) and item else item
-            ours = _TKPY_DTYPES.get(str(first))
+            ours = named_like(first)
             if ours:         # torch.float32 and the like: tkpy's dtype of the same name
                 raise TypeError(f"tk.gl takes tkpy's dtypes (tk.bf16, tk.fp16, tk.f32, tk.fp8e4m3, ...), not {first}: "
-                                f"write tk.gl[{ours}, ...]")
+                                f"write tk.gl[tk.{ours.name}, ...]")
             raise TypeError("write tk.gl[dtype, dim, ...], e.g. tk.gl[bf16, 'M', 64]")
         return GL(item[0], tuple(item[1:]))
 
@@ -39,9 +39,6 @@ class _GlFactory:
 
 
 gl = _GlFactory()
-_TKPY_DTYPES = {"torch.bfloat16": "tk.bf16", "torch.float16": "tk.fp16", "torch.float32": "tk.f32",
-                "torch.int32": "tk.i32", "torch.float8_e4m3fn": "tk.fp8e4m3", "torch.float8_e5m2": "tk.fp8e5m2",
-                "<class 'float'>": "tk.f32"}
 
 
 class constexpr:

@@ -41,6 +41,7 @@ class Var(Traced):
     count: int = 1  # shared tiles only: an array of `count` tiles
     view: Optional["View"] = None  # a subtile: a window of another tile's storage
     alias: Optional[tuple] = None  # shared: (earlier shared Var, byte offset): placed over its storage
+    value: bool = False            # a new tile or vector that an expression returned (t * 2, tk.exp(t)), not declared
 
     def __getitem__(self, index) -> "SharedRef":
         """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,

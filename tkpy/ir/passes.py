@@ -53,7 +53,10 @@ def _verify_block(stmts, tiles: set, syms: set, mutables: set) -> None:
                 var = a.var if isinstance(a, SharedRef) else a
                 if isinstance(var, Var) and var not in tiles:
                     raise TraceError(f"{s.name}: `{var.name}` is used outside the scope it was declared in "
-                                     f"(declared at {var.loc.short})", s.loc)
+                                     f"(declared at {var.loc.short}, inside a tk.range loop or tk.if_ branch that has "
+                                     "ended); declare it before the loop or branch: a tile lives in the block it is "
+                                     "declared in, and one declared outside a loop carries its values across "
+                                     "iterations", s.loc)
                 if isinstance(a, Expr):
                     _check_syms(a, syms, s)
                 if isinstance(a, SharedRef) and a.index is not None:
@@ -267,6 +270,44 @@ _OP_NAMES = {"load_async": "tk.load_async", "tma_load": "tk.tma.load_async", "tm
              "tma_prefetch": "tk.tma.prefetch", **{name: "tk." + name.split("_")[0] for name in GLOBAL_TILE_OPS[:8]}}
 
 
+def check_values_used(kernel: KernelIR) -> None:
+    """A new tile or vector that an expression returned (tk.exp(t), t * 2, tk.row_max(t)) and nothing reads: an error
+    saying that the value forms make new tiles, as a torch user's `torch.exp(t)` does, and naming the in-place form.
+    (A destination-first op writes its first operand; an op reads the others.)"""
+    written: dict = {}
+    read: set = set()
+    for s in walk(kernel.body):
+        if isinstance(s, Decl) and s.var.view is not None and isinstance(s.var.view.base, Var):
+            read.add(s.var.view.base)
+        elif isinstance(s, Op) and s.args:
+            first, *rest = s.args
+            if isinstance(first, Var) and first.value:
+                written.setdefault(first, s)
+            read.update(a for a in flat_operands(rest) if isinstance(a, Var))
+    for var, op in written.items():
+        if var not in read:
+            raise TraceError(f"the new {'tile' if isinstance(var.type, RT) else 'vector'} this expression returns is "
+                             f"never used: value forms such as {_value_form(op)} make a new tile, as torch.exp(t) "
+                             f"does; to update the operand itself, write the destination-first op, "
+                             f"{_in_place(op)}, or use the result", var.loc)
+
+
+def _value_form(op: Op) -> str:
+    fn = op.attrs.get("fn")
+    return f"tk.{fn}(t)" if op.name == "unary" and isinstance(fn, str) else "tk.exp(t) or t * 2"
+
+
+def _in_place(op: Op) -> str:
+    fn, sources = op.attrs.get("fn"), [a for a in op.args[1:] if isinstance(a, Var)]
+    if op.name == "unary" and isinstance(fn, str) and sources:
+        return f"tk.{fn}({sources[0].name}, {sources[0].name})"
+    if op.name == "binary" and isinstance(fn, str) and sources:
+        return f"tk.{fn}({sources[0].name}, {sources[0].name}, ...)"
+    if op.name == "reduce":
+        return f"tk.{op.attrs['axis']}_{op.attrs['fn']}(v, t) into a vector v"
+    return "tk.map(t, lambda x: ..., t)"
+
+
 def run_all(kernel: KernelIR) -> None:
     from . import protocol
 
@@ -274,4 +315,5 @@ def run_all(kernel: KernelIR) -> None:
     plan_shared(kernel)
     check_registers(kernel)
     check_static_dims(kernel)
+    check_values_used(kernel)
     protocol.check(kernel)

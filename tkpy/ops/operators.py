@@ -124,4 +124,6 @@ def _axis(tile, vec, fn: str) -> str:
 def temporary(type_, dtype=None) -> Var:
     if dtype is not None and dtype != type_.dtype:
         type_ = type_.with_(dtype=dtype) if isinstance(type_, RT) else RV(dtype, type_.length, type_.layout)
-    return current().declare(type_, "t" if isinstance(type_, RT) else "v")
+    var = current().declare(type_, "t" if isinstance(type_, RT) else "v")
+    var.value = True
+    return var
