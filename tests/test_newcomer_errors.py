@@ -373,3 +373,20 @@ def test_kernel_options_by_name():
         def k(x: tk.gl[f32, "R", 64]):
             pass
     says(e, test_kernel_options_by_name, "# the offending line", "@tk.kernel(warps=4)")
+
+
+HOST = torch.ones(16, 64)
+
+
+def test_a_host_tensor_inside_a_kernel():
+    def times_host(t, n, x):
+        tk.store(x, HOST * t, (0, 0))                     # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(times_host)
+    says(e, times_host, "# the offending line", "with a host tensor", "pass it as a kernel argument (a tk.gl")
+
+    def host_times(t, n, x):
+        tk.store(x, t * HOST, (0, 0))                     # the offending line
+    with pytest.raises(tk.TraceError) as e:
+        trace(host_times)
+    says(e, host_times, "# the offending line", "a host Tensor of shape (16, 64)", "tk.load it into a tile")

@@ -294,7 +294,10 @@ def check_values_used(kernel: KernelIR) -> None:
 
 def _value_form(op: Op) -> str:
     fn = op.attrs.get("fn")
-    return f"tk.{fn}(t)" if op.name == "unary" and isinstance(fn, str) else "tk.exp(t) or t * 2"
+    if op.name == "unary" and isinstance(fn, str):
+        return f"tk.{fn}(t)"
+    symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/"}.get(fn) if op.name in ("binary", "broadcast") else None
+    return f"t {symbol} x" if symbol else "tk.exp(t) or t * 2"
 
 
 def _in_place(op: Op) -> str:

@@ -18,6 +18,9 @@ def describe(x) -> str:
         return f"{user_name(x)}: {x.type}"
     if isinstance(x, Expr):
         return f"scalar {x.dtype}"
+    if type(x).__module__.split(".")[0] in ("torch", "numpy") and hasattr(x, "shape"):
+        return (f"a host {type(x).__name__} of shape {tuple(x.shape)} (a tensor inside a kernel is the host's: pass it "
+                "as a kernel argument, a tk.gl parameter, and tk.load it into a tile)")
     if isinstance(x, Op):       # what a destination-first op returned, passed on as if it were its result
         return (f"the {x.name} op that a tk function returned (destination-first ops write their first argument: "
                 "pass that tile, or use the value form, e.g. tk.exp(t))")

@@ -129,8 +129,8 @@ sqrt.__doc__ += ("\n\nsqrt.approx.f32 (one MUFU op; subnormal inputs kept): rela
 rsqrt.__doc__ += ("\n\n1 / sqrt(x) by rsqrt.approx.f32 (one MUFU op): relative error at most 2^-22; rsqrt(0) = inf, "
                   "NaN for x < 0. `x ** -0.5` is this function.")
 sigmoid.__doc__ += ("\n\n1 / (1 + exp(-x)) by ex2.approx and rcp.approx (two MUFU ops): relative error at most "
-                    "2^-21 + |x| 2^-23 (1.7e-6 at |x| = 10; the |x| term is -x log2 e rounded to fp32); sigmoid(x) flushes to 0 for x < -87.3 (results below "
-                    "2^-126), sigmoid(inf) = 1, sigmoid(-inf) = 0.")
+                    "2^-21 + |x| 2^-23 (1.7e-6 at |x| = 10; the |x| term is -x log2 e rounded to fp32); sigmoid(x) "
+                    "flushes to 0 for x < -87.3 (results below 2^-126), sigmoid(inf) = 1, sigmoid(-inf) = 0.")
 log1p.__doc__ += ("\n\nlog(1 + x), accurate for small x as well: 1 + x = 2^k (1 + f) with f in [sqrt(1/2) - 1, "
                   "sqrt(2) - 1), what rounding 1 + x lost carried along, and a degree-8 polynomial in f (musl's "
                   "reduction; about 20 FMA-pipe instructions, no MUFU op): at most 2 ulp from the exact result. "
@@ -147,8 +147,8 @@ def tanh(dst, src=None, *, approx=False):
     For |x| < 1 the odd polynomial x + x^3 S(x^2) (S of degree 6), else sign(x) (1 - 2 / (1 + e^(2|x|))) by
     ex2.approx and rcp.approx: at most 3 ulp from the exact result, tanh(+-inf) = +-1.
 
-    approx=True: one tanh.approx.f32 (MUFU.TANH) instead, of relative error at most 2^-10.98 (5e-4): enough for a
-    bf16 or fp16 result (their rounding is 2^-9 and 2^-12), and the fewest instructions where the MUFU is not
+    approx=True: one tanh.approx.f32 (MUFU.TANH) instead, of relative error at most 2^-10.98 (5e-4): below a bf16
+    result's rounding (up to 2^-8), about an fp16 one's (2^-11), and the fewest instructions where the MUFU is not
     the bottleneck already (e.g. a logit soft cap, cap * tanh(s / cap))."""
     if not isinstance(approx, bool):
         fail(f"tanh: approx is True or False, got {approx!r}")
@@ -161,7 +161,8 @@ def pow(dst, a, b=None):  # noqa: A001 - tk.pow, as torch.pow
     an expression), as `a ** b` does.
 
     A constant exponent picks the function at trace time: an integer n squares and multiplies (x ** 2 is x * x;
-    any x, relative error at most (|n| + 3) 2^-24), 0.5 is tk.sqrt and -0.5 tk.rsqrt. Any other exponent is
+    any x, relative error at most (|n| + 3) 2^-24; a negative n takes rcp.approx of x ** -n, so x ** -n beyond
+    2^126 gives 0 and below 2^-126 inf), 0.5 is tk.sqrt and -0.5 tk.rsqrt. Any other exponent is
     exp2(b * log2(a)) by lg2.approx and ex2.approx (two MUFU ops): relative error at most
     2^-22 (1 + |b| (1 + |log2 a|)); a ** 0 = 1 and 1 ** b = 1; a < 0 gives NaN (torch: a real result for an
     integer b), a = 0 gives 0 (b > 0) or inf (b < 0), results below 2^-126 flush to zero. A constant base c > 0

@@ -82,8 +82,12 @@ def refuse(hook: str, value, args: tuple, kwargs: dict):
         fail(f"{name} cannot take a runtime scalar, {what}: it has no value while the kernel is traced. Runtime "
              "scalars take + - * / // % and comparisons (and tk.call('min' / 'max', ...)); compute the rest on the "
              "host and pass it as an int or float argument, or on tiles with tkpy's functions")
+    if any(_is_host_array(a) for a in _flat(args[1:])):     # t * torch_tensor, np_array * t
+        fail(f"{name} cannot take a tkpy value, {what}, with a host tensor: a torch tensor or numpy array inside a "
+             "kernel is a value of the host, not of the GPU's threads; pass it as a kernel argument (a tk.gl "
+             "parameter) and tk.load it into a tile")
     fail(f"{name} cannot take a tkpy value, {what}: Python's, numpy's and torch's functions run on the host "
-         f"while the kernel is traced; use {_suggestion(name, value)}")
+         f"while the kernel is traced; {_suggestion(name, value)}")
 
 
 def _numpy_operator(args: tuple, kwargs: dict):
@@ -160,13 +164,14 @@ def _describe(value) -> str:
 
 def _suggestion(name: str, value) -> str:
     base = name.rstrip("()").rsplit(".", 1)[-1]
-    tk_name = TK_FUNCTION.get(base)
+    tk_name = TK_FUNCTION.get(base) or f"tkpy's elementwise functions ({', '.join(ELEMENTWISE)}) and + - * / **"
     if isinstance(value, (GlobalVar, SharedRef)) or (isinstance(value, Var) and value.is_shared):
-        load = "load it into a register tile (tk.load) and use "
-        return load + (tk_name or "tkpy's elementwise functions on it")
-    if tk_name is not None:
-        return tk_name
-    return f"tkpy's elementwise functions ({', '.join(ELEMENTWISE)}) and + - * / **"
+        return f"load it into a register tile (tk.load), then use {tk_name}"
+    return f"use {tk_name}"
+
+
+def _is_host_array(x) -> bool:
+    return type(x).__module__.split(".")[0] in ("torch", "numpy") and hasattr(x, "shape") and not isinstance(x, Traced)
 
 
 def _no_truth_value(value, what: str) -> str:

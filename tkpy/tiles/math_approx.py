@@ -16,7 +16,8 @@ the GPU and tests/test_math_cpu.py in the interpreter, against torch in float64)
                 else sign(x) (1 - 2 / (1 + ex2.approx(2 |x| log2 e))) (rcp.approx)
     tanh(x, approx=True)   tanh.approx.f32: one MUFU.TANH                        relative 2^-10.98
     pow(x, y)   ex2.approx(y lg2.approx(x)), 1 where y = 0 or x = 1; x < 0: NaN  relative 2^-22 (1 + |y| (1 + |log2 x|))
-    x ** n      n an integer constant: square and multiply (any x)              relative (|n| + 3) 2^-24
+    x ** n      n an integer constant: square and multiply (any x; n < 0:       relative (|n| + 3) 2^-24
+                rcp.approx of x ** -n, 0 or inf where that is beyond 2^+-126)
     log1p(x)    1 + x = 2^k (1 + f), f in [sqrt(1/2) - 1, sqrt(2) - 1), and what  2 ulp
                 rounding 1 + x lost, c: k ln 2 + f + f^2 R(f) + c / (1 + x), R of degree 8 (musl's reduction)
     erf(x)      |x| < 1: x + x P(x^2), P of degree 6;                            2 ulp
@@ -129,7 +130,7 @@ struct op_pow {{
 // x ** N for an integer constant N: square and multiply, defined for every x.
 template <int N> __device__ __forceinline__ float powi(float x) {{
     if constexpr (N < 0) {{
-        return op_div{{}}(1.0f, powi<-N>(x));
+        return rcp_approx(powi<-N>(x));
     }} else if constexpr (N == 0) {{
         return 1.0f;
     }} else if constexpr (N == 1) {{
@@ -236,7 +237,7 @@ def powi(x, n: int):
     """x ** n by the recursion of the prelude's powi<N> (the same products in the same order)."""
     x = np.asarray(x, f32)
     if n < 0:
-        return (f32(1) / powi(x, -n)).astype(f32)
+        return _rcp_ftz(powi(x, -n))
     if n == 0:
         return np.ones_like(x)
     if n == 1:
