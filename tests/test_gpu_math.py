@@ -96,8 +96,8 @@ def unary_kernel(fn: str, layout: str):
     value, op = FUNCTIONS[fn][:2]
 
     @tk.kernel(warps=2, name=f"math_{fn}_{layout}")
-    def k(x: tk.gl[f32, "R", 64], y: tk.gl[f32, 3, "R", 64], v: tk.gl[f32, "V", 32], vy: tk.gl[f32, "V", 32]):
-        t, u = tk.rt(f32, 32, 64, layout), tk.rt(f32, 32, 64, layout)
+    def k(x: tk.gl[f32, "R", 64], y: tk.gl[f32, 3, "R", 64], v: tk.gl[f32, "V", 16], vy: tk.gl[f32, "V", 16]):
+        t, u = tk.rt(f32, 16, 64, layout), tk.rt(f32, 16, 64, layout)
         tile = tk.block_idx.x * 2 + tk.warp_id()
         tk.load(t, x, (tile, 0))
         tk.map(u, lambda a: value(a), t)              # an expression of a map function
@@ -105,7 +105,7 @@ def unary_kernel(fn: str, layout: str):
         op(u, t)                                      # the destination-first tile op
         tk.store(y, u, (1, tile, 0))
         tk.store(y, value(t), (2, tile, 0))           # a new tile
-        vec = tk.rv(f32, 32, VECTOR_LAYOUT[layout])
+        vec = tk.rv(f32, 16, VECTOR_LAYOUT[layout])
         tk.load(vec, v, (tile, 0))
         tk.store(vy, value(vec), (tile, 0))           # a new vector
     return k
@@ -116,11 +116,11 @@ UNARY_PARAMS = [(fn, layout) for fn in FUNCTIONS for layout in ("row", "col")]
 
 def unary_case(fn: str, layout: str, device="cuda") -> Case:
     *_, domain, reference, specials = FUNCTIONS[fn]
-    x = domain(128 * 64, device).view(128, 64)
+    x = domain(64 * 64, device).view(64, 64)
     x[0, :len(specials)] = torch.tensor([s for s, _ in specials], device=device)
-    v = domain(4 * 32, device).view(4, 32)
-    y = poisoned(3, 128, 64, dtype=torch.float32, device=device)
-    vy = poisoned(4, 32, dtype=torch.float32, device=device)
+    v = domain(4 * 16, device).view(4, 16)
+    y = poisoned(3, 64, 64, dtype=torch.float32, device=device)
+    vy = poisoned(4, 16, dtype=torch.float32, device=device)
 
     def check():
         for got, inp, what in ((y[0], x, "in tk.map"), (vy, v, "of a vector")):

@@ -133,7 +133,7 @@ sigmoid.__doc__ += ("\n\n1 / (1 + exp(-x)) by ex2.approx and rcp.approx (two MUF
                     "flushes to 0 for x < -87.3 (results below 2^-126), sigmoid(inf) = 1, sigmoid(-inf) = 0.")
 log1p.__doc__ += ("\n\nlog(1 + x), accurate for small x as well: 1 + x = 2^k (1 + f) with f in [sqrt(1/2) - 1, "
                   "sqrt(2) - 1), what rounding 1 + x lost carried along, and a degree-8 polynomial in f (musl's "
-                  "reduction; about 20 FMA-pipe instructions, no MUFU op): at most 2 ulp from the exact result. "
+                  "reduction; about 30 instructions, one of them MUFU.RCP): at most 2 ulp from the exact result. "
                   "log1p(-1) = -inf, NaN for x < -1.")
 erf.__doc__ += ("\n\nThe error function: for |x| < 1 the odd polynomial x + x P(x^2) (P of degree 6), else "
                 "sign(x) (1 - 2^Q(|x| - 1)) (Q of degree 6, fit to log2 erfc; one MUFU op; |x| >= 4 gives +-1): at "

@@ -116,7 +116,9 @@ struct op_log1p {{
         const unsigned bits = __float_as_uint(u) + (0x3f800000u - {SQRT_HALF_BITS:#x}u);
         const float k = float(int(bits >> 23) - 127);
         const float f = __uint_as_float((bits & 0x007fffffu) + {SQRT_HALF_BITS:#x}u) - 1.0f;  // 1 + x = 2^k (1 + f)
-        const float c = __fdividef(x >= 1.0f ? 1.0f - (u - x) : x - (u - 1.0f), u);      // what rounding 1 + x lost
+        const float lost = x >= 1.0f ? 1.0f - (u - x) : x - (u - 1.0f);   // what rounding 1 + x lost (exact)
+        const float inv = rcp_approx(u), q = lost * inv;
+        const float c = fmaf(fmaf(-q, u, lost), inv, q);    // lost / u, refined by a Newton step (as if rounded once)
 {horner_cpp(LOG1P, "f", "r")}
         const float y = fmaf(k, {_literal(LN2_HI)}, f + fmaf(f * f, r, fmaf(k, {_literal(LN2_LO)}, c)));
         return u > 0.0f && u < INFINITY ? y : lg2_approx(u) * {_literal(math.log(2))};  // -inf at -1, NaN below
