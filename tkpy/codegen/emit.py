@@ -11,7 +11,7 @@ import operator
 import re
 
 from ..errors import UnsupportedError
-from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
+from ..ir.core import MAP_MATH_FNS, MATH_FNS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
 from ..ir.expr import DIVISOR_NAMES, PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
@@ -44,7 +44,7 @@ def generate(kernel: KernelIR, slots: list[Slot]) -> str:
     if emitter.debug is not None:   # debug mode (tkpy/runtime/debug.py): the bounded waits' helpers and sites
         debugging = debug_cpp.section(emitter.debug, kernel.debug.timeout_ns, debug_cpp.SLOTS,
                                       kernel.debug.prints(emitter.debug.warpgroups > 0))
-    return prelude_for(variants, tma5, uses_fp8(kernel)) + "\n" + recording + debugging + body
+    return prelude_for(variants, tma5, uses_fp8(kernel), uses_math(kernel)) + "\n" + recording + debugging + body
 
 
 def uses_fp8(kernel: KernelIR) -> bool:
@@ -52,6 +52,16 @@ def uses_fp8(kernel: KernelIR) -> bool:
     types = [p.type for p in kernel.params if isinstance(p, GlobalVar)]
     types += [s.var.type for s in walk(kernel.body) if isinstance(s, Decl)]
     return any(getattr(t, "dtype", None) in FP8_DTYPES for t in types)
+
+
+def uses_math(kernel: KernelIR) -> bool:
+    """Whether any op of the kernel computes one of the math functions (it then gets their prelude section)."""
+    wanted = set(MATH_FNS) | set(MAP_MATH_FNS)
+    for s in walk(kernel.body):
+        if isinstance(s, Op) and ((s.name == "unary" and s.attrs["fn"] in wanted)
+                                  or (s.name == "map" and wanted & s.attrs["fn"].functions())):
+            return True
+    return False
 
 
 def ctype_of(t) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..codegen import generate, param_slots
-from ..errors import ArgumentError
+from ..errors import ArgumentError, with_location
 from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
@@ -25,6 +25,7 @@ from ..ir.passes import ALIGNMENT_SLACK
 from ..runtime import debug as debug_mode
 from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
 from . import fastpath
+from .context import user_loc
 from .tracer import trace_kernel
 
 MAX_WARPS = 32
@@ -68,8 +69,24 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<tkpy kernel {self.name} ({self.warps} warps)>"
 
+    def __call__(self, *args, **kwargs):
+        """`k(x, y)` without a grid: say how a kernel is launched."""
+        names = ", ".join(s.name for s in self.specs)
+        raise ArgumentError(f"{self.name}(...) needs a grid: a kernel is launched as {self.name}[grid]({names}), grid "
+                            f"the number of blocks to run (an int, or 1 to 3 ints: {self.name}[(blocks,)](...)); "
+                            f"{self.name}.interpret[grid](...) or TKPY_INTERPRET=1 runs it on the CPU interpreter",
+                            user_loc())
+
     # -- stages --------------------------------------------------------------
     def _bind(self, args, *, need_cuda: bool) -> tuple[tuple, dict]:
+        """The specialization key and constexpr values for `args`; an argument the kernel cannot take raises
+        ArgumentError naming the caller's line."""
+        try:
+            return self._checked_key(args, need_cuda)
+        except ArgumentError as e:
+            raise _at_callers_line(e) from None
+
+    def _checked_key(self, args, need_cuda: bool) -> tuple[tuple, dict]:
         if len(args) != len(self.specs):
             raise ArgumentError(f"{self.name}() takes {len(self.specs)} arguments "
                                 f"({', '.join(s.name for s in self.specs)}), got {len(args)}")
@@ -166,7 +183,10 @@ class Kernel:
         try:
             return self._bound[grid]
         except (KeyError, TypeError):
-            g = launch_grid(grid, self.cluster, self.name)
+            try:
+                g = launch_grid(grid, self.cluster, self.name)
+            except ArgumentError as e:
+                raise _at_callers_line(e) from None
             bound = functools.partial(self._fast_launch or self._launch, g)
             try:
                 if len(self._bound) > 4096:
@@ -196,12 +216,17 @@ class Kernel:
 
     def _slow_launch(self, grid, args: tuple) -> None:
         """First call of a specialization, or anything unusual: check everything, compile, load, then launch."""
-        from ..runtime import require_gpu
+        from ..runtime import NoGPUError, require_gpu
 
         if interpret_requested():     # TKPY_INTERPRET=1: no fast path is built, so every launch comes here
             self.interpret.run(grid, *args)
             return
-        require_gpu()
+        try:
+            require_gpu()
+        except NoGPUError as e:
+            raise NoGPUError(with_location(
+                f"{e}. Setting TKPY_INTERPRET=1 runs the same call on the CPU instead: tkpy's interpreter takes this "
+                f"kernel and CPU tensors as they are (or call {self.name}.interpret[grid](...))", user_loc())) from None
         compiled = self._compiled_for(args, need_cuda=True)
         device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
         ready = compiled.ready(device)
@@ -250,6 +275,11 @@ class _ThreadState(threading.local):
 
 
 _this_thread = _ThreadState()
+
+
+def _at_callers_line(e: ArgumentError) -> ArgumentError:
+    """`e`, naming the user's line that called the kernel (or indexed its grid) if it names none."""
+    return e if e.loc is not None else ArgumentError(e.bare_message, user_loc())
 
 
 def _current_device() -> int:
@@ -396,4 +426,7 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     which lists what stays unbounded: setmaxnreg)."""
     if fn is None:
         return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug)
+    if not callable(fn):
+        raise ArgumentError(f"@tk.kernel takes its options by name: @tk.kernel(warps={fn!r}), not @tk.kernel({fn!r})",
+                            user_loc())
     return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from . import layouts, swizzle as swz
-from .dtypes import DType, FP8_DTYPES, TILE_DTYPES, f32
+from .dtypes import DType, FP8_DTYPES, TILE_DTYPES, f32, named_like
 
 Dim = Union[int, str]  # static size or the name of a dynamic one
 
@@ -22,7 +22,9 @@ def _check_dtype(dtype: DType, what: str, fp8: bool = True) -> None:
                             "(rt, st) and global tensors; give vectors a 16- or 32-bit type (e.g. f32)")
         return
     if dtype not in TILE_DTYPES:
-        raise TypeError(f"{what} element type must be one of {TILE_DTYPES + FP8_DTYPES}, got {dtype!r}")
+        ours = named_like(dtype)
+        use = f": write tk.{ours.name} (tkpy's dtypes, not torch's)" if ours else ""
+        raise TypeError(f"{what} element type must be one of {TILE_DTYPES + FP8_DTYPES}, got {dtype!r}{use}")
 
 
 def _check_multiple(n: int, of: int, what: str) -> None:

@@ -621,12 +621,16 @@ __device__ __forceinline__ void mma_AtBt(rt<float, M, N, row_l>& d, const rt<T, 
 """
 
 
+def named_unary(fn: str) -> str:
+    """tk::fn(dst, src): the map of op_fn."""
+    return (f"template <typename D, typename S> __device__ __forceinline__ void {fn}(D& d, const S& s) "
+            f"{{ map(d, s, op_{fn}{{}}); }}")
+
+
 def _named_ops() -> str:
     """ThunderKittens-style names over the generic map/reduce/broadcast templates."""
     out = ["\n// Named ops (tk::exp, tk::add, tk::row_max, tk::sub_row, ...)."]
-    for fn in UNARY_FNS:
-        out.append(f"template <typename D, typename S> __device__ __forceinline__ void {fn}(D& d, const S& s) "
-                   f"{{ map(d, s, op_{fn}{{}}); }}")
+    out += [named_unary(fn) for fn in UNARY_FNS]
     for fn in BINARY_FNS:
         out.append(f"template <typename D, typename A, typename B> __device__ __forceinline__ void "
                    f"{fn}(D& d, const A& a, const B& b) {{ map(d, a, b, op_{fn}{{}}); }}")
