@@ -1,4 +1,4 @@
-// sha256 of the whole source: 5fa86bd949593a24999a5c433a2ef117d3ef278787e43e196a0ac9465ad1786d
+// sha256 of the whole source: afa8bfc91b5cd7f3fa0ee9aedf0f345c27f6d99d8b2f820610dd2cbde791664b
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: c51cfa8f65c3a9d3990739ac7d51e4b8153932f67bd643a7732540a24a02f2ed
+// sha256 of the whole source: 4f9180d3bca0f48de822a8eed0638d954f7bbc799e664370956e22fef14391db
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

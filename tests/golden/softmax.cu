@@ -1,4 +1,4 @@
-// sha256 of the whole source: 35b9c1799a767b63988a74d67e56691c95fbba8d01cd85bc5996261c04585215
+// sha256 of the whole source: 3b1f6440ee75cb1bd895d416927878dc05f3724b0eeb5efc2d9dfeaabf3ae6e0
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps
