@@ -34,7 +34,7 @@ from tkpy import call, f32
 from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
-from .attention_bwd_policy import KEY_ROWS, Q_TILE, REGISTERS
+from .attention_bwd_policy import KEY_ROWS, Q_TILE, REGISTERS, task_group
 from .tensor_layout import cdiv
 
 PIECES = 2                          # column pieces of d / 2 in which the main kernel holds K, V, Q and dO
@@ -73,7 +73,7 @@ def _attention_bwd(config: AttentionBwdConfig):
 
     producer_registers, consumer_registers = REGISTERS
 
-    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name,
+    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers)
     class AttentionBwd:
         Q: tk.gl[dtype, "B", "H", "N", d]

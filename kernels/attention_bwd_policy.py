@@ -24,6 +24,21 @@ Q_TILE = 64                         # query rows per step of the main kernel (S^
 DQ_TASK_ROWS = 128                  # query rows per task of the dQ pass: 64 per consumer warpgroup
 LSE_ROWS = 128                      # the row vectors' (lse, D) and dQ workspace's rows are N rounded up to this
 ATOMIC_DQ_DIMS = 128                # the head dims up to which the main kernel accumulates dQ itself
+# The task order's rows of tiles for causal kernels (tkpy.templates.schedule.grouped_order's group), whose tasks'
+# steps shrink (main kernel: key tiles) or grow (dQ pass: query tiles) with the row: a persistent block takes every
+# 132nd task, which with rows of 8 gave each block every fourth row (B16 H16 N4096 D128: the busiest block 11% over
+# the average, 37% at N1024); 7, prime to 132, deals every block every row (3% over at both, as causal_pairs_order,
+# whose index math spilled the D128 kernel's registers). Counted from the task order (test_attention_bwd), not yet
+# timed on the GPU: the causal rows of RESULTS.md run 267 ran with 8.
+CAUSAL_TASK_GROUP = 7
+TASK_GROUP = 8                      # non-causal (every task the same steps): the template's default
+
+
+def task_group(causal: bool) -> int:
+    """The backward kernels' task-order group (tk.lcf's group) for causal or not."""
+    return CAUSAL_TASK_GROUP if causal else TASK_GROUP
+
+
 # The main kernel's setmaxnreg split (producer, each consumer warpgroup), FlashAttention-3's: with the default
 # (40, 232) D256's kernel spilled 16 bytes and serialized its wgmmas (C7512).
 REGISTERS = (24, 240)
