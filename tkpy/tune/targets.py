@@ -102,7 +102,7 @@ class TemplateTarget:
     """A template made by @tk.lcf / @tk.lcsf: a config sets its decorator's options."""
 
     def __init__(self, template: LCF):
-        self.base, self.name = template, template.kernel.name
+        self.base, self.name = template, template.made_by[0].__name__
         self.options = template.options
 
     def split(self, config: Config) -> tuple[dict, dict]:
