@@ -2,9 +2,12 @@
 importable by the subprocesses they start (run as a script: tune `twice` once and print what happened)."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -82,6 +85,15 @@ def main(device: str) -> None:
     y = torch.zeros_like(x)
     twice[grid](x, y)
     print(f"timed={timer.calls} best={twice.best_config!r} error={(y - 2 * x).abs().max().item()}")
+
+
+def run_in_a_process(device: str, env: dict) -> subprocess.CompletedProcess:
+    """main(device) in a new Python process with `env` added to this one's; it must succeed."""
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, str(here / "autotune_kernels.py"), device], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{here.parent}{os.pathsep}{here}", **env})
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -19,11 +18,8 @@ import tkpy as tk
 from tkpy import bf16, f32
 from tkpy.tune import autotuner
 
-from autotune_kernels import CONFIGS, FakeTimer, grid, tuned_twice
+from autotune_kernels import CONFIGS, FakeTimer, grid, run_in_a_process, tuned_twice
 from test_examples import load as load_example
-
-HERE = Path(__file__).resolve().parent
-
 
 @pytest.fixture(autouse=True)
 def interpreted(monkeypatch, tmp_path):
@@ -171,10 +167,7 @@ def test_a_factory_makes_each_configuration():
 
 
 def run_twice_in_a_process(env: dict) -> str:
-    done = subprocess.run([sys.executable, str(HERE / "autotune_kernels.py"), "cpu"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": f"{HERE.parent}{os.pathsep}{HERE}", **env})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return run_in_a_process("cpu", env).stdout.strip()
 
 
 def test_a_new_process_runs_the_winner_from_disk_without_timing(tmp_path):
