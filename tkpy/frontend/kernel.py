@@ -10,6 +10,7 @@ Threads may call a kernel (launch, inspect, trace) at once: each cache is filled
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import warnings
@@ -193,6 +194,8 @@ class Kernel:
     # -- launching ------------------------------------------------------------
     def __getitem__(self, grid):
         """`kernel[grid]`: a callable that launches on torch's current stream with the kernel's arguments."""
+        if _compiling_only is not None:
+            return self._compile_instead
         try:
             return self._bound[grid]
         except (KeyError, TypeError):
@@ -211,6 +214,13 @@ class Kernel:
 
     def launch(self, grid, *args) -> None:
         self[grid](*args)
+
+    def _compile_instead(self, *args) -> None:
+        """A launch under compile_only(): the specialization compiled, nothing run."""
+        compiled = self._compiled_for(args, need_cuda=False)
+        made = _compiling_only
+        if made is not None:
+            made.append(compiled)
 
     @property
     def interpret(self):
@@ -279,6 +289,30 @@ class Kernel:
     def uses_native_launch(self) -> bool:
         """Whether cache hits go through the native launcher (tkpy.runtime.native; decided at the first launch)."""
         return self._native is not None
+
+
+_compiling_only: Optional[list] = None      # under compile_only(): what the launches compiled
+
+
+@contextlib.contextmanager
+def compile_only():
+    """Within the block every launch (`kernel[grid](*args)`, a template's call) compiles its kernel for the arguments
+    into the disk cache, as a first launch would, and returns without running anything; the block's value lists the
+    Compiled specializations. The arguments may be meta tensors (shapes, strides and dtypes are all a compile
+    reads), so the kernels' torch-facing launch paths run through without a GPU: what `python -m tkpy.warmup` does.
+    Process-wide (threads compile in parallel under it); blocks do not nest."""
+    global _compiling_only
+    with _mode_lock:
+        if _compiling_only is not None:
+            raise RuntimeError("compile_only() blocks do not nest")
+        _compiling_only = made = []
+    try:
+        yield made
+    finally:
+        _compiling_only = None
+
+
+_mode_lock = threading.Lock()
 
 
 class _ThreadState(threading.local):
