@@ -82,7 +82,7 @@ class Autotuner:
     call; `variant(config)`: the kernel or template a configuration makes (for `.source(...)` and the like)."""
 
     def __init__(self, fn, configs, key, *, prune_configs_by=None, restore_value=(), reset_to_zero=(), timer=None,
-                 loc=None):
+                 cache=True, loc=None):
         self.loc = loc
         self.target = target_of(fn, loc)
         self.name = self.target.name
@@ -105,7 +105,9 @@ class Autotuner:
         self.prune = _pruner(prune_configs_by, self.name, loc)
         self.restore_value, self.reset_to_zero = list(restore_value), list(reset_to_zero)
         self.timer = timer if timer is not None else GpuTimer()
+        self.cache = cache
         self.best_config = None
+        self.timings: dict = {}       # milliseconds of each configuration the last tuning in this process timed
         self._shape = None
         self._variants: dict = {}
         self._memo: dict = {}
@@ -167,12 +169,13 @@ class Autotuner:
             return self.configs[0]
         gpu = self.timer.device([named[t] for t in self._shape_of().tensors])
         rkey = winners.record_key(self.name, self._source(), self.configs, key, gpu)
-        if how != "force":
+        reuse = how != "force" and self.cache
+        if reuse:
             found = winners.load(rkey, self.configs)
             if found is not None:
                 return found
         with winners.lock(rkey):
-            found = winners.load(rkey, self.configs) if how != "force" else None
+            found = winners.load(rkey, self.configs) if reuse else None
             if found is None:       # (another process may have tuned it while this one waited)
                 found = self._tune(grid, named, key, gpu, rkey)
         return found
@@ -210,11 +213,13 @@ class Autotuner:
             raise TkpyError(f"tk.autotune({self.name}): no configuration ran for key {self._key_text(key)}:\n"
                             + "\n".join(f"  {c!r}: {outcome[c]}" for c in self.configs))
         winner = min(timings, key=timings.get)
+        self.timings = timings
         outcome.update({c: f"{ms:.4f} ms" for c, ms in timings.items()})
-        winners.store(rkey, {"kernel": self.name, "key": self._key_text(key), "gpu": gpu[0], "sms": gpu[1],
-                             "winner": self.configs.index(winner), "config": repr(winner),
-                             "results": {repr(c): outcome[c] for c in self.configs},
-                             "tuned": time.strftime("%Y-%m-%d %H:%M:%S")})
+        if self.cache:
+            winners.store(rkey, {"kernel": self.name, "key": self._key_text(key), "gpu": gpu[0], "sms": gpu[1],
+                                 "winner": self.configs.index(winner), "config": repr(winner),
+                                 "results": {repr(c): outcome[c] for c in self.configs},
+                                 "tuned": time.strftime("%Y-%m-%d %H:%M:%S")})
         self._report(winner, outcome, key, gpu, time.perf_counter() - start)
         return winner
 
@@ -304,7 +309,7 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
-def autotune(configs, key, *, prune_configs_by=None, restore_value=(), reset_to_zero=(), timer=None):
+def autotune(configs, key, *, prune_configs_by=None, restore_value=(), reset_to_zero=(), timer=None, cache=True):
     """Decorate a @tk.kernel, a template (@tk.lcf / @tk.lcsf) or a function that makes one from a configuration's
     values: `@tk.autotune(configs=[tk.Config(...), ...], key=["M", "N"])` above it (see the module docstring).
 
@@ -312,10 +317,11 @@ def autotune(configs, key, *, prune_configs_by=None, restore_value=(), reset_to_
     the parameters (a tensor's: its shape) and dims whose values choose the configuration (with every tensor's
     dtype). prune_configs_by: a function (configs, args by name) -> the configurations to try. restore_value /
     reset_to_zero: tensor parameters that the kernel reads and writes, restored, or zeroed, around each timing.
-    timer: what times a launch (GpuTimer; a stand-in in tests)."""
+    timer: what times a launch (GpuTimer; a stand-in in tests). cache=False: winners neither read from nor written
+    to disk (each process tunes; e.g. to re-measure)."""
     loc = user_loc()
 
     def decorate(fn):
         return Autotuner(fn, configs, key, prune_configs_by=prune_configs_by, restore_value=restore_value,
-                         reset_to_zero=reset_to_zero, timer=timer, loc=loc)
+                         reset_to_zero=reset_to_zero, timer=timer, cache=cache, loc=loc)
     return decorate
