@@ -5,6 +5,7 @@ the configurations' milliseconds given, each launch run once on the interpreter)
 temporary cache directory. tests/test_autotune_gpu.py times on the GPU."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -94,6 +95,11 @@ def test_misuse_names_the_users_line():
         tk.autotune(configs=[tk.Config(D=16), tk.Config(D=16)], key=[])(k)
     with pytest.raises(tk.ArgumentError, match="restore_value names 'y', not a tensor parameter of kernel k"):
         tk.autotune(configs=[tk.Config(D=16)], key=[], restore_value=["y"])(k)
+    with pytest.raises(tk.ArgumentError) as e:
+        line = sys._getframe().f_lineno + 1
+        tk.autotune(configs=[tk.Config(D=16, warps=64), tk.Config(D=32)], key=[], timer=FakeTimer())(k)[(1,)](
+            torch.zeros(16, 16))
+    assert "tk.Config(D=16, warps=64): warps must be an int in 1..32" in raised_at(e, line)
     with pytest.raises(tk.ArgumentError, match="perf_model is not supported"):
         tk.autotune(configs=[tk.Config(D=16)], key=[], prune_configs_by={"perf_model": len})(k)
     tuner = tk.autotune(configs=[tk.Config(D=16)], key=[])(k)
@@ -280,3 +286,15 @@ def test_the_mode_switch_reads_the_environment(monkeypatch):
     for value, mode in (("1", "tune"), ("", "tune"), ("0", "first"), ("off", "first"), ("force", "force")):
         monkeypatch.setenv("TKPY_AUTOTUNE", value)
         assert autotuner.mode() == mode
+
+
+def test_a_progress_bar_on_a_terminal_only(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        x, y = tensors()
+        tuned_twice(FakeTimer(), cache=False)[grid](x, y)
+        text = stream.getvalue()
+        assert ("twice: compiling" in text and "twice: timing" in text) == shown and "pin it:" in text

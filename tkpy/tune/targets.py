@@ -91,7 +91,7 @@ class KernelTarget:
 
     def make(self, config: Config) -> Variant:
         arguments, options = self.split(config)
-        return Variant(config, self.base.variant(**options) if options else self.base, arguments,
+        return Variant(config, _made(config, self.base.variant, options) if options else self.base, arguments,
                        {**arguments, **self.base.options, **options})
 
     def source_hash(self) -> str:
@@ -120,7 +120,8 @@ class TemplateTarget:
 
     def make(self, config: Config) -> Variant:
         _, options = self.split(config)
-        return Variant(config, self.base.variant(**options) if options else self.base, {}, {**self.options, **options})
+        return Variant(config, _made(config, self.base.variant, options) if options else self.base, {},
+                       {**self.options, **options})
 
     def source_hash(self) -> str:
         return _source_hash(self.base.made_by[0])
@@ -150,7 +151,7 @@ class FactoryTarget:
 
     def make(self, config: Config) -> Variant:
         arguments, _ = self.split(config)
-        made = self.fn(**arguments)
+        made = _made(config, self.fn, arguments)
         if not isinstance(made, (Kernel, LCF)):
             raise ArgumentError(f"tk.autotune: {self.name}(**config) must return a @tk.kernel or a template "
                                 f"(@tk.lcf, @tk.lcsf); {config!r} returned {type(made).__name__}", self.loc)
@@ -158,6 +159,15 @@ class FactoryTarget:
 
     def source_hash(self) -> str:
         return _source_hash(self.fn)
+
+
+def _made(config: Config, make, options: dict):
+    """make(**options); a ValueError or TypeError (an option's value it refuses) as an ArgumentError naming the
+    configuration's line (a TraceError, e.g. stages that do not fit, passes: the tuner prunes the configuration)."""
+    try:
+        return make(**options)
+    except (ValueError, TypeError) as e:
+        raise ArgumentError(f"{config!r}: {e}", config.loc) from None
 
 
 def target_of(obj, loc):
