@@ -67,12 +67,12 @@ def mode() -> str:
 
 @dataclass
 class _Shape:
-    """What the calls look like, known once the first configuration's kernel is (a factory's: made)."""
+    """What the calls look like, known once the first configuration's kernel is (a factory's: made): the
+    runnable's parameters, those a call passes, the key reader (keys.py) and whether the runnable is a kernel."""
 
     params: list
     call_names: list
     key: object
-    tensors: list
     is_kernel: bool
 
 
@@ -141,20 +141,24 @@ class Autotuner:
         return self._variant(config).runnable
 
     def _run(self, grid, *args) -> None:
-        shape = self._shape_of()
+        """A call: the key read from the arguments, its variant from memory (or chosen: _chosen), launched."""
+        shape = self._shape or self._shape_of()
         if len(args) != len(shape.call_names):
             raise ArgumentError(f"{self.name} takes {len(shape.call_names)} arguments ({', '.join(shape.call_names)}"
                                 f"; the configurations set {', '.join(sorted(self.supplied)) or 'no others'}), got "
                                 f"{len(args)}", user_loc())
-        named = dict(zip(shape.call_names, args))
-        key = shape.key(named)
-        memo_key = (key, named[shape.tensors[0]].device if shape.tensors else None)
-        config = self._memo.get(memo_key)
-        if config is None:
-            config = self._once.get(self._memo, memo_key, lambda: self._choose(grid, named, key))
-        self.best_config = config
-        variant = self._variant(config)
-        variant.launch(grid, variant.full_args(shape.params, named))
+        key = shape.key(args)
+        variant = self._memo.get(key)
+        if variant is None:
+            variant = self._chosen(grid, args, key)
+        self.best_config = variant.config
+        variant.launch(grid, variant.fill(args))
+
+    def _chosen(self, grid, args: tuple, key: tuple):
+        """The variant for a key not in memory yet (the key on disk: all but its device), chosen once however many
+        threads ask (_choose)."""
+        named = dict(zip(self._shape_of().call_names, args))
+        return self._once.get(self._memo, key, lambda: self._variant(self._choose(grid, named, key[:-1])))
 
     # -- choosing ----------------------------------------------------------------------------------------------
     def _choose(self, grid, named: dict, key: tuple) -> Config:
@@ -167,7 +171,7 @@ class Autotuner:
         if why is not None:
             self._warn_once(why)
             return self.configs[0]
-        gpu = self.timer.device([named[t] for t in self._shape_of().tensors])
+        gpu = self.timer.device([named[p.name] for p in self._shape_of().params if p.kind == "gl" and p.name in named])
         rkey = winners.record_key(self.name, self._source(), self.configs, key, gpu)
         reuse = how != "force" and self.cache
         if reuse:
@@ -202,7 +206,7 @@ class Autotuner:
         with bar(len(ready), f"{self.name}: timing") as progress:
             for config, variant in ready:
                 self._reset(named, saved)
-                args = variant.full_args(shape.params, named)
+                args = variant.fill(tuple(named.values()))
                 try:
                     timings[config] = self.timer(functools.partial(variant.launch, grid, args))
                 except TkpyError as e:
@@ -226,7 +230,7 @@ class Autotuner:
     def _compiled(self, config: Config, named: dict):
         """(a job of the compile pool) `config`'s variant, traced and compiled for the call's arguments."""
         variant = self._variant(config)
-        variant.compile(variant.full_args(self._shape_of().params, named))
+        variant.compile(variant.fill(tuple(named.values())))
         return variant
 
     def _reset(self, named: dict, saved: dict) -> None:
@@ -243,11 +247,17 @@ class Autotuner:
 
     def _key_text(self, key: tuple) -> str:
         named = [f"{n}={v}" for n, v in zip(self.key_names, key)]
-        return ", ".join(named + list(key[len(self.key_names):]))
+        return ", ".join(named + [str(d) for d in key[len(self.key_names):]])
 
     # -- what the configurations make ----------------------------------------------------------------------------
     def _variant(self, config: Config):
-        return self._once.get(self._variants, repr(config), lambda: self.target.make(config))
+        """`config`'s Variant, made once, ready to take a call's arguments (Variant.fill)."""
+        def make():
+            variant = self.target.make(config)
+            if self._shape is not None:
+                variant.bind(self._shape.params, self._shape.call_names)
+            return variant
+        return self._once.get(self._variants, repr(config), make)
 
     def _source(self) -> str:
         if self._source_hash is None:
@@ -264,18 +274,21 @@ class Autotuner:
         return self._shape
 
     def _make_shape(self) -> _Shape:
-        runnable = self.target.base if self.target.base is not None else self.variant(self.configs[0])
+        first = self._variant(self.configs[0]) if self.target.base is None else None    # (a factory's: made first)
+        runnable = self.target.base if first is None else first.runnable
         is_kernel = isinstance(runnable, Kernel)
         params = parameters(runnable)
         what = f"{'kernel' if is_kernel else 'template'} {self.name}"
+        call_names = [p.name for p in params if p.name not in self.supplied]
         tensors = [p.name for p in params if p.kind == "gl" and p.name not in self.supplied]
         for option in ("restore_value", "reset_to_zero"):
             unknown = [n for n in getattr(self, option) if n not in tensors]
             if unknown:
                 raise ArgumentError(f"tk.autotune: {option} names {', '.join(map(repr, unknown))}, not a tensor "
                                     f"parameter of {what} ({', '.join(tensors)})", self.loc)
-        return _Shape(params, [p.name for p in params if p.name not in self.supplied],
-                      key_reader(self.key_names, params, self.supplied, what, self.loc), tensors, is_kernel)
+        if first is not None:
+            first.bind(params, call_names)
+        return _Shape(params, call_names, key_reader(self.key_names, params, call_names, what, self.loc), is_kernel)
 
 
 def _pruner(prune_configs_by, name: str, loc):

@@ -46,14 +46,21 @@ class Variant:
     runnable: object
     arguments: dict
     meta: dict
+    fill: object = None       # a call's arguments -> the runnable's (bind)
 
     @property
     def is_kernel(self) -> bool:
         return isinstance(self.runnable, Kernel)
 
-    def full_args(self, params: list[Param], given: dict) -> tuple:
-        """The runnable's arguments in order: the call's (`given`, by name) and the configuration's."""
-        return tuple(self.arguments[p.name] if p.name in self.arguments else given[p.name] for p in params)
+    def bind(self, params: list[Param], call_names: list[str]) -> None:
+        """Make `fill`: the runnable's arguments (`params`, in order) from a call's (`call_names`, in order) and the
+        configuration's."""
+        if not self.arguments:
+            self.fill = _same
+            return
+        at = {n: i for i, n in enumerate(call_names)}
+        slots = [(False, self.arguments[p.name]) if p.name in self.arguments else (True, at[p.name]) for p in params]
+        self.fill = lambda args: tuple(args[v] if from_call else v for from_call, v in slots)
 
     def compile(self, args: tuple):
         """Trace, lower and compile for `args` (no GPU; into the disk cache), as the first launch would."""
@@ -65,6 +72,10 @@ class Variant:
             self.runnable[grid(self.meta) if callable(grid) else grid](*args)
         else:
             self.runnable(*args)
+
+
+def _same(args: tuple) -> tuple:
+    return args
 
 
 class KernelTarget:
