@@ -87,6 +87,8 @@ def test_misuse_names_the_users_line():
         tk.autotune(configs=[bad], key=[])(k)
     assert ("tk.Config(E=16, stages=2): kernel k has no constexpr parameter or option 'E', 'stages' (constexprs: D; "
             "options: warps, cluster, blocks_per_sm, fast_division)") in raised_at(e, line)
+    with pytest.raises(tk.ArgumentError, match=r"takes the configurations and the key: @tk.autotune\(configs="):
+        tk.autotune(k)
     with pytest.raises(tk.ArgumentError, match="values are ints"):
         tk.Config(D=[16])
     with pytest.raises(tk.ArgumentError, match="must set the same arguments"):

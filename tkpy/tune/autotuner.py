@@ -194,7 +194,6 @@ class Autotuner:
 
     def _tune(self, grid, named: dict, key: tuple, gpu: tuple, rkey: str) -> Config:
         start = time.perf_counter()
-        shape = self._shape_of()
         configs = self.prune(self.configs, named)
         made = run_all([functools.partial(self._compiled, c, named) for c in configs], f"{self.name}: compiling",
                        keep=PRUNED)
@@ -203,16 +202,18 @@ class Autotuner:
         saved = {n: named[n].clone() for n in self.restore_value}
         timings = {}
         ready = [(c, v) for c, v in zip(configs, made) if not isinstance(v, Exception)]
-        with bar(len(ready), f"{self.name}: timing") as progress:
-            for config, variant in ready:
-                self._reset(named, saved)
-                args = variant.fill(tuple(named.values()))
-                try:
-                    timings[config] = self.timer(functools.partial(variant.launch, grid, args))
-                except TkpyError as e:
-                    outcome[config] = f"failed: {_first_line(e)}"
-                progress.update()
-        self._reset(named, saved)
+        try:
+            with bar(len(ready), f"{self.name}: timing") as progress:
+                for config, variant in ready:
+                    self._reset(named, saved)
+                    args = variant.fill(tuple(named.values()))
+                    try:
+                        timings[config] = self.timer(functools.partial(variant.launch, grid, args))
+                    except TkpyError as e:      # e.g. a launch the driver refuses (too many resources)
+                        outcome[config] = f"failed: {_first_line(e)}"
+                    progress.update()
+        finally:
+            self._reset(named, saved)
         if not timings:
             raise TkpyError(f"tk.autotune({self.name}): no configuration ran for key {self._key_text(key)}:\n"
                             + "\n".join(f"  {c!r}: {outcome[c]}" for c in self.configs))
@@ -322,7 +323,8 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
-def autotune(configs, key, *, prune_configs_by=None, restore_value=(), reset_to_zero=(), timer=None, cache=True):
+def autotune(configs=None, key=None, *, prune_configs_by=None, restore_value=(), reset_to_zero=(), timer=None,
+             cache=True):
     """Decorate a @tk.kernel, a template (@tk.lcf / @tk.lcsf) or a function that makes one from a configuration's
     values: `@tk.autotune(configs=[tk.Config(...), ...], key=["M", "N"])` above it (see the module docstring).
 
@@ -333,6 +335,9 @@ def autotune(configs, key, *, prune_configs_by=None, restore_value=(), reset_to_
     timer: what times a launch (GpuTimer; a stand-in in tests). cache=False: winners neither read from nor written
     to disk (each process tunes; e.g. to re-measure)."""
     loc = user_loc()
+    if configs is None or callable(configs) or key is None:
+        raise ArgumentError("tk.autotune takes the configurations and the key: @tk.autotune(configs=[tk.Config(...), "
+                            "...], key=[names of parameters or dims]) above the @tk.kernel or template", loc)
 
     def decorate(fn):
         return Autotuner(fn, configs, key, prune_configs_by=prune_configs_by, restore_value=restore_value,
