@@ -30,8 +30,9 @@ from tkpy.tune import tuned_rows
 
 from .tensor_layout import cdiv
 
-MEASURED_ON = "NVIDIA H200"        # the GPU the tables below were measured on (CONFIGS and CONFIGS_SPLIT: tkpy.kernels.tune
-                                    # re-measures them on another, whose rows then stand in for these there: tuned_rows)
+# The GPU the tables below were measured on (CONFIGS and CONFIGS_SPLIT: tkpy.kernels.tune re-measures them on another,
+# whose rows then stand in for these there: tuned_rows).
+MEASURED_ON = "NVIDIA H200"
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
 # The head dims whose settings below were tuned on the H200; a kernel of another head dim (a multiple of 16 up to

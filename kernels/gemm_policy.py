@@ -16,8 +16,9 @@ from tkpy.tune import tuned_rows
 
 from .tensor_layout import cdiv
 
-MEASURED_ON = "NVIDIA H200"        # the GPU the tables below were measured on (TILE_RATE: tkpy.kernels.tune re-measures
-                                    # it on another, whose rows then stand in for these there: tuned_rows)
+# The GPU the tables below were measured on (TILE_RATE: tkpy.kernels.tune re-measures it on another, whose rows then
+# stand in for these there: tuned_rows).
+MEASURED_ON = "NVIDIA H200"
 BM = 128                            # rows of C per task: two consumer warpgroups of 64
 WIDTHS = (256, 128, 64)             # the tile widths block_n of the bf16/fp16 GEMM, widest first
 FP8_WIDTHS = (256, 128)             # ... and of the fp8 GEMM

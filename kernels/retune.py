@@ -85,7 +85,8 @@ def tune(tables=tuple(TABLES), dtype: torch.dtype = torch.bfloat16) -> dict:
         raise ValueError(f"tkpy.kernels.tune: no table {', '.join(unknown)} (tables: {', '.join(TABLES)})")
     gpu = current_gpu()
     if gpu is None:
-        raise RuntimeError("tkpy.kernels.tune times kernels on the GPU: it needs a Hopper GPU (and no TKPY_INTERPRET=1)")
+        raise RuntimeError("tkpy.kernels.tune times kernels on the GPU: it needs a Hopper GPU (and no "
+                           "TKPY_INTERPRET=1)")
     return {name: store_table(name, *TABLES[name][2](gpu, dtype), gpu) for name in tables}
 
 

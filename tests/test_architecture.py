@@ -62,8 +62,8 @@ LAYERS = {
                           "tkpy.templates"},
 }
 
-# What kernels and examples may import from tkpy: the package and the subpackages it documents as public, by their public
-# names (a package's __all__ where it has one, else its names without a leading underscore).
+# What kernels and examples may import from tkpy: the package and the subpackages it documents as public, by their
+# public names (a package's __all__ where it has one, else its names without a leading underscore).
 PUBLIC = {"tkpy", "tkpy.templates", "tkpy.tune"}
 # The op namespaces tkpy exports as modules (`tk.tma.load_async`, `tk.cluster.sync()`). Any other module reachable as
 # an attribute (`tk.ir`, `tk.frontend`, and the op modules `from .ops import *` leaves in tkpy's namespace, such as
