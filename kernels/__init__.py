@@ -13,4 +13,13 @@ from .matmul_fp8_op import matmul_fp8  # noqa: E402
 from .matmul_op import matmul  # noqa: E402
 from .row_softmax import softmax  # noqa: E402
 
-__all__ = ["attention", "matmul", "matmul_fp8", "scaled_dot_product_attention", "softmax"]
+__all__ = ["attention", "matmul", "matmul_fp8", "scaled_dot_product_attention", "softmax", "tune"]
+
+
+def __getattr__(name: str):
+    """`tkpy.kernels.tune` (kernels/retune.py's), imported on first use: `python -m tkpy.kernels.retune` runs that
+    module as a script, which must not have been imported by the package before."""
+    if name == "tune":
+        from .retune import tune
+        return tune
+    raise AttributeError(f"module 'tkpy.kernels' has no attribute {name!r}")

@@ -22,11 +22,12 @@ from .ops import *  # noqa: F401,F403 - the op namespace is the public API
 from .ops import warpgroup, block
 from . import templates
 from .templates import lcf, lcsf
+from . import tune
+from .tune import AutotuneWarning, Config, autotune
 from ._source_tree import expose_kernels
+from ._version import __version__
 
 expose_kernels(__path__[0])    # `tkpy.kernels` from a checkout's kernels/ (an install carries it)
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):
