@@ -12,7 +12,8 @@ import re
 
 from ..errors import UnsupportedError
 from ..ir.core import MAP_MATH_FNS, MATH_FNS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from ..ir.expr import DIVISOR_NAMES, PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
+from ..ir.expr import (DIVISOR_NAMES, PRODUCT_PRECEDENCE, SCALAR_MATH, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr,
+                       calls, render)
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
@@ -55,13 +56,29 @@ def uses_fp8(kernel: KernelIR) -> bool:
 
 
 def uses_math(kernel: KernelIR) -> bool:
-    """Whether any op of the kernel computes one of the math functions (it then gets their prelude section)."""
+    """Whether any op of the kernel, or any scalar expression (tk.rsqrt of a runtime scalar), computes one of the math
+    functions (it then gets their prelude section)."""
     wanted = set(MATH_FNS) | set(MAP_MATH_FNS)
     for s in walk(kernel.body):
         if isinstance(s, Op) and ((s.name == "unary" and s.attrs["fn"] in wanted)
                                   or (s.name == "map" and wanted & s.attrs["fn"].functions())):
             return True
+        if any(c.fn in SCALAR_MATH for e in _expressions(s) for c in calls(e)):
+            return True
     return False
+
+
+def _expressions(s):
+    """The scalar expressions a statement computes (its operands, attributes, value, bounds or condition)."""
+    if isinstance(s, Op):
+        return [a for a in (*s.args, *s.attrs.values()) if isinstance(a, Expr)]
+    if isinstance(s, (Let, Assign)):
+        return [s.value]
+    if isinstance(s, For):
+        return [s.start, s.stop, s.step]
+    if isinstance(s, If):
+        return [s.cond]
+    return []
 
 
 def ctype_of(t) -> str:

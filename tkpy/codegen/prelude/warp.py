@@ -104,6 +104,10 @@ struct col_l {};    // its transpose: mma B layout
 struct ortho_l {};  // vector: 2 values per 16, idx = ORTHO_INDEX
 struct align_l {};  // vector: 4 values per 16, idx = ALIGN_INDEX
 struct naive_l {};  // vector: 1 value per 32, idx = NAIVE_INDEX
+struct contig_l {}; // vector: 8 consecutive values per 256, idx = CONTIG_INDEX (16-byte copies)
+// Per vector layout: elements per chunk, values a lane holds per chunk, the lane bits its values differ across.
+template <typename L> struct vec_shape;
+VECTOR_SHAPES
 __device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_ROW; }
 __device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
 
@@ -115,8 +119,7 @@ template <typename T, int H, int W, typename L> struct rt {
 };
 template <typename T, int N, typename L> struct rv {
     typedef T dtype;
-    static constexpr int chunks = N, per_chunk = is_same<L, ortho_l>::value ? 2 : is_same<L, align_l>::value ? 4 : 1;
-    static constexpr int chunk_len = is_same<L, naive_l>::value ? 32 : 16;
+    static constexpr int chunks = N, per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
     T data[N][per_chunk];
 };
 // (row, col) of element `half` of register `reg` of a lane, inside a base tile.
@@ -646,9 +649,16 @@ def _named_ops() -> str:
     return "\n".join(out) + "\n"
 
 
+def _vector_shapes() -> str:
+    return "\n".join(f"template <> struct vec_shape<{name}_l> {{ static constexpr int chunk_len = {chunk}, "
+                     f"per_chunk = {per}, lane_bits = {bits}; }};"
+                     for name, (chunk, per, bits, _) in layouts.VECTOR_LAYOUTS.items())
+
+
 def _substitute(text: str) -> str:
-    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX", "NAIVE_INDEX", "TILE_ELEMENT",
-                 "VECTOR_ELEMENT"):
+    text = text.replace("VECTOR_SHAPES", _vector_shapes())
+    for name in ("ROW_LAYOUT_ROW", "ROW_LAYOUT_COL", "ORTHO_INDEX", "ALIGN_INDEX", "NAIVE_INDEX", "CONTIG_INDEX",
+                 "TILE_ELEMENT", "VECTOR_ELEMENT"):
         text = text.replace(name, getattr(layouts, name))
     return text.replace("SWIZZLE_EXPR", swizzle.SWIZZLE_EXPR)
 

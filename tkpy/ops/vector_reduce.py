@@ -1,0 +1,150 @@
+"""Reductions of whole register vectors to runtime scalars: over a warp, over groups of a block's warps, over a
+cluster's blocks.
+
+    s = tk.sum(v)                             # every element of this warp's vector, the same in each lane
+    mean, sq = tk.block.sum(x, x2, warps=8)   # over each 8 consecutive warps' vectors (a row split among them)
+    s = tk.cluster.sum(v, warps=16)           # over warps w % 16 ... of every block of the cluster
+
+A row too wide for one warp's registers is split among several warps (and, wider still, several blocks of a
+cluster), each holding a piece of it in a vector; its statistics (a norm's sum of squares, a softmax's max) are
+these reductions, and each warp of the group gets the same value, bit for bit, to normalize its own piece with.
+
+How (the ops recorded, which the interpreter runs as they are): each warp reduces its vector (shuffles across the
+lanes holding different values); lane 0 writes it into a slot of a shared scratch vector of the kernel's (a second
+buffer every other reduction, so that a warp starting the next one never overwrites what a slower one still reads:
+a runtime parity); a barrier (the group's named barrier 1 + warp // warps, or __syncthreads when the group is the
+block; the cluster barrier); then each warp combines its group's slots in one fixed order (lane j reads slot j, a
+butterfly of shuffles), so every warp computes the same bits. A cluster reduction writes each warp's slot into
+every block's scratch (distributed shared memory) before the cluster barrier. Several vectors reduce together over
+one barrier (up to MAX_VALUES). Every warp of a group must call the reduction (a barrier waits for them all).
+"""
+from __future__ import annotations
+
+import math
+
+from ..frontend.context import current, user_loc
+from ..frontend.control import CLUSTER_RANK, WARP_ID, Mutable, assign, var
+from ..ir.core import Decl, Let, SharedRef, Var
+from ..ir.expr import Const
+from ..ir.protocol import MAX_NAMED_BARRIER
+from ..tiles.dtypes import f32, i32
+from ..tiles.types import SV
+from ._checks import emit, fail, register_vector
+from .sync import sync
+from .sync_async import named_sync
+
+FNS = {"sum": 0.0, "max": -math.inf, "min": math.inf}    # function -> its identity
+MAX_VALUES = 4                                             # vectors reduced together over one barrier
+
+
+def warp_reduce(fn: str, vectors: tuple, name: str):
+    """The scalar `fn` of each vector's elements over this warp (one tuple entry each, or the scalar for one)."""
+    out = [_reduced(fn, register_vector(v, f"{_public(fn)}"), name) for v in _vectors(vectors, fn)]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
+    """`fn` over the vectors of a group of warps: `warps` consecutive warps of the block (all by default) or, at
+    cluster scope, those warps of every block of the cluster. One scalar per vector, the same in every warp of the
+    group (see the module's docstring)."""
+    ctx = current()
+    what = f"tk.{scope}.{_public(fn)}"
+    vectors = _vectors(vectors, f"{scope}.{_public(fn)}")
+    group = _group(ctx.warps, warps, what)
+    blocks = math.prod(ctx.cluster) if scope == "cluster" else 1
+    if scope == "cluster" and ctx.cluster is None:
+        fail(f"{what} needs a kernel launched in clusters: @tk.kernel(..., cluster=(2, 1, 1))")
+    partials = [_reduced(fn, register_vector(v, what), f"{name}_warp") for v in vectors]
+    if group * blocks == 1:
+        return partials[0] if len(partials) == 1 else tuple(partials)
+    scratch, parity = _scratch(ctx, scope, blocks)
+    buffer = parity * (blocks * ctx.warps * MAX_VALUES)
+    if scope == "cluster":
+        slot = buffer + (CLUSTER_RANK * ctx.warps + WARP_ID) * MAX_VALUES
+        for k, p in enumerate(partials):
+            emit("store_sv_scalar_remote", scratch, slot + k, p, every_rank=True)   # (into every block's scratch)
+        emit("cluster_sync")
+    else:
+        slot = buffer + WARP_ID * MAX_VALUES
+        for k, p in enumerate(partials):
+            emit("store_sv_scalar", scratch, slot + k, p)
+        _barrier(ctx.warps, group)
+    first = buffer if group == ctx.warps else buffer + (WARP_ID - WARP_ID % group) * MAX_VALUES   # (its 1st warp's)
+    out = []
+    for k in range(len(partials)):
+        total = var(0.0, name)
+        emit("reduce_slots", total, scratch, first + k, fn=fn, count=group * blocks, group=group,
+             stride=MAX_VALUES, rank_stride=ctx.warps * MAX_VALUES)
+        out.append(total)
+    assign(parity, 1 - parity)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _reduced(fn: str, v: Var, name: str) -> Mutable:
+    result = var(0.0, name)
+    emit("vec_reduce", result, v, fn=fn)
+    return result
+
+
+def _vectors(vectors: tuple, what: str) -> tuple:
+    if not vectors:
+        fail(f"{what}: give the register vectors to reduce, e.g. tk.{what}(v)")
+    if len(vectors) > MAX_VALUES:
+        fail(f"{what}: at most {MAX_VALUES} vectors reduce together, got {len(vectors)}; split them into calls")
+    return vectors
+
+
+def _group(block_warps: int, warps, what: str) -> int:
+    if warps is None:
+        return block_warps
+    if not isinstance(warps, int) or isinstance(warps, bool) or warps < 1 or block_warps % warps:
+        fail(f"{what}: warps must be a positive int dividing the block's {block_warps} warps, got {warps!r}")
+    if block_warps // warps > MAX_NAMED_BARRIER and warps > 1:
+        fail(f"{what}: {block_warps // warps} groups of {warps} warps need as many named barriers; at most "
+             f"{MAX_NAMED_BARRIER} (groups of more warps, or fewer warps a block)")
+    return warps
+
+
+def _barrier(block_warps: int, group: int) -> None:
+    if group == block_warps:
+        sync()
+    elif group > 1:
+        named_sync(1 + WARP_ID // group, group)
+
+
+def _scratch(ctx, scope: str, blocks: int):
+    """The kernel's scratch vector and parity for reductions at `scope`, made on first use at the kernel's top: two
+    buffers of a slot per value per warp (per block of the cluster), and the runtime parity choosing the buffer."""
+    state = ctx.reductions.get(scope)
+    if state is None:
+        loc = user_loc()
+        length = -(-2 * blocks * ctx.warps * MAX_VALUES // 16) * 16
+        scratch = Var(f"{scope}_reduce_slots", SV(f32, length), loc)
+        parity = Mutable(f"{scope}_reduce_parity", i32)
+        ctx.body[0:0] = [Decl(scratch, loc), Let(parity, Const(0, i32), loc, mutable=True)]
+        state = ctx.reductions[scope] = (SharedRef(scratch, None), parity)
+    return state
+
+
+def _public(fn: str) -> str:
+    return "sum" if fn == "sum" else "a" + fn
+
+
+def sum(*vectors, name: str = "sum"):  # noqa: A001 - tk.sum, as torch.sum
+    """The sum of every element of each register vector over the calling warp: a float runtime scalar (a tk.var
+    named `name`), the same in every lane; one per vector (a tuple) for several. Computed in fp32: each lane's own
+    values, then shuffles across the lanes that hold different ones. tk.block.sum / tk.cluster.sum: over several
+    warps' vectors."""
+    return warp_reduce("sum", vectors, name)
+
+
+def amax(*vectors, name: str = "max"):
+    """The largest element of each register vector over the calling warp (see tk.sum; NaN is ignored, as fmaxf
+    does)."""
+    return warp_reduce("max", vectors, name)
+
+
+def amin(*vectors, name: str = "min"):
+    """The smallest element of each register vector over the calling warp (see tk.sum)."""
+    return warp_reduce("min", vectors, name)
+
