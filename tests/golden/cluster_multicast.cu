@@ -1,4 +1,4 @@
-// sha256 of the whole source: afa8bfc91b5cd7f3fa0ee9aedf0f345c27f6d99d8b2f820610dd2cbde791664b
+// sha256 of the whole source: d1fac0126b586df58b6333e4935a8ff662519f5cf65caed27921767013acae8a
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

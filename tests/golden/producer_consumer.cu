@@ -1,4 +1,4 @@
-// sha256 of the whole source: 4f9180d3bca0f48de822a8eed0638d954f7bbc799e664370956e22fef14391db
+// sha256 of the whole source: a3e1de12ac79c40ed5502542cf3f8201e898a633849d8e5919e3a101e654b6cc
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

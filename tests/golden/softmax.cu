@@ -1,4 +1,4 @@
-// sha256 of the whole source: 3b1f6440ee75cb1bd895d416927878dc05f3724b0eeb5efc2d9dfeaabf3ae6e0
+// sha256 of the whole source: 22a943dbbcacd51aaf359d4b6e582ea4b9dfc9b86777e9e1928f535492a272b3
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..ir.core import SharedRef
 from ..ir.expr import render
 from .emit import emits, float_operand, operand
 
@@ -50,12 +51,14 @@ def emit_store_sv_scalar(em, op):
 
 @emits("store_sv_scalar_remote")
 def emit_store_sv_scalar_remote(em, op):
-    s, index, value, *rank = op.args
+    s, index, value, *extra = op.args
+    sem = next((operand(a) for a in extra if isinstance(a, SharedRef)), None)
+    args = f"{operand(s)}, {render(index)}, {float_operand(value)}"
+    suffix = "" if sem is None else "_async"
     if op.attrs.get("every_rank"):
-        yield (f"tk::store_scalar_every_rank<{math.prod(em.k.cluster)}>({operand(s)}, {render(index)}, "
-               f"{float_operand(value)});")
+        yield f"tk::store_scalar_every_rank{suffix}<{math.prod(em.k.cluster)}>({args}{'' if sem is None else ', ' + sem});"
     else:
-        yield f"tk::store_scalar_remote({operand(s)}, {render(index)}, {float_operand(value)}, {render(rank[0])});"
+        yield f"tk::store_scalar_remote{suffix}({args}, {render(extra[0])}{'' if sem is None else ', ' + sem});"
 
 
 @emits("reduce_slots")

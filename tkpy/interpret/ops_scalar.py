@@ -7,7 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InterpretError
+from ..ir.core import SharedRef
+from .mbarrier import Transfer
 from .memory import Part
+from .ops_hopper import semaphore_of
 from .numerics import REDUCE, decode, encode, to_f32
 from .registry import lookup, semantics
 
@@ -71,19 +74,39 @@ def store_sv_scalar(warp, op):
     warp.block.shared.write(tile, encode(tile.type.dtype, np.float32(to_f32(warp.value(value))))[None], element)
 
 
+class RemoteStore(Transfer):
+    """The 4 bytes an asynchronous cluster store (st.async) wrote into a block: they land, as a TMA load's do, once
+    the phase they completed on has completed and a warp of that block has waited on it."""
+
+    def describe(self) -> str:
+        sem = self.sem
+        state = (f"which has not completed ({sem.progress()})" if sem.completed <= self.phase
+                 else "which has completed, but no warp has waited on it (tk.wait)")
+        return (f"the cluster store into `{self.tile}` at {self.loc.short} completes on semaphore `{sem.name}` in its "
+                f"phase {self.phase}, {state}")
+
+
 @semantics("store_sv_scalar_remote", attrs=("every_rank",))
 def store_sv_scalar_remote(warp, op):
-    """st.shared::cluster: the element lands in the shared memory of the block of that rank (every block)."""
-    ref, index, value, *rank = op.args
+    """st.shared::cluster: the element lands in the shared memory of the block of that rank (of every block). With a
+    semaphore (st.async) its bytes complete on that block's semaphore and are in flight until it is waited on."""
+    ref, index, value, *extra = op.args
+    sem = next((a for a in extra if isinstance(a, SharedRef)), None)
+    rank = next((a for a in extra if not isinstance(a, SharedRef)), None)
     cluster = warp.block.cluster
-    ranks = range(len(cluster)) if op.attrs.get("every_rank") else [warp.value(rank[0])]
+    ranks = range(len(cluster)) if op.attrs.get("every_rank") else [warp.value(rank)]
     tile, element = _slot(warp, ref, warp.value(index), f"cluster.store into `{ref.name}`")
     raw = encode(tile.type.dtype, np.float32(to_f32(warp.value(value))))[None]
     for r in ranks:
         if not 0 <= r < len(cluster):
             raise InterpretError(f"cluster.store into `{ref.name}` of rank {r}: the cluster has {len(cluster)} "
                                  "blocks", warp.loc)
-        cluster[r].shared.write(tile, raw, element)
+        if sem is None:
+            cluster[r].shared.write(tile, raw, element)
+            continue
+        target = semaphore_of(warp, sem, cluster[r])
+        phase = target.deliver(4, warp, op.loc)
+        cluster[r].shared.write_async(tile, raw, element, RemoteStore(target, phase, op.loc, tile.name))
 
 
 @semantics("reduce_slots", attrs=("fn", "count", "group", "stride", "rank_stride"))

@@ -49,12 +49,13 @@ def arrive(sem, cta, count: int = 1, *, scope: str = "cluster"):
                 count=count, **({} if scope == "cluster" else dict(scope=scope)))
 
 
-def store(dst, value, index, rank=None):
+def store(dst, value, index, rank=None, sem=None):
     """Element `index` of the f32 shared vector `dst` in the block of cluster rank `rank` (None: every block of the
-    cluster) = value (a runtime scalar), through distributed shared memory. A tk.cluster.sync() makes it visible
-    to the other blocks' warps."""
+    cluster) = value (a runtime scalar), through distributed shared memory: made visible to the other blocks' warps
+    by a tk.cluster.sync(), or (with a semaphore `sem`) asynchronous, its 4 bytes completing on the target block's
+    `sem` (see tkpy/ops/scalar_memory.py)."""
     _require_cluster("tk.cluster.store()")
-    return store_scalar_remote(dst, value, index, rank)
+    return store_scalar_remote(dst, value, index, rank, sem)
 
 
 def sum(*vectors, warps: int | None = None, name: str = "sum"):  # noqa: A001 - tk.cluster.sum, as tk.sum

@@ -56,19 +56,24 @@ def store_scalar(dst, value, coord, masked=None):
     return emit("store_sv_scalar", _shared_vector(dst, "scalar store"), _index(coord, "scalar store"), value)
 
 
-def store_scalar_remote(dst, value, index, rank=None):
-    """`tk.cluster.store`: element `index` of shared vector `dst` in the block of cluster rank `rank` (None: in every
-    block of the cluster) = value, written by the calling warp (lane 0; for every block, lane r to block r), through
-    distributed shared memory (st.shared::cluster). Make it visible to the other block's warps with a cluster barrier
-    (tk.cluster.sync(), whose arrival releases and whose wait acquires) before they read it."""
+def store_scalar_remote(dst, value, index, rank=None, sem=None):
+    """`tk.cluster.store`: element `index` of the f32 shared vector `dst` in the block of cluster rank `rank` (None:
+    in every block of the cluster) = value, written by the calling warp (lane 0; for every block, lane r to block
+    r), through distributed shared memory (st.shared::cluster). Without `sem` a cluster barrier (tk.cluster.sync(),
+    whose arrival releases and whose wait acquires) makes it visible to the other block's warps; with a semaphore
+    `sem` the store is asynchronous (st.async) and its 4 bytes complete on that semaphore of the target block, whose
+    warps read it once a tk.wait on it returns (the phase's expect counting every such store's bytes), no barrier
+    or fence needed: how a row's partial sums cross a cluster (tk.cluster.sum)."""
+    from .sync_async import semaphore_ref
+
     value = scalar(value, "cluster.store value")
     target = _shared_vector(operand(dst, "cluster.store destination"), "cluster.store")
     if target.type.dtype != f32:
         fail(f"cluster.store writes f32 shared vectors, got {describe(target)}")
     index = _index(index, "cluster.store")
-    if rank is None:
-        return emit("store_sv_scalar_remote", target, index, value, every_rank=True)
-    return emit("store_sv_scalar_remote", target, index, value, _index(rank, "cluster.store rank"))
+    extra = () if rank is None else (_index(rank, "cluster.store rank"),)
+    extra += () if sem is None else (semaphore_ref(sem, "cluster.store"),)
+    return emit("store_sv_scalar_remote", target, index, value, *extra, **({"every_rank": True} if rank is None else {}))
 
 
 def _shared_vector(x, what: str) -> SharedRef:

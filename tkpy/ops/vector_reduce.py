@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import math
 
-from ..frontend.context import current, user_loc
-from ..frontend.control import CLUSTER_RANK, WARP_ID, Mutable, assign, var
-from ..ir.core import Decl, Let, SharedRef, Var
-from ..ir.expr import Const
+from dataclasses import dataclass
+
+from ..frontend.context import current
+from ..frontend.control import CLUSTER_RANK, WARP_ID, Mutable, assign, if_, var
+from ..ir.core import SharedRef, Var
 from ..ir.protocol import MAX_NAMED_BARRIER
-from ..tiles.dtypes import f32, i32
-from ..tiles.types import SV
-from ._checks import emit, fail, register_vector
+from ..tiles.dtypes import f32
+from ._checks import emit, fail, operand, register_vector
+from .declare import sv
+from .scalar_memory import store_scalar_remote
 from .sync import sync
-from .sync_async import named_sync
+from .sync_async import expect_bytes, init_semaphore, named_sync, semaphore, wait
 
 FNS = {"sum": 0.0, "max": -math.inf, "min": math.inf}    # function -> its identity
 MAX_VALUES = 4                                             # vectors reduced together over one barrier
@@ -50,33 +52,41 @@ def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
     ctx = current()
     what = f"tk.{scope}.{_public(fn)}"
     vectors = _vectors(vectors, f"{scope}.{_public(fn)}")
-    group = _group(ctx.warps, warps, what)
-    blocks = math.prod(ctx.cluster) if scope == "cluster" else 1
+    group = _group(ctx.warps, warps, what, scope)
     if scope == "cluster" and ctx.cluster is None:
         fail(f"{what} needs a kernel launched in clusters: @tk.kernel(..., cluster=(2, 1, 1))")
+    blocks = math.prod(ctx.cluster) if scope == "cluster" else 1
     partials = [_reduced(fn, register_vector(v, what), f"{name}_warp") for v in vectors]
     if group * blocks == 1:
         return partials[0] if len(partials) == 1 else tuple(partials)
-    scratch, parity = _scratch(ctx, scope, blocks)
-    buffer = parity * (blocks * ctx.warps * MAX_VALUES)
+    state = _state(ctx, scope, blocks)
+    size = blocks * ctx.warps * MAX_VALUES                       # one buffer: a slot per value, warp and block
     if scope == "cluster":
-        slot = buffer + (CLUSTER_RANK * ctx.warps + WARP_ID) * MAX_VALUES
-        for k, p in enumerate(partials):
-            emit("store_sv_scalar_remote", scratch, slot + k, p, every_rank=True)   # (into every block's scratch)
-        emit("cluster_sync")
+        buffer, phase = state.count % 2, state.count // 2 % 2
+        sem = state.arrived[buffer]
+        with if_(WARP_ID == 0):
+            expect_bytes(sem, blocks * ctx.warps * len(partials) * 4)      # what every block's warps send here
+        slot = buffer * size + (CLUSTER_RANK * ctx.warps + WARP_ID) * MAX_VALUES
+        for k, p in enumerate(partials):                  # (into every block's scratch, completing on its semaphore)
+            store_scalar_remote(state.scratch, p, slot + k, None, sem)
+        wait(sem, phase)
     else:
-        slot = buffer + WARP_ID * MAX_VALUES
+        buffer = state.count
+        slot = buffer * size + WARP_ID * MAX_VALUES
         for k, p in enumerate(partials):
-            emit("store_sv_scalar", scratch, slot + k, p)
-        _barrier(ctx.warps, group)
-    first = buffer if group == ctx.warps else buffer + (WARP_ID - WARP_ID % group) * MAX_VALUES   # (its 1st warp's)
+            emit("store_sv_scalar", state.scratch, slot + k, p)
+        if group == ctx.warps:
+            sync()
+        else:
+            named_sync(1 + WARP_ID // group, group)
+    first = buffer * size + (0 if group == ctx.warps else (WARP_ID - WARP_ID % group) * MAX_VALUES)   # (1st warp's)
     out = []
     for k in range(len(partials)):
         total = var(0.0, name)
-        emit("reduce_slots", total, scratch, first + k, fn=fn, count=group * blocks, group=group,
+        emit("reduce_slots", total, state.scratch, first + k, fn=fn, count=group * blocks, group=group,
              stride=MAX_VALUES, rank_stride=ctx.warps * MAX_VALUES)
         out.append(total)
-    assign(parity, 1 - parity)
+    assign(state.count, 1 - state.count if scope == "block" else state.count + 1)
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -94,35 +104,49 @@ def _vectors(vectors: tuple, what: str) -> tuple:
     return vectors
 
 
-def _group(block_warps: int, warps, what: str) -> int:
+def _group(block_warps: int, warps, what: str, scope: str) -> int:
     if warps is None:
         return block_warps
     if not isinstance(warps, int) or isinstance(warps, bool) or warps < 1 or block_warps % warps:
         fail(f"{what}: warps must be a positive int dividing the block's {block_warps} warps, got {warps!r}")
-    if block_warps // warps > MAX_NAMED_BARRIER and warps > 1:
+    if scope == "block" and 1 < warps < block_warps and block_warps // warps > MAX_NAMED_BARRIER:
         fail(f"{what}: {block_warps // warps} groups of {warps} warps need as many named barriers; at most "
              f"{MAX_NAMED_BARRIER} (groups of more warps, or fewer warps a block)")
     return warps
 
 
-def _barrier(block_warps: int, group: int) -> None:
-    if group == block_warps:
-        sync()
-    elif group > 1:
-        named_sync(1 + WARP_ID // group, group)
+@dataclass
+class _State:
+    """A kernel's reductions at one scope: the scratch vector of partial results (two buffers), the runtime count
+    choosing the buffer (block: a parity; cluster: reductions so far, whose half gives the semaphore's phase), and
+    the semaphores on which a cluster's partials arrive (one a buffer)."""
+
+    scratch: SharedRef
+    count: Mutable
+    arrived: Var | None = None
 
 
-def _scratch(ctx, scope: str, blocks: int):
-    """The kernel's scratch vector and parity for reductions at `scope`, made on first use at the kernel's top: two
-    buffers of a slot per value per warp (per block of the cluster), and the runtime parity choosing the buffer."""
+def _state(ctx, scope: str, blocks: int) -> _State:
+    """The reductions' state at `scope`, made on first use at the kernel's top: a cluster's semaphores are
+    initialised there (by warp 0, one arrival a phase: its expect) and the cluster meets once before any block
+    sends to another."""
     state = ctx.reductions.get(scope)
-    if state is None:
-        loc = user_loc()
-        length = -(-2 * blocks * ctx.warps * MAX_VALUES // 16) * 16
-        scratch = Var(f"{scope}_reduce_slots", SV(f32, length), loc)
-        parity = Mutable(f"{scope}_reduce_parity", i32)
-        ctx.body[0:0] = [Decl(scratch, loc), Let(parity, Const(0, i32), loc, mutable=True)]
-        state = ctx.reductions[scope] = (SharedRef(scratch, None), parity)
+    if state is not None:
+        return state
+    ctx.push_block()
+    scratch = operand(sv(f32, -(-2 * blocks * ctx.warps * MAX_VALUES // 16) * 16), "reduction scratch")
+    scratch.var.name = f"{scope}_reduce_slots"
+    count = var(0, f"{scope}_reductions" if scope == "cluster" else f"{scope}_reduce_parity")
+    state = _State(scratch, count)
+    if scope == "cluster":
+        state.arrived = semaphore(2)
+        state.arrived.name = "cluster_reduce_arrived"
+        with if_(WARP_ID == 0):
+            for i in range(2):
+                init_semaphore(state.arrived[i], 1)
+        emit("cluster_sync")
+    ctx.body[0:0] = ctx.pop_block()
+    ctx.reductions[scope] = state
     return state
 
 

@@ -71,11 +71,27 @@ __device__ __forceinline__ void store_cluster(const float* local, int rank, floa
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
     asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(v) : "memory");
 }
+// The same asynchronously (st.async): its 4 bytes complete on semaphore `sem` of the target block.
+__device__ __forceinline__ void store_cluster_async(const float* local, int rank, float v, semaphore* sem) {
+    u32 remote, remote_sem;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_sem) : "r"(smem_addr(sem)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                 :: "r"(remote), "f"(v), "r"(remote_sem) : "memory");
+}
 template <int N> __device__ __forceinline__ void store_scalar_remote(const sv<float, N>& s, int i, float v, int rank) {
     if (lane() == 0) store_cluster(s.ptr(i), rank, v);
 }
 template <int RANKS, int N> __device__ __forceinline__ void store_scalar_every_rank(const sv<float, N>& s, int i, float v) {
     if (lane() < RANKS) store_cluster(s.ptr(i), lane(), v);
+}
+template <int N>
+__device__ __forceinline__ void store_scalar_remote_async(const sv<float, N>& s, int i, float v, int rank, semaphore* sem) {
+    if (lane() == 0) store_cluster_async(s.ptr(i), rank, v, sem);
+}
+template <int RANKS, int N>
+__device__ __forceinline__ void store_scalar_every_rank_async(const sv<float, N>& s, int i, float v, semaphore* sem) {
+    if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem);
 }
 
 // f over COUNT partial results in shared memory, the same bits in every lane and every warp that reads them:
