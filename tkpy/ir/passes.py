@@ -184,8 +184,9 @@ def _regs(var: Var) -> int:
     t = var.type
     if isinstance(t, RT):
         return t.registers_per_lane
-    if isinstance(t, RV):
-        return t.chunks * t.values_per_chunk * max(1, t.dtype.nbytes // 4)
+    if isinstance(t, RV):       # (16-bit values in packed pairs where a lane holds an even number a chunk)
+        per = t.values_per_chunk
+        return t.chunks * (per // 2 if t.dtype.nbytes == 2 and per % 2 == 0 else per * max(1, t.dtype.nbytes // 4))
     return 0
 
 

@@ -16,9 +16,9 @@ __device__ __forceinline__ float vec_reduce(const rv<T, N, L>& v, F f) {
     float acc[P];
     #pragma unroll
     for (int k = 0; k < P; k++) {
-        acc[k] = to_float(v.data[0][k]);
+        acc[k] = v.get(0, k);
         #pragma unroll
-        for (int c = 1; c < N; c++) acc[k] = f(acc[k], to_float(v.data[c][k]));
+        for (int c = 1; c < N; c++) acc[k] = f(acc[k], v.get(c, k));
     }
     #pragma unroll
     for (int step = 1; step < P; step *= 2)

@@ -117,10 +117,28 @@ template <typename T, int H, int W, typename L> struct rt {
     static constexpr int height = H, width = W;
     T2 data[H][W][4];
 };
+// A register vector. 16-bit values are kept in packed pairs (as a tile's are) where a lane holds an even number
+// of them a chunk: half the registers; get / set read and write value k of chunk c as a float either way.
+template <typename T, bool PACKED> struct vec_word { typedef T type; };
+template <typename T> struct vec_word<T, true> { typedef typename packed_of<T>::type type; };
 template <typename T, int N, typename L> struct rv {
     typedef T dtype;
     static constexpr int chunks = N, per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
-    T data[N][per_chunk];
+    static constexpr bool packed = sizeof(T) == 2 && per_chunk % 2 == 0;
+    typename vec_word<T, packed>::type data[N][packed ? per_chunk / 2 : per_chunk];
+    __device__ __forceinline__ float get(int c, int k) const {
+        if constexpr (packed) { const float2 f = to_float2(data[c][k >> 1]); return (k & 1) ? f.y : f.x; }
+        else return to_float(data[c][k]);
+    }
+    __device__ __forceinline__ void set(int c, int k, float v) {
+        if constexpr (packed) {
+            const u32 h = from_float<T>(v).x;
+            u32& w = data[c][k >> 1].x;
+            w = (k & 1) ? (w & 0xffffu) | (h << 16) : (w & 0xffff0000u) | h;
+        } else {
+            data[c][k] = from_float<T>(v);
+        }
+    }
 };
 // (row, col) of element `half` of register `reg` of a lane, inside a base tile.
 template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c) {
@@ -431,7 +449,7 @@ __device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, 
     #pragma unroll
     for (int i = 0; i < N; i++)
     #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[i][k] = from_float<TD>(f(to_float(src.data[i][k])));
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.set(i, k, f(src.get(i, k)));
 }
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
 __device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
@@ -439,14 +457,14 @@ __device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, co
     for (int i = 0; i < N; i++)
     #pragma unroll
     for (int k = 0; k < rv<TD, N, L>::per_chunk; k++)
-        dst.data[i][k] = from_float<TD>(f(to_float(a.data[i][k]), to_float(b.data[i][k])));
+        dst.set(i, k, f(a.get(i, k), b.get(i, k)));
 }
 template <typename F, typename TD, typename TA, int N, typename L>
 __device__ __forceinline__ void map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
     #pragma unroll
     for (int i = 0; i < N; i++)
     #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.data[i][k] = from_float<TD>(f(to_float(a.data[i][k]), b));
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.set(i, k, f(a.get(i, k), b));
 }
 
 template <typename T, int H, int W, typename L>
@@ -464,7 +482,7 @@ __device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) {
     #pragma unroll
     for (int i = 0; i < N; i++)
     #pragma unroll
-    for (int k = 0; k < rv<T, N, L>::per_chunk; k++) dst.data[i][k] = from_float<T>(v);
+    for (int k = 0; k < rv<T, N, L>::per_chunk; k++) dst.set(i, k, v);
 }
 """
 
@@ -503,8 +521,8 @@ __device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>
             v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
             v = f(v, __shfl_xor_sync(0xffffffffu, v, 16));
         }
-        if (accum) v = f(v, to_float(accum->data[o][k]));
-        dst.data[o][k] = from_float<TV>(v);
+        if (accum) v = f(v, accum->get(o, k));
+        dst.set(o, k, v);
     }
 }
 
@@ -515,8 +533,8 @@ template <bool ROWS, typename TV, int N, typename VL>
 __device__ __forceinline__ float2 broadcast_at(const rv<TV, N, VL>& vec, int i, int j, int k) {
     const int o = ROWS ? i : j;
     float2 v;
-    if constexpr (is_same<VL, ortho_l>::value) { v.x = v.y = to_float(vec.data[o][k & 1]); }
-    else { v.x = to_float(vec.data[o][2 * (k >> 1)]); v.y = to_float(vec.data[o][2 * (k >> 1) + 1]); }
+    if constexpr (is_same<VL, ortho_l>::value) { v.x = v.y = vec.get(o, k & 1); }
+    else { v.x = vec.get(o, 2 * (k >> 1)); v.y = vec.get(o, 2 * (k >> 1) + 1); }
     return v;
 }
 
@@ -527,7 +545,7 @@ template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_n
     #pragma unroll
     for (int o = 0; o < N; o++)
     #pragma unroll
-    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) mine |= to_float(vec.data[o][k]) != 1.0f;
+    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) mine |= vec.get(o, k) != 1.0f;
     return __any_sync(0xffffffffu, mine);
 }
 
@@ -538,7 +556,7 @@ template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_g
     #pragma unroll
     for (int o = 0; o < N; o++)
     #pragma unroll
-    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) mine |= to_float(vec.data[o][k]) > t;
+    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) mine |= vec.get(o, k) > t;
     return mine;
 }
 

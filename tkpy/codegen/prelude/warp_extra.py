@@ -104,9 +104,9 @@ __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& 
             #pragma unroll
             for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
                 const int f = S::send_base(c, k) + q;
-                if (q == offset) send = to_float(src.data[f / P][f % P]);
+                if (q == offset) send = src.get(f / P, f % P);
             }
-            dst.data[c][k] = from_float<TD>(__shfl_sync(0xffffffffu, send, S::src_lane(ln, c, k)));
+            dst.set(c, k, __shfl_sync(0xffffffffu, send, S::src_lane(ln, c, k)));
         }
     }
 }
@@ -188,12 +188,12 @@ __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, 
                 for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
             }
             #pragma unroll
-            for (int k = 0; k < 8; k++) dst.data[c][k] = from_float<TD>(v[k]);
+            for (int k = 0; k < 8; k++) dst.set(c, k, v[k]);
         } else {
             #pragma unroll
             for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
                 const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
-                dst.data[c][k] = from_float<TD>(!MASKED || i < n ? to_float(p[i]) : fill);
+                dst.set(c, k, !MASKED || i < n ? to_float(p[i]) : fill);
             }
         }
     }
@@ -210,7 +210,7 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n,
             const int i = c * 256 + 8 * ln;
             float v[8];
             #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = to_float(src.data[c][k]);
+            for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
             if (!MASKED || i + 8 <= n) store8(p + i, v, space);
             else {
                 #pragma unroll
@@ -220,7 +220,7 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n,
             #pragma unroll
             for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
                 const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
-                if (!MASKED || i < n) p[i] = from_float<TD>(to_float(src.data[c][k]));
+                if (!MASKED || i < n) p[i] = from_float<TD>(src.get(c, k));
             }
         }
     }
@@ -305,8 +305,8 @@ __device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src,
     for (int c = 0; c < N; c++)
     #pragma unroll
     for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
-        const float v = to_float(src.data[c][k]);
-        dst.data[c][k] = from_float<TD>(keep(0, c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k)) ? v : val);
+        const float v = src.get(c, k);
+        dst.set(c, k, keep(0, c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k)) ? v : val);
     }
 }
 // ThunderKittens' masks: keep on and below (tril) / above (triu) diagonal `diagonal`, left of column
@@ -380,7 +380,7 @@ __device__ __forceinline__ void map_indexed(rv<TD, N, L>& dst, F f, const rv<TS,
     #pragma unroll
     for (int c = 0; c < N; c++)
     #pragma unroll
-    for (int k = 0; k < per_chunk; k++) dst.data[c][k] = from_float<TD>(f(VECTOR_ELEMENT, to_float(src.data[c][k])...));
+    for (int k = 0; k < per_chunk; k++) dst.set(c, k, f(VECTOR_ELEMENT, src.get(c, k)...));
 }
 template <typename F> struct ignore_element {
     F f;
