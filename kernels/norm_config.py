@@ -75,9 +75,6 @@ class NormConfig:
         if self.piece // 32 > MAX_VALUES_PER_LANE:
             fail(f"a piece of {self.piece} elements is {self.piece // 32} values a lane, more than "
                  f"{MAX_VALUES_PER_LANE}: more warps a row or a larger cluster")
-        if self.pieces_past_the_row:
-            fail(f"{self.warps_per_row * self.cluster} pieces of {self.piece} elements leave whole pieces past a "
-                 f"row of {self.width}: fewer warps a row")
         if self.prefetch and self.direction != "forward":
             fail("prefetch is the forward's")
 
@@ -96,12 +93,9 @@ class NormConfig:
 
     @property
     def ragged(self) -> bool:
-        """Whether the pieces cover more than a row (the last ones are masked)."""
+        """Whether the pieces cover more than a row (the last ones are masked; a piece wholly past the row's end
+        loads zeros and stores nothing: an idle warp)."""
         return self.piece * self.pieces != self.width
-
-    @property
-    def pieces_past_the_row(self) -> bool:
-        return (self.pieces - 1) * self.piece >= self.width
 
     @property
     def name(self) -> str:

@@ -66,9 +66,10 @@ def statistics_shape(x: torch.Tensor, shape: list[int]) -> tuple:
     return tuple(x.shape[:x.dim() - len(shape)])
 
 
-def forward(kind: str, x, shape, weight, bias, residual, eps: float):
+def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: dict | None = None):
     """(y, residual_out, mean, rstd) of the norm over the trailing `shape` dims: residual_out = x + residual (empty
-    without one), mean and rstd fp32 of the leading dims' shape (mean empty for rms)."""
+    without one), mean and rstd fp32 of the leading dims' shape (mean empty for rms). `options`: NormConfig fields
+    overriding the policy's (tests, the benchmark's variants)."""
     width = checked(kind, x, shape, weight, bias, residual)
     stats = statistics_shape(x, shape)
     y = x.new_empty(x.shape)
@@ -80,10 +81,11 @@ def forward(kind: str, x, shape, weight, bias, residual, eps: float):
         return y, residual_out, mean, rstd
     if bias is not None and weight is None:        # (the kernels scale before they shift)
         weight = torch.ones_like(bias)
-    c = config_for(kind, "forward", width, DTYPES[x.dtype], _dtype(weight), bias is not None, residual is not None)
+    c = config_for(kind, "forward", width, DTYPES[x.dtype], _dtype(weight), bias is not None, residual is not None,
+                   **(options or {}))
     out = y.view(rows, width)
     args = (_rows(x, width), _rows(residual, width) if residual is not None else _placeholder(x.dtype, x.device),
-            _vector(weight, x), _vector(bias, x), out,
+            _vector(weight, x, weight), _vector(bias, x, weight), out,
             residual_out.view(rows, width) if residual is not None else _placeholder(x.dtype, x.device),
             mean.view(rows) if kind == "layer" else _placeholder(torch.float32, x.device), rstd.view(rows),
             float(eps))
@@ -92,9 +94,10 @@ def forward(kind: str, x, shape, weight, bias, residual, eps: float):
     return y, residual_out, mean, rstd
 
 
-def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool):
+def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool, options: dict | None = None):
     """(dx, dweight, dbias) of the norm of x (h = x + residual when fused) from the forward's statistics: dx also
-    carries dres, the gradient of residual_out (None: none); dweight / dbias empty without a weight / bias_grad."""
+    carries dres, the gradient of residual_out (None: none); dweight / dbias empty without a weight / bias_grad.
+    `options`: as forward's."""
     width = checked(kind, x, shape, weight)
     _check_gradient(kind, dy, x, "grad_output")
     if dres is not None:
@@ -112,11 +115,11 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool)
     if rows == 0:
         return dx, dweight.zero_(), dbias.zero_()
     c = config_for(kind, "backward", width, DTYPES[x.dtype], _dtype(weight), weight is not None and bias_grad,
-                   dres is not None)
+                   dres is not None, **(options or {}))
     kernel = body.backward_kernel(c)
     f32 = _placeholder(torch.float32, x.device)
     args = [_rows(dy, width), _rows(dres, width) if dres is not None else _placeholder(x.dtype, x.device),
-            _rows(x, width), _vector(weight, x), mean.reshape(rows) if kind == "layer" else f32,
+            _rows(x, width), _vector(weight, x, weight), mean.reshape(rows) if kind == "layer" else f32,
             rstd.reshape(rows).contiguous(), dx.view(rows, width), f32, f32]
     blocks = grid(kernel, c, rows, args)
     parts = blocks // c.cluster * c.rows_per_block          # a workspace row per row group of the grid
@@ -175,10 +178,11 @@ def _rows(t: torch.Tensor, width: int) -> torch.Tensor:
     return rows if tma_ready(rows) else rows.clone(memory_format=torch.contiguous_format)
 
 
-def _vector(t, x) -> torch.Tensor:
-    """A weight or bias as one contiguous row (its placeholder when absent)."""
+def _vector(t, x, weight) -> torch.Tensor:
+    """A weight or bias as one contiguous row; absent, a placeholder of the weight's dtype (the input's without one),
+    as the kernels declare it."""
     if t is None:
-        return _placeholder(x.dtype, x.device)
+        return _placeholder(weight.dtype if weight is not None else x.dtype, x.device)
     v = t.reshape(-1)
     return v if tma_ready(v) else v.clone(memory_format=torch.contiguous_format)
 

@@ -18,8 +18,9 @@ from .norm_config import NormConfig
 
 @dataclass(frozen=True)
 class Row:
-    """A policy table row: (warps_per_row, rows_per_block, cluster, blocks_per_sm, prefetch) and why (a RESULTS.md
-    run once timed on the GPU, or the fit that set it)."""
+    """A policy table row: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch) and why (a RESULTS.md
+    run once timed on the GPU, or the fit that set it). A row takes as many of its warps as pieces of PIECE
+    elements cover it (fewer for a width below the table row's limit)."""
 
     value: tuple
     evidence: str
@@ -39,6 +40,7 @@ FORWARD = (
     (65536, Row((16, 1, 8, 1, True), FIT)),
 )
 BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)
+PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
 INTERPRETER_SMS = 2          # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
 
 
@@ -52,7 +54,8 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
                residual: bool, **forced) -> NormConfig:
     """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
     that override the table's, e.g. for the benchmark's variants)."""
-    warps_per_row, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
+    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
+    warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
     c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_per_row, rows_per_block, cluster,
                    blocks_per_sm, prefetch and direction == "forward")
     return replace(c, **forced) if forced else c

@@ -54,11 +54,11 @@ def emit_store_sv_scalar_remote(em, op):
     s, index, value, *extra = op.args
     sem = next((operand(a) for a in extra if isinstance(a, SharedRef)), None)
     args = f"{operand(s)}, {render(index)}, {float_operand(value)}"
-    suffix = "" if sem is None else "_async"
+    asynchronous = ("_async", f", {sem}") if sem is not None else ("", "")
     if op.attrs.get("every_rank"):
-        yield f"tk::store_scalar_every_rank{suffix}<{math.prod(em.k.cluster)}>({args}{'' if sem is None else ', ' + sem});"
+        yield f"tk::store_scalar_every_rank{asynchronous[0]}<{math.prod(em.k.cluster)}>({args}{asynchronous[1]});"
     else:
-        yield f"tk::store_scalar_remote{suffix}({args}, {render(extra[0])}{'' if sem is None else ', ' + sem});"
+        yield f"tk::store_scalar_remote{asynchronous[0]}({args}, {render(extra[0])}{asynchronous[1]});"
 
 
 @emits("reduce_slots")

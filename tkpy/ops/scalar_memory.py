@@ -73,7 +73,8 @@ def store_scalar_remote(dst, value, index, rank=None, sem=None):
     index = _index(index, "cluster.store")
     extra = () if rank is None else (_index(rank, "cluster.store rank"),)
     extra += () if sem is None else (semaphore_ref(sem, "cluster.store"),)
-    return emit("store_sv_scalar_remote", target, index, value, *extra, **({"every_rank": True} if rank is None else {}))
+    every = {"every_rank": True} if rank is None else {}
+    return emit("store_sv_scalar_remote", target, index, value, *extra, **every)
 
 
 def _shared_vector(x, what: str) -> SharedRef:
