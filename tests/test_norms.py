@@ -261,3 +261,19 @@ def test_the_policys_fullest_kernels_compile_without_spills(direction, width):
         kernel, args = norm_kernel.backward_kernel(c), (x, x, x, w, st, st, x, part, part)
     r = kernel.resources(*args)
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+
+
+def test_the_benchmarks_functions_agree_and_count_the_bytes_once():
+    """benchmarks/bench_memory_bound.py: its tkpy and torch functions compute the same (here in the interpreter),
+    and its byte counts are each tensor once (16384 x 4096 bf16 rms forward: x in, y out, w, rstd)."""
+    from benchmarks import bench_memory_bound as bench
+
+    assert bench.bytes_of("rms", "forward", 16384, 4096) == 2 * 16384 * 4096 * 2 + 4096 * 2 + 16384 * 4
+    assert bench.bytes_of("layer+residual", "backward", 16384, 4096) == \
+        4 * 16384 * 4096 * 2 + 2 * 16384 * 4 + 3 * 4096 * 2
+    rand = lambda *s: gpu_util.rand(*s, dtype=torch.bfloat16, device="cpu")  # noqa: E731
+    x, r, w, b = rand(6, 512), rand(6, 512), rand(512), rand(512)
+    for op in bench.OPS:
+        args = (x, r if "residual" in op else None, w, b)
+        for ours, theirs in zip(bench.tkpy_function(op, 512)(*args), bench.torch_function(op, 512)(*args)):
+            assert_close(ours, theirs.double() if ours.dtype == theirs.dtype else theirs, op)

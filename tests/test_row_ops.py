@@ -117,6 +117,17 @@ def test_math_functions_of_runtime_scalars():
     source = k.source(x, out, 1e-3)
     assert "tk::op_rsqrt{}(v + eps)" in source and "struct op_erf" in source
 
+    @tk.kernel(warps=1)
+    def in_a_map(x: tk.gl[f32, 256], y: tk.gl[f32, 256]):       # only a map's scalar computes one: still the prelude
+        v = tk.rv(f32, 256, "contig")
+        s = tk.var(0.0, "s")
+        tk.load(s, x, (0,))
+        tk.load(v, x, (0,))
+        tk.map(v, lambda a: a * tk.rsqrt(s), v)
+        tk.store(y, v, (0,))
+
+    assert in_a_map.resources(torch.ones(256), torch.ones(256)).found
+
 
 def test_vector_masks_by_index():
     @tk.kernel(warps=1)

@@ -1,4 +1,4 @@
-// sha256 of the whole source: d1fac0126b586df58b6333e4935a8ff662519f5cf65caed27921767013acae8a
+// sha256 of the whole source: 7f4f1a7cce2988d938703198cd01b63171127c6b8707781d7087838908fef4a2
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

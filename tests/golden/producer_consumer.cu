@@ -1,4 +1,4 @@
-// sha256 of the whole source: a3e1de12ac79c40ed5502542cf3f8201e898a633849d8e5919e3a101e654b6cc
+// sha256 of the whole source: 07347f198286ab447b3c0d648c994638739d53bafd4152a4b0f80528234e0aa2
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

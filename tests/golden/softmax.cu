@@ -1,4 +1,4 @@
-// sha256 of the whole source: 22a943dbbcacd51aaf359d4b6e582ea4b9dfc9b86777e9e1928f535492a272b3
+// sha256 of the whole source: 293eeadcfde1404b80c6010171ea3020ab03634b9b2e4f6fd4f27e98385c6944
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

@@ -12,8 +12,9 @@ import re
 
 from ..errors import UnsupportedError
 from ..ir.core import MAP_MATH_FNS, MATH_FNS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from ..ir.expr import (DIVISOR_NAMES, PRODUCT_PRECEDENCE, SCALAR_MATH, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr,
-                       calls, render)
+from ..ir.expr import (DIVISOR_NAMES, PRODUCT_PRECEDENCE, SCALAR_MATH, UNARY_PRECEDENCE, BinOp, Call, Expr, Sym,
+                       as_expr, nodes, render)
+from ..ir.passes import expressions
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
@@ -63,22 +64,10 @@ def uses_math(kernel: KernelIR) -> bool:
         if isinstance(s, Op) and ((s.name == "unary" and s.attrs["fn"] in wanted)
                                   or (s.name == "map" and wanted & s.attrs["fn"].functions())):
             return True
-        if any(c.fn in SCALAR_MATH for e in _expressions(s) for c in calls(e)):
+        scalars = expressions(s) + (s.attrs["fn"].scalars() if isinstance(s, Op) and s.name == "map" else [])
+        if any(isinstance(n, Call) and n.fn in SCALAR_MATH for e in scalars for n in nodes(e)):
             return True
     return False
-
-
-def _expressions(s):
-    """The scalar expressions a statement computes (its operands, attributes, value, bounds or condition)."""
-    if isinstance(s, Op):
-        return [a for a in (*s.args, *s.attrs.values()) if isinstance(a, Expr)]
-    if isinstance(s, (Let, Assign)):
-        return [s.value]
-    if isinstance(s, For):
-        return [s.start, s.stop, s.step]
-    if isinstance(s, If):
-        return [s.cond]
-    return []
 
 
 def ctype_of(t) -> str:

@@ -235,15 +235,15 @@ def math_call(fn: str, x) -> Expr:
     return Call(fn, (e,), f32)
 
 
-def calls(e: Expr):
-    """Every Call node of an expression tree (tk.call's min / max and the scalar math functions)."""
-    if isinstance(e, Call):
-        yield e
+def nodes(e: Expr):
+    """Every node of an expression tree, `e` first."""
+    yield e
+    if isinstance(e, BinOp):
+        yield from nodes(e.a)
+        yield from nodes(e.b)
+    elif isinstance(e, Call):
         for a in e.args:
-            yield from calls(a)
-    elif isinstance(e, BinOp):
-        yield from calls(e.a)
-        yield from calls(e.b)
+            yield from nodes(a)
 
 
 def cdiv(a, b):
