@@ -28,8 +28,9 @@ ELEMENTS = 1 << 26                                # the sweep's cases: rows x wi
 SWEEP = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 OPS = ("rms", "rms+residual", "layer", "layer+residual")
 # tkpy variants (NormConfig fields over the policy's choice) timed by --variants
-VARIANTS = {"no prefetch": dict(prefetch=False), "weight from L2": dict(weight_in_registers=False),
-            "1 block/SM": dict(blocks_per_sm=1), "3 blocks/SM": dict(blocks_per_sm=3)}
+VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
+            "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
+            "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3)}
 
 
 def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> list[dict]:
@@ -173,9 +174,6 @@ def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -
         _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
         for name, options in VARIANTS.items():
             if direction == "backward":
-                options = {k: v for k, v in options.items() if k != "prefetch"}
-                if not options:
-                    continue
                 call = lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),  # noqa
                                                     mean, rstd, [width], kind == "layer", options)
             else:

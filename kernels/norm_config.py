@@ -29,7 +29,8 @@ class NormConfig:
     How: each row is split over `warps_per_row` warps of a block and `cluster` blocks of a cluster, each warp holding
     a piece of `piece` elements (a contig vector: width / (warps_per_row * cluster) rounded up to 256); a block holds
     `rows_per_block` rows at a time and loops over the rows (a persistent grid of `blocks_per_sm` blocks an SM).
-    `prefetch` (forward): the next row's x (and residual) load while the current row is reduced and written.
+    `prefetch`: the next row's x and residual (backward: x and dy) load while the current row is reduced and
+    written.
     `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2)."""
 
     kind: str
@@ -75,8 +76,6 @@ class NormConfig:
         if self.piece // 32 > MAX_VALUES_PER_LANE:
             fail(f"a piece of {self.piece} elements is {self.piece // 32} values a lane, more than "
                  f"{MAX_VALUES_PER_LANE}: more warps a row or a larger cluster")
-        if self.prefetch and self.direction != "forward":
-            fail("prefetch is the forward's")
 
     @property
     def warps(self) -> int:

@@ -53,7 +53,7 @@ def _steps(c: NormConfig, rows):
     """The persistent loop over this cluster's (block's) row groups."""
     clusters = tk.grid_dim.x // c.cluster if c.cluster > 1 else tk.grid_dim.x
     first = tk.block_idx.x // c.cluster if c.cluster > 1 else tk.block_idx.x
-    return tk.range(first, tk.cdiv(rows, c.rows_per_block), clusters)
+    return tk.range(first, tk.cdiv(rows, c.rows_per_block) if c.rows_per_block > 1 else rows, clusters)
 
 
 def _row_sum(c: NormConfig, *vectors):
@@ -91,9 +91,10 @@ def forward_kernel(c: NormConfig):
         for step in _steps(c, x.rows):
             row = row_of(step)
             if c.prefetch:                                   # this row's loads were issued a row ago
-                tk.copy(v, ahead)
                 if c.residual:
                     tk.add(h, ahead, ahead_res)
+                else:
+                    tk.copy(v, ahead)
                 _load_row(c, ahead, ahead_res, x, residual, row_of(step + _stride(c)), part)
             else:
                 tk.load(v, x, (row, part), fill=0.0)
@@ -166,6 +167,7 @@ def backward_kernel(c: NormConfig):
                       dbias: partials if c.bias else placeholder(f32)):
         part = tk.let(part_of(), "part")
         xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
+        d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
         if c.weight:
             w, dw = tk.rv(wt, piece, "contig"), tk.rv(f32, piece, "contig")
             tk.zero(dw)
@@ -174,10 +176,23 @@ def backward_kernel(c: NormConfig):
             if c.bias:
                 db = tk.rv(f32, piece, "contig")
                 tk.zero(db)
+        if c.prefetch:                                       # the next row's x and dy, in flight a row ahead
+            ahead = [tk.rv(dt, piece, "contig", name=f"ahead_{t}") for t in ("x", "dy")]
+            tk.load(ahead[0], x, (row_of(_first_step(c)), part), fill=0.0)
+            tk.load(ahead[1], dy, (row_of(_first_step(c)), part), fill=0.0)
         for step in _steps(c, x.rows):
             row = row_of(step)
-            tk.load(xhat, x, (row, part), fill=0.0)
-            tk.load(g, dy, (row, part), fill=0.0)            # (0 past the rows and the row's end: adds nothing)
+            if c.residual:                                   # (issued first: in flight through the reduction)
+                tk.load(d, dres, (row, part), fill=0.0)
+            if c.prefetch:
+                tk.copy(xhat, ahead[0])
+                tk.copy(g, ahead[1])
+                following = row_of(step + _stride(c))
+                tk.load(ahead[0], x, (following, part), fill=0.0)
+                tk.load(ahead[1], dy, (following, part), fill=0.0)
+            else:
+                tk.load(xhat, x, (row, part), fill=0.0)
+                tk.load(g, dy, (row, part), fill=0.0)        # (0 past the rows and the row's end: adds nothing)
             r = tk.var(0.0, "r")
             tk.load(r, rstd, (row,), fill=0.0)
             if layer:
@@ -201,8 +216,7 @@ def backward_kernel(c: NormConfig):
                 a = tk.let(_row_sum(c, g * xhat) * (1.0 / n), "a")
                 tk.map(g, lambda g, x: (g - x * a) * r, g, xhat)
             if c.residual:
-                tk.load(xhat, dres, (row, part), fill=0.0)   # (xhat is free again)
-                tk.add(g, g, xhat)
+                tk.add(g, g, d)
             tk.store(dx, g, (row, part), masked=True)
         if c.weight:
             slot = tk.let(_first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")

@@ -57,7 +57,7 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
     warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
     c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_per_row, rows_per_block, cluster,
-                   blocks_per_sm, prefetch and direction == "forward")
+                   blocks_per_sm, prefetch)
     return replace(c, **forced) if forced else c
 
 

@@ -40,7 +40,7 @@ def test_optional_tensors(kind, weight, bias, residual, wdtype, width):
 
 
 @pytest.mark.parametrize("options", [
-    dict(prefetch=False), dict(weight_in_registers=False), dict(blocks_per_sm=1),
+    dict(prefetch=False), dict(prefetch=True), dict(weight_in_registers=False), dict(blocks_per_sm=1),
     dict(warps_per_row=4, rows_per_block=2, cluster=2),
 ])
 @pytest.mark.parametrize("width", [4096, 6000])

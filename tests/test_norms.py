@@ -85,7 +85,7 @@ def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdt
         plain = [t.detach() if t is not None else None for t in (x, w, b, r)]
         y, h, mean, rstd = norm_launch.forward(kind, *plain[:1], [width], *plain[1:], eps, options)
         dx, dw, db = norm_launch.backward(kind, dy, dh, h if residual else plain[0], plain[1], mean, rstd, [width],
-                                          bias, {k: v for k, v in options.items() if k != "prefetch"})
+                                          bias, options)
         grads = [dx, dw if weight else None, db if bias else None, dx if residual else None]
     y_ref, h_ref, *grad_refs = reference(kind, x, w, b, r, eps, dy, dh)
     assert_close(y.detach(), y_ref, "y")
@@ -119,7 +119,8 @@ def test_optional_weight_bias_and_residual(kind, weight, bias, residual, wdtype)
     dict(warps_per_row=2, rows_per_block=2, cluster=2),        # a row over a cluster of 2 blocks, 2 rows a block
     dict(warps_per_row=1, rows_per_block=2, cluster=4),        # 4 blocks of one warp a row
     dict(warps_per_row=4, rows_per_block=1, prefetch=False, weight_in_registers=False),
-], ids=["cluster2", "cluster4", "no-prefetch-weight-from-l2"])
+    dict(warps_per_row=2, rows_per_block=3, prefetch=True),
+], ids=["cluster2", "cluster4", "no-prefetch-weight-from-l2", "prefetch"])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_cluster_and_other_splits(kind, options):
     check(kind, 7, 1000, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, options=options)
