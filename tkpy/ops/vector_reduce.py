@@ -10,13 +10,16 @@ cluster), each holding a piece of it in a vector; its statistics (a norm's sum o
 these reductions, and each warp of the group gets the same value, bit for bit, to normalize its own piece with.
 
 How (the ops recorded, which the interpreter runs as they are): each warp reduces its vector (shuffles across the
-lanes holding different values); lane 0 writes it into a slot of a shared scratch vector of the kernel's (a second
-buffer every other reduction, so that a warp starting the next one never overwrites what a slower one still reads:
-a runtime parity); a barrier (the group's named barrier 1 + warp // warps, or __syncthreads when the group is the
-block; the cluster barrier); then each warp combines its group's slots in one fixed order (lane j reads slot j, a
-butterfly of shuffles), so every warp computes the same bits. A cluster reduction writes each warp's slot into
-every block's scratch (distributed shared memory) before the cluster barrier. Several vectors reduce together over
-one barrier (up to MAX_VALUES). Every warp of a group must call the reduction (a barrier waits for them all).
+lanes holding different values); lane 0 writes it into a slot of a shared scratch vector of the kernel's, in one of
+two buffers taken in turns (so that a warp starting the next reduction never overwrites what a slower one still
+reads); the group meets at a barrier (its named barrier 1 + warp // warps, or __syncthreads when the group is the
+block); then each warp combines its group's slots in one fixed order (lane j reads slot j, a butterfly of
+shuffles), so every warp computes the same bits. A cluster reduction sends each warp's partial into every block's
+scratch with asynchronous stores (st.async) that complete on the receiving block's semaphore for that buffer, whose
+phase warp 0 announces (expect) and every warp waits on: no cluster barrier and no GPU-wide fence a reduction, as
+Quack's cluster reductions; the semaphores are initialised at the kernel's top, before one cluster barrier. Several
+vectors reduce together over one barrier (up to MAX_VALUES). Every warp of a group must call the reduction (a
+barrier or a semaphore waits for them all).
 """
 from __future__ import annotations
 
