@@ -1,4 +1,4 @@
-// sha256 of the whole source: afa8bfc91b5cd7f3fa0ee9aedf0f345c27f6d99d8b2f820610dd2cbde791664b
+// sha256 of the whole source: 7f4f1a7cce2988d938703198cd01b63171127c6b8707781d7087838908fef4a2
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

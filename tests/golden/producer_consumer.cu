@@ -1,4 +1,4 @@
-// sha256 of the whole source: 4f9180d3bca0f48de822a8eed0638d954f7bbc799e664370956e22fef14391db
+// sha256 of the whole source: 07347f198286ab447b3c0d648c994638739d53bafd4152a4b0f80528234e0aa2
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 3b1f6440ee75cb1bd895d416927878dc05f3724b0eeb5efc2d9dfeaabf3ae6e0
+// sha256 of the whole source: 293eeadcfde1404b80c6010171ea3020ab03634b9b2e4f6fd4f27e98385c6944
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

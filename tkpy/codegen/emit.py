@@ -12,7 +12,9 @@ import re
 
 from ..errors import UnsupportedError
 from ..ir.core import MAP_MATH_FNS, MATH_FNS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from ..ir.expr import DIVISOR_NAMES, PRODUCT_PRECEDENCE, UNARY_PRECEDENCE, BinOp, Expr, Sym, as_expr, render
+from ..ir.expr import (DIVISOR_NAMES, PRODUCT_PRECEDENCE, SCALAR_MATH, UNARY_PRECEDENCE, BinOp, Call, Expr, Sym,
+                       as_expr, nodes, render)
+from ..ir.passes import expressions
 from ..ir.printer import assignment_text
 from ..tiles.dtypes import FP8_DTYPES, f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
@@ -55,11 +57,15 @@ def uses_fp8(kernel: KernelIR) -> bool:
 
 
 def uses_math(kernel: KernelIR) -> bool:
-    """Whether any op of the kernel computes one of the math functions (it then gets their prelude section)."""
+    """Whether any op of the kernel, or any scalar expression (tk.rsqrt of a runtime scalar), computes one of the math
+    functions (it then gets their prelude section)."""
     wanted = set(MATH_FNS) | set(MAP_MATH_FNS)
     for s in walk(kernel.body):
         if isinstance(s, Op) and ((s.name == "unary" and s.attrs["fn"] in wanted)
                                   or (s.name == "map" and wanted & s.attrs["fn"].functions())):
+            return True
+        scalars = expressions(s) + (s.attrs["fn"].scalars() if isinstance(s, Op) and s.name == "map" else [])
+        if any(isinstance(n, Call) and n.fn in SCALAR_MATH for e in scalars for n in nodes(e)):
             return True
     return False
 

@@ -38,7 +38,7 @@ def transpose(warp, op):
 def mask(warp, op):
     dst, src, *index, val = op.args
     x = warp.read(src)
-    r, c = np.indices(x.shape)
+    r, c = np.indices(x.shape) if x.ndim == 2 else (0, np.arange(x.shape[0]))   # (a vector: one row)
     keep = lookup(_KEEP, op.attrs["kind"], op)(r, c, *(warp.value(i) for i in index))
     warp.write(dst, np.where(keep, x, np.float32(to_f32(warp.value(val)))))
 

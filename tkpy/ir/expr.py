@@ -215,6 +215,37 @@ def call(fn: str, *args) -> Expr:
     return Call(fn, args, dtype)
 
 
+# The math functions a runtime float scalar takes (tk.rsqrt(var + eps)): tkpy/tiles/math_approx.py's, the same
+# computation as on tiles (the prelude's tk::op_<fn> functors; their fp32 twins in the interpreter).
+SCALAR_MATH = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
+
+
+def math_call(fn: str, x) -> Expr:
+    """fn(x) of a runtime scalar (made a float), a node of the expression tree; of a Python number, the constant
+    the math function's fp32 twin computes."""
+    if fn not in SCALAR_MATH:
+        raise TraceError(f"{fn} of a runtime scalar is not supported (the math functions {', '.join(SCALAR_MATH)} are)")
+    e = as_expr(x)
+    if isinstance(e, Const):
+        import numpy as np
+
+        from ..tiles import math_approx
+        with np.errstate(all="ignore"):
+            return Const(float(math_approx.UNARY[fn](np.float32(e.value))), f32)
+    return Call(fn, (e,), f32)
+
+
+def nodes(e: Expr):
+    """Every node of an expression tree, `e` first."""
+    yield e
+    if isinstance(e, BinOp):
+        yield from nodes(e.a)
+        yield from nodes(e.b)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from nodes(a)
+
+
 def cdiv(a, b):
     """a / b rounded up, for b > 0: `tk.cdiv(n, 64)` tiles of 64 cover n. Of Python ints an int; of a runtime scalar
     the scalar `(a + b - 1) / b`. tkpy's one ceiling division (its own shared-memory and tensor-map arithmetic, the
@@ -241,6 +272,8 @@ def render(e: Expr, parent_precedence: int = 0) -> str:
     if isinstance(e, Sym):
         return e.name
     if isinstance(e, Call):
+        if e.fn in SCALAR_MATH:
+            return f"tk::op_{e.fn}{{}}({render(e.args[0])})"
         fn = {"min": "min", "max": "max"}[e.fn] if e.dtype == i32 else {"min": "fminf", "max": "fmaxf"}[e.fn]
         return f"{fn}({', '.join(render(a) for a in e.args)})"
     if isinstance(e, BinOp):

@@ -79,6 +79,26 @@ def flat_operands(args):
             yield a
 
 
+def expressions(s) -> list:
+    """The scalar expressions a statement evaluates itself (not those of the statements nested in it): its value,
+    bounds or condition, a subtile's coordinates, an op's scalar operands, array indices and attributes (a fill
+    value)."""
+    if isinstance(s, (Let, Assign)):
+        return [s.value]
+    if isinstance(s, For):
+        return [s.start, s.stop, s.step]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, Decl):
+        view = s.var.view
+        return [] if view is None else [view.row, view.col]
+    if isinstance(s, Op):
+        return [x for a in flat_operands(s.args) for x in ([a.index] if isinstance(a, SharedRef) and a.index is not None
+                                                    else [a] if isinstance(a, Expr) else [])] + \
+            [a for a in s.attrs.values() if isinstance(a, Expr)]
+    return []
+
+
 def _check_syms(e: Expr, syms: set, stmt) -> None:
     for sym in free_symbols(e):
         if sym.name not in syms and sym.name not in BUILTIN_SYMS:
@@ -184,8 +204,9 @@ def _regs(var: Var) -> int:
     t = var.type
     if isinstance(t, RT):
         return t.registers_per_lane
-    if isinstance(t, RV):
-        return t.chunks * t.values_per_chunk * max(1, t.dtype.nbytes // 4)
+    if isinstance(t, RV):       # (16-bit values in packed pairs where a lane holds an even number a chunk)
+        per = t.values_per_chunk
+        return t.chunks * (per // 2 if t.dtype.nbytes == 2 and per % 2 == 0 else per * max(1, t.dtype.nbytes // 4))
     return 0
 
 

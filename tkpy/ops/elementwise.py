@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from ..ir.core import BINARY_FNS, Var
+from ..ir.expr import SCALAR_MATH, Expr, math_call
 from ..tiles.types import RT
 from ._checks import compatible, describe, emit, fail, register_operand, same_shape, scalar
 from .maps import MapExpr, map as map_op, power
@@ -44,11 +45,16 @@ def copy(dst, src=None):
         fail(f"copy: {describe(dst)} and {describe(src)} are not both tiles or both vectors")
     if isinstance(dst.type, RT) and dst.type.layout != src.type.layout:
         return emit("swap_layout", dst, src)
+    if dst.type.layout != src.type.layout and "contig" in (dst.type.layout, src.type.layout):
+        fail(f"copy: {describe(dst)} <- {describe(src)}: a contig vector converts to no other layout (its values are "
+             "whole 16-byte runs of memory); load it from memory in the layout wanted")
     return emit("unary", dst, src, fn="copy")
 
 
 def _unary(fn: str):
     def op(dst, src=None):
+        if src is None and fn in SCALAR_MATH and _is_scalar(dst):
+            return math_call(fn, dst)     # tk.rsqrt(var + eps) of a runtime scalar: a scalar expression
         if src is None:
             return unary_value(fn, dst)
         d, s = register_operand(dst, f"{fn} destination"), register_operand(src, f"{fn} source")
@@ -106,6 +112,10 @@ def exp2(dst, src=None, *, emulated=0):
         map_op(out, lambda x: exp2(x, emulated=emulated), dst)
         return out
     return map_op(dst, lambda x: exp2(x, emulated=emulated), src)
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, Expr) or (isinstance(x, (int, float)) and not isinstance(x, bool))
 
 
 def _eighths(share) -> int:

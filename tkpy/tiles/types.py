@@ -101,17 +101,18 @@ class RV:
 
     def __post_init__(self):
         _check_dtype(self.dtype, "rv", fp8=False)
-        if self.layout not in ("ortho", "align", "naive"):
-            raise ValueError(f"rv layout must be 'ortho', 'align' or 'naive', got {self.layout!r}")
-        _check_multiple(self.length, 32 if self.layout == "naive" else 16, f"rv length ({self.layout})")
+        if self.layout not in layouts.VECTOR_LAYOUTS:
+            raise ValueError(f"rv layout must be one of {', '.join(map(repr, layouts.VECTOR_LAYOUTS))}, "
+                             f"got {self.layout!r}")
+        _check_multiple(self.length, layouts.vector_chunk(self.layout), f"rv length ({self.layout})")
 
     @property
     def chunks(self) -> int:
-        return self.length // (32 if self.layout == "naive" else 16)
+        return self.length // layouts.vector_chunk(self.layout)
 
     @property
     def values_per_chunk(self) -> int:
-        return 1 if self.layout == "naive" else layouts.VECTOR_VALUES_PER_16[self.layout]
+        return layouts.vector_values_per_chunk(self.layout)
 
     # As a one-row tile: how copies to and from global memory address it (a vector lies along a row).
     rows = 1

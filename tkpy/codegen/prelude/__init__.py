@@ -5,11 +5,11 @@ written here, one module per area. Each module exposes SECTIONS, a list of C++
 texts (each closing any namespace it opens); the prelude is their concatenation
 in the order below.
 """
-from . import fp8 as fp8_section, hopper, math as math_section, warp, warp_extra
+from . import fp8 as fp8_section, hopper, math as math_section, scalar, warp, warp_extra, warp_ops
 
 PRELUDE_HEAD = "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
 PRELUDE_TAIL = "// ---- end of prelude ----\n"
-MODULES = (warp, warp_extra, hopper)  # in order; a module's sections may use those of the modules before it
+MODULES = (warp, warp_ops, warp_extra, hopper, scalar)  # in order; a module's sections may use those of the modules before it
 SECTIONS = [section for module in MODULES for section in module.SECTIONS]
 PRELUDE = "\n".join([PRELUDE_HEAD, *SECTIONS, PRELUDE_TAIL])
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...ir.core import MATH_FNS
 from ...tiles import math_approx
-from .warp import named_unary
+from .warp_ops import named_unary
 
 SECTION = ("namespace tk {" + math_approx.CPP + "\n".join(named_unary(fn) for fn in MATH_FNS)
            + "\n}  // namespace tk\n")
