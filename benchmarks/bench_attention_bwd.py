@@ -6,9 +6,9 @@ key/value heads) B8 N4096 D128; each non-causal and causal. FLOPs: the forward's
 backward's 2.5 times that (its five matrix products to the forward's two), forward + backward 3.5 times.
 
 The backward alone: tkpy's attention_backward (kernels/attention_backward.py) on the forward's output and
-log-sum-exp, against torch.autograd.grad of SDPA's output under each backend (its forward recorded once, the graph
-retained); "tkpy det" is deterministic=True. Forward + backward: torch.autograd.grad of each one's forward, on the
-same inputs. GPU time per call from CUDA-graph replays (benchmarks/timing.py), tkpy timed in pairs with each backend
+log-sum-exp, against torch.autograd.grad of SDPA's output under each backend (its forward recorded once, on a side
+stream, the graph retained); "tkpy det" is deterministic=True. Forward + backward: torch.autograd.grad of each one's
+forward, on the same inputs. GPU time per call from CUDA-graph replays (benchmarks/timing.py), tkpy timed in pairs with each backend
 (timing.paired_ms), the ratios from each pair; the tkpy columns are its times in the cuDNN pairs. Each row also gives
 the largest relative difference of tkpy's dq, dk, dv from cuDNN's (norms). GQA: SDPA with enable_gqa where the backend
 takes it, else on key/value heads repeated to the query heads (marked "kv repeated").
@@ -31,8 +31,11 @@ BACKWARD, FORWARD_BACKWARD = 2.5, 3.5          # FLOPs relative to the forward's
 
 def main() -> list[dict]:
     from benchmarks.bench_attention import save
-    rows = [case_row(*case) for case in CASES]
-    print_rows(rows)
+    print_header()
+    rows = []
+    for case in CASES:                  # each row printed as it is measured
+        rows.append(case_row(*case))
+        print_row(rows[-1], flush=True)
     out_dir = save("attention_bwd.json", rows)
     if out_dir:
         plot(rows, out_dir / "attention_bwd.png")
@@ -63,30 +66,56 @@ def case_row(b: int, h: int, hkv: int, n: int, d: int, causal: bool) -> dict:
     for name in ("cudnn", "flash"):
         try:
             sdpa, note = baseline(name, q, k, v, causal)
-            out = sdpa()
+            out = forward_on_side_stream(sdpa)
             theirs_bwd = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
             theirs_both = lambda: torch.autograd.grad(sdpa(), (q, k, v), do)  # noqa: E731
             reference = theirs_bwd()
             t_ours, t_theirs = paired_ms(tkpy_bwd, theirs_bwd)
-            t_ours_both, t_theirs_both = paired_ms(tkpy_both, theirs_both)
         except RuntimeError as e:           # a backend that does not take this case
             print(f"  {name} unavailable for B{b} H{h}/{hkv} N{n} D{d} causal={causal}: {str(e).splitlines()[0]}")
-            row[name] = row[f"{name}_both"] = row[f"vs_{name}"] = row[f"vs_{name}_both"] = float("nan")
             continue
         row[name], row[f"vs_{name}"] = BACKWARD * forward / t_theirs / 1e9, t_theirs / t_ours
-        row[f"{name}_both"] = FORWARD_BACKWARD * forward / t_theirs_both / 1e9
-        row[f"vs_{name}_both"] = t_theirs_both / t_ours_both
         row[f"{name}_note"] = note
         if name == "cudnn":
             row["tkpy"] = BACKWARD * forward / t_ours / 1e9
-            row["tkpy_both"] = FORWARD_BACKWARD * forward / t_ours_both / 1e9
             row["diff_vs_cudnn"] = max(((x.float() - y.float()).norm() / y.float().norm()).item()
                                        for x, y in zip(ours, reference))
+        try:
+            t_ours_both, t_theirs_both = paired_ms(tkpy_both, theirs_both)
+        except RuntimeError as e:
+            print(f"  forward + backward against {name} failed: {str(e).splitlines()[0]}")
+            continue
+        row[f"{name}_both"] = FORWARD_BACKWARD * forward / t_theirs_both / 1e9
+        row[f"vs_{name}_both"] = t_theirs_both / t_ours_both
+        if name == "cudnn":
+            row["tkpy_both"] = FORWARD_BACKWARD * forward / t_ours_both / 1e9
+    for key in ("cudnn", "flash", "vs_cudnn", "vs_flash", "cudnn_both", "flash_both", "vs_cudnn_both",
+                "vs_flash_both"):
+        row.setdefault(key, float("nan"))
     row.setdefault("tkpy", BACKWARD * forward / median_ms(tkpy_bwd) / 1e9)
-    row.setdefault("tkpy_both", FORWARD_BACKWARD * forward / median_ms(tkpy_both) / 1e9)
+    if "tkpy_both" not in row:
+        try:
+            row["tkpy_both"] = FORWARD_BACKWARD * forward / median_ms(tkpy_both) / 1e9
+        except RuntimeError as e:
+            print(f"  tkpy forward + backward failed: {str(e).splitlines()[0]}")
+            row["tkpy_both"] = float("nan")
     del q, k, v, do, o, lse, ours
     torch.cuda.empty_cache()
     return row
+
+
+def forward_on_side_stream(forward):
+    """forward()'s output, recorded on a stream of its own: its backward nodes then run on that stream, which a
+    CUDA-graph capture can fork into and join (recorded on the default stream, the backward's launches there would
+    break the capture: "operation would make the legacy stream depend on a capturing blocking stream")."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = forward()
+    torch.cuda.current_stream().wait_stream(side)
+    return out
 
 
 def baseline(name: str, q, k, v, causal: bool):
@@ -110,17 +139,19 @@ def baseline(name: str, q, k, v, causal: bool):
         return (lambda: sdpa(k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), False)), "kv repeated"
 
 
-def print_rows(rows: list[dict]) -> None:
+def print_header() -> None:
     print(f"{'B H/HKV N D':>20} {'causal':>6} | {'tkpy':>5} {'det':>5} {'cuDNN':>5} {'flash':>5} {'xcuDNN':>6} "
           f"{'xflash':>6} | {'tkpy':>5} {'cuDNN':>5} {'flash':>5} {'xcuDNN':>6} {'xflash':>6} | {'diff':>7}")
     print(f"{'':>29}   backward (TFLOP/s, 2.5x fwd)        | forward + backward (3.5x fwd)")
-    for r in rows:
-        print(f"{r['b']:>3} {r['h']:>3}/{r['hkv']:<3} {r['n']:>5} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} | "
+
+
+def print_row(r: dict, flush: bool = False) -> None:
+    print(f"{r['b']:>3} {r['h']:>3}/{r['hkv']:<3} {r['n']:>5} {r['d']:>4} {'yes' if r['causal'] else 'no':>6} | "
               f"{r['tkpy']:>5.0f} {r['tkpy_det']:>5.0f} {r['cudnn']:>5.0f} {r['flash']:>5.0f} {r['vs_cudnn']:>6.2f} "
               f"{r['vs_flash']:>6.2f} | {r['tkpy_both']:>5.0f} {r['cudnn_both']:>5.0f} {r['flash_both']:>5.0f} "
               f"{r['vs_cudnn_both']:>6.2f} {r['vs_flash_both']:>6.2f} | {r.get('diff_vs_cudnn', float('nan')):>7.1e}"
               + ("  (GQA baselines: " + ", ".join(f"{n} {r[f'{n}_note']}" for n in ("cudnn", "flash")
-                                                   if r.get(f"{n}_note")) + ")" if r["hkv"] != r["h"] else ""))
+                                                   if r.get(f"{n}_note")) + ")" if r["hkv"] != r["h"] else ""), flush=flush)
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -4,7 +4,7 @@
 
 The tests run on 16 pytest-xdist workers where xdist is installed (pass -n yourself to choose), then compute-sanitizer over every public kernel (benchmarks/sanitize.py,
 about 30 s plus its compiles). The benchmarks are
-the main tables (GEMM, attention, split-K, decoding, ...), meant with the tests to fit one 10-minute device call
+the main tables (GEMM, attention, split-K, decoding, norms at 16384 x 4096, ...), meant with the tests to fit one 10-minute device call
 (402 s as a whole in session 11's first run: tests 142 s, benchmarks the rest); --variants adds the GEMM and
 attention variant tables (run them in a call of their own); --quick runs the tests and the sanitizer only. Details go to $OUT (pytest log, junit XML, JSON of every
 measurement) when OUT is set: pytest.log, gpu_check.json and the plots, the rest in details.zip (the device returns
@@ -100,7 +100,7 @@ def sanitize() -> dict:
     return json.loads(report.read_text())
 
 
-KEPT = ("pytest.log", "gpu_check.json", "attention.png", "gemm.png")   # what stays beside details.zip
+KEPT = ("pytest.log", "gpu_check.json", "attention.png", "gemm.png", "memory_bound.png")   # what stays beside details.zip
 
 
 def bundle_details(out: Path) -> None:
@@ -142,6 +142,8 @@ def main() -> int:
         report["attention_decode"] = bench_attention.decode_table()
         from benchmarks import bench_attention_bwd
         report["attention_bwd"] = bench_attention_bwd.main()
+        from benchmarks import bench_memory_bound      # (16384 x 4096; the width sweep: run it on its own)
+        report["memory_bound"] = bench_memory_bound.main(sweep=False)
         from benchmarks import bench_exp2, bench_smem
         report["smem"] = bench_smem.main()
         report["exp2"] = bench_exp2.main()
@@ -170,6 +172,10 @@ def main() -> int:
               f"causal={r['causal']}: "
               f"{r['tkpy']:.0f} TFLOP/s, {r['tkpy'] / r['peer']:.2f}x {r['peer_name']}, "
               f"{r['tkpy'] / r['unpacked']:.2f}x unpacked")
+    for r in report.get("memory_bound", []):
+        print(f"memory-bound {r['op']} {r['direction']} {r['rows']}x{r['width']}: tkpy {r['tkpy']:.0f} GB/s "
+              f"({r['tkpy'] / r['copy']:.2f}x copy {r['copy']:.0f}, {r['tkpy'] / r.get('compile', float('nan')):.2f}x "
+              f"torch.compile, {r['tkpy'] / r['eager']:.2f}x eager)")
     for r in report.get("gemm", []):
         print(f"gemm {r['m']}x{r['n']}x{r['k']} {r['layout']} {r.get('epilogue', '')}: tkpy {r['tkpy_tflops']:.0f}, "
               f"cuBLAS {r['cublas_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")

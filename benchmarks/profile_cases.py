@@ -5,8 +5,9 @@
 
 Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
 causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or tkpy.kernels.attention_forward._launch with those
-options, e.g. pingpong=False overlap=False; then SDPA cuDNN, and with --flash SDPA flash). Each runs 3 times after
-building its inputs.
+options, e.g. pingpong=False overlap=False; then SDPA cuDNN, and with --flash SDPA flash), attention_bwd B H N D
+causal(0/1) [--only-sdpa] [--flash] (tkpy's attention_backward, then SDPA's backward under cuDNN and flash). Each runs 3
+times after building its inputs.
 """
 from __future__ import annotations
 
@@ -54,6 +55,24 @@ def main(argv: list[str]) -> None:
             with sdpa_kernel([backend]):
                 for _ in range(3):
                     F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+    elif what == "attention_bwd":
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from tkpy.kernels.attention_backward import attention_backward
+        bsz, h, n, d, causal = (int(x) for x in dims[:5])
+        q, k, v, do = (torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(4))
+        if "--only-sdpa" not in argv:
+            o, lse = tkpy_kernels.attention(q, k, v, causal=bool(causal), return_lse=True)
+            for _ in range(3):
+                attention_backward(do, q, k, v, o, lse, bool(causal))
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        backends = [SDPBackend.CUDNN_ATTENTION] + ([SDPBackend.FLASH_ATTENTION] if "--flash" in argv else [])
+        for backend in backends:
+            with sdpa_kernel([backend]):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                for _ in range(3):
+                    torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
     else:
         raise SystemExit(f"unknown case {what!r}")
     torch.cuda.synchronize()

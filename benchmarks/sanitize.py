@@ -69,6 +69,15 @@ def cases() -> dict:
     out["attention D64 fp16 3 warpgroups"] = lambda: attention(r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16), causal=True)
+    from tkpy.kernels import layer_norm, rms_norm
+
+    def norm(kind, width, rows=300):     # forward and backward with weight, residual (and bias): every path's kernels
+        x, res, w, b = (t.requires_grad_() for t in (r(rows, width), r(rows, width), r(width), r(width)))
+        y, h = (rms_norm(x, width, w, residual=res) if kind == "rms" else layer_norm(x, width, w, b, residual=res))
+        (y.float().sum() + h.float().sum()).backward()
+    for width in (256, 1000, 4096, 12288):     # a warp a row, groups of warps (ragged), a block, a cluster of 2
+        for kind in ("rms", "layer"):
+            out[f"{kind}_norm {width} + residual, backward"] = lambda k=kind, n=width: norm(k, n)
     return out
 
 

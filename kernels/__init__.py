@@ -1,6 +1,6 @@
 """tkpy.kernels: kernels written in tkpy, each a torch operator (torch.ops.tkpy.<name>) with a torch-facing function.
 
-    from tkpy.kernels import attention, matmul, matmul_fp8, softmax, scaled_dot_product_attention
+    from tkpy.kernels import attention, layer_norm, matmul, matmul_fp8, rms_norm, softmax, scaled_dot_product_attention
 
 The repository keeps them in its top-level kernels/ folder; installed, they are the package tkpy.kernels (and in a
 checkout tkpy maps that name to the folder): import them by that name only.
@@ -11,6 +11,17 @@ if __name__ != "tkpy.kernels":
 from .attention_op import attention, scaled_dot_product_attention  # noqa: E402
 from .matmul_fp8_op import matmul_fp8  # noqa: E402
 from .matmul_op import matmul  # noqa: E402
+from .norms import layer_norm, rms_norm  # noqa: E402
 from .row_softmax import softmax  # noqa: E402
 
-__all__ = ["attention", "matmul", "matmul_fp8", "scaled_dot_product_attention", "softmax"]
+__all__ = ["attention", "layer_norm", "matmul", "matmul_fp8", "rms_norm", "scaled_dot_product_attention", "softmax",
+           "tune"]
+
+
+def __getattr__(name: str):
+    """`tkpy.kernels.tune` (kernels/retune.py's), imported on first use: `python -m tkpy.kernels.retune` runs that
+    module as a script, which must not have been imported by the package before."""
+    if name == "tune":
+        from .retune import tune
+        return tune
+    raise AttributeError(f"module 'tkpy.kernels' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
 from .attention_bwd_kernel import first_warp, own_sync
-from .attention_bwd_policy import DQ_TASK_ROWS
+from .attention_bwd_policy import DQ_TASK_ROWS, task_group
 from .tensor_layout import cdiv
 
 
@@ -32,7 +32,8 @@ def _attention_bwd_dq(config: AttentionBwdConfig):
     c = config
     d, dtype, causal, kv = c.d, c.dtype, c.causal, c.dq_kv_rows
 
-    @tk.lcf(consumer_warpgroups=2, stages=c.dq_stage_count, persistent=True, name=c.dq_name)
+    @tk.lcf(consumer_warpgroups=2, stages=c.dq_stage_count, persistent=True, name=c.dq_name,
+            group=task_group(causal))
     class AttentionBwdDq:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]

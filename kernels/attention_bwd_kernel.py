@@ -2,7 +2,7 @@
 
 A task is a tile of KEY_ROWS = 128 keys of one (batch, key/value head): two consumer warpgroups own 64 keys each and
 load their K and V rows into shared memory at the task's start. The producer streams, through the template's ring,
-the (Q, dO) tiles of 64 query rows that see those keys: every query tile of every query head of the key/value head
+the (Q, dO) tiles of 64 query rows that see those keys, with those rows' L and D (TMA-loaded shared vectors): every query tile of every query head of the key/value head
 (GQA/MQA: dK and dV summed over them in registers), causal ones from the first tile some row of which sees a key of
 the task. Per step a warpgroup computes, transposed so that its own keys are the rows (wgmma's M),
 
@@ -15,10 +15,11 @@ with P^T set to 0 where the causal mask hides a key and for keys past N_k (rows 
 dK is scaled by the softmax scale at the task's end. Any scale (zero, negative): P needs no running max here.
 
 dQ (head dims up to 128, not deterministic): each warpgroup stores its dS^T into shared memory (two buffers, one
-per step parity, so that one barrier a step suffices), both warpgroups meet, and warpgroup w computes column piece
-w of the step's dQ over the task's 128 keys, dQ_w = dS K_w (dS^T from shared memory as wgmma's transposed A), then
-adds it into the fp32 workspace DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel
-(attention_bwd_prep) scales it into the input dtype. Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+per step parity, so that one barrier a step suffices), both warpgroups meet, and the first warpgroup computes the
+step's dQ over the task's 128 keys, dQ = dS K (dS^T from shared memory as wgmma's transposed A), a column piece at
+a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece into the fp32 workspace
+DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
+dtype. Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -33,7 +34,7 @@ from tkpy import call, f32
 from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
-from .attention_bwd_policy import KEY_ROWS, Q_TILE, REGISTERS
+from .attention_bwd_policy import KEY_ROWS, Q_TILE, REGISTERS, task_group
 from .tensor_layout import cdiv
 
 PIECES = 2                          # column pieces of d / 2 in which the main kernel holds K, V, Q and dO
@@ -72,7 +73,7 @@ def _attention_bwd(config: AttentionBwdConfig):
 
     producer_registers, consumer_registers = REGISTERS
 
-    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name,
+    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers)
     class AttentionBwd:
         Q: tk.gl[dtype, "B", "H", "N", d]
@@ -89,7 +90,8 @@ def _attention_bwd(config: AttentionBwdConfig):
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
-        inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES))
+        inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES),
+                      lse=shared(f32, Q_TILE), delta=shared(f32, Q_TILE))     # the step's rows of L and D
 
         def tasks(self, g):
             """(key tiles * splits, batch * key/value heads)."""
@@ -132,6 +134,8 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):                 # rows past N arrive as zeros
                 tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
                 tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
+            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
+            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
 
         def setup(self, st):
             # the task's K and V: warpgroup w's 64 rows, piece p, at w * PIECES + p
@@ -148,7 +152,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             st.dv = [tk.rt(f32, 16, dp, name="dv") for _ in range(outputs)]
             if atomic:
                 st.ds_tiles = tk.st(dtype, 64, Q_TILE, count=4)    # dS^T: [step parity * 2 + warpgroup]
-                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=2)      # warpgroup w's piece of the step's dQ
+                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
                 st.steps_done = tk.var(0, "steps_done")
                 # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them; in a window of them
                 # ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
@@ -188,8 +192,8 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):
                 mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
                 mm(st.grads, st.v[wg * PIECES + p], inp.do[p])
-            lse = tk.row_vec(st.probs, name="lse")      # (loaded while the products run)
-            tk.load(lse, g.L, (b, h, tile))
+            lse = tk.row_vec(st.probs, name="lse")      # (read while the products run)
+            tk.load(lse, inp.lse)
             tk.warpgroup.mma_async_wait()
             tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
             if causal:
@@ -197,7 +201,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
                 tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
             delta = tk.row_vec(st.probs, name="delta")
-            tk.load(delta, g.D, (b, h, tile))
+            tk.load(delta, inp.delta)
             tk.map(st.grads, lambda p, dp, dd: p * (dp - dd), st.probs, st.grads, delta)
             p_low, ds_low = tk.rt(dtype, 16, Q_TILE, name="p_low"), tk.rt(dtype, 16, Q_TILE, name="ds_low")
             tk.copy(p_low, st.probs)
@@ -210,26 +214,37 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
 
         def dq_step(self, st, ds_low, b, h, tile):
-            """dQ's piece w (this warpgroup's) of the step, dS K_w over both warpgroups' keys, added into DQ."""
-            g, wg, dq = st.g, tk.warpgroup.id(), st.dq
-            parity = st.steps_done % 2
+            """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
+            goes on to its next step (with a column piece each, both warpgroups waited on the dQ in every step: 1-5%
+            slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 266)."""
+            wg, parity = tk.warpgroup.id(), st.steps_done % 2
             tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
-            for half in range(2):
-                mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
-                mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + wg])
-            tk.warpgroup.mma_async_wait()
-            with tk.if_(first_warp()):              # the staging tile: the last step's reduce-add has read it
-                tk.tma.store_async_wait(read_only=True)
-            own_sync()
-            tk.warpgroup.store(st.dq_tiles[wg], dq)
+            with tk.if_(wg == 0):
+                self.dq_pieces(st, parity, b, h, tile)
+            st.steps_done += 1
+
+        def dq_pieces(self, st, parity, b, h, tile):
+            """dQ's column pieces of the step, one after another in st.dq's registers (both at once: ptxas serialized
+            the wgmmas for want of registers, C7512), each through staging tile p into DQ."""
+            g, dq = st.g, st.dq
+            for p in range(PIECES):
+                for half in range(2):
+                    mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
+                    mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
+                tk.warpgroup.mma_async_wait()
+                if p == 0:
+                    with tk.if_(first_warp()):      # the staging tiles: the last step's reduce-adds have read them
+                        tk.tma.store_async_wait(read_only=True)
+                    own_sync()
+                tk.warpgroup.store(st.dq_tiles[p], dq)
             tk.fence_proxy_async()
             own_sync()
             with tk.if_(first_warp()):
-                tk.tma.store_add_async(g.DQ, st.dq_tiles[wg], (b, h, tile, wg))
+                for p in range(PIECES):
+                    tk.tma.store_add_async(g.DQ, st.dq_tiles[p], (b, h, tile, p))
                 tk.tma.store_commit_group()
-            st.steps_done += 1
 
         def finish(self, g, st, task):
             b, hkv = task.col // g.K.depth, task.col % g.K.depth

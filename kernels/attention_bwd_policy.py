@@ -24,6 +24,21 @@ Q_TILE = 64                         # query rows per step of the main kernel (S^
 DQ_TASK_ROWS = 128                  # query rows per task of the dQ pass: 64 per consumer warpgroup
 LSE_ROWS = 128                      # the row vectors' (lse, D) and dQ workspace's rows are N rounded up to this
 ATOMIC_DQ_DIMS = 128                # the head dims up to which the main kernel accumulates dQ itself
+# The task order's rows of tiles for causal kernels (tkpy.templates.schedule.grouped_order's group), whose tasks'
+# steps shrink (main kernel: key tiles) or grow (dQ pass: query tiles) with the row: a persistent block takes every
+# 132nd task, which with rows of 8 gave each block every fourth row (B16 H16 N4096 D128: the busiest block 11% over
+# the average, 37% at N1024); 7, prime to 132, deals every block every row (3% over at both, as causal_pairs_order,
+# whose index math spilled the D128 kernel's registers). Counted from the task order (test_attention_bwd), not yet
+# timed on the GPU: the causal rows of RESULTS.md run 267 ran with 8.
+CAUSAL_TASK_GROUP = 7
+TASK_GROUP = 8                      # non-causal (every task the same steps): the template's default
+
+
+def task_group(causal: bool) -> int:
+    """The backward kernels' task-order group (tk.lcf's group) for causal or not."""
+    return CAUSAL_TASK_GROUP if causal else TASK_GROUP
+
+
 # The main kernel's setmaxnreg split (producer, each consumer warpgroup), FlashAttention-3's: with the default
 # (40, 232) D256's kernel spilled 16 bytes and serialized its wgmmas (C7512).
 REGISTERS = (24, 240)
@@ -39,8 +54,9 @@ class Row:
 
 UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attention_bwd.py); not yet timed"
 # Main kernel: stages of its ring of (Q, dO) query tiles. D128: 2 x 32 KB beside K and V (64 KB), the dS^T tiles
-# (32 KB) and the dQ staging tiles (32 KB); D256: one stage of 64 KB beside K and V (128 KB).
-MAIN_STAGES = {64: Row((2,), UNTIMED), 128: Row((2,), UNTIMED), 256: Row((1,), UNTIMED)}
+# (32 KB) and the dQ staging tiles (32 KB), all a block can have; D256: one stage of 64 KB beside K and V (128 KB).
+MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, level causal (RESULTS.md run 266)"),
+               128: Row((2,), "the most that fit"), 256: Row((1,), "the most that fit")}
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
 # 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
 DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}

@@ -254,7 +254,8 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
                                consumer_warpgroups=consumer_warpgroups, split_kv=split_kv, cluster=cluster,
                                split_k=splits > 1, lse=lse is not None or splits > 1,
                                **({"packed": True} if packed > 1 and variant is not None else {}), **options)
-    choices = clean_choices(d, consumer_warpgroups, options, q.is_cuda, picked_pairs and cluster > 1)
+    on_gpu = q.is_cuda or q.is_meta             # (meta tensors: planning a GPU's kernels, python -m tkpy.warmup)
+    choices = clean_choices(d, consumer_warpgroups, options, on_gpu, picked_pairs and cluster > 1)
     return first_clean(config, args, choices) or _attention(config()), args
 
 

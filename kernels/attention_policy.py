@@ -1,7 +1,8 @@
 """The policy of kernels/attention_kernel.py's attention forward: which options (attention_config.AttentionConfig)
-attention() runs for a shape on a GPU of some SMs. Its tuning tables were measured on the H200; each table's rows
-carry their evidence in EVIDENCE (runs of RESULTS.md), and tests/test_attention_policy.py keeps a golden record of
-the choices they make.
+attention() runs for a shape on a GPU of some SMs. Its tuning tables were measured on the H200 (MEASURED_ON); each
+table's rows carry their evidence in EVIDENCE (runs of RESULTS.md), and tests/test_attention_policy.py keeps a golden
+record of the choices they make. CONFIGS' and CONFIGS_SPLIT's rows can be re-measured on another GPU
+(tkpy.kernels.tune): that GPU's rows, kept in tkpy's disk cache, then stand in for the shipped ones there.
 
 attention() runs D64 with 3 consumer warpgroups on split K/V rings (CONFIGS_SPLIT_3WG) unless a 128-row task layout
 takes fewer waves of the SMs for the sequence at hand (consumer_warpgroups_for); D128 causal from 1024 to 16383
@@ -25,8 +26,13 @@ import math
 
 import torch
 
+from tkpy.tune import tuned_rows
+
 from .tensor_layout import cdiv
 
+# The GPU the tables below were measured on (CONFIGS and CONFIGS_SPLIT: tkpy.kernels.tune re-measures them on another,
+# whose rows then stand in for these there: tuned_rows).
+MEASURED_ON = "NVIDIA H200"
 Q_ROWS = 128                        # query rows per task of the default kernels (64 per consumer warpgroup)
 CONSUMER_WARPGROUPS = 2             # the default; 3 takes 192 query rows per task (see CONFIGS_3WG)
 # The head dims whose settings below were tuned on the H200; a kernel of another head dim (a multiple of 16 up to
@@ -292,16 +298,18 @@ def few_keys_options(nk: int, d: int, consumer_warpgroups: int, split_kv: bool, 
 
 
 def default_tiles(d: int, consumer_warpgroups: int, split_kv: bool) -> tuple:
-    """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin."""
+    """(key/value rows per tile, stages, late stages or None) of a kernel by default: CONFIGS and its kin (the
+    2-warpgroup rows of CONFIGS and CONFIGS_SPLIT as tuned on the GPU at hand where tkpy.kernels.tune measured
+    them)."""
     groups, family = consumer_warpgroups, tuned(d)
     if split_kv and groups == 2 and family > 128:
         return wide_kv(d), 2, 2
     d = family
     if split_kv:
-        return (CONFIGS_SPLIT_3WG if groups == 3 else CONFIGS_SPLIT)[d]
+        return (CONFIGS_SPLIT_3WG if groups == 3 else tuned_rows("attention.CONFIGS_SPLIT", CONFIGS_SPLIT))[d]
     if groups == 1:
         return (*CONFIGS_1WG.get(d, CONFIGS[d]), None)
-    return (*(CONFIGS_3WG if groups == 3 else CONFIGS)[d], None)
+    return (*(CONFIGS_3WG if groups == 3 else tuned_rows("attention.CONFIGS", CONFIGS))[d], None)
 
 
 def last_kv_for(nk: int, kv: int, diagonal: bool = False) -> int | None:

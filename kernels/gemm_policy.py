@@ -1,7 +1,8 @@
 """The policy of kernels/gemm_kernel.py's GEMMs: which options (gemm_config's MatmulConfig, MatmulFP8Config) matmul()
-and matmul_fp8() run for a shape on a GPU of some SMs. The tables were measured on the H200; each table's rows carry
-their evidence in EVIDENCE (runs of benchmarks/RESULTS.md), and tests/test_gemm_policy.py keeps a golden record of
-the choices they make.
+and matmul_fp8() run for a shape on a GPU of some SMs. The tables were measured on the H200 (MEASURED_ON); each
+table's rows carry their evidence in EVIDENCE (runs of benchmarks/RESULTS.md), and tests/test_gemm_policy.py keeps a
+golden record of the choices they make. TILE_RATE can be re-measured on another GPU (tkpy.kernels.tune): its rows
+for that GPU, kept in tkpy's disk cache, then stand in for the shipped ones there.
 
 A task is a BM x block_n tile of C. The tile width is block_n_for's: the width with the least modelled time, waves
 of tasks over the SMs times a tile's work over the rate a full machine of such tiles sustains (TILE_RATE). Narrow
@@ -11,8 +12,13 @@ tiles unless block_n says otherwise.
 """
 from __future__ import annotations
 
+from tkpy.tune import tuned_rows
+
 from .tensor_layout import cdiv
 
+# The GPU the tables below were measured on (TILE_RATE: tkpy.kernels.tune re-measures it on another, whose rows then
+# stand in for these there: tuned_rows).
+MEASURED_ON = "NVIDIA H200"
 BM = 128                            # rows of C per task: two consumer warpgroups of 64
 WIDTHS = (256, 128, 64)             # the tile widths block_n of the bf16/fp16 GEMM, widest first
 FP8_WIDTHS = (256, 128)             # ... and of the fp8 GEMM
@@ -65,7 +71,9 @@ def block_n_for(m: int, n: int, sms: int, widths: tuple = WIDTHS) -> int:
     over the SMs, times one tile's work (proportional to its width) over the rate a full machine of such tiles
     sustains (TILE_RATE); ties to the wider. E.g. on 132 SMs: 1024^3 -> 64 (64 tiles of 128 x 64 in one wave,
     against 16 of 256 columns); 1024 x 3072 -> 256 (96 tiles in one wave beat 384 narrow ones in three);
-    4096^3 -> 256."""
+    4096^3 -> 256. The rates are those tuned on the GPU at hand where tkpy.kernels.tune measured them."""
+    rates = tuned_rows("gemm.TILE_RATE", TILE_RATE)
+
     def time(bn):
-        return cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / TILE_RATE[bn]
+        return cdiv(cdiv(m, BM) * cdiv(n, bn), sms) * bn / rates[bn]
     return min(widths, key=lambda bn: (time(bn), -bn))

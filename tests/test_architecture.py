@@ -22,6 +22,8 @@ The layers, lowest first (LAYERS says what each package may import):
     tkpy.frontend                     signatures, tracing, the launcher and its stages (over codegen, runtime,
                                       interpret; never the ops)
     tkpy.templates                    LCF / LCSF block templates, written with the public ops
+    tkpy.tune                         autotuning (tk.autotune, tk.Config) over kernels and templates, parallel
+                                      compiles, the tuned tables' records
     tkpy                              the public namespace (tkpy/__init__.py)
     tkpy.kernels                      kernels written in tkpy: tkpy's public API only (PUBLIC), as examples/ are
 
@@ -56,11 +58,13 @@ LAYERS = {
     "tkpy.ops": _BASE | {"tkpy.ir", "tkpy.frontend.context", "tkpy.frontend.control"},
     "tkpy.frontend": _BASE | {"tkpy.ir", "tkpy.codegen", "tkpy.runtime", "tkpy.interpret"},
     "tkpy.templates": _BASE | {"tkpy.ir", "tkpy.frontend", "tkpy.ops", "tkpy.runtime", "tkpy.interpret"},
+    "tkpy.tune": _BASE | {"tkpy._version", "tkpy.ir", "tkpy.frontend", "tkpy.runtime", "tkpy.interpret",
+                          "tkpy.templates"},
 }
 
-# What kernels and examples may import from tkpy: the package and the subpackage it documents as public, by their public
-# names (a package's __all__ where it has one, else its names without a leading underscore).
-PUBLIC = {"tkpy", "tkpy.templates"}
+# What kernels and examples may import from tkpy: the package and the subpackages it documents as public, by their
+# public names (a package's __all__ where it has one, else its names without a leading underscore).
+PUBLIC = {"tkpy", "tkpy.templates", "tkpy.tune"}
 # The op namespaces tkpy exports as modules (`tk.tma.load_async`, `tk.cluster.sync()`). Any other module reachable as
 # an attribute (`tk.ir`, `tk.frontend`, and the op modules `from .ops import *` leaves in tkpy's namespace, such as
 # `tk.elementwise`) is not public: `tk.ir.expr.call` reaches past the public names as an import would.

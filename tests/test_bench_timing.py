@@ -216,22 +216,24 @@ def test_balanced_orders_give_every_function_every_predecessor_alike(n):
 
 def test_pipe_profile_table_takes_each_kernels_last_launch_in_its_units():
     """benchmarks/pipe_profile.py's table from ncu's raw CSV (its second line the units): the last launch of each
-    kernel, microseconds and TFLOP/s from the duration's unit, the clock from its own, and its PIPES columns."""
+    kernel, microseconds and TFLOP/s from the duration's unit, the clock from its own, its registers per thread and
+    its PIPES columns."""
     from benchmarks.pipe_profile import PIPES, last_launches, table
     pipes = [metric + ".avg.pct_of_peak_sustained_active" for _, metric in PIPES]
     text = "\n".join([
-        '"ID","Kernel Name","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second",'
+        '"ID","Kernel Name","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second","launch__registers_per_thread",'
         '"smsp__issue_active.avg.pct_of_peak_sustained_active",' + ",".join(f'"{m}"' for m in pipes),
-        '"","","ms","Ghz","%",' + ",".join('"%"' for _ in pipes),
-        '"0","attention_fwd_d64","2.0","1.60","30.0",' + ",".join(f'"{i}"' for i in range(len(pipes))),
-        '"1","attention_fwd_d64","1.0","1.75","31.5",' + ",".join(f'"{10 * i}.5"' for i in range(len(pipes))),
-        '"2","flash_fwd_kernel","1,500.0","1.70","40.1",' + ",".join('"1,000"' for _ in pipes)])
+        '"","","ms","Ghz","register/thread","%",' + ",".join('"%"' for _ in pipes),
+        '"0","attention_fwd_d64","2.0","1.60","168","30.0",' + ",".join(f'"{i}"' for i in range(len(pipes))),
+        '"1","attention_fwd_d64","1.0","1.75","168","31.5",' + ",".join(f'"{10 * i}.5"' for i in range(len(pipes))),
+        '"2","flash_fwd_kernel","1,500.0","1.70","255","40.1",' + ",".join('"1,000"' for _ in pipes)])
     rows, units = last_launches(text)
     lines = table(rows, units, flops=2e12).splitlines()
-    assert lines[0].split(" | ") == ["kernel", "us", "TFLOP/s", "GHz", "issue %", *(name for name, _ in PIPES)]
-    assert lines[2].split(" | ") == ["attention_fwd_d64", "1000", "2000", "1.75", "31.5",
+    assert lines[0].split(" | ") == ["kernel", "us", "TFLOP/s", "GHz", "regs", "issue %", *(name for name, _ in PIPES)]
+    assert lines[2].split(" | ") == ["attention_fwd_d64", "1000", "2000", "1.75", "168", "31.5",
                                      *(f"{10 * i}.5" for i in range(len(pipes)))]
-    assert lines[3].split(" | ") == ["flash_fwd_kernel", "1500000", "1", "1.70", "40.1", *("1000.0" for _ in pipes)]
+    assert lines[3].split(" | ") == ["flash_fwd_kernel", "1500000", "1", "1.70", "255", "40.1",
+                                     *("1000.0" for _ in pipes)]
 
 
 def test_power_clock_table_gives_work_per_clock_against_flash():

@@ -115,6 +115,40 @@ def tma_edge_kernel():
     return k
 
 
+@functools.cache
+def tma_vector_kernel(dt, length):
+    """Block (x, y) TMA-loads the shared vector of x at (batch y // H, head y % H, vector x) (a box of one row:
+    the tail past N zero-filled) and stores it through a register vector into the same place of y (M: N rounded up
+    to vectors)."""
+    @tk.kernel(warps=1, name=f"tma_vector_{dt}_{length}")
+    def k(x: tk.gl[DT[dt], "B", "H", "N"], y: tk.gl[DT[dt], "B", "H", "M"]):
+        v = tk.sv(DT[dt], length)
+        sem = tk.semaphore()
+        r = tk.rv(DT[dt], length)
+        tk.init_semaphore(sem, 1)
+        tk.warp_sync()
+        b, h = tk.block_idx.y // x.rows, tk.block_idx.y % x.rows      # (the 4-d view: batch 1, depth B, rows H)
+        tk.tma.expect(sem, v)
+        tk.tma.load_async(v, x, (b, h, tk.block_idx.x), sem)
+        tk.wait(sem, 0)
+        tk.load(r, v)
+        tk.store(y, r, (b, h, tk.block_idx.x))
+    return k
+
+
+TMA_VECTORS = [("f32", 64), ("f32", 16), ("bf16", 128), ("fp16", 256)]
+
+
+@pytest.mark.parametrize("dt,length", TMA_VECTORS)
+def test_tma_loads_shared_vectors(dt, length):
+    """A shared vector is a box of one row: its own tensor map, zero-filled past the tensor's last element."""
+    x = rand(2, 3, 2 * length + 8, dtype=TORCH[dt])
+    y = poisoned(2, 3, 3 * length, dtype=TORCH[dt])
+    tma_vector_kernel(dt, length)[(3, 6)](x, y)
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.cat([x, torch.zeros(2, 3, length - 8, dtype=x.dtype, device=x.device)], -1))
+
+
 def test_tma_partial_tiles_and_store_add():
     """Sizes that are not tile multiples: loads zero-fill, stores clip; store_add adds."""
     x = rand(100, 72, dtype=torch.bfloat16)

@@ -17,8 +17,8 @@ from tkpy import bf16, f32
 
 import gpu_util
 from gpu_util import TORCH, rel_err
-from test_gpu_hopper import (TMA_TILES, WGMMA_SHAPES, WINDOW_CASES, multicast_kernel, run_wgmma_on_windows,
-                             tma_5d_kernel, tma_edge_kernel, tma_roundtrip_kernel, wgmma_kernel)
+from test_gpu_hopper import (TMA_TILES, TMA_VECTORS, WGMMA_SHAPES, WINDOW_CASES, multicast_kernel, run_wgmma_on_windows,
+                             tma_5d_kernel, tma_edge_kernel, tma_roundtrip_kernel, tma_vector_kernel, wgmma_kernel)
 from test_trace_codegen import line_of
 from tkpy.kernels import attention_forward, gemm_kernel, gemm_ws
 
@@ -44,6 +44,14 @@ def test_tma_zero_fills_partial_tiles_clips_stores_and_adds():
     tma_edge_kernel().interpret[(2, 2)](x, z, acc)
     assert torch.equal(z, x)
     assert torch.equal(acc, (base.float() + x.float()).bfloat16())    # fp32 sum, rounded once
+
+
+@pytest.mark.parametrize("dt,length", TMA_VECTORS)
+def test_tma_loads_shared_vectors(dt, length):
+    x = rand(2, 3, 2 * length + 8, dtype=TORCH[dt])
+    y = poisoned(2, 3, 3 * length, dtype=TORCH[dt])
+    tma_vector_kernel(dt, length).interpret[(3, 6)](x, y)
+    assert torch.equal(y, torch.cat([x, torch.zeros(2, 3, length - 8, dtype=x.dtype)], -1))
 
 
 @pytest.mark.parametrize("strided", [False, True])

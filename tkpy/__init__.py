@@ -22,8 +22,18 @@ from .ops import *  # noqa: F401,F403 - the op namespace is the public API
 from .ops import warpgroup, block
 from . import templates
 from .templates import lcf, lcsf
+from . import tune
+from .tune import AutotuneWarning, Config, autotune
 from ._source_tree import expose_kernels
+from ._version import __version__
 
 expose_kernels(__path__[0])    # `tkpy.kernels` from a checkout's kernels/ (an install carries it)
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str):
+    """`tk.zeros` and other names tkpy does not have: say what tkpy calls it (a torch name) or what is close."""
+    from .ops.foreign import missing_name
+
+    if name.startswith("__"):
+        raise AttributeError(f"module 'tkpy' has no attribute '{name}'")
+    raise AttributeError(missing_name(name, globals()))

@@ -14,11 +14,22 @@ class TraceError(TkpyError):
     def __init__(self, message: str, loc=None):
         self.loc = loc
         self.bare_message = message
-        super().__init__(_with_location(message, loc))
+        super().__init__(with_location(message, loc))
+
+
+class TraceAttributeError(TraceError, AttributeError):
+    """A traced value asked for an attribute it does not have (`t.sum()` of a tile): a TraceError that says what
+    to use instead, and an AttributeError, so that hasattr() and getattr(x, name, default) still answer."""
 
 
 class ArgumentError(TkpyError, TypeError):
-    """A kernel was called with an argument it cannot take (checked before any GPU work)."""
+    """A kernel was called with an argument it cannot take (checked before any GPU work); `loc` is the call's
+    Python line."""
+
+    def __init__(self, message: str, loc=None):
+        self.loc = loc
+        self.bare_message = message
+        super().__init__(with_location(message, loc))
 
 
 class UnsupportedError(TkpyError, NotImplementedError):
@@ -26,7 +37,7 @@ class UnsupportedError(TkpyError, NotImplementedError):
 
     def __init__(self, message: str, loc=None):
         self.loc = loc
-        super().__init__(_with_location(message, loc))
+        super().__init__(with_location(message, loc))
 
 
 class InterpretError(TkpyError):
@@ -36,7 +47,7 @@ class InterpretError(TkpyError):
     def __init__(self, message: str, loc=None):
         self.loc = loc
         self.bare_message = message
-        super().__init__(_with_location(message, loc))
+        super().__init__(with_location(message, loc))
 
 
 class DeadlockError(InterpretError):
@@ -44,7 +55,8 @@ class DeadlockError(InterpretError):
     each barrier, its phase and the blocked warps with their Python lines."""
 
 
-def _with_location(message: str, loc) -> str:
+def with_location(message: str, loc) -> str:
+    """`file:line: message` and the line's source, for an error about the user's line `loc` (a tkpy.ir Loc)."""
     if loc is None:
         return message
     text = f"{loc}: {message}"

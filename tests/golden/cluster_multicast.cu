@@ -1,4 +1,4 @@
-// sha256 of the whole source: cfd5bdfc365efecc7a83b7dad451212e86c9151803b5f40f61ff43c71f82b4ac
+// sha256 of the whole source: ad4a0cd7b7d34fc56146d888ec0a035dc132cb34cd4a73aa1732115f139376d3
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

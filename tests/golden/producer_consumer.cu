@@ -1,4 +1,4 @@
-// sha256 of the whole source: 2209582372f9aa8d7d10fe24be2aa6613f745c16374bbabd0dd2c9488f36da2b
+// sha256 of the whole source: fc6397ff19a6f2916654963533aff312d8dfa1c8f37ba89fb12804f2778cd42c
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

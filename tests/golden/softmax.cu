@@ -1,4 +1,4 @@
-// sha256 of the whole source: 724da0643c8dcdfdc0a9891e8fb46444ea3dde8cec601e7940e64f211c348fb0
+// sha256 of the whole source: e8178a0cec7dd4e5d3dd38e2b2d6a72911840da8335105afc527a86779bf4034
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

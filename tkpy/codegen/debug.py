@@ -19,7 +19,7 @@ import linecache
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..ir.core import Decl, For, GlobalVar, If, KernelIR, Loc, Op, SharedRef, Var
+from ..ir.core import GLOBAL_TILE_OPS, Decl, For, GlobalVar, If, KernelIR, Loc, Op, SharedRef, Var
 from ..ir.expr import BinOp, Const, Sym, as_expr, render
 from ..tiles.types import ST, SV
 
@@ -103,8 +103,6 @@ class Unbounded:
         return quoted(self.op.loc, self.text)
 
 
-GLOBAL_TILE_OPS = ("load_rt_gl", "load_rv_gl", "load_st_gl", "load_sv_gl", "store_gl_rt", "store_gl_rv",
-                   "store_gl_st", "store_gl_sv", "load_async")     # (tile, tensor, coordinate) or (tensor, tile, ...)
 AXES = ("batch", "depth", "row", "column", "outer", "array")   # a check's `which`, as the device reports it
 ARRAY = AXES.index("array")   # `which` of a check's first array index (ARRAY + i for its i-th array)
 

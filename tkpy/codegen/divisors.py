@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef
-from ..ir.expr import BinOp, Call, Const, Expr, free_symbols, render
-from ..ir.passes import BUILTIN_SYMS, flat_operands
+from ..ir.expr import BinOp, Const, Expr, free_symbols, nodes, render
+from ..ir.passes import BUILTIN_SYMS, expressions
 from ..tiles.dtypes import i32
 
 
@@ -70,8 +70,8 @@ def _divisions(body, fixed: set, in_loop: bool):
     value that is not a constant, of a dividend that is not fixed."""
     for s in body:
         if in_loop:
-            for e in _expressions(s):
-                yield from (node for node in _nodes(e) if isinstance(node, BinOp) and node.op in ("/", "%")
+            for e in expressions(s):
+                yield from (node for node in nodes(e) if isinstance(node, BinOp) and node.op in ("/", "%")
                             and node.dtype == i32 and not isinstance(node.b, Const)
                             and _made_of(node.b, fixed) and not _made_of(node.a, fixed))
         if isinstance(s, For):
@@ -79,30 +79,3 @@ def _divisions(body, fixed: set, in_loop: bool):
         elif isinstance(s, If):
             yield from _divisions(s.then, fixed, in_loop)
             yield from _divisions(s.orelse, fixed, in_loop)
-
-
-def _expressions(s):
-    """The scalar expressions a statement evaluates itself (not those of the statements nested in it)."""
-    if isinstance(s, (Let, Assign)):
-        return [s.value]
-    if isinstance(s, For):
-        return [s.start, s.stop, s.step]
-    if isinstance(s, If):
-        return [s.cond]
-    if isinstance(s, Decl):
-        view = s.var.view
-        return [] if view is None else [view.row, view.col]
-    if isinstance(s, Op):
-        return [x for a in flat_operands(s.args) for x in ([a.index] if isinstance(a, SharedRef) and a.index is not None
-                                                    else [a] if isinstance(a, Expr) else [])]
-    return []
-
-
-def _nodes(e: Expr):
-    yield e
-    if isinstance(e, BinOp):
-        yield from _nodes(e.a)
-        yield from _nodes(e.b)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from _nodes(a)

@@ -40,6 +40,8 @@ def emit_map(em, op):
 def _map_call(name: str, texts: list[str]) -> str:
     if name == "exp2_emulated":          # (x, elements of 8 emulated)
         return f"tk::exp2_emulated<{texts[1]}>(e, {texts[0]})"
+    if name == "powi":                   # (x, the integer exponent)
+        return f"tk::powi<{texts[1]}>({texts[0]})"
     return f"tk::op_{name}{{}}({', '.join(texts)})"
 
 

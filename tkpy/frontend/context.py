@@ -32,6 +32,7 @@ class TraceContext:
         self.pending_wgmma_reads: dict = {}  # register A tile (its storage) -> Loc of an unwaited wgmma reading it
         self.wgmma_groups: list = []   # (accumulator, Loc, register A's storage or None) of the unwaited wgmmas,
         #                                oldest first (a group each)
+        self.reductions: dict = {}     # scope -> (scratch vector, parity) of tk.block.sum and friends (ops/vector_reduce)
 
     @property
     def body(self) -> list:

@@ -99,6 +99,7 @@ block_idx = _Dim3("block")
 grid_dim = _Dim3("grid")
 WARP_ID = Sym("warpid", i32)
 LANE_ID = Sym("laneid", i32)
+CLUSTER_RANK = Sym("cluster_rank", i32)      # (tk.cluster.rank(): the block's rank in its cluster)
 BUILTIN_SYMS = (WARP_ID, LANE_ID)
 
 

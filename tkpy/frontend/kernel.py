@@ -10,6 +10,7 @@ Threads may call a kernel (launch, inspect, trace) at once: each cache is filled
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import warnings
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..codegen import generate, param_slots
-from ..errors import ArgumentError
+from ..errors import ArgumentError, with_location
 from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
@@ -25,6 +26,8 @@ from ..ir.passes import ALIGNMENT_SLACK
 from ..runtime import debug as debug_mode
 from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
 from . import fastpath
+from .context import user_loc
+from .once import Once
 from .tracer import trace_kernel
 
 MAX_WARPS = 32
@@ -34,7 +37,7 @@ class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
     def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
-                 fast_division: bool = False, debug: Optional[bool] = None):
+                 fast_division: bool = False, debug: Optional[bool] = None, specs=None):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         if blocks_per_sm not in (1, 2, 3, 4):
@@ -48,7 +51,7 @@ class Kernel:
         self.warps = warps
         self.cluster = _cluster3(cluster)
         self.name = name or fn.__name__
-        self.specs = parse_signature(fn, _definition_locals())
+        self.specs = specs if specs is not None else parse_signature(fn, _definition_locals())
         self.dim_names = dynamic_dim_names(self.specs)
         self._gl_positions = [i for i, s in enumerate(self.specs) if s.kind == "gl"]
         self._compiled: dict[tuple, "Compiled"] = {}
@@ -59,17 +62,48 @@ class Kernel:
         self._native = None                         # the native launcher, when in use
         self._launcher_source: str | None = None
         self._interpreted = None                    # the CPU interpreter's launcher, made on first use
-        # Held while filling the caches above (`_once`, the fast path's set-up); never around a trace or compile,
-        # which hold the key's own lock in `_key_locks` so that other specializations compile meanwhile.
+        # Held while filling the caches above (the fast path's set-up); never around a trace or compile, which
+        # hold the key's own lock (`_once`) so that other specializations compile meanwhile.
         self._lock = threading.RLock()
-        self._key_locks: dict = {}
+        self._made_once = Once()
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"<tkpy kernel {self.name} ({self.warps} warps)>"
 
+    @property
+    def options(self) -> dict:
+        """The options of @tk.kernel this kernel was made with."""
+        return dict(warps=self.warps, name=self.name, cluster=self.cluster, blocks_per_sm=self.blocks_per_sm,
+                    fast_division=self.fast_division, debug=self.debug)
+
+    def variant(self, **changes) -> "Kernel":
+        """The same function as a kernel with some of @tk.kernel's options changed (`warps=8`, `cluster=2`, ...),
+        with caches of its own: what tk.autotune makes per configuration."""
+        unknown = sorted(changes.keys() - self.options.keys())
+        if unknown:
+            raise TypeError(f"{self.name}.variant(): @tk.kernel has no option {', '.join(unknown)} (it has "
+                            f"{', '.join(self.options)})")
+        return Kernel(self.fn, specs=self.specs, **{**self.options, **changes})
+
+    def __call__(self, *args, **kwargs):
+        """`k(x, y)` without a grid: say how a kernel is launched."""
+        names = ", ".join(s.name for s in self.specs)
+        raise ArgumentError(f"{self.name}(...) needs a grid: a kernel is launched as {self.name}[grid]({names}), grid "
+                            f"the number of blocks to run (an int, or 1 to 3 ints: {self.name}[(blocks,)](...)); "
+                            f"{self.name}.interpret[grid](...) or TKPY_INTERPRET=1 runs it on the CPU interpreter",
+                            user_loc())
+
     # -- stages --------------------------------------------------------------
     def _bind(self, args, *, need_cuda: bool) -> tuple[tuple, dict]:
+        """The specialization key and constexpr values for `args`; an argument the kernel cannot take raises
+        ArgumentError naming the caller's line."""
+        try:
+            return self._checked_key(args, need_cuda)
+        except ArgumentError as e:
+            raise _at_callers_line(e) from None
+
+    def _checked_key(self, args, need_cuda: bool) -> tuple[tuple, dict]:
         if len(args) != len(self.specs):
             raise ArgumentError(f"{self.name}() takes {len(self.specs)} arguments "
                                 f"({', '.join(s.name for s in self.specs)}), got {len(args)}")
@@ -105,24 +139,21 @@ class Kernel:
         run_all(ir)
         return Traced(self, ir, key)
 
+    def compile(self, *args) -> "Compiled":
+        """The compile stage for these arguments (torch tensors, CPU ones allowed: no GPU needed): traced, lowered
+        and compiled by NVRTC into the disk cache once per specialization, as a first launch would do; a launch of
+        the same specialization then only loads it. What `python -m tkpy.warmup` and tk.autotune run ahead."""
+        return self._compiled_for(args, need_cuda=False)
+
     def _compiled_for(self, args, *, need_cuda: bool) -> "Compiled":
         key, _ = self._bind(args, need_cuda=need_cuda)
         return self._once(self._compiled, key, lambda: self.trace(*args).lower().compile())
 
     def _once(self, cache: dict, key, make):
         """`cache[key]`, made by `make()` once however many threads ask at once (one trace and one compile
-        per specialization): a lock per key, so threads making other keys meanwhile are not held up. An
-        RLock: a make() that asks for its own key again (a kernel launched from inside its own trace) gets
-        the nested-trace error, not a deadlock."""
-        value = cache.get(key)
-        if value is None:
-            with self._lock:
-                lock = self._key_locks.setdefault((id(cache), key), threading.RLock())
-            with lock:
-                value = cache.get(key)
-                if value is None:
-                    value = cache[key] = make()
-        return value
+        per specialization; Once: a make() that asks for its own key again, a kernel launched from inside its own
+        trace, gets the nested-trace error, not a deadlock)."""
+        return self._made_once.get(cache, key, make)
 
     def max_active_clusters(self, *args) -> int:
         """How many of this kernel's clusters, specialized for `args` (CUDA tensors), the GPU runs at once."""
@@ -169,10 +200,15 @@ class Kernel:
     # -- launching ------------------------------------------------------------
     def __getitem__(self, grid):
         """`kernel[grid]`: a callable that launches on torch's current stream with the kernel's arguments."""
+        if _compiling_only is not None:
+            return self._compile_instead
         try:
             return self._bound[grid]
         except (KeyError, TypeError):
-            g = launch_grid(grid, self.cluster, self.name)
+            try:
+                g = launch_grid(grid, self.cluster, self.name)
+            except ArgumentError as e:
+                raise _at_callers_line(e) from None
             bound = functools.partial(self._fast_launch or self._launch, g)
             try:
                 if len(self._bound) > 4096:
@@ -184,6 +220,13 @@ class Kernel:
 
     def launch(self, grid, *args) -> None:
         self[grid](*args)
+
+    def _compile_instead(self, *args) -> None:
+        """A launch under compile_only(): the specialization compiled, nothing run."""
+        compiled = self._compiled_for(args, need_cuda=False)
+        made = _compiling_only
+        if made is not None:
+            made.append(compiled)
 
     @property
     def interpret(self):
@@ -202,12 +245,17 @@ class Kernel:
 
     def _slow_launch(self, grid, args: tuple) -> None:
         """First call of a specialization, or anything unusual: check everything, compile, load, then launch."""
-        from ..runtime import require_gpu
+        from ..runtime import NoGPUError, require_gpu
 
         if interpret_requested():     # TKPY_INTERPRET=1: no fast path is built, so every launch comes here
             self.interpret.run(grid, *args)
             return
-        require_gpu()
+        try:
+            require_gpu()
+        except NoGPUError as e:
+            raise NoGPUError(with_location(
+                f"{e}. Setting TKPY_INTERPRET=1 runs the same call on the CPU instead: tkpy's interpreter takes this "
+                f"kernel and CPU tensors as they are (or call {self.name}.interpret[grid](...))", user_loc())) from None
         compiled = self._compiled_for(args, need_cuda=True)
         device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
         ready = compiled.ready(device)
@@ -249,6 +297,30 @@ class Kernel:
         return self._native is not None
 
 
+_compiling_only: Optional[list] = None      # under compile_only(): what the launches compiled
+
+
+@contextlib.contextmanager
+def compile_only():
+    """Within the block every launch (`kernel[grid](*args)`, a template's call) compiles its kernel for the arguments
+    into the disk cache, as a first launch would, and returns without running anything; the block's value lists the
+    Compiled specializations. The arguments may be meta tensors (shapes, strides and dtypes are all a compile
+    reads), so the kernels' torch-facing launch paths run through without a GPU: what `python -m tkpy.warmup` does.
+    Process-wide (threads compile in parallel under it); blocks do not nest."""
+    global _compiling_only
+    with _mode_lock:
+        if _compiling_only is not None:
+            raise RuntimeError("compile_only() blocks do not nest")
+        _compiling_only = made = []
+    try:
+        yield made
+    finally:
+        _compiling_only = None
+
+
+_mode_lock = threading.Lock()
+
+
 class _ThreadState(threading.local):
     """The (kernel, key) this thread's slow path just added (or found added by another thread) and handed to the
     fast launcher: seeing it again means the fast launcher rejected a key its cache holds (a tkpy bug)."""
@@ -256,6 +328,11 @@ class _ThreadState(threading.local):
 
 
 _this_thread = _ThreadState()
+
+
+def _at_callers_line(e: ArgumentError) -> ArgumentError:
+    """`e`, naming the user's line that called the kernel (or indexed its grid) if it names none."""
+    return e if e.loc is not None else ArgumentError(e.bare_message, user_loc())
 
 
 def _current_device() -> int:
@@ -406,4 +483,7 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     which lists what stays unbounded: setmaxnreg)."""
     if fn is None:
         return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug)
+    if not callable(fn):
+        raise ArgumentError(f"@tk.kernel takes its options by name: @tk.kernel(warps={fn!r}), not @tk.kernel({fn!r})",
+                            user_loc())
     return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug)

@@ -7,13 +7,15 @@ specialization per distinct value).
 from __future__ import annotations
 
 import inspect
+import linecache
 import math
 import operator
 from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import ArgumentError, TraceError
-from ..tiles.dtypes import DType, f32, i32
+from ..ir.core import Loc
+from ..tiles.dtypes import DType, f32, i32, named_like
 from ..tiles.types import GL
 
 ALIGNMENT = 16  # bytes: base pointers and row strides, for vectorised and async copies
@@ -24,6 +26,11 @@ class _GlFactory:
 
     def __getitem__(self, item) -> GL:
         if not isinstance(item, tuple) or not item or not isinstance(item[0], DType):
+            first = item[0] if isinstance(item, tuple) and item else item
+            ours = named_like(first)
+            if ours:         # torch.float32 and the like: tkpy's dtype of the same name
+                raise TypeError(f"tk.gl takes tkpy's dtypes (tk.bf16, tk.fp16, tk.f32, tk.fp8e4m3, ...), not {first}: "
+                                f"write tk.gl[tk.{ours.name}, ...]")
             raise TypeError("write tk.gl[dtype, dim, ...], e.g. tk.gl[bf16, 'M', 64]")
         return GL(item[0], tuple(item[1:]))
 
@@ -56,15 +63,26 @@ def resolve_annotation(ann, fn, definition_locals: dict):
     try:
         return eval(ann, fn.__globals__, scope)
     except Exception as e:
-        raise TraceError(f"kernel {fn.__name__}: cannot evaluate annotation {ann!r}: {e}") from None
+        raise TraceError(f"kernel {fn.__name__}: cannot evaluate annotation {ann!r}: {e}", definition_loc(fn)) from None
+
+
+def definition_loc(fn) -> Loc:
+    """Where `fn`'s `def` is: the first line from its first decorator on that starts with `def`."""
+    code = fn.__code__
+    for line in range(code.co_firstlineno, code.co_firstlineno + 20):
+        if linecache.getline(code.co_filename, line).lstrip().startswith(("def ", "async def ")):
+            return Loc(code.co_filename, line, fn.__name__)
+    return Loc(code.co_filename, code.co_firstlineno, fn.__name__)
 
 
 def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec]:
+    """The parameters of kernel function `fn`; one it cannot take raises TraceError naming the def's line."""
+    loc = definition_loc(fn)
     specs = []
     for p in inspect.signature(fn).parameters.values():
         ann = resolve_annotation(p.annotation, fn, definition_locals or {})
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter")
+            raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter", loc)
         if isinstance(ann, GL):
             specs.append(ParamSpec(p.name, "gl", ann))
         elif ann is int:
@@ -75,14 +93,14 @@ def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec
             specs.append(ParamSpec(p.name, "constexpr"))
         else:
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` needs an annotation: "
-                             "tk.gl[dtype, dims...], int, float or tk.constexpr")
+                             "tk.gl[dtype, dims...], int, float or tk.constexpr", loc)
     names = {s.name for s in specs}
     for s in specs:
         if s.kind == "gl":
             for d in s.gl.dynamic_dims:
                 if d in names:
                     raise TraceError(f"kernel {fn.__name__}: dynamic dim name {d!r} of `{s.name}` "
-                                     "clashes with a parameter name")
+                                     "clashes with a parameter name", loc)
     return specs
 
 

@@ -51,10 +51,12 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
 def _call_capturing_locals(fn, args, code) -> dict:
     """Call fn(*args) and return its local variables at return, for naming tiles after them."""
     captured: dict = {}
+    returned_at = []
 
     def profiler(frame, event, arg):
         if event == "return" and frame.f_code is code:
             captured.update(frame.f_locals)
+            returned_at.append(frame.f_lineno)
 
     previous = sys.getprofile()
     sys.setprofile(profiler)
@@ -63,7 +65,8 @@ def _call_capturing_locals(fn, args, code) -> dict:
     finally:
         sys.setprofile(previous)
     if result is not None:
-        raise TraceError(f"kernel {fn.__name__} must not return a value (write results with tk.store)")
+        loc = Loc(code.co_filename, returned_at[-1] if returned_at else code.co_firstlineno, fn.__name__)
+        raise TraceError(f"kernel {fn.__name__} must not return a value (write results with tk.store)", loc)
     return captured
 
 

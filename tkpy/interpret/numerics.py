@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.evaluate import to_f32  # noqa: F401 - the interpreter's modules round scalars to f32 with it too
+from ..tiles import math_approx
 from ..tiles.dtypes import FP8_DTYPES, DType, bf16, f32, fp16
+from ..tiles.math_approx import exp2_ftz, flush
 from . import fp8
 
 RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32}   # storage word of an element of this many bytes
@@ -54,28 +56,16 @@ def round_to(dtype: DType, x) -> np.ndarray:
     return x if dtype == f32 else decode(dtype, encode(dtype, x))
 
 
-TINY = np.float32(2.0 ** -126)            # the smallest normal float32
-
-
-def flush(x: np.ndarray) -> np.ndarray:
-    """Subnormal values flushed to (signed) zero, as the .ftz instructions do."""
-    return np.where(np.abs(x) < TINY, np.copysign(np.float32(0), x), x).astype(np.float32, copy=False)
-
-
-def exp2_ftz(x: np.ndarray) -> np.ndarray:
-    """exp2 as ex2.approx.ftz.f32 (the prelude's op_exp2): subnormal inputs read as zero, results below
-    2^-126 are zero."""
-    return flush(np.exp2(flush(np.asarray(x, np.float32))))
-
-
 # fp32 elementwise functions, as the prelude's op_* functors compute them. fmaxf/fminf ignore a NaN
 # operand (np.fmax/np.fmin), unlike np.maximum. exp2 and exp (exp2 of x * log2 e) are ex2.approx.ftz on
 # the GPU and __fdividef, __logf and __log2f approximations: the exact fp32 results here differ from them
-# by a few ulp, but flush to zero where the GPU does.
+# by a few ulp, but flush to zero where the GPU does. The math functions (tk.sqrt .. tk.erf, tk.pow and
+# x ** n: powi, whose exponent is the map expression's param) are their fp32 twins (tkpy/tiles/math_approx.py).
 UNARY = {
     "copy": lambda x: x, "neg": np.negative, "exp": lambda x: flush(np.exp(x)), "exp2": exp2_ftz, "log": np.log,
-    "log2": np.log2, "abs": np.abs, "relu": lambda x: np.fmax(x, np.float32(0)),
+    "log2": np.log2, "abs": np.abs, "relu": lambda x: np.fmax(x, np.float32(0)), **math_approx.UNARY,
+    "powi": math_approx.powi,
 }
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-          "max": np.fmax, "min": np.fmin}
+          "max": np.fmax, "min": np.fmin, "pow": math_approx.pow}
 REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.fmax, "min": np.fmin}

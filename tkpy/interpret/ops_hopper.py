@@ -32,7 +32,7 @@ def _mbarrier(block, where) -> Semaphore:
     return block.sync_object(("semaphore", where.base), lambda: Semaphore(where.name, block.name))
 
 
-def _semaphore(warp, ref, block=None) -> Semaphore:
+def semaphore_of(warp, ref, block=None) -> Semaphore:
     """Semaphore `ref` of `block` (by default the warp's own), which must be initialised."""
     block = block or warp.block
     sem = _mbarrier(block, warp.shared_tile(ref))
@@ -58,14 +58,14 @@ def sem_init(warp, op):
 
 @semantics("sem_arrive", attrs=("count",))
 def sem_arrive(warp, op):
-    _semaphore(warp, op.args[0]).arrive(op.attrs["count"], op.loc)
+    semaphore_of(warp, op.args[0]).arrive(op.attrs["count"], op.loc)
 
 
 @semantics("sem_arrive_remote", attrs=("count", "scope"))
 def sem_arrive_remote(warp, op):
     """(The release's scope makes no difference here: the interpreter's memory is sequentially consistent.)"""
     sem, rank = op.args
-    _semaphore(warp, sem, _peer(warp, warp.value(rank))).arrive(op.attrs["count"], op.loc)
+    semaphore_of(warp, sem, _peer(warp, warp.value(rank))).arrive(op.attrs["count"], op.loc)
 
 
 @semantics("sem_expect")
@@ -74,7 +74,7 @@ def sem_expect(warp, op):
     n = warp.value(nbytes)
     if n < 0:
         raise InterpretError(f"expect of {n} bytes: a byte count cannot be negative", op.loc)
-    _semaphore(warp, sem).expect(n, warp, op.loc)
+    semaphore_of(warp, sem).expect(n, warp, op.loc)
 
 
 @semantics("sem_wait")
@@ -83,7 +83,7 @@ def sem_wait(warp, op):
     parity = warp.value(phase)
     if parity not in (0, 1):
         raise InterpretError(f"tk.wait takes a phase parity, 0 or 1 (e.g. k // stages % 2); got {parity}", op.loc)
-    return _semaphore(warp, sem).wait(parity)
+    return semaphore_of(warp, sem).wait(parity)
 
 
 # -- TMA ----------------------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def tma_load(warp, op):
         box, rows, cols = inside
         raw[rows, cols] = box
     for block in _destinations(warp, mask):
-        target = _semaphore(warp, sem, block)
+        target = semaphore_of(warp, sem, block)
         phase = target.deliver(t.nbytes, warp, op.loc)
         block.shared.write_async(tile, raw, whole(tile), Transfer(target, phase, op.loc, tile.name))
 

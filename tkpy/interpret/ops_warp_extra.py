@@ -38,7 +38,7 @@ def transpose(warp, op):
 def mask(warp, op):
     dst, src, *index, val = op.args
     x = warp.read(src)
-    r, c = np.indices(x.shape)
+    r, c = np.indices(x.shape) if x.ndim == 2 else (0, np.arange(x.shape[0]))   # (a vector: one row)
     keep = lookup(_KEEP, op.attrs["kind"], op)(r, c, *(warp.value(i) for i in index))
     warp.write(dst, np.where(keep, x, np.float32(to_f32(warp.value(val)))))
 
@@ -47,7 +47,8 @@ def mask(warp, op):
 def map_(warp, op):
     """The map expression evaluated on fp32 arrays, one numpy call per node, as the lambda computes. A
     vector source of a tile map is broadcast along rows (one value per row) or columns. exp2_emulated
-    computes the elements the GPU gives the software exp2 (by their lane-own numbers) as it does."""
+    computes the elements the GPU gives the software exp2 (by their lane-own numbers) as it does; a node's param
+(powi's exponent) follows its arguments."""
     dst, *srcs = op.args
     shape = (dst.type.rows, dst.type.cols) if isinstance(dst.type, RT) else (dst.type.length,)
     values = [_map_source(warp, dst, s) for s in srcs]
@@ -61,7 +62,7 @@ def map_(warp, op):
             x = np.broadcast_to(evaluate(e.args[0]), shape)
             return np.where(emulated_mask(element_numbers(dst.type), e.param), exp2_poly(x), UNARY["exp2"](x))
         table = UNARY if len(e.args) == 1 else BINARY
-        return lookup(table, e.fn, op)(*(evaluate(a) for a in e.args))
+        return lookup(table, e.fn, op)(*(evaluate(a) for a in e.args), *(() if e.param is None else (e.param,)))
 
     with np.errstate(all="ignore"):         # inf and NaN propagate as on the GPU
         out = evaluate(op.attrs["fn"])

@@ -8,33 +8,12 @@ the user's file:line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from ..errors import TraceError
 from ..tiles.dtypes import i32
 from ..tiles.types import GL, RT, RV, ST, SV, Semaphore
-from .expr import Expr, Sym, as_expr
-
-# What Python syntax on a tile variable records while a kernel is traced: `a + b`, `-t` ("operator": fn(dunder,
-# tile, *other)), `t[16:32, :]` ("slice": fn(tile, index)) and `t.subtile(...)` ("subtile": fn(tile, rows, cols,
-# coord)). The IR only holds the variables; the op layer above it (tkpy.ops: operators.py, views.py) defines
-# what the syntax means and installs it here with `tile_syntax`, so that the IR imports nothing from it.
-TILE_SYNTAX: dict[str, Callable] = {}
-
-
-def tile_syntax(name: str):
-    """Decorator: install `fn` as what the tile syntax `name` ('operator', 'slice' or 'subtile') does."""
-    def install(fn):
-        TILE_SYNTAX[name] = fn
-        return fn
-    return install
-
-
-def _syntax(name: str) -> Callable:
-    fn = TILE_SYNTAX.get(name)
-    if fn is None:
-        raise TraceError(f"tile {name} syntax records tkpy ops; import tkpy (tkpy.ops defines it)")
-    return fn
+from .expr import TILE_SYNTAX, Expr, Sym, Traced, as_expr, syntax as _syntax, tile_syntax  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -53,8 +32,9 @@ class Loc:
 
 
 @dataclass(eq=False)
-class Var:
-    """A tile or vector variable: register (rt/rv, one per warp) or shared (st/sv, one per block, or `count`)."""
+class Var(Traced):
+    """A tile or vector variable: register (rt/rv, one per warp) or shared (st/sv, one per block, or `count`).
+    Python's math, numpy and torch functions refuse it (Traced)."""
 
     name: str
     type: Union[RT, RV, ST, SV, Semaphore]
@@ -62,16 +42,14 @@ class Var:
     count: int = 1  # shared tiles only: an array of `count` tiles
     view: Optional["View"] = None  # a subtile: a window of another tile's storage
     alias: Optional[tuple] = None  # shared: (earlier shared Var, byte offset): placed over its storage
+    value: bool = False            # a new tile or vector that an expression returned (t * 2, tk.exp(t)), not declared
 
     def __getitem__(self, index) -> "SharedRef":
         """Element `index` (an int or runtime scalar) of an array of shared tiles; or, with slices,
         a subtile of a tile (`t[16:32]`, `s[0:32, 64:128]`). A shared tile of count 1 is an array of one, its own
         element 0 (so code written for `count=n` runs with n = 1; a runtime index must then be 0)."""
-        if isinstance(index, (slice, tuple)):
+        if isinstance(index, (slice, tuple)) or not self.is_shared:
             return _syntax("slice")(self, index)
-        if not self.is_shared:
-            raise TraceError(f"`{self.name}` ({self.type}) is not an array of shared tiles; only "
-                             "tk.st(..., count=n) can be indexed")
         i = as_expr(index)
         if hasattr(i, "value") and not 0 <= i.value < self.count:
             raise TraceError(f"index {i.value} out of range for `{self.name}`, an array of {self.count} tiles")
@@ -95,8 +73,16 @@ class Var:
     __sub__, __rsub__ = _operator("sub"), _operator("rsub")
     __mul__, __rmul__ = _operator("mul"), _operator("rmul")
     __truediv__, __rtruediv__ = _operator("truediv"), _operator("rtruediv")
-    __neg__ = _operator("neg")
+    __pow__, __rpow__ = _operator("pow"), _operator("rpow")
+    __neg__, __abs__ = _operator("neg"), _operator("abs")
     del _operator
+    __lt__ = __le__ = __gt__ = __ge__ = Traced._compare
+
+    def __getattr__(self, name: str):
+        """A missing attribute (`t.sum()`, `t.shape`): a TraceAttributeError saying what to use instead."""
+        if name.startswith("_") or "type" not in self.__dict__:
+            raise AttributeError(name)
+        return self._attribute(name)
 
     def __repr__(self) -> str:
         return f"%{self.name}"
@@ -135,12 +121,19 @@ class SharedRef:
 
 
 @dataclass(eq=False)
-class GlobalVar:
-    """A global-tensor kernel parameter."""
+class GlobalVar(Traced):
+    """A global-tensor kernel parameter (refused by Python's math, numpy and torch functions, as a Var is)."""
 
     name: str
     type: GL
     contiguous: bool = True
+
+    @property
+    def shape(self) -> tuple:
+        """The dims as declared, as torch's shape: ints for static dims, runtime scalars for dynamic ones."""
+        outer = self.type.outer
+        dims = (outer if isinstance(outer, int) else Sym(outer, i32),) + tuple(self.dim(a) for a in range(4))
+        return dims[5 - self.type.rank:]
 
     @property
     def batch(self): return self.dim(0)
@@ -215,7 +208,18 @@ class Op:
 # ops combine with: the front end records them, the code generator names them (tk::exp, tk::row_max, tk::sub_row)
 # and the interpreter computes them.
 UNARY_FNS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "copy")
+# The math functions (tk.sqrt .. tk.erf; tkpy/tiles/math_approx.py): unary like those above, with a prelude section
+# of their own that a kernel's source holds only when it uses one; and the two that only map expressions have: pow
+# (binary: tk.pow, x ** y) and powi (x ** n, the integer constant n the expression's param).
+MATH_FNS = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
+MAP_MATH_FNS = ("pow", "powi")
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
+# The copies between a tile (or vector) and a global tensor, whose first three operands are the tile, the tensor and
+# the coordinate (in units of the tile), or the tensor, the tile and the coordinate: ordinary copies (the debug
+# mode bounds-checks them) and TMA's (the hardware does).
+GLOBAL_TILE_OPS = ("load_rt_gl", "load_rv_gl", "load_st_gl", "load_sv_gl", "store_gl_rt", "store_gl_rv",
+                   "store_gl_st", "store_gl_sv", "load_async")
+TMA_TILE_OPS = ("tma_load", "tma_store", "tma_prefetch")
 REDUCE_FNS = ("max", "min", "sum", "prod")
 BROADCAST_FNS = ("add", "sub", "mul", "div")
 

@@ -10,6 +10,7 @@ the IR's own checks (protocol.py evaluates conditions on the warp id).
   Overflow (undefined in C++) is not detected: values are exact Python ints.
 - `float` is fp32: every f32 node rounds its result to float32; division by zero
   gives inf/nan as IEEE says; `min`/`max` on floats ignore a NaN (fminf/fmaxf).
+- The math functions of a float scalar (tk.rsqrt(x), ...) are their fp32 twins (tkpy/tiles/math_approx.py).
 - `laneid` differs per lane; the interpreter runs a warp as one unit, so an
   expression that uses it raises LaneDependent (UnsupportedError at the op).
 """
@@ -21,8 +22,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..tiles import math_approx
 from ..tiles.dtypes import f32
-from .expr import BOOL, BinOp, Call, Const, Expr, Sym
+from .expr import BOOL, SCALAR_MATH, BinOp, Call, Const, Expr, Sym
 
 Env = dict
 Compiled = Callable[[Env], object]
@@ -88,6 +90,13 @@ def compile_expr(e: Expr) -> Compiled:
             return _lane_dependent
         name = e.name
         return lambda env: env[name]
+    if isinstance(e, Call) and e.fn in SCALAR_MATH:
+        fn, a = math_approx.UNARY[e.fn], compile_expr(e.args[0])
+
+        def math(env):
+            with np.errstate(all="ignore"):
+                return to_f32(fn(np.float32(a(env))))
+        return math
     if isinstance(e, (BinOp, Call)):
         args = (e.a, e.b) if isinstance(e, BinOp) else e.args
         fn = _function(e.op if isinstance(e, BinOp) else e.fn, e.dtype, args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 from ..errors import TraceError
 from ..tiles.dtypes import DType, f32, i32
@@ -29,7 +29,63 @@ _FOLD = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a *
          "min": min, "max": max}
 
 
-class Expr:
+# What Python syntax on a traced value records or answers while a kernel is traced: on a tile variable `a + b`,
+# `-t` ("operator": fn(dunder, tile, *other)), `t[16:32, :]` ("slice": fn(tile, index)) and `t.subtile(...)`
+# ("subtile": fn(tile, rows, cols, coord)); on any traced value (Traced below) what Python's own functions ask of
+# it ("foreign": fn(hook, value, args, kwargs)). The IR only holds the values; the op layer above it (tkpy.ops:
+# operators.py, views.py, foreign.py) defines what the syntax means and installs it here with `tile_syntax`, so
+# that the IR imports nothing from it.
+TILE_SYNTAX: dict[str, Callable] = {}
+
+
+def tile_syntax(name: str):
+    """Decorator: install `fn` as what the syntax `name` ('operator', 'slice', 'subtile' or 'foreign') does."""
+    def install(fn):
+        TILE_SYNTAX[name] = fn
+        return fn
+    return install
+
+
+def syntax(name: str) -> Callable:
+    fn = TILE_SYNTAX.get(name)
+    if fn is None:
+        raise TraceError(f"tile {name} syntax records tkpy ops; import tkpy (tkpy.ops defines it)")
+    return fn
+
+
+class Traced:
+    """What a traced value (a runtime scalar, a tile or vector, a global tensor, a map expression) answers when
+    Python's own functions ask it for a number or an array: math.sqrt(x), float(x), int(x), range(x), round(x),
+    numpy's functions (np.exp(x)) and torch's (torch.sigmoid(x)). It has none while the kernel is traced, so the
+    op layer's "foreign" syntax refuses, naming the user's line and the tk function to use (tkpy/ops/foreign.py);
+    numpy scalars' arithmetic (np.float32(2) * x) is the same Python operator's."""
+
+    __slots__ = ()
+
+    def _hook(name: str):  # noqa: N805 - builds the hooks below
+        def hook(self, *args, **kwargs):
+            return syntax("foreign")(name, self, args, kwargs)
+        hook.__name__ = name
+        return hook
+
+    __float__, __int__, __complex__ = _hook("__float__"), _hook("__int__"), _hook("__complex__")
+    __index__, __round__, __trunc__ = _hook("__index__"), _hook("__round__"), _hook("__trunc__")
+    __floor__, __ceil__ = _hook("__floor__"), _hook("__ceil__")
+    __array__, __array_ufunc__ = _hook("__array__"), _hook("__array_ufunc__")
+    __array_function__ = _hook("__array_function__")
+    __matmul__ = __rmatmul__ = _hook("__matmul__")
+    __setitem__ = _hook("__setitem__")
+    _bool = _hook("__bool__")               # for the classes that have no truth value (scalars, map expressions)
+    _compare = _hook("comparison")          # for those that have no comparisons (tiles, map expressions)
+    _attribute = _hook("attribute")         # (a missing attribute: the name; tiles' __getattr__)
+    del _hook
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return syntax("foreign")("__torch_function__", None, (func, *args), kwargs or {})
+
+
+class Expr(Traced):
     """Base of scalar expression nodes. Python operators build new nodes."""
 
     dtype: DType
@@ -68,13 +124,7 @@ class Expr:
             return BinOp(_NEGATED[self.op], self.a, self.b, BOOL)
         return BinOp("==", self, Const(False, BOOL), BOOL)
 
-    def __bool__(self):
-        raise TraceError("a runtime value has no truth value at trace time; "
-                         "use `with tk.if_(cond):` for a runtime branch")
-
-    def __index__(self):
-        raise TraceError("a runtime value cannot be used as a Python int (e.g. in range()); "
-                         "use tk.range(...) for a runtime loop")
+    __bool__ = Traced._bool
 
     def __iter__(self):
         raise TraceError("a runtime scalar is not iterable")
@@ -165,6 +215,37 @@ def call(fn: str, *args) -> Expr:
     return Call(fn, args, dtype)
 
 
+# The math functions a runtime float scalar takes (tk.rsqrt(var + eps)): tkpy/tiles/math_approx.py's, the same
+# computation as on tiles (the prelude's tk::op_<fn> functors; their fp32 twins in the interpreter).
+SCALAR_MATH = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
+
+
+def math_call(fn: str, x) -> Expr:
+    """fn(x) of a runtime scalar (made a float), a node of the expression tree; of a Python number, the constant
+    the math function's fp32 twin computes."""
+    if fn not in SCALAR_MATH:
+        raise TraceError(f"{fn} of a runtime scalar is not supported (the math functions {', '.join(SCALAR_MATH)} are)")
+    e = as_expr(x)
+    if isinstance(e, Const):
+        import numpy as np
+
+        from ..tiles import math_approx
+        with np.errstate(all="ignore"):
+            return Const(float(math_approx.UNARY[fn](np.float32(e.value))), f32)
+    return Call(fn, (e,), f32)
+
+
+def nodes(e: Expr):
+    """Every node of an expression tree, `e` first."""
+    yield e
+    if isinstance(e, BinOp):
+        yield from nodes(e.a)
+        yield from nodes(e.b)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from nodes(a)
+
+
 def cdiv(a, b):
     """a / b rounded up, for b > 0: `tk.cdiv(n, 64)` tiles of 64 cover n. Of Python ints an int; of a runtime scalar
     the scalar `(a + b - 1) / b`. tkpy's one ceiling division (its own shared-memory and tensor-map arithmetic, the
@@ -191,6 +272,8 @@ def render(e: Expr, parent_precedence: int = 0) -> str:
     if isinstance(e, Sym):
         return e.name
     if isinstance(e, Call):
+        if e.fn in SCALAR_MATH:
+            return f"tk::op_{e.fn}{{}}({render(e.args[0])})"
         fn = {"min": "min", "max": "max"}[e.fn] if e.dtype == i32 else {"min": "fminf", "max": "fmaxf"}[e.fn]
         return f"{fn}({', '.join(render(a) for a in e.args)})"
     if isinstance(e, BinOp):

@@ -1,10 +1,12 @@
-"""Passes over the kernel IR: structural verification, shared-memory planning, register budgeting."""
+"""Passes over the kernel IR: structural verification, shared-memory planning, register budgeting, the static dims
+of global tensors copied whole."""
 from __future__ import annotations
 
 from ..errors import TraceError
 from ..tiles.types import RT, RV
-from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
-from .expr import Expr, Sym, cdiv, free_symbols
+from .core import (GLOBAL_TILE_OPS, TMA_TILE_OPS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var,
+                   walk)
+from .expr import Const, Expr, Sym, cdiv, free_symbols
 
 MAX_SHARED_BYTES = 227 * 1024      # per block on sm_90 (opt-in limit)
 SM_SHARED_BYTES = 228 * 1024       # per SM on sm_90, of which each resident block reserves 1 KB for the system
@@ -51,7 +53,10 @@ def _verify_block(stmts, tiles: set, syms: set, mutables: set) -> None:
                 var = a.var if isinstance(a, SharedRef) else a
                 if isinstance(var, Var) and var not in tiles:
                     raise TraceError(f"{s.name}: `{var.name}` is used outside the scope it was declared in "
-                                     f"(declared at {var.loc.short})", s.loc)
+                                     f"(declared at {var.loc.short}, inside a tk.range loop or tk.if_ branch that has "
+                                     "ended); declare it before the loop or branch: a tile lives in the block it is "
+                                     "declared in, and one declared outside a loop carries its values across "
+                                     "iterations", s.loc)
                 if isinstance(a, Expr):
                     _check_syms(a, syms, s)
                 if isinstance(a, SharedRef) and a.index is not None:
@@ -72,6 +77,26 @@ def flat_operands(args):
             yield from flat_operands(a)
         else:
             yield a
+
+
+def expressions(s) -> list:
+    """The scalar expressions a statement evaluates itself (not those of the statements nested in it): its value,
+    bounds or condition, a subtile's coordinates, an op's scalar operands, array indices and attributes (a fill
+    value)."""
+    if isinstance(s, (Let, Assign)):
+        return [s.value]
+    if isinstance(s, For):
+        return [s.start, s.stop, s.step]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, Decl):
+        view = s.var.view
+        return [] if view is None else [view.row, view.col]
+    if isinstance(s, Op):
+        return [x for a in flat_operands(s.args) for x in ([a.index] if isinstance(a, SharedRef) and a.index is not None
+                                                    else [a] if isinstance(a, Expr) else [])] + \
+            [a for a in s.attrs.values() if isinstance(a, Expr)]
+    return []
 
 
 def _check_syms(e: Expr, syms: set, stmt) -> None:
@@ -113,8 +138,14 @@ def register_estimate(kernel: KernelIR) -> int:
     bound). A tile is live from its declaration to its last use, or to the end of the outermost runtime
     loop that uses it without declaring it (the next iteration reads it again); so temporaries such as
     those of `a + b` cost registers only while they are in use."""
+    return _register_peak(kernel)[0]
+
+
+def _register_peak(kernel: KernelIR) -> tuple[int, list, object]:
+    """(register_estimate's registers, the register tiles live then, the statement where they are)."""
     spans: dict = {}            # register Var -> [declared at, last live at] (statement positions)
     loops: list = []            # [start, end] positions of the runtime loops enclosing the walk
+    statements: list = [None]   # statement at each position
     position = 0
 
     def use(var: Var, at: int) -> None:
@@ -130,6 +161,7 @@ def register_estimate(kernel: KernelIR) -> int:
         nonlocal position
         for s in stmts:
             position += 1
+            statements.append(s)
             if isinstance(s, Decl):
                 if not s.var.is_shared and s.var.view is None:
                     spans[s.var] = [position, position]
@@ -153,11 +185,13 @@ def register_estimate(kernel: KernelIR) -> int:
     for var, (first, last) in spans.items():
         live[first] += _regs(var)
         live[last + 1] -= _regs(var)
-    peak = running = 0
-    for delta in live:
+    peak = running = at = 0
+    for i, delta in enumerate(live):
         running += delta
-        peak = max(peak, running)
-    return peak
+        if running > peak:
+            peak, at = running, i
+    tiles = [var for var, (first, last) in spans.items() if first <= at <= last and _regs(var)]
+    return peak, tiles, statements[at] if at < len(statements) else None
 
 
 def _count(stmts) -> int:
@@ -170,19 +204,132 @@ def _regs(var: Var) -> int:
     t = var.type
     if isinstance(t, RT):
         return t.registers_per_lane
-    if isinstance(t, RV):
-        return t.chunks * t.values_per_chunk * max(1, t.dtype.nbytes // 4)
+    if isinstance(t, RV):       # (16-bit values in packed pairs where a lane holds an even number a chunk)
+        per = t.values_per_chunk
+        return t.chunks * (per // 2 if t.dtype.nbytes == 2 and per % 2 == 0 else per * max(1, t.dtype.nbytes // 4))
     return 0
 
 
 def check_registers(kernel: KernelIR) -> int:
-    need = register_estimate(kernel)
-    if need > MAX_REGISTERS_PER_THREAD:
-        first = next(s for s in walk(kernel.body) if isinstance(s, Decl) and not s.var.is_shared)
-        raise TraceError(f"register tiles need at least {need} registers per thread, more than the "
-                         f"{MAX_REGISTERS_PER_THREAD} a thread can have; use smaller tiles or keep data in shared "
-                         "memory", first.loc)
-    return need
+    """The register estimate; more than a thread can have raises TraceError at the biggest live tile's line, naming
+    the tiles live then and how to split the biggest."""
+    need, tiles, where = _register_peak(kernel)
+    if need <= MAX_REGISTERS_PER_THREAD:
+        return need
+    tiles.sort(key=_regs, reverse=True)
+    biggest = tiles[0]
+    listed = ", ".join(f"`{v.name}` {v.type} ({_regs(v)}, {v.loc.short})" for v in tiles[:6])
+    listed += f" and {len(tiles) - 6} more" if len(tiles) > 6 else ""
+    at = f" at {where.loc.short}" if getattr(where, "loc", None) is not None else ""
+    raise TraceError(f"the register tiles live at once{at} need at least {need} registers per thread, more than "
+                     f"the {MAX_REGISTERS_PER_THREAD} a thread can have: {listed}. {_split_advice(biggest, need)}; "
+                     "bf16 tiles take half the registers of f32 ones, and data can wait in shared memory (tk.st)",
+                     biggest.loc)
+
+
+def _split_advice(var: Var, need: int) -> str:
+    """How to split `var`, the biggest live tile, so that the peak fits: halve its columns (its rows, for a tile of
+    16 columns) until it does."""
+    t = var.type
+    if not isinstance(t, RT):
+        return f"Split `{var.name}` ({t}) into shorter vectors"
+    axis, size, other = ("cols", t.cols, t.rows) if t.cols > 16 else ("rows", t.rows, t.cols)
+    piece, pieces = size, 1
+    while piece > 16 and piece % 2 == 0:
+        piece, pieces = piece // 2, pieces * 2
+        smaller = t.with_(**{axis: piece})
+        if need - _regs(var) + smaller.registers_per_lane <= MAX_REGISTERS_PER_THREAD:
+            break
+    if pieces == 1:
+        return f"`{var.name}` ({t}) alone is too many: keep part of it in shared memory"
+    shape = f"{t.rows} x {piece}" if axis == "cols" else f"{piece} x {other}"
+    coord = "(row, j)" if axis == "cols" else "(i, col)"
+    return (f"Split the {'row' if axis == 'cols' else 'column'}: use tiles of {shape} and loop over "
+            f"{'column' if axis == 'cols' else 'row'} pieces (for j in range({pieces}): tk.load(t, x, {coord}) ... "
+            f"in units of the {shape} tile)")
+
+
+def check_static_dims(kernel: KernelIR) -> None:
+    """A global tensor's static columns that the kernel's tiles leave out from the first: an error. Where every copy
+    of the tensor (a load, a store, a TMA) sits at a column tile known at trace time and they cover its columns
+    from column 0 on but stop short of its static width (a tile of a constexpr D = 32 columns at column tile 0 of a
+    tensor of 64), the rest would go unread or unwritten without a word. (Copies that start past column 0, or at
+    run-time coordinates, choose their columns on purpose.)"""
+    copies: dict = {}
+    for s in walk(kernel.body):
+        if isinstance(s, Op) and s.name in GLOBAL_TILE_OPS + TMA_TILE_OPS:
+            first, second, coord = s.args[:3]
+            g, tile = (first, second) if isinstance(first, GlobalVar) else (second, first)
+            copies.setdefault(g, []).append((s, tile.type, coord[-1]))
+    for g, uses in copies.items():
+        size = g.type.dims[3]
+        if not isinstance(size, int) or not all(isinstance(c, Const) for _, _, c in uses):
+            continue
+        covered = {col for _, t, c in uses for col in range(c.value * t.cols, (c.value + 1) * t.cols)}
+        reach = next((i for i in range(size) if i not in covered), size)   # columns 0..reach-1 are covered
+        if 0 < reach < size:
+            raise TraceError(_uncovered(kernel, g, uses, size, reach), uses[0][0].loc)
+
+
+def _uncovered(kernel, g: GlobalVar, uses, size: int, reach: int) -> str:
+    op, t, _ = uses[0]
+    n = t.cols
+    verbs = {"read" if (u.name.startswith("load") or u.name in ("tma_load", "tma_prefetch")) else "written"
+             for u, _, _ in uses}
+    named = [name for name, value in kernel.constexprs.items() if value == n and not isinstance(value, bool)]
+    width = f"{n} columns wide" + (f" ({named[0]} = {n})" if named else "")
+    fix = f"pass {named[0]} = {size}" if named else f"make the tiles {size} columns wide"
+    return (f"`{g.name}` ({g.type}) has {size} static columns, but the kernel's copies of it reach columns "
+            f"0..{reach - 1} only (tiles {width} at column tiles known at trace time: "
+            f"{_OP_NAMES.get(op.name, op.name)} at {op.loc.short}, ...): columns {reach}..{size - 1} are never "
+            f"{' or '.join(sorted(verbs))}. To cover them, {fix}, or copy every piece (for j in range({-(-size // n)}):"
+            f" ... (row, j), in units of the tile); if the width varies, declare it dynamic (a name, such as \"C\", "
+            "in the tk.gl annotation)")
+
+
+_OP_NAMES = {"load_async": "tk.load_async", "tma_load": "tk.tma.load_async", "tma_store": "tk.tma.store_async",
+             "tma_prefetch": "tk.tma.prefetch", **{name: "tk." + name.split("_")[0] for name in GLOBAL_TILE_OPS[:8]}}
+
+
+def check_values_used(kernel: KernelIR) -> None:
+    """A new tile or vector that an expression returned (tk.exp(t), t * 2, tk.row_max(t)) and nothing reads: an error
+    saying that the value forms make new tiles, as a torch user's `torch.exp(t)` does, and naming the in-place form.
+    (A destination-first op writes its first operand; an op reads the others.)"""
+    written: dict = {}
+    read: set = set()
+    for s in walk(kernel.body):
+        if isinstance(s, Decl) and s.var.view is not None and isinstance(s.var.view.base, Var):
+            read.add(s.var.view.base)
+        elif isinstance(s, Op) and s.args:
+            first, *rest = s.args
+            if isinstance(first, Var) and first.value:
+                written.setdefault(first, s)
+            read.update(a for a in flat_operands(rest) if isinstance(a, Var))
+    for var, op in written.items():
+        if var not in read:
+            raise TraceError(f"the new {'tile' if isinstance(var.type, RT) else 'vector'} this expression returns is "
+                             f"never used: value forms such as {_value_form(op)} make a new tile, as torch.exp(t) "
+                             f"does; to update the operand itself, write the destination-first op, "
+                             f"{_in_place(op)}, or use the result", var.loc)
+
+
+def _value_form(op: Op) -> str:
+    fn = op.attrs.get("fn")
+    if op.name == "unary" and isinstance(fn, str):
+        return f"tk.{fn}(t)"
+    symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/"}.get(fn) if op.name in ("binary", "broadcast") else None
+    return f"t {symbol} x" if symbol else "tk.exp(t) or t * 2"
+
+
+def _in_place(op: Op) -> str:
+    fn, sources = op.attrs.get("fn"), [a for a in op.args[1:] if isinstance(a, Var)]
+    if op.name == "unary" and isinstance(fn, str) and sources:
+        return f"tk.{fn}({sources[0].name}, {sources[0].name})"
+    if op.name == "binary" and isinstance(fn, str) and sources:
+        return f"tk.{fn}({sources[0].name}, {sources[0].name}, ...)"
+    if op.name == "reduce":
+        return f"tk.{op.attrs['axis']}_{op.attrs['fn']}(v, t) into a vector v"
+    return "tk.map(t, lambda x: ..., t)"
 
 
 def run_all(kernel: KernelIR) -> None:
@@ -191,4 +338,6 @@ def run_all(kernel: KernelIR) -> None:
     verify(kernel)
     plan_shared(kernel)
     check_registers(kernel)
+    check_static_dims(kernel)
+    check_values_used(kernel)
     protocol.check(kernel)

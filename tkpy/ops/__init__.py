@@ -2,13 +2,16 @@
 from .declare import rt, rv, st, sv, col_vec, row_vec
 from .memory import load, store, load_async, load_async_wait, Scope
 from .elementwise import (fill, zero, one, neg_infty, pos_infty, copy,
-                          exp, exp2, log, log2, abs, relu, neg, add, sub, mul, div, max, min)
+                          exp, exp2, log, log2, abs, relu, neg, add, sub, mul, div, max, min,
+                          sqrt, rsqrt, sigmoid, tanh, pow, log1p, erf)
+from .vector_reduce import sum, amax, amin  # noqa: A004 - tk.sum, as torch.sum
 from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_sum, col_prod,
                      add_row, sub_row, mul_row, div_row, add_col, sub_col, mul_col, div_col)
 from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt
 from .layout import swap_layout, transpose
 from .views import subtile
 from .maps import map, broadcast_row, broadcast_col
+from . import foreign  # noqa: F401 - installs what Python's math, numpy and torch functions do to traced values
 from .softmax import OnlineSoftmax, online_softmax, online_softmax_stale
 from .masks import (make_causal, make_causal_t, mask_scores, tril, tril_periodic, triu, left_fill, right_fill,
                     upper_fill, lower_fill)

@@ -15,13 +15,19 @@ def fail(message: str):
 
 def describe(x) -> str:
     if isinstance(x, (Var, SharedRef, GlobalVar)):
-        return f"{_user_name(x)}: {x.type}"
+        return f"{user_name(x)}: {x.type}"
     if isinstance(x, Expr):
         return f"scalar {x.dtype}"
+    if type(x).__module__.split(".")[0] in ("torch", "numpy") and hasattr(x, "shape"):
+        return (f"a host {type(x).__name__} of shape {tuple(x.shape)} (a tensor inside a kernel is the host's: pass it "
+                "as a kernel argument, a tk.gl parameter, and tk.load it into a tile)")
+    if isinstance(x, Op):       # what a destination-first op returned, passed on as if it were its result
+        return (f"the {x.name} op that a tk function returned (destination-first ops write their first argument: "
+                "pass that tile, or use the value form, e.g. tk.exp(t))")
     return f"{type(x).__name__} {x!r}"
 
 
-def _user_name(x) -> str:
+def user_name(x) -> str:
     """The name the user's code binds `x` to (tiles are named after tracing; errors happen during it)."""
     frame = user_frame()
     if frame is not None:
@@ -29,7 +35,7 @@ def _user_name(x) -> str:
         for name, value in frame.f_locals.items():
             if value is target and not name.startswith("_"):
                 return name
-    return x.name
+    return getattr(x, "name", "")
 
 
 def operand(x, what: str):
@@ -41,7 +47,7 @@ def operand(x, what: str):
             return SharedRef(x, None)
         return x
     if isinstance(x, GlobalVar) and x.type.dtype == i32:
-        fail(f"{what}: `{_user_name(x)}` is an int32 global tensor, which only tk.atomic_add takes; tiles and "
+        fail(f"{what}: `{user_name(x)}` is an int32 global tensor, which only tk.atomic_add takes; tiles and "
              "vectors copy bf16, fp16, f32 and fp8 tensors")
     if isinstance(x, (SharedRef, GlobalVar)):
         return x
@@ -154,14 +160,14 @@ def emit(name: str, *args, **attrs) -> Op:
     if ctx.pending_wgmma and name not in ASYNC_MMA_OPS:
         for a in args:
             if isinstance(a, Var) and a in ctx.pending_wgmma:
-                fail(f"{name} uses `{_user_name(a)}` while a warpgroup MMA into it (at "
+                fail(f"{name} uses `{user_name(a)}` while a warpgroup MMA into it (at "
                      f"{ctx.pending_wgmma[a].short}) may still be running; call tk.warpgroup.mma_async_wait() first")
     # Every op's first argument is what it writes: a register tile that a running wgmma reads as its A must
     # keep its values until the wgmma is done (the tensor cores read registers asynchronously).
     if ctx.pending_wgmma_reads and name not in ASYNC_MMA_OPS and args and isinstance(args[0], Var):
         loc = ctx.pending_wgmma_reads.get(storage(args[0]))
         if loc is not None:
-            fail(f"{name} writes `{_user_name(args[0])}` while a warpgroup MMA reading it as its A (at {loc.short}) "
+            fail(f"{name} writes `{user_name(args[0])}` while a warpgroup MMA reading it as its A (at {loc.short}) "
                  f"may still be running; call tk.warpgroup.mma_async_wait() first")
     op = Op(name, tuple(args), user_loc(), attrs)
     ctx.emit(op)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from ..frontend.context import current
-from ..ir.expr import Expr, Sym
-from ..tiles.dtypes import i32
+from ..frontend.control import CLUSTER_RANK
+from ..ir.expr import Expr
 from ._checks import emit, fail, scalar
+from .scalar_memory import store_scalar_remote
 from .sync_async import semaphore_ref
+from .vector_reduce import group_reduce
 
-CLUSTER_RANK = Sym("cluster_rank", i32)
 
 
 def _require_cluster(what: str) -> None:
@@ -46,3 +47,31 @@ def arrive(sem, cta, count: int = 1, *, scope: str = "cluster"):
         fail(f"cluster.arrive: scope must be one of {SCOPES}, got {scope!r}")
     return emit("sem_arrive_remote", semaphore_ref(sem, "cluster.arrive"), scalar(cta, "cluster.arrive rank"),
                 count=count, **({} if scope == "cluster" else dict(scope=scope)))
+
+
+def store(dst, value, index, rank=None, sem=None):
+    """Element `index` of the f32 shared vector `dst` in the block of cluster rank `rank` (None: every block of the
+    cluster) = value (a runtime scalar), through distributed shared memory: made visible to the other blocks' warps
+    by a tk.cluster.sync(), or (with a semaphore `sem`) asynchronous, its 4 bytes completing on the target block's
+    `sem` (see tkpy/ops/scalar_memory.py)."""
+    _require_cluster("tk.cluster.store()")
+    return store_scalar_remote(dst, value, index, rank, sem)
+
+
+def sum(*vectors, warps: int | None = None, name: str = "sum"):  # noqa: A001 - tk.cluster.sum, as tk.sum
+    """The sum of every element of each register vector over warps w, w + 1, ..., w + warps - 1 (w a multiple of
+    `warps`; default every warp) of every block of the cluster: a float runtime scalar per vector, the same in each
+    of those warps (e.g. a row split over the cluster's blocks, `warps` warps a block). Every warp of every block
+    calls it: each warp's partial goes into every block's scratch (distributed shared memory) and the cluster
+    barrier meets them (tkpy/ops/vector_reduce.py)."""
+    return group_reduce("sum", vectors, "cluster", warps, name)
+
+
+def amax(*vectors, warps: int | None = None, name: str = "max"):
+    """The largest element of each vector over the cluster's groups of warps (see tk.cluster.sum)."""
+    return group_reduce("max", vectors, "cluster", warps, name)
+
+
+def amin(*vectors, warps: int | None = None, name: str = "min"):
+    """The smallest element of each vector over the cluster's groups of warps (see tk.cluster.sum)."""
+    return group_reduce("min", vectors, "cluster", warps, name)

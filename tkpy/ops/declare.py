@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..frontend.context import current
 from ..ir.core import Var
+from ..ir.expr import Expr, render
 from ..tiles.dtypes import DType
 from ..tiles.types import RT, RV, ST, SV
 from ._checks import fail, register_tile
@@ -11,6 +12,11 @@ from ..frontend.context import user_loc
 
 
 def _make(cls, *args, **kw):
+    for a in args:
+        if isinstance(a, Expr):
+            fail(f"a tile's shape is Python ints, fixed when the kernel is compiled (its registers or shared memory "
+                 f"are); `{render(a)}` is a runtime value: size tiles by static dims or tk.constexpr arguments, and "
+                 "loop over pieces of a runtime extent with tk.range")
     try:
         return cls(*args, **kw)
     except (TypeError, ValueError) as e:

@@ -1,9 +1,11 @@
 """Generic elementwise maps (`tk.map`) and filling a tile from a vector (`broadcast_row/col`)."""
 from __future__ import annotations
 
+import math
+
 from ..errors import TraceError
 from ..ir.core import Var
-from ..ir.expr import Const, Sym, as_expr, render
+from ..ir.expr import Const, Sym, Traced, as_expr, render
 from ..tiles.types import RT, RV
 from ._checks import compatible, describe, emit, fail, register_operand, register_tile, register_vector
 from .reduce import vector_for
@@ -12,13 +14,15 @@ PYTHON_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _PRECEDENCE = {"add": 1, "sub": 1, "mul": 2, "div": 2, "neg": 3}
 
 
-class MapExpr:
+class MapExpr(Traced):
     """An elementwise function of a map's operands, recorded by calling the lambda given to `tk.map`
     on placeholders. Nodes: `arg` (operand i), `scalar` (a Python number or runtime scalar), and the
     elementwise functions (`fn` as in the unary / binary ops): add, sub, mul, div and neg built with
-    + - * / and unary minus; exp, exp2, log, log2, abs, relu, neg, max, min with tk.exp(...) etc.;
-    exp2_emulated (tk.exp2(x, emulated=...)), whose `param` is how many elements of 8 take the software
-    exp2 and which depends on the element's number (`uses_element`)."""
+    + - * / and unary minus; exp, exp2, log, log2, abs, relu, neg, max, min with tk.exp(...) etc.; the math
+    functions sqrt, rsqrt, sigmoid, tanh, tanh_approx, log1p, erf (tk.sqrt(...) etc.), pow (tk.pow, `**`) and
+    powi (`x ** n` for an integer constant n, its `param`); exp2_emulated (tk.exp2(x, emulated=...)), whose
+    `param` is how many elements of 8 take the software exp2 and which depends on the element's number
+    (`uses_element`). Python's math, numpy and torch functions refuse it (Traced)."""
 
     __slots__ = ("fn", "args", "param")
 
@@ -40,9 +44,17 @@ class MapExpr:
     def __neg__(self):
         return MapExpr("neg", (self,))
 
-    def __bool__(self):
-        fail("a tk.map function is traced once on placeholders and cannot branch on their values; "
-             "use tk.max / tk.min / tk.relu")
+    def __abs__(self):
+        return MapExpr("abs", (self,))
+
+    def __pow__(self, exponent):
+        return power(self, exponent)
+
+    def __rpow__(self, base):
+        return power(base, self)
+
+    __bool__ = Traced._bool
+    __lt__ = __le__ = __gt__ = __ge__ = Traced._compare
 
     def precedence(self, infix) -> int:
         """Binding strength when rendered: infix operators, unary minus, or a leaf / call (4)."""
@@ -71,6 +83,12 @@ class MapExpr:
         """Whether the value depends on which element of a lane it is computed for (exp2_emulated)."""
         return self.fn == "exp2_emulated" or any(isinstance(a, MapExpr) and a.uses_element() for a in self.args)
 
+    def functions(self) -> set:
+        """The elementwise functions the expression computes (its nodes' fn, but for arguments and scalars)."""
+        if self.fn in ("arg", "scalar"):
+            return set()
+        return {self.fn}.union(*(a.functions() for a in self.args))
+
     def scalars(self) -> list:
         """The runtime scalar leaves (what the generated lambda captures)."""
         if self.fn == "scalar":
@@ -98,9 +116,28 @@ def lift(x) -> MapExpr:
         fail(f"inside a tk.map function, expected a number or runtime scalar, got {describe(x)}")
 
 
+def power(base, exponent) -> MapExpr:
+    """base ** exponent as a map expression (tk.pow, `**`), one of them a map expression. A constant exponent
+    picks the function at trace time: an integer n is powi (square and multiply: x ** 2 is x * x, defined for
+    every x), 0.5 sqrt and -0.5 rsqrt; another constant, a tile or a runtime scalar is pow (exp2(y * log2 x), NaN
+    for x < 0: torch agrees but for integer y). A constant base b > 0 is exp2(y * log2 b) (2 ** y: exp2)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and math.isfinite(exponent):
+        x = lift(base)
+        if exponent == int(exponent) and abs(exponent) < 2 ** 31:
+            n = int(exponent)
+            return x if n == 1 else MapExpr("powi", (x,), n)
+        if exponent in (0.5, -0.5):
+            return MapExpr("sqrt" if exponent > 0 else "rsqrt", (x,))
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 < base < math.inf:
+        y = lift(exponent)
+        return MapExpr("exp2", (y if base == 2 else y * math.log2(base),))
+    return MapExpr("pow", (lift(base), lift(exponent)))
+
+
 def map(dst, fn, *srcs):  # noqa: A001 - tk.map, as ThunderKittens' map
     """dst = fn(*srcs) elementwise, fn a Python function of the operands' elements (traced once on
-    placeholders: + - * /, tk.exp/exp2/log/log2/abs/relu/neg/max/min and scalars), computed in fp32.
+    placeholders: + - * / ** abs(), tk.exp/exp2/log/log2/abs/relu/neg/max/min, the math functions
+    tk.sqrt/rsqrt/sigmoid/tanh/pow/log1p/erf and scalars), computed in fp32.
 
         tk.map(p, lambda s, m: tk.exp2(s * scale - m), s, row_shift)
 

@@ -8,6 +8,7 @@ block go into `diagonal` / `row` / `col`, which may be runtime values:
     tril_periodic(dst, src, first_row, period, diagonal, val)
                                     keep col <= (first_row + row) % period + diagonal
     right_fill(dst, src, col, val)  fill columns >= col        left_fill       fill columns < col
+                                    (both also of register vectors, by index)
     lower_fill(dst, src, row, val)  fill rows >= row           upper_fill      fill rows < row
 
 and attention's masks of a tile of scores: mask_scores(scores, first_key, keys, first_row=None), -inf for the keys
@@ -19,11 +20,18 @@ import math
 
 from ..frontend.control import if_
 from ..tiles.dtypes import f32
-from ._checks import describe, emit, fail, register_tile, scalar
+from ..tiles.types import RV
+from ._checks import describe, emit, fail, register_tile, register_vector, scalar
+
+
+VECTOR_MASKS = ("right_fill", "left_fill")   # (by index: a vector is one row)
 
 
 def _operands(dst, src, what: str):
-    d, s = register_tile(dst, f"{what} destination"), register_tile(src, f"{what} source")
+    if what in VECTOR_MASKS and isinstance(getattr(src, "type", None), RV):
+        d, s = register_vector(dst, f"{what} destination"), register_vector(src, f"{what} source")
+    else:
+        d, s = register_tile(dst, f"{what} destination"), register_tile(src, f"{what} source")
     if (d.type.rows, d.type.cols, d.type.layout) != (s.type.rows, s.type.cols, s.type.layout):
         fail(f"{what}: {describe(d)} and {describe(s)} differ in shape or layout")
     return d, s
@@ -69,12 +77,13 @@ def triu(dst, src, diagonal=0, val=0.0):
 
 
 def right_fill(dst, src, col, val=0.0):
-    """dst = src left of column `col`, `val` from it on."""
+    """dst = src left of column `col`, `val` from it on. Also of register vectors: the values at indices below
+    `col` kept, the others `val` (e.g. a row's elements past its end in the last vector of it)."""
     return _mask("right_fill", dst, src, val, col=col)
 
 
 def left_fill(dst, src, col, val=0.0):
-    """dst = src from column `col` on, `val` left of it."""
+    """dst = src from column `col` on, `val` left of it. Also of register vectors, by index."""
     return _mask("left_fill", dst, src, val, col=col)
 
 

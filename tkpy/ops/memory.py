@@ -13,15 +13,20 @@ from ..frontend.control import WARP_ID
 from ..ir.core import GlobalVar, SharedRef, Var
 from ..tiles.types import RT, RV, ST, SV
 from ._checks import describe, emit, fail, operand, same_shape, scalar, tile_coord
+from .scalar_memory import is_scalar_destination, is_scalar_value, load_scalar, store_scalar
+from .vector_reduce import group_reduce
 
 SCOPES = {"warp": 1, "warpgroup": 4, "block": None}  # warps taking part (None: all)
 
 
 def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
-    """Load `dst` from `src`: rt <- gl, rt <- st, st <- gl, rv <- gl, rv <- sv, sv <- gl (dtype converted
-    into registers). Loads from a global tensor are bounds-checked with `masked=True` or a `fill`
+    """Load `dst` from `src`: rt <- gl, rt <- st, st <- gl, rv <- gl, rv <- sv, sv <- gl, scalar <- gl / sv
+    (dtype converted into registers). Loads from a global tensor are bounds-checked with `masked=True` or a `fill`
     value (elements past the tensor's last row or column read as `fill`, default 0), and
-    automatically when a static dim is not a multiple of the tile."""
+    automatically when a static dim is not a multiple of the tile. A float tk.var destination loads one element
+    (tkpy/ops/scalar_memory.py)."""
+    if is_scalar_destination(dst):
+        return load_scalar(dst, src, coord, fill, masked)
     dst, src = operand(dst, "load destination"), operand(src, "load source")
     d, s = dst.type, src.type
     if isinstance(d, RT) and isinstance(src, GlobalVar):
@@ -43,9 +48,12 @@ def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
 
 
 def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
-    """Store `src` into `dst`: gl <- rt, st <- rt, gl <- st, gl <- rv, sv <- rv, gl <- sv (dtype converted
-    out of registers). Stores into a global tensor skip the elements past its last row or column
-    with `masked=True`, and automatically when a static dim is not a multiple of the tile."""
+    """Store `src` into `dst`: gl <- rt, st <- rt, gl <- st, gl <- rv, sv <- rv, gl <- sv, gl / sv <- scalar
+    (dtype converted out of registers). Stores into a global tensor skip the elements past its last row or column
+    with `masked=True`, and automatically when a static dim is not a multiple of the tile. A scalar `src` (a
+    runtime scalar or a number) stores one element (tkpy/ops/scalar_memory.py)."""
+    if is_scalar_value(src):
+        return store_scalar(dst, src, coord, masked)
     dst, src = operand(dst, "store destination"), operand(src, "store source")
     d, s = dst.type, src.type
     if isinstance(dst, GlobalVar) and isinstance(s, RT):
@@ -156,10 +164,30 @@ def load_async_wait(pending: int = 0):
 
 
 class Scope:
-    """`tk.warpgroup` / `tk.block`: the same memory ops done cooperatively by more warps."""
+    """`tk.warpgroup` / `tk.block`: the same memory ops done cooperatively by more warps; `tk.block.sum` and
+    friends reduce register vectors over groups of the block's warps (tkpy/ops/vector_reduce.py)."""
 
     def __init__(self, name: str):
         self.name = name
+
+    def sum(self, *vectors, warps: int | None = None, name: str = "sum"):
+        """The sum of every element of each vector over a group of `warps` consecutive warps (default: the whole
+        block): a float runtime scalar per vector, the same in every warp of the group. Every warp of the group
+        calls it (a barrier meets them: the group's named barrier 1 + warp // warps, or __syncthreads)."""
+        return group_reduce("sum", vectors, self._reducing(), warps, name)
+
+    def amax(self, *vectors, warps: int | None = None, name: str = "max"):
+        """The largest element of each vector over a group of warps (see sum)."""
+        return group_reduce("max", vectors, self._reducing(), warps, name)
+
+    def amin(self, *vectors, warps: int | None = None, name: str = "min"):
+        """The smallest element of each vector over a group of warps (see sum)."""
+        return group_reduce("min", vectors, self._reducing(), warps, name)
+
+    def _reducing(self) -> str:
+        if self.name != "block":
+            fail(f"tk.{self.name} has no vector reductions; tk.block.sum(v, warps=4) reduces over groups of 4 warps")
+        return self.name
 
     def load(self, dst, src, coord=None, **bounds):
         return load(dst, src, coord, scope=self.name, **bounds)

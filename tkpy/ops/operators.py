@@ -1,4 +1,4 @@
-"""Arithmetic that returns new tiles and vectors: `a + b`, `t - v`, `2 * t`, `-t`, `tk.exp(t)`,
+"""Arithmetic that returns new tiles and vectors: `a + b`, `t - v`, `2 * t`, `-t`, `abs(t)`, `t ** 2`, `tk.exp(t)`,
 `tk.max(a, b)`, beside the destination-first ops they lower to.
 
 Each result is a temporary declared where the expression is evaluated. A vector operand of a
@@ -13,7 +13,7 @@ from ..ir.core import BROADCAST_FNS, Var, tile_syntax
 from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV
 from ._checks import compatible, describe, emit, fail, register_operand, scalar
-from .maps import MapExpr, lift
+from .maps import MapExpr, lift, map as map_op, power
 
 _DUNDERS = {"add": ("add", False), "radd": ("add", True), "sub": ("sub", False), "rsub": ("sub", True),
             "mul": ("mul", False), "rmul": ("mul", True), "truediv": ("div", False), "rtruediv": ("div", True)}
@@ -23,8 +23,11 @@ _COMMUTATIVE = ("add", "mul", "max", "min")
 @tile_syntax("operator")
 def apply(dunder: str, x: Var, *other):
     """The arithmetic dunders of tile variables (`x + y` is apply('add', x, y))."""
-    if dunder == "neg":
-        return unary_value("neg", x)
+    if dunder in ("neg", "abs"):
+        return unary_value(dunder, x)
+    if dunder in ("pow", "rpow"):
+        (y,) = other
+        return power_value(y, x) if dunder == "rpow" else power_value(x, y)
     fn, reflected = _DUNDERS[dunder]
     (y,) = other
     return binary_value(fn, y, x) if reflected else binary_value(fn, x, y)
@@ -84,6 +87,25 @@ def binary_value(fn: str, a, b):
     return out
 
 
+def power_value(base, exponent):
+    """base ** exponent as a new tile or vector (tk.pow, `**`): a map of maps.power over the tile operands (the
+    other a scalar, or a tile or vector of the first's shape; a vector of a tile broadcast as in tk.map)."""
+    if isinstance(base, MapExpr) or isinstance(exponent, MapExpr):
+        return power(base, exponent)
+    tiles = [register_operand(x, "pow operand") for x in (base, exponent) if _is_register(x)]
+    if not tiles:
+        fail(f"pow: expected a tile or vector operand, got {describe(base)} and {describe(exponent)}")
+    shape = next((t for t in tiles if isinstance(t.type, RT)), tiles[0])
+    out = temporary(shape.type, None if len({t.type.dtype for t in tiles}) == 1 else f32)
+    if len(tiles) == 2:
+        map_op(out, power, *tiles)
+    elif _is_register(base):
+        map_op(out, lambda x: power(x, exponent), *tiles)
+    else:
+        map_op(out, lambda y: power(base, y), *tiles)
+    return out
+
+
 def _is_register(x) -> bool:
     return isinstance(x, Var) or hasattr(x, "type")
 
@@ -102,4 +124,6 @@ def _axis(tile, vec, fn: str) -> str:
 def temporary(type_, dtype=None) -> Var:
     if dtype is not None and dtype != type_.dtype:
         type_ = type_.with_(dtype=dtype) if isinstance(type_, RT) else RV(dtype, type_.length, type_.layout)
-    return current().declare(type_, "t" if isinstance(type_, RT) else "v")
+    var = current().declare(type_, "t" if isinstance(type_, RT) else "v")
+    var.value = True
+    return var

@@ -21,6 +21,7 @@ def _reduce(fn: str, axis: str):
         if src is None:     # tk.row_max(t): a new vector
             t = register_tile(dst, f"{axis}_{fn} source")
             v = current().declare(t.type.col_vec() if axis == "row" else t.type.row_vec(), "v")
+            v.value = True
             op(v, t)
             return v
         v = register_vector(dst, f"{axis}_{fn} destination")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..ir.core import GlobalVar, SharedRef, Var
 from ..ir.expr import as_expr
 from ..tiles.dtypes import FP8_DTYPES
-from ..tiles.types import ST
+from ..tiles.types import ST, SV
 from ..frontend.context import current
 from ..ir.expr import Const
 from ._checks import describe, emit, fail, operand, scalar, tile_coord
@@ -20,10 +20,12 @@ from .sync_async import semaphore_ref
 MAX_BOX = 256  # elements per box dimension
 
 
-def _shared_tile(x, what: str) -> SharedRef:
+def _shared_tile(x, what: str, vectors: bool = False) -> SharedRef:
+    """`x` as a shared tile a TMA box can move (with `vectors`, a shared vector too: a box of one row)."""
     x = operand(x, what)
-    if not (isinstance(x, SharedRef) and isinstance(x.type, ST)):
-        fail(f"{what}: expected a shared tile (st), got {describe(x)}")
+    kinds = (ST, SV) if vectors else ST
+    if not (isinstance(x, SharedRef) and isinstance(x.type, kinds)):
+        fail(f"{what}: expected a shared tile (st){' or vector (sv)' if vectors else ''}, got {describe(x)}")
     t = x.type
     if t.rows > MAX_BOX or t.panel_cols > MAX_BOX:
         fail(f"{what}: a TMA box is at most {MAX_BOX} rows and {MAX_BOX} columns per swizzle panel; {t} is too big")
@@ -41,8 +43,10 @@ def _global(x, tile: SharedRef, what: str) -> GlobalVar:
 def load_async(dst, src, coord, sem, *, multicast=None):
     """Start copying the tile of `src` at `coord` (in units of dst's shape) into shared tile `dst`;
     its bytes complete on semaphore `sem`. With `multicast` (a bit mask of cluster ranks) the tile
-    lands in `dst` of every block named, completing on each one's `sem`."""
-    d = _shared_tile(dst, "tma.load_async destination")
+    lands in `dst` of every block named, completing on each one's `sem`. `dst` may be a shared vector
+    (sv): `coord` then names it as tk.load does a register vector's (its last index in vector lengths
+    along the tensor's last dim), e.g. a row of per-query statistics that a step's tiles need."""
+    d = _shared_tile(dst, "tma.load_async destination", vectors=True)
     g = _global(src, d, "tma.load_async source")
     args = [d, g, tile_coord(coord, "tma.load_async", g), semaphore_ref(sem, "tma.load_async")]
     if multicast is not None:
@@ -93,15 +97,15 @@ def store_async_wait(pending: int = 0, *, read_only: bool = False):
 
 
 def expect(sem, *tiles):
-    """Announce on `sem` the bytes that TMA loads of `tiles` (shared tiles or arrays of them) will
-    deliver; counts as one arrival."""
+    """Announce on `sem` the bytes that TMA loads of `tiles` (shared tiles or vectors, or arrays of them)
+    will deliver; counts as one arrival."""
     total = 0
     tiles = [x for t in tiles for x in (t.tiles() if hasattr(t, "tiles") else [t])]   # a template stage
     for t in tiles:
-        if isinstance(t, Var) and isinstance(t.type, ST):
+        if isinstance(t, Var) and isinstance(t.type, (ST, SV)):
             total += t.type.nbytes * t.count
         else:
-            total += _shared_tile(t, "tma.expect").type.nbytes
+            total += _shared_tile(t, "tma.expect", vectors=True).type.nbytes
     if not tiles:
         fail("tma.expect needs at least one shared tile")
     return emit("sem_expect", semaphore_ref(sem, "tma.expect"), as_expr(total))

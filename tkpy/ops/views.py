@@ -50,7 +50,9 @@ def slice_tile(tile, index) -> Var:
     t = base.type
     index = index if isinstance(index, tuple) else (index,)
     if len(index) > 2 or not all(isinstance(s, slice) for s in index):
-        fail(f"subtile: index a tile with one or two slices of static ints, e.g. t[16:32, :]; got {index!r}")
+        fail(f"{describe(tile)} is indexed by one or two slices of static ints, a subtile (t[16:32], t[0:16, 32:64]); "
+             f"got [{', '.join(map(str, index))}]: a tile's elements are not addressable one by one (tk.map computes "
+             "each, tk.fill sets them all, the masks tk.tril / tk.right_fill / ... those past a boundary)")
     index = index + (slice(None),) * (2 - len(index))
     shape, coord = [], []
     for s, full, what in zip(index, (t.rows, t.cols), ("rows", "cols")):

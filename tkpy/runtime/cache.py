@@ -208,6 +208,11 @@ def mac(key: bytes, *parts: bytes) -> str:
     return _digest(hmac.new(key, digestmod=hashlib.sha256), parts)
 
 
+def digest(*parts: bytes) -> str:
+    """sha256 (hex) of length-prefixed `parts`."""
+    return _digest(hashlib.sha256(), parts)
+
+
 def _digest(h, parts) -> str:
     for b in parts:
         h.update(len(b).to_bytes(8, "little"))  # length-prefix: no ambiguity
@@ -249,7 +254,7 @@ def cache_key(
         "\x1f".join(options),
         source,
     )
-    return _digest(hashlib.sha256(), [p.encode() for p in parts])
+    return digest(*(p.encode() for p in parts))
 
 
 def _paths(key: str, root_dir: Path) -> tuple[Path, Path, Path]:
@@ -400,6 +405,7 @@ __all__ = [
     "cache_enabled",
     "cache_dir",
     "cache_key",
+    "digest",
     "entry_lock",
     "entry_paths",
     "load",

@@ -13,7 +13,7 @@ from ..ir import Loc, Var, cdiv
 from ..ir.passes import ALIGNMENT_SLACK, shared_limit
 from ..ir.protocol import REGISTER_FILE
 from ..tiles.dtypes import DType
-from ..tiles.types import GL, ST
+from ..tiles.types import GL, ST, SV
 
 PRODUCER_REGISTERS = 40
 SEMAPHORE_BYTES = 8
@@ -22,19 +22,28 @@ H200_MULTIPROCESSORS = 132
 
 @dataclass(frozen=True)
 class shared:
-    """A buffer of a template: `count` shared tiles per stage (index them as inp.name[i])."""
+    """A buffer of a template: `count` shared tiles per stage (index them as inp.name[i]); without `cols`, shared
+    vectors of `rows` elements (sv: e.g. a step's per-row statistics, loaded by TMA beside its tiles)."""
 
     dtype: DType
     rows: int
-    cols: int
+    cols: int | None = None
     count: int = 1
 
     @property
-    def type(self) -> ST:
-        return ST(self.dtype, self.rows, self.cols)
+    def type(self) -> ST | SV:
+        return SV(self.dtype, self.rows) if self.cols is None else ST(self.dtype, self.rows, self.cols)
+
+    def declare(self, count: int) -> Var:
+        """An array of `count` of this buffer's tiles (or vectors)."""
+        from .. import ops as tk
+
+        if self.cols is None:
+            return tk.sv(self.dtype, self.rows, count=count)
+        return tk.st(self.dtype, self.rows, self.cols, count=count)
 
     def __str__(self) -> str:
-        each = f"{self.rows}x{self.cols} {self.dtype.name}"
+        each = f"{self.rows} {self.dtype.name}" if self.cols is None else f"{self.rows}x{self.cols} {self.dtype.name}"
         return each if self.count == 1 else f"{self.count} x {each}"
 
 
@@ -96,11 +105,9 @@ class _Indexed:
 
 def declare_aliased(specs: dict, base: Var, offsets: dict) -> dict:
     """Shared tiles of `specs` placed over the storage of `base` (byte offsets from its start)."""
-    from .. import ops as tk
-
     arrays = {}
     for name, spec in specs.items():
-        arrays[name] = tk.st(spec.dtype, spec.rows, spec.cols, count=spec.count)
+        arrays[name] = spec.declare(spec.count)
         arrays[name].name = name
         arrays[name].alias = (base, offsets[name])
     return arrays
@@ -136,11 +143,9 @@ def finish_placement(inputs: dict, stages: int, finish: dict, loc: Loc) -> tuple
 def declare_ring(specs: dict, stages: int, prefix: str = "") -> dict:
     """The shared tiles of `stages` stages of the buffers `specs`, one array per buffer (stage s's i-th
     tile of buffer b at b[s * count + i])."""
-    from .. import ops as tk
-
     arrays = {}
     for name, spec in specs.items():
-        arrays[name] = tk.st(spec.dtype, spec.rows, spec.cols, count=spec.count * stages)
+        arrays[name] = spec.declare(spec.count * stages)
         arrays[name].name = prefix + name
     return arrays
 

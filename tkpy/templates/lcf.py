@@ -261,6 +261,22 @@ class LCF:
         return 2 * self.stages + 2 * self.late_stages + bool(self.finish_block)
 
     pipeline = None            # the Pipeline class that traces this template (set below)
+    made_by = None             # (class, options, definition locals, loc) of the decorator that made it (decorator())
+
+    @property
+    def options(self) -> dict:
+        """The options of the decorator (@tk.lcf / @tk.lcsf) this template was made with."""
+        return dict(self.made_by[1])
+
+    def variant(self, **changes) -> "LCF":
+        """The same class as a template with some of its decorator's options changed (`stages=3`, `cluster=2`,
+        ...): what tk.autotune makes per configuration. A TraceError where its stages do not fit in shared
+        memory."""
+        cls, options, definition_locals, loc = self.made_by
+        unknown = sorted(changes.keys() - options.keys())
+        if unknown:
+            raise TypeError(f"@tk.{self.kind.lower()} has no option {', '.join(unknown)} (it has {', '.join(options)})")
+        return type(self)(cls, definition_locals=definition_locals, loc=loc, **{**options, **changes})
 
     # -- the kernel -----------------------------------------------------------------------------------------
     def _body(self):
@@ -750,7 +766,9 @@ def decorator(template_class, caller, cls, options: dict):
     loc = Loc(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
 
     def wrap(c):
-        return template_class(c, definition_locals=definition_locals, loc=loc, **options)
+        template = template_class(c, definition_locals=definition_locals, loc=loc, **options)
+        template.made_by = (c, options, definition_locals, loc)
+        return template
     return wrap(cls) if cls is not None else wrap
 
 

@@ -23,18 +23,24 @@ Orders a template class's `order` may return instead of grouped_order's (kernels
 from __future__ import annotations
 
 from ..frontend.control import let
-from ..ir.expr import call
+from ..ir.expr import Const, call
 
 
 def grouped_order(index, row_tiles, col_tiles, group: int, per_group=None) -> tuple:
-    """(row, col) of (traced) task `index` walking `group` rows of tiles at a time, column by column, so the
-    blocks running together share A row panels and B column panels in L2. Its values are named constants (tk.let),
-    each computed once; `per_group`: the tasks of a group, group * col_tiles, where the caller made it already."""
+    """(row, col) of task `index` walking `group` rows of tiles at a time, column by column, so the blocks running
+    together share A row panels and B column panels in L2 (ints or traced expressions alike). Traced values are
+    named constants (tk.let), each computed once; `per_group`: the tasks of a group, group * col_tiles, where the
+    caller made it already."""
     per_group = group * col_tiles if per_group is None else per_group
-    first_row = let(index // per_group * group, "group_row")
-    rows_here = let(call("min", row_tiles - first_row, group), "group_rows")
-    within = let(index % per_group, "in_group")
+    first_row = _named(index // per_group * group, "group_row")
+    rows_here = _named(call("min", row_tiles - first_row, group), "group_rows")
+    within = _named(index % per_group, "in_group")
     return first_row + within % rows_here, within // rows_here
+
+
+def _named(value, name: str):
+    """`value` bound to a name (tk.let) where it is a runtime value; a number as it is."""
+    return value if isinstance(value, (int, Const)) else let(value, name)
 
 
 class Grouped:

@@ -57,6 +57,13 @@ FP8_DTYPES = (fp8e4m3, fp8e5m2)
 FP8_MAX = {"fp8e4m3": 448.0, "fp8e5m2": 57344.0}   # the largest finite values (where satfinite clamps)
 
 
+def named_like(x) -> DType | None:
+    """The tkpy dtype that torch dtype `x` (torch.float32, ...) is, by name (for the errors of a torch dtype given
+    where tkpy's is expected), else None; without importing torch."""
+    text = str(x)
+    return next((dt for dt in (bf16, fp16, f32, i32, *FP8_DTYPES) if text == f"torch.{dt.torch_name}"), None)
+
+
 def from_torch(torch_dtype) -> DType:
     """The tkpy dtype of a torch dtype, or a clear error."""
     for dt in (bf16, fp16, f32, i32, *FP8_DTYPES):

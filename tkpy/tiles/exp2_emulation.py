@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .math_approx import fma
+
 ROUNDER = 12583039.0                 # 1.5 * 2^23 + 127: x + ROUNDER holds round(x) + 127 in its low mantissa bits
 LOW, HIGH = -127.0, 128.0            # j + 127 in [0, 255]: a biased exponent (0: the float 0, 255: inf)
 # 2^f ~ 1 + f * (C1 + f * (C2 + f * C3)) on [-0.5, 0.5] (minimax in relative error, constant term 1 so
@@ -60,9 +62,6 @@ def exp2_poly(x: np.ndarray) -> np.ndarray:
     x = np.minimum(np.maximum(np.asarray(x, f32), f32(LOW)), f32(HIGH))   # NaN stays NaN, as max.NaN / min.NaN
     t = (x + f32(ROUNDER)).astype(f32)
     f = (x - (t - f32(ROUNDER))).astype(f32)
-
-    def fma(a, b, c):
-        return (np.float64(a) * np.float64(b) + np.float64(c)).astype(f32)
 
     p = fma(fma(fma(f32(C3), f, f32(C2)), f, f32(C1)), f, f32(1.0))
     scale = (t.view(np.uint32) << np.uint32(23)).astype(np.uint32).view(f32)

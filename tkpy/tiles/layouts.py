@@ -38,10 +38,22 @@ ROW_LAYOUT_COL = "2 * (lane & 3) + 8 * (reg >> 1) + half"
 #   align: per 16 elements a lane holds 4 values, idx = 2 * (lane & 3) + 8 * (k >> 1) + (k & 1)
 #          (the columns of a row-layout tile, the rows of a col-layout tile)
 #   naive: one value per lane per 32 elements, idx = lane + 32 * k (for memory and scalars)
+#   contig: 8 consecutive values per lane per 256 elements, idx = 8 * lane + k: a lane's 8 values are one
+#           16-byte copy of 16-bit elements (two of fp32), a warp's chunk 512 contiguous bytes (rows of memory-bound
+#           kernels: norms, softmax over wide rows); no tile reduces to it or broadcasts it
 ORTHO_INDEX = "(lane >> 2) + 8 * k"
 ALIGN_INDEX = "2 * (lane & 3) + 8 * (k >> 1) + (k & 1)"
 NAIVE_INDEX = "lane + 32 * k"
+CONTIG_INDEX = "8 * lane + k"
 VECTOR_VALUES_PER_16 = {"ortho": 2, "align": 4}
+# Per layout: (elements per chunk, values a lane holds per chunk, the lane bits across which the values differ (a
+# value is repeated in the lanes that differ only in the other bits), the index expression).
+VECTOR_LAYOUTS = {
+    "ortho": (16, 2, 0b11100, ORTHO_INDEX),
+    "align": (16, 4, 0b00011, ALIGN_INDEX),
+    "naive": (32, 1, 0b11111, NAIVE_INDEX),
+    "contig": (256, 8, 0b11111, CONTIG_INDEX),
+}
 
 # A lane's own numbering of the elements it holds (what per-element choices such as tk.exp2's emulated
 # share go by): element `half` of register `reg` of base tile (i, j) of a tile `width` base tiles wide;
@@ -74,9 +86,24 @@ def fragment_position(layout: str, lane, reg, half):
 
 
 def vector_index(layout: str, lane, k):
-    """Element index (within its 16-element chunk, or 32 for naive) of a lane's k-th value."""
-    expr = {"ortho": ORTHO_INDEX, "align": ALIGN_INDEX, "naive": NAIVE_INDEX}[layout]
-    return _eval(expr, lane=lane, k=k)
+    """Element index (within its chunk: 16 elements, 32 for naive, 256 for contig) of a lane's k-th value."""
+    return _eval(VECTOR_LAYOUTS[layout][3], lane=lane, k=k)
+
+
+def vector_chunk(layout: str) -> int:
+    """Elements per chunk of a vector layout."""
+    return VECTOR_LAYOUTS[layout][0]
+
+
+def vector_values_per_chunk(layout: str) -> int:
+    """Values each lane holds per chunk of a vector layout."""
+    return VECTOR_LAYOUTS[layout][1]
+
+
+def vector_lane_bits(layout: str) -> int:
+    """The lane bits across which a vector layout's values differ: a reduction over the vector combines the lanes
+    across these bits (shuffles with these xor masks); lanes differing only in the others hold copies."""
+    return VECTOR_LAYOUTS[layout][2]
 
 
 def tile_element_numbers(layout: str, rows: int, cols: int):
@@ -98,8 +125,7 @@ def vector_element_numbers(layout: str, length: int):
     """The VECTOR_ELEMENT number of each element of a register vector (a numpy int array)."""
     import numpy as np
 
-    chunk = 32 if layout == "naive" else 16
-    per_chunk = 1 if layout == "naive" else VECTOR_VALUES_PER_16[layout]
+    chunk, per_chunk = vector_chunk(layout), vector_values_per_chunk(layout)
     lane, k = np.meshgrid(np.arange(WARP_SIZE), np.arange(per_chunk), indexing="ij")
     numbers = np.empty(length, np.int64)
     for c in range(length // chunk):

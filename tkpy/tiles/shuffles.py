@@ -37,8 +37,8 @@ VECTOR_SHUFFLES = {
 }
 
 # Which lane of those holding the same vector values stores them: ortho values repeat across lane
-# bits 0-1, align values across bits 2-4, naive values do not repeat.
-VECTOR_OWNER = {"ortho": "(lane & 3) == 0", "align": "(lane >> 2) == 0", "naive": "lane < 32"}
+# bits 0-1, align values across bits 2-4, naive and contig values do not repeat.
+VECTOR_OWNER = {"ortho": "(lane & 3) == 0", "align": "(lane >> 2) == 0", "naive": "lane < 32", "contig": "lane < 32"}
 
 # Transposing the 8x8 block that one fp32 register pair of a fragment holds (swap_layout and
 # transpose of f32 tiles; 16-bit tiles use movmatrix). Lane (g, t) = (lane >> 2, lane & 3) holds

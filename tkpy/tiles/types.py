@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from . import layouts, swizzle as swz
-from .dtypes import DType, FP8_DTYPES, TILE_DTYPES, f32
+from .dtypes import DType, FP8_DTYPES, TILE_DTYPES, f32, named_like
 
 Dim = Union[int, str]  # static size or the name of a dynamic one
 
@@ -22,7 +22,9 @@ def _check_dtype(dtype: DType, what: str, fp8: bool = True) -> None:
                             "(rt, st) and global tensors; give vectors a 16- or 32-bit type (e.g. f32)")
         return
     if dtype not in TILE_DTYPES:
-        raise TypeError(f"{what} element type must be one of {TILE_DTYPES + FP8_DTYPES}, got {dtype!r}")
+        ours = named_like(dtype)
+        use = f": write tk.{ours.name} (tkpy's dtypes, not torch's)" if ours else ""
+        raise TypeError(f"{what} element type must be one of {TILE_DTYPES + FP8_DTYPES}, got {dtype!r}{use}")
 
 
 def _check_multiple(n: int, of: int, what: str) -> None:
@@ -99,17 +101,18 @@ class RV:
 
     def __post_init__(self):
         _check_dtype(self.dtype, "rv", fp8=False)
-        if self.layout not in ("ortho", "align", "naive"):
-            raise ValueError(f"rv layout must be 'ortho', 'align' or 'naive', got {self.layout!r}")
-        _check_multiple(self.length, 32 if self.layout == "naive" else 16, f"rv length ({self.layout})")
+        if self.layout not in layouts.VECTOR_LAYOUTS:
+            raise ValueError(f"rv layout must be one of {', '.join(map(repr, layouts.VECTOR_LAYOUTS))}, "
+                             f"got {self.layout!r}")
+        _check_multiple(self.length, layouts.vector_chunk(self.layout), f"rv length ({self.layout})")
 
     @property
     def chunks(self) -> int:
-        return self.length // (32 if self.layout == "naive" else 16)
+        return self.length // layouts.vector_chunk(self.layout)
 
     @property
     def values_per_chunk(self) -> int:
-        return 1 if self.layout == "naive" else layouts.VECTOR_VALUES_PER_16[self.layout]
+        return layouts.vector_values_per_chunk(self.layout)
 
     # As a one-row tile: how copies to and from global memory address it (a vector lies along a row).
     rows = 1
@@ -182,11 +185,16 @@ class SV:
     def alignment(self) -> int:
         return 16
 
-    # As a one-row tile: how copies to and from global memory address it.
+    # As a one-row tile: how copies to and from global memory (TMA included: a box of one row) address it.
     rows = 1
+    swizzle = 0
 
     @property
     def cols(self) -> int:
+        return self.length
+
+    @property
+    def panel_cols(self) -> int:
         return self.length
 
     def byte_offset(self, row, col):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 
-from . import fp8, hopper, warp, warp_extra
+from . import fp8, hopper, math, scalar, warp, warp_extra, warp_ops
 from .helpers import Pool
 
 # in order: a module's helpers may use those of the modules before it
-HELPERS = (*warp.HELPERS, *warp_extra.HELPERS, *hopper.HELPERS, *fp8.HELPERS)
+HELPERS = (*warp.HELPERS, *warp_ops.HELPERS, *warp_extra.HELPERS, *hopper.HELPERS, *scalar.HELPERS, *fp8.HELPERS,
+           *math.HELPERS)
 PRELUDE = Pool(list(HELPERS)).text()    # every helper (wgmma wrappers are per kernel): for hand-written kernels
 
 

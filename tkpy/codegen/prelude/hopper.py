@@ -142,6 +142,24 @@ def _tma_copies(rank: int) -> str:
         f"            :: {dst},\n"
         f'               "l"(map), "r"(c + p * {panel}), {coords}, "r"(bar), "h"(mask)\n'
         f'            : "memory");\n}}\n')
+    vector = (
+        "// A shared vector: a box of one row (the map's box is (N, 1, ...)).\n"
+        f"template <typename T, int N>\n"
+        f"__device__ __forceinline__ void load_async(const sv<T, N>& dst, const CUtensorMap* map,\n"
+        f"                                           {params}, semaphore* sem) {{\n"
+        f"    asm volatile(\n"
+        f'        "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"\n'
+        f'        " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}];"\n'
+        f'        :: "r"(smem_addr(dst.base)), "l"(map), "r"(c), {coords}, "r"(smem_addr(sem))\n'
+        f'        : "memory");\n}}\n'
+        f"template <typename T, int N>\n"
+        f"__device__ __forceinline__ void load_async_multicast(const sv<T, N>& dst, const CUtensorMap* map,\n"
+        f"                                                     {params}, semaphore* sem, unsigned short mask) {{\n"
+        f"    asm volatile(\n"
+        f'        "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"\n'
+        f'        " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}], %{rank + 3};"\n'
+        f'        :: "r"(smem_addr(dst.base)), "l"(map), "r"(c), {coords}, "r"(smem_addr(sem)), "h"(mask)\n'
+        f'        : "memory");\n}}\n')
     store = (
         f"template <bool ADD, typename T, int R, int C, int SWZ>\n"
         f"__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,\n"
@@ -166,7 +184,7 @@ def _tma_copies(rank: int) -> str:
         f"    for (int p = 0; p < panels; p++)\n"
         f'        asm volatile("cp.async.bulk.prefetch.tensor.{rank}d.L2.global.tile [%0, {{{slots(1)}}}];"\n'
         f'                     :: "l"(map), "r"(c + p * {panel}), {coords} : "memory");\n}}\n')
-    return "\n".join([load, multicast, store, prefetch])
+    return "\n".join([load, multicast, vector, store, prefetch])
 
 
 _TMA = (

@@ -72,17 +72,19 @@ __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, 
 _VECTORS = r"""
 // ---- Register vectors: lane indices, layout conversions, memory ----
 
-// Index within its chunk (16 elements; 32 for naive) of lane `lane`'s value k (tkpy/tiles/layouts.py).
+// Index within its chunk (16 elements; 32 for naive, 256 for contig) of lane `lane`'s value k (tkpy/tiles/layouts.py).
 template <typename L> __device__ __forceinline__ int vec_idx(int lane, int k) {
     if constexpr (is_same<L, ortho_l>::value) return ORTHO_INDEX;
     else if constexpr (is_same<L, align_l>::value) return ALIGN_INDEX;
-    else return NAIVE_INDEX;
+    else if constexpr (is_same<L, naive_l>::value) return NAIVE_INDEX;
+    else return CONTIG_INDEX;
 }
 // Whether lane `lane` is the one copy, among the lanes holding the same values, that stores them.
 template <typename L> __device__ __forceinline__ bool vec_owner(int lane) {
     if constexpr (is_same<L, ortho_l>::value) return VECTOR_OWNER_ORTHO;
     else if constexpr (is_same<L, align_l>::value) return VECTOR_OWNER_ALIGN;
-    else return VECTOR_OWNER_NAIVE;
+    else if constexpr (is_same<L, naive_l>::value) return VECTOR_OWNER_NAIVE;
+    else return VECTOR_OWNER_CONTIG;
 }
 
 // Layout conversions, one shuffle per destination value (tkpy/tiles/shuffles.py, VECTOR_SHUFFLES).
@@ -105,9 +107,9 @@ __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& 
             #pragma unroll
             for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
                 const int f = S::send_base(c, k) + q;
-                if (q == offset) send = to_float(src.data[f / P][f % P]);
+                if (q == offset) send = src.get(f / P, f % P);
             }
-            dst.data[c][k] = from_float<TD>(__shfl_sync(0xffffffffu, send, S::src_lane(ln, c, k)));
+            dst.set(c, k, __shfl_sync(0xffffffffu, send, S::src_lane(ln, c, k)));
         }
     }
 }
@@ -120,29 +122,110 @@ template <typename T, int N> struct sv {
     __device__ __forceinline__ T* ptr(int i) const { return reinterpret_cast<T*>(base) + i; }
 };
 
-// rv <- memory at p: each lane reads its own values; with MASKED, indices from n on read as `fill`.
-template <bool MASKED, typename TD, int N, typename L, typename TS>
-__device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, float fill) {
-    const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
-        const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
-        dst.data[c][k] = from_float<TD>(!MASKED || i < n ? to_float(p[i]) : fill);
+// Eight consecutive elements at p (16-byte aligned) as floats, and back: one 16-byte access of 16-bit elements,
+// two of fp32 (a contig vector's values of one chunk). SPACE: where p points, global (1: loads as C++ reads, which
+// takes the read-only path where it can; stores by st.global.v4, which ptxas otherwise splits into four) or shared
+// (2: ld/st.shared.v4 at the shared address, not generic accesses).
+__device__ __forceinline__ void ld16(u32 (&w)[4], const void* p, int space) {
+    if (space == 2) {
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                     : "r"(smem_addr(p)));
+    } else {
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        w[0] = u.x; w[1] = u.y; w[2] = u.z; w[3] = u.w;
     }
 }
-// memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped.
+__device__ __forceinline__ void st16(void* p, const u32 (&w)[4], int space) {
+    if (space == 2) {
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(smem_addr(p)), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                     "r"(w[3]) : "memory");
+    } else {
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                     : "memory");
+    }
+}
+template <typename T> __device__ __forceinline__ void load8(float (&v)[8], const T* p, int space) {
+    u32 w[4];
+    ld16(w, p, space);
+    if constexpr (sizeof(T) == 2) {
+        typedef typename packed_of<T>::type T2;
+        #pragma unroll
+        for (int q = 0; q < 4; q++) { const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
+    } else {
+        u32 w2[4];
+        ld16(w2, p + 4, space);
+        #pragma unroll
+        for (int q = 0; q < 4; q++) { v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
+    }
+}
+template <typename T> __device__ __forceinline__ void store8(T* p, const float (&v)[8], int space) {
+    u32 w[4];
+    if constexpr (sizeof(T) == 2) {
+        typedef typename packed_of<T>::type T2;
+        #pragma unroll
+        for (int q = 0; q < 4; q++) w[q] = from_float2<T2>(make_float2(v[2 * q], v[2 * q + 1])).x;
+        st16(p, w, space);
+    } else {
+        u32 w2[4];
+        #pragma unroll
+        for (int q = 0; q < 4; q++) { w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
+        st16(p, w, space);
+        st16(p + 4, w2, space);
+    }
+}
+
+// rv <- memory at p: each lane reads its own values; with MASKED, indices from n on read as `fill`. A contig
+// vector reads its lane's 8 values of a chunk in one 16-byte access (two for fp32), element by element only
+// where they cross n.
+template <bool MASKED, typename TD, int N, typename L, typename TS>
+__device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, float fill, int space = 1) {
+    const int ln = lane();
+    #pragma unroll
+    for (int c = 0; c < N; c++) {
+        if constexpr (is_same<L, contig_l>::value) {
+            const int i = c * 256 + 8 * ln;
+            float v[8];
+            if (!MASKED || i + 8 <= n) load8(v, p + i, space);
+            else {
+                #pragma unroll
+                for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
+            }
+            #pragma unroll
+            for (int k = 0; k < 8; k++) dst.set(c, k, v[k]);
+        } else {
+            #pragma unroll
+            for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+                const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
+                dst.set(c, k, !MASKED || i < n ? to_float(p[i]) : fill);
+            }
+        }
+    }
+}
+// memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped. A contig
+// vector writes its lane's 8 values of a chunk in one 16-byte access (two for fp32).
 template <bool MASKED, typename TD, typename TS, int N, typename L>
-__device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n) {
+__device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n, int space = 1) {
     const int ln = lane();
     if (!vec_owner<L>(ln)) return;
     #pragma unroll
-    for (int c = 0; c < N; c++)
-    #pragma unroll
-    for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
-        const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
-        if (!MASKED || i < n) p[i] = from_float<TD>(to_float(src.data[c][k]));
+    for (int c = 0; c < N; c++) {
+        if constexpr (is_same<L, contig_l>::value) {
+            const int i = c * 256 + 8 * ln;
+            float v[8];
+            #pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
+            if (!MASKED || i + 8 <= n) store8(p + i, v, space);
+            else {
+                #pragma unroll
+                for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
+            }
+        } else {
+            #pragma unroll
+            for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
+                const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
+                if (!MASKED || i < n) p[i] = from_float<TD>(src.get(c, k));
+            }
+        }
     }
 }
 
@@ -158,9 +241,9 @@ __device__ __forceinline__ void store(const gl<TD>& dst, const rv<TS, N, L>& src
 
 // rv <-> sv
 template <typename TD, int N, typename L, typename TS, int LEN>
-__device__ __forceinline__ void load(rv<TD, N, L>& dst, const sv<TS, LEN>& src) { load_vec<false>(dst, src.ptr(0), 0, 0.0f); }
+__device__ __forceinline__ void load(rv<TD, N, L>& dst, const sv<TS, LEN>& src) { load_vec<false>(dst, src.ptr(0), 0, 0.0f, 2); }
 template <typename TD, int LEN, typename TS, int N, typename L>
-__device__ __forceinline__ void store(const sv<TD, LEN>& dst, const rv<TS, N, L>& src) { store_vec<false>(dst.ptr(0), src, 0); }
+__device__ __forceinline__ void store(const sv<TD, LEN>& dst, const rv<TS, N, L>& src) { store_vec<false>(dst.ptr(0), src, 0, 2); }
 
 // sv <- gl and gl <- sv, by NT threads (thread `t` of them), in 16-byte chunks.
 template <int NT, typename T, int N>
@@ -220,6 +303,19 @@ __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>
         frag_pos<L>(ln, k, 1, r, c);
         if (!keep(16 * i + r, 16 * j + c)) v.y = val;
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(v);
+    }
+}
+
+// A vector as a one-row tile: keep(0, index) for each of its values.
+template <typename F, typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F keep, float val) {
+    const int ln = lane();
+    #pragma unroll
+    for (int c = 0; c < N; c++)
+    #pragma unroll
+    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+        const float v = src.get(c, k);
+        dst.set(c, k, keep(0, c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k)) ? v : val);
     }
 }
 
@@ -298,7 +394,7 @@ __device__ __forceinline__ void map_indexed(rv<TD, N, L>& dst, F f, const rv<TS,
     #pragma unroll
     for (int c = 0; c < N; c++)
     #pragma unroll
-    for (int k = 0; k < per_chunk; k++) dst.data[c][k] = from_float<TD>(f(VECTOR_ELEMENT, to_float(src.data[c][k])...));
+    for (int k = 0; k < per_chunk; k++) dst.set(c, k, f(VECTOR_ELEMENT, src.get(c, k)...));
 }
 template <typename F> struct ignore_element {
     F f;

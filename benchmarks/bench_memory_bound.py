@@ -1,0 +1,239 @@
+"""Memory-bound kernels on the GPU: tkpy's rms_norm and layer_norm (with and without the fused residual), forward and
+backward, against torch eager, torch.compile of the same function, and the copy bandwidth, all in the same run.
+
+GB/s counts the bytes each kernel must read and write once: forward, x (and the residual) in, y (and residual_out)
+out, the weight (and bias) once, the fp32 statistics (rstd, and mean for layer norm) out; backward, x (h with the
+residual), dy (and residual_out's gradient) and the statistics in, dx out (it is the residual's gradient too), the
+weight in and its (and the bias's) gradient out once. Copy: y.copy_(x) over the input's bytes (read + write), the
+ceiling a streaming kernel can reach. Times: GPU time per call from CUDA-graph replays (benchmarks/timing.py);
+the backward alone, from a forward recorded once (tkpy: its backward operator on the saved statistics; torch:
+autograd.grad of the recorded graph, retained). Cases: 16384 x 4096 bf16, and a sweep of widths from 1k to 64k at
+the same 64M elements (rows = 2^26 / width). Each row also gives the largest relative difference of tkpy's output
+from eager's.
+
+    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
+        --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's tables);
+        --no-compile: without torch.compile (its compiles take most of the run's time)
+        (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+HEADLINE = (16384, 4096)
+ELEMENTS = 1 << 26                                # the sweep's cases: rows x width = 64M elements (128 MB in bf16)
+SWEEP = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+OPS = ("rms", "rms+residual", "layer", "layer+residual")
+# tkpy variants (NormConfig fields over the policy's choice) timed by --variants
+VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
+            "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
+            "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3)}
+
+
+def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> list[dict]:
+    import torch
+
+    from benchmarks.bench_attention import save
+    copy_cache: dict = {}
+    cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in SWEEP if (ELEMENTS // n, n) != HEADLINE] if sweep else [])
+    print_header()
+    rows = []
+    for rows_, width in cases:
+        for op in OPS:
+            for direction in ("forward", "backward"):
+                row = case_row(op, direction, rows_, width, compiled, copy_cache)
+                if variants:
+                    row["variants"] = variant_times(op, direction, rows_, width, row["bytes"])
+                rows.append(row)
+                print_row(row, flush=True)
+        torch.cuda.empty_cache()
+    out_dir = save("memory_bound.json", rows)
+    if out_dir:
+        plot(rows, out_dir / "memory_bound.png")
+    return rows
+
+
+def inputs(op: str, rows: int, width: int):
+    import torch
+
+    make = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    x, dy = make(rows, width), make(rows, width)
+    w, b = (make(width) * 0.1 + 1).requires_grad_(), make(width).requires_grad_()
+    r = make(rows, width) if "residual" in op else None
+    return x.requires_grad_(), r.requires_grad_() if r is not None else None, w, b, dy
+
+
+def torch_function(op: str, width: int):
+    """The eager function of op (what torch.compile compiles too): (y,) or (y, h) of x, residual, weight, bias."""
+    import torch.nn.functional as F
+
+    def fn(x, r, w, b):
+        h = x + r if r is not None else x
+        y = F.rms_norm(h, (width,), w, 1e-6) if op.startswith("rms") else F.layer_norm(h, (width,), w, b, 1e-5)
+        return (y, h) if r is not None else (y,)
+    return fn
+
+
+def tkpy_function(op: str, width: int):
+    from tkpy.kernels import layer_norm, rms_norm
+
+    def fn(x, r, w, b):
+        if op.startswith("rms"):
+            out = rms_norm(x, (width,), w, 1e-6, residual=r)
+        else:
+            out = layer_norm(x, (width,), w, b, 1e-5, residual=r)
+        return out if r is not None else (out,)
+    return fn
+
+
+def bytes_of(op: str, direction: str, rows: int, width: int) -> int:
+    """What each kernel must read and write once (see the module docstring), in bytes."""
+    big, vec, stats = rows * width * 2, width * 2, rows * 4 * (2 if op.startswith("layer") else 1)
+    residual = "residual" in op
+    vectors = 2 if op.startswith("layer") else 1                   # weight (and bias)
+    if direction == "forward":
+        return big * (2 + 2 * residual) + vec * vectors + stats
+    return big * (3 + residual) + stats + vec * (1 + vectors)         # x, dy, (dres), dx; w in, dw (db) out
+
+
+def case_row(op: str, direction: str, rows: int, width: int, compiled: bool, copy_cache: dict) -> dict:
+    import torch
+
+    from benchmarks.timing import median_ms
+    x, r, w, b, dy = inputs(op, rows, width)
+    nbytes = bytes_of(op, direction, rows, width)
+    row = {"op": op, "direction": direction, "rows": rows, "width": width, "bytes": nbytes}
+    if width not in copy_cache:
+        src = x.detach()
+        dst = torch.empty_like(src)
+        copy_cache[width] = 2 * src.numel() * src.element_size() / median_ms(lambda: dst.copy_(src)) / 1e6
+    row["copy"] = copy_cache[width]
+    ours = tkpy_function(op, width)
+    eager = torch_function(op, width)
+    args = (x, r, w, b)
+    impls = {"tkpy": ours, "eager": eager}
+    if compiled:
+        impls["compile"] = torch.compile(eager, dynamic=False)
+    with torch.no_grad():
+        reference = eager(*args)[0].float()
+        row["diff_vs_eager"] = ((ours(*args)[0].float() - reference).norm() / reference.norm()).item()
+    for name, fn in impls.items():
+        try:
+            if direction == "forward":
+                with torch.no_grad():
+                    ms = median_ms(lambda: fn(*args))
+            else:
+                ms = backward_ms(name, op, fn, args, dy, width)
+            row[name] = nbytes / ms / 1e6
+        except Exception as e:            # a backend that fails this case: the row records it
+            print(f"  {name} {op} {direction} {rows}x{width} failed: {str(e).splitlines()[0][:160]}")
+            row[name] = float("nan")
+    del x, r, w, b, dy
+    return row
+
+
+def backward_ms(name: str, op: str, fn, args, dy, width: int) -> float:
+    """GPU ms of the backward alone: tkpy's backward operator on the forward's saved statistics; torch's autograd
+    graph of a forward recorded once (on a side stream, so that a CUDA graph can capture its backward)."""
+    import torch
+
+    from benchmarks.bench_attention_bwd import forward_on_side_stream
+    from benchmarks.timing import median_ms
+    x, r, w, b = args
+    dres = torch.randn_like(x) if r is not None else None
+    if name == "tkpy":
+        with torch.no_grad():
+            h = (x + r) if r is not None else x.detach()
+            if op.startswith("rms"):
+                _, _, rstd = torch.ops.tkpy.rms_norm(h, [width], w, None, 1e-6)
+                return median_ms(lambda: torch.ops.tkpy.rms_norm_backward(dy, dres, h, w, rstd, [width]))
+            _, _, mean, rstd = torch.ops.tkpy.layer_norm(h, [width], w, b, None, 1e-5)
+            return median_ms(lambda: torch.ops.tkpy.layer_norm_backward(dy, dres, h, w, mean, rstd, [width], True))
+    outputs = forward_on_side_stream(lambda: fn(*args))
+    wrt = [t for t in (x, r, w, b if op.startswith("layer") else None) if t is not None]
+    grads = [dy] + ([dres] if r is not None else [])
+    return median_ms(lambda: torch.autograd.grad(outputs, wrt, grads, retain_graph=True))
+
+
+def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
+    """GB/s of tkpy's kernel variants (VARIANTS, over the policy's choice) for one case, the forward or backward
+    launch alone."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    from tkpy.kernels import norm_launch
+    x, r, w, b, dy = inputs(op, rows, width)
+    kind = "rms" if op.startswith("rms") else "layer"
+    bias = b.detach() if kind == "layer" else None
+    out = {}
+    with torch.no_grad():
+        h = (x + r) if r is not None else x.detach()
+        _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
+        for name, options in VARIANTS.items():
+            if direction == "backward":
+                call = lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),  # noqa
+                                                    mean, rstd, [width], kind == "layer", options)
+            else:
+                call = lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,  # noqa: E731
+                                                   r.detach() if r is not None else None, 1e-5, options)
+            try:
+                out[name] = nbytes / median_ms(call) / 1e6
+            except Exception as e:
+                out[name] = float("nan")
+                print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
+    return out
+
+
+def print_header() -> None:
+    print(f"{'op':>15} {'dir':>4} {'rows x width':>13} | {'tkpy':>6} {'eager':>6} {'compile':>7} {'copy':>6} | "
+          f"{'/copy':>5} {'/comp':>5} {'/eager':>6} | {'diff':>7}   (GB/s)")
+
+
+def print_row(r: dict, flush: bool = False) -> None:
+    nan = float("nan")
+    compiled = r.get("compile", nan)
+    text = (f"{r['op']:>15} {r['direction'][:3]:>4} {r['rows']:>6}x{r['width']:<6} | {r['tkpy']:>6.0f} "
+            f"{r['eager']:>6.0f} {compiled:>7.0f} {r['copy']:>6.0f} | {r['tkpy'] / r['copy']:>5.2f} "
+            f"{r['tkpy'] / compiled:>5.2f} {r['tkpy'] / r['eager']:>6.2f} | {r['diff_vs_eager']:>7.1e}")
+    if r.get("variants"):
+        text += "  variants: " + ", ".join(f"{k} {v:.0f}" for k, v in r["variants"].items())
+    print(text, flush=flush)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """GB/s against the row width (the sweep's 64M-element cases): rms and layer norm, forward and backward, tkpy
+    (with the residual dashed), torch eager, torch.compile and the copy; skipped without matplotlib."""
+    from benchmarks.plotting import pyplot
+    plt = pyplot("memory_bound.png")
+    if plt is None:
+        return
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+    for (i, kind), (j, direction) in ((a, b) for a in enumerate(("rms", "layer"))
+                                      for b in enumerate(("forward", "backward"))):
+        ax = axes[i][j]
+        for op, style in ((kind, "-"), (kind + "+residual", "--")):
+            case = sorted((r for r in rows if r["op"] == op and r["direction"] == direction
+                           and r["rows"] * r["width"] == ELEMENTS), key=lambda r: r["width"])
+            widths = [r["width"] for r in case]
+            for key, name in (("tkpy", "tkpy"), ("eager", "torch eager"), ("compile", "torch.compile")):
+                if any(key in r for r in case):
+                    ax.plot(widths, [r.get(key, float("nan")) for r in case], style, marker="o",
+                            label=f"{name}{' + residual' if style == '--' else ''}")
+            if style == "-":
+                ax.plot(widths, [r["copy"] for r in case], ":", color="black", label="copy")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{kind} norm {direction}, bf16, 64M elements, H200")
+        ax.set_ylabel("GB/s")
+        ax.set_xlabel("row width")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main(sweep="--quick" not in sys.argv, variants="--variants" in sys.argv, compiled="--no-compile" not in sys.argv)

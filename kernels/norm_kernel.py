@@ -1,0 +1,255 @@
+"""The bodies of the norm kernels (rms_norm, layer_norm; kernels/norms.py is the API): forward, backward, and the
+column sums that finish the weight's and bias's gradients.
+
+A row lies in registers, split into pieces: warp `w` of a block holds piece `rank * S + w % S` of row
+`step * G + w // S` (S warps a row, G rows a block at a time, `rank` the block's in its cluster of C), a contig
+vector of `piece` fp32 values (8 consecutive elements a lane per chunk of 256: one 16-byte load or store each). The
+blocks (clusters) loop over the row groups, a persistent grid; rows past the last and elements past a row's end load
+as 0 and are not stored. A row's sums reduce over its warps with tk.block.sum (tk.cluster.sum when C > 1), one
+barrier (or semaphore wait) a reduction; the statistics (mean, rstd) are fp32 runtime scalars, stored once a row.
+
+Forward: h = x (+ residual, rounded to the dtype: residual_out); rms: rstd = rsqrt(mean(h^2) + eps), y = h rstd w;
+layer: mean, then var = mean((h - mean)^2) from the registers (two passes over them, one over memory), y = (h -
+mean) rstd w + b. Backward, from h, dy, the saved statistics: xhat = (h - mean) rstd, g = dy w;
+rms: dx = rstd (g - xhat mean(g xhat)); layer: dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ the gradient of
+residual_out); each warp adds dy xhat (and dy) of its rows into registers, and writes them once, after its last row,
+into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up: no second pass over
+the rows.
+
+Tensors a config does not have are 16-byte placeholders (`tk.gl[dtype, 8]`) the body never reads.
+"""
+# (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
+import functools
+
+import tkpy as tk
+from tkpy import bf16, f32, fp16
+
+from .norm_config import CHUNK, NormConfig
+
+DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
+PLACEHOLDER = 16                      # bytes of an absent tensor's placeholder
+SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
+SUM_UNROLL = 4                        # ... this many rows a step, their loads in flight together
+
+
+def placeholder(dtype):
+    """The annotation of an absent tensor: PLACEHOLDER bytes of `dtype`."""
+    return tk.gl[dtype, PLACEHOLDER // dtype.nbytes]
+
+
+def _layout(c: NormConfig):
+    """(piece of a row this warp holds, the elements of it inside the row, the row of step `step`) as functions."""
+    s, g = c.warps_per_row, c.rows_per_block
+
+    def part():
+        return (tk.cluster.rank() * s if c.cluster > 1 else 0) + tk.warp_id() % s
+
+    def row(step):
+        return tk.let(step * g + tk.warp_id() // s, "row")
+    return part, row
+
+
+def _steps(c: NormConfig, rows):
+    """The persistent loop over this cluster's (block's) row groups."""
+    clusters = tk.grid_dim.x // c.cluster if c.cluster > 1 else tk.grid_dim.x
+    first = tk.block_idx.x // c.cluster if c.cluster > 1 else tk.block_idx.x
+    return tk.range(first, tk.cdiv(rows, c.rows_per_block) if c.rows_per_block > 1 else rows, clusters)
+
+
+def _row_sum(c: NormConfig, *vectors):
+    """The sums of the vectors over a row's warps (and blocks)."""
+    scope = tk.cluster if c.cluster > 1 else tk.block
+    return scope.sum(*vectors, warps=c.warps_per_row)
+
+
+@functools.cache
+def forward_kernel(c: NormConfig):
+    """y (and residual_out, mean, rstd) of rows of x (+ residual)."""
+    dt, n, piece = DTYPES[c.dtype], c.width, c.piece
+    wt = DTYPES[c.weight] if c.weight else dt
+    res = tk.gl[dt, "R", n] if c.residual else placeholder(dt)
+    stat = tk.gl[f32, "R"]
+    part_of, row_of = _layout(c)
+    layer = c.kind == "layer"
+
+    @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
+               name=c.name)
+    def norm_forward(x: tk.gl[dt, "R", n], residual: res, weight: tk.gl[wt, n] if c.weight else placeholder(wt),
+                     bias: tk.gl[wt, n] if c.bias else placeholder(wt), y: tk.gl[dt, "R", n], residual_out: res,
+                     mean: stat if layer else placeholder(f32), rstd: stat, eps: float):
+        part = tk.let(part_of(), "part")
+        v = tk.rv(f32, piece, "contig")                       # the row's piece: h, then h - mean, then y
+        h = tk.rv(dt, piece, "contig") if c.residual else None  # x + residual, rounded as residual_out is
+        if c.weight:                                         # (16-bit ones in packed pairs)
+            w = tk.rv(wt, piece, "contig")
+            b = tk.rv(wt, piece, "contig") if c.bias else None
+            if c.weight_in_registers:
+                _load_affine(c, w, b, weight, bias, part)
+        if c.prefetch:
+            ahead, ahead_res = tk.rv(dt, piece, "contig"), tk.rv(dt, piece, "contig") if c.residual else None
+            _load_row(c, ahead, ahead_res, x, residual, row_of(_first_step(c)), part)
+        for step in _steps(c, x.rows):
+            row = row_of(step)
+            if c.prefetch:                                   # this row's loads were issued a row ago
+                if c.residual:
+                    tk.add(h, ahead, ahead_res)
+                else:
+                    tk.copy(v, ahead)
+                _load_row(c, ahead, ahead_res, x, residual, row_of(step + _stride(c)), part)
+            else:
+                tk.load(v, x, (row, part), fill=0.0)
+                if c.residual:
+                    tk.load(h, residual, (row, part), fill=0.0)
+                    tk.add(h, h, v)
+            if c.residual:
+                tk.store(residual_out, h, (row, part), masked=True)
+                tk.copy(v, h)
+            if layer:
+                mu = tk.let(_row_sum(c, v) * (1.0 / n), "mu")
+                tk.sub(v, v, mu)
+                if c.ragged:                                 # (elements past the row's end: 0 - mu)
+                    tk.right_fill(v, v, n - part * piece, 0.0)
+            r = tk.let(tk.rsqrt(_row_sum(c, v * v) * (1.0 / n) + eps), "r")
+            if c.weight:
+                if not c.weight_in_registers:
+                    _load_affine(c, w, b, weight, bias, part)
+                if c.bias:
+                    tk.map(v, lambda v, w, b: v * r * w + b, v, w, b)
+                else:
+                    tk.map(v, lambda v, w: v * r * w, v, w)
+            else:
+                tk.mul(v, v, r)
+            tk.store(y, v, (row, part), masked=True)
+            with tk.if_(part == 0):                          # one warp a row writes its statistics
+                tk.store(rstd, r, (row,), masked=True)
+                if layer:
+                    tk.store(mean, mu, (row,), masked=True)
+    return norm_forward
+
+
+def _first_step(c: NormConfig):
+    return tk.block_idx.x // c.cluster if c.cluster > 1 else tk.block_idx.x
+
+
+def _stride(c: NormConfig):
+    return tk.grid_dim.x // c.cluster if c.cluster > 1 else tk.grid_dim.x
+
+
+def _load_row(c: NormConfig, v, r, x, residual, row, part):
+    tk.load(v, x, (row, part), fill=0.0)
+    if c.residual:
+        tk.load(r, residual, (row, part), fill=0.0)
+
+
+def _load_affine(c: NormConfig, w, b, weight, bias, part):
+    tk.load(w, weight, (part,), fill=0.0)
+    if c.bias:
+        tk.load(b, bias, (part,), fill=0.0)
+
+
+@functools.cache
+def backward_kernel(c: NormConfig):
+    """dx (+ the gradient of residual_out) and the weight's (bias's) partial sums, one workspace row per row group
+    of the grid (cluster_index * rows_per_block + the group's place in the block)."""
+    dt, n, piece = DTYPES[c.dtype], c.width, c.piece
+    wt = DTYPES[c.weight] if c.weight else dt
+    layer = c.kind == "layer"
+    part_of, row_of = _layout(c)
+    rows = tk.gl[dt, "R", n]
+    partials = tk.gl[f32, "P", n]
+
+    @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
+               name=c.name)
+    def norm_backward(dy: rows, dres: rows if c.residual else placeholder(dt), x: rows,
+                      weight: tk.gl[wt, n] if c.weight else placeholder(wt),
+                      mean: tk.gl[f32, "R"] if layer else placeholder(f32), rstd: tk.gl[f32, "R"], dx: rows,
+                      dweight: partials if c.weight else placeholder(f32),
+                      dbias: partials if c.bias else placeholder(f32)):
+        part = tk.let(part_of(), "part")
+        xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
+        d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
+        if c.weight:
+            w, dw = tk.rv(wt, piece, "contig"), tk.rv(f32, piece, "contig")
+            tk.zero(dw)
+            if c.weight_in_registers:
+                tk.load(w, weight, (part,), fill=0.0)
+            if c.bias:
+                db = tk.rv(f32, piece, "contig")
+                tk.zero(db)
+        if c.prefetch:                                       # the next row's x and dy, in flight a row ahead
+            ahead = [tk.rv(dt, piece, "contig", name=f"ahead_{t}") for t in ("x", "dy")]
+            tk.load(ahead[0], x, (row_of(_first_step(c)), part), fill=0.0)
+            tk.load(ahead[1], dy, (row_of(_first_step(c)), part), fill=0.0)
+        for step in _steps(c, x.rows):
+            row = row_of(step)
+            if c.residual:                                   # (issued first: in flight through the reduction)
+                tk.load(d, dres, (row, part), fill=0.0)
+            if c.prefetch:
+                tk.copy(xhat, ahead[0])
+                tk.copy(g, ahead[1])
+                following = row_of(step + _stride(c))
+                tk.load(ahead[0], x, (following, part), fill=0.0)
+                tk.load(ahead[1], dy, (following, part), fill=0.0)
+            else:
+                tk.load(xhat, x, (row, part), fill=0.0)
+                tk.load(g, dy, (row, part), fill=0.0)        # (0 past the rows and the row's end: adds nothing)
+            r = tk.var(0.0, "r")
+            tk.load(r, rstd, (row,), fill=0.0)
+            if layer:
+                mu = tk.var(0.0, "mu")
+                tk.load(mu, mean, (row,), fill=0.0)
+                tk.map(xhat, lambda x: (x - mu) * r, xhat)
+            else:
+                tk.mul(xhat, xhat, r)
+            if c.weight:
+                tk.map(dw, lambda a, g, x: a + g * x, dw, g, xhat)
+                if c.bias:
+                    tk.add(db, db, g)
+                if not c.weight_in_registers:
+                    tk.load(w, weight, (part,), fill=0.0)
+                tk.mul(g, g, w)                              # the gradient of xhat
+            if layer:
+                gx, gs = _row_sum(c, g * xhat, g)
+                a, s = tk.let(gx * (1.0 / n), "a"), tk.let(gs * (1.0 / n), "s")
+                tk.map(g, lambda g, x: (g - x * a - s) * r, g, xhat)
+            else:
+                a = tk.let(_row_sum(c, g * xhat) * (1.0 / n), "a")
+                tk.map(g, lambda g, x: (g - x * a) * r, g, xhat)
+            if c.residual:
+                tk.add(g, g, d)
+            tk.store(dx, g, (row, part), masked=True)
+        if c.weight:
+            slot = tk.let(_first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+            tk.store(dweight, dw, (slot, part), masked=True)
+            if c.bias:
+                tk.store(dbias, db, (slot, part), masked=True)
+    return norm_backward
+
+
+@functools.cache
+def column_sums_kernel(width: int, out_dtype: str):
+    """out[j] = sum over rows i of partials[i, j] (fp32, written as out_dtype): the weight's (bias's) gradient from
+    the backward's partial sums. A block takes 256 columns; its warps add every SUM_WARPS-th row, SUM_UNROLL rows
+    a step, then meet in shared memory, where warp 0 adds their sums in order (the same bits every run)."""
+    ot = DTYPES[out_dtype]
+
+    @tk.kernel(warps=SUM_WARPS, name=f"norm_column_sums_{width}_{out_dtype}")
+    def norm_column_sums(partials: tk.gl[f32, "P", width], out: tk.gl[ot, width]):
+        col = tk.block_idx.x
+        acc = tk.rv(f32, CHUNK, "contig")
+        t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(SUM_UNROLL)]
+        sums = tk.sv(f32, CHUNK, count=SUM_WARPS)
+        tk.zero(acc)
+        for step in tk.range(0, tk.cdiv(partials.rows, SUM_WARPS * SUM_UNROLL)):
+            for u in range(SUM_UNROLL):                      # (the loads first: in flight together)
+                tk.load(t[u], partials, ((step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id(), col), fill=0.0)
+            for u in range(SUM_UNROLL):
+                tk.add(acc, acc, t[u])
+        tk.store(sums[tk.warp_id()], acc)
+        tk.sync()
+        with tk.if_(tk.warp_id() == 0):
+            for i in range(1, SUM_WARPS):
+                tk.load(t[0], sums[i])
+                tk.add(acc, acc, t[0])
+            tk.store(out, acc, (col,), masked=True)
+    return norm_column_sums

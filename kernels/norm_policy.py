@@ -1,0 +1,68 @@
+"""The policy of the norm kernels (kernels/norm_kernel.py): how a row of each width is split (warps a row, rows a
+block, blocks a cluster), how many blocks an SM gets in the persistent grid, and the grid. Each table row carries its
+evidence; tests/test_norms.py keeps a golden record of the choices (tests/golden/norm_policy.json).
+
+The aim: a row's piece in each lane at most 16 fp32 values (the backward holds x, dy, the weight and the weight's
+and bias's partial sums: ~5 x 16 registers; the forward x, the next row's x and residual, the weight, the bias),
+enough rows in flight an SM to cover the memory latency (~30 KB an SM at 3.5 TB/s), blocks of at most 512 threads
+(16 warps a row), and clusters only where a row is wider than that holds (16 x 32 lanes x 16 values = 8192
+elements), as Quack does. blocks_per_sm is the launch bounds' minimum (the register cap); the grid holds as many
+blocks as the GPU runs at once (the occupancy queries), at least that many an SM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .norm_config import NormConfig
+
+
+@dataclass(frozen=True)
+class Row:
+    """A policy table row: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch) and why (a RESULTS.md
+    run once timed on the GPU, or the fit that set it). A row takes as many of its warps as pieces of PIECE
+    elements cover it (fewer for a width below the table row's limit)."""
+
+    value: tuple
+    evidence: str
+
+
+FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
+       "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
+# width up to -> split, forward
+FORWARD = (
+    (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
+    (1024, Row((2, 4, 1, 2, True), FIT)),
+    (2048, Row((4, 2, 1, 2, True), FIT)),
+    (4096, Row((8, 1, 1, 2, True), FIT)),
+    (8192, Row((16, 1, 1, 1, True), FIT)),
+    (16384, Row((16, 1, 2, 1, True), FIT)),    # clusters: 16 warps of 2, 4 or 8 blocks a row
+    (32768, Row((16, 1, 4, 1, True), FIT)),
+    (65536, Row((16, 1, 8, 1, True), FIT)),
+)
+BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)
+PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
+INTERPRETER_SMS = 2          # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
+
+
+def split_for(direction: str, width: int) -> Row:
+    """The table row for rows of `width` elements."""
+    table = FORWARD if direction == "forward" else BACKWARD
+    return next(row for limit, row in table if width <= limit)
+
+
+def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | None, bias: bool,
+               residual: bool, **forced) -> NormConfig:
+    """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
+    that override the table's, e.g. for the benchmark's variants)."""
+    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
+    warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_per_row, rows_per_block, cluster,
+                   blocks_per_sm, prefetch)
+    return replace(c, **forced) if forced else c
+
+
+def grid_for(c: NormConfig, rows: int, resident: int) -> int:
+    """Blocks of the persistent grid: clusters enough for every row group, at most `resident` clusters (what the
+    GPU runs at once: SMs x blocks an SM, or the active clusters, from the occupancy queries)."""
+    groups = -(-rows // c.rows_per_block)
+    return max(1, min(groups, resident)) * c.cluster

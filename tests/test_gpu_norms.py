@@ -1,0 +1,89 @@
+"""tkpy.kernels.rms_norm and layer_norm on the GPU (tests/test_norms.py's checks): forward and every gradient against
+float64 torch on every element, outputs poisoned, across row widths 256..65536 (one warp a row, several, a block's
+16, clusters of 2-8 blocks), both dtypes, with and without weight, bias, fp32 weights and the fused residual; few
+and many rows (the persistent grid's loop); the policy's variants; opcheck and torch.compile on CUDA tensors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_util import rand, requires_gpu
+from test_norms import check
+from tkpy.kernels import layer_norm, rms_norm
+
+pytestmark = requires_gpu
+
+WIDTHS = [256, 512, 1000, 1024, 2048, 3072, 4096, 5120, 8192, 12288, 16384, 32768, 65536]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_forward_and_backward_across_widths(kind, width, dtype):
+    rows = max(3, min(2000, 2 ** 22 // width))             # a few MB: several rows a block of the grid
+    check(kind, rows, width, dtype, weight=True, bias=kind == "layer", residual=True, device="cuda")
+
+
+@pytest.mark.parametrize("rows", [1, 7, 133, 5000])
+@pytest.mark.parametrize("width", [1024, 4096, 65536])
+def test_row_counts(rows, width):
+    check("rms", rows, width, torch.bfloat16, device="cuda")
+    check("layer", rows, width, torch.bfloat16, bias=True, device="cuda")
+
+
+@pytest.mark.parametrize("kind,weight,bias,residual,wdtype", [
+    ("rms", False, False, False, None), ("layer", False, False, False, None), ("layer", False, True, True, None),
+    ("rms", True, False, True, torch.float32), ("layer", True, True, False, torch.float32)])
+@pytest.mark.parametrize("width", [768, 4096, 16384])
+def test_optional_tensors(kind, weight, bias, residual, wdtype, width):
+    check(kind, 300, width, torch.bfloat16, weight, bias, residual, wdtype, device="cuda")
+
+
+@pytest.mark.parametrize("options", [
+    dict(prefetch=False), dict(prefetch=True), dict(weight_in_registers=False), dict(blocks_per_sm=1),
+    dict(warps_per_row=4, rows_per_block=2, cluster=2),
+])
+@pytest.mark.parametrize("width", [4096, 6000])
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_variants(kind, width, options):
+    check(kind, 1000, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options=options)
+
+
+def test_the_benchmark_shape():
+    for kind in ("rms", "layer"):
+        check(kind, 16384, 4096, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda")
+
+
+def test_opcheck_on_cuda():
+    x, r, w, b = (rand(*s, dtype=torch.bfloat16).requires_grad_() for s in ((33, 4096), (33, 4096), (4096,),
+                                                                            (4096,)))
+    torch.library.opcheck(torch.ops.tkpy.rms_norm.default, (x, [4096], w, r, 1e-6))
+    torch.library.opcheck(torch.ops.tkpy.layer_norm.default, (x, [4096], w, b, r, 1e-5))
+
+
+def test_compiled_matches_eager():
+    def fn(x, r, w):
+        y, h = rms_norm(x, (4096,), w, 1e-6, residual=r)
+        return layer_norm(y, (4096,)).float().pow(2).sum() + h.float().sum()
+
+    inputs = [rand(*s, dtype=torch.bfloat16).requires_grad_() for s in ((64, 4096), (64, 4096), (4096,))]
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True)(*inputs).backward()
+    compiled = [t.grad for t in inputs]
+    eager = [t.detach().clone().requires_grad_() for t in inputs]
+    fn(*eager).backward()
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b.grad)
+    torch._dynamo.reset()
+
+
+def test_the_weight_gradient_is_the_same_every_run():
+    """The partial sums are added in a fixed order (no atomics): bit-identical weight gradients run to run."""
+    x, w = rand(3000, 4096, dtype=torch.bfloat16), rand(4096, dtype=torch.bfloat16)
+    dy = rand(3000, 4096, dtype=torch.bfloat16)
+    grads = []
+    for _ in range(3):
+        w_ = w.clone().requires_grad_()
+        layer_norm(x, (4096,), w_).backward(dy)
+        grads.append(w_.grad)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])

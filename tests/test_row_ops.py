@@ -1,0 +1,233 @@
+"""Rows in registers, without a GPU: contig vectors (16-byte copies), whole-vector reductions to runtime scalars over
+a warp, groups of a block's warps and a cluster's blocks, scalar loads and stores, math functions of scalars and
+vector masks. The interpreter against float64 torch on every element, the trace-time errors, and what NVRTC makes
+of it (16-byte loads and stores, one barrier or semaphore wait per reduction, no GPU-wide fence in the loop). The
+same kernels on the GPU: tests/test_gpu_row_ops.py."""
+from __future__ import annotations
+
+import collections
+import re
+
+import pytest
+import torch
+
+import row_kernels
+import tkpy as tk
+from tkpy import bf16, f32, fp16
+
+# (width, warps, group, cluster): one warp a row, groups of 2 and of a whole block, clusters of 2 and 4 blocks;
+# widths with pieces past the row's end.
+CASES = [(1000, 8, 2, 1), (512, 4, 1, 1), (2048, 8, 8, 1), (3000, 4, 2, 2), (1024, 2, 1, 4)]
+DTYPES = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -11, torch.float32: 2 ** -22}
+
+
+def check_row_stats(x, warps, group, cluster, interpret):
+    y, stats = row_kernels.run_row_stats(x, warps, group, cluster, interpret=interpret)
+    y_ref, stats_ref = row_kernels.reference(x)
+    # y rounds to x's dtype; the statistics are fp32 sums of a few thousand terms
+    scale = y_ref.abs().amax(1, keepdim=True)
+    assert ((y.double() - y_ref).abs() <= DTYPES[x.dtype] * scale + 1e-6 * scale).all()
+    err = (stats.double() - stats_ref).abs() / stats_ref.abs().amax(1, keepdim=True)
+    assert (err[:2] < 1e-5).all() and (err[2:] == 0).all(), err.amax(1)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}-w{}-g{}-c{}".format(*c))
+def test_row_statistics_match_float64_in_the_interpreter(case, dtype):
+    n, warps, group, cluster = case
+    x = (torch.randn(13, n) * 2 + 1).to(dtype)      # 13 rows: a last group of rows partly past the end
+    check_row_stats(x, warps, group, cluster, interpret=True)
+
+
+@pytest.mark.parametrize("order", ["reverse", "random:3"])
+def test_group_and_cluster_reductions_do_not_depend_on_the_warps_order(monkeypatch, order):
+    """The scratch's two buffers and the semaphores' phases keep a fast warp from overwriting what a slow one reads:
+    the same results whichever warp runs first (the interpreter's warp order)."""
+    monkeypatch.setenv("TKPY_INTERPRET_ORDER", order)
+    x = torch.randn(9, 1000).to(torch.bfloat16)
+    for warps, group, cluster in ((8, 2, 1), (4, 2, 2)):
+        check_row_stats(x, warps, group, cluster, interpret=True)
+
+
+def test_warp_sums_of_every_vector_layout():
+    """tk.sum / tk.amax / tk.amin over a warp, of the tile-shaped layouts too (their values repeated in several
+    lanes count once) and of 16-bit vectors."""
+    @tk.kernel(warps=1)
+    def k(t: tk.gl[f32, 16, 64], v: tk.gl[bf16, 64], u: tk.gl[f32, 256], out: tk.gl[f32, 16]):
+        tile = tk.rt(f32, 16, 64)
+        tk.load(tile, t, (0, 0))
+        rows, cols = tk.row_sum(tile), tk.col_max(tile)          # ortho and align vectors
+        naive, contig = tk.rv(f32, 64, "naive"), tk.rv(bf16, 256, "contig")
+        tk.load(naive, v, (0,))
+        tk.load(contig, u, (0,))                                  # (rounded to bf16)
+        s, m = tk.sum(rows), tk.amax(cols)
+        lo = tk.amin(naive)
+        a, b = tk.sum(naive, contig)
+        for i, value in enumerate((s, m, lo, a, b)):
+            tk.store(out, value, (i,))
+
+    t, v, u = torch.randn(16, 64), torch.randn(64).to(torch.bfloat16), torch.randn(256)
+    out = torch.full((16,), float("nan"))
+    k.interpret[(1,)](t, v, u, out)
+    want = [t.double().sum(), t.double().amax(0).max(), v.double().min(), v.double().sum(),
+            u.to(torch.bfloat16).double().sum()]
+    torch.testing.assert_close(out[:5].double(), torch.stack(want), rtol=1e-6, atol=1e-5)
+
+
+def test_scalar_loads_and_stores():
+    """One element: a float tk.var from a global tensor (fill past the end) or a shared vector, a scalar into
+    either (masked past the end), converted to and from 16-bit tensors."""
+    @tk.kernel(warps=1)
+    def k(a: tk.gl[bf16, "N"], out: tk.gl[f32, 16], h: tk.gl[fp16, 16]):
+        s = tk.sv(f32, 16)
+        first, past = tk.var(0.0, "first"), tk.var(0.0, "past")
+        tk.load(first, a, (2,))
+        tk.load(past, a, (a.cols + 3,), fill=-7.0)
+        tk.store(s, first * 2, 5)
+        got = tk.var(0.0, "got")
+        tk.load(got, s, (5,))
+        tk.store(out, got, (0,))
+        tk.store(out, past, (1,))
+        tk.store(out, 1.0, (out.cols + 1,), masked=True)       # skipped
+        tk.store(h, first / 3, (4,))
+
+    a = torch.randn(10).to(torch.bfloat16)
+    out, h = torch.zeros(16), torch.zeros(16, dtype=torch.float16)
+    k.interpret[(1,)](a, out, h)
+    assert out[0] == 2 * a[2].float() and out[1] == -7.0 and (out[2:] == 0).all()
+    assert h[4] == (a[2].float() / 3).to(torch.float16) and h.count_nonzero() == 1
+
+
+def test_math_functions_of_runtime_scalars():
+    """tk.rsqrt(s) and friends of a runtime float scalar: their fp32 twins in the interpreter, tk::op_* functors (and
+    the math prelude) in the C++; of a number, a constant."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, 16], out: tk.gl[f32, 16], eps: float):
+        v = tk.var(0.0, "v")
+        tk.load(v, x, (0,))
+        for i, value in enumerate((tk.rsqrt(v + eps), tk.sqrt(v), tk.sigmoid(-v), tk.tanh(v), tk.erf(v),
+                                   tk.log1p(v), tk.rsqrt(4.0) * v)):
+            tk.store(out, value, (i,))
+
+    x, out = torch.full((16,), 0.3), torch.zeros(16)
+    k.interpret[(1,)](x, out, 1e-3)
+    v = torch.tensor(0.3, dtype=torch.float64)
+    want = [torch.rsqrt(v + 1e-3), v.sqrt(), torch.sigmoid(-v), v.tanh(), torch.erf(v), torch.log1p(v), v / 2]
+    torch.testing.assert_close(out[:7].double(), torch.stack(want).float().double(), rtol=1e-6, atol=0)
+    source = k.source(x, out, 1e-3)
+    assert "tk::op_rsqrt{}(v + eps)" in source and "struct op_erf" in source
+
+    @tk.kernel(warps=1)
+    def in_a_map(x: tk.gl[f32, 256], y: tk.gl[f32, 256]):       # only a map's scalar computes one: still the prelude
+        v = tk.rv(f32, 256, "contig")
+        s = tk.var(0.0, "s")
+        tk.load(s, x, (0,))
+        tk.load(v, x, (0,))
+        tk.map(v, lambda a: a * tk.rsqrt(s), v)
+        tk.store(y, v, (0,))
+
+    assert in_a_map.resources(torch.ones(256), torch.ones(256)).found
+
+
+def test_vector_masks_by_index():
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, 512], y: tk.gl[f32, 2, 512], n: int):
+        v, w = tk.rv(f32, 512, "contig"), tk.rv(f32, 512, "contig")
+        tk.load(v, x, (0,))
+        tk.right_fill(w, v, n, -1.0)
+        tk.store(y, w, (0, 0))
+        tk.left_fill(w, v, n)
+        tk.store(y, w, (1, 0))
+
+    x, y = torch.randn(512), torch.zeros(2, 512)
+    k.interpret[(1,)](x, y, 300)
+    assert torch.equal(y[0, :300], x[:300]) and (y[0, 300:] == -1).all()
+    assert (y[1, :300] == 0).all() and torch.equal(y[1, 300:], x[300:])
+
+
+def test_reading_a_cluster_partial_before_its_semaphore_is_an_error():
+    """An asynchronous cluster store is in flight until its semaphore's phase completes and is waited on."""
+    @tk.kernel(warps=1, cluster=(2, 1, 1))
+    def k(out: tk.gl[f32, 16]):
+        s, sem = tk.sv(f32, 16), tk.semaphore()
+        tk.init_semaphore(sem, 1)
+        tk.cluster.sync()
+        tk.expect_bytes(sem, 8)
+        tk.cluster.store(s, 1.0, tk.cluster.rank(), None, sem)
+        got = tk.var(0.0, "got")
+        tk.load(got, s, (tk.cluster.rank(),))        # its own store, in flight: no tk.wait(sem, 0) first
+        tk.store(out, got, (tk.cluster.rank(),))
+
+    with pytest.raises(tk.InterpretError, match="before its TMA load arrived.*the cluster store into `s`"):
+        k.interpret[(2,)](torch.zeros(16))
+
+
+def _trace_error(body, cluster=None, warps=4):
+    @tk.kernel(warps=warps, cluster=cluster)
+    def k(x: tk.gl[f32, "R", 1024], y: tk.gl[f32, "R"]):
+        body(x, y)
+
+    with pytest.raises(tk.TraceError) as info:
+        k.trace(torch.zeros(4, 1024), torch.zeros(4))
+    return str(info.value)
+
+
+@pytest.mark.parametrize("body,match", [
+    (lambda x, y: tk.copy(tk.rv(f32, 256, "ortho"), tk.rv(f32, 256, "contig")), "contig vector converts to no"),
+    (lambda x, y: tk.cluster.sum(tk.rv(f32, 256, "contig")), "needs a kernel launched in clusters"),
+    (lambda x, y: tk.block.sum(tk.rv(f32, 256, "contig"), warps=3), "warps must be a positive int dividing"),
+    (lambda x, y: tk.sum(*[tk.rv(f32, 256, "contig")] * 5), "at most 4 vectors"),
+    (lambda x, y: tk.load(tk.var(0, "i"), y, (0,)), "scalar loads take a float tk.var"),
+    (lambda x, y: tk.warpgroup.sum(tk.rv(f32, 256, "contig")), "has no attribute|no vector reductions"),
+    (lambda x, y: tk.rv(f32, 128, "contig"), "multiple of 256"),
+])
+def test_mistakes_are_explained_at_trace_time(body, match):
+    assert re.search(match, _trace_error(body))
+
+
+def test_cluster_store_takes_f32_vectors():
+    assert "f32 shared vectors" in _trace_error(lambda x, y: tk.cluster.store(tk.sv(bf16, 16), 1.0, 0, 0),
+                                                cluster=(2, 1, 1))
+
+
+def _sass_counts(k, *args) -> collections.Counter:
+    return collections.Counter(re.findall(r"\b(LDG\.E\.128\S*|STG\.E\.128|BAR\.SYNC\S*|STAS|MEMBAR\.ALL\.GPU|"
+                                          r"SYNCS\.PHASECHK\S*|LDS\S*|STS\S*)\s", k.sass(*args)))
+
+
+@pytest.mark.parametrize("dtype", [bf16, f32])
+def test_contig_copies_are_16_byte_accesses_and_block_sums_one_barrier_each(dtype):
+    """Each lane's 8 values of a chunk: one 16-byte load and store (two for fp32), global and shared; a block
+    reduction of several vectors: one barrier."""
+    @tk.kernel(warps=4)
+    def k(x: tk.gl[dtype, "R", 2048], y: tk.gl[dtype, "R", 2048]):
+        v, w, s = tk.rv(f32, 512, "contig"), tk.rv(f32, 512, "contig"), tk.sv(dtype, 512, count=4)
+        for row in tk.range(tk.block_idx.x, x.rows, tk.grid_dim.x):
+            tk.load(v, x, (row, tk.warp_id()))
+            a, b = tk.block.sum(v, v * v)
+            tk.map(v, lambda x: (x - a) * b, v)
+            tk.store(s[tk.warp_id()], v)
+            tk.load(w, s[tk.warp_id()])
+            tk.store(y, w, (row, tk.warp_id()))
+
+    x = torch.empty(8, 2048, dtype=dtype.torch)
+    counts = _sass_counts(k, x, x)
+    per = 2 if dtype == bf16 else 4                          # 2 chunks a lane; fp32 takes 2 accesses a chunk
+    assert counts["LDG.E.128.CONSTANT"] == per and counts["STG.E.128"] == per
+    assert counts["STS.128"] == per and counts["LDS.128"] and not counts["LDS.U16"] and not counts["STS.U16"]
+    assert counts["BAR.SYNC.DEFER_BLOCKING"] == 1 and not counts["MEMBAR.ALL.GPU"]
+    assert k.resources(x, x).spill_stores == 0
+
+
+def test_cluster_sums_wait_on_a_semaphore_not_a_fence():
+    """Across a cluster: st.async stores completing on the readers' semaphores and one wait a reduction; the only
+    cluster barrier (and its GPU-wide fence) is the one at the kernel's start, after the semaphores' init."""
+    k = row_kernels.row_stats(bf16, 3000, 4, 2, 2)
+    x = torch.empty(13, 3000, dtype=torch.bfloat16)
+    stats = torch.empty(4, 16)[:, :13]
+    counts = _sass_counts(k, x, x, stats)
+    source = k.source(x, x, stats)
+    assert source.count("tk::cluster_sync();") == 1 and counts["MEMBAR.ALL.GPU"] == 1
+    assert counts["STAS"] >= 3 and counts["SYNCS.PHASECHK.TRANS64.TRYWAIT"] >= 3
+    assert "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32" in source
+    assert k.resources(x, x, stats).spill_stores == 0

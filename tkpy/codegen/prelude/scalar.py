@@ -1,0 +1,132 @@
+"""Prelude helpers for runtime scalars that live in registers and memory: a whole vector reduced to one value
+(tk.sum, tk.amax, tk.amin), one element between a scalar and a global tensor or a shared vector (tk.load /
+tk.store of a tk.var), a shared vector's element in another block of the cluster (tk.cluster.store), and the
+combination of a group's partial results that tk.block.sum and tk.cluster.sum read back (tkpy/ops/vector_reduce.py).
+"""
+from __future__ import annotations
+
+from .helpers import helpers
+
+_SCALARS = r"""
+// ---- Runtime scalars: vector reductions, single elements, a group's partial results ----
+
+// f over every element of a vector, the same in every lane: each lane combines its own values (a chain per value
+// position across the chunks, then a tree of those), then the lanes holding different values (xor shuffles across
+// the layout's lane bits: commutative steps, so every lane ends with the same bits).
+template <typename F, typename T, int N, typename L>
+__device__ __forceinline__ float vec_reduce(const rv<T, N, L>& v, F f) {
+    constexpr int P = rv<T, N, L>::per_chunk;
+    float acc[P];
+    #pragma unroll
+    for (int k = 0; k < P; k++) {
+        acc[k] = v.get(0, k);
+        #pragma unroll
+        for (int c = 1; c < N; c++) acc[k] = f(acc[k], v.get(c, k));
+    }
+    #pragma unroll
+    for (int step = 1; step < P; step *= 2)
+    #pragma unroll
+    for (int k = 0; k + step < P; k += 2 * step) acc[k] = f(acc[k], acc[k + step]);
+    float r = acc[0];
+    #pragma unroll
+    for (int m = 1; m < 32; m <<= 1)
+        if (vec_shape<L>::lane_bits & m) r = f(r, __shfl_xor_sync(0xffffffffu, r, m));
+    return r;
+}
+
+template <typename V> __device__ __forceinline__ float vec_sum(const V& v) { return vec_reduce(v, op_sum{}); }
+template <typename V> __device__ __forceinline__ float vec_max(const V& v) { return vec_reduce(v, op_max{}); }
+template <typename V> __device__ __forceinline__ float vec_min(const V& v) { return vec_reduce(v, op_min{}); }
+
+// One element: read by every lane, written by lane 0 (MASKED: outside the tensor's rows and columns a load
+// gives `fill` and a store writes nothing).
+template <typename T> __device__ __forceinline__ float load_scalar(const gl<T>& g, int b, int d, int r, int c) {
+    return to_float(*g.at(b, d, r, c));
+}
+
+template <typename T>
+__device__ __forceinline__ float load_scalar_masked(const gl<T>& g, int b, int d, int r, int c, float fill) {
+    return in_bounds(g, r, c, 1) ? to_float(*g.at(b, d, r, c)) : fill;
+}
+
+template <typename T> __device__ __forceinline__ void store_scalar(const gl<T>& g, int b, int d, int r, int c, float v) {
+    if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_scalar_masked(const gl<T>& g, int b, int d, int r, int c, float v) {
+    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = from_float<T>(v);
+}
+
+// ... of a shared vector.
+template <int N> __device__ __forceinline__ float load_scalar(const sv<float, N>& s, int i) {
+    float v; asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(s.ptr(i))) : "memory"); return v;
+}
+template <typename T, int N> __device__ __forceinline__ float load_scalar(const sv<T, N>& s, int i) {
+    unsigned short h; asm volatile("ld.shared.b16 %0, [%1];" : "=h"(h) : "r"(smem_addr(s.ptr(i))) : "memory");
+    return to_float(T{h});
+}
+
+template <int N> __device__ __forceinline__ void store_scalar(const sv<float, N>& s, int i, float v) {
+    if (lane() == 0) asm volatile("st.shared.f32 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "f"(v) : "memory");
+}
+template <typename T, int N> __device__ __forceinline__ void store_scalar(const sv<T, N>& s, int i, float v) {
+    if (lane() == 0) asm volatile("st.shared.b16 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "h"(from_float<T>(v).x) : "memory");
+}
+
+// An fp32 element of shared vector s in the block of cluster rank `rank` (distributed shared memory): by lane 0,
+// or (every rank) lane r into block r's.
+__device__ __forceinline__ void store_cluster(const float* local, int rank, float v) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(v) : "memory");
+}
+
+// The same asynchronously (st.async): its 4 bytes complete on semaphore `sem` of the target block.
+__device__ __forceinline__ void store_cluster_async(const float* local, int rank, float v, semaphore* sem) {
+    u32 remote, remote_sem;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_sem) : "r"(smem_addr(sem)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                 :: "r"(remote), "f"(v), "r"(remote_sem) : "memory");
+}
+
+template <int N> __device__ __forceinline__ void store_scalar_remote(const sv<float, N>& s, int i, float v, int rank) {
+    if (lane() == 0) store_cluster(s.ptr(i), rank, v);
+}
+
+template <int RANKS, int N> __device__ __forceinline__ void store_scalar_every_rank(const sv<float, N>& s, int i, float v) {
+    if (lane() < RANKS) store_cluster(s.ptr(i), lane(), v);
+}
+
+template <int N>
+__device__ __forceinline__ void store_scalar_remote_async(const sv<float, N>& s, int i, float v, int rank, semaphore* sem) {
+    if (lane() == 0) store_cluster_async(s.ptr(i), rank, v, sem);
+}
+
+template <int RANKS, int N>
+__device__ __forceinline__ void store_scalar_every_rank_async(const sv<float, N>& s, int i, float v, semaphore* sem) {
+    if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem);
+}
+
+// f over COUNT partial results in shared memory, the same bits in every lane and every warp that reads them:
+// result j lies at first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE (GROUP warps' slots STRIDE apart, a
+// block's RANK_STRIDE apart). Lane l takes result l (a power of two of them: l % COUNT, and a butterfly over
+// those lanes; otherwise `identity` past COUNT and a butterfly over the warp; more than 32: several a lane).
+template <typename F, int COUNT, int GROUP, int STRIDE, int RANK_STRIDE, int N>
+__device__ __forceinline__ float reduce_slots(const sv<float, N>& s, int first, F f, float identity) {
+    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
+    const int ln = lane();
+    float v = identity;
+    #pragma unroll
+    for (int q = 0; q < (COUNT + 31) / 32; q++) {
+        const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
+        if (pow2 || j < COUNT) v = f(v, load_scalar(s, first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE));
+    }
+    #pragma unroll
+    for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+"""
+
+HELPERS = helpers(_SCALARS)

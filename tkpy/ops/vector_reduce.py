@@ -1,0 +1,177 @@
+"""Reductions of whole register vectors to runtime scalars: over a warp, over groups of a block's warps, over a
+cluster's blocks.
+
+    s = tk.sum(v)                             # every element of this warp's vector, the same in each lane
+    mean, sq = tk.block.sum(x, x2, warps=8)   # over each 8 consecutive warps' vectors (a row split among them)
+    s = tk.cluster.sum(v, warps=16)           # over warps w % 16 ... of every block of the cluster
+
+A row too wide for one warp's registers is split among several warps (and, wider still, several blocks of a
+cluster), each holding a piece of it in a vector; its statistics (a norm's sum of squares, a softmax's max) are
+these reductions, and each warp of the group gets the same value, bit for bit, to normalize its own piece with.
+
+How (the ops recorded, which the interpreter runs as they are): each warp reduces its vector (shuffles across the
+lanes holding different values); lane 0 writes it into a slot of a shared scratch vector of the kernel's, in one of
+two buffers taken in turns (so that a warp starting the next reduction never overwrites what a slower one still
+reads); the group meets at a barrier (its named barrier 1 + warp // warps, or __syncthreads when the group is the
+block); then each warp combines its group's slots in one fixed order (lane j reads slot j, a butterfly of
+shuffles), so every warp computes the same bits. A cluster reduction sends each warp's partial into every block's
+scratch with asynchronous stores (st.async) that complete on the receiving block's semaphore for that buffer, whose
+phase warp 0 announces (expect) and every warp waits on: no cluster barrier and no GPU-wide fence a reduction, as
+Quack's cluster reductions; the semaphores are initialised at the kernel's top, before one cluster barrier. Several
+vectors reduce together over one barrier (up to MAX_VALUES). Every warp of a group must call the reduction (a
+barrier or a semaphore waits for them all).
+"""
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+
+from ..frontend.context import current
+from ..frontend.control import CLUSTER_RANK, WARP_ID, Mutable, assign, if_, var
+from ..ir.core import SharedRef, Var
+from ..ir.protocol import MAX_NAMED_BARRIER
+from ..tiles.dtypes import f32
+from ._checks import emit, fail, operand, register_vector
+from .declare import sv
+from .scalar_memory import store_scalar_remote
+from .sync import sync
+from .sync_async import expect_bytes, init_semaphore, named_sync, semaphore, wait
+
+FNS = {"sum": 0.0, "max": -math.inf, "min": math.inf}    # function -> its identity
+MAX_VALUES = 4                                             # vectors reduced together over one barrier
+
+
+def warp_reduce(fn: str, vectors: tuple, name: str):
+    """The scalar `fn` of each vector's elements over this warp (one tuple entry each, or the scalar for one)."""
+    out = [_reduced(fn, register_vector(v, f"{_public(fn)}"), name) for v in _vectors(vectors, fn)]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
+    """`fn` over the vectors of a group of warps: `warps` consecutive warps of the block (all by default) or, at
+    cluster scope, those warps of every block of the cluster. One scalar per vector, the same in every warp of the
+    group (see the module's docstring)."""
+    ctx = current()
+    what = f"tk.{scope}.{_public(fn)}"
+    vectors = _vectors(vectors, f"{scope}.{_public(fn)}")
+    group = _group(ctx.warps, warps, what, scope)
+    if scope == "cluster" and ctx.cluster is None:
+        fail(f"{what} needs a kernel launched in clusters: @tk.kernel(..., cluster=(2, 1, 1))")
+    blocks = math.prod(ctx.cluster) if scope == "cluster" else 1
+    partials = [_reduced(fn, register_vector(v, what), f"{name}_warp") for v in vectors]
+    if group * blocks == 1:
+        return partials[0] if len(partials) == 1 else tuple(partials)
+    state = _state(ctx, scope, blocks)
+    size = blocks * ctx.warps * MAX_VALUES                       # one buffer: a slot per value, warp and block
+    if scope == "cluster":
+        buffer, phase = state.count % 2, state.count // 2 % 2
+        sem = state.arrived[buffer]
+        with if_(WARP_ID == 0):
+            expect_bytes(sem, blocks * ctx.warps * len(partials) * 4)      # what every block's warps send here
+        slot = buffer * size + (CLUSTER_RANK * ctx.warps + WARP_ID) * MAX_VALUES
+        for k, p in enumerate(partials):                  # (into every block's scratch, completing on its semaphore)
+            store_scalar_remote(state.scratch, p, slot + k, None, sem)
+        wait(sem, phase)
+    else:
+        buffer = state.count
+        slot = buffer * size + WARP_ID * MAX_VALUES
+        for k, p in enumerate(partials):
+            emit("store_sv_scalar", state.scratch, slot + k, p)
+        if group == ctx.warps:
+            sync()
+        else:
+            named_sync(1 + WARP_ID // group, group)
+    first = buffer * size + (0 if group == ctx.warps else (WARP_ID - WARP_ID % group) * MAX_VALUES)   # (1st warp's)
+    out = []
+    for k in range(len(partials)):
+        total = var(0.0, name)
+        emit("reduce_slots", total, state.scratch, first + k, fn=fn, count=group * blocks, group=group,
+             stride=MAX_VALUES, rank_stride=ctx.warps * MAX_VALUES)
+        out.append(total)
+    assign(state.count, 1 - state.count if scope == "block" else state.count + 1)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _reduced(fn: str, v: Var, name: str) -> Mutable:
+    result = var(0.0, name)
+    emit("vec_reduce", result, v, fn=fn)
+    return result
+
+
+def _vectors(vectors: tuple, what: str) -> tuple:
+    if not vectors:
+        fail(f"{what}: give the register vectors to reduce, e.g. tk.{what}(v)")
+    if len(vectors) > MAX_VALUES:
+        fail(f"{what}: at most {MAX_VALUES} vectors reduce together, got {len(vectors)}; split them into calls")
+    return vectors
+
+
+def _group(block_warps: int, warps, what: str, scope: str) -> int:
+    if warps is None:
+        return block_warps
+    if not isinstance(warps, int) or isinstance(warps, bool) or warps < 1 or block_warps % warps:
+        fail(f"{what}: warps must be a positive int dividing the block's {block_warps} warps, got {warps!r}")
+    if scope == "block" and 1 < warps < block_warps and block_warps // warps > MAX_NAMED_BARRIER:
+        fail(f"{what}: {block_warps // warps} groups of {warps} warps need as many named barriers; at most "
+             f"{MAX_NAMED_BARRIER} (groups of more warps, or fewer warps a block)")
+    return warps
+
+
+@dataclass
+class _State:
+    """A kernel's reductions at one scope: the scratch vector of partial results (two buffers), the runtime count
+    choosing the buffer (block: a parity; cluster: reductions so far, whose half gives the semaphore's phase), and
+    the semaphores on which a cluster's partials arrive (one a buffer)."""
+
+    scratch: SharedRef
+    count: Mutable
+    arrived: Var | None = None
+
+
+def _state(ctx, scope: str, blocks: int) -> _State:
+    """The reductions' state at `scope`, made on first use at the kernel's top: a cluster's semaphores are
+    initialised there (by warp 0, one arrival a phase: its expect) and the cluster meets once before any block
+    sends to another."""
+    state = ctx.reductions.get(scope)
+    if state is not None:
+        return state
+    ctx.push_block()
+    scratch = operand(sv(f32, -(-2 * blocks * ctx.warps * MAX_VALUES // 16) * 16), "reduction scratch")
+    scratch.var.name = f"{scope}_reduce_slots"
+    count = var(0, f"{scope}_reductions" if scope == "cluster" else f"{scope}_reduce_parity")
+    state = _State(scratch, count)
+    if scope == "cluster":
+        state.arrived = semaphore(2)
+        state.arrived.name = "cluster_reduce_arrived"
+        with if_(WARP_ID == 0):
+            for i in range(2):
+                init_semaphore(state.arrived[i], 1)
+        emit("cluster_sync")
+    ctx.body[0:0] = ctx.pop_block()
+    ctx.reductions[scope] = state
+    return state
+
+
+def _public(fn: str) -> str:
+    return "sum" if fn == "sum" else "a" + fn
+
+
+def sum(*vectors, name: str = "sum"):  # noqa: A001 - tk.sum, as torch.sum
+    """The sum of every element of each register vector over the calling warp: a float runtime scalar (a tk.var
+    named `name`), the same in every lane; one per vector (a tuple) for several. Computed in fp32: each lane's own
+    values, then shuffles across the lanes that hold different ones. tk.block.sum / tk.cluster.sum: over several
+    warps' vectors."""
+    return warp_reduce("sum", vectors, name)
+
+
+def amax(*vectors, name: str = "max"):
+    """The largest element of each register vector over the calling warp (see tk.sum; NaN is ignored, as fmaxf
+    does)."""
+    return warp_reduce("max", vectors, name)
+
+
+def amin(*vectors, name: str = "min"):
+    """The smallest element of each register vector over the calling warp (see tk.sum)."""
+    return warp_reduce("min", vectors, name)
+
