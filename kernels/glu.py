@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from tkpy.templates import multiprocessors
-
 from . import glu_kernel as body
 from .glu_policy import INTERPRETER_SMS, config_for, grid_for
-from .op_support import check_device, define, direct_call_ok
+from .op_support import check_device, define, direct_call_ok, resident_blocks
 from .tensor_layout import row_view
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -101,18 +99,7 @@ def backward(activation: str, dout, gate, up, dgate, dup, options: dict | None =
 
 
 def _launch(kernel, c, rows: int, args) -> None:
-    x = args[0]
-    if x.is_cuda:
-        key = (c, x.get_device())
-        if key not in _RESIDENT:
-            _RESIDENT[key] = multiprocessors(x) * max(c.blocks_per_sm, kernel.max_active_blocks(*args))
-        resident = _RESIDENT[key]
-    else:
-        resident = INTERPRETER_SMS * c.blocks_per_sm
-    kernel[(grid_for(c, rows, resident),)](*args)
-
-
-_RESIDENT: dict = {}         # (config, device) -> the blocks the GPU runs at once
+    kernel[(grid_for(c, rows, resident_blocks(kernel, c, args, INTERPRETER_SMS)),)](*args)
 
 
 # -- the operators ----------------------------------------------------------------------------------------------

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from tkpy.templates import multiprocessors
-
-from .op_support import check_device, define, direct_call_ok, needs_grad
+from .op_support import check_device, define, direct_call_ok, needs_grad, resident_blocks
 from .rotary_config import INTERPRETER_SMS, ROWS, RotaryConfig
 from .rotary_kernel import rotary_kernel
 from .tensor_layout import tma_ready
@@ -81,7 +79,7 @@ def launch(q, k, cos, sin, interleaved: bool, position_offset: int, inverse: boo
     views = [_heads(t) for t in (q, k)] + tables + [_heads(t) for t in (q_out, k_out)]
     kernel = rotary_kernel(c)
     tasks = batch * -(-seq // ROWS) * max(c.heads_q, c.heads_k)
-    kernel[(max(1, min(-(-tasks // c.warps), _resident(kernel, c, views))),)](*views)
+    kernel[(max(1, min(-(-tasks // c.warps), resident_blocks(kernel, c, views, INTERPRETER_SMS))),)](*views)
 
 
 def _heads(t: torch.Tensor) -> torch.Tensor:
@@ -89,19 +87,6 @@ def _heads(t: torch.Tensor) -> torch.Tensor:
     16-byte aligned with a contiguous last dim."""
     v = t.transpose(1, 2)
     return v if tma_ready(v) else t.contiguous().transpose(1, 2)
-
-
-def _resident(kernel, c: RotaryConfig, args) -> int:
-    x = args[0]
-    if not x.is_cuda:
-        return INTERPRETER_SMS * c.blocks_per_sm
-    key = (c, x.get_device())
-    if key not in _RESIDENT:
-        _RESIDENT[key] = multiprocessors(x) * max(c.blocks_per_sm, kernel.max_active_blocks(*args))
-    return _RESIDENT[key]
-
-
-_RESIDENT: dict = {}
 
 
 # -- the operator ------------------------------------------------------------------------------------------------
