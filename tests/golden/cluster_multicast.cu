@@ -1,4 +1,4 @@
-// sha256 of the whole source: 7f4f1a7cce2988d938703198cd01b63171127c6b8707781d7087838908fef4a2
+// sha256 of the whole source: d1e82ee919007e68ff28e03df01106dc91eb147d1544c553e6adb9ee7d6166c6
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 07347f198286ab447b3c0d648c994638739d53bafd4152a4b0f80528234e0aa2
+// sha256 of the whole source: 5e09270f2dba966f77171e5bfa96745484ccc7cdf2cbc6b715f23feb6e757431
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 293eeadcfde1404b80c6010171ea3020ab03634b9b2e4f6fd4f27e98385c6944
+// sha256 of the whole source: 71fc72852d98f9d7cfbe95aab74db243da4034b65168d56f08bdad082ea01ef4
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps
