@@ -1,5 +1,6 @@
 """Memory-bound kernels on the GPU: tkpy's rms_norm and layer_norm (with and without the fused residual), forward and
-backward, against torch eager, torch.compile of the same function, and the copy bandwidth, all in the same run.
+backward, against torch eager, torch.compile of the same function, and the copy bandwidth, all in the same run; then
+swiglu, geglu and rotary (OTHER_OPS) the same way.
 
 GB/s counts the bytes each kernel must read and write once: forward, x (and the residual) in, y (and residual_out)
 out, the weight (and bias) once, the fp32 statistics (rstd, and mean for layer norm) out; backward, x (h with the
@@ -7,7 +8,10 @@ residual), dy (and residual_out's gradient) and the statistics in, dx out (it is
 weight in and its (and the bias's) gradient out once. Copy: y.copy_(x) over the input's bytes (read + write), the
 ceiling a streaming kernel can reach. Times: GPU time per call from CUDA-graph replays (benchmarks/timing.py);
 the backward alone, from a forward recorded once (tkpy: its backward operator on the saved statistics; torch:
-autograd.grad of the recorded graph, retained). Cases: 16384 x 4096 bf16, and a sweep of widths from 1k to 64k at
+autograd.grad of the recorded graph, retained; OTHER_OPS: autograd.grad of each one's recorded graph). OTHER_OPS'
+bytes: swiglu/geglu of gate and up (rows x width each) forward gate, up in, out out (3), backward gate, up, dout in,
+dgate, dup out (5); rotary of q (B, S, 32, 128) and k (B, S, 8, 128), each way q and k in and out and the cos/sin
+tables (S x 64 fp32) in. Cases: 16384 x 4096 bf16, and a sweep of widths from 1k to 64k at
 the same 64M elements (rows = 2^26 / width). Each row also gives the largest relative difference of tkpy's output
 from eager's.
 
@@ -50,10 +54,81 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
                 rows.append(row)
                 print_row(row, flush=True)
         torch.cuda.empty_cache()
+    for op in OTHER_OPS:
+        for direction in ("forward", "backward"):
+            row = other_row(op, direction, compiled, copy_cache)
+            rows.append(row)
+            print_row(row, flush=True)
     out_dir = save("memory_bound.json", rows)
     if out_dir:
         plot(rows, out_dir / "memory_bound.png")
     return rows
+
+
+OTHER_OPS = ("swiglu", "geglu", "rotary")
+GLU_SHAPE = (16384, 4096)                         # (rows, width) of gate and of up
+ROTARY_SHAPE = (8, 2048)                          # (batch, seq) of q (32 heads) and k (8 heads) at head dim 128
+
+
+def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict:
+    """GB/s of swiglu, geglu or rotary (forward, or the backward of a forward recorded once) for tkpy, torch eager
+    and torch.compile, with the copy bandwidth of the 16384 x 4096 headline."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmarks.bench_attention_bwd import forward_on_side_stream
+    from benchmarks.timing import median_ms
+    from tkpy.kernels import geglu, rotary, swiglu
+    make = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # noqa: E731
+    if op == "rotary":
+        (b, seq), half = ROTARY_SHAPE, 64
+        args = (make(b, seq, 32, 2 * half), make(b, seq, 8, 2 * half))
+        angle = torch.arange(seq, device="cuda")[:, None] * 1e-4 ** (torch.arange(half, device="cuda") / half)
+        cos, sin = angle.cos(), angle.sin()
+        big = sum(x.numel() * 2 for x in args)
+        nbytes = 2 * big + 2 * cos.numel() * 4
+        ours = lambda q, k: rotary(q, k, cos, sin)  # noqa: E731
+
+        def eager(q, k):
+            def rot(x):
+                x1, x2 = x[..., :half].float(), x[..., half:].float()
+                c, s_ = cos[:, None, :], sin[:, None, :]
+                return torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -1).to(x.dtype)
+            return rot(q), rot(k)
+    else:
+        rows, width = GLU_SHAPE
+        args = (make(rows, width), make(rows, width))
+        nbytes = rows * width * 2 * (3 if direction == "forward" else 5)
+        ours = swiglu if op == "swiglu" else geglu
+        eager = (lambda g, u: F.silu(g) * u) if op == "swiglu" else (lambda g, u: F.gelu(g) * u)
+    rows_, width_ = (ROTARY_SHAPE[0] * ROTARY_SHAPE[1], 40 * 128) if op == "rotary" else GLU_SHAPE
+    row = {"op": op, "direction": direction, "rows": rows_, "width": width_, "bytes": nbytes,
+           "copy": copy_cache.get(HEADLINE[1], float("nan"))}
+    with torch.no_grad():
+        reference = torch.cat([y.float().flatten() for y in _tuple(eager(*args))])
+        mine = torch.cat([y.float().flatten() for y in _tuple(ours(*args))])
+        row["diff_vs_eager"] = ((mine - reference).norm() / reference.norm()).item()
+    impls = {"tkpy": ours, "eager": eager}
+    if compiled:
+        impls["compile"] = torch.compile(eager, dynamic=False)
+    for name, fn in impls.items():
+        try:
+            if direction == "forward":
+                with torch.no_grad():
+                    ms = median_ms(lambda: fn(*args))
+            else:
+                outputs = _tuple(forward_on_side_stream(lambda: fn(*args)))
+                grads = [torch.randn_like(y) for y in outputs]
+                ms = median_ms(lambda: torch.autograd.grad(outputs, args, grads, retain_graph=True))
+            row[name] = nbytes / ms / 1e6
+        except Exception as e:            # a backend that fails this case: the row records it
+            print(f"  {name} {op} {direction} failed: {str(e).splitlines()[0][:160]}")
+            row[name] = float("nan")
+    return row
+
+
+def _tuple(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
 
 
 def inputs(op: str, rows: int, width: int):

@@ -14,7 +14,7 @@ from . import norm_kernel as body
 from .norm_config import CHUNK, MAX_WIDTH, MIN_WIDTH, NormConfig
 from .norm_policy import INTERPRETER_SMS, config_for, grid_for
 from .op_support import check_device
-from .tensor_layout import cdiv, tma_ready
+from .tensor_layout import cdiv, row_view as _rows, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 WEIGHT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f32"}
@@ -170,12 +170,6 @@ def _placeholder(dtype, device) -> torch.Tensor:
         t = _PLACEHOLDERS[key] = torch.zeros(body.PLACEHOLDER // torch.empty(0, dtype=dtype).element_size(),
                                              dtype=dtype, device=device)
     return t
-
-
-def _rows(t: torch.Tensor, width: int) -> torch.Tensor:
-    """t as (rows, width), read in place where its rows are 16-byte aligned with a contiguous last dim, else copied."""
-    rows = t.reshape(-1, width)
-    return rows if tma_ready(rows) else rows.clone(memory_format=torch.contiguous_format)
 
 
 def _vector(t, x, weight) -> torch.Tensor:

@@ -125,3 +125,20 @@ def may_overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
                                                ((xc, xw, yc, yw), (xc, xw, yc - row, yw), (xc, xw, yc + row, yw))):
             return False
     return True
+
+
+_RESIDENT: dict = {}         # (config, device) -> the blocks the GPU runs at once
+
+
+def resident_blocks(kernel, config, args, interpreter_sms: int) -> int:
+    """Blocks of `kernel` (of `config`, which has blocks_per_sm) the GPU runs at once on args[0]'s device (SMs x the
+    occupancy query, at least blocks_per_sm an SM; asked once a config and device), or `interpreter_sms` SMs' worth
+    on the CPU: the bound of a persistent grid."""
+    x = args[0]
+    if not x.is_cuda:
+        return interpreter_sms * config.blocks_per_sm
+    key = (config, x.get_device())
+    if key not in _RESIDENT:
+        from tkpy.templates import multiprocessors
+        _RESIDENT[key] = multiprocessors(x) * max(config.blocks_per_sm, kernel.max_active_blocks(*args))
+    return _RESIDENT[key]

@@ -18,3 +18,10 @@ def padded_like(x: torch.Tensor) -> torch.Tensor:
 def padded_copy(x: torch.Tensor) -> torch.Tensor:
     """x copied into padded_like(x)."""
     return padded_like(x).copy_(x)
+
+
+def row_view(t: torch.Tensor, width: int) -> torch.Tensor:
+    """t as (rows, width), read in place where its rows are 16-byte aligned with a contiguous last dim (a strided view
+    too), else copied."""
+    rows = t.reshape(-1, width)
+    return rows if tma_ready(rows) else rows.clone(memory_format=torch.contiguous_format)

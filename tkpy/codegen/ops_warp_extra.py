@@ -10,7 +10,7 @@ from .emit import emits, float_operand, gl_view, operand, scope_threads, tile_co
 CPP_INFIX = {"add": "+", "sub": "-", "mul": "*"}  # division goes through op_div (__fdividef), as tk::div
 
 
-@emits("swap_layout", "transpose", "broadcast_row", "broadcast_col")
+@emits("swap_layout", "transpose", "swap_pairs", "broadcast_row", "broadcast_col")
 def emit_named(em, op):
     """Ops whose prelude function has the op's name and takes its register operands as they are."""
     yield f"tk::{op.name}({', '.join(a.name for a in op.args)});"

@@ -34,6 +34,13 @@ def transpose(warp, op):
     warp.write(dst, warp.read(src).T)
 
 
+@semantics("swap_pairs")
+def swap_pairs(warp, op):
+    dst, src = op.args
+    x = warp.read(src)
+    warp.write(dst, x.reshape(x.shape[0], -1, 2)[:, :, ::-1].reshape(x.shape))
+
+
 @semantics("mask", attrs=("kind",))
 def mask(warp, op):
     dst, src, *index, val = op.args

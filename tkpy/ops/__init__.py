@@ -8,7 +8,7 @@ from .vector_reduce import sum, amax, amin  # noqa: A004 - tk.sum, as torch.sum
 from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_sum, col_prod,
                      add_row, sub_row, mul_row, div_row, add_col, sub_col, mul_col, div_col)
 from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt
-from .layout import swap_layout, transpose
+from .layout import swap_layout, swap_pairs, transpose
 from .views import subtile
 from .maps import map, broadcast_row, broadcast_col
 from . import foreign  # noqa: F401 - installs what Python's math, numpy and torch functions do to traced values

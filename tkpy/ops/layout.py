@@ -1,4 +1,5 @@
-"""Changing how a register tile is held: swap_layout (same matrix, other layout) and transpose."""
+"""Changing how a register tile is held: swap_layout (same matrix, other layout) and transpose; swap_pairs (each
+row's elements 2i and 2i + 1 trade places)."""
 from __future__ import annotations
 
 from ._checks import describe, emit, fail, register_tile
@@ -31,3 +32,17 @@ def transpose(dst, src):
         fail(f"transpose: layouts differ: {describe(d)} vs {describe(s)}; transpose keeps the layout "
              "(tk.swap_layout changes it)")
     return emit("transpose", d, s)
+
+
+def swap_pairs(dst, src):
+    """dst[:, 2i] = src[:, 2i + 1] and dst[:, 2i + 1] = src[:, 2i]: the neighbours of each even column trade places
+    (dtype converted), within each lane's registers (a row-layout tile holds columns 2i and 2i + 1 in one lane:
+    no shuffles). For pairs stored interleaved, (re, im) as complex numbers or GPT-J's rotary pairs:
+    `out = x * cos + swap_pairs(x) * sin` with the sign alternating in sin rotates each pair. dst may be src."""
+    d, s = register_tile(dst, "swap_pairs destination"), register_tile(src, "swap_pairs source")
+    if (d.type.rows, d.type.cols) != (s.type.rows, s.type.cols):
+        fail(f"swap_pairs: shapes differ: {describe(d)} vs {describe(s)}")
+    if d.type.layout != "row" or s.type.layout != "row":
+        fail(f"swap_pairs: {describe(d)} <- {describe(s)}: both must be row-layout tiles (a col-layout tile holds "
+             "pairs of rows in a lane, not of columns); tk.swap_layout first")
+    return emit("swap_pairs", d, s)

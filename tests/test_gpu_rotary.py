@@ -1,0 +1,25 @@
+"""tkpy.kernels.rotary on the GPU (tests/test_rotary.py's checks): both layouts, GQA, head dims 64-256, partial rotary,
+offsets (decoding: one position), fp32 and 16-bit tables, both dtypes, against float64 on every element with the
+gradients; outputs poisoned."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_util import requires_gpu
+from test_rotary import check
+
+pytestmark = requires_gpu
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["neox", "gptj"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim,rotary_dim", [(64, 64), (128, 128), (128, 64), (256, 256), (80, 32)])
+def test_across_head_dims(head_dim, rotary_dim, dtype, interleaved):
+    check(2, 300, 8, 2, head_dim, rotary_dim, dtype, interleaved, device="cuda")
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["neox", "gptj"])
+@pytest.mark.parametrize("seq,offset,table", [(1, 4000, torch.float32), (17, 123, torch.bfloat16), (2048, 0, None)])
+def test_offsets_and_tables(seq, offset, table, interleaved):
+    check(3, seq, 32, 8, 128, 128, torch.bfloat16, interleaved, offset, table or torch.bfloat16, device="cuda")
