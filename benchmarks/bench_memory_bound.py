@@ -108,23 +108,42 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
         reference = torch.cat([y.float().flatten() for y in _tuple(eager(*args))])
         mine = torch.cat([y.float().flatten() for y in _tuple(ours(*args))])
         row["diff_vs_eager"] = ((mine - reference).norm() / reference.norm()).item()
+    def backward(name, fn):
+        outputs = _tuple(forward_on_side_stream(lambda: fn(*args)))
+        grads = [torch.randn_like(y) for y in outputs]
+        return median_ms(lambda: torch.autograd.grad(outputs, args, grads, retain_graph=True))
+    time_implementations(row, implementations(ours, eager, compiled), args, backward)
+    return row
+
+
+def implementations(ours, eager, compiled: bool) -> dict:
+    """The functions a row times: tkpy's, torch eager's and (compiled) torch.compile of eager's."""
+    import torch
+
     impls = {"tkpy": ours, "eager": eager}
     if compiled:
         impls["compile"] = torch.compile(eager, dynamic=False)
+    return impls
+
+
+def time_implementations(row: dict, impls: dict, args: tuple, backward) -> None:
+    """row[name] = GB/s of row["bytes"] for each implementation: its forward under no_grad, or backward(name, fn)'s
+    milliseconds; nan (and a line saying why) where one fails the case."""
+    import torch
+
+    from benchmarks.timing import median_ms
     for name, fn in impls.items():
         try:
-            if direction == "forward":
+            if row["direction"] == "forward":
                 with torch.no_grad():
                     ms = median_ms(lambda: fn(*args))
             else:
-                outputs = _tuple(forward_on_side_stream(lambda: fn(*args)))
-                grads = [torch.randn_like(y) for y in outputs]
-                ms = median_ms(lambda: torch.autograd.grad(outputs, args, grads, retain_graph=True))
-            row[name] = nbytes / ms / 1e6
+                ms = backward(name, fn)
+            row[name] = row["bytes"] / ms / 1e6
         except Exception as e:            # a backend that fails this case: the row records it
-            print(f"  {name} {op} {direction} failed: {str(e).splitlines()[0][:160]}")
+            print(f"  {name} {row['op']} {row['direction']} {row['rows']}x{row['width']} failed: "
+                  f"{str(e).splitlines()[0][:160]}")
             row[name] = float("nan")
-    return row
 
 
 def _tuple(x) -> tuple:
@@ -189,23 +208,11 @@ def case_row(op: str, direction: str, rows: int, width: int, compiled: bool, cop
     ours = tkpy_function(op, width)
     eager = torch_function(op, width)
     args = (x, r, w, b)
-    impls = {"tkpy": ours, "eager": eager}
-    if compiled:
-        impls["compile"] = torch.compile(eager, dynamic=False)
     with torch.no_grad():
         reference = eager(*args)[0].float()
         row["diff_vs_eager"] = ((ours(*args)[0].float() - reference).norm() / reference.norm()).item()
-    for name, fn in impls.items():
-        try:
-            if direction == "forward":
-                with torch.no_grad():
-                    ms = median_ms(lambda: fn(*args))
-            else:
-                ms = backward_ms(name, op, fn, args, dy, width)
-            row[name] = nbytes / ms / 1e6
-        except Exception as e:            # a backend that fails this case: the row records it
-            print(f"  {name} {op} {direction} {rows}x{width} failed: {str(e).splitlines()[0][:160]}")
-            row[name] = float("nan")
+    time_implementations(row, implementations(ours, eager, compiled), args,
+                         lambda name, fn: backward_ms(name, op, fn, args, dy, width))
     del x, r, w, b, dy
     return row
 
