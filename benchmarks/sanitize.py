@@ -124,7 +124,10 @@ def main() -> int:
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     env = dict(os.environ, PYTHONPATH=str(ROOT), TKPY_CACHE_DIR=tempfile.mkdtemp(prefix="tkpy-sanitize-"))
     me = [sys.executable, str(Path(__file__).resolve()), "--cases"] + (["--only", args.only] if args.only else [])
-    subprocess.run(me, env=env, check=True, capture_output=True, text=True)       # compile everything once
+    first = subprocess.run(me, env=env, capture_output=True, text=True)       # compile everything once
+    if first.returncode:
+        print(f"the cases failed without a sanitizer (rc={first.returncode}):\n{(first.stdout + first.stderr)[-4000:]}")
+        return 1
     report = {}
     for tool in args.tools.split(","):
         t0 = time.perf_counter()

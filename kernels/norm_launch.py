@@ -118,9 +118,13 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool,
                    dres is not None, **(options or {}))
     kernel = body.backward_kernel(c)
     f32 = _placeholder(torch.float32, x.device)
+    # The weight's partial-sum workspaces are sized by the grid, which the occupancy query sizes from the kernel:
+    # a one-row workspace stands in for that query (the kernel declares them gl<f32, P, width>).
+    workspace = x.new_empty(1, width, dtype=torch.float32) if weight is not None else f32
     args = [_rows(dy, width), _rows(dres, width) if dres is not None else _placeholder(x.dtype, x.device),
             _rows(x, width), _vector(weight, x, weight), mean.reshape(rows) if kind == "layer" else f32,
-            rstd.reshape(rows).contiguous(), dx.view(rows, width), f32, f32]
+            rstd.reshape(rows).contiguous(), dx.view(rows, width), workspace,
+            workspace if bias_grad else f32]
     blocks = grid(kernel, c, rows, args)
     parts = blocks // c.cluster * c.rows_per_block          # a workspace row per row group of the grid
     if weight is not None:

@@ -21,6 +21,7 @@ def on(monkeypatch, tmp_path):
 
     def gpu(name):
         monkeypatch.setattr(tables, "current_gpu", lambda: name)
+        monkeypatch.setattr(retune, "current_gpu", lambda: name)
     return gpu
 
 
