@@ -13,8 +13,8 @@ forward, on the same inputs. GPU time per call from CUDA-graph replays (benchmar
 the largest relative difference of tkpy's dq, dk, dv from cuDNN's (norms). GQA: SDPA with enable_gqa where the backend
 takes it, else on key/value heads repeated to the query heads (marked "kv repeated").
 
-    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py
-        (the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
+    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
+        (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
 """
 from __future__ import annotations
 
@@ -29,11 +29,13 @@ CASES = [(b, h, hkv, n, d, causal) for b, h, hkv, n, d in
 BACKWARD, FORWARD_BACKWARD = 2.5, 3.5          # FLOPs relative to the forward's
 
 
-def main() -> list[dict]:
+def main(only: str | None = None) -> list[dict]:
     from benchmarks.bench_attention import save
     print_header()
     rows = []
     for case in CASES:                  # each row printed as it is measured
+        if only and case[-1] != (only == "causal"):
+            continue
         rows.append(case_row(*case))
         print_row(rows[-1], flush=True)
     out_dir = save("attention_bwd.json", rows)
@@ -181,4 +183,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=("causal", "noncausal"), default=None)
+    main(parser.parse_args().only)

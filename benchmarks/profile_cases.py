@@ -6,8 +6,9 @@
 Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with -k), attention B H N D
 causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or tkpy.kernels.attention_forward._launch with those
 options, e.g. pingpong=False overlap=False; then SDPA cuDNN, and with --flash SDPA flash), attention_bwd B H N D
-causal(0/1) [--only-sdpa] [--flash] (tkpy's attention_backward, then SDPA's backward under cuDNN and flash). Each runs 3
-times after building its inputs.
+causal(0/1) [--only-sdpa] [--flash] (tkpy's attention_backward, then SDPA's backward under cuDNN and flash), rotary B S
+HQ HK D (tkpy's rotary, then torch.compile's), rms_norm|layer_norm ROWS WIDTH (tkpy's, then torch.compile's). Each
+runs 3 times after building its inputs.
 """
 from __future__ import annotations
 
@@ -73,9 +74,42 @@ def main(argv: list[str]) -> None:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
                 for _ in range(3):
                     torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+    elif what == "rotary":
+        from tkpy.kernels import rotary
+        bsz, seq, hq, hk, d = (int(x) for x in dims[:5])
+        q = torch.randn(bsz, seq, hq, d, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(bsz, seq, hk, d, dtype=torch.bfloat16, device="cuda")
+        cos, sin = (torch.randn(seq, d // 2, device="cuda") for _ in range(2))
+        for _ in range(3):
+            rotary(q, k, cos, sin)
+        compiled = torch.compile(eager_rotary)
+        for _ in range(3):
+            compiled(q, k, cos, sin)
+    elif what in ("rms_norm", "layer_norm"):
+        import torch.nn.functional as F
+
+        from tkpy import kernels
+        rows, width = int(dims[0]), int(dims[1])
+        x = torch.randn(rows, width, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(width, dtype=torch.bfloat16, device="cuda")
+        ours, theirs = getattr(kernels, what), getattr(F, what)
+        compiled = torch.compile(lambda x, w: theirs(x, (width,), w))
+        for _ in range(3):
+            ours(x, (width,), w)
+        for _ in range(3):
+            compiled(x, w)
     else:
         raise SystemExit(f"unknown case {what!r}")
     torch.cuda.synchronize()
+
+
+def eager_rotary(q, k, cos, sin):
+    """GPT-NeoX rotary in torch ops (what torch.compile fuses), for the profiler's comparison."""
+    c, s = (t[None, :, None, :].float() for t in (cos, sin))
+    def rot(x):
+        a, b = x.float().chunk(2, -1)
+        return torch.cat((a * c - b * s, b * c + a * s), -1).to(x.dtype)
+    return rot(q), rot(k)
 
 
 def attention_option(text: str) -> tuple:
