@@ -27,6 +27,7 @@ from gpu_util import rel_err
 from test_lcf_template import reference as ragged_reference
 
 lcf_module = importlib.import_module("tkpy.templates.lcf")     # (tkpy.templates.lcf is the decorator)
+late_ring = importlib.import_module("tkpy.templates.late_ring")
 rand = functools.partial(gpu_util.rand, device="cpu")
 poisoned = functools.partial(gpu_util.poisoned, device="cpu")
 BM, BN, BK = 128, 64, 64
@@ -248,8 +249,8 @@ def test_a_late_stage_never_released_is_a_deadlock(monkeypatch):
 
 def test_a_late_tile_read_before_it_arrived_is_reported(monkeypatch):
     """Without the wait where a late tile is read, the MMA may read B before its TMA load landed."""
-    monkeypatch.setattr(lcf_module.LateStage, "__getattr__",
-                        lambda self, name: lcf_module.StageTiles.__getattr__(self, name))
+    monkeypatch.setattr(late_ring.LateStage, "__getattr__",
+                        lambda self, name: late_ring.StageTiles.__getattr__(self, name))
     template = tk.lcf(stages=2, late_stages=2, name="late_gemm_unwaited")(type("Broken", (LateGemm,), {}))
     a, b, c = operands()
     with pytest.raises(InterpretError, match=r"reads shared memory before its TMA load arrived: .* of `b\[\d\]`"):

@@ -51,69 +51,13 @@ Everything it generates is ordinary tkpy, visible in `.kernel.source(...)`: the 
 methods under their lines, those of the template's own code marked as its (`// [lcf] lcf.py:LINE ...`), the
 constants of tasks(g) and iters(g) under those methods' `def` lines.
 
-Late inputs: a second ring, of `late_stages` stages, for inputs a step uses one step after it loads them
-(attention's V: step k computes S_k = Q K_k^T and O += P_{k-1} V_{k-1}). The class declares
-
-    late_inputs = dict(v=shared(bf16, 176, 128))     # the tiles of one late stage, as `inputs`
-    load_late(g, task, inp, k, sem)  (producer) TMA step k's late inputs into `inp`, completing on `sem`;
-                                called for every step right after load(..., k, ...), once the late stage is
-                                free (each ring waits for its own stages)
-    compute(st, inp, k, prev)   (required) `inp` is step k's stage of the first ring, `prev` the late stage of
-                                step k-1 (for k > 0 only: guard its use with tk.if_(k > 0)), `inp.late` the late
-                                stage of step k itself (e.g. on the last step, tk.if_(k == st.iters - 1))
-
-Reading a late tile (`prev.v`, `inp.late.v`) waits for its stage to arrive at that point of the code, so a step
-does not wait for its late inputs before it issues what needs only the first ring's. Releases, per the wgmma
-accounting above: when compute leaves no MMA in flight (wait for them in compute), step k's stage of the first
-ring and the late stage of step k-1 are released as soon as step k's compute returns, so a first-ring stage is
-held for one step only; otherwise (with stages >= 2 and late_stages >= 3) a step later, once only step k+1's
-MMAs are pending, or, with fewer stages, after a wait for every MMA. The late stage of a task's last step is
-released after that step (the template waits for its arrival first, read or not). Per-task step counts,
-split-K, persistent loops, clusters (each block releases both rings' stages to every block of the cluster),
-LCSF and a finish block (over the first ring) work as without. late_stages: 2..8 (step k reads the late stages
-of steps k-1 and k), default `stages`; both rings must fit in shared memory (a TraceError says how many stages
-of either would fit with the other's as given).
+Late inputs (`late_inputs`, `load_late`, the `late_stages` parameter): a second ring for inputs a step uses one step
+after it loads them (attention's V); see late_ring.py.
 
 Per-task inputs (`task_inputs`, `load_task`, the `task_loads` parameter): tiles each consumer warpgroup loads once
 per task, e.g. attention's query rows; see task_inputs.py.
 
-Parameters (decorator arguments), checked when the class is decorated:
-    consumer_warpgroups   1..3 (default 2)
-    turns                 the consumer warpgroups (2 or 3) take turns at the tensor cores (warpgroups.py): compute
-                          brackets what it issues with `with st.turn():`; the template hands out the first turn after
-                          setup, takes back the last after the last task, and passes it on for skipped steps
-    task_loads            when the task inputs load: "start" (default), "ahead", "ahead_from_step" or "preload"
-    stages                1..8 input stages (default 4); they must fit in shared memory (a TraceError
-                          says how many would). With one stage each step waits for its MMAs before the
-                          stage is released; with more, a step's MMAs stay in flight while the previous
-                          stage is released
-    late_stages           2..8 stages of the late ring (default: stages), for a class with late_inputs
-    producer_warps        1..4 (default 4: a whole warpgroup, so the consumers can take its registers with
-                          setmaxnreg); fewer launch fewer threads and no register split. Warp 0 of the
-                          producer issues the loads
-    producer_registers, consumer_registers
-                          the setmaxnreg split (default 40, and the rest shared by the consumers, at most 240)
-    cluster               1, 2 or 4 blocks per cluster (default 1); the blocks of a cluster run their tasks in
-                          lockstep (each releases a stage to all of them, so one block may load, e.g.
-                          multicast, into its peers' stages); `task.rank` is the block's rank. With
-                          iters(g, task) the cluster's tasks may differ in steps: every block's producer
-                          runs (and `load` is called for) the most steps of any of them, and a block whose
-                          task has fewer only waits for the stages of the others' extra steps and releases
-                          them before its finish; and the blocks take the cluster's rows (or columns) in an
-                          order that rotates from task to task, so that none always takes the longest
-    cluster_along         "rows" (default): a cluster's blocks take `cluster` consecutive tile rows of one
-                          column (they can share B's slice), so row_tiles must be a multiple of `cluster`;
-                          "cols": consecutive tile columns of one row (they can share A's slice), so
-                          col_tiles must be a multiple of `cluster` (an ArgumentError otherwise)
-    persistent, group, scheduler
-                          one block per SM looping over tasks (default) or one block per task; the task
-                          order: schedule.Grouped(group) by default, schedule.SplitK(splits) for split-K
-    blocks_per_sm         1 (default) or 2: compiled so that 2 blocks share an SM (each with half its registers,
-                          split by setmaxnreg as above, and at most half its shared memory, which the stage check
-                          holds the rings to), and a persistent grid of 2 per SM (as many as the occupancy query
-                          says fit); no clusters. E.g. one consumer warpgroup streaming from memory, where a
-                          second block keeps more loads in flight
-    fast_division         as tk.kernel's (default False): the task loops' index math by divisors made once
+Parameters (decorator arguments, checked when the class is decorated): docs/templates.md, "LCF parameters".
 """
 from __future__ import annotations
 
@@ -132,6 +76,7 @@ from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, 
                      consumer_registers_for, declare_aliased, declare_ring, element, finish_placement,
                      global_annotations, globals_namespace, multiprocessors, positional_parameters, register_split,
                      runs_on_gpu, shared)
+from .late_ring import LateRing
 from .schedule import Grouped, SplitK, grouped_order
 from .task_inputs import TaskInputs
 from .warpgroups import Turns
@@ -346,7 +291,7 @@ class LCF:
         self.kernel[self.grid(*tensors)](*tensors)
 
 
-class Pipeline:
+class Pipeline(LateRing):
     """One trace of an LCF kernel: the stage ring, its semaphores, the producer and consumer loops."""
 
     def __init__(self, template: LCF, g):
@@ -546,32 +491,6 @@ class Pipeline:
     def stage(self, s) -> StageTiles:
         return StageTiles(self.arrays, self.t.inputs, s)
 
-    # -- the late ring (late_inputs) --------------------------------------------------------------------------
-    def late_stage_of(self, position, what: str = "late") -> tuple:
-        """(stage, phase) of the late ring at ring position `position` (>= 0 where used)."""
-        n = self.t.late_stages
-        return let(position % n, f"{what}_stage"), let(position // n % 2, f"{what}_phase")
-
-    def late_view(self, position, what: str) -> "LateStage":
-        """The consumers' view of the late stage at ring position `position`: its tiles wait for it where read."""
-        s, phase = self.late_stage_of(position, what)
-        return LateStage(self.late_arrays, self.t.late_inputs, s, element(self.late_arrived, s), phase)
-
-    def release_late(self, position) -> None:
-        """Release the late stage at ring position `position`, once it has arrived: compute may not have read
-        it (a stage is refilled only after its last load completed)."""
-        s, phase = self.late_stage_of(position, "late_done")
-        tk.wait(element(self.late_arrived, s), phase)
-        self.release(s, self.late_finished)
-
-    def load_late(self, task, it, k) -> None:
-        """The producer: step k's late inputs, into the late stage of ring position `it` once it is free."""
-        s, phase = self.late_stage_of(it)
-        with if_(it >= self.t.late_stages):
-            tk.wait(element(self.late_finished, s), 1 - phase)     # the stage's previous round was consumed
-        self.user.load_late(self.g, task, StageTiles(self.late_arrays, self.t.late_inputs, s), k,
-                            element(self.late_arrived, s))
-
     # -- the roles ----------------------------------------------------------------------------------------------
     def producer(self) -> None:
         ring = var(0, "ring") if self.per_task else None             # steps of the tasks before this one
@@ -680,83 +599,6 @@ class Pipeline:
         if hasattr(user, "done"):
             user.done(st)
 
-    def late_steps(self, st, n, base) -> None:
-        """A task's steps with late inputs. Step k waits for its early stage, then computes with it (`inp`), the
-        late stage of step k-1 (`prev`) and its own (`inp.late`), the late tiles waited for where read. Once
-        step k's MMAs are done, its early stage and the late stage of step k-1 are released: after compute if
-        it leaves none in flight, otherwise (keeping them in flight, with 2+ stages and 3+ late stages) after
-        step k+1's compute, once only that step's commit groups are pending. The task's last late stage is
-        released after its last step."""
-        t, user, stages = self.t, self.user, self.t.stages
-        for k in tk_range(n):
-            it, s, phase = self.stage_of(base, k)
-            tk.mark("step: wait for the stage")
-            tk.wait(element(self.arrived, s), phase)
-            tk.mark("step: stage arrived")
-            own = self.late_view(it, "late")
-            prev = self.late_view(it + 2 * t.late_stages - 1, "late_previous")    # it - 1 (for k > 0)
-            body = current().blocks[-1]
-            before = len(body)
-            self.compute(st, k, EarlyStage(self.arrays, t.inputs, s, own), prev)
-            tk.mark("step: computed")
-            groups = sum(1 for op in body[before:] if getattr(op, "name", None) == "wgmma")
-            in_flight = bool(current().pending_wgmma)
-            holds = in_flight and stages > 1 and t.late_stages > 2
-            if not holds:
-                if in_flight:                  # too few stages to keep them in flight: done before release
-                    tk.warpgroup.mma_async_wait()
-                self.release(s)
-                with if_(k > 0):
-                    self.release_late(it - 1)
-                continue
-            with if_(k > 0):                   # step k-1's MMAs are done: its early stage, and the late one of k-2
-                tk.warpgroup.mma_async_wait(groups)
-                self.release((it - 1) % stages)
-                with if_(k > 1):
-                    self.release_late(it - 2)
-        if holds:
-            tk.warpgroup.mma_async_wait()
-
-        def last():
-            if holds:
-                self.release((base + n - 1) % stages)
-                with if_(n > 1):
-                    self.release_late(base + n - 2)
-            self.release_late(base + n - 1)
-        if self.per_task:
-            with if_(n > 0):                    # a task of no steps has no last stage
-                last()
-        else:
-            last()
-
-
-class LateStage(StageTiles):
-    """A stage of the late ring as compute sees it: reading one of its tiles (`prev.v`, `inp.late.v`) waits, at
-    that point of the code, for the stage to have arrived."""
-
-    def __init__(self, arrays: dict, specs: dict, stage, arrived, phase):
-        super().__init__(arrays, specs, stage)
-        self._arrived, self._phase = arrived, phase
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        tk.wait(self._arrived, self._phase)
-        return super().__getattr__(name)
-
-    def tiles(self) -> list:
-        tk.wait(self._arrived, self._phase)
-        return super().tiles()
-
-
-class EarlyStage(StageTiles):
-    """A stage of the input ring as compute sees it with late inputs: `inp.late` is the same step's late stage."""
-
-    def __init__(self, arrays: dict, specs: dict, stage, late: LateStage):
-        super().__init__(arrays, specs, stage)
-        self.late = late
-
-
 LCF.pipeline = Pipeline
 
 
@@ -777,7 +619,7 @@ def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages:
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
         scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
         fast_division: bool = False, turns: bool = False, task_loads: str = "start"):
-    """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring."""
+    """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring and docs/templates.md."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
