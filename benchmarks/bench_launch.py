@@ -181,7 +181,7 @@ def main() -> int:
         load_kernel,
         stream_getter,
     )
-    from tkpy.runtime.driver import make_launch_config
+    from tkpy.runtime.launching import make_launch_config
 
     dev = torch.cuda.current_device()
     a = torch.zeros(128, device="cuda")

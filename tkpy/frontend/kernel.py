@@ -121,13 +121,21 @@ class Kernel:
             else:
                 check_scalar(spec, a)
         if need_cuda:
-            devices = {args[i].device for i in self._gl_positions}
-            if len(devices) > 1:
-                raise ArgumentError(f"{self.name}: tensors are on different devices: {sorted(map(str, devices))}")
+            self._check_one_device(args)
         bind_dims(self.specs, args)
         key = (tuple(contiguous), tuple(sorted(constexprs.items(), key=lambda kv: kv[0])),
                debug_mode.settings(self.debug))   # debug and normal builds never share a specialization
         return key, constexprs
+
+    def _check_one_device(self, args) -> None:
+        """ArgumentError unless the tensor arguments share one device (a launch runs on one GPU)."""
+        first = self._gl_positions[0] if self._gl_positions else None
+        others = [i for i in self._gl_positions if args[i].device != args[first].device]
+        if others:
+            where = ", ".join(f"{self.specs[i].name} on {args[i].device}" for i in self._gl_positions)
+            raise ArgumentError(f"{self.name}: a launch runs on one GPU, but its tensors are on different devices "
+                                f"({where}); move them to one, e.g. {self.specs[others[0]].name}.to("
+                                f"{self.specs[first].name}.device)")
 
     def trace(self, *args) -> "Traced":
         """Trace for these arguments (torch tensors, CPU ones allowed; values only shape the specialization)."""
