@@ -153,6 +153,45 @@ class GlobalVar(Traced):
         return d if isinstance(d, int) else Sym(d, i32)  # dims sharing a name are one runtime value
 
 
+class PglVar:
+    """A parallel global tensor parameter (tk.pgl) while tracing: one GlobalVar per rank of its group (`x[p]`, p a
+    Python int: peers are picked at trace time) and the rank this kernel runs as (`x.rank`, an int: each rank's
+    kernel is its own specialization). `x.local` is this rank's own tensor; `x.rows`, `x.cols`, ... its sizes, the
+    same for every rank."""
+
+    def __init__(self, name: str, members: tuple, rank: int):
+        self.name, self.members, self.rank = name, tuple(members), rank
+        self.world = len(self.members)
+
+    def __getitem__(self, p) -> GlobalVar:
+        if isinstance(p, bool) or not hasattr(p, "__index__"):
+            raise TraceError(f"`{self.name}[{p!r}]`: a pgl's gls are picked by a Python int (the rank), at trace "
+                             f"time; for a runtime rank branch over them: `for p in range({self.name}.world): with "
+                             f"tk.if_(peer == p): ... {self.name}[p] ...` (each peer's tensor has its own pointer "
+                             "and tensor maps)")
+        i = p.__index__()
+        if not 0 <= i < self.world:
+            raise TraceError(f"`{self.name}[{i}]`: rank out of range for a pgl of {self.world} GPUs")
+        return self.members[i]
+
+    @property
+    def local(self) -> GlobalVar:
+        return self.members[self.rank]
+
+    @property
+    def type(self) -> GL:
+        return self.local.type
+
+    def __getattr__(self, name: str):
+        if name in ("shape", "batch", "depth", "rows", "cols", "dim"):
+            return getattr(self.members[self.rank], name)
+        raise AttributeError(f"a pgl (`{self.name}`) has no attribute {name!r}: it has x[p] (rank p's gl), x.local, "
+                             "x.rank, x.world and the sizes (x.rows, x.cols, ...)")
+
+    def __repr__(self) -> str:
+        return f"%{self.name}<pgl of {self.world}, rank {self.rank}>"
+
+
 @dataclass(frozen=True)
 class ScalarParam:
     name: str

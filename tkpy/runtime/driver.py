@@ -216,6 +216,27 @@ def device_context(device_index: int) -> Iterator[Any]:
         check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
+CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
+_peer_access: set = set()
+
+
+def enable_peer_access(device_index: int, peer_index: int) -> None:
+    """Let kernels on `device_index` read and write `peer_index`'s memory (cuCtxEnablePeerAccess from the device's
+    primary context to the peer's), once per pair; already enabled (by torch, say) is fine."""
+    if (device_index, peer_index) in _peer_access:
+        return
+    with _init_lock:
+        if (device_index, peer_index) in _peer_access:
+            return
+        peer = primary_context(peer_index)
+        with device_context(device_index):
+            err = _driver().cuCtxEnablePeerAccess(peer, 0)[0]
+        if int(err) not in (0, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+            raise driver_error(err, f"cuCtxEnablePeerAccess(cuda:{device_index} -> cuda:{peer_index}): can these "
+                                    "GPUs reach each other (nvidia-smi topo -m)?")
+        _peer_access.add((device_index, peer_index))
+
+
 # ---------------------------------------------------------------------------
 # device attributes
 # ---------------------------------------------------------------------------
@@ -363,6 +384,7 @@ __all__ = [
     "device_attribute",
     "device_context",
     "driver_error",
+    "enable_peer_access",
     "gpu_available",
     "host_mapped_alloc",
     "max_shared_per_block_optin",
