@@ -164,7 +164,7 @@ class PglVar:
         self.world = len(self.members)
 
     def __getitem__(self, p) -> GlobalVar:
-        if isinstance(p, bool) or not hasattr(p, "__index__"):
+        if isinstance(p, (bool, Expr)) or not hasattr(p, "__index__"):
             raise TraceError(f"`{self.name}[{p!r}]`: a pgl's gls are picked by a Python int (the rank), at trace "
                              f"time; for a runtime rank branch over them: `for p in range({self.name}.world): with "
                              f"tk.if_(peer == p): ... {self.name}[p] ...` (each peer's tensor has its own pointer "
