@@ -220,24 +220,56 @@ def test_pgl_misuse_is_explained():
         tk.pgl[f32, 16]
 
 
-def test_a_pgl_is_indexed_by_a_python_int_and_not_used_whole():
-    @tk.kernel(warps=1)
-    def runtime_peer(x: tk.pgl[tk.gl[f32, 16, 16], 2], y: tk.gl[f32, 16, 16], p: int):
-        t = tk.rt(f32, 16, 16)
-        tk.load(t, x[p], (0, 0))
-        tk.store(y, t, (0, 0))
+@tk.kernel(warps=1)
+def runtime_peer(x: tk.pgl[tk.gl[bf16, 32, 64], 3], y: tk.gl[bf16, 32, 64], p: int):
+    """Rows of rank p's tensor, p a runtime int: plain loads and TMA loads of the gl picked while the kernel runs."""
+    t = tk.rt(f32, 16, 64)
+    tk.load(t, x[p], (0, 0))
+    tk.store(y, t, (0, 0))
+    tile = tk.st(bf16, 16, 64)
+    sem = tk.semaphore()
+    tk.init_semaphore(sem, 1)
+    tk.tma.expect(sem, tile)
+    tk.tma.load_async(tile, x[p], (1, 0), sem)
+    tk.wait(sem, 0)
+    tk.tma.store_async(y, tile, (1, 0))
+    tk.tma.store_commit_group()
+    tk.tma.store_async_wait(0)
 
+
+def test_a_pgl_picks_a_rank_at_run_time():
+    xs = [torch.randn(32, 64).to(torch.bfloat16) for _ in range(3)]
+    for p in range(3):
+        y = torch.full((32, 64), float("nan")).to(torch.bfloat16)
+        runtime_peer.interpret[(1,)](tk.PGL(xs, 0), y, p)
+        assert torch.equal(y, xs[p])
+    source = runtime_peer.source(tk.PGL(xs, 0), y, 1)
+    assert "tk::load(t, tk::peer(p, x_0, x_1, x_2), 0, 0, 0, 0);" in source
+    assert ("&tk::peer(p, x_0_tma_16x64_sw128, x_1_tma_16x64_sw128, x_2_tma_16x64_sw128)" in source
+            and "const __grid_constant__ tk::CUtensorMap x_2_tma_16x64_sw128" in source)
+    assert "load %t, @x[p], (0, 0, 0, 0)" in runtime_peer.ir(tk.PGL(xs, 0), y, 1)
+    assert runtime_peer.compile(tk.PGL(xs, 0), y, 1).resources.found
+    with pytest.raises(tk.InterpretError, match="rank 3 is out of range for a pgl of 3 GPUs"):
+        runtime_peer.interpret[(1,)](tk.PGL(xs, 0), y, 3)
+
+
+def test_a_pgl_is_not_a_gl():
     @tk.kernel(warps=1)
     def whole(x: tk.pgl[tk.gl[f32, 16, 16], 2], y: tk.gl[f32, 16, 16]):
         t = tk.rt(f32, 16, 16)
         tk.load(t, x, (0, 0))
         tk.store(y, t, (0, 0))
 
+    @tk.kernel(warps=1)
+    def by_float(x: tk.pgl[tk.gl[f32, 16, 16], 2], y: tk.gl[f32, 16, 16], s: float):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x[s], (0, 0))
+
     xs = [torch.zeros(16, 16), torch.zeros(16, 16)]
-    with pytest.raises(tk.TraceError, match=r"for a runtime rank branch over them: `for p in range\(x.world\)"):
-        runtime_peer.trace(tk.PGL(xs, 0), xs[0], 1)
     with pytest.raises(tk.TraceError, match=r"x: a tk.pgl of 2 GPUs' .* \(pick a rank's gl: x\[p\], or x.local"):
         whole.trace(tk.PGL(xs, 0), xs[0])
+    with pytest.raises(tk.TraceError, match="a rank is an integer, got a f32 scalar"):
+        by_float.trace(tk.PGL(xs, 0), xs[0], 1.0)
 
 
 def test_a_parameter_may_not_take_a_pgls_names():

@@ -24,7 +24,7 @@ import linecache
 import numpy as np
 
 from ..errors import DeadlockError, InterpretError, UnsupportedError
-from ..ir.core import Assign, Decl, For, If, KernelIR, Let, Op, SharedRef, Var, walk
+from ..ir.core import Assign, Decl, For, If, KernelIR, Let, Op, PeerRef, SharedRef, Var, walk
 from ..ir.evaluate import LaneDependent, ScalarCache, ScalarFault
 from ..tiles.types import RT, RV
 from .memory import SharedMemory, SharedTile
@@ -109,6 +109,17 @@ class Warp:
             raise InterpretError(str(fault), self.loc) from None
         except LaneDependent as why:
             raise UnsupportedError(str(why), self.loc) from None
+
+    def global_tensor(self, g):
+        """The memory.GlobalTensor of a global operand (of a pgl's gl picked at run time, a PeerRef: the rank this warp
+        computes)."""
+        if isinstance(g, PeerRef):
+            rank = self.value(g.index)
+            if not 0 <= rank < len(g.members):
+                raise InterpretError(f"`{g!r}`: rank {rank} is out of range for a pgl of {len(g.members)} GPUs",
+                                     self.loc)
+            g = g.members[rank]
+        return self.block.globals[g]
 
     # -- register tiles and vectors ------------------------------------------------------------------
     def read(self, var: Var) -> np.ndarray:

@@ -14,7 +14,7 @@ from .sync import Wait
 def _flag(warp, op, what: str) -> np.ndarray:
     """The flag's element as a 1x1 int32 view of its tensor, bounds-checked."""
     g, *coord = op.args[:5]
-    cell = warp.block.globals[g].box(tuple(warp.value(c) for c in coord), 1, 1, f"{what} on `{g.name}`", op.loc)
+    cell = warp.global_tensor(g).box(tuple(warp.value(c) for c in coord), 1, 1, f"{what} on `{g.name}`", op.loc)
     return cell.view(np.int32)
 
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 from .helpers import helpers
 
 _PEER = r"""
-// ---- Signals between GPUs and blocks: int32 flags, release and acquire at system scope ----
+// ---- Peers and signals between GPUs and blocks: a pgl's gl picked at run time; int32 flags, release and acquire at
+// system scope ----
+
+// The i-th of a pgl's per-rank values (its gls, or their tensor maps of one tile shape), picked at run time.
+template <typename T> __device__ __forceinline__ const T& peer(int, const T& last) { return last; }
+template <typename T, typename... R> __device__ __forceinline__ const T& peer(int i, const T& first, const R&... rest) {
+    return i == 0 ? first : peer(i - 1, rest...);
+}
 
 // Set or add to a flag (one thread: lane 0) with release semantics at system scope: the thread's earlier writes,
 // its completed TMA stores too (the proxy fence), are visible to a thread of any GPU that acquires the value.
