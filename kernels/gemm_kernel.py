@@ -34,7 +34,8 @@ FP8_BK = 128                        # ... and of the fp8 kernel
 def matmul_steps(config: MatmulConfig) -> type:
     """What the GEMM kernel of `config` and the fused communication GEMMs (kernels/comm_gemm.py) share: the input and
     output stages, the K steps, the accumulator, the main loop and the epilogue (iters, setup, start, compute,
-    finish); each kernel's class adds its parameters, tasks, load and store (load_b: B's tile of a step)."""
+    finish) and the loads of a step (load, its B tile alone: load_b); each kernel's class adds its parameters,
+    tasks and store (and another load where its A comes from elsewhere)."""
     dtype, out, b_transposed, bias = config.dtype, config.out, config.b_transposed, config.bias
     scale, activation, bn = config.scale, config.activation, config.block_n
     piece_cols, pieces = config.piece_cols, config.pieces
@@ -47,6 +48,13 @@ def matmul_steps(config: MatmulConfig) -> type:
 
         def iters(self, g):
             return cdiv(g.A.cols, BK)
+
+        def load(self, g, task, inp, k, arrived):
+            k = task.k0 + k                  # the K step (a split-K task starts at its share's first)
+            tk.tma.expect(arrived, inp)
+            for i in range(2):
+                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
+            self.load_b(g, task, inp, k, arrived)
 
         def load_b(self, g, task, inp, k, arrived):
             tk.tma.load_async(inp.b, g.B, (task.col, k) if b_transposed else (k, task.col), arrived)
@@ -105,13 +113,6 @@ def matmul_template(config: MatmulConfig):
 
         def tasks(self, g):
             return cdiv(g.C.rows, BM), cdiv(g.C.cols, bn)
-
-        def load(self, g, task, inp, k, arrived):
-            k = task.k0 + k                  # the K step (a split-K task starts at its share's first)
-            tk.tma.expect(arrived, inp)
-            for i in range(2):
-                tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
-            self.load_b(g, task, inp, k, arrived)
 
         def store(self, g, task, stage, piece):
             col = task.col * pieces + piece
