@@ -23,14 +23,21 @@ def rand(*shape, dtype=BF16):
     return torch.randn(*shape, dtype=torch.float64).to(dtype)
 
 
-def close(out: torch.Tensor, ref: torch.Tensor, what: str, rounded=None) -> None:
-    """Within the output dtype's rounding of the float64 reference and fp32 accumulation; `rounded`: the magnitudes
-    of terms rounded to the output dtype on the way (a reduce-scatter's partial products), which each add theirs."""
+def error_ratio(out: torch.Tensor, ref: torch.Tensor, rounded=None) -> float:
+    """The worst error of `out` against the float64 reference `ref`, over what the output dtype's rounding and fp32
+    accumulation allow (1 or less: within it; inf: a NaN, an element never written); `rounded`: the magnitudes of
+    terms rounded to the output dtype on the way (a reduce-scatter's partial products), which each add theirs."""
+    if torch.isnan(out).any():
+        return float("inf")
     eps = torch.finfo(out.dtype).eps
     err = (out.double() - ref).abs()
     bound = (ref.abs() + (0 if rounded is None else rounded)) * eps + ref.abs().max() * 2 ** -20 + 1e-6
-    assert not torch.isnan(out).any() and bool((err <= bound).all()), \
-        f"{what}: max error {err.max().item():.4g}, worst against its bound {(err / bound).max().item():.3g}"
+    return (err / bound).max().item()
+
+
+def close(out: torch.Tensor, ref: torch.Tensor, what: str, rounded=None) -> None:
+    ratio = error_ratio(out, ref, rounded)
+    assert ratio <= 1, f"{what}: the worst error is {ratio:.3g} times its bound"
 
 
 def run_ranks(world: int, fn) -> list:

@@ -62,6 +62,8 @@ class PGL:
         import torch.distributed._symmetric_memory as symm_mem
 
         group = group or dist.group.WORLD
+        if not symm_mem.is_symm_mem_enabled_for_group(group.group_name):
+            symm_mem.enable_symm_mem_for_group(group.group_name)
         local = symm_mem.empty(*shape, dtype=dtype, device=torch.device("cuda", torch.cuda.current_device()))
         handle = symm_mem.rendezvous(local, group)
         peers = [local if r == handle.rank else handle.get_buffer(r, tuple(shape), dtype)
