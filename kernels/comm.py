@@ -41,9 +41,6 @@ class Group:
     def rank(self) -> int:
         raise NotImplementedError
 
-    def device(self) -> torch.device:
-        raise NotImplementedError
-
     def buffer(self, name: str, shape: tuple, dtype: torch.dtype) -> tk.PGL:
         """The group's buffer `name` of this shape and dtype (made at its first use, by every rank alike: then
         zeros), the same on later calls."""
@@ -70,9 +67,6 @@ class SimulatedGroup(Group):
             raise RuntimeError(f"a SimulatedGroup of {self.world} GPUs is used by the ranks of tk.simulate_ranks("
                                f"{self.world}, ...); this thread is not one of them")
         return rank
-
-    def device(self) -> torch.device:
-        return torch.device("cpu")
 
     def buffer(self, name: str, shape: tuple, dtype: torch.dtype) -> tk.PGL:
         key = (name, tuple(shape), dtype)
@@ -102,9 +96,6 @@ class TorchGroup(Group):
 
     def rank(self) -> int:
         return self._rank
-
-    def device(self) -> torch.device:
-        return torch.device("cuda", torch.cuda.current_device())
 
     def buffer(self, name: str, shape: tuple, dtype: torch.dtype) -> tk.PGL:
         key = (name, tuple(shape), dtype)

@@ -187,15 +187,16 @@ def _tma_stores_are_fenced(stmts, dirty: set) -> set:
 
 def _signals_follow_their_stores(stmts, pending: bool) -> bool:
     """A tk.signal releases the warp's earlier writes, but a TMA store still in flight is not yet written: one issued
-    before the signal (on some path, loops taken twice) must be waited for in full (store_async_wait(0), not
-    read_only) first, or the peer that acquires the signal may read the old data. Returns whether one may be
-    pending after `stmts`."""
+    before the signal (loops taken twice) must be waited for in full (store_async_wait(0), not read_only) first, or
+    the peer that acquires the signal may read the old data. Returns whether one is pending after `stmts`. A branch
+    leaves a store pending only where both its sides do: its stores may be another warp's (a role's), whose own
+    signal, inside the branch, is checked there."""
     for s in stmts:
         if isinstance(s, For):
             once = _signals_follow_their_stores(s.body, pending)
             pending = pending or _signals_follow_their_stores(s.body, once)
         elif isinstance(s, If):
-            pending = _signals_follow_their_stores(s.then, pending) | _signals_follow_their_stores(s.orelse, pending)
+            pending = _signals_follow_their_stores(s.then, pending) & _signals_follow_their_stores(s.orelse, pending)
         elif isinstance(s, Op):
             if s.name == "tma_store":
                 pending = True
