@@ -129,3 +129,32 @@ def test_the_autotuner_times_on_its_tensors_device(monkeypatch):
     with timer.on_device_of([torch.zeros(1)]):
         pass
     assert entered == [1]
+
+
+def test_a_pgls_other_ranks_may_live_on_other_gpus(monkeypatch):
+    """Of a pgl only the local rank's tensor must share the launch's device (the others are peer memory, which one
+    process driving several GPUs keeps on theirs); the launch runs there."""
+    monkeypatch.delenv("TKPY_INTERPRET", raising=False)
+    check = kernel_module.check_tensor
+    monkeypatch.setattr(kernel_module, "check_tensor", lambda spec, t, need_cuda: check(spec, t, need_cuda=False))
+    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
+
+    class Compiled(Exception):
+        pass
+
+    def compiled(*args, **kwargs):
+        raise Compiled
+
+    monkeypatch.setattr(runtime, "compile_cuda", compiled)
+
+    @tk.kernel(warps=1)
+    def gather(x: tk.pgl[tk.gl[f32, 16, 16], 2], y: tk.gl[f32, 16, 16]):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x[1], (0, 0))
+        tk.store(y, t, (0, 0))
+
+    xs = [torch.zeros(16, 16), meta(16, 16, dtype=F32)]
+    with pytest.raises(Compiled):                                  # rank 0 on the CPU with y: on to the compile
+        gather[(1,)](tk.PGL(xs, 0), torch.zeros(16, 16))
+    with pytest.raises(tk.ArgumentError, match=r"x_1 on meta, y on cpu"):
+        gather[(1,)](tk.PGL(xs, 1), torch.zeros(16, 16))           # rank 1's own tensor is elsewhere

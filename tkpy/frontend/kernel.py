@@ -175,7 +175,7 @@ class Kernel:
         return self._compiled_for(self.flat_args(args), need_cuda=False)
 
     def _compiled_for(self, args, *, need_cuda: bool) -> "Compiled":
-        """(flattened args: flat_args)"""
+        """The compiled specialization for `args` as the specs take them (flat_args')."""
         key, _ = self._bind(args, need_cuda=need_cuda)
         return self._once(self._compiled, key, lambda: self._trace(args).lower().compile())
 
