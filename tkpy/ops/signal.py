@@ -13,24 +13,17 @@ from __future__ import annotations
 from ..ir.core import GlobalVar
 from ..tiles.dtypes import i32
 from ._checks import describe, emit, fail, scalar
+from .scalar_memory import element_coord
 
 OPS = ("set", "add")
 
 
-def _flag(dst, coord, what: str) -> list:
+def _flag(dst, coord, what: str) -> tuple:
     """The element coordinates of one int32 element of `dst`, right-aligned to (batch, depth, row, col)."""
     if not isinstance(dst, GlobalVar) or dst.type.dtype != i32:
         fail(f"{what}: expected an int32 global tensor (a tk.gl[tk.i32, ...], or a rank's of a tk.pgl of them: "
              f"flags[p]), got {describe(dst)}")
-    if dst.type.rank == 5:
-        fail(f"{what} takes global tensors of up to 4 dims, got {describe(dst)}")
-    coord = coord if isinstance(coord, (tuple, list)) else (coord,)
-    if not 1 <= len(coord) <= 4:
-        fail(f"{what}: coordinates take 1 to 4 entries (batch, depth, row, col), got {len(coord)}")
-    exprs = [scalar(c, f"{what}'s coordinate") for c in coord]
-    if any(e.dtype != i32 for e in exprs):
-        fail(f"{what}: the coordinates must be integers")
-    return [scalar(0, f"{what}'s coordinate")] * (4 - len(exprs)) + exprs
+    return element_coord(coord, dst, what)
 
 
 def signal(dst, coord, value=1, *, op: str = "set"):
