@@ -82,7 +82,7 @@ def main() -> dict:
     import torch
 
     from benchmarks.timing import median_ms
-    from tkpy.runtime import driver, nvrtc
+    from tkpy.runtime import ParamBuffer, driver, launching, nvrtc
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     clock_ghz = driver.device_attribute("CLOCK_RATE", 0) / 1e6
@@ -91,12 +91,12 @@ def main() -> dict:
     results = {}
     for name in FORMS:
         module = nvrtc.compile_cuda(source(name), "bench")
-        kernel = driver.load_kernel(module)
-        params = driver.ParamBuffer(["ptr", "i32"])
+        kernel = launching.load_kernel(module)
+        params = ParamBuffer(["ptr", "i32"])
         params.pack(out.data_ptr(), ITERS)
 
         def run():
-            driver.launch(kernel, (blocks, 1, 1), (THREADS, 1, 1), 0, torch.cuda.current_stream().cuda_stream, params)
+            launching.launch(kernel, (blocks, 1, 1), (THREADS, 1, 1), 0, torch.cuda.current_stream().cuda_stream, params)
 
         ms = median_ms(run)
         per_sm_clk = blocks * THREADS * CHAINS * ITERS / (ms * 1e-3) / sms / (clock_ghz * 1e9)

@@ -6,7 +6,8 @@ Measures, for a trivial 4-argument kernel, the host time of:
   launcher        tkpy Launcher.__call__ with a pre-packed ParamBuffer
   launcher_full   torch stream lookup + ParamBuffer.pack + Launcher call (what generated code does)
   launch_fn       tkpy.runtime.launch() free function (+ pack + stream lookup)
-  prepared        Launcher.prepare(...)() alone: a functools.partial of cuLaunchKernelEx
+  prepared        Launcher.prepare(...)() alone: cuLaunchKernelEx bound once, after a check that the kernel's
+                  device's context is current (cuCtxGetCurrent; the launcher paths make the same check)
   legacy_prepared the same with cuLaunchKernel (no launch-config struct; no clusters)
   prepared_full   stream lookup + dict lookup of the prepared launch by stream + pack + call + check
   pack            ParamBuffer.pack alone
@@ -181,7 +182,7 @@ def main() -> int:
         load_kernel,
         stream_getter,
     )
-    from tkpy.runtime.driver import make_launch_config
+    from tkpy.runtime.launching import make_launch_config
 
     dev = torch.cuda.current_device()
     a = torch.zeros(128, device="cuda")

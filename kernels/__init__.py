@@ -9,6 +9,7 @@ if __name__ != "tkpy.kernels":
     raise ImportError(f"the kernels folder is the package tkpy.kernels: import tkpy.kernels, not {__name__}")
 
 from .attention_op import attention, scaled_dot_product_attention  # noqa: E402
+from .comm_ops import all_gather_matmul, all_reduce, matmul_reduce_scatter  # noqa: E402
 from .glu import geglu, swiglu  # noqa: E402
 from .matmul_fp8_op import matmul_fp8  # noqa: E402
 from .matmul_op import matmul  # noqa: E402
@@ -16,8 +17,8 @@ from .norms import layer_norm, rms_norm  # noqa: E402
 from .rotary_op import rotary  # noqa: E402
 from .row_softmax import softmax  # noqa: E402
 
-__all__ = ["attention", "geglu", "layer_norm", "matmul", "matmul_fp8", "rms_norm", "rotary", "scaled_dot_product_attention", "softmax",
-           "swiglu", "tune"]
+__all__ = ["all_gather_matmul", "all_reduce", "attention", "geglu", "layer_norm", "matmul", "matmul_fp8",
+           "matmul_reduce_scatter", "rms_norm", "rotary", "scaled_dot_product_attention", "softmax", "swiglu", "tune"]
 
 
 def __getattr__(name: str):

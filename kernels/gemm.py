@@ -31,17 +31,24 @@ from .op_support import check_device, refuse_overlap
 from .tensor_layout import ALIGN, padded_copy, padded_like, tma_layout
 
 
+def check_operands(what: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    """A ValueError unless a (M, K) @ b (K, N) are both bf16 or both fp16 on one device (matmul's and the fused
+    communication GEMMs' operands, kernels/comm_ops.py)."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"{what} expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
+    if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
+        raise ValueError(f"{what} expects a and b both bf16 or both fp16; got {a.dtype} and {b.dtype}")
+    if b.device != a.device:
+        raise ValueError(f"{what}: a is on {a.device}, b on {b.device}")
+    check_device(what, a)
+
+
 def checked(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
             out_dtype: torch.dtype | None, out: torch.Tensor | None = None, block_n: int | None = None,
             split_k: int | None = None, scale: float | None = None) -> torch.dtype:
     """The output dtype of matmul on these arguments, or a ValueError naming what it cannot take. Reads only
     shapes, dtypes and devices: the operator's fake implementation checks with it too."""
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul expects a (M, K) @ b (K, N); got {tuple(a.shape)} @ {tuple(b.shape)}")
-    if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
-        raise ValueError(f"matmul expects a and b both bf16 or both fp16; got {a.dtype} and {b.dtype}")
-    if b.device != a.device:
-        raise ValueError(f"matmul: a is on {a.device}, b on {b.device}")
+    check_operands("matmul", a, b)
     (m, _), n = a.shape, b.shape[1]
     if out_dtype is None:
         out_dtype = out.dtype if out is not None else a.dtype
@@ -61,7 +68,6 @@ def checked(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activat
         raise ValueError(f"split_k must be None or a positive int, got {split_k!r}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
-    check_device("matmul", a)
     return out_dtype
 
 

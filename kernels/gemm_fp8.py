@@ -63,8 +63,10 @@ def checked(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: to
         raise ValueError(f"scale_a must hold one value (per-tensor scaling); got shape {tuple(scale_a.shape)}")
     if scale_b.numel() not in (1, n):
         raise ValueError(f"scale_b must hold one value or one per column ({n}); got shape {tuple(scale_b.shape)}")
-    if out is not None and (out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous()):
-        raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor; got {tuple(out.shape)} {out.dtype}")
+    if out is not None and (out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous()
+                            or out.device != a.device):
+        raise ValueError(f"out must be a contiguous ({m}, {n}) {out_dtype} tensor on {a.device}; got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
     if block_n is not None and block_n not in FP8_WIDTHS:
         raise ValueError(f"block_n must be 256 or 128, got {block_n}")
     check_device("matmul_fp8", a)

@@ -31,34 +31,20 @@ BK = 64                             # K per step of the 16-bit kernel
 FP8_BK = 128                        # ... and of the fp8 kernel
 
 
-@functools.cache
-def matmul_template(config: MatmulConfig):
-    """The GEMM kernel of `config` (gemm_config.MatmulConfig says what each option does)."""
+def matmul_steps(config: MatmulConfig) -> type:
+    """What the GEMM kernel of `config` and the fused communication GEMMs (kernels/comm_gemm.py) share: the input and
+    output stages, the K steps, the accumulator, the main loop and the epilogue (iters, setup, start, compute,
+    finish) and the loads of a step (load, its B tile alone: load_b); each kernel's class adds its parameters,
+    tasks and store (and another load where its A comes from elsewhere)."""
     dtype, out, b_transposed, bias = config.dtype, config.out, config.b_transposed, config.bias
-    scale, activation, bn, split = config.scale, config.activation, config.block_n, config.split
+    scale, activation, bn = config.scale, config.activation, config.block_n
     piece_cols, pieces = config.piece_cols, config.pieces
 
-    @tk.lcsf(consumer_warpgroups=2, stages=config.stages, output_stages=config.output_stages, persistent=True,
-             name=config.name, scheduler=tk.templates.SplitK(lambda g: g.splits) if split else None)
-    class Matmul:
-        A: tk.gl[dtype, "M", "K"]
-        B: tk.gl[dtype, "N", "K"] if b_transposed else tk.gl[dtype, "K", "N"]
-        if split:
-            C: tk.gl[f32, "S", "M", "N"]
-            splits: int
-        else:
-            C: tk.gl[out, "M", "N"]
-        if bias is not None:
-            Bias: tk.gl[bias, "N"]
-        if scale:
-            alpha: float
+    class MatmulSteps:
         inputs = dict(a=shared(dtype, BM // 2, BK, count=2),
                       b=shared(dtype, bn, BK) if b_transposed else shared(dtype, BK, bn))
         outputs = dict(c=shared(out, BM // 2, piece_cols, count=2))    # a piece of each consumer's 64 rows
         output_pieces = pieces
-
-        def tasks(self, g):
-            return cdiv(g.C.rows, BM), cdiv(g.C.cols, bn)
 
         def iters(self, g):
             return cdiv(g.A.cols, BK)
@@ -68,6 +54,9 @@ def matmul_template(config: MatmulConfig):
             tk.tma.expect(arrived, inp)
             for i in range(2):
                 tk.tma.load_async(inp.a[i], g.A, (task.row * 2 + i, k), arrived)
+            self.load_b(g, task, inp, k, arrived)
+
+        def load_b(self, g, task, inp, k, arrived):
             tk.tma.load_async(inp.b, g.B, (task.col, k) if b_transposed else (k, task.col), arrived)
 
         def setup(self, st):
@@ -92,6 +81,38 @@ def matmul_template(config: MatmulConfig):
             tk.warpgroup.store(stage.c[tk.warpgroup.id()], acc)
             if bias is not None and piece + 1 < pieces:
                 load_bias(g, st.bias, task.col * pieces + piece + 1)
+    return MatmulSteps
+
+
+def lcsf_options(config: MatmulConfig, name: str | None = None) -> dict:
+    """The LCSF template's options for the GEMMs of `config` (`name`: the kernel's, config.name by default)."""
+    return dict(consumer_warpgroups=2, stages=config.stages, output_stages=config.output_stages, persistent=True,
+                name=name or config.name,
+                scheduler=tk.templates.SplitK(lambda g: g.splits) if config.split else None)
+
+
+@functools.cache
+def matmul_template(config: MatmulConfig):
+    """The GEMM kernel of `config` (gemm_config.MatmulConfig says what each option does)."""
+    dtype, out, b_transposed, bias = config.dtype, config.out, config.b_transposed, config.bias
+    scale, bn, split, pieces = config.scale, config.block_n, config.split, config.pieces
+
+    @tk.lcsf(**lcsf_options(config))
+    class Matmul(matmul_steps(config)):
+        A: tk.gl[dtype, "M", "K"]
+        B: tk.gl[dtype, "N", "K"] if b_transposed else tk.gl[dtype, "K", "N"]
+        if split:
+            C: tk.gl[f32, "S", "M", "N"]
+            splits: int
+        else:
+            C: tk.gl[out, "M", "N"]
+        if bias is not None:
+            Bias: tk.gl[bias, "N"]
+        if scale:
+            alpha: float
+
+        def tasks(self, g):
+            return cdiv(g.C.rows, BM), cdiv(g.C.cols, bn)
 
         def store(self, g, task, stage, piece):
             col = task.col * pieces + piece

@@ -94,19 +94,27 @@ def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: di
     return y, residual_out, mean, rstd
 
 
-def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool, options: dict | None = None):
-    """(dx, dweight, dbias) of the norm of x (h = x + residual when fused) from the forward's statistics: dx also
-    carries dres, the gradient of residual_out (None: none); dweight / dbias empty without a weight / bias_grad.
-    `options`: as forward's."""
+def checked_backward(kind: str, dy, dres, x, weight, mean, rstd, shape) -> int:
+    """The row width of the norm's backward, or the ValueError it raises before any GPU work (the fake
+    implementations check with it too): the forward's checks, and the gradients and statistics like the input."""
     width = checked(kind, x, shape, weight)
     _check_gradient(kind, dy, x, "grad_output")
     if dres is not None:
         _check_gradient(kind, dres, x, "the residual output's gradient")
     stats = statistics_shape(x, shape)
     for what, t in (("rstd", rstd),) + ((("mean", mean),) if kind == "layer" else ()):
-        if tuple(t.shape) != stats or t.dtype != torch.float32:
-            raise ValueError(f"{NAMES[kind]}_backward: {what} must be float32 of shape {stats}, got "
-                             f"{t.dtype} {tuple(t.shape)}")
+        if tuple(t.shape) != stats or t.dtype != torch.float32 or t.device != x.device:
+            raise ValueError(f"{NAMES[kind]}_backward: {what} must be float32 of shape {stats} on the input's device "
+                             f"({x.device}), got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return width
+
+
+def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool, options: dict | None = None):
+    """(dx, dweight, dbias) of the norm of x (h = x + residual when fused) from the forward's statistics: dx also
+    carries dres, the gradient of residual_out (None: none); dweight / dbias empty without a weight / bias_grad.
+    `options`: as forward's."""
+    width = checked_backward(kind, dy, dres, x, weight, mean, rstd, shape)
+    stats = statistics_shape(x, shape)
     dx = x.new_empty(x.shape)
     empty = x.new_empty(0, dtype=weight.dtype if weight is not None else torch.float32)
     dweight = x.new_empty(shape, dtype=weight.dtype) if weight is not None else empty

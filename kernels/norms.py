@@ -96,8 +96,8 @@ def _layer_fake(input, normalized_shape, weight, bias, residual, eps):
     return _outputs("layer", input, normalized_shape, weight, bias, residual)
 
 
-def _gradients_fake(kind, grad_out, input, weight, normalized_shape, bias_grad):
-    launch.checked(kind, input, normalized_shape, weight)
+def _gradients_fake(kind, grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad):
+    launch.checked_backward(kind, grad_out, grad_residual, input, weight, mean, rstd, normalized_shape)
     empty = input.new_empty(0, dtype=weight.dtype if weight is not None else torch.float32)
     dweight = input.new_empty(normalized_shape, dtype=weight.dtype) if weight is not None else empty
     dbias = input.new_empty(normalized_shape, dtype=weight.dtype) if weight is not None and bias_grad else empty
@@ -105,11 +105,11 @@ def _gradients_fake(kind, grad_out, input, weight, normalized_shape, bias_grad):
 
 
 def _rms_backward_fake(grad_out, grad_residual, input, weight, rstd, normalized_shape):
-    return _gradients_fake("rms", grad_out, input, weight, normalized_shape, False)[:2]
+    return _gradients_fake("rms", grad_out, grad_residual, input, weight, None, rstd, normalized_shape, False)[:2]
 
 
 def _layer_backward_fake(grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad):
-    return _gradients_fake("layer", grad_out, input, weight, normalized_shape, bias_grad)
+    return _gradients_fake("layer", grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad)
 
 
 # -- autograd -----------------------------------------------------------------------------------------------------

@@ -47,8 +47,9 @@ def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool
                          f"{k.dtype} on {k.device} against {tuple(q.shape)} {q.dtype} on {q.device}")
     if cos.dim() != 2 or sin.shape != cos.shape or cos.dtype != sin.dtype or cos.device != q.device or \
             sin.device != q.device:
-        raise ValueError(f"rotary: cos and sin must be (max_seq, rotary_dim / 2) of one dtype on q's device; got "
-                         f"{tuple(cos.shape)} {cos.dtype} on {cos.device} and {tuple(sin.shape)} {sin.dtype}")
+        raise ValueError(f"rotary: cos and sin must be (max_seq, rotary_dim / 2) of one dtype on q's device ("
+                         f"{q.device}); got {tuple(cos.shape)} {cos.dtype} on {cos.device} and {tuple(sin.shape)} "
+                         f"{sin.dtype} on {sin.device}")
     if cos.dtype not in (torch.float32, q.dtype):
         raise ValueError(f"rotary: cos and sin must be float32 or q's dtype ({q.dtype}), got {cos.dtype}")
     if not sizes:

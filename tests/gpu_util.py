@@ -22,6 +22,15 @@ def on_gpu(test):
     return test
 
 
+def on_gpus(count: int):
+    """The marks of a test that needs `count` Hopper GPUs of one host (skipped with fewer)."""
+    def mark(test):
+        test = on_gpu(test)
+        return pytest.mark.skipif(not gpu_available() or torch.cuda.device_count() < count,
+                                  reason=f"needs {count} Hopper GPUs")(test)
+    return mark
+
+
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
 
 

@@ -21,7 +21,7 @@ from tkpy import f32
 from tkpy.codegen.abi import Slot
 from tkpy.frontend import fastpath
 from tkpy.runtime import DriverError, Launcher, ParamBuffer, native
-from tkpy.runtime.driver import make_launch_config
+from tkpy.runtime.launching import make_launch_config
 
 
 def native_build_problem() -> str | None:
@@ -459,3 +459,117 @@ def test_launch_prepacked_launches_the_param_buffer_as_is(mod):
     assert entry.launch_prepacked((3, 2, 1), 0x99) is None
     assert driver.calls == [("launch", (3, 2, 1), (64, 1, 1), 128, 0x99, None, False, 0xF00, bytes(pb._mv),
                              list(pb.offsets))]
+
+
+# ---------------------------------------------------------------------------- the kernel's device's context
+
+_GET_CTX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+_PUSH_CTX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class FakeContexts:
+    """The calling thread's context stack as the driver keeps it, with cuCtxGetCurrent, cuCtxPushCurrent and
+    cuCtxPopCurrent as C function pointers (`api`) and as the Python calls tkpy.runtime.launching makes
+    (`current_context`, `device_context`); `log` records each call and each launch with the context current then."""
+
+    def __init__(self, current: int):
+        self.stack = [current] if current else []
+        self.log: list = []
+        self._c = (_GET_CTX(self._get), _PUSH_CTX(self._push), _GET_CTX(self._pop))
+        self.api = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._c)
+        self.launch = _LAUNCH(lambda cfg, fn, params, extra: self.log.append(("launch", self.current())) or 0)
+        self.launch_address = ctypes.cast(self.launch, ctypes.c_void_p).value
+
+    def current(self) -> int:
+        return self.stack[-1] if self.stack else 0
+
+    def _get(self, out):
+        self.log.append("get")
+        out[0] = self.current() or None
+        return 0
+
+    def _push(self, ctx):
+        self.log.append(("push", ctx))
+        self.stack.append(ctx)
+        return 0
+
+    def _pop(self, out):
+        self.log.append("pop")
+        out[0] = self.stack.pop()
+        return 0
+
+    def current_context(self) -> int:                     # launching.current_context
+        self.log.append("get")
+        return self.current()
+
+    def device_context(self, device: int):                 # launching.device_context, for device 1's context 0xB
+        import contextlib
+
+        @contextlib.contextmanager
+        def pushed():
+            self._push(0xB)
+            try:
+                yield
+            finally:
+                self.log.append("pop")
+                self.stack.pop()
+        return pushed()
+
+
+DEVICE1 = 0xB       # the primary context of the kernel's device (1) in these tests
+SWITCHED = ["get", ("push", DEVICE1), ("launch", DEVICE1), "pop"]
+
+
+@pytest.mark.parametrize("current, expected", [(DEVICE1, ["get", ("launch", DEVICE1)]), (0xA, SWITCHED),
+                                               (0, SWITCHED)], ids=["its-own", "another-device", "none"])
+def test_native_launches_under_the_kernels_context(mod, current, expected):
+    """An entry launches under its device's primary context: as it is where that is current, else pushed around the
+    launch and popped (the thread's current device is another, or a fresh thread has none), the thread left as it
+    was."""
+    slots, maps = _slot_sets()["kernel"]
+    args = _args()
+    contexts = FakeContexts(current)
+    lr = Launcher(0xF00, (32, 1, 1), kernel=_Device1(), context=DEVICE1)
+    fast: dict = {}
+    launcher = mod.Launcher(native.spec_kinds(mod, noop5.specs), fast, lambda grid, a: pytest.fail("slow path"))
+    fast[fastpath.cache_key(noop5.specs, args)] = native.entry(
+        slots, noop5.specs, lr, ParamBuffer([s.kind for s in slots]), maps, 1, lambda d: 0,
+        launch_address=contexts.launch_address, context_api=contexts.api)
+    launcher((1, 1, 1), *args)
+    assert contexts.log == expected and contexts.current() == current
+
+
+@pytest.mark.parametrize("how", ["call", "prepared"])
+@pytest.mark.parametrize("current, expected", [(DEVICE1, ["get", ("launch", DEVICE1)]), (0xA, SWITCHED),
+                                               (0, SWITCHED)], ids=["its-own", "another-device", "none"])
+def test_python_launches_under_the_kernels_context(monkeypatch, how, current, expected):
+    """The same for launching.Launcher: a call and a prepared launch (the generated Python launcher's)."""
+    from tkpy.runtime import launching
+
+    contexts = FakeContexts(current)
+    monkeypatch.setattr(launching, "current_context", contexts.current_context)
+    monkeypatch.setattr(launching, "device_context", contexts.device_context)
+    lr = Launcher(0xF00, (32, 1, 1), kernel=_Device1(), context=DEVICE1)
+    lr._launch = lambda cfg, fn, address, extra: contexts.log.append(("launch", contexts.current())) or (0,)
+    pb = ParamBuffer(["u64"])
+    if how == "call":
+        lr((1, 1, 1), 0, pb)
+    else:
+        assert lr.prepare((1, 1, 1), 0, pb)() == (0,)
+    assert contexts.log == expected and contexts.current() == current
+
+
+def test_a_context_needs_its_device_and_the_drivers_calls(mod):
+    with pytest.raises(ValueError, match="needs its LoadedKernel"):
+        Launcher(0xF00, (32, 1, 1), context=DEVICE1)
+    slots, maps = _slot_sets()["kernel"]
+    with pytest.raises(ValueError, match="needs context_api"):
+        mod.Entry(launch=mod.NOOP_LAUNCH, function=0xF00, block=(32, 1, 1), smem=0, cluster=None,
+                  dependent_launch=False, layout=(), size=8, spec_kinds=native.spec_kinds(mod, noop5.specs),
+                  tensor_maps=(), device=1, stream_of=abs, failed=print, params=None, params_address=0,
+                  context=DEVICE1)
+
+
+class _Device1:
+    """What a Launcher reads of its LoadedKernel: the device (1) whose context it pushes."""
+    device_index, kernel_name = 1, "noop5"

@@ -22,7 +22,9 @@ import tkpy.runtime as runtime
 from gpu_util import attention_reference, rel_err
 from tkpy import f32
 from tkpy.frontend import context, kernel as kernel_module
-from tkpy.runtime import driver, native
+import contextlib
+
+from tkpy.runtime import driver, launching, native
 
 CUDA_ERROR_INVALID_CONTEXT = 201
 
@@ -184,14 +186,15 @@ class FakeGPU:
         monkeypatch.setattr(runtime, "require_gpu", lambda: None)
         monkeypatch.setattr(runtime, "load_kernel", lambda module, device=None, smem=0: self)
         monkeypatch.setattr(runtime, "stream_getter", lambda: (lambda device: 0x5000))
-        monkeypatch.setattr(driver, "ensure_context", lambda device: None)
+        monkeypatch.setattr(launching, "device_context", lambda device: contextlib.nullcontext())
         self.device_index, self.kernel_name = -1, "fake"
         self._callback = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 4)(self._native_launch)
         monkeypatch.setattr(native, "driver_launch_address",
                             lambda: ctypes.cast(self._callback, ctypes.c_void_p).value)
+        monkeypatch.setattr(native, "driver_context_api", lambda: (1, 2, 3))   # (unused: the fake has no context)
 
     def launcher(self, block, smem=0, cluster=None, dependent_launch=False):      # LoadedKernel.launcher
-        lr = driver.Launcher(0xF00, block, smem, cluster, kernel=self, dependent_launch=dependent_launch)
+        lr = launching.Launcher(0xF00, block, smem, cluster, kernel=self, dependent_launch=dependent_launch)
         lr._launch = self._python_launch
         return lr
 
@@ -280,7 +283,7 @@ def test_first_launches_from_8_threads(monkeypatch, which):
 
 @pytest.mark.parametrize("which", LAUNCHERS)
 def test_retry_after_a_missing_context_launches_its_own_arguments(monkeypatch, which):
-    """Every launch fails once as on a fresh thread and is retried (driver.Launcher.handle_error) from the address
+    """Every launch fails once as on a fresh thread and is retried (launching.Launcher.handle_error) from the address
     its launcher passes: the native one its own block on the C stack, the Python one this thread's buffer."""
     _use_launcher(monkeypatch, which)
     fake = FakeGPU(monkeypatch, fail_first=True)
@@ -341,8 +344,9 @@ def test_gpu_tensor_maps_made_on_a_thread_without_a_context():
 
 
 def test_tensor_map_calls_retry_once_with_the_primary_context(monkeypatch):
-    """The driver's tensor-map calls run one at a time, and one that reports INVALID_CONTEXT is retried once after
-    the primary context is made current (seen on the H200 from 16 fresh threads at once); other errors raise."""
+    """The driver's tensor-map calls run one at a time under their device's context (device_context), and one that
+    reports INVALID_CONTEXT is retried once after the primary context is made current (seen on the H200 from 16
+    fresh threads at once); other errors raise."""
     from tkpy.runtime import tensor_map
 
     calls: list = []
@@ -352,16 +356,24 @@ def test_tensor_map_calls_retry_once_with_the_primary_context(monkeypatch):
             calls.append(("set", ctx))
             return (0,)
 
+    @contextlib.contextmanager
+    def device_context(device):
+        calls.append(("enter", device))
+        try:
+            yield
+        finally:
+            calls.append(("exit", device))
+
     monkeypatch.setattr(tensor_map, "_driver", lambda: FakeDriver())
-    monkeypatch.setattr(tensor_map, "ensure_context", lambda device: calls.append(("ensure", device)))
+    monkeypatch.setattr(tensor_map, "device_context", device_context)
     monkeypatch.setattr(tensor_map, "primary_context", lambda device: f"primary{device}")
     results = iter([(CUDA_ERROR_INVALID_CONTEXT,), (0, "map")])
     assert tensor_map._in_context(3, lambda: next(results), "encode") == "map"
-    assert calls == [("ensure", 3), ("set", "primary3")]
+    assert calls == [("enter", 3), ("set", "primary3"), ("exit", 3)]
     results = iter([(CUDA_ERROR_INVALID_CONTEXT,), (CUDA_ERROR_INVALID_CONTEXT,)])
     with pytest.raises(runtime.DriverError, match="encode"):
         tensor_map._in_context(3, lambda: next(results), "encode")
     calls.clear()
     with pytest.raises(runtime.DriverError):
         tensor_map._in_context(0, lambda: (1,), "encode")                      # not a context error: no retry
-    assert calls == [("ensure", 0)]
+    assert calls == [("enter", 0), ("exit", 0)]

@@ -14,9 +14,11 @@ from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, Inte
 from .runtime.errors import GpuBoundsError, GpuTimeoutError, SpillWarning
 from .runtime import gpu_available
 from .frontend.kernel import kernel, Kernel
-from .frontend.signature import gl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT
+from .frontend.signature import gl, pgl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT
+from .frontend.pgl import PGL
 from .ir.expr import call, cdiv
 from .interpret.launch import interpret_requested
+from .interpret.ranks import simulate_ranks, simulated_rank
 from .frontend.control import range, if_, else_, let, var, assign, block_idx, grid_dim, warp_id, lane_id, num_warps
 from .ops import *  # noqa: F401,F403 - the op namespace is the public API
 from .ops import warpgroup, block

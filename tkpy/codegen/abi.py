@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.core import GlobalVar, KernelIR, Op, ScalarParam, walk
+from ..ir.core import GlobalVar, KernelIR, Op, PeerRef, ScalarParam, walk
 from ..tiles.dtypes import DType, f32
 
 
@@ -72,17 +72,22 @@ TMA_OPS = ("tma_load", "tma_store", "tma_prefetch")
 
 
 def tensor_maps(kernel: KernelIR) -> list:
-    """(global tensor, shared tile type) pairs that need a tensor map, in order of first use."""
+    """(global tensor, shared tile type) pairs that need a tensor map, in order of first use (a pgl's gl picked at run
+    time, a PeerRef: every one of its gls)."""
     seen: list = []
     for s in walk(kernel.body):
         if isinstance(s, Op) and s.name in TMA_OPS:
             tile, g = (s.args[0], s.args[1]) if s.name != "tma_store" else (s.args[1], s.args[0])
-            key = (g, tile.type)
-            if key not in seen:
-                seen.append(key)
+            for member in (g.members if isinstance(g, PeerRef) else (g,)):
+                key = (member, tile.type)
+                if key not in seen:
+                    seen.append(key)
     return seen
 
 
 def tensor_map_name(g: GlobalVar, st) -> str:
-    """C++ name of the tensor map that moves `st`-shaped boxes of `g`: its box and swizzle."""
+    """C++ name of the tensor map that moves `st`-shaped boxes of `g`: its box and swizzle (of a PeerRef: the pick of
+    its gls' maps)."""
+    if isinstance(g, PeerRef):
+        return g.pick(tensor_map_name(m, st) for m in g.members)
     return f"{g.name}_tma_{st.rows}x{st.panel_cols}" + (f"_sw{st.swizzle}" if st.swizzle else "")

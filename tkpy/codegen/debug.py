@@ -8,7 +8,8 @@ number back into the Python line, the op and the barrier or the access. Nothing 
 
 Checked: the tile of every copy between a global tensor and registers or shared memory (tk.load, tk.store,
 tk.load_async; all of it inside the tensor, or for a masked copy its first element at non-negative coordinates
-inside the batch and depth), the element of tk.atomic_add, every run-time index into an array of shared tiles or
+inside the batch and depth), the element of tk.atomic_add, tk.signal and tk.wait_signal (whose waits are bounded
+too), every run-time index into an array of shared tiles or
 semaphores, and the window of a shared subtile at run-time coordinates. Not checked: TMA copies, whose tensor maps
 make the hardware clip them (out-of-bounds elements read as zero, writes are dropped), and register tiles, which
 are indexed at trace time.
@@ -39,6 +40,7 @@ class Site:
 
     index: int
     kind: str                 # semaphore | block barrier | named barrier | warpgroup vote | cluster barrier | wgmma
+                              # | signal
     op: Op
     text: str                 # the Python line of the op
     barrier: str              # the C++ name of what it waits on (`full`, `tkpy_debug_named`, ...)
@@ -70,6 +72,9 @@ class Site:
         if self.kind == "cluster barrier":
             return (f"the cluster barrier (this warp's tk.cluster.sync() number {index}, counting from 0): waiting "
                     f"for all {self.warps} warps of the cluster to arrive")
+        if self.kind == "signal":
+            return (f"the signal flag `{self.barrier}`: waiting for it to reach {phase}, it held {index} (tk.signal "
+                    f"by another GPU or block)")
         return (f"the warpgroup MMA (warpgroup {index}): every warp of the warpgroup must issue it, but some of its "
                 f"warps have not within the timeout")
 
@@ -84,6 +89,7 @@ class Site:
             "warpgroup vote": f"named barrier %d of a warpgroup vote%.0d",
             "cluster barrier": f"cluster barrier, this warp's sync number %d%.0d",
             "wgmma": f"the other warps of warpgroup %d issuing this wgmma%.0d",
+            "signal": f"signal flag {self.barrier} holding %d, waiting for %d",
         }[self.kind]
         text = _c_text(self.source)
         return (f"tkpy debug: kernel {_c_text(kernel)}, block (%u, %u, %u), warp %u: wait timed out at {text} "
@@ -221,6 +227,8 @@ def plan_for(ir: KernelIR) -> Plan:
             plan.warpgroups = max(1, ir.warps // WARPS_PER_WARPGROUP)
             site = Site(len(plan.sites), "wgmma", op, text, "tkpy_debug_warpgroups", True, WARPS_PER_WARPGROUP,
                         branches=branches)
+        elif op.name == "wait_signal":
+            site = Site(len(plan.sites), "signal", op, text, op.args[0].name, branches=branches)
         elif op.name == "setmaxnreg" and op.attrs.get("increase"):
             plan.unbounded.append(Unbounded(op, text, "setmaxnreg.inc blocks in hardware until the registers it asks "
                                                       "for are free (no try form)"))
@@ -265,8 +273,8 @@ def _access_checks(stmt, index: int) -> Optional[tuple[str, list[str], tuple]]:
                      f"{render(c * t.cols)}, {t.rows}, {t.cols}, {'true' if masked else 'false'}, {index});")
         lines += [_index_check(render(o), render(as_expr(g.type.outer)), index, 4) for o in outer]
         what = f"the {t.rows} x {t.cols} tile of `{g.name}`" + (" (masked)" if masked else "")
-    elif stmt.name == "atomic_add":
-        g, (b, d, r, c) = stmt.args[1], stmt.args[2:6]
+    elif stmt.name in ("atomic_add", "signal", "wait_signal"):
+        g, (b, d, r, c) = (stmt.args[1], stmt.args[2:6]) if stmt.name == "atomic_add" else (stmt.args[0], stmt.args[1:5])
         lines.append(f"tk::debug::check_element({g.name}, {render(b)}, {render(d)}, {render(r)}, {render(c)}, "
                      f"{index});")
         what = f"the element of `{g.name}`"

@@ -25,7 +25,7 @@ from ..ir.core import KernelIR
 from ..ir.passes import ALIGNMENT_SLACK
 from ..runtime import debug as debug_mode
 from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
-from . import fastpath
+from . import fastpath, pgl
 from .context import user_loc
 from .once import Once
 from .tracer import trace_kernel
@@ -54,6 +54,8 @@ class Kernel:
         self.specs = specs if specs is not None else parse_signature(fn, _definition_locals())
         self.dim_names = dynamic_dim_names(self.specs)
         self._gl_positions = [i for i, s in enumerate(self.specs) if s.kind == "gl"]
+        self._own_positions = [i for i in self._gl_positions if self.specs[i].member is None]    # not a pgl's
+        self._pgl = any(s.member is not None for s in self.specs)
         self._compiled: dict[tuple, "Compiled"] = {}
         self._fast: dict[tuple, Any] = {}          # fast-path key -> _Ready.entry (or its native_entry);
                                                     # only grows (the native launcher remembers its last hit)
@@ -121,16 +123,43 @@ class Kernel:
             else:
                 check_scalar(spec, a)
         if need_cuda:
-            devices = {args[i].device for i in self._gl_positions}
-            if len(devices) > 1:
-                raise ArgumentError(f"{self.name}: tensors are on different devices: {sorted(map(str, devices))}")
+            self._check_one_device(args)
         bind_dims(self.specs, args)
         key = (tuple(contiguous), tuple(sorted(constexprs.items(), key=lambda kv: kv[0])),
                debug_mode.settings(self.debug))   # debug and normal builds never share a specialization
         return key, constexprs
 
+    def flat_args(self, args) -> tuple:
+        """A call's arguments as the kernel's specs take them: each tk.PGL in place of a tk.pgl parameter expanded
+        into its tensors and its rank (frontend/pgl.py); other calls' as they are."""
+        if not self._pgl:
+            return args
+        try:
+            return pgl.flatten(self.specs, args)
+        except ArgumentError as e:
+            raise _at_callers_line(e) from None
+
+    def _launch_positions(self, args) -> list:
+        """The tensor arguments whose device the launch runs on: the kernel's gls and each pgl's local tensor (the
+        other ranks' tensors of a pgl may live on other GPUs, which the local one reaches as peer memory)."""
+        return sorted(self._own_positions + pgl.local_members(self.specs, args)) if self._pgl else self._gl_positions
+
+    def _check_one_device(self, args) -> None:
+        """ArgumentError unless the tensor arguments share one device (a launch runs on one GPU)."""
+        positions = self._launch_positions(args)
+        first = positions[0] if positions else None
+        others = [i for i in positions if args[i].device != args[first].device]
+        if others:
+            where = ", ".join(f"{self.specs[i].name} on {args[i].device}" for i in positions)
+            raise ArgumentError(f"{self.name}: a launch runs on one GPU, but its tensors are on different devices "
+                                f"({where}); move them to one, e.g. {self.specs[others[0]].name}.to("
+                                f"{self.specs[first].name}.device)")
+
     def trace(self, *args) -> "Traced":
         """Trace for these arguments (torch tensors, CPU ones allowed; values only shape the specialization)."""
+        return self._trace(self.flat_args(args))
+
+    def _trace(self, args) -> "Traced":
         key, constexprs = self._bind(args, need_cuda=False)
         contiguous = key[0]
         ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster,
@@ -143,11 +172,12 @@ class Kernel:
         """The compile stage for these arguments (torch tensors, CPU ones allowed: no GPU needed): traced, lowered
         and compiled by NVRTC into the disk cache once per specialization, as a first launch would do; a launch of
         the same specialization then only loads it. What `python -m tkpy.warmup` and tk.autotune run ahead."""
-        return self._compiled_for(args, need_cuda=False)
+        return self._compiled_for(self.flat_args(args), need_cuda=False)
 
     def _compiled_for(self, args, *, need_cuda: bool) -> "Compiled":
+        """The compiled specialization for `args` as the specs take them (flat_args')."""
         key, _ = self._bind(args, need_cuda=need_cuda)
-        return self._once(self._compiled, key, lambda: self.trace(*args).lower().compile())
+        return self._once(self._compiled, key, lambda: self._trace(args).lower().compile())
 
     def _once(self, cache: dict, key, make):
         """`cache[key]`, made by `make()` once however many threads ask at once (one trace and one compile
@@ -157,45 +187,49 @@ class Kernel:
 
     def max_active_clusters(self, *args) -> int:
         """How many of this kernel's clusters, specialized for `args` (CUDA tensors), the GPU runs at once."""
-        loaded, compiled = self._loaded_for(args)
+        loaded, compiled = self._loaded_for(self.flat_args(args))
         ir = compiled.lowered.traced.ir
         return loaded.max_active_clusters((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
 
     def max_active_blocks(self, *args) -> int:
         """How many blocks of this kernel, specialized for `args` (CUDA tensors), an SM runs at once."""
-        loaded, compiled = self._loaded_for(args)
+        loaded, compiled = self._loaded_for(self.flat_args(args))
         return loaded.max_active_blocks(compiled.lowered.traced.ir.threads, compiled.dynamic_smem)
 
     def _loaded_for(self, args) -> tuple:
         """(the kernel loaded on the device of `args`, its compiled specialization), for the occupancy queries."""
         from ..runtime import load_kernel
         compiled = self._compiled_for(args, need_cuda=True)
-        device = next(a.get_device() for a in args if hasattr(a, "get_device"))
-        return load_kernel(compiled.module, device, compiled.dynamic_smem), compiled
+        return load_kernel(compiled.module, self._device(args), compiled.dynamic_smem), compiled
+
+    def _device(self, args) -> int:
+        """The device a launch on these (flattened) arguments runs on: its tensors' (torch's current one without)."""
+        positions = self._launch_positions(args)
+        return args[positions[0]].get_device() if positions else _current_device()
 
     def ir(self, *args) -> str:
         """The traced IR as text."""
-        return self.trace(*args).text
+        return self._trace(self.flat_args(args)).text
 
     def source(self, *args, prelude: str = "used") -> str:
         """The generated CUDA C++, as NVRTC compiles it: the prelude helpers the kernel uses, then the kernel.
         prelude="full": the whole prelude instead of the helpers it uses."""
-        lowered = self._compiled_for(args, need_cuda=False).lowered
+        lowered = self._compiled_for(self.flat_args(args), need_cuda=False).lowered
         if prelude == "used":
             return lowered.source
         return generate(lowered.traced.ir, lowered.slots, prelude)
 
     def ptx(self, *args) -> str:
         """The PTX NVRTC made with the cubin (for reading: the driver loads the cubin)."""
-        return self._compiled_for(args, need_cuda=False).module.ptx
+        return self._compiled_for(self.flat_args(args), need_cuda=False).module.ptx
 
     def sass(self, *args) -> str:
         """The cubin's SASS (nvdisasm; no GPU needed), disassembled once and cached as the cubin is."""
-        return self._compiled_for(args, need_cuda=False).sass()
+        return self._compiled_for(self.flat_args(args), need_cuda=False).sass()
 
     def resources(self, *args):
         """Registers, spills, stack and shared memory, from ptxas' report."""
-        return self._compiled_for(args, need_cuda=False).resources
+        return self._compiled_for(self.flat_args(args), need_cuda=False).resources
 
     # -- launching ------------------------------------------------------------
     def __getitem__(self, grid):
@@ -209,7 +243,7 @@ class Kernel:
                 g = launch_grid(grid, self.cluster, self.name)
             except ArgumentError as e:
                 raise _at_callers_line(e) from None
-            bound = functools.partial(self._fast_launch or self._launch, g)
+            bound = functools.partial(self._pgl_launch if self._pgl else self._fast_launch or self._launch, g)
             try:
                 if len(self._bound) > 4096:
                     self._bound.clear()
@@ -221,9 +255,13 @@ class Kernel:
     def launch(self, grid, *args) -> None:
         self[grid](*args)
 
+    def _pgl_launch(self, grid, *args) -> None:
+        """A launch of a kernel with pgl parameters: its arguments flattened, then the launch as any."""
+        self._launch(grid, *self.flat_args(args))
+
     def _compile_instead(self, *args) -> None:
         """A launch under compile_only(): the specialization compiled, nothing run."""
-        compiled = self._compiled_for(args, need_cuda=False)
+        compiled = self._compiled_for(self.flat_args(args), need_cuda=False)
         made = _compiling_only
         if made is not None:
             made.append(compiled)
@@ -248,7 +286,7 @@ class Kernel:
         from ..runtime import NoGPUError, require_gpu
 
         if interpret_requested():     # TKPY_INTERPRET=1: no fast path is built, so every launch comes here
-            self.interpret.run(grid, *args)
+            self.interpret.run_flat(grid, args)
             return
         try:
             require_gpu()
@@ -257,7 +295,7 @@ class Kernel:
                 f"{e}. Setting TKPY_INTERPRET=1 runs the same call on the CPU instead: tkpy's interpreter takes this "
                 f"kernel and CPU tensors as they are (or call {self.name}.interpret[grid](...))", user_loc())) from None
         compiled = self._compiled_for(args, need_cuda=True)
-        device = args[self._gl_positions[0]].get_device() if self._gl_positions else _current_device()
+        device = self._device(args)
         ready = compiled.ready(device)
         if compiled.lowered.traced.ir.debug is not None:   # debug mode: every launch checked and synchronized
             debug_mode.launch(ready, grid, args, compiled.lowered.slots, self, compiled)

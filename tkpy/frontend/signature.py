@@ -2,7 +2,8 @@
 
 `x: tk.gl[bf16, "M", 64]` is a global tensor; `n: int` and `s: float` are
 runtime scalars; `k: tk.constexpr` is a trace-time Python value (a new
-specialization per distinct value).
+specialization per distinct value). `x: tk.pgl[tk.gl[bf16, "M", 64], 4]` is a parallel global tensor (one tensor per
+GPU of a group of 4, tkpy.frontend.pgl): it stands for 4 gl parameters and its rank, a constexpr (`member` specs).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Optional
 from ..errors import ArgumentError, TraceError
 from ..ir.core import Loc
 from ..tiles.dtypes import DType, f32, i32, named_like
-from ..tiles.types import GL
+from ..tiles.types import GL, PGL
 
 ALIGNMENT = 16  # bytes: base pointers and row strides, for vectorised and async copies
 
@@ -41,6 +42,19 @@ class _GlFactory:
 gl = _GlFactory()
 
 
+class _PglFactory:
+    """`tk.pgl[tk.gl[dtype, dims...], world]`: the annotation of a parallel global tensor parameter, one gl per GPU
+    of a group of `world` (ThunderKittens' `pgl<gl<...>, NUM_DEVICES>`)."""
+
+    def __getitem__(self, item) -> PGL:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError("write tk.pgl[tk.gl[dtype, dims...], world], e.g. tk.pgl[tk.gl[bf16, 'M', 'K'], 4]")
+        return PGL(*item)
+
+
+pgl = _PglFactory()
+
+
 class constexpr:
     """Annotation of a trace-time constant parameter: its Python value is baked into the kernel."""
 
@@ -50,6 +64,14 @@ class ParamSpec:
     name: str
     kind: str            # 'gl' | 'int' | 'float' | 'constexpr'
     gl: Optional[GL] = None
+    member: Optional[tuple] = None   # of a pgl parameter: (its name, the rank this gl is, or None: its local rank)
+
+
+def pgl_specs(name: str, ann: PGL) -> list[ParamSpec]:
+    """The specs a pgl parameter stands for: a gl per rank (`x_0`, `x_1`, ...) and its local rank (`x_rank`, a
+    constexpr: each rank's kernel is its own specialization, so that peers are picked at trace time)."""
+    return [ParamSpec(f"{name}_{r}", "gl", ann.gl, (name, r)) for r in range(ann.world)] + \
+        [ParamSpec(f"{name}_rank", "constexpr", None, (name, None))]
 
 
 def resolve_annotation(ann, fn, definition_locals: dict):
@@ -85,6 +107,8 @@ def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` must be a plain positional parameter", loc)
         if isinstance(ann, GL):
             specs.append(ParamSpec(p.name, "gl", ann))
+        elif isinstance(ann, PGL):
+            specs += pgl_specs(p.name, ann)
         elif ann is int:
             specs.append(ParamSpec(p.name, "int"))
         elif ann is float:
@@ -93,8 +117,12 @@ def parse_signature(fn, definition_locals: dict | None = None) -> list[ParamSpec
             specs.append(ParamSpec(p.name, "constexpr"))
         else:
             raise TraceError(f"kernel {fn.__name__}: parameter `{p.name}` needs an annotation: "
-                             "tk.gl[dtype, dims...], int, float or tk.constexpr", loc)
+                             "tk.gl[dtype, dims...], tk.pgl[tk.gl[...], world], int, float or tk.constexpr", loc)
     names = {s.name for s in specs}
+    if len(names) < len(specs):
+        clash = next(s.name for s in specs if s.member is not None and sum(t.name == s.name for t in specs) > 1)
+        raise TraceError(f"kernel {fn.__name__}: parameter `{clash}` clashes with a name the pgl parameter "
+                         f"`{clash.rsplit('_', 1)[0]}` takes for its gls and rank; rename it", loc)
     for s in specs:
         if s.kind == "gl":
             for d in s.gl.dynamic_dims:

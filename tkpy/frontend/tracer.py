@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TraceError
 from ..runtime import dependent_launch, timeline
-from ..ir.core import GlobalVar, KernelIR, Loc, ScalarParam, Var
+from ..ir.core import GlobalVar, KernelIR, Loc, PglVar, ScalarParam, Var
 from ..ir.expr import Sym
 from .context import TraceContext, activate
 from .signature import SCALAR_DTYPES, ParamSpec
@@ -22,15 +22,22 @@ _RESERVED = set(keyword.kwlist) | {
 
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
                  constexprs: dict, cluster=None, blocks_per_sm: int = 1, fast_division: bool = False) -> KernelIR:
-    """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed."""
+    """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed. A pgl's specs
+    (signature.pgl_specs: its gls, then its rank) become one argument, a PglVar."""
     ctx = TraceContext(name, warps, cluster, fn.__code__)
-    args, params, gl_index = [], [], 0
+    args, params, gl_index, members = [], [], 0, []
     for spec in specs:
         if spec.kind == "gl":
             g = GlobalVar(spec.name, spec.gl, contiguous[gl_index])
             gl_index += 1
-            args.append(g)
             params.append(g)
+            if spec.member is None:
+                args.append(g)
+            else:
+                members.append(g)   # a pgl's gl: the function gets the pgl, after its last gl (its rank's spec)
+        elif spec.member is not None:
+            args.append(PglVar(spec.member[0], members, constexprs[spec.name]))
+            members = []
         elif spec.kind in SCALAR_DTYPES:
             sym = Sym(spec.name, SCALAR_DTYPES[spec.kind])
             args.append(sym)

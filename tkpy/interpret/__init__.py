@@ -14,7 +14,7 @@ swizzled layout and written-state tracking; global tensors are bounds-checked
 Op semantics live in per-area modules registered with `@semantics("op")`
 (registry.py), like the code generator's emitters.
 """
-from . import ops_hopper, ops_scalar, ops_warp, ops_warp_extra, ops_wgmma  # noqa: F401 - register the op semantics
+from . import ops_hopper, ops_peer, ops_scalar, ops_warp, ops_warp_extra, ops_wgmma  # noqa: F401 - register the op semantics
 from .launch import ENV_VAR, ORDER_ENV_VAR, Interpreted, interpret_requested
 from .registry import SEMANTICS, semantics
 

@@ -41,13 +41,20 @@ class Interpreted:
 
     def program(self, args) -> Program:
         """The interpretable program for these arguments (traced once per specialization)."""
+        return self._program(self.kernel.flat_args(args))
+
+    def _program(self, args) -> Program:
         key, _ = self.kernel._bind(args, need_cuda=False)
-        return self.kernel._once(self._programs, key, lambda: Program(self.kernel.trace(*args).ir))
+        return self.kernel._once(self._programs, key, lambda: Program(self.kernel._trace(args).ir))
 
     def run(self, grid: tuple, *args) -> None:
         """Run the kernel over `grid` (3 ints) on these arguments. Tensors not on the CPU are copied to it
         and back."""
-        program = self.program(args)
+        self.run_flat(grid, self.kernel.flat_args(args))
+
+    def run_flat(self, grid: tuple, args: tuple) -> None:
+        """run() on arguments as the kernel's specs take them (a tk.PGL expanded: Kernel.flat_args)."""
+        program = self._program(args)
         specs = self.kernel.specs
         on_cpu = [a.cpu() if spec.kind == "gl" and a.device.type != "cpu" else a for spec, a in zip(specs, args)]
         env = dict(bind_dims(specs, args))

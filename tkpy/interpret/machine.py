@@ -10,6 +10,11 @@ between blocks can be modelled; blocks of different clusters are independent
 and run one after another. When no warp can move, the cluster is deadlocked:
 the report names every blocked warp's barrier, phase, Python line and the
 branches (roles) it is in, and which warps have already finished.
+
+A kernel that waits for signals (tk.wait_signal) may wait for another block of its grid: its blocks all run
+together, as a persistent grid's resident blocks do. Such a wait may also be for another GPU (a simulated rank,
+ranks.py): when no warp can move but some wait for a signal, the rank stalls until a signal is given anywhere, and
+only when every rank is stalled is it a deadlock.
 """
 from __future__ import annotations
 
@@ -19,10 +24,11 @@ import linecache
 import numpy as np
 
 from ..errors import DeadlockError, InterpretError, UnsupportedError
-from ..ir.core import Assign, Decl, For, If, KernelIR, Let, Op, SharedRef, Var
+from ..ir.core import Assign, Decl, For, If, KernelIR, Let, Op, PeerRef, SharedRef, Var, walk
 from ..ir.evaluate import LaneDependent, ScalarCache, ScalarFault
 from ..tiles.types import RT, RV
 from .memory import SharedMemory, SharedTile
+from . import ranks
 from .numerics import round_to
 from .registry import semantics_of
 
@@ -34,6 +40,7 @@ class Program:
         self.ir = ir
         self.scalars = ScalarCache()
         self._shared: dict = {}
+        self.waits_for_signals = any(isinstance(s, Op) and s.name == "wait_signal" for s in walk(ir.body))
 
     def shared_tile(self, var: Var, index) -> SharedTile:
         """Shared variable `var` (element `index` of an array of them, or None)."""
@@ -102,6 +109,17 @@ class Warp:
             raise InterpretError(str(fault), self.loc) from None
         except LaneDependent as why:
             raise UnsupportedError(str(why), self.loc) from None
+
+    def global_tensor(self, g):
+        """The memory.GlobalTensor of a global operand (of a pgl's gl picked at run time, a PeerRef: the rank this warp
+        computes)."""
+        if isinstance(g, PeerRef):
+            rank = self.value(g.index)
+            if not 0 <= rank < len(g.members):
+                raise InterpretError(f"`{g!r}`: rank {rank} is out of range for a pgl of {len(g.members)} GPUs",
+                                     self.loc)
+            g = g.members[rank]
+        return self.block.globals[g]
 
     # -- register tiles and vectors ------------------------------------------------------------------
     def read(self, var: Var) -> np.ndarray:
@@ -233,7 +251,9 @@ def run_together(blocks: list, order: str = "forward") -> None:
     running = {w: execute(w, w.block.program.ir.body) for w in warps}
     waits = dict.fromkeys(warps)
     sweep = sweeps(order)
+    world, rank = ranks.current()
     while running:
+        seen = world.version if world is not None else 0     # (before the sweep: a signal during it is news)
         moved = False
         for w in sweep(list(running)):
             if waits[w] is not None and not waits[w].ready():
@@ -247,8 +267,13 @@ def run_together(blocks: list, order: str = "forward") -> None:
             except InterpretError as e:
                 raise type(e)(f"{e.bare_message} (in {w.name})", e.loc or w.loc) from None
         if not moved:
-            raise DeadlockError(_deadlock_report(blocks, [(w, waits[w]) for w in running],
-                                                 [w for w in warps if w not in running]))
+            report = _deadlock_report(blocks, [(w, waits[w]) for w in running], [w for w in warps if w not in running])
+            signals = any(getattr(waits[w], "external", False) for w in running)
+            if world is None or not signals:
+                hint = ("\n  (a signal another GPU gives: run the ranks together with tk.simulate_ranks)" if signals
+                        else "")
+                raise DeadlockError(report + hint)
+            world.stall(rank, seen, report)
 
 
 def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict, order: str = "forward") -> None:
@@ -257,6 +282,7 @@ def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict, ord
     env = dict(env, grid_x=grid[0], grid_y=grid[1], grid_z=grid[2])
     cluster = program.ir.cluster or (1, 1, 1)
     with np.errstate(all="ignore"):     # inf/nan arithmetic is the kernel's business, as on the GPU
+        grid_blocks = []
         for origin in itertools.product(*(range(0, g, c) for g, c in zip(reversed(grid), reversed(cluster)))):
             z0, y0, x0 = origin
             blocks = [Block(program, dict(env, block_x=x0 + x, block_y=y0 + y, block_z=z0 + z,
@@ -264,11 +290,19 @@ def run_grid(program: Program, grid: tuple, env: dict, global_tensors: dict, ord
                       for z, y, x in itertools.product(*(range(c) for c in reversed(cluster)))]
             for b in blocks:
                 b.cluster = blocks
-            run_together(blocks, order)
+            if program.waits_for_signals:   # a block may wait for another's signal: all resident at once
+                grid_blocks += blocks
+            else:
+                run_together(blocks, order)
+        if grid_blocks:
+            run_together(grid_blocks, order)
 
 
 def _deadlock_report(blocks: list, blocked: list, finished: list) -> str:
-    where = blocks[0].name if len(blocks) == 1 else f"the cluster of {blocks[0].name}"
+    if len(blocks) == 1:
+        where = blocks[0].name
+    else:
+        where = f"the cluster of {blocks[0].name}" if blocks[0].cluster is blocks else "the grid"
     lines = [f"deadlock in {where} of kernel {blocks[0].program.ir.name}: no warp can make progress"]
     for w, wait in blocked:
         who = f"warp {w.index}" if len(blocks) == 1 else w.name

@@ -119,7 +119,7 @@ def tma_load(warp, op):
     tile = warp.shared_tile(dst)
     t = tile.type
     raw = np.zeros((t.rows, t.cols), RAW[t.dtype.nbytes])
-    inside = _inside(warp, warp.block.globals[src], coord, t)
+    inside = _inside(warp, warp.global_tensor(src), coord, t)
     if inside is not None:
         box, rows, cols = inside
         raw[rows, cols] = box
@@ -154,7 +154,7 @@ def tma_store(warp, op):
     to the tensor's dtype) at once; the tile stays held until a store wait covers the store's group."""
     dst, src, coord = op.args
     tile = warp.shared_tile(src)
-    g = warp.block.globals[dst]
+    g = warp.global_tensor(dst)
     what = f"TMA store of `{tile.name}` into `{dst.name}`"
     raw = warp.block.shared.read(tile, whole(tile), what, op.loc, async_proxy=True)
     store = _Store(op, warp)
@@ -237,7 +237,7 @@ def threadfence(warp, op):
 def atomic_add(warp, op):
     """atom.add on one int32 element, once for the warp; the warp's result variable gets the old value."""
     result, dst, *coord, value = op.args
-    g = warp.block.globals[dst]
+    g = warp.global_tensor(dst)
     cell = g.box(tuple(warp.value(c) for c in coord), 1, 1, f"atomic_add on `{dst.name}`", op.loc)
     ints = cell.view(np.int32)
     old = int(ints[0, 0])

@@ -34,7 +34,7 @@ def _element(warp, g, coord, what: str, op, masked: bool):
 @semantics("load_scalar_gl", attrs=("fill",))
 def load_scalar_gl(warp, op):
     dst, src, *coord = op.args
-    g = warp.block.globals[src]
+    g = warp.global_tensor(src)
     box = _element(warp, g, coord, f"scalar load from `{src.name}`", op, "fill" in op.attrs)
     value = warp.value(op.attrs["fill"]) if box is None else decode(g.dtype, box.copy()).item()
     warp.env[dst.name] = to_f32(value)
@@ -43,7 +43,7 @@ def load_scalar_gl(warp, op):
 @semantics("store_gl_scalar", attrs=("masked",))
 def store_gl_scalar(warp, op):
     dst, *coord, value = op.args
-    g = warp.block.globals[dst]
+    g = warp.global_tensor(dst)
     box = _element(warp, g, coord, f"scalar store into `{dst.name}`", op, bool(op.attrs.get("masked")))
     if box is not None:
         box[...] = encode(g.dtype, np.float32(to_f32(warp.value(value))))

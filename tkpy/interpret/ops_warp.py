@@ -37,7 +37,7 @@ def _shape(var: Var) -> tuple:
 @semantics("load_rt_gl", "load_rv_gl", attrs=("fill",))
 def load_rt_gl(warp, op):
     dst, src, coord = op.args
-    g = warp.block.globals[src]
+    g = warp.global_tensor(src)
     raw = read_global(warp, op, g, coord, dst.type, f"load into `{dst.name}` from `{src.name}`")
     warp.write(dst, decode(g.dtype, raw).reshape(_shape(dst)))
 
@@ -45,7 +45,7 @@ def load_rt_gl(warp, op):
 @semantics("store_gl_rt", "store_gl_rv", attrs=("masked",))
 def store_gl_rt(warp, op):
     dst, src, coord = op.args
-    g = warp.block.globals[dst]
+    g = warp.global_tensor(dst)
     what = f"store of `{src.name}` into `{dst.name}`"
     write_global(warp, op, g, coord, src.type, encode(g.dtype, warp.read(src)), what)
 
@@ -71,7 +71,7 @@ def load_st_gl(warp, op):
     execution of a kernel that waits for it (masked: zero past the edges, as its zero-fill does)."""
     dst, src, coord = op.args
     tile = warp.shared_tile(dst)
-    g = warp.block.globals[src]
+    g = warp.global_tensor(src)
     box = read_global(warp, op, g, coord, tile.type, f"load into `{tile.name}` from `{src.name}`")
     mine = _elements(warp, tile, op.attrs["scope"])
     warp.block.shared.write(tile, box[mine.rows, mine.cols], mine)
@@ -81,7 +81,7 @@ def load_st_gl(warp, op):
 def store_gl_st(warp, op):
     dst, src, coord = op.args
     tile = warp.shared_tile(src)
-    g = warp.block.globals[dst]
+    g = warp.global_tensor(dst)
     what = f"store of `{tile.name}` into `{dst.name}`"
     mine = _elements(warp, tile, op.attrs["scope"])
     write_global(warp, op, g, coord, tile.type, warp.block.shared.read(tile, mine, what, op.loc), what,

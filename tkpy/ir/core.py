@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 from ..errors import TraceError
 from ..tiles.dtypes import i32
 from ..tiles.types import GL, RT, RV, ST, SV, Semaphore
-from .expr import TILE_SYNTAX, Expr, Sym, Traced, as_expr, syntax as _syntax, tile_syntax  # noqa: F401
+from .expr import TILE_SYNTAX, Expr, Sym, Traced, as_expr, render, syntax as _syntax, tile_syntax  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,73 @@ class GlobalVar(Traced):
         """Size of axis 0..3 (batch, depth, rows, cols): an int if static, else its runtime symbol."""
         d = self.type.dims[axis]
         return d if isinstance(d, int) else Sym(d, i32)  # dims sharing a name are one runtime value
+
+
+class PglVar:
+    """A parallel global tensor parameter (tk.pgl) while tracing: one GlobalVar per rank of its group (`x[p]`, p a
+    Python int: peers are picked at trace time) and the rank this kernel runs as (`x.rank`, an int: each rank's
+    kernel is its own specialization). `x.local` is this rank's own tensor; `x.rows`, `x.cols`, ... its sizes, the
+    same for every rank."""
+
+    def __init__(self, name: str, members: tuple, rank: int):
+        self.name, self.members, self.rank = name, tuple(members), rank
+        self.world = len(self.members)
+
+    def __getitem__(self, p) -> GlobalVar:
+        if isinstance(p, Expr):
+            if p.dtype != i32:
+                raise TraceError(f"`{self.name}[...]`: a rank is an integer, got a {p.dtype} scalar")
+            return PeerRef(self, p)
+        if isinstance(p, bool) or not hasattr(p, "__index__"):
+            raise TraceError(f"`{self.name}[{p!r}]`: a pgl's gls are picked by a rank, a Python int or a runtime "
+                             "int scalar")
+        i = p.__index__()
+        if not 0 <= i < self.world:
+            raise TraceError(f"`{self.name}[{i}]`: rank out of range for a pgl of {self.world} GPUs")
+        return self.members[i]
+
+    @property
+    def local(self) -> GlobalVar:
+        return self.members[self.rank]
+
+    @property
+    def type(self) -> GL:
+        return self.local.type
+
+    def __getattr__(self, name: str):
+        if name in ("shape", "batch", "depth", "rows", "cols", "dim"):
+            return getattr(self.members[self.rank], name)
+        raise AttributeError(f"a pgl (`{self.name}`) has no attribute {name!r}: it has x[p] (rank p's gl), x.local, "
+                             "x.rank, x.world and the sizes (x.rows, x.cols, ...)")
+
+    def __repr__(self) -> str:
+        return f"%{self.name}<pgl of {self.world}, rank {self.rank}>"
+
+
+class PeerRef(GlobalVar):
+    """`x[peer]` of a pgl `x` with a runtime `peer`: the gl of that rank, picked while the kernel runs among the pgl's
+    gls (each a kernel parameter with its own pointer and tensor maps). Its C++ `name` is the pick,
+    `tk::peer(peer, x_0, x_1, ...)`, so that ops take it wherever they take a gl."""
+
+    def __init__(self, pgl: PglVar, index: Expr):
+        self.pgl, self.index = pgl, index
+        self.type = pgl.type
+        self.contiguous = all(m.contiguous for m in pgl.members)
+
+    @property
+    def members(self) -> tuple:
+        return self.pgl.members
+
+    @property
+    def name(self) -> str:
+        return self.pick(m.name for m in self.members)
+
+    def pick(self, names) -> str:
+        """C++ picking, by this rank, one of the members' `names` (their gls, or their tensor maps of one tile)."""
+        return f"tk::peer({render(self.index)}, {', '.join(names)})"
+
+    def __repr__(self) -> str:
+        return f"@{self.pgl.name}[{render(self.index)}]"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import TraceError
 from ..tiles.types import RT, RV
-from .core import (GLOBAL_TILE_OPS, TMA_TILE_OPS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var,
+from .core import (GLOBAL_TILE_OPS, TMA_TILE_OPS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, PeerRef, SharedRef, Var,
                    walk)
 from .expr import Const, Expr, Sym, cdiv, free_symbols
 
@@ -61,6 +61,8 @@ def _verify_block(stmts, tiles: set, syms: set, mutables: set) -> None:
                     _check_syms(a, syms, s)
                 if isinstance(a, SharedRef) and a.index is not None:
                     _check_syms(a.index, syms, s)
+                if isinstance(a, PeerRef):
+                    _check_syms(a.index, syms, s)
         elif isinstance(s, For):
             for e in (s.start, s.stop, s.step):
                 _check_syms(e, syms, s)
@@ -93,8 +95,9 @@ def expressions(s) -> list:
         view = s.var.view
         return [] if view is None else [view.row, view.col]
     if isinstance(s, Op):
-        return [x for a in flat_operands(s.args) for x in ([a.index] if isinstance(a, SharedRef) and a.index is not None
-                                                    else [a] if isinstance(a, Expr) else [])] + \
+        return [x for a in flat_operands(s.args)
+                for x in ([a.index] if isinstance(a, (SharedRef, PeerRef)) and a.index is not None
+                          else [a] if isinstance(a, Expr) else [])] + \
             [a for a in s.attrs.values() if isinstance(a, Expr)]
     return []
 

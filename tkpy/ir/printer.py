@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, ScalarParam, SharedRef, Var
+from .core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, PeerRef, ScalarParam, SharedRef, Var
 from .expr import BinOp, Expr, render
 
 
@@ -12,6 +12,8 @@ def operand_text(a) -> str:
         return f"%{a.name}"
     if isinstance(a, SharedRef):
         return f"%{a.name}" + (f"[{render(a.index)}]" if a.index is not None else "")
+    if isinstance(a, PeerRef):
+        return repr(a)
     if isinstance(a, GlobalVar):
         return f"@{a.name}"
     if isinstance(a, Expr):

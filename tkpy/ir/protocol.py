@@ -24,6 +24,7 @@ def check(kernel: KernelIR) -> None:
     _arrivals_match_the_init(kernel, ops)
     _expects_match_their_loads(kernel.body)
     _tma_stores_are_fenced(kernel.body, set())
+    _signals_follow_their_stores(kernel.body, False)
     _register_reallocation_fits(kernel, ops)
 
 
@@ -182,6 +183,31 @@ def _tma_stores_are_fenced(stmts, dirty: set) -> set:
                                  "tk.fence_proxy_async() after writing it (and a barrier if other warps wrote it)",
                                  s.loc)
     return dirty
+
+
+def _signals_follow_their_stores(stmts, pending: bool) -> bool:
+    """A tk.signal releases the warp's earlier writes, but a TMA store still in flight is not yet written: one issued
+    before the signal (loops taken twice) must be waited for in full (store_async_wait(0), not read_only) first, or
+    the peer that acquires the signal may read the old data. Returns whether one is pending after `stmts`. A branch
+    leaves a store pending only where both its sides do: its stores may be another warp's (a role's), whose own
+    signal, inside the branch, is checked there."""
+    for s in stmts:
+        if isinstance(s, For):
+            once = _signals_follow_their_stores(s.body, pending)
+            pending = pending or _signals_follow_their_stores(s.body, once)
+        elif isinstance(s, If):
+            pending = _signals_follow_their_stores(s.then, pending) & _signals_follow_their_stores(s.orelse, pending)
+        elif isinstance(s, Op):
+            if s.name == "tma_store":
+                pending = True
+            elif s.name == "tma_store_wait" and s.attrs["pending"] == 0 and not s.attrs["read_only"]:
+                pending = False
+            elif s.name == "signal" and pending:
+                raise TraceError("tk.signal after a TMA store that may still be in flight: the signal's release does "
+                                 "not cover it, so whoever acquires the signal may read the old data; commit and wait "
+                                 "for the stores in full first (tk.tma.store_commit_group(); "
+                                 "tk.tma.store_async_wait(0))", s.loc)
+    return pending
 
 
 def _shared_root(a):

@@ -21,6 +21,7 @@ from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, 
                          named_sync, named_arrive,
                          producer_registers, consumer_registers)
 from .atomic import atomic_add
+from .signal import signal, wait_signal
 from . import cluster, tma
 from .warpgroup import warpgroup, warpgroup_id
 

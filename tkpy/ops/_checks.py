@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import TraceError
 from ..frontend.context import current, user_frame, user_loc
-from ..ir.core import GlobalVar, Op, SharedRef, Var
+from ..ir.core import GlobalVar, Op, PglVar, SharedRef, Var
 from ..ir.expr import Expr, as_expr
 from ..tiles.dtypes import FP8_DTYPES, f32, i32
 from ..tiles.types import GL, RT, RV, ST, SV
@@ -18,6 +18,9 @@ def describe(x) -> str:
         return f"{user_name(x)}: {x.type}"
     if isinstance(x, Expr):
         return f"scalar {x.dtype}"
+    if isinstance(x, PglVar):
+        return (f"{x.name}: a tk.pgl of {x.world} GPUs' {x.type} (pick a rank's gl: {x.name}[p], or {x.name}.local, "
+                "this rank's)")
     if type(x).__module__.split(".")[0] in ("torch", "numpy") and hasattr(x, "shape"):
         return (f"a host {type(x).__name__} of shape {tuple(x.shape)} (a tensor inside a kernel is the host's: pass it "
                 "as a kernel argument, a tk.gl parameter, and tk.load it into a tile)")

@@ -32,7 +32,7 @@ def load_scalar(dst: Mutable, src, coord, fill=None, masked=None):
              "(tk.var(0.0, name))")
     src = operand(src, "scalar load source")
     if isinstance(src, GlobalVar):
-        coords = _element_coord(coord, src, "scalar load")
+        coords = element_coord(coord, src, "scalar load")
         if masked or fill is not None:
             return emit("load_scalar_gl", dst, src, *coords, fill=scalar(0.0 if fill is None else fill,
                                                                      "scalar load fill value"))
@@ -49,7 +49,7 @@ def store_scalar(dst, value, coord, masked=None):
     value = scalar(value, "scalar store value")
     dst = operand(dst, "scalar store destination")
     if isinstance(dst, GlobalVar):
-        coords = _element_coord(coord, dst, "scalar store")
+        coords = element_coord(coord, dst, "scalar store")
         return emit("store_gl_scalar", dst, *coords, value, **({"masked": True} if masked else {}))
     if masked:
         fail("scalar store into a shared vector: masked is for global tensors")
@@ -94,7 +94,7 @@ def _index(x, what: str) -> Expr:
     return e
 
 
-def _element_coord(coord, g: GlobalVar, what: str) -> tuple:
+def element_coord(coord, g: GlobalVar, what: str) -> tuple:
     """(batch, depth, row, col) element indices from 1 to 4 right-aligned coordinates."""
     if g.type.rank == 5:
         fail(f"{what}: global tensors of up to 4 dims, got {describe(g)}")

@@ -1,33 +1,27 @@
 """tkpy runtime: NVRTC compilation, caching, SASS inspection, driver launches.
 
 Importing this package never needs a GPU; only the functions in
-:mod:`tkpy.runtime.driver` that load or launch kernels do.
+:mod:`tkpy.runtime.driver` and :mod:`tkpy.runtime.launching` that load or launch kernels do.
 """
 
 from .cache import cache_dir, cache_enabled, cache_key
 from .disasm import find_nvdisasm, module_sass, sass
 from .driver import (
-    PARAM_KINDS,
-    Launcher,
-    LoadedKernel,
-    ParamBuffer,
     check,
     compute_capability,
     current_stream_handle,
     device_attribute,
-    ensure_context,
+    device_context,
     gpu_available,
-    launch,
-    load_function,
-    load_kernel,
-    make_launch_config,
     max_shared_per_block_optin,
     require_gpu,
     sm_count,
     stream_getter,
 )
 from .errors import CompileError, DriverError, NoGPUError, SpillWarning, TkpyRuntimeError
+from .launching import Launcher, LoadedKernel, launch, load_function, load_kernel, make_launch_config
 from .nvrtc import CompiledModule, clear_memo, compile_cuda, nvrtc_version
+from .params import PARAM_KINDS, ParamBuffer
 from .resources import Resources, parse_ptxas_log, warn_on_spills
 
 __all__ = [
@@ -51,7 +45,7 @@ __all__ = [
     "compute_capability",
     "current_stream_handle",
     "device_attribute",
-    "ensure_context",
+    "device_context",
     "find_nvdisasm",
     "gpu_available",
     "launch",

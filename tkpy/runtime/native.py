@@ -48,6 +48,7 @@ _lock = threading.Lock()
 _module: Any = None
 _tried = False
 _launch_address: Optional[int] = None
+_context_api: Optional[tuple] = None
 _logged: set = set()
 _temp: Optional[tempfile.TemporaryDirectory] = None   # the build directory when there is no disk cache
 
@@ -219,28 +220,43 @@ def load() -> Any:
     return _module
 
 
+def _proc_address(name: str) -> Optional[int]:
+    """The driver's entry point `name` (cuGetProcAddress, CUDA 12.0 semantics; the legacy default stream
+    unless cuda-bindings is set to per-thread default streams), or None (logged). Needs a driver."""
+    from .driver import _driver, _init_driver
+
+    try:
+        _init_driver()
+        d = _driver()
+        per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+        flags = (d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread
+                 else d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+        err, address, _status = d.cuGetProcAddress(name.encode(), 12000, flags)
+        if err != 0 or not address:
+            _unavailable(f"cuGetProcAddress({name}) returned {err}, address {address}")
+            return None
+        return int(address)
+    except Exception as e:   # an old driver or bindings: the Python path still works
+        _unavailable(f"cuGetProcAddress({name}) failed: {e}")
+        return None
+
+
 def driver_launch_address() -> Optional[int]:
-    """Address of the driver's ``cuLaunchKernelEx`` (cuGetProcAddress; the legacy default stream
-    unless cuda-bindings is set to per-thread default streams), or None. Needs an initialised driver."""
+    """Address of the driver's ``cuLaunchKernelEx``, or None (then the Python launcher serves)."""
     global _launch_address
     if _launch_address is None:
-        from .driver import _driver, _init_driver
-
-        try:
-            _init_driver()
-            d = _driver()
-            per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
-            flags = (d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread
-                     else d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)
-            err, address, _status = d.cuGetProcAddress(b"cuLaunchKernelEx", 12000, flags)
-            if err != 0 or not address:
-                _unavailable(f"cuGetProcAddress(cuLaunchKernelEx) returned {err}, address {address}")
-                return None
-            _launch_address = int(address)
-        except Exception as e:   # an old driver or bindings: the Python path still works
-            _unavailable(f"cuGetProcAddress(cuLaunchKernelEx) failed: {e}")
-            return None
+        _launch_address = _proc_address("cuLaunchKernelEx")
     return _launch_address
+
+
+def driver_context_api() -> Optional[tuple]:
+    """Addresses of the driver's (cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent), with which an entry launches
+    under its device's context (native_launch.c), or None (then the Python launcher serves)."""
+    global _context_api
+    if _context_api is None:
+        api = tuple(_proc_address(name) for name in ("cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent"))
+        _context_api = api if None not in api else None
+    return _context_api
 
 
 # ---------------------------------------------------------------------------
@@ -260,7 +276,7 @@ def launcher(kernel) -> Any:
         _unavailable(f"{ENV}=0")
         return None
     module = load()
-    if module is None or driver_launch_address() is None:
+    if module is None or driver_launch_address() is None or driver_context_api() is None:
         return None
     return module.Launcher(spec_kinds(module, kernel.specs), kernel._fast, kernel._slow_launch)
 
@@ -287,11 +303,13 @@ def layout(module: Any, slots, specs, params) -> tuple:
 
 
 def entry(slots, specs, launcher, params, tensor_maps: tuple, device: int, stream_of,
-          *, launch_address: Optional[int] = None, failed=None) -> Any:
+          *, launch_address: Optional[int] = None, context_api: Optional[tuple] = None, failed=None) -> Any:
     """The native entry of one specialization on one device (what ``kernel._fast`` maps its key to).
 
-    `launcher` is the driver.Launcher (function, block, shared memory, cluster; its handle_error deals
-    with failed launches), `params` a ParamBuffer of the layout (``launch_prepacked`` launches it as is).
+    `launcher` is the launching.Launcher (function, block, shared memory, cluster, the context its launches run
+    under; its handle_error deals with failed launches), `params` a ParamBuffer of the layout
+    (``launch_prepacked`` launches it as is). `launch_address` and `context_api` stand in for the driver's
+    (driver_launch_address, driver_context_api) where given (tests, benchmarks).
     ``failed(err, grid, stream, params_address)`` gets a failed launch's own packed block (on the calling
     thread's C stack, valid during the call): a retry from a buffer shared between threads could launch
     with another thread's arguments.
@@ -309,7 +327,8 @@ def entry(slots, specs, launcher, params, tensor_maps: tuple, device: int, strea
         dependent_launch=launcher.dependent_launch,
         layout=layout(module, slots, specs, params), size=params.size, spec_kinds=spec_kinds(module, specs),
         tensor_maps=tuple(tensor_maps), device=device, stream_of=stream_of, failed=failed, params=params,
-        params_address=params.address)
+        params_address=params.address, context=launcher.context,
+        context_api=(context_api or driver_context_api()) if launcher.context else None)
 
 
 def _cu_result(err: int) -> Any:
@@ -321,4 +340,5 @@ def _cu_result(err: int) -> Any:
         return err
 
 
-__all__ = ["ENV", "NativeBuildError", "build", "driver_launch_address", "enabled", "entry", "launcher", "load"]
+__all__ = ["ENV", "NativeBuildError", "build", "driver_context_api", "driver_launch_address", "enabled", "entry",
+           "launcher", "load"]

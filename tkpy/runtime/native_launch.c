@@ -17,6 +17,11 @@
  * the GIL is released around the driver call only. If the launch fails, `failed(err, grid, stream,
  * params_address)` (Python) retries or raises, with the address of this call's own block (still on this
  * thread's stack): a retry from a buffer shared between threads could launch another thread's values.
+ *
+ * An entry made with a context (its device's primary context, and the driver's cuCtxGetCurrent, cuCtxPushCurrent
+ * and cuCtxPopCurrent) launches under it, as tkpy.runtime.launching.Launcher does: where the calling thread has
+ * another context current (its current device is not the tensors') or none, the context is pushed around the
+ * launch and popped after, so that the function, the stream and the arguments all belong to one device.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,6 +57,9 @@ typedef struct {
 } CUlaunchConfig;
 
 typedef CUresult (*LaunchKernelEx)(const CUlaunchConfig *config, void *f, void **params, void **extra);
+typedef CUresult (*CtxGetCurrent)(void **ctx);
+typedef CUresult (*CtxPushCurrent)(void *ctx);
+typedef CUresult (*CtxPopCurrent)(void **ctx);
 
 #define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6   /* value: an int, 1 = allowed */
@@ -169,6 +177,10 @@ typedef struct {
     PyObject_HEAD
     LaunchKernelEx launch;
     void *function;                     /* CUfunction */
+    void *context;                      /* CUcontext to launch under; NULL: whichever is current */
+    CtxGetCurrent ctx_get;              /* with a context: the driver's calls to switch to it */
+    CtxPushCurrent ctx_push;
+    CtxPopCurrent ctx_pop;
     unsigned int block[3], smem;
     CUlaunchAttribute attrs[2];         /* cluster dimensions, programmatic stream serialization: built once */
     unsigned int num_attrs;
@@ -241,23 +253,25 @@ static int launch_grid(Entry *e, PyObject *grid, unsigned int out[3])
 }
 
 /* Entry(launch, function, block, smem, cluster, dependent_launch, layout, size, spec_kinds, tensor_maps,
- *       device, stream_of, failed, params, params_address)
+ *       device, stream_of, failed, params, params_address, context=0, context_api=None)
  * layout: per slot (kind, offset, source, arg, index), kinds and sources as in KINDS / SOURCES;
- * spec_kinds: bytes, one SPEC_* per kernel argument. */
+ * spec_kinds: bytes, one SPEC_* per kernel argument; context: a CUcontext handle (0: none), which needs
+ * context_api, the addresses of (cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent). */
 static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"launch", "function", "block", "smem", "cluster", "dependent_launch", "layout", "size",
                             "spec_kinds", "tensor_maps", "device", "stream_of", "failed", "params",
-                            "params_address", NULL};
-    unsigned long long launch, function, address;
+                            "params_address", "context", "context_api", NULL};
+    unsigned long long launch, function, address, context = 0, api[3] = {0, 0, 0};
     unsigned int smem;
-    PyObject *block, *cluster, *layout, *tensor_maps, *device, *stream_of, *failed, *params;
+    PyObject *block, *cluster, *layout, *tensor_maps, *device, *stream_of, *failed, *params, *context_api = Py_None;
     Py_buffer spec;
     Py_ssize_t size;
     int dependent_launch;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKOIOpOny*O!OOOOK", names, &launch, &function, &block, &smem,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKOIOpOny*O!OOOOK|KO", names, &launch, &function, &block, &smem,
                                      &cluster, &dependent_launch, &layout, &size, &spec, &PyTuple_Type,
-                                     &tensor_maps, &device, &stream_of, &failed, &params, &address))
+                                     &tensor_maps, &device, &stream_of, &failed, &params, &address, &context,
+                                     &context_api))
         return -1;
     const char *spec_kinds = spec.buf;
     Py_ssize_t nargs = spec.len;
@@ -268,6 +282,15 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
     }
     if (dim3(block, self->block, "block") < 0)
         goto done;
+    if (context_api != Py_None && !PyArg_ParseTuple(context_api, "KKK;context_api is (cuCtxGetCurrent, "
+                                                    "cuCtxPushCurrent, cuCtxPopCurrent) addresses",
+                                                    &api[0], &api[1], &api[2]))
+        goto done;
+    if (context && !(api[0] && api[1] && api[2])) {
+        PyErr_SetString(PyExc_ValueError, "an Entry with a context needs context_api: the driver's addresses of "
+                                          "cuCtxGetCurrent, cuCtxPushCurrent and cuCtxPopCurrent");
+        goto done;
+    }
     memset(self->attrs, 0, sizeof self->attrs);
     self->num_attrs = 0;
     if (cluster != Py_None) {
@@ -316,6 +339,10 @@ static int entry_init(Entry *self, PyObject *args, PyObject *kwds)
     if (self->tmap_caches == NULL) { PyErr_NoMemory(); goto done; }
     self->launch = (LaunchKernelEx)(uintptr_t)launch;
     self->function = (void *)(uintptr_t)function;
+    self->context = (void *)(uintptr_t)context;
+    self->ctx_get = (CtxGetCurrent)(uintptr_t)api[0];
+    self->ctx_push = (CtxPushCurrent)(uintptr_t)api[1];
+    self->ctx_pop = (CtxPopCurrent)(uintptr_t)api[2];
     self->smem = smem;
     self->nargs = nargs;
     self->nslots = n;
@@ -407,6 +434,27 @@ static void clear_padding(Entry *e, char *block)
     memset(block, 0, (size_t)e->size);
 }
 
+/* launch(cfg, function, params) under the entry's context: as it is where that context is current (or the entry has
+ * none), else with it pushed around the call (the first error of the three calls is the result). */
+static CUresult launch_in_context(Entry *e, const CUlaunchConfig *cfg, void **params)
+{
+    void *current = NULL;
+    if (e->context == NULL)
+        return e->launch(cfg, e->function, params, NULL);
+    CUresult err = e->ctx_get(&current);
+    if (err)
+        return err;
+    if (current == e->context)
+        return e->launch(cfg, e->function, params, NULL);
+    err = e->ctx_push(e->context);
+    if (err)
+        return err;
+    err = e->launch(cfg, e->function, params, NULL);
+    void *popped = NULL;
+    CUresult pop_err = e->ctx_pop(&popped);
+    return err ? err : pop_err;
+}
+
 /* Build the launch configuration and call the driver with the GIL released (launch != NULL). */
 static CUresult launch_packed(Entry *e, const unsigned int grid[3], void *stream, void **params)
 {
@@ -418,11 +466,9 @@ static CUresult launch_packed(Entry *e, const unsigned int grid[3], void *stream
     cfg.hStream = stream;
     cfg.attrs = e->attrs;               /* the driver only reads them */
     cfg.numAttrs = e->num_attrs;
-    LaunchKernelEx launch = e->launch;
-    void *function = e->function;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = launch(&cfg, function, params, NULL);
+    err = launch_in_context(e, &cfg, params);
     Py_END_ALLOW_THREADS
     return err;
 }

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..ir.expr import cdiv
 from ..tiles.types import ST
-from .driver import CUDA_ERROR_INVALID_CONTEXT, _driver, check, ensure_context, primary_context
+from .driver import CUDA_ERROR_INVALID_CONTEXT, _driver, check, device_context, primary_context
 
 MAX_CACHED = 64   # encoded maps kept per tile shape (keyed by pointer, shape and strides)
 
@@ -70,12 +70,12 @@ _driver_lock = threading.Lock()
 
 
 def _in_context(device: int, call: Callable[[], tuple], what: str):
-    """check(call()) for one of the driver's tensor-map calls, which need a current context (a fresh thread's first
-    launch has none). On the H200, 16 fresh threads making their first attention call at once still got
-    CUDA_ERROR_INVALID_CONTEXT now and then (runs 251, 253) with the primary context current; so these calls are
-    serialized (they run on cache misses only) and retried once after making the primary context current."""
-    with _driver_lock:
-        ensure_context(device)
+    """check(call()) for one of the driver's tensor-map calls, under `device`'s primary context (device_context: a
+    thread whose current context is another device's, or none, gets it pushed for the call). On the H200, 16 fresh
+    threads making their first attention call at once still got CUDA_ERROR_INVALID_CONTEXT now and then (runs 251,
+    253) with the primary context current; so these calls are serialized (they run on cache misses only) and
+    retried once after making the primary context current."""
+    with _driver_lock, device_context(device):
         result = call()
         if result[0] == CUDA_ERROR_INVALID_CONTEXT:
             check(_driver().cuCtxSetCurrent(primary_context(device)), "cuCtxSetCurrent")

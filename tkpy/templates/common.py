@@ -13,7 +13,7 @@ from ..ir import Loc, Var, cdiv
 from ..ir.passes import ALIGNMENT_SLACK, shared_limit
 from ..ir.protocol import REGISTER_FILE
 from ..tiles.dtypes import DType
-from ..tiles.types import GL, ST, SV
+from ..tiles.types import GL, PGL, ST, SV
 
 PRODUCER_REGISTERS = 40
 SEMAPHORE_BYTES = 8
@@ -185,9 +185,9 @@ def global_annotations(cls, definition_locals: dict) -> dict:
         if name in ("inputs", "outputs"):
             continue
         ann = resolve_annotation(ann, cls.tasks, definition_locals)
-        if not (isinstance(ann, GL) or ann in (int, float)):
-            raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...]), "
-                            "int or float")
+        if not (isinstance(ann, (GL, PGL)) or ann in (int, float)):
+            raise TypeError(f"{cls.__name__}.{name}: template parameters are global tensors (tk.gl[...]), parallel "
+                            "ones (tk.pgl[tk.gl[...], world]), int or float")
         out[name] = ann
     return out
 

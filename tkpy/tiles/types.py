@@ -257,4 +257,26 @@ class GL:
         return f"gl<{self.dtype}, {', '.join(map(str, self.shown))}>"
 
 
+MAX_WORLD = 8   # GPUs of one host (an NVLink domain of H200s)
+
+
+@dataclass(frozen=True)
+class PGL:
+    """A parallel global tensor (ThunderKittens' pgl): one `gl` per GPU of a group of `world` GPUs of one host,
+    each reachable from every GPU of the group (peer memory); all of one type."""
+
+    gl: GL
+    world: int
+
+    def __post_init__(self):
+        if not isinstance(self.gl, GL):
+            raise TypeError(f"write tk.pgl[tk.gl[dtype, dims...], world], e.g. tk.pgl[tk.gl[bf16, 'M', 'K'], 4]; "
+                            f"got {self.gl!r} for the gl")
+        if isinstance(self.world, bool) or not isinstance(self.world, int) or not 1 <= self.world <= MAX_WORLD:
+            raise ValueError(f"a pgl spans 1 to {MAX_WORLD} GPUs of one host, got world={self.world!r}")
+
+    def __str__(self) -> str:
+        return f"pgl<{self.gl}, {self.world}>"
+
+
 TileType = Union[RT, RV, ST, SV, Semaphore]

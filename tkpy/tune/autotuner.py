@@ -42,7 +42,7 @@ from .keys import key_reader
 from .parallel import run_all
 from .progress import bar
 from .targets import parameters, target_of
-from .timer import GpuTimer
+from .timer import GpuTimer, on_device_of
 
 ENV = "TKPY_AUTOTUNE"
 PRUNED = (TraceError, CompileError)     # a configuration that does not trace (fit) or compile: left out, reported
@@ -171,7 +171,7 @@ class Autotuner:
         if why is not None:
             self._warn_once(why)
             return self.configs[0]
-        gpu = self.timer.device([named[p.name] for p in self._shape_of().params if p.kind == "gl" and p.name in named])
+        gpu = self.timer.device(self._tensors(named))
         rkey = winners.record_key(self.name, self._source(), self.configs, key, gpu)
         reuse = how != "force" and self.cache
         if reuse:
@@ -203,7 +203,7 @@ class Autotuner:
         timings = {}
         ready = [(c, v) for c, v in zip(configs, made) if not isinstance(v, Exception)]
         try:
-            with bar(len(ready), f"{self.name}: timing") as progress:
+            with on_device_of(self._tensors(named)), bar(len(ready), f"{self.name}: timing") as progress:
                 for config, variant in ready:
                     self._reset(named, saved)
                     args = variant.fill(tuple(named.values()))
@@ -227,6 +227,10 @@ class Autotuner:
                                  "tuned": time.strftime("%Y-%m-%d %H:%M:%S")})
         self._report(winner, outcome, key, gpu, time.perf_counter() - start)
         return winner
+
+    def _tensors(self, named: dict) -> list:
+        """The call's tensor arguments (its gl parameters')."""
+        return [named[p.name] for p in self._shape_of().params if p.kind == "gl" and p.name in named]
 
     def _compiled(self, config: Config, named: dict):
         """(a job of the compile pool) `config`'s variant, traced and compiled for the call's arguments."""

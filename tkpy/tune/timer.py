@@ -1,6 +1,8 @@
 """How tk.autotune times a configuration: `GpuTimer`, or any object with the same three methods (a test's fake)."""
 from __future__ import annotations
 
+import contextlib
+
 from ..interpret import interpret_requested
 from ..runtime import gpu_available, sm_count
 from ..runtime.timing import median_ms
@@ -24,7 +26,7 @@ class GpuTimer:
         """(name, SM count) of the GPU the tensors are on (the current one without tensors)."""
         import torch
 
-        index = next((t.get_device() for t in tensors if t.is_cuda), None)
+        index = cuda_index(tensors)
         index = torch.cuda.current_device() if index is None else index
         return torch.cuda.get_device_name(index), sm_count(index)
 
@@ -36,3 +38,23 @@ class GpuTimer:
             raise RuntimeError("tk.autotune cannot time configurations inside a CUDA graph capture: make the first "
                                "call (which tunes, or reads the cached winner) before capturing")
         return median_ms(fn, BUDGET_MS)
+
+
+def cuda_index(tensors) -> int | None:
+    """The device index of the first CUDA tensor in `tensors`, None where there is none."""
+    return next((t.get_device() for t in tensors if t.is_cuda), None)
+
+
+@contextlib.contextmanager
+def on_device_of(tensors):
+    """The block with torch's current device set to the tensors' (as it is where none is a CUDA tensor): the timing's
+    CUDA graph, side stream and events are the current device's, while a kernel launches on its tensors' device's
+    current stream, so the two must be one device (tensors on cuda:1 timed from a thread on cuda:0)."""
+    index = cuda_index(tensors)
+    if index is None:
+        yield
+        return
+    import torch
+
+    with torch.cuda.device(index):
+        yield

@@ -79,6 +79,17 @@ __device__ __forceinline__ void wait(semaphore* sem, int phase, u32 site, int in
     while (!try_wait_parity(bar, phase))
         if (threadIdx.x % 32 == 0 && globaltimer() - start > timeout_ns) timed_out(site, index, phase, start);
 }
+// tk.wait_signal, bounded: every lane polls the flag (as tk::wait_signal does); lane 0 also watches the clock and
+// reports the value it last saw and the one it waited for.
+__device__ __forceinline__ void wait_signal(const int* p, int v, u32 site) {
+    int seen = load_acquire_sys(p);
+    if (seen < v) {
+        const u64 start = globaltimer();
+        while ((seen = load_acquire_sys(p)) < v)
+            if (threadIdx.x % 32 == 0 && globaltimer() - start > timeout_ns) timed_out(site, seen, v, start);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
 // A hardware barrier's stand-in: the calling warp arrives on the mbarrier `sem` (lane 0, once the warp's work is
 // done) and waits, bounded, for the phase of its own arrival (the state token); then the warp goes on together.
 template <bool CLUSTER = false> __device__ __forceinline__ void wait_token(u32 bar, u64 token, u32 site, int index) {
