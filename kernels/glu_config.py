@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .row_split import CHUNK
+
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # SwiGLU; GeGLU with the erf gelu, and with the tanh approximation
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16")
-CHUNK = 256                                 # a contig vector's chunk: 8 elements a lane, one 16-byte copy
 MAX_CHUNKS = 4                              # chunks a warp's piece, at most (32 fp32 values a lane a vector)
 MAX_WARPS = 32
 

@@ -23,7 +23,6 @@ class Row:
 FIT = ("untimed: 16 fp32 values a lane a vector, ~48 KB in flight an SM; no spills (NVRTC, tests/test_glu.py); to "
        "be timed by bench_memory_bound.py")
 TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 2), FIT)))   # width up to (None: any) -> split
-INTERPRETER_SMS = 2
 
 
 def config_for(activation: str, direction: str, width: int, dtype: str, **forced) -> GluConfig:
@@ -32,8 +31,3 @@ def config_for(activation: str, direction: str, width: int, dtype: str, **forced
     chunks = max(1, min(chunks, -(-width // CHUNK)))
     c = GluConfig(activation, direction, width, dtype, chunks, warps, blocks_per_sm)
     return replace(c, **forced) if forced else c
-
-
-def grid_for(c: GluConfig, rows: int, resident: int) -> int:
-    """Blocks of the persistent grid: enough warps for every (row, piece), at most `resident` blocks."""
-    return max(1, min(-(-rows * c.pieces // c.warps), resident))

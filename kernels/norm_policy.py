@@ -41,7 +41,6 @@ FORWARD = (
 )
 BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)
 PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
-INTERPRETER_SMS = 2          # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
 
 
 def split_for(direction: str, width: int) -> Row:
@@ -56,13 +55,6 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     that override the table's, e.g. for the benchmark's variants)."""
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
     warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_per_row, rows_per_block, cluster,
-                   blocks_per_sm, prefetch)
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, warps_per_row=warps_per_row,
+                   rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c
-
-
-def grid_for(c: NormConfig, rows: int, resident: int) -> int:
-    """Blocks of the persistent grid: clusters enough for every row group, at most `resident` clusters (what the
-    GPU runs at once: SMs x blocks an SM, or the active clusters, from the occupancy queries)."""
-    groups = -(-rows // c.rows_per_block)
-    return max(1, min(groups, resident)) * c.cluster
