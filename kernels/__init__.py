@@ -1,6 +1,7 @@
 """tkpy.kernels: kernels written in tkpy, each a torch operator (torch.ops.tkpy.<name>) with a torch-facing function.
 
-    from tkpy.kernels import attention, geglu, layer_norm, matmul, matmul_fp8, rms_norm, rotary, softmax, scaled_dot_product_attention
+    from tkpy.kernels import (attention, cross_entropy, geglu, layer_norm, matmul, matmul_fp8, rms_norm, rotary,
+                              softmax, scaled_dot_product_attention)
 
 The repository keeps them in its top-level kernels/ folder; installed, they are the package tkpy.kernels (and in a
 checkout tkpy maps that name to the folder): import them by that name only.
@@ -9,6 +10,7 @@ if __name__ != "tkpy.kernels":
     raise ImportError(f"the kernels folder is the package tkpy.kernels: import tkpy.kernels, not {__name__}")
 
 from .attention_op import attention, scaled_dot_product_attention  # noqa: E402
+from .cross_entropy_op import cross_entropy  # noqa: E402
 from .glu import geglu, swiglu  # noqa: E402
 from .matmul_fp8_op import matmul_fp8  # noqa: E402
 from .matmul_op import matmul  # noqa: E402
@@ -16,7 +18,7 @@ from .norms import layer_norm, rms_norm  # noqa: E402
 from .rotary_op import rotary  # noqa: E402
 from .row_softmax import softmax  # noqa: E402
 
-__all__ = ["attention", "geglu", "layer_norm", "matmul", "matmul_fp8", "rms_norm", "rotary", "scaled_dot_product_attention", "softmax",
+__all__ = ["attention", "cross_entropy", "geglu", "layer_norm", "matmul", "matmul_fp8", "rms_norm", "rotary", "scaled_dot_product_attention", "softmax",
            "swiglu", "tune"]
 
 

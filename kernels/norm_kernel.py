@@ -14,7 +14,7 @@ residual_out); each warp adds dy xhat (and dy) of its rows into registers, and w
 into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up: no second pass over
 the rows.
 
-Tensors a config does not have are 16-byte placeholders (`tk.gl[dtype, 8]`) the body never reads.
+Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
@@ -23,17 +23,11 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16
 
 from .norm_config import CHUNK, NormConfig
-from .row_split import first_step, layout, row_sum, steps, stride
+from .row_split import first_step, layout, placeholder, row_sum, steps, stride
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
-PLACEHOLDER = 16                      # bytes of an absent tensor's placeholder
 SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
 SUM_UNROLL = 4                        # ... this many rows a step, their loads in flight together
-
-
-def placeholder(dtype):
-    """The annotation of an absent tensor: PLACEHOLDER bytes of `dtype`."""
-    return tk.gl[dtype, PLACEHOLDER // dtype.nbytes]
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from . import norm_kernel as body
 from .norm_config import CHUNK, MAX_WIDTH, MIN_WIDTH
 from .norm_policy import config_for
 from .op_support import check_device
-from .row_split import grid
+from .row_split import grid, placeholder_tensor
 from .tensor_layout import cdiv, row_view as _rows, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -83,10 +83,10 @@ def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: di
     c = config_for(kind, "forward", width, DTYPES[x.dtype], _dtype(weight), bias is not None, residual is not None,
                    **(options or {}))
     out = y.view(rows, width)
-    args = (_rows(x, width), _rows(residual, width) if residual is not None else _placeholder(x.dtype, x.device),
+    args = (_rows(x, width), _rows(residual, width) if residual is not None else placeholder_tensor(x.dtype, x.device),
             _vector(weight, x, weight), _vector(bias, x, weight), out,
-            residual_out.view(rows, width) if residual is not None else _placeholder(x.dtype, x.device),
-            mean.view(rows) if kind == "layer" else _placeholder(torch.float32, x.device), rstd.view(rows),
+            residual_out.view(rows, width) if residual is not None else placeholder_tensor(x.dtype, x.device),
+            mean.view(rows) if kind == "layer" else placeholder_tensor(torch.float32, x.device), rstd.view(rows),
             float(eps))
     kernel = body.forward_kernel(c)
     kernel[(grid(kernel, c, rows, args),)](*args)
@@ -116,8 +116,8 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool,
     c = config_for(kind, "backward", width, DTYPES[x.dtype], _dtype(weight), weight is not None and bias_grad,
                    dres is not None, **(options or {}))
     kernel = body.backward_kernel(c)
-    f32 = _placeholder(torch.float32, x.device)
-    args = [_rows(dy, width), _rows(dres, width) if dres is not None else _placeholder(x.dtype, x.device),
+    f32 = placeholder_tensor(torch.float32, x.device)
+    args = [_rows(dy, width), _rows(dres, width) if dres is not None else placeholder_tensor(x.dtype, x.device),
             _rows(x, width), _vector(weight, x, weight), mean.reshape(rows) if kind == "layer" else f32,
             rstd.reshape(rows).contiguous(), dx.view(rows, width), f32, f32]
     blocks = grid(kernel, c, rows, args)
@@ -141,23 +141,11 @@ def column_sums(partials: torch.Tensor, out: torch.Tensor) -> None:
     kernel[(cdiv(width, CHUNK),)](partials, out)
 
 
-_PLACEHOLDERS: dict = {}     # (dtype, device) -> a 16-byte tensor standing for an absent one
-
-
-def _placeholder(dtype, device) -> torch.Tensor:
-    key = (dtype, device)
-    t = _PLACEHOLDERS.get(key)
-    if t is None:
-        t = _PLACEHOLDERS[key] = torch.zeros(body.PLACEHOLDER // torch.empty(0, dtype=dtype).element_size(),
-                                             dtype=dtype, device=device)
-    return t
-
-
 def _vector(t, x, weight) -> torch.Tensor:
     """A weight or bias as one contiguous row; absent, a placeholder of the weight's dtype (the input's without one),
     as the kernels declare it."""
     if t is None:
-        return _placeholder(weight.dtype if weight is not None else x.dtype, x.device)
+        return placeholder_tensor(weight.dtype if weight is not None else x.dtype, x.device)
     v = t.reshape(-1)
     return v if tma_ready(v) else v.clone(memory_format=torch.contiguous_format)
 

@@ -120,6 +120,30 @@ def row_max(c: RowSplit, *vectors):
     return scope.amax(*vectors, warps=c.warps_per_row)
 
 
+# -- tensors a config does not have ---------------------------------------------------------------------------------
+
+PLACEHOLDER = 16                            # bytes of an absent tensor's placeholder
+
+
+def placeholder(dtype):
+    """The annotation of an absent tensor: PLACEHOLDER bytes of `dtype` (the body never reads it)."""
+    return tk.gl[dtype, PLACEHOLDER // dtype.nbytes]
+
+
+_PLACEHOLDERS: dict = {}     # (torch dtype, device) -> a 16-byte tensor standing for an absent one
+
+
+def placeholder_tensor(dtype, device):
+    """The tensor a launch passes for an absent one: PLACEHOLDER bytes of torch dtype `dtype` on `device`."""
+    key = (dtype, device)
+    t = _PLACEHOLDERS.get(key)
+    if t is None:
+        import torch
+        t = _PLACEHOLDERS[key] = torch.zeros(PLACEHOLDER // torch.empty(0, dtype=dtype).element_size(), dtype=dtype,
+                                             device=device)
+    return t
+
+
 # -- in the launches ------------------------------------------------------------------------------------------------
 
 def grid_for(c: RowSplit, rows: int, resident: int) -> int:
