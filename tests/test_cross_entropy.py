@@ -305,3 +305,15 @@ def test_the_policys_fullest_kernels_compile_without_spills(width, dtype):
     b = cross_entropy_policy.backward_config(width, dtype, True)
     r = cross_entropy_kernel.backward_kernel(b).resources(x, st)
     assert r.found and r.spill_stores == r.spill_loads == 0, (b.name, r.summary())
+
+
+def test_the_benchmarks_functions_agree_and_count_the_bytes_once():
+    """benchmarks/bench_memory_bound.py's cross-entropy rows: tkpy's and torch's functions compute the same (here in
+    the interpreter), and the bytes are the logits in (and their gradient out) and the targets."""
+    from benchmarks import bench_memory_bound as bench
+
+    assert bench.cross_entropy_bytes("forward", 16384, 4096) == 16384 * 4096 * 2 + 16384 * 8
+    assert bench.cross_entropy_bytes("forward+backward", 4096, 262144) == 2 * 4096 * 262144 * 2 + 4096 * 8
+    x, t = logits_and_targets(6, 1000, torch.bfloat16, ignored=())
+    ours, theirs = bench.cross_entropy_functions()
+    assert_close(ours(x, t), theirs(x.double(), t), "loss", 2 ** -16)
