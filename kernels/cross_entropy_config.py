@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .row_split import CHUNK, MAX_WARPS, RowSplit
+from .row_split import PieceSplit, RowSplit
 
 DTYPES = ("bf16", "fp16", "f32")            # the logits' (and their gradient's) type
 REDUCTIONS = ("none", "mean", "sum")
 MAX_WIDTH = 262144                          # classes (a vocabulary of 256k)
-MAX_CHUNKS = 8                              # GradScaleConfig: chunks of a piece, at most (64 fp32 values a lane)
 
 
 @dataclass(frozen=True)
@@ -62,21 +61,17 @@ class CrossEntropyConfig(RowSplit):
 
 
 @dataclass(frozen=True)
-class GradScaleConfig:
+class GradScaleConfig(PieceSplit):
     """The backward: the forward's gradient (rows of `width` elements of `dtype`) times the loss's gradient, in
     place: one factor for every row (`per_row` False: the gradient of a reduced loss) or one a row (the reduction
     "none"); a factor of exactly 1 (loss.backward() of a mean or sum) leaves its rows unread and unwritten.
 
-    How: a row is cut into pieces of `chunks` x 256 elements (contig fp32 vectors, 16-byte copies), one (row,
-    piece) a warp at a time; the `warps` warps of each of the blocks (`blocks_per_sm` an SM) loop over them, a
-    persistent grid (kernels/row_split.py's piece_tasks)."""
+    How: the PieceSplit fields (keyword-only: chunks, warps, blocks_per_sm; kernels/row_split.py), contig fp32
+    vectors."""
 
     width: int
     dtype: str = "bf16"
     per_row: bool = False
-    chunks: int = 4
-    warps: int = 8
-    blocks_per_sm: int = 2
 
     def __post_init__(self) -> None:
         def fail(what: str):
@@ -85,24 +80,8 @@ class GradScaleConfig:
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         if self.dtype not in DTYPES:
             fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.chunks not in range(1, MAX_CHUNKS + 1):
-            fail(f"chunks must be 1 to {MAX_CHUNKS}, got {self.chunks!r}")
-        for option, most in (("warps", MAX_WARPS), ("blocks_per_sm", 16)):
-            value = getattr(self, option)
-            if not isinstance(value, int) or not 1 <= value <= most:
-                fail(f"{option} must be an int from 1 to {most}, got {value!r}")
-
-    @property
-    def piece(self) -> int:
-        """Elements of a row a warp takes at a time."""
-        return self.chunks * CHUNK
-
-    @property
-    def pieces(self) -> int:
-        """Pieces a row: the last one masked where the width is not a multiple of the piece."""
-        return -(-self.width // self.piece)
+        self.check_split(fail)
 
     @property
     def name(self) -> str:
-        return (f"cross_entropy_bwd_{self.dtype}_{self.width}{'_rows' if self.per_row else ''}_"
-                f"p{self.chunks}w{self.warps}b{self.blocks_per_sm}")
+        return f"cross_entropy_bwd_{self.dtype}_{self.width}{'_rows' if self.per_row else ''}_{self.split_name}"

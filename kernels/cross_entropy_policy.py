@@ -12,25 +12,18 @@ registers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig
-from .row_split import CHUNK
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch) and why. A row takes
-    as many of its warps as pieces of PIECE elements cover it (fewer for a vocabulary below the row's limit)."""
-
-    value: tuple
-    evidence: str
+from .row_split import CHUNK, Row
 
 
 FIT = ("register fit, unmeasured: the register cap of this many blocks an SM holds the variant with smoothing and "
        "the gradient without spills (NVRTC, tests/test_cross_entropy.py); to be timed by bench_memory_bound.py")
 WIDE = (16, 1, 8, 1, True)                  # a cluster of 8 blocks of 16 warps a row
-# classes up to -> split, per logits dtype ("16-bit": bf16 and fp16, whose prefetch takes half the registers)
+# classes up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), per logits dtype ("16-bit":
+# bf16 and fp16, whose prefetch takes half the registers); a row takes as many of its warps as pieces of PIECE
+# elements cover it (fewer for a vocabulary below the row's limit)
 FORWARD = {
     "16-bit": (
         (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
@@ -74,5 +67,6 @@ def forward_config(width: int, dtype: str, reduction: str, grad: bool, smoothing
 def backward_config(width: int, dtype: str, per_row: bool, **forced) -> GradScaleConfig:
     """The backward kernel a call runs (`forced`: GradScaleConfig fields over the table's)."""
     chunks, warps, blocks_per_sm = BACKWARD.value
-    c = GradScaleConfig(width, dtype, per_row, max(1, min(chunks, -(-width // CHUNK))), warps, blocks_per_sm)
+    c = GradScaleConfig(width, dtype, per_row, chunks=max(1, min(chunks, -(-width // CHUNK))), warps=warps,
+                        blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c

@@ -11,24 +11,16 @@ blocks as the GPU runs at once (the occupancy queries), at least that many an SM
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .norm_config import NormConfig
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch) and why (a RESULTS.md
-    run once timed on the GPU, or the fit that set it). A row takes as many of its warps as pieces of PIECE
-    elements cover it (fewer for a width below the table row's limit)."""
-
-    value: tuple
-    evidence: str
+from .row_split import Row
 
 
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
-# width up to -> split, forward
+# width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), forward; a row takes as many
+# of its warps as pieces of PIECE elements cover it (fewer for a width below the table row's limit)
 FORWARD = (
     (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
     (1024, Row((2, 4, 1, 2, True), FIT)),

@@ -25,6 +25,15 @@ MAX_VALUES_PER_LANE = 64                    # a row's piece in one lane's regist
 INTERPRETER_SMS = 2                         # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
 
 
+@dataclass(frozen=True)
+class Row:
+    """A policy table row: `value`, the split it chooses (each policy says what its tuple holds), and why (a
+    RESULTS.md run once timed on the GPU, or the fit that set it)."""
+
+    value: tuple
+    evidence: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class RowSplit:
     """How a row kernel's blocks take the rows (a config's fields, after what it computes; `width` is the
@@ -164,19 +173,56 @@ def grid(kernel, c: RowSplit, rows: int, args) -> int:
 
 # -- elementwise kernels: (row, piece) tasks --------------------------------------------------------------------------
 
-def piece_tasks(c, rows):
-    """This warp's (row, piece) tasks, every warp of the grid's in turn (`c`: a config with `warps` a block and
-    `pieces` a row)."""
+MAX_CHUNKS = 8                              # chunks of a piece, at most (64 fp32 values a lane a vector)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PieceSplit:
+    """How an elementwise kernel's warps take the rows (a config's fields, after what it computes; `width` is the
+    config's): a row is cut into pieces of `chunks` x 256 elements (contig vectors, 16-byte copies), one (row,
+    piece) a warp at a time; the `warps` warps of each of the blocks (`blocks_per_sm` an SM) loop over them, a
+    persistent grid (piece_tasks)."""
+
+    chunks: int = 2
+    warps: int = 8
+    blocks_per_sm: int = 2
+
+    def check_split(self, fail, most_chunks: int = MAX_CHUNKS) -> None:
+        """fail(reason) where the split cannot run (each config calls it from its __post_init__)."""
+        if self.chunks not in range(1, most_chunks + 1):
+            fail(f"chunks must be 1 to {most_chunks}, got {self.chunks!r}")
+        for option, most in (("warps", MAX_WARPS), ("blocks_per_sm", 16)):
+            value = getattr(self, option)
+            if not isinstance(value, int) or not 1 <= value <= most:
+                fail(f"{option} must be an int from 1 to {most}, got {value!r}")
+
+    @property
+    def piece(self) -> int:
+        """Elements of a row a warp takes at a time."""
+        return self.chunks * CHUNK
+
+    @property
+    def pieces(self) -> int:
+        """Pieces a row: the last one masked where the width is not a multiple of the piece."""
+        return -(-self.width // self.piece)
+
+    @property
+    def split_name(self) -> str:
+        return f"p{self.chunks}w{self.warps}b{self.blocks_per_sm}"
+
+
+def piece_tasks(c: PieceSplit, rows):
+    """This warp's (row, piece) tasks, every warp of the grid's in turn."""
     return tk.range(tk.block_idx.x * c.warps + tk.warp_id(), rows * c.pieces, tk.grid_dim.x * c.warps)
 
 
-def piece_place(c, task):
+def piece_place(c: PieceSplit, task):
     """(row, piece) of a task."""
     if c.pieces == 1:
         return task, 0
     return tk.let(task // c.pieces, "row"), tk.let(task % c.pieces, "part")
 
 
-def piece_grid(c, rows: int, resident: int) -> int:
+def piece_grid(c: PieceSplit, rows: int, resident: int) -> int:
     """Blocks of an elementwise kernel's persistent grid: enough warps for every (row, piece), at most `resident`."""
     return max(1, min(-(-rows * c.pieces // c.warps), resident))
