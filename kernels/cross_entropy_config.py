@@ -10,8 +10,11 @@ from dataclasses import dataclass
 from .row_split import PieceSplit, RowSplit
 
 DTYPES = ("bf16", "fp16", "f32")            # the logits' (and their gradient's) type
+WEIGHT_DTYPES = (None, *DTYPES)             # the per-class weights' (None: none)
 REDUCTIONS = ("none", "mean", "sum")
 MAX_WIDTH = 262144                          # classes (a vocabulary of 256k)
+MAX_WEIGHTED_SMOOTHING = 32                 # values a lane of a row's piece with weights and smoothing: the weights'
+                                            # piece lies in registers too (131072 classes over 8 blocks of 16 warps)
 
 
 @dataclass(frozen=True)
@@ -22,8 +25,10 @@ class CrossEntropyConfig(RowSplit):
     log-sum-exp lse = m + log(sum exp(x - m)) (m the row's max), the loss lse - x[target] (with `smoothing`, torch's
     label smoothing eps: lse - (1 - eps) x[target] - eps / width * sum x), divided by the count of rows not ignored
     for the reduction "mean"; with `grad`, the gradient of that loss, softmax(x) - (1 - eps) onehot(target) - eps /
-    width (times 1 / count for "mean"), in the logits' dtype. A target outside 0..width-1 (not ignore_index) gives
-    NaN (the loss and its row's gradient).
+    width (times 1 / count for "mean"), in the logits' dtype. With per-class weights w of dtype `weight`, torch's
+    weighted loss: (1 - eps) w[target] (lse - x[target]) + eps / width sum_j w_j (lse - x_j), the mean's divisor
+    the sum of w[target] over the rows not ignored. A target outside 0..width-1 (not ignore_index) gives NaN (the
+    loss and its row's gradient).
 
     How: the RowSplit fields (keyword-only), each warp holding a piece of a row in a contig fp32 vector; the row's
     max and its sum of exponentials (and of x, with smoothing) reduce over the row's warps (and cluster), two
@@ -36,6 +41,7 @@ class CrossEntropyConfig(RowSplit):
     reduction: str = "mean"
     grad: bool = True
     smoothing: bool = False
+    weight: str | None = None
     prefetch: bool = False
 
     def __post_init__(self) -> None:
@@ -47,7 +53,12 @@ class CrossEntropyConfig(RowSplit):
             fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.reduction not in REDUCTIONS:
             fail(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+        if self.weight not in WEIGHT_DTYPES:
+            fail(f"weight must be one of {WEIGHT_DTYPES}, got {self.weight!r}")
         self.check_split(fail)
+        if self.weight and self.smoothing and self.piece // 32 > MAX_WEIGHTED_SMOOTHING:
+            fail(f"with weights and smoothing a piece holds at most {MAX_WEIGHTED_SMOOTHING} values a lane (the "
+                 f"weights' piece lies in registers too), got {self.piece // 32}")
         if self.cluster > 1 and self.rows_per_block != 1:
             fail("a cluster takes one row at a time (rows_per_block 1): its blocks meet in each row's reductions, "
                  "which an ignored row skips")
@@ -55,7 +66,7 @@ class CrossEntropyConfig(RowSplit):
     @property
     def name(self) -> str:
         tags = ["cross_entropy_fwd", self.dtype, str(self.width), self.reduction, self.grad and "grad",
-                self.smoothing and "smoothing", self.split_name, self.blocks_per_sm > 1 and f"b{self.blocks_per_sm}",
+                self.smoothing and "smoothing", self.weight and f"w{self.weight}", self.split_name, self.blocks_per_sm > 1 and f"b{self.blocks_per_sm}",
                 self.prefetch and "prefetch"]
         return "_".join(t for t in tags if t)
 

@@ -4,7 +4,8 @@ autograd, fused: the forward kernel writes the logits' gradient in the pass that
 `cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="mean", label_smoothing=0.0)` follows
 torch.nn.functional.cross_entropy for logits of shape (N, C) (or (C,)) and int64 class indices of shape (N,) (or
 ()); the keyword-only options keep torch's names (torch's deprecated size_average and reduce sit between them).
-Per-class weights and class-probability targets are refused, naming what is missing.
+Per-class weights are torch's (the mean divided by the sum of the targets' weights); class-probability targets are
+refused, naming what is missing.
 
 Why the gradient is written in the forward (kernels/cross_entropy_kernel.py), in bytes moved for N rows of C logits
 of b bytes each: a forward that only computes the loss reads N C b, and a backward that recomputes the softmax from
@@ -13,10 +14,12 @@ gradient in the forward, as Liger and unsloth do, moves 2 N C b, and the backwar
 gradient in place: for loss.backward() of a mean or sum that factor is exactly 1 and the backward kernel reads the
 factor and returns, without touching the gradient (it reads and writes it, 2 N C b more, only for another factor:
 gradient accumulation's 1 / steps, a scaled loss, a per-row gradient of reduction "none"). The gradient of the mean
-needs the count of rows not ignored before the kernel writes any: a small torch reduction over the targets first.
+needs its divisor (the count of rows not ignored, or the sum of their targets' weights) before the kernel writes any:
+a small torch reduction over the targets first.
 No full-size softmax is kept: the gradient tensor, which autograd hands on, is the only N x C buffer. The backward
 mutates the buffer the forward saved, so a graph's backward runs once (retain_graph=True and a second backward
-raise).
+raise). Precision: the gradient is rounded to the logits' dtype once for a factor of 1, twice for another (the
+forward's rounding, then the scaled value's): within one unit in the last place rather than half of one.
 
 The kernels read logits as 16-byte rows: C a multiple of 8 (bf16, fp16) or of 4 (fp32) reads them in place; another
 C copies them into padded rows first, and the gradient is a view of padded rows. Targets outside 0..C-1 (but for
@@ -24,6 +27,8 @@ ignore_index) give NaN losses and gradients on the GPU (no device-to-host check)
 interpreter.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -35,6 +40,7 @@ from .row_split import INTERPRETER_SMS, grid, piece_grid, placeholder_tensor as 
 from .tensor_layout import ALIGN, padded_copy, padded_like, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f32"}
+WEIGHTED_SMOOTHING_CLASSES = 131072       # the most classes of weights with smoothing (CrossEntropyConfig's fit)
 INT32 = (-2 ** 31, 2 ** 31 - 1)
 
 
@@ -43,29 +49,30 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     """torch.nn.functional.cross_entropy of logits `input` (N, C) or (C,), bf16, fp16 or fp32, and class indices
     `target` (int64, (N,) or ()): per row lse(x) - x[target] (with label_smoothing eps: lse - (1 - eps) x[target] -
     eps / C sum x, torch's smoothing), computed in fp32; rows whose target is ignore_index give 0 and do not count in
-    the mean; reduction "mean" (over the rows not ignored: NaN if none), "sum" or "none" (a loss per row). Returns
-    the input's dtype, as torch. C from 1 to 262144; `weight` (per-class weights) is not implemented yet.
+    the mean; reduction "mean" (over the rows not ignored: NaN if none), "sum" or "none" (a loss per row). `weight`:
+    per-class weights (C,) in the input's dtype or fp32, as torch's (the smoothing term weighted by class too, the
+    mean divided by the sum of the targets' weights; with smoothing up to 131072 classes). Returns the input's
+    dtype, as torch. C from 1 to 262144.
 
     CUDA tensors, or CPU tensors under TKPY_INTERPRET=1 (tkpy's CPU interpreter). Differentiable in input: the
     forward kernel writes the gradient as it computes the loss (see the module's docstring; no double backward, one
     backward a graph); torch.compile sees torch.ops.tkpy.cross_entropy."""
-    logits, targets = _rows(input, target, weight)
+    logits, targets = _rows(input, target)
     smoothing = float(label_smoothing)
-    if direct_call_ok((input,)):
-        loss, _, _ = forward(logits, targets, ignore_index, smoothing, reduction, False)
+    if direct_call_ok((input, weight)):
+        loss, _, _ = forward(logits, targets, weight, ignore_index, smoothing, reduction, False)
     else:
-        loss, _, _ = cross_entropy_op(logits, targets, ignore_index, smoothing, reduction, needs_grad(input))
+        if needs_grad(weight):
+            raise NotImplementedError("cross_entropy: no gradient for the per-class weights (the logits' only); "
+                                      "pass weight.detach()")
+        loss, _, _ = cross_entropy_op(logits, targets, weight, ignore_index, smoothing, reduction, needs_grad(input))
     if input.dim() == 1 and reduction == "none":
         loss = loss.view(())
     return loss.to(input.dtype)
 
 
-def _rows(input: torch.Tensor, target: torch.Tensor, weight) -> tuple[torch.Tensor, torch.Tensor]:
+def _rows(input: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """input and target as (N, C) and (N,), or the error for what tkpy does not take."""
-    if weight is not None:
-        raise NotImplementedError("cross_entropy: per-class weights (weight=) are not implemented yet; weight the "
-                                  "per-row losses instead: (cross_entropy(x, t, reduction='none') * weight[t]).sum() "
-                                  "/ weight[t].sum(), with ignored rows masked out")
     if isinstance(target, torch.Tensor) and target.is_floating_point():
         raise NotImplementedError("cross_entropy: class-probability targets (a float target of the input's shape) are "
                                   "not implemented; pass class indices (int64 of shape (N,))")
@@ -78,7 +85,8 @@ def _rows(input: torch.Tensor, target: torch.Tensor, weight) -> tuple[torch.Tens
     return input, target
 
 
-def checked(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, smoothing: float, reduction: str) -> int:
+def checked(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+            smoothing: float, reduction: str) -> int:
     """The number of classes C, or the error the call raises before any GPU work (the fake implementation checks
     with it too): dtypes, devices, shapes, the options' ranges."""
     check_device("cross_entropy", logits)
@@ -95,6 +103,16 @@ def checked(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, smoot
     classes = logits.shape[1]
     if not 1 <= classes <= MAX_WIDTH:
         raise ValueError(f"cross_entropy takes 1 to {MAX_WIDTH} classes, got {classes}")
+    if weight is not None and (weight.shape != (classes,) or weight.device != logits.device
+                               or weight.dtype not in (logits.dtype, torch.float32)):
+        raise ValueError(f"cross_entropy: weight must be of shape ({classes},) (a weight a class) on "
+                         f"{logits.device}, in the logits' dtype or float32; got {tuple(weight.shape)} {weight.dtype} "
+                         f"on {weight.device}")
+    if weight is not None and smoothing > 0 and classes > WEIGHTED_SMOOTHING_CLASSES:
+        raise NotImplementedError(f"cross_entropy: per-class weights with label smoothing over more than "
+                                  f"{WEIGHTED_SMOOTHING_CLASSES} classes are not implemented (the weights' piece of a "
+                                  f"row lies in registers beside the row's, which {classes} classes overflow); either "
+                                  "one alone takes up to 262144")
     if reduction not in REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if not 0.0 <= smoothing <= 1.0:
@@ -104,12 +122,12 @@ def checked(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, smoot
     return classes
 
 
-def forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, smoothing: float, reduction: str,
-            grad: bool, options: dict | None = None):
+def forward(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+            smoothing: float, reduction: str, grad: bool, options: dict | None = None):
     """(loss, lse, dlogits): the loss (0-d fp32 for "mean" and "sum", one a row for "none"), the rows' log-sum-exp
     (fp32; 0 for ignored rows), and with `grad` the gradient of the loss for a loss gradient of 1 (the logits' dtype
     and shape; empty without). `options`: CrossEntropyConfig fields over the policy's (tests, the benchmark)."""
-    classes = checked(logits, target, ignore_index, smoothing, reduction)
+    classes = checked(logits, target, weight, ignore_index, smoothing, reduction)
     rows = logits.shape[0]
     if not logits.is_cuda:
         _check_targets(target, classes, ignore_index)
@@ -117,19 +135,30 @@ def forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, smoot
     lse = logits.new_empty(rows, dtype=torch.float32)
     dlogits = gradient_buffer(logits) if grad else logits.new_empty(0)
     if rows:
-        c = forward_config(classes, DTYPES[logits.dtype], reduction, grad, smoothing > 0, **(options or {}))
+        c = forward_config(classes, DTYPES[logits.dtype], reduction, grad, smoothing > 0,
+                           DTYPES[weight.dtype] if weight is not None else None, **(options or {}))
         x = logits if tma_ready(logits) else padded_copy(logits)
         t = target if tma_ready(target) else target.clone()
-        count = ((target != ignore_index).sum().view(1) if reduction == "mean"
-                 else placeholder(torch.int64, logits.device))
-        args = (x, t, count, per_row, lse, dlogits if grad else placeholder(logits.dtype, logits.device),
-                ignore_index, smoothing)
+        f32 = placeholder(torch.float32, logits.device)
+        w = f32 if weight is None else weight if tma_ready(weight) else weight.clone()
+        args = (x, t, w, _divisor(target, weight, ignore_index) if reduction == "mean" else f32, per_row, lse,
+                dlogits if grad else placeholder(logits.dtype, logits.device), ignore_index, smoothing)
         kernel = body.forward_kernel(c)
         kernel[(grid(kernel, c, rows, args),)](*args)
     if reduction == "none":
         return per_row, lse, dlogits
     total = per_row.sum()                                    # ("mean": each row came divided by the count)
     return (total if rows or reduction == "sum" else total / 0.0), lse, dlogits
+
+
+def _divisor(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    """The mean's divisor as a 1-element fp32 tensor: the count of rows not ignored, or the sum of their targets'
+    weights (torch's; a target outside the classes reads class 0's here, and gives NaN in the kernel)."""
+    valid = target != ignore_index
+    if weight is None:
+        return valid.sum(dtype=torch.float32).view(1)
+    picked = weight[target.clamp(0, weight.shape[0] - 1)].float()
+    return torch.where(valid, picked, 0.0).sum().view(1)
 
 
 def gradient_buffer(logits: torch.Tensor) -> torch.Tensor:
@@ -176,13 +205,13 @@ def backward(grad_logits: torch.Tensor, grad_loss: torch.Tensor, options: dict |
 
 # -- the operators ----------------------------------------------------------------------------------------------
 
-def _forward_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float,
-                reduction: str, grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return forward(logits, target, ignore_index, label_smoothing, reduction, grad)
+def _forward_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor], ignore_index: int,
+                label_smoothing: float, reduction: str, grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return forward(logits, target, weight, ignore_index, label_smoothing, reduction, grad)
 
 
-def _forward_fake(logits, target, ignore_index, label_smoothing, reduction, grad):
-    checked(logits, target, ignore_index, label_smoothing, reduction)
+def _forward_fake(logits, target, weight, ignore_index, label_smoothing, reduction, grad):
+    checked(logits, target, weight, ignore_index, label_smoothing, reduction)
     rows, classes = logits.shape
     loss = logits.new_empty(rows if reduction == "none" else (), dtype=torch.float32)
     dlogits = gradient_buffer(logits) if grad else logits.new_empty(0)
@@ -222,7 +251,7 @@ def _gradient(ctx, grad_loss, grad_lse, grad_dlogits):
     dlogits, = ctx.saved_tensors
     ctx.used = True
     cross_entropy_backward_op(dlogits, grad_loss)
-    return dlogits, None, None, None, None, None
+    return dlogits, None, None, None, None, None, None
 
 
 cross_entropy_backward_op = define("cross_entropy_backward_", _backward_op, _backward_fake,

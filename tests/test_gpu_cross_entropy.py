@@ -1,7 +1,7 @@
 """tkpy.kernels.cross_entropy on the GPU (tests/test_cross_entropy.py's checks): the loss and the logits' gradient
 against float64 torch on every element, outputs poisoned, across vocabularies of 10 to 262144 classes (a warp a row,
 several, a block's 16, clusters of 2-8 blocks; odd ones, whose rows are copied), the three dtypes and reductions,
-label smoothing, ignore_index, loss gradients of 1 and others; few and many rows (the persistent grid's loop); the
+label smoothing, per-class weights, ignore_index, loss gradients of 1 and others; few and many rows (the persistent grid's loop); the
 split variants; targets outside the classes (NaN); opcheck and torch.compile on CUDA tensors; the benchmark's
 shapes."""
 from __future__ import annotations
@@ -31,6 +31,15 @@ def test_loss_and_gradient_across_vocabularies(width, dtype):
 @pytest.mark.parametrize("width", [512, 4096, 65536, 262144])
 def test_reductions_and_loss_gradients(width, reduction, grad_scale):
     check(max(3, min(1000, 2 ** 22 // width)), width, torch.bfloat16, reduction, 0.05, grad_scale, device="cuda")
+
+
+@pytest.mark.parametrize("weight", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("width", [10, 1000, 8192, 50257, 131072, 262144])
+def test_per_class_weights(width, weight):
+    rows = max(3, min(1000, 2 ** 22 // width))
+    check(rows, width, torch.bfloat16, "mean", 0.1 if width <= 131072 else 0.0, grad_scale=1.0, device="cuda",
+          weight=weight, ignored=(0, 2))
+    check(rows, width, torch.bfloat16, "none", 0.0, grad_scale="random", device="cuda", weight=weight)
 
 
 @pytest.mark.parametrize("rows", [1, 7, 133, 5000])
@@ -82,9 +91,10 @@ def test_the_benchmark_shapes():
 def test_opcheck_on_cuda():
     x, t = logits_and_targets(33, 4096, torch.bfloat16, device="cuda")
     x.requires_grad_()
-    torch.library.opcheck(torch.ops.tkpy.cross_entropy.default, (x, t, -100, 0.1, "mean", True),
+    w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+    torch.library.opcheck(torch.ops.tkpy.cross_entropy.default, (x, t, w, -100, 0.1, "mean", True),
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
-    _, _, dx = torch.ops.tkpy.cross_entropy(x.detach(), t, -100, 0.0, "mean", True)
+    _, _, dx = torch.ops.tkpy.cross_entropy(x.detach(), t, None, -100, 0.0, "mean", True)
     torch.library.opcheck(torch.ops.tkpy.cross_entropy_backward_.default, (dx, torch.tensor(0.5, device="cuda")))
 
 
