@@ -14,7 +14,7 @@ WEIGHT_DTYPES = (None, *DTYPES)             # the per-class weights' (None: none
 REDUCTIONS = ("none", "mean", "sum")
 MAX_WIDTH = 262144                          # classes (a vocabulary of 256k)
 MAX_WEIGHTED_SMOOTHING = 32                 # values a lane of a row's piece with weights and smoothing: the weights'
-                                            # piece lies in registers too (131072 classes over 8 blocks of 16 warps)
+WEIGHTED_SMOOTHING_CLASSES = 131072         # piece lies in registers too (these classes over 8 blocks of 16 warps)
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class CrossEntropyConfig(RowSplit):
     @property
     def name(self) -> str:
         tags = ["cross_entropy_fwd", self.dtype, str(self.width), self.reduction, self.grad and "grad",
-                self.smoothing and "smoothing", self.weight and f"w{self.weight}", self.split_name, self.blocks_per_sm > 1 and f"b{self.blocks_per_sm}",
-                self.prefetch and "prefetch"]
+                self.smoothing and "smoothing", self.weight and f"w{self.weight}", self.split_name,
+                self.blocks_per_sm > 1 and f"b{self.blocks_per_sm}", self.prefetch and "prefetch"]
         return "_".join(t for t in tags if t)
 
 

@@ -33,14 +33,13 @@ from typing import Optional
 import torch
 
 from . import cross_entropy_kernel as body
-from .cross_entropy_config import MAX_WIDTH, REDUCTIONS
+from .cross_entropy_config import MAX_WIDTH, REDUCTIONS, WEIGHTED_SMOOTHING_CLASSES
 from .cross_entropy_policy import backward_config, forward_config
 from .op_support import check_device, define, direct_call_ok, needs_grad, resident_blocks
 from .row_split import INTERPRETER_SMS, grid, piece_grid, placeholder_tensor as placeholder
 from .tensor_layout import ALIGN, padded_copy, padded_like, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f32"}
-WEIGHTED_SMOOTHING_CLASSES = 131072       # the most classes of weights with smoothing (CrossEntropyConfig's fit)
 INT32 = (-2 ** 31, 2 ** 31 - 1)
 
 

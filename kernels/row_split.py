@@ -22,7 +22,7 @@ CHUNK = 256                                 # a contig vector's chunk: 8 element
 CLUSTERS = (1, 2, 4, 8)
 MAX_WARPS = 32                              # 1024 threads a block
 MAX_VALUES_PER_LANE = 64                    # a row's piece in one lane's registers, at most (fp32 values)
-INTERPRETER_SMS = 2                         # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
+INTERPRETER_SMS = 2                         # the "SMs" the interpreter sizes grids for: a few blocks, each looping
 
 
 @dataclass(frozen=True)

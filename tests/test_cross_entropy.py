@@ -321,7 +321,7 @@ def test_policy_choices_match_the_golden_record():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
-@pytest.mark.parametrize("width", [512, 4096, 8192, 50257, 65536, 128256, 131072, 262144])  # (ragged: 50257, 128256)
+@pytest.mark.parametrize("width", [512, 8192, 50257, 128256, 262144])    # a warp a row; a block; clusters (ragged)
 def test_the_policys_kernels_compile_without_spills(width, dtype):
     """NVRTC (no GPU needed): the forward with the gradient, with and without smoothing and fp32 weights (these up to
     131072 classes), and the backward, at the register cap of the table's blocks an SM: no spills (at 128k and 256k

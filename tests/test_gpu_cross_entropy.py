@@ -1,9 +1,9 @@
 """tkpy.kernels.cross_entropy on the GPU (tests/test_cross_entropy.py's checks): the loss and the logits' gradient
 against float64 torch on every element, outputs poisoned, across vocabularies of 10 to 262144 classes (a warp a row,
 several, a block's 16, clusters of 2-8 blocks; odd ones, whose rows are copied), the three dtypes and reductions,
-label smoothing, per-class weights, ignore_index, loss gradients of 1 and others; few and many rows (the persistent grid's loop); the
-split variants; targets outside the classes (NaN); opcheck and torch.compile on CUDA tensors; the benchmark's
-shapes."""
+label smoothing, per-class weights, ignore_index, loss gradients of 1 and others; few and many rows (the persistent
+grid's loop); the split variants; targets outside the classes (NaN); opcheck and torch.compile on CUDA tensors; the
+benchmark's shapes."""
 from __future__ import annotations
 
 import pytest
