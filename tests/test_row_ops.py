@@ -6,6 +6,7 @@ same kernels on the GPU: tests/test_gpu_row_ops.py."""
 from __future__ import annotations
 
 import collections
+import functools
 import re
 
 import pytest
@@ -155,11 +156,11 @@ def test_vector_masks_by_index():
     assert "tk::index_fill(w, v, n, value * 2);" in k.source(x, y, 300, 1.25) and k.resources(x, y, 300, 1.0).found
 
 
-@pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
-def test_int_scalar_loads(dtype):
-    """An int tk.var from an int32 or int64 tensor (a cross-entropy's target): fill past the end, int64 values
-    saturated to int32's range; used as an index (here of a float tensor)."""
-    @tk.kernel(warps=1)
+@functools.cache
+def int_loads_kernel(dtype):
+    """Each of 8 int tk.vars from an int32 or int64 tensor (fill -5 past its end) used as an index of a float tensor
+    where it is one, else stored clamped to +-1000 (int64 values past int32's range saturate)."""
+    @tk.kernel(warps=1, name=f"int_loads_{dtype}")
     def k(t: tk.gl[dtype, "N"], x: tk.gl[f32, 64], out: tk.gl[f32, 8]):
         for i in range(8):
             index = tk.var(0, "index")
@@ -170,21 +171,33 @@ def test_int_scalar_loads(dtype):
                 tk.store(out, got, (i,))
             with tk.else_():
                 tk.store(out, tk.call("max", tk.call("min", index, 1000), -1000) * 1.0, (i,))
+    return k
 
+
+def check_int_scalar_loads(dtype, device="cpu"):
     big = [2**40, -2**40] if dtype == tk.i64 else [2**31 - 1, -2**31]
-    t = torch.tensor([3, 63, 0, -100, 64, *big], dtype=dtype.torch)
-    x, out = torch.randn(64), torch.full((8,), float("nan"))
-    k.interpret[(1,)](t, x, out)
-    assert torch.equal(out, torch.stack([x[3], x[63], x[0], *torch.tensor([-100.0, 64, 1000, -1000, -5])]))
-    source = k.source(t, x, out)
-    assert f"tk::load_scalar_int_masked(t, 0, 0, 0, 0, -5)" in source and k.resources(t, x, out).found
+    t = torch.tensor([3, 63, 0, -100, 64, *big], dtype=dtype.torch, device=device)
+    x, out = torch.randn(64, device=device), torch.full((8,), float("nan"), device=device)
+    k = int_loads_kernel(dtype)
+    (k.interpret if device == "cpu" else k)[(1,)](t, x, out)
+    rest = torch.tensor([-100.0, 64, 1000, -1000, -5], device=device)
+    assert torch.equal(out, torch.cat([x[[3, 63, 0]], rest]))
+    return k, (t, x, out)
+
+
+@pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
+def test_int_scalar_loads(dtype):
+    """An int tk.var from an int32 or int64 tensor (a cross-entropy's target): fill past the end, int64 values
+    saturated to int32's range; used as an index (here of a float tensor). (On the GPU: tests/test_gpu_row_ops.py.)"""
+    k, args = check_int_scalar_loads(dtype)
+    source = k.source(*args)
+    assert "tk::load_scalar_int_masked(t, 0, 0, 0, 0, -5)" in source and k.resources(*args).found
     assert ("long long* __restrict__ t_ptr" in source) == (dtype == tk.i64)
 
 
-def test_scalar_partials_reduce_with_vectors():
-    """A float scalar among a group reduction's vectors is its warp's partial: summed over the group (and the
-    cluster) in the same barrier."""
-    @tk.kernel(warps=4, cluster=(2, 1, 1))
+@functools.cache
+def scalar_partials_kernel():
+    @tk.kernel(warps=4, cluster=(2, 1, 1), name="scalar_partials")
     def k(x: tk.gl[f32, 8, 256], out: tk.gl[f32, 2, 8]):
         v = tk.rv(f32, 256, "contig")
         row = tk.cluster.rank() * 4 + tk.warp_id()
@@ -194,14 +207,25 @@ def test_scalar_partials_reduce_with_vectors():
         total, twice = tk.cluster.sum(v, own, warps=2)
         tk.store(out, block_twice - 2.0 * block_total, (0, row))
         tk.store(out, twice, (1, row))
+    return k
 
-    x, out = torch.randn(8, 256), torch.full((2, 8), float("nan"))
-    k.interpret[(2,)](x, out)
+
+def check_scalar_partials(device="cpu"):
+    x, out = torch.randn(8, 256, device=device), torch.full((2, 8), float("nan"), device=device)
+    k = scalar_partials_kernel()
+    (k.interpret if device == "cpu" else k)[(2,)](x, out)
     sums = x.double().sum(1)
     assert (out[0].abs() < 1e-4).all()
     pairs = (sums.view(2, 2, 2).sum(2) * 2).sum(0)              # warps w and w + 1 of both blocks
     torch.testing.assert_close(out[1].double(), pairs.repeat_interleave(2).repeat(2), rtol=1e-5, atol=1e-5)
-    assert k.resources(x, out).found
+    return k, (x, out)
+
+
+def test_scalar_partials_reduce_with_vectors():
+    """A float scalar among a group reduction's vectors is its warp's partial: summed over the group (and the
+    cluster) in the same barrier. (On the GPU: tests/test_gpu_row_ops.py.)"""
+    k, args = check_scalar_partials()
+    assert k.resources(*args).found
 
 
 def test_reading_a_cluster_partial_before_its_semaphore_is_an_error():
