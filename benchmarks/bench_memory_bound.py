@@ -1,6 +1,8 @@
 """Memory-bound kernels on the GPU: tkpy's rms_norm and layer_norm (with and without the fused residual), forward and
 backward, against torch eager, torch.compile of the same function, and the copy bandwidth, all in the same run; then
-swiglu, geglu and rotary (OTHER_OPS) the same way.
+swiglu, geglu and rotary (OTHER_OPS) the same way; then cross-entropy (XENT_SHAPES), its forward alone (the loss, no
+gradient) and the forward with the backward (loss.backward(): tkpy's forward writes the gradient, its backward of a
+factor of 1 reads nothing).
 
 GB/s counts the bytes each kernel must read and write once: forward, x (and the residual) in, y (and residual_out)
 out, the weight (and bias) once, the fp32 statistics (rstd, and mean for layer norm) out; backward, x (h with the
@@ -11,12 +13,15 @@ the backward alone, from a forward recorded once (tkpy: its backward operator on
 autograd.grad of the recorded graph, retained; OTHER_OPS: autograd.grad of each one's recorded graph). OTHER_OPS'
 bytes: swiglu/geglu of gate and up (rows x width each) forward gate, up in, out out (3), backward gate, up, dout in,
 dgate, dup out (5); rotary of q (B, S, 32, 128) and k (B, S, 8, 128), each way q and k in and out and the cos/sin
-tables (S x 64 fp32) in. Cases: 16384 x 4096 bf16, and a sweep of widths from 1k to 64k at
+tables (S x 64 fp32) in. Cross-entropy's bytes: the logits in (bf16) and the int64 targets, and for the forward with
+the backward the logits' gradient out (its loss and per-row statistics are noise). Cases: 16384 x 4096 bf16, and a
+sweep of widths from 1k to 64k at
 the same 64M elements (rows = 2^26 / width). Each row also gives the largest relative difference of tkpy's output
 from eager's.
 
     PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
-        --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's tables);
+        --quick: 16384 x 4096 only (cross-entropy's too); --variants: tkpy's kernel variants per width too (for
+        norm_policy's tables);
         --no-compile: without torch.compile (its compiles take most of the run's time)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
 """
@@ -59,6 +64,12 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
             row = other_row(op, direction, compiled, copy_cache)
             rows.append(row)
             print_row(row, flush=True)
+    for shape in XENT_SHAPES if sweep else XENT_SHAPES[:1]:
+        for direction in ("forward", "forward+backward"):
+            row = cross_entropy_row(direction, *shape, compiled, copy_cache)
+            rows.append(row)
+            print_row(row, flush=True)
+        torch.cuda.empty_cache()
     out_dir = save("memory_bound.json", rows)
     if out_dir:
         plot(rows, out_dir / "memory_bound.png")
@@ -113,6 +124,51 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
         grads = [torch.randn_like(y) for y in outputs]
         return median_ms(lambda: torch.autograd.grad(outputs, args, grads, retain_graph=True))
     time_implementations(row, implementations(ours, eager, compiled), args, backward)
+    return row
+
+
+XENT_SHAPES = ((16384, 4096), (4096, 131072), (4096, 262144))   # (rows, classes): the headline; Llama 3's and
+# Gemma's vocabularies (128256, 262144) in round numbers
+
+
+def cross_entropy_bytes(direction: str, rows: int, classes: int) -> int:
+    """What cross-entropy must read and write once: the bf16 logits and the int64 targets in, and (with the
+    backward) the logits' gradient out."""
+    logits = rows * classes * 2
+    return logits * (1 if direction == "forward" else 2) + rows * 8
+
+
+def cross_entropy_functions() -> tuple:
+    """(tkpy's, torch's) mean cross-entropy of bf16 logits and int64 targets (torch.compile compiles torch's)."""
+    import torch.nn.functional as F
+
+    from tkpy.kernels import cross_entropy
+    return (lambda x, t: cross_entropy(x, t)), (lambda x, t: F.cross_entropy(x, t))
+
+
+def cross_entropy_row(direction: str, rows: int, classes: int, compiled: bool, copy_cache: dict) -> dict:
+    """GB/s of cross-entropy's forward (the loss, under no_grad) or forward with backward (torch.autograd.grad of
+    the loss, both in the timed graph) for tkpy, torch eager and torch.compile, with the copy bandwidth of the
+    logits."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    x = torch.randn(rows, classes, device="cuda", dtype=torch.bfloat16).mul_(2).requires_grad_()
+    t = torch.randint(0, classes, (rows,), device="cuda")
+    row = {"op": "cross_entropy", "direction": direction, "rows": rows, "width": classes,
+           "bytes": cross_entropy_bytes(direction, rows, classes)}
+    if (rows, classes) not in copy_cache:
+        src = x.detach()
+        dst = torch.empty_like(src)
+        copy_cache[rows, classes] = 2 * src.numel() * 2 / median_ms(lambda: dst.copy_(src)) / 1e6
+        del dst
+    row["copy"] = copy_cache[rows, classes]
+    ours, eager = cross_entropy_functions()
+    with torch.no_grad():
+        reference = eager(x, t).float()
+        row["diff_vs_eager"] = ((ours(x, t).float() - reference).abs() / reference.abs()).item()
+    time_implementations(row, implementations(ours, eager, compiled), (x, t),
+                         lambda name, fn: median_ms(lambda: torch.autograd.grad(fn(x, t), x)))
     return row
 
 
@@ -277,7 +333,8 @@ def print_header() -> None:
 def print_row(r: dict, flush: bool = False) -> None:
     nan = float("nan")
     compiled = r.get("compile", nan)
-    text = (f"{r['op']:>15} {r['direction'][:3]:>4} {r['rows']:>6}x{r['width']:<6} | {r['tkpy']:>6.0f} "
+    direction = {"forward": "fwd", "backward": "bwd", "forward+backward": "f+b"}[r["direction"]]
+    text = (f"{r['op']:>15} {direction:>4} {r['rows']:>6}x{r['width']:<6} | {r['tkpy']:>6.0f} "
             f"{r['eager']:>6.0f} {compiled:>7.0f} {r['copy']:>6.0f} | {r['tkpy'] / r['copy']:>5.2f} "
             f"{r['tkpy'] / compiled:>5.2f} {r['tkpy'] / r['eager']:>6.2f} | {r['diff_vs_eager']:>7.1e}")
     if r.get("variants"):

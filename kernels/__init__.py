@@ -1,6 +1,7 @@
 """tkpy.kernels: kernels written in tkpy, each a torch operator (torch.ops.tkpy.<name>) with a torch-facing function.
 
-    from tkpy.kernels import attention, geglu, layer_norm, matmul, matmul_fp8, rms_norm, rotary, softmax, scaled_dot_product_attention
+    from tkpy.kernels import (attention, cross_entropy, geglu, layer_norm, matmul, matmul_fp8, rms_norm, rotary,
+                              softmax, scaled_dot_product_attention)
 
 The repository keeps them in its top-level kernels/ folder; installed, they are the package tkpy.kernels (and in a
 checkout tkpy maps that name to the folder): import them by that name only.
@@ -10,6 +11,7 @@ if __name__ != "tkpy.kernels":
 
 from .attention_op import attention, scaled_dot_product_attention  # noqa: E402
 from .comm_ops import all_gather_matmul, all_reduce, matmul_reduce_scatter  # noqa: E402
+from .cross_entropy_op import cross_entropy  # noqa: E402
 from .glu import geglu, swiglu  # noqa: E402
 from .matmul_fp8_op import matmul_fp8  # noqa: E402
 from .matmul_op import matmul  # noqa: E402
@@ -17,7 +19,7 @@ from .norms import layer_norm, rms_norm  # noqa: E402
 from .rotary_op import rotary  # noqa: E402
 from .row_softmax import softmax  # noqa: E402
 
-__all__ = ["all_gather_matmul", "all_reduce", "attention", "geglu", "layer_norm", "matmul", "matmul_fp8",
+__all__ = ["all_gather_matmul", "all_reduce", "attention", "cross_entropy", "geglu", "layer_norm", "matmul", "matmul_fp8",
            "matmul_reduce_scatter", "rms_norm", "rotary", "scaled_dot_product_attention", "softmax", "swiglu", "tune"]
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 
 from . import glu_kernel as body
-from .glu_policy import INTERPRETER_SMS, config_for, grid_for
+from .glu_policy import config_for
 from .op_support import check_device, define, direct_call_ok, resident_blocks
+from .row_split import INTERPRETER_SMS, piece_grid
 from .tensor_layout import row_view
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -99,7 +100,7 @@ def backward(activation: str, dout, gate, up, dgate, dup, options: dict | None =
 
 
 def _launch(kernel, c, rows: int, args) -> None:
-    kernel[(grid_for(c, rows, resident_blocks(kernel, c, args, INTERPRETER_SMS)),)](*args)
+    kernel[(piece_grid(c, rows, resident_blocks(kernel, c, args, INTERPRETER_SMS)),)](*args)
 
 
 # -- the operators ----------------------------------------------------------------------------------------------

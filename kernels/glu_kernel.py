@@ -15,6 +15,7 @@ import tkpy as tk
 from tkpy import bf16, fp16
 
 from .glu_config import GluConfig
+from .row_split import piece_place, piece_tasks
 
 DTYPES = {"bf16": bf16, "fp16": fp16}
 INV_SQRT2 = 1 / math.sqrt(2)
@@ -48,18 +49,6 @@ def _slope(activation: str):
     return lambda x, t: 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * K0 * (1.0 + 3 * K1 * x * x)
 
 
-def _tasks(c: GluConfig, rows):
-    """This warp's (row, piece) pairs, every warp of the grid's in turn."""
-    warps = tk.grid_dim.x * c.warps
-    return tk.range(tk.block_idx.x * c.warps + tk.warp_id(), rows * c.pieces, warps)
-
-
-def _place(c: GluConfig, task):
-    if c.pieces == 1:
-        return task, 0
-    return tk.let(task // c.pieces, "row"), tk.let(task % c.pieces, "part")
-
-
 @functools.cache
 def forward_kernel(c: GluConfig):
     """out = act(gate) * up."""
@@ -70,8 +59,8 @@ def forward_kernel(c: GluConfig):
     @tk.kernel(warps=c.warps, blocks_per_sm=c.blocks_per_sm, name=c.name)
     def glu_forward(gate: rows, up: rows, out: rows):
         g, u = tk.rv(tk.f32, c.piece, "contig"), tk.rv(tk.f32, c.piece, "contig")
-        for task in _tasks(c, gate.rows):
-            row, part = _place(c, task)
+        for task in piece_tasks(c, gate.rows):
+            row, part = piece_place(c, task)
             tk.load(g, gate, (row, part), fill=0.0)
             tk.load(u, up, (row, part), fill=0.0)
             tk.map(u, lambda x, y: act(x, gate_of(x)) * y, g, u)
@@ -89,8 +78,8 @@ def backward_kernel(c: GluConfig):
     @tk.kernel(warps=c.warps, blocks_per_sm=c.blocks_per_sm, name=c.name)
     def glu_backward(dout: rows, gate: rows, up: rows, dgate: rows, dup: rows):
         g, u, d, f = (tk.rv(tk.f32, c.piece, "contig", name=name) for name in ("g", "u", "d", "f"))
-        for task in _tasks(c, gate.rows):
-            row, part = _place(c, task)
+        for task in piece_tasks(c, gate.rows):
+            row, part = piece_place(c, task)
             tk.load(d, dout, (row, part), fill=0.0)
             tk.load(g, gate, (row, part), fill=0.0)
             tk.load(u, up, (row, part), fill=0.0)

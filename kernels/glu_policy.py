@@ -7,33 +7,21 @@ and a temporary), enough bytes in flight an SM to cover the memory latency (8 wa
 512 elements ~ 48 KB), narrow rows in pieces no wider than they are (fewer idle lanes)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from .glu_config import CHUNK, GluConfig
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (chunks, warps, blocks_per_sm) and why."""
-
-    value: tuple
-    evidence: str
+from .glu_config import GluConfig
+from .row_split import CHUNK, Row
 
 
 FIT = ("untimed: 16 fp32 values a lane a vector, ~48 KB in flight an SM; no spills (NVRTC, tests/test_glu.py); to "
        "be timed by bench_memory_bound.py")
-TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 2), FIT)))   # width up to (None: any) -> split
-INTERPRETER_SMS = 2
+# width up to (None: any) -> (chunks, warps, blocks_per_sm)
+TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 2), FIT)))
 
 
 def config_for(activation: str, direction: str, width: int, dtype: str, **forced) -> GluConfig:
     """The kernel a call runs (`forced`: GluConfig fields over the table's)."""
     chunks, warps, blocks_per_sm = next(row for limit, row in TABLE if limit is None or width <= limit).value
     chunks = max(1, min(chunks, -(-width // CHUNK)))
-    c = GluConfig(activation, direction, width, dtype, chunks, warps, blocks_per_sm)
+    c = GluConfig(activation, direction, width, dtype, chunks=chunks, warps=warps, blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c
-
-
-def grid_for(c: GluConfig, rows: int, resident: int) -> int:
-    """Blocks of the persistent grid: enough warps for every (row, piece), at most `resident` blocks."""
-    return max(1, min(-(-rows * c.pieces // c.warps), resident))

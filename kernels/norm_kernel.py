@@ -1,12 +1,10 @@
 """The bodies of the norm kernels (rms_norm, layer_norm; kernels/norms.py is the API): forward, backward, and the
 column sums that finish the weight's and bias's gradients.
 
-A row lies in registers, split into pieces: warp `w` of a block holds piece `rank * S + w % S` of row
-`step * G + w // S` (S warps a row, G rows a block at a time, `rank` the block's in its cluster of C), a contig
-vector of `piece` fp32 values (8 consecutive elements a lane per chunk of 256: one 16-byte load or store each). The
-blocks (clusters) loop over the row groups, a persistent grid; rows past the last and elements past a row's end load
-as 0 and are not stored. A row's sums reduce over its warps with tk.block.sum (tk.cluster.sum when C > 1), one
-barrier (or semaphore wait) a reduction; the statistics (mean, rstd) are fp32 runtime scalars, stored once a row.
+A row lies in registers, split into pieces over a block's warps and a cluster's blocks (kernels/row_split.py), each
+a contig vector of fp32 values; rows past the last and elements past a row's end load as 0 and are not stored. A
+row's sums reduce over its warps with tk.block.sum (tk.cluster.sum over a cluster), one barrier (or semaphore wait) a
+reduction; the statistics (mean, rstd) are fp32 runtime scalars, stored once a row.
 
 Forward: h = x (+ residual, rounded to the dtype: residual_out); rms: rstd = rsqrt(mean(h^2) + eps), y = h rstd w;
 layer: mean, then var = mean((h - mean)^2) from the registers (two passes over them, one over memory), y = (h -
@@ -16,7 +14,7 @@ residual_out); each warp adds dy xhat (and dy) of its rows into registers, and w
 into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up: no second pass over
 the rows.
 
-Tensors a config does not have are 16-byte placeholders (`tk.gl[dtype, 8]`) the body never reads.
+Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
@@ -25,41 +23,11 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16
 
 from .norm_config import CHUNK, NormConfig
+from .row_split import first_step, layout, placeholder, row_sum, steps, stride
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
-PLACEHOLDER = 16                      # bytes of an absent tensor's placeholder
 SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
 SUM_UNROLL = 4                        # ... this many rows a step, their loads in flight together
-
-
-def placeholder(dtype):
-    """The annotation of an absent tensor: PLACEHOLDER bytes of `dtype`."""
-    return tk.gl[dtype, PLACEHOLDER // dtype.nbytes]
-
-
-def _layout(c: NormConfig):
-    """(piece of a row this warp holds, the elements of it inside the row, the row of step `step`) as functions."""
-    s, g = c.warps_per_row, c.rows_per_block
-
-    def part():
-        return (tk.cluster.rank() * s if c.cluster > 1 else 0) + tk.warp_id() % s
-
-    def row(step):
-        return tk.let(step * g + tk.warp_id() // s, "row")
-    return part, row
-
-
-def _steps(c: NormConfig, rows):
-    """The persistent loop over this cluster's (block's) row groups."""
-    clusters = tk.grid_dim.x // c.cluster if c.cluster > 1 else tk.grid_dim.x
-    first = tk.block_idx.x // c.cluster if c.cluster > 1 else tk.block_idx.x
-    return tk.range(first, tk.cdiv(rows, c.rows_per_block) if c.rows_per_block > 1 else rows, clusters)
-
-
-def _row_sum(c: NormConfig, *vectors):
-    """The sums of the vectors over a row's warps (and blocks)."""
-    scope = tk.cluster if c.cluster > 1 else tk.block
-    return scope.sum(*vectors, warps=c.warps_per_row)
 
 
 @functools.cache
@@ -69,7 +37,7 @@ def forward_kernel(c: NormConfig):
     wt = DTYPES[c.weight] if c.weight else dt
     res = tk.gl[dt, "R", n] if c.residual else placeholder(dt)
     stat = tk.gl[f32, "R"]
-    part_of, row_of = _layout(c)
+    part_of, row_of = layout(c)
     layer = c.kind == "layer"
 
     @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
@@ -87,15 +55,15 @@ def forward_kernel(c: NormConfig):
                 _load_affine(c, w, b, weight, bias, part)
         if c.prefetch:
             ahead, ahead_res = tk.rv(dt, piece, "contig"), tk.rv(dt, piece, "contig") if c.residual else None
-            _load_row(c, ahead, ahead_res, x, residual, row_of(_first_step(c)), part)
-        for step in _steps(c, x.rows):
+            _load_row(c, ahead, ahead_res, x, residual, row_of(first_step(c)), part)
+        for step in steps(c, x.rows):
             row = row_of(step)
             if c.prefetch:                                   # this row's loads were issued a row ago
                 if c.residual:
                     tk.add(h, ahead, ahead_res)
                 else:
                     tk.copy(v, ahead)
-                _load_row(c, ahead, ahead_res, x, residual, row_of(step + _stride(c)), part)
+                _load_row(c, ahead, ahead_res, x, residual, row_of(step + stride(c)), part)
             else:
                 tk.load(v, x, (row, part), fill=0.0)
                 if c.residual:
@@ -105,11 +73,11 @@ def forward_kernel(c: NormConfig):
                 tk.store(residual_out, h, (row, part), masked=True)
                 tk.copy(v, h)
             if layer:
-                mu = tk.let(_row_sum(c, v) * (1.0 / n), "mu")
+                mu = tk.let(row_sum(c, v) * (1.0 / n), "mu")
                 tk.sub(v, v, mu)
                 if c.ragged:                                 # (elements past the row's end: 0 - mu)
                     tk.right_fill(v, v, n - part * piece, 0.0)
-            r = tk.let(tk.rsqrt(_row_sum(c, v * v) * (1.0 / n) + eps), "r")
+            r = tk.let(tk.rsqrt(row_sum(c, v * v) * (1.0 / n) + eps), "r")
             if c.weight:
                 if not c.weight_in_registers:
                     _load_affine(c, w, b, weight, bias, part)
@@ -125,14 +93,6 @@ def forward_kernel(c: NormConfig):
                 if layer:
                     tk.store(mean, mu, (row,), masked=True)
     return norm_forward
-
-
-def _first_step(c: NormConfig):
-    return tk.block_idx.x // c.cluster if c.cluster > 1 else tk.block_idx.x
-
-
-def _stride(c: NormConfig):
-    return tk.grid_dim.x // c.cluster if c.cluster > 1 else tk.grid_dim.x
 
 
 def _load_row(c: NormConfig, v, r, x, residual, row, part):
@@ -154,7 +114,7 @@ def backward_kernel(c: NormConfig):
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
-    part_of, row_of = _layout(c)
+    part_of, row_of = layout(c)
     rows = tk.gl[dt, "R", n]
     partials = tk.gl[f32, "P", n]
 
@@ -178,16 +138,16 @@ def backward_kernel(c: NormConfig):
                 tk.zero(db)
         if c.prefetch:                                       # the next row's x and dy, in flight a row ahead
             ahead = [tk.rv(dt, piece, "contig", name=f"ahead_{t}") for t in ("x", "dy")]
-            tk.load(ahead[0], x, (row_of(_first_step(c)), part), fill=0.0)
-            tk.load(ahead[1], dy, (row_of(_first_step(c)), part), fill=0.0)
-        for step in _steps(c, x.rows):
+            tk.load(ahead[0], x, (row_of(first_step(c)), part), fill=0.0)
+            tk.load(ahead[1], dy, (row_of(first_step(c)), part), fill=0.0)
+        for step in steps(c, x.rows):
             row = row_of(step)
             if c.residual:                                   # (issued first: in flight through the reduction)
                 tk.load(d, dres, (row, part), fill=0.0)
             if c.prefetch:
                 tk.copy(xhat, ahead[0])
                 tk.copy(g, ahead[1])
-                following = row_of(step + _stride(c))
+                following = row_of(step + stride(c))
                 tk.load(ahead[0], x, (following, part), fill=0.0)
                 tk.load(ahead[1], dy, (following, part), fill=0.0)
             else:
@@ -209,17 +169,17 @@ def backward_kernel(c: NormConfig):
                     tk.load(w, weight, (part,), fill=0.0)
                 tk.mul(g, g, w)                              # the gradient of xhat
             if layer:
-                gx, gs = _row_sum(c, g * xhat, g)
+                gx, gs = row_sum(c, g * xhat, g)
                 a, s = tk.let(gx * (1.0 / n), "a"), tk.let(gs * (1.0 / n), "s")
                 tk.map(g, lambda g, x: (g - x * a - s) * r, g, xhat)
             else:
-                a = tk.let(_row_sum(c, g * xhat) * (1.0 / n), "a")
+                a = tk.let(row_sum(c, g * xhat) * (1.0 / n), "a")
                 tk.map(g, lambda g, x: (g - x * a) * r, g, xhat)
             if c.residual:
                 tk.add(g, g, d)
             tk.store(dx, g, (row, part), masked=True)
         if c.weight:
-            slot = tk.let(_first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+            slot = tk.let(first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
             tk.store(dweight, dw, (slot, part), masked=True)
             if c.bias:
                 tk.store(dbias, db, (slot, part), masked=True)

@@ -8,12 +8,11 @@ from collections.abc import Sequence
 
 import torch
 
-from tkpy.templates import multiprocessors
-
 from . import norm_kernel as body
-from .norm_config import CHUNK, MAX_WIDTH, MIN_WIDTH, NormConfig
-from .norm_policy import INTERPRETER_SMS, config_for, grid_for
+from .norm_config import CHUNK, MAX_WIDTH, MIN_WIDTH
+from .norm_policy import config_for
 from .op_support import check_device
+from .row_split import grid, placeholder_tensor
 from .tensor_layout import cdiv, row_view as _rows, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -84,10 +83,10 @@ def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: di
     c = config_for(kind, "forward", width, DTYPES[x.dtype], _dtype(weight), bias is not None, residual is not None,
                    **(options or {}))
     out = y.view(rows, width)
-    args = (_rows(x, width), _rows(residual, width) if residual is not None else _placeholder(x.dtype, x.device),
+    args = (_rows(x, width), _rows(residual, width) if residual is not None else placeholder_tensor(x.dtype, x.device),
             _vector(weight, x, weight), _vector(bias, x, weight), out,
-            residual_out.view(rows, width) if residual is not None else _placeholder(x.dtype, x.device),
-            mean.view(rows) if kind == "layer" else _placeholder(torch.float32, x.device), rstd.view(rows),
+            residual_out.view(rows, width) if residual is not None else placeholder_tensor(x.dtype, x.device),
+            mean.view(rows) if kind == "layer" else placeholder_tensor(torch.float32, x.device), rstd.view(rows),
             float(eps))
     kernel = body.forward_kernel(c)
     kernel[(grid(kernel, c, rows, args),)](*args)
@@ -125,11 +124,11 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool,
     c = config_for(kind, "backward", width, DTYPES[x.dtype], _dtype(weight), weight is not None and bias_grad,
                    dres is not None, **(options or {}))
     kernel = body.backward_kernel(c)
-    f32 = _placeholder(torch.float32, x.device)
+    f32 = placeholder_tensor(torch.float32, x.device)
     # The weight's partial-sum workspaces are sized by the grid, which the occupancy query sizes from the kernel:
     # a one-row workspace stands in for that query (the kernel declares them gl<f32, P, width>).
     workspace = x.new_empty(1, width, dtype=torch.float32) if weight is not None else f32
-    args = [_rows(dy, width), _rows(dres, width) if dres is not None else _placeholder(x.dtype, x.device),
+    args = [_rows(dy, width), _rows(dres, width) if dres is not None else placeholder_tensor(x.dtype, x.device),
             _rows(x, width), _vector(weight, x, weight), mean.reshape(rows) if kind == "layer" else f32,
             rstd.reshape(rows).contiguous(), dx.view(rows, width), workspace,
             workspace if bias_grad else f32]
@@ -154,41 +153,11 @@ def column_sums(partials: torch.Tensor, out: torch.Tensor) -> None:
     kernel[(cdiv(width, CHUNK),)](partials, out)
 
 
-def grid(kernel, c: NormConfig, rows: int, args) -> int:
-    """The persistent grid: as many blocks (clusters) as the GPU runs at once, or INTERPRETER_SMS SMs' worth in the
-    interpreter (a few blocks, each looping over several row groups)."""
-    x = args[0]
-    if not x.is_cuda:
-        return grid_for(c, rows, max(1, INTERPRETER_SMS * c.blocks_per_sm // c.cluster))
-    key = (c, x.get_device())
-    resident = _RESIDENT.get(key)
-    if resident is None:
-        if c.cluster > 1:
-            resident = kernel.max_active_clusters(*args)
-        else:
-            resident = multiprocessors(x) * max(c.blocks_per_sm, kernel.max_active_blocks(*args))
-        resident = _RESIDENT[key] = max(1, resident)
-    return grid_for(c, rows, resident)
-
-
-_RESIDENT: dict = {}         # (config, device) -> the blocks (clusters) the GPU runs at once
-_PLACEHOLDERS: dict = {}     # (dtype, device) -> a 16-byte tensor standing for an absent one
-
-
-def _placeholder(dtype, device) -> torch.Tensor:
-    key = (dtype, device)
-    t = _PLACEHOLDERS.get(key)
-    if t is None:
-        t = _PLACEHOLDERS[key] = torch.zeros(body.PLACEHOLDER // torch.empty(0, dtype=dtype).element_size(),
-                                             dtype=dtype, device=device)
-    return t
-
-
 def _vector(t, x, weight) -> torch.Tensor:
     """A weight or bias as one contiguous row; absent, a placeholder of the weight's dtype (the input's without one),
     as the kernels declare it."""
     if t is None:
-        return _placeholder(weight.dtype if weight is not None else x.dtype, x.device)
+        return placeholder_tensor(weight.dtype if weight is not None else x.dtype, x.device)
     v = t.reshape(-1)
     return v if tma_ready(v) else v.clone(memory_format=torch.contiguous_format)
 

@@ -11,24 +11,16 @@ blocks as the GPU runs at once (the occupancy queries), at least that many an SM
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .norm_config import NormConfig
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch) and why (a RESULTS.md
-    run once timed on the GPU, or the fit that set it). A row takes as many of its warps as pieces of PIECE
-    elements cover it (fewer for a width below the table row's limit)."""
-
-    value: tuple
-    evidence: str
+from .row_split import Row
 
 
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
-# width up to -> split, forward
+# width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), forward; a row takes as many
+# of its warps as pieces of PIECE elements cover it (fewer for a width below the table row's limit)
 FORWARD = (
     (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
     (1024, Row((2, 4, 1, 2, True), FIT)),
@@ -41,7 +33,6 @@ FORWARD = (
 )
 BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)
 PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
-INTERPRETER_SMS = 2          # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
 
 
 def split_for(direction: str, width: int) -> Row:
@@ -56,13 +47,6 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     that override the table's, e.g. for the benchmark's variants)."""
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
     warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_per_row, rows_per_block, cluster,
-                   blocks_per_sm, prefetch)
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, warps_per_row=warps_per_row,
+                   rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c
-
-
-def grid_for(c: NormConfig, rows: int, resident: int) -> int:
-    """Blocks of the persistent grid: clusters enough for every row group, at most `resident` clusters (what the
-    GPU runs at once: SMs x blocks an SM, or the active clusters, from the occupancy queries)."""
-    groups = -(-rows // c.rows_per_block)
-    return max(1, min(groups, resident)) * c.cluster

@@ -127,7 +127,7 @@ def may_overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
     return True
 
 
-_RESIDENT: dict = {}         # (config, device) -> the blocks the GPU runs at once
+_RESIDENT: dict = {}         # (config, device) -> the blocks (clusters, where it has them) the GPU runs at once
 
 
 def resident_blocks(kernel, config, args, interpreter_sms: int) -> int:
@@ -141,4 +141,17 @@ def resident_blocks(kernel, config, args, interpreter_sms: int) -> int:
     if key not in _RESIDENT:
         from tkpy.templates import multiprocessors
         _RESIDENT[key] = multiprocessors(x) * max(config.blocks_per_sm, kernel.max_active_blocks(*args))
+    return _RESIDENT[key]
+
+
+def resident_clusters(kernel, config, args, interpreter_sms: int) -> int:
+    """Clusters of `kernel` (of `config`, which has cluster and blocks_per_sm) the GPU runs at once on args[0]'s
+    device (the occupancy query; asked once a config and device), or `interpreter_sms` SMs' worth on the CPU: the
+    bound of a persistent grid of clusters."""
+    x = args[0]
+    if not x.is_cuda:
+        return max(1, interpreter_sms * config.blocks_per_sm // config.cluster)
+    key = (config, x.get_device())
+    if key not in _RESIDENT:
+        _RESIDENT[key] = max(1, kernel.max_active_clusters(*args))
     return _RESIDENT[key]

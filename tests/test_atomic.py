@@ -128,7 +128,8 @@ def test_int32_tensors_are_for_atomics_only():
         t = tk.rt(f32, 16, 16)
         tk.load(t, c)
         tk.store(y, t)
-    with pytest.raises(tk.TraceError, match="`c` is an int32 global tensor, which only tk.atomic_add takes"):
+    with pytest.raises(tk.TraceError, match="`c` is an int32 global tensor, which only scalar loads into an int "
+                       r"tk.var \(and, int32, tk.atomic_add\) take"):
         copies_ints.source(torch.zeros(16, 16, dtype=torch.int32), torch.zeros(16, 16))
 
 

@@ -251,6 +251,7 @@ MASKS = {  # name -> (call, torch mask of kept elements from row / col index gri
                       lambda r, c, i: c <= (i + 3 + r) % 5 + i - 2),
     "right_fill": (lambda d, s, i, v: tk.right_fill(d, s, i * 4, v), lambda r, c, i: c < i * 4),
     "left_fill": (lambda d, s, i, v: tk.left_fill(d, s, i * 4, v), lambda r, c, i: c >= i * 4),
+    "index_fill": (lambda d, s, i, v: tk.index_fill(d, s, i * 4 + 1, v), lambda r, c, i: c != i * 4 + 1),
     "lower_fill": (lambda d, s, i, v: tk.lower_fill(d, s, i * 4, v), lambda r, c, i: r < i * 4),
     "upper_fill": (lambda d, s, i, v: tk.upper_fill(d, s, i * 4, v), lambda r, c, i: r >= i * 4),
 }

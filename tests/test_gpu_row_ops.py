@@ -1,6 +1,7 @@
 """Rows in contig register vectors on the GPU (tests/test_row_ops.py's kernels): row statistics reduced over a warp,
 groups of a block's warps and clusters of 2 to 8 blocks, against float64 torch on every element, with the outputs
-poisoned; the same bits from every warp of a group (the stored x - mean is the same whichever warp wrote it)."""
+poisoned; the same bits from every warp of a group (the stored x - mean is the same whichever warp wrote it); int
+scalar loads of int32 and int64 tensors, and scalar partials in group reductions, as the interpreter checks them."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,8 @@ import torch
 
 import row_kernels
 from gpu_util import requires_gpu
-from test_row_ops import DTYPES, check_row_stats
+import tkpy as tk
+from test_row_ops import DTYPES, check_int_scalar_loads, check_row_stats, check_scalar_partials
 
 pytestmark = requires_gpu
 
@@ -32,3 +34,12 @@ def test_many_blocks_and_a_persistent_loop_agree_with_the_interpreter():
         y_cpu, stats_cpu = row_kernels.run_row_stats(x, 4, 2, 2, blocks=2, interpret=True)
         torch.testing.assert_close(stats.cpu(), stats_cpu, rtol=1e-5, atol=1e-4)
         torch.testing.assert_close(y.cpu().float(), y_cpu.float(), rtol=2 ** -7, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
+def test_int_scalar_loads(dtype):
+    check_int_scalar_loads(dtype, device="cuda")
+
+
+def test_scalar_partials_reduce_with_vectors():
+    check_scalar_partials(device="cuda")

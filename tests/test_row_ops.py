@@ -6,6 +6,7 @@ same kernels on the GPU: tests/test_gpu_row_ops.py."""
 from __future__ import annotations
 
 import collections
+import functools
 import re
 
 import pytest
@@ -106,16 +107,19 @@ def test_math_functions_of_runtime_scalars():
         v = tk.var(0.0, "v")
         tk.load(v, x, (0,))
         for i, value in enumerate((tk.rsqrt(v + eps), tk.sqrt(v), tk.sigmoid(-v), tk.tanh(v), tk.erf(v),
-                                   tk.log1p(v), tk.rsqrt(4.0) * v)):
+                                   tk.log1p(v), tk.rsqrt(4.0) * v, tk.exp(v), tk.log(v), tk.exp2(-v), tk.log2(v),
+                                   tk.log(4.0) + v)):
             tk.store(out, value, (i,))
 
     x, out = torch.full((16,), 0.3), torch.zeros(16)
     k.interpret[(1,)](x, out, 1e-3)
     v = torch.tensor(0.3, dtype=torch.float64)
-    want = [torch.rsqrt(v + 1e-3), v.sqrt(), torch.sigmoid(-v), v.tanh(), torch.erf(v), torch.log1p(v), v / 2]
-    torch.testing.assert_close(out[:7].double(), torch.stack(want).float().double(), rtol=1e-6, atol=0)
+    want = [torch.rsqrt(v + 1e-3), v.sqrt(), torch.sigmoid(-v), v.tanh(), torch.erf(v), torch.log1p(v), v / 2,
+            v.exp(), v.log(), torch.exp2(-v), v.log2(), v + torch.log(torch.tensor(4.0))]
+    torch.testing.assert_close(out[:12].double(), torch.stack(want).float().double(), rtol=1e-6, atol=0)
     source = k.source(x, out, 1e-3)
     assert "tk::op_rsqrt{}(v + eps)" in source and "struct op_erf" in source
+    assert "tk::op_exp{}(v)" in source and "tk::op_log{}(v)" in source and k.resources(x, out, 1e-3).found
 
     @tk.kernel(warps=1)
     def in_a_map(x: tk.gl[f32, 256], y: tk.gl[f32, 256]):       # only a map's scalar computes one: still the prelude
@@ -131,18 +135,97 @@ def test_math_functions_of_runtime_scalars():
 
 def test_vector_masks_by_index():
     @tk.kernel(warps=1)
-    def k(x: tk.gl[f32, 512], y: tk.gl[f32, 2, 512], n: int):
+    def k(x: tk.gl[f32, 512], y: tk.gl[f32, 4, 512], n: int, value: float):
         v, w = tk.rv(f32, 512, "contig"), tk.rv(f32, 512, "contig")
         tk.load(v, x, (0,))
         tk.right_fill(w, v, n, -1.0)
         tk.store(y, w, (0, 0))
         tk.left_fill(w, v, n)
         tk.store(y, w, (1, 0))
+        tk.index_fill(w, v, n, value * 2)
+        tk.store(y, w, (2, 0))
+        tk.index_fill(w, v, n + 512, value)                 # past the vector: nothing changes
+        tk.store(y, w, (3, 0))
 
-    x, y = torch.randn(512), torch.zeros(2, 512)
-    k.interpret[(1,)](x, y, 300)
+    x, y = torch.randn(512), torch.zeros(4, 512)
+    k.interpret[(1,)](x, y, 300, 1.25)
     assert torch.equal(y[0, :300], x[:300]) and (y[0, 300:] == -1).all()
     assert (y[1, :300] == 0).all() and torch.equal(y[1, 300:], x[300:])
+    assert y[2, 300] == 2.5 and torch.equal(y[2, :300], x[:300]) and torch.equal(y[2, 301:], x[301:])
+    assert torch.equal(y[3], x)
+    assert "tk::index_fill(w, v, n, value * 2);" in k.source(x, y, 300, 1.25) and k.resources(x, y, 300, 1.0).found
+
+
+@functools.cache
+def int_loads_kernel(dtype):
+    """Each of 8 int tk.vars from an int32 or int64 tensor (fill -5 past its end) used as an index of a float tensor
+    where it is one, else stored clamped to +-1000 (int64 values past int32's range saturate)."""
+    @tk.kernel(warps=1, name=f"int_loads_{dtype}")
+    def k(t: tk.gl[dtype, "N"], x: tk.gl[f32, 64], out: tk.gl[f32, 8]):
+        for i in range(8):
+            index = tk.var(0, "index")
+            tk.load(index, t, (i,), fill=-5)
+            with tk.if_((index >= 0) & (index < 64)):
+                got = tk.var(0.0, "got")
+                tk.load(got, x, (index,))
+                tk.store(out, got, (i,))
+            with tk.else_():
+                tk.store(out, tk.call("max", tk.call("min", index, 1000), -1000) * 1.0, (i,))
+    return k
+
+
+def check_int_scalar_loads(dtype, device="cpu"):
+    big = [2**40, -2**40] if dtype == tk.i64 else [2**31 - 1, -2**31]
+    t = torch.tensor([3, 63, 0, -100, 64, *big], dtype=dtype.torch, device=device)
+    x, out = torch.randn(64, device=device), torch.full((8,), float("nan"), device=device)
+    k = int_loads_kernel(dtype)
+    (k.interpret if device == "cpu" else k)[(1,)](t, x, out)
+    rest = torch.tensor([-100.0, 64, 1000, -1000, -5], device=device)
+    assert torch.equal(out, torch.cat([x[[3, 63, 0]], rest]))
+    return k, (t, x, out)
+
+
+@pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
+def test_int_scalar_loads(dtype):
+    """An int tk.var from an int32 or int64 tensor (a cross-entropy's target): fill past the end, int64 values
+    saturated to int32's range; used as an index (here of a float tensor). (On the GPU: tests/test_gpu_row_ops.py.)"""
+    k, args = check_int_scalar_loads(dtype)
+    source = k.source(*args)
+    assert "tk::load_scalar_int_masked(t, 0, 0, 0, 0, -5)" in source and k.resources(*args).found
+    assert ("long long* __restrict__ t_ptr" in source) == (dtype == tk.i64)
+
+
+@functools.cache
+def scalar_partials_kernel():
+    @tk.kernel(warps=4, cluster=(2, 1, 1), name="scalar_partials")
+    def k(x: tk.gl[f32, 8, 256], out: tk.gl[f32, 2, 8]):
+        v = tk.rv(f32, 256, "contig")
+        row = tk.cluster.rank() * 4 + tk.warp_id()
+        tk.load(v, x, (row, 0))
+        own = tk.let(tk.sum(v) * 2.0, "own")
+        block_total, block_twice = tk.block.sum(v, own, warps=2)
+        total, twice = tk.cluster.sum(v, own, warps=2)
+        tk.store(out, block_twice - 2.0 * block_total, (0, row))
+        tk.store(out, twice, (1, row))
+    return k
+
+
+def check_scalar_partials(device="cpu"):
+    x, out = torch.randn(8, 256, device=device), torch.full((2, 8), float("nan"), device=device)
+    k = scalar_partials_kernel()
+    (k.interpret if device == "cpu" else k)[(2,)](x, out)
+    sums = x.double().sum(1)
+    assert (out[0].abs() < 1e-4).all()
+    pairs = (sums.view(2, 2, 2).sum(2) * 2).sum(0)              # warps w and w + 1 of both blocks
+    torch.testing.assert_close(out[1].double(), pairs.repeat_interleave(2).repeat(2), rtol=1e-5, atol=1e-5)
+    return k, (x, out)
+
+
+def test_scalar_partials_reduce_with_vectors():
+    """A float scalar among a group reduction's vectors is its warp's partial: summed over the group (and the
+    cluster) in the same barrier. (On the GPU: tests/test_gpu_row_ops.py.)"""
+    k, args = check_scalar_partials()
+    assert k.resources(*args).found
 
 
 def test_reading_a_cluster_partial_before_its_semaphore_is_an_error():
@@ -177,7 +260,8 @@ def _trace_error(body, cluster=None, warps=4):
     (lambda x, y: tk.cluster.sum(tk.rv(f32, 256, "contig")), "needs a kernel launched in clusters"),
     (lambda x, y: tk.block.sum(tk.rv(f32, 256, "contig"), warps=3), "warps must be a positive int dividing"),
     (lambda x, y: tk.sum(*[tk.rv(f32, 256, "contig")] * 5), "at most 4 vectors"),
-    (lambda x, y: tk.load(tk.var(0, "i"), y, (0,)), "scalar loads take a float tk.var"),
+    (lambda x, y: tk.load(tk.var(0, "i"), y, (0,)), "float tensors and shared vectors take a float tk.var"),
+    (lambda x, y: tk.block.sum(tk.rv(f32, 256, "contig"), tk.warp_id()), "a scalar partial must be a float"),
     (lambda x, y: tk.warpgroup.sum(tk.rv(f32, 256, "contig")), "has no attribute|no vector reductions"),
     (lambda x, y: tk.rv(f32, 128, "contig"), "multiple of 256"),
 ])

@@ -8,7 +8,8 @@
 
 See README.md for the tour.
 """
-from .tiles.dtypes import bf16, fp16, f32, fp32, half, float16, bfloat16, float32, fp8e4m3, fp8e5m2, i32, int32
+from .tiles.dtypes import (bf16, fp16, f32, fp32, half, float16, bfloat16, float32, fp8e4m3, fp8e5m2, i32, int32, i64,
+                           int64)
 from .tiles.types import RT, RV, ST, SV, GL
 from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, InterpretError, DeadlockError
 from .runtime.errors import GpuBoundsError, GpuTimeoutError, SpillWarning

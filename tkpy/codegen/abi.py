@@ -15,8 +15,8 @@ from ..tiles.dtypes import DType, f32
 
 
 def element_ctype(dtype: DType) -> str:
-    """C++ element type: built-in float and int, or the prelude's 16- and 8-bit storage types."""
-    return dtype.ctype if dtype.ctype in ("float", "int") else f"tk::{dtype.ctype}"
+    """C++ element type: built-in float, int and long long, or the prelude's 16- and 8-bit storage types."""
+    return dtype.ctype if dtype.ctype in ("float", "int", "long long") else f"tk::{dtype.ctype}"
 
 
 @dataclass(frozen=True)

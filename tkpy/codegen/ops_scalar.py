@@ -6,6 +6,7 @@ import math
 
 from ..ir.core import SharedRef
 from ..ir.expr import render
+from ..tiles.dtypes import i32
 from .emit import emits, float_operand, operand
 
 IDENTITY = {"sum": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
@@ -24,10 +25,12 @@ def _coords(coord) -> str:
 @emits("load_scalar_gl")
 def emit_load_scalar_gl(em, op):
     dst, g, *coord = op.args
+    fn = "load_scalar_int" if dst.dtype == i32 else "load_scalar"      # (an int tk.var: an int tensor's element)
     if "fill" in op.attrs:
-        yield f"{dst.name} = tk::load_scalar_masked({g.name}, {_coords(coord)}, {float_operand(op.attrs['fill'])});"
+        fill = render(op.attrs["fill"]) if dst.dtype == i32 else float_operand(op.attrs["fill"])
+        yield f"{dst.name} = tk::{fn}_masked({g.name}, {_coords(coord)}, {fill});"
     else:
-        yield f"{dst.name} = tk::load_scalar({g.name}, {_coords(coord)});"
+        yield f"{dst.name} = tk::{fn}({g.name}, {_coords(coord)});"
 
 
 @emits("store_gl_scalar")

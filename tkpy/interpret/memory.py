@@ -94,7 +94,8 @@ class GlobalTensor:
         self.name = name
         self.dtype = dtype
         self.shape = tuple(tensor.shape)
-        self.raw = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[dtype.nbytes]).numpy().view(RAW[dtype.nbytes])
+        word = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.nbytes]
+        self.raw = t.view(word).numpy().view(RAW[dtype.nbytes])
 
     def box(self, start: tuple, rows: int, cols: int, what: str, loc) -> np.ndarray:
         """The rows x cols box at element coordinates `start` (b, d, r, c), bounds-checked: a numpy view,

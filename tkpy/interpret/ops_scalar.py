@@ -8,11 +8,14 @@ import numpy as np
 
 from ..errors import InterpretError
 from ..ir.core import SharedRef
+from ..tiles.dtypes import i32
 from .mbarrier import Transfer
 from .memory import Part
 from .ops_hopper import semaphore_of
 from .numerics import REDUCE, decode, encode, to_f32
 from .registry import lookup, semantics
+
+SIGNED = {4: np.int32, 8: np.int64}      # an integer tensor's element, by its bytes
 
 
 @semantics("vec_reduce", attrs=("fn",))
@@ -36,6 +39,10 @@ def load_scalar_gl(warp, op):
     dst, src, *coord = op.args
     g = warp.global_tensor(src)
     box = _element(warp, g, coord, f"scalar load from `{src.name}`", op, "fill" in op.attrs)
+    if dst.dtype == i32:                    # an int32 or int64 element, saturated to int32's range as on the GPU
+        value = warp.value(op.attrs["fill"]) if box is None else int(box.view(SIGNED[g.dtype.nbytes])[0, 0])
+        warp.env[dst.name] = min(max(value, -2**31), 2**31 - 1)
+        return
     value = warp.value(op.attrs["fill"]) if box is None else decode(g.dtype, box.copy()).item()
     warp.env[dst.name] = to_f32(value)
 

@@ -17,7 +17,7 @@ _KEEP = {
     "make_causal": lambda r, c: c <= r, "make_causal_t": lambda r, c: c >= r,
     "tril": lambda r, c, i: c <= r + i, "triu": lambda r, c, i: c >= r + i,
     "tril_periodic": lambda r, c, first, period, i: c <= (first + r) % period + i,
-    "right_fill": lambda r, c, i: c < i, "left_fill": lambda r, c, i: c >= i,
+    "right_fill": lambda r, c, i: c < i, "left_fill": lambda r, c, i: c >= i, "index_fill": lambda r, c, i: c != i,
     "lower_fill": lambda r, c, i: r < i, "upper_fill": lambda r, c, i: r >= i,
 }
 

@@ -215,9 +215,9 @@ def call(fn: str, *args) -> Expr:
     return Call(fn, args, dtype)
 
 
-# The math functions a runtime float scalar takes (tk.rsqrt(var + eps)): tkpy/tiles/math_approx.py's, the same
-# computation as on tiles (the prelude's tk::op_<fn> functors; their fp32 twins in the interpreter).
-SCALAR_MATH = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
+# The math functions a runtime float scalar takes (tk.rsqrt(var + eps), tk.log(s)): the same computation as on
+# tiles (the prelude's tk::op_<fn> functors; their fp32 twins in the interpreter: tkpy/tiles/math_approx.SCALAR).
+SCALAR_MATH = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
 
 
 def math_call(fn: str, x) -> Expr:
@@ -231,7 +231,7 @@ def math_call(fn: str, x) -> Expr:
 
         from ..tiles import math_approx
         with np.errstate(all="ignore"):
-            return Const(float(math_approx.UNARY[fn](np.float32(e.value))), f32)
+            return Const(float(math_approx.SCALAR[fn](np.float32(e.value))), f32)
     return Call(fn, (e,), f32)
 
 
@@ -267,6 +267,8 @@ def render(e: Expr, parent_precedence: int = 0) -> str:
             v = float(e.value)
             if math.isinf(v):
                 return "INFINITY" if v > 0 else "-INFINITY"
+            if math.isnan(v):
+                return "__int_as_float(0x7fc00000)"             # (a quiet NaN; NVRTC has no NAN macro)
             return f"{v!r}f" if ("e" in repr(v) or "." in repr(v)) else f"{v!r}.0f"
         return str(int(e.value))
     if isinstance(e, Sym):

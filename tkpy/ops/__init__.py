@@ -14,7 +14,7 @@ from .maps import map, broadcast_row, broadcast_col
 from . import foreign  # noqa: F401 - installs what Python's math, numpy and torch functions do to traced values
 from .softmax import OnlineSoftmax, online_softmax, online_softmax_stale
 from .masks import (make_causal, make_causal_t, mask_scores, tril, tril_periodic, triu, left_fill, right_fill,
-                    upper_fill, lower_fill)
+                    index_fill, upper_fill, lower_fill)
 from .sync import sync, warp_sync, mark
 
 from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, threadfence,

@@ -5,7 +5,7 @@ from ..errors import TraceError
 from ..frontend.context import current, user_frame, user_loc
 from ..ir.core import GlobalVar, Op, PglVar, SharedRef, Var
 from ..ir.expr import Expr, as_expr
-from ..tiles.dtypes import FP8_DTYPES, f32, i32
+from ..tiles.dtypes import FP8_DTYPES, INT_DTYPES, f32
 from ..tiles.types import GL, RT, RV, ST, SV
 
 
@@ -49,9 +49,9 @@ def operand(x, what: str):
                 fail(f"{what}: `{x.name}` is an array of {x.count} shared tiles; index it, e.g. {x.name}[i]")
             return SharedRef(x, None)
         return x
-    if isinstance(x, GlobalVar) and x.type.dtype == i32:
-        fail(f"{what}: `{user_name(x)}` is an int32 global tensor, which only tk.atomic_add takes; tiles and "
-             "vectors copy bf16, fp16, f32 and fp8 tensors")
+    if isinstance(x, GlobalVar) and x.type.dtype in INT_DTYPES:
+        fail(f"{what}: `{user_name(x)}` is an {x.type.dtype.torch_name} global tensor, which only scalar loads into "
+             "an int tk.var (and, int32, tk.atomic_add) take; tiles and vectors copy bf16, fp16, f32 and fp8 tensors")
     if isinstance(x, (SharedRef, GlobalVar)):
         return x
     fail(f"{what}: expected a tile, vector or global tensor, got {describe(x)}")

@@ -61,7 +61,8 @@ def store(dst, value, index, rank=None, sem=None):
 def sum(*vectors, warps: int | None = None, name: str = "sum"):  # noqa: A001 - tk.cluster.sum, as tk.sum
     """The sum of every element of each register vector over warps w, w + 1, ..., w + warps - 1 (w a multiple of
     `warps`; default every warp) of every block of the cluster: a float runtime scalar per vector, the same in each
-    of those warps (e.g. a row split over the cluster's blocks, `warps` warps a block). Every warp of every block
+    of those warps (e.g. a row split over the cluster's blocks, `warps` warps a block; a float scalar instead of a
+    vector is its warp's partial). Every warp of every block
     calls it: each warp's partial goes into every block's scratch (distributed shared memory) and the cluster
     barrier meets them (tkpy/ops/vector_reduce.py)."""
     return group_reduce("sum", vectors, "cluster", warps, name)

@@ -8,7 +8,8 @@ block go into `diagonal` / `row` / `col`, which may be runtime values:
     tril_periodic(dst, src, first_row, period, diagonal, val)
                                     keep col <= (first_row + row) % period + diagonal
     right_fill(dst, src, col, val)  fill columns >= col        left_fill       fill columns < col
-                                    (both also of register vectors, by index)
+    index_fill(dst, src, col, val)  fill column col only
+                                    (the three also of register vectors, by index)
     lower_fill(dst, src, row, val)  fill rows >= row           upper_fill      fill rows < row
 
 and attention's masks of a tile of scores: mask_scores(scores, first_key, keys, first_row=None), -inf for the keys
@@ -24,7 +25,7 @@ from ..tiles.types import RV
 from ._checks import describe, emit, fail, register_tile, register_vector, scalar
 
 
-VECTOR_MASKS = ("right_fill", "left_fill")   # (by index: a vector is one row)
+VECTOR_MASKS = ("right_fill", "left_fill", "index_fill")   # (by index: a vector is one row)
 
 
 def _operands(dst, src, what: str):
@@ -85,6 +86,13 @@ def right_fill(dst, src, col, val=0.0):
 def left_fill(dst, src, col, val=0.0):
     """dst = src from column `col` on, `val` left of it. Also of register vectors, by index."""
     return _mask("left_fill", dst, src, val, col=col)
+
+
+def index_fill(dst, src, col, val=0.0):
+    """dst = src but for column `col`, which is `val` (nothing where `col` is outside the tile). Also of register
+    vectors: the value at index `col` replaced, e.g. a row's target class in a cross-entropy's gradient, whose
+    piece of the row this vector may or may not hold (an index past it changes nothing)."""
+    return _mask("index_fill", dst, src, val, col=col)
 
 
 def lower_fill(dst, src, row, val=0.0):

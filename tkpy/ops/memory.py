@@ -172,8 +172,9 @@ class Scope:
 
     def sum(self, *vectors, warps: int | None = None, name: str = "sum"):
         """The sum of every element of each vector over a group of `warps` consecutive warps (default: the whole
-        block): a float runtime scalar per vector, the same in every warp of the group. Every warp of the group
-        calls it (a barrier meets them: the group's named barrier 1 + warp // warps, or __syncthreads)."""
+        block): a float runtime scalar per vector, the same in every warp of the group (a float scalar given instead
+        of a vector is its warp's partial, summed as it is). Every warp of the group calls it (a barrier meets them:
+        the group's named barrier 1 + warp // warps, or __syncthreads)."""
         return group_reduce("sum", vectors, self._reducing(), warps, name)
 
     def amax(self, *vectors, warps: int | None = None, name: str = "max"):

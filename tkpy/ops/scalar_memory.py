@@ -8,14 +8,17 @@
 Global coordinates are element indices right-aligned to (batch, depth, row, col), as tk.atomic_add's; a shared
 vector takes one index. The scalar is a float `tk.var` (a load's destination) or any scalar expression (a store's
 value): what a row's statistics are (a norm's mean and rstd, a softmax's max and sum), read and written once per
-row. Values convert to and from the tensor's dtype as tile copies do.
+row. Values convert to and from the tensor's dtype as tile copies do. An int `tk.var` loads an element of an int32
+or int64 tensor (a cross-entropy's target class, a token id):
+
+    t = tk.var(0, "target"); tk.load(t, target, (row,), fill=-1)   # int64 saturated to int32's range
 """
 from __future__ import annotations
 
 from ..frontend.control import Mutable
 from ..ir.core import GlobalVar, SharedRef
 from ..ir.expr import Expr
-from ..tiles.dtypes import f32, i32
+from ..tiles.dtypes import INT_DTYPES, f32, i32
 from ..tiles.types import SV
 from ._checks import describe, emit, fail, operand, scalar
 
@@ -26,10 +29,23 @@ def is_scalar_value(x) -> bool:
 
 
 def load_scalar(dst: Mutable, src, coord, fill=None, masked=None):
-    """dst = the element of `src` (a global tensor at element coordinates, or a shared vector at an index)."""
+    """dst = the element of `src` (a global tensor at element coordinates, or a shared vector at an index). An int
+    tk.var takes an element of an int32 or int64 global tensor (an int64 one saturated to int32's range, so that a
+    value past it stays out of any index's bounds); a float one the element of a float tensor or shared vector."""
+    if isinstance(src, GlobalVar) and src.type.dtype in INT_DTYPES:
+        if dst.dtype != i32:
+            fail(f"scalar load from `{src.name}`, an {src.type.dtype.torch_name} tensor: load it into an int "
+                 f"tk.var (tk.var(0, name)), not the {dst.dtype} `{dst.name}`")
+        coords = element_coord(coord, src, "scalar load")
+        if masked or fill is not None:
+            value = scalar(0 if fill is None else fill, "scalar load fill value")
+            if value.dtype != i32:
+                fail(f"scalar load from `{src.name}`: an integer tensor's fill value must be an int, got {value.dtype}")
+            return emit("load_scalar_gl", dst, src, *coords, fill=value)
+        return emit("load_scalar_gl", dst, src, *coords)
     if dst.dtype != f32:
-        fail(f"load into a scalar: `{dst.name}` is a {dst.dtype} variable; scalar loads take a float tk.var "
-             "(tk.var(0.0, name))")
+        fail(f"load into a scalar: `{dst.name}` is a {dst.dtype} variable; scalar loads of float tensors and shared "
+             "vectors take a float tk.var (tk.var(0.0, name)); an int one, elements of int32 and int64 tensors")
     src = operand(src, "scalar load source")
     if isinstance(src, GlobalVar):
         coords = element_coord(coord, src, "scalar load")

@@ -18,8 +18,10 @@ shuffles), so every warp computes the same bits. A cluster reduction sends each 
 scratch with asynchronous stores (st.async) that complete on the receiving block's semaphore for that buffer, whose
 phase warp 0 announces (expect) and every warp waits on: no cluster barrier and no GPU-wide fence a reduction, as
 Quack's cluster reductions; the semaphores are initialised at the kernel's top, before one cluster barrier. Several
-vectors reduce together over one barrier (up to MAX_VALUES). Every warp of a group must call the reduction (a
-barrier or a semaphore waits for them all).
+vectors reduce together over one barrier (up to MAX_VALUES); a float scalar among them is its warp's partial as it is
+(`s, sx = tk.block.sum(e, tk.sum(x), warps=8)`: x's warp sum taken before x was overwritten, reduced over the group
+in the same barrier as e). Every warp of a group must call the reduction (a barrier or a semaphore waits for them
+all).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from ..frontend.context import current
 from ..frontend.control import CLUSTER_RANK, WARP_ID, Mutable, assign, if_, var
 from ..ir.core import SharedRef, Var
+from ..ir.expr import Expr, as_expr
 from ..ir.protocol import MAX_NAMED_BARRIER
 from ..tiles.dtypes import f32
 from ._checks import emit, fail, operand, register_vector
@@ -59,7 +62,7 @@ def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
     if scope == "cluster" and ctx.cluster is None:
         fail(f"{what} needs a kernel launched in clusters: @tk.kernel(..., cluster=(2, 1, 1))")
     blocks = math.prod(ctx.cluster) if scope == "cluster" else 1
-    partials = [_reduced(fn, register_vector(v, what), f"{name}_warp") for v in vectors]
+    partials = [_partial(fn, v, what, name) for v in vectors]
     if group * blocks == 1:
         return partials[0] if len(partials) == 1 else tuple(partials)
     state = _state(ctx, scope, blocks)
@@ -91,6 +94,17 @@ def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
         out.append(total)
     assign(state.count, 1 - state.count if scope == "block" else state.count + 1)
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def _partial(fn: str, v, what: str, name: str):
+    """This warp's part of a group reduction: its vector reduced, or a float scalar as it is (a value the warp has
+    already reduced, e.g. from a vector since overwritten)."""
+    if isinstance(v, Expr) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        e = as_expr(v)
+        if e.dtype != f32:
+            fail(f"{what}: a scalar partial must be a float, got {e.dtype} (tk.var(0.0, name) for a float)")
+        return e
+    return _reduced(fn, register_vector(v, what), f"{name}_warp")
 
 
 def _reduced(fn: str, v: Var, name: str) -> Mutable:

@@ -296,3 +296,9 @@ def error_bound(fn: str, exact, x=None, y=None, n=None) -> np.ndarray:
 
 UNARY = {"sqrt": sqrt, "rsqrt": rsqrt, "sigmoid": sigmoid, "tanh": tanh, "tanh_approx": tanh_approx,
          "log1p": log1p, "erf": erf}
+# The MUFU functions (the prelude's op_exp, op_exp2, op_log, op_log2 in codegen/prelude/warp.py: ex2.approx.ftz,
+# __logf, __log2f) as the interpreter computes them: exact fp32 results, which differ from the GPU's by its few ulp,
+# flushed to zero where ex2.approx.ftz flushes.
+BASIC = {"exp": lambda x: flush(np.exp(np.asarray(x, f32))), "exp2": exp2_ftz,
+         "log": lambda x: np.log(np.asarray(x, f32)), "log2": lambda x: np.log2(np.asarray(x, f32))}
+SCALAR = {**BASIC, **UNARY}           # the functions of a runtime float scalar (tkpy.ir.expr.SCALAR_MATH)

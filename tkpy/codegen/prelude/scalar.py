@@ -49,6 +49,22 @@ __device__ __forceinline__ float load_scalar_masked(const gl<T>& g, int b, int d
     return in_bounds(g, r, c, 1) ? to_float(*g.at(b, d, r, c)) : fill;
 }
 
+// An element of an int32 or int64 tensor as an int (an int64 one saturated to int's range: a value past it stays out
+// of any index's bounds).
+__device__ __forceinline__ int saturate_int(int v) { return v; }
+__device__ __forceinline__ int saturate_int(long long v) {
+    return int(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v);
+}
+
+template <typename T> __device__ __forceinline__ int load_scalar_int(const gl<T>& g, int b, int d, int r, int c) {
+    return saturate_int(*g.at(b, d, r, c));
+}
+
+template <typename T>
+__device__ __forceinline__ int load_scalar_int_masked(const gl<T>& g, int b, int d, int r, int c, int fill) {
+    return in_bounds(g, r, c, 1) ? saturate_int(*g.at(b, d, r, c)) : fill;
+}
+
 template <typename T> __device__ __forceinline__ void store_scalar(const gl<T>& g, int b, int d, int r, int c, float v) {
     if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v);
 }

@@ -338,7 +338,8 @@ __device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src,
 }
 
 // ThunderKittens' masks: keep on and below (tril) / above (triu) diagonal `diagonal`, left of column
-// `col` (right_fill fills from it on), from `col` on (left_fill), above row `row` (lower_fill), from it on.
+// `col` (right_fill fills from it on), from `col` on (left_fill), all but column `col` (index_fill), above row
+// `row` (lower_fill), from it on.
 template <typename D, typename S> __device__ __forceinline__ void tril(D& d, const S& s, int diagonal, float val) {
     mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val);
 }
@@ -364,6 +365,9 @@ template <typename D, typename S> __device__ __forceinline__ void right_fill(D& 
 }
 template <typename D, typename S> __device__ __forceinline__ void left_fill(D& d, const S& s, int col, float val) {
     mask(d, s, [=](int, int c) { return c >= col; }, val);
+}
+template <typename D, typename S> __device__ __forceinline__ void index_fill(D& d, const S& s, int col, float val) {
+    mask(d, s, [=](int, int c) { return c != col; }, val);
 }
 template <typename D, typename S> __device__ __forceinline__ void lower_fill(D& d, const S& s, int row, float val) {
     mask(d, s, [=](int r, int) { return r < row; }, val);

@@ -1,0 +1,169 @@
+"""The bodies of the cross-entropy kernels (kernels/cross_entropy_op.py is the API): the fused forward, which writes the
+logits' gradient in the pass that computes the loss, and the backward, which scales that gradient in place.
+
+Forward, for each row of logits x with target class t (a block, or a cluster of blocks, a row; kernels/row_split.py):
+the target is read first (a row ahead); an ignored row (t == ignore_index, and the rows past the last) reads no
+logits, stores a zero gradient and a zero loss (0 / divisor for "mean": NaN where every row is ignored, as torch's 0 /
+0). Otherwise: x (fp32, -inf past the row's end; x[t] and w[t] read as scalars, from L1/L2, in flight meanwhile) ->
+m = max over the row's warps -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place -> s = sum e
+(and sum x) over the row in one reduction -> lse = m + log(s). With n = share w[t] (share: 1, or 1 / the mean's
+divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1) and q = share eps / V:
+loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_j) (W = sum w, or V and sum x without weights),
+gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (1 - eps) n more (tk.index_fill: the one
+element of the piece holding t). Without smoothing: loss n (lse - x[t]), gradient e n / s, less n at t.
+
+Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
+"""
+# (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
+import functools
+import math
+
+import tkpy as tk
+from tkpy import bf16, f32, fp16, i64
+
+from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig
+from .row_split import first_step, layout, piece_place, piece_tasks, placeholder, row_max, row_sum, steps, stride
+
+DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
+
+
+@functools.cache
+def forward_kernel(c: CrossEntropyConfig):
+    """loss, lse (and the gradient) of each row (see the module's docstring)."""
+    dt, n, piece = DTYPES[c.dtype], c.width, c.piece
+    wt = DTYPES[c.weight] if c.weight else f32
+    part_of, row_of = layout(c)
+    rows = tk.gl[dt, "R", n]
+    mean, weighted = c.reduction == "mean", c.weight is not None
+    fill = 0.0 if c.smoothing else -math.inf          # past the row's end (smoothing: 0 for the sum of x, then -inf)
+
+    @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
+               name=c.name)
+    def cross_entropy_forward(logits: rows, target: tk.gl[i64, "R"],
+                              weight: tk.gl[wt, n] if weighted else placeholder(wt),
+                              divisor: tk.gl[f32, 1] if mean else placeholder(f32), loss: tk.gl[f32, "R"],
+                              lse: tk.gl[f32, "R"], dlogits: rows if c.grad else placeholder(dt), ignore_index: int,
+                              smoothing: float):
+        part = tk.let(part_of(), "part")
+        first = tk.let(part * piece, "first")                # this piece's first column
+        if mean:
+            total = tk.var(0.0, "total")
+            tk.load(total, divisor, (0,))
+            share = tk.let(1.0 / total, "share")             # each row's share of the mean (inf for no rows)
+        else:
+            share = 1.0
+        if weighted and c.smoothing:                          # this warp's piece of the weights, for every row
+            wv = tk.rv(wt, piece, "contig")
+            tk.load(wv, weight, (part,), fill=0.0)
+            weights = tk.let(row_sum(c, wv), "weights")      # W
+        v = tk.rv(f32, piece, "contig")                       # the row's piece: x, then exp(x - m), then the gradient
+        # The targets load a row ahead of their use (two with prefetch, whose logits load a row ahead): no load waits
+        # on another just issued.
+        t, t_next = tk.var(0, "t"), tk.var(0, "t_next")
+        tk.load(t_next, target, (row_of(first_step(c)),), fill=ignore_index)     # (rows past the last: ignored)
+        if c.prefetch:
+            ahead, t_after = tk.rv(dt, piece, "contig"), tk.var(0, "t_after")
+            tk.load(t_after, target, (row_of(first_step(c) + stride(c)),), fill=ignore_index)
+            _load_unless_ignored(ahead, logits, row_of(first_step(c)), part, t_next, ignore_index, fill)
+        for step in steps(c, logits.rows):
+            row = row_of(step)
+            tk.assign(t, t_next)
+            if c.prefetch:                                   # this row's logits were loaded a row ago
+                with tk.if_(t != ignore_index):
+                    tk.copy(v, ahead)
+                tk.assign(t_next, t_after)
+                _load_unless_ignored(ahead, logits, row_of(step + stride(c)), part, t_next, ignore_index, fill)
+                tk.load(t_after, target, (row_of(step + 2 * stride(c)),), fill=ignore_index)
+            else:
+                tk.load(t_next, target, (row_of(step + stride(c)),), fill=ignore_index)
+            with tk.if_(t == ignore_index):                  # (and the rows past the last): no logits read
+                if c.grad:
+                    tk.zero(v)
+                    tk.store(dlogits, v, (row, part), masked=True)
+                with tk.if_(part == 0):
+                    tk.store(loss, 0.0 * share, (row,), masked=True)
+                    tk.store(lse, 0.0, (row,), masked=True)
+            with tk.else_():
+                if not c.prefetch:
+                    tk.load(v, logits, (row, part), fill=fill)
+                xt = tk.var(0.0, "xt")                       # (from L1/L2, in flight through the reductions; a
+                tk.load(xt, logits, (row, t), fill=0.0)      # target past the row: NaN below)
+                if weighted:
+                    wt_ = tk.var(0.0, "w_target")
+                    tk.load(wt_, weight, (t,), fill=0.0)
+                if c.smoothing:                              # each warp's sum of x (w x), 0 past the row's end
+                    xs = tk.let(tk.sum(v * wv) if weighted else tk.sum(v), "xs")
+                    if c.ragged:
+                        tk.right_fill(v, v, n - first, -math.inf)
+                m = tk.let(row_max(c, v), "m")
+                tk.map(v, lambda x: tk.exp(x - m), v)
+                if c.smoothing:
+                    s, sum_x = row_sum(c, v, xs)
+                else:
+                    s = row_sum(c, v)
+                r = tk.let(m + tk.log(s), "r")
+                ok = tk.var(1.0, "ok")                       # NaN for a target outside the classes
+                with tk.if_((t < 0) | (t >= n)):
+                    tk.assign(ok, math.nan)
+                nll = tk.let(share * wt_ * ok if weighted else share * ok, "nll")     # the target term's weight
+                if c.smoothing:
+                    q = tk.let(share * smoothing * (1.0 / n) * ok, "q")               # the smoothing term's
+                    total_w = weights if weighted else float(n)
+                    value = (1.0 - smoothing) * nll * (r - xt) + q * (total_w * r - sum_x)
+                else:
+                    value = nll * (r - xt)
+                with tk.if_(part == 0):
+                    tk.store(loss, value, (row,), masked=True)
+                    tk.store(lse, r, (row,), masked=True)
+                if c.grad:                                   # gradient = e a - q w, at t less (1 - eps) nll more
+                    if c.smoothing:
+                        a = tk.let(((1.0 - smoothing) * nll + q * total_w) / s, "a")
+                    else:
+                        a = tk.let(nll / s, "a")
+                    if c.smoothing and weighted:
+                        tk.map(v, lambda e, w: e * a - q * w, v, wv)
+                        at_target = tk.exp(xt - m) * a - q * wt_ - (1.0 - smoothing) * nll
+                    elif c.smoothing:
+                        tk.map(v, lambda e: e * a - q, v)
+                        at_target = tk.exp(xt - m) * a - q - (1.0 - smoothing) * nll
+                    else:
+                        tk.mul(v, v, a)
+                        at_target = tk.exp(xt - m) * a - nll
+                    tk.index_fill(v, v, t - first, at_target)
+                    tk.store(dlogits, v, (row, part), masked=True)
+    return cross_entropy_forward
+
+
+def _load_unless_ignored(v, logits, row, part, t, ignore_index, fill):
+    """The row's piece, unless its target `t` says it is ignored (then nothing is read)."""
+    with tk.if_(t != ignore_index):
+        tk.load(v, logits, (row, part), fill=fill)
+
+
+@functools.cache
+def backward_kernel(c: GradScaleConfig):
+    """grad *= factor (one for all rows, or one a row), in place; rows whose factor is exactly 1 are not touched."""
+    dt, n = DTYPES[c.dtype], c.width
+
+    @tk.kernel(warps=c.warps, blocks_per_sm=c.blocks_per_sm, name=c.name)
+    def cross_entropy_backward(grad: tk.gl[dt, "R", n], factor: tk.gl[f32, "R"] if c.per_row else tk.gl[f32, 1]):
+        f = tk.var(0.0, "f")
+        v = tk.rv(f32, c.piece, "contig")
+
+        def scale(row, part):
+            tk.load(v, grad, (row, part), fill=0.0)
+            tk.mul(v, v, f)
+            tk.store(grad, v, (row, part), masked=True)
+
+        if c.per_row:
+            for task in piece_tasks(c, grad.rows):
+                row, part = piece_place(c, task)
+                tk.load(f, factor, (row,))
+                with tk.if_(f != 1.0):
+                    scale(row, part)
+        else:
+            tk.load(f, factor, (0,))
+            with tk.if_(f != 1.0):                           # (1: the whole grid returns at once)
+                for task in piece_tasks(c, grad.rows):
+                    scale(*piece_place(c, task))
+    return cross_entropy_backward
