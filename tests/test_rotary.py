@@ -96,8 +96,8 @@ def _bf16(*shape):
     ((torch.zeros(1, 4, 2, 64), torch.zeros(1, 4, 2, 64), *tables(8, 64)), "bf16 or fp16"),
     ((_bf16(4, 2, 64), _bf16(4, 2, 64), *tables(8, 64)), r"\(batch, seq, heads, head_dim\)"),
     ((_bf16(1, 4, 2, 64), _bf16(1, 5, 2, 64), *tables(8, 64)), "k must have q's batch, seq"),
-    ((_bf16(1, 4, 2, 64), _bf16(1, 4, 2, 64), *tables(8, 128)), "rotary_dim must be a multiple of 32 up to head_dim"),
-    ((_bf16(1, 4, 2, 64), _bf16(1, 4, 2, 64), *tables(8, 48)), "rotary_dim must be a multiple of 32"),
+    ((_bf16(1, 4, 2, 64), _bf16(1, 4, 2, 64), *tables(8, 128)), "rotary_dim must be a multiple of 16 up to head_dim"),
+    ((_bf16(1, 4, 2, 64), _bf16(1, 4, 2, 64), *tables(8, 40)), "rotary_dim must be a multiple of 16"),
     ((_bf16(1, 4, 2, 40), _bf16(1, 4, 2, 40), *tables(8, 32)), "head_dim must be a multiple of 16"),
     ((_bf16(1, 4, 2, 64), _bf16(1, 4, 2, 64), *tables(4, 64, torch.float16)), "float32 or q's dtype"),
 ])
