@@ -3,20 +3,14 @@ computes (the layout, the head dim and rotary dim, q's and k's head counts, the 
 warps take the work (kernels/rotary_policy.py chooses that part), which checks itself and derives the kernel's name."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 DTYPES = ("bf16", "fp16")
 TABLE_DTYPES = ("bf16", "fp16", "f32")
 CHUNK = 256                                 # a contig vector's chunk: 8 elements a lane, one 16-byte copy
+MAX_CHUNKS = 8
 MAX_POSITIONS = 8
 MAX_WARPS = 32
-
-
-def period(head_dim: int) -> int:
-    """Chunks after which heads of head_dim start a chunk again: head_dim / gcd(head_dim, 256) (1 when it divides
-    256): a piece holds a multiple of them."""
-    return head_dim // math.gcd(head_dim, CHUNK)
 
 
 @dataclass(frozen=True)
@@ -26,10 +20,13 @@ class RotaryConfig:
     / 2 angles a position, of `table` dtype) it reads, the rest passed through; `interleaved`: GPT-J's pairs (2i, 2i +
     1), else GPT-NeoX's halves (i, i + rotary_dim / 2); `inverse`: by -theta (the backward).
 
-    How: a warp takes `positions` rows of q and then the same rows of k at a time, each in pieces of up to `chunks`
-    chunks of 256 elements (contig vectors: 16-byte copies; whole heads, so a multiple of `period` chunks), the
-    tables' rows read once a position into registers; the `warps` warps of each of the blocks (`blocks_per_sm` an
-    SM) loop over the positions, a persistent grid."""
+    How: a warp takes `positions` positions of q and then of k at a time, the tables' rows read once a position
+    into registers, and moves their heads in contig vectors (8 consecutive elements a lane, 16-byte copies), whose
+    lanes must see the same head columns in every chunk of 256 elements (tk.load_rotary_table's once a position):
+    where head_dim divides 256, a position's row of heads x head_dim elements in pieces (`piece` elements); else
+    groups of `group(heads)` heads (at most 256 elements, a chunk each, masked past the group); `chunks` chunks of
+    such vectors at a time. The `warps` warps of each of the blocks (`blocks_per_sm` an SM) loop over the positions, a
+    persistent grid."""
 
     head_dim: int
     rotary_dim: int
@@ -60,31 +57,49 @@ class RotaryConfig:
             value = getattr(self, option)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or most and value > most:
                 fail(f"{option} must be a positive int{f' up to {most}' if most else ''}, got {value!r}")
-        if not isinstance(self.chunks, int) or self.chunks < 1 or self.chunks % self.period:
-            fail(f"chunks must be a positive multiple of {self.period} (head_dim {self.head_dim}: a piece holds whole "
-                 f"heads), got {self.chunks!r}")
-
-    @property
-    def period(self) -> int:
-        return period(self.head_dim)
+        if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or not 1 <= self.chunks <= MAX_CHUNKS:
+            fail(f"chunks must be an int from 1 to {MAX_CHUNKS}, got {self.chunks!r}")
 
     @property
     def angles(self) -> int:
         """Columns of the tables: an angle per pair."""
         return self.rotary_dim // 2
 
+    @property
+    def whole_rows(self) -> bool:
+        """Whether a position's row of heads moves as it is: heads then never cross a chunk (head_dim divides 256)."""
+        return CHUNK % self.head_dim == 0
+
+    def group(self, heads: int) -> int:
+        """Heads a vector's row holds: all of a position's, or (head_dim not dividing 256) the most that fit a chunk
+        and divide `heads`."""
+        if self.whole_rows:
+            return heads
+        return max(g for g in range(1, CHUNK // self.head_dim + 1) if heads % g == 0)
+
     def width(self, heads: int) -> int:
-        """Elements of a row (a position) of a tensor of `heads` heads."""
-        return heads * self.head_dim
+        """Elements of a row of the tensor as the kernel views it: a position's heads, or a group of them."""
+        return self.group(heads) * self.head_dim
 
-    def piece(self, heads: int) -> int:
-        """Elements a warp takes of such a row at a time: `chunks` chunks, fewer for a narrower row (whole periods)."""
-        need = -(-self.width(heads) // CHUNK)
-        return min(self.chunks, -(-need // self.period) * self.period) * CHUNK
+    @property
+    def piece(self) -> int:
+        """Elements of a vector, q's and k's alike (one length: one set of tables): up to `chunks` chunks of a
+        position's row (the narrower row's, where it is narrower), or a chunk holding a group."""
+        if not self.whole_rows:
+            return CHUNK
+        narrow = min(self.width(self.heads_q), self.width(self.heads_k))
+        return min(self.chunks, -(-narrow // CHUNK)) * CHUNK
 
-    def pieces(self, heads: int) -> int:
-        """Pieces a row: the last one masked where the row is not a multiple of the piece."""
-        return -(-self.width(heads) // self.piece(heads))
+    def vectors(self, heads: int) -> list[tuple[int, int]]:
+        """(group, piece) of each vector of a position, in order: the last piece of a row masked where the row is not
+        a multiple of it."""
+        parts = -(-self.width(heads) // self.piece)
+        return [(g, part) for g in range(heads // self.group(heads)) for part in range(parts)]
+
+    @property
+    def together(self) -> int:
+        """Vectors of a position loaded at once: `chunks` chunks of them."""
+        return max(1, self.chunks // (self.piece // CHUNK))
 
     @property
     def name(self) -> str:

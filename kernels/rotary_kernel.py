@@ -24,37 +24,44 @@ DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 def rotary_kernel(c: RotaryConfig):
     """q_out, k_out = q, k rotated (or by -theta: c.inverse)."""
     dt, tt, d, r, p = DTYPES[c.dtype], DTYPES[c.table], c.head_dim, c.rotary_dim, c.positions
-    qs, ks = tk.gl[dt, "R", c.width(c.heads_q)], tk.gl[dt, "R", c.width(c.heads_k)]
+    qs, ks = tk.gl[dt, "R", c.width(c.heads_q)], tk.gl[dt, "Rk", c.width(c.heads_k)]
     table = tk.gl[tt, "S", c.angles]
     sign = -1.0 if c.inverse else 1.0
-    tensors = ((c.heads_q, "q"), (c.heads_k, "k"))
-    lengths = sorted({c.piece(heads) for heads, _ in tensors}, reverse=True)
+    n, together = c.piece, c.together
+    groups_q = c.heads_q // c.group(c.heads_q)
 
     @tk.kernel(warps=c.warps, blocks_per_sm=c.blocks_per_sm, name=c.name)
     def rotary(q: qs, k: ks, cos: table, sin: table, q_out: qs, k_out: ks):
-        # per piece length (q's, and k's where it differs) and position: x, rotate_half(x), the tables
-        regs = {n: [[tk.rv(dtype, n, "contig", name=f"{name}{i}_{n}") for dtype, name in
-                     ((dt, "x"), (dt, "t"), (tt, "cs"), (tt, "sn"))] for i in range(p)] for n in lengths}
+        # per position: the tables, and x and rotate_half(x) of each vector loaded at once
+        tables = [[tk.rv(tt, n, "contig", name=f"{name}{i}") for name in ("cs", "sn")] for i in range(p)]
+        regs = [[[tk.rv(dt, n, "contig", name=f"{name}{i}_{j}") for name in ("x", "t")] for j in range(together)]
+                for i in range(p)]
+        positions = q.rows // groups_q if groups_q > 1 else q.rows
         warps, first = tk.grid_dim.x * c.warps, tk.block_idx.x * c.warps + tk.warp_id()
-        for task in tk.range(first, tk.cdiv(q.rows, p) if p > 1 else q.rows, warps):
-            rows = [tk.let(task * p + i, f"row{i}") if p > 1 else task for i in range(p)]
-            loaded = None
-            for (heads, _), src, dst in zip(tensors, (q, k), (q_out, k_out)):
-                n = c.piece(heads)
-                if n != loaded:         # the tables' rows spread over the heads of a piece, once a position
-                    for i, row in enumerate(rows):
-                        at = tk.let(row % cos.rows, f"pos{i}")
-                        x, t, cs, sn = regs[n][i]
-                        tk.load_rotary_table(cs, cos, at, d, c.interleaved, fill=1.0)
-                        tk.load_rotary_table(sn, sin, at, d, c.interleaved, fill=0.0)
-                    loaded = n
+        for task in tk.range(first, tk.cdiv(positions, p) if p > 1 else positions, warps):
+            at = [tk.let(task * p + i, f"position{i}") if p > 1 else task for i in range(p)]
+            for i, position in enumerate(at):   # the tables' rows spread over a vector's heads, once a position
+                row = tk.let(position % cos.rows, f"angle_row{i}")
+                tk.load_rotary_table(tables[i][0], cos, row, d, c.interleaved, fill=1.0)
+                tk.load_rotary_table(tables[i][1], sin, row, d, c.interleaved, fill=0.0)
+            for heads, src, dst in ((c.heads_q, q, q_out), (c.heads_k, k, k_out)):
+                groups, vectors = heads // c.group(heads), c.vectors(heads)
                 bounds = dict(fill=0.0) if p > 1 or c.width(heads) % n else {}
-                for part in range(c.pieces(heads)):
-                    for i, row in enumerate(rows):          # (every load of the step in flight together)
-                        tk.load(regs[n][i][0], src, (row, part), **bounds)
-                    for i, row in enumerate(rows):
-                        x, t, cs, sn = regs[n][i]
-                        tk.rotate_half(t, x, r, d, c.interleaved)
-                        tk.map(x, lambda x, t, cs, sn: x * cs + t * (sign * sn), x, t, cs, sn)
-                        tk.store(dst, x, (row, part), masked=bool(bounds))
+                for first_vector in range(0, len(vectors), together):
+                    step = list(enumerate(vectors[first_vector:first_vector + together]))
+                    for i, position in enumerate(at):         # (every load of the step in flight together)
+                        for j, (group, part) in step:
+                            tk.load(regs[i][j][0], src, (_row(position, groups, group), part), **bounds)
+                    for i, position in enumerate(at):
+                        cs, sn = tables[i]
+                        for j, (group, part) in step:
+                            x, t = regs[i][j]
+                            tk.rotate_half(t, x, r, d, c.interleaved)
+                            tk.map(x, lambda x, t, cs, sn: x * cs + t * (sign * sn), x, t, cs, sn)
+                            tk.store(dst, x, (_row(position, groups, group), part), masked=bool(bounds))
     return rotary
+
+
+def _row(position, groups: int, group: int):
+    """The row of a position's group of heads in the tensor's view (a row a position where groups is 1)."""
+    return position * groups + group if groups > 1 else position

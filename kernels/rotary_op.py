@@ -76,7 +76,7 @@ def launch(q, k, cos, sin, interleaved: bool, position_offset: int, inverse: boo
     tables = [t[position_offset:position_offset + seq] for t in (cos, sin)]
     tables = [t if tma_ready(t) else t.contiguous() for t in tables]
     wq, wk = c.width(c.heads_q), c.width(c.heads_k)
-    views = [row_view(q, wq), row_view(k, wk), *tables, q_out.view(rows, wq), k_out.view(rows, wk)]
+    views = [row_view(q, wq), row_view(k, wk), *tables, q_out.view(-1, wq), k_out.view(-1, wk)]
     kernel = rotary_kernel(c)
     kernel[(grid_for(c, rows, resident_blocks(kernel, c, views, INTERPRETER_SMS)),)](*views)
 

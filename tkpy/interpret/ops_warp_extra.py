@@ -43,18 +43,20 @@ def swap_pairs(warp, op):
 
 @semantics("rotate_half", attrs=("rotary_dim", "head_dim", "interleaved"))
 def rotate_half(warp, op):
-    """Per head (the last axis in heads of head_dim): cat(-x[r/2:r], x[:r/2]) (interleaved: (-x[2i+1], x[2i])), 0
-    past rotary_dim."""
+    """Per head (the last axis in heads of head_dim, a last one cut short padded with 0): cat(-x[r/2:r], x[:r/2])
+    (interleaved: (-x[2i+1], x[2i])), 0 past rotary_dim."""
     dst, src = op.args
     r, d = op.attrs["rotary_dim"], op.attrs["head_dim"]
     x = warp.read(src)
-    heads = x.reshape(*x.shape[:-1], -1, d)
+    n = x.shape[-1]
+    cut = -n % d                                    # a head the end cuts short: its missing elements 0
+    heads = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, cut)]).reshape(*x.shape[:-1], -1, d)
     out = np.zeros_like(heads)
     if op.attrs["interleaved"]:
         out[..., 0:r:2], out[..., 1:r:2] = -heads[..., 1:r:2], heads[..., 0:r:2]
     else:
         out[..., :r // 2], out[..., r // 2:r] = -heads[..., r // 2:r], heads[..., :r // 2]
-    warp.write(dst, out.reshape(x.shape))
+    warp.write(dst, out.reshape(*x.shape[:-1], n + cut)[..., :n])
 
 
 @semantics("load_rotary_table", attrs=("head_dim", "interleaved"))
@@ -69,7 +71,7 @@ def load_rotary_table(warp, op):
     j = np.arange(op.attrs["head_dim"])
     picked = t[np.minimum(j // 2 if op.attrs["interleaved"] else j % angles, angles - 1)]
     head = np.where(j < 2 * angles, picked, np.float32(to_f32(warp.value(fill))))
-    warp.write(dst, np.tile(head, dst.type.length // head.size))
+    warp.write(dst, np.resize(head, dst.type.length))
 
 
 @semantics("mask", attrs=("kind",))

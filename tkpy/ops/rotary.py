@@ -8,8 +8,9 @@ angles' cos or sin spread over each head's columns), so that a rotation reads as
     tk.map(x, lambda x, t, c, s: x * c + t * s, x, t, cs, sn)      # x' = x cos + rotate_half(x) sin
 
 Both treat an operand as heads of `head_dim` elements from its first (a contig vector: along it; a row-layout tile:
-along each row), of which the first `rotary_dim` rotate in pairs: GPT-NeoX's halves (j, j + rotary_dim / 2), or
-with `interleaved` GPT-J's neighbours (2i, 2i + 1).
+along each row; a head that the end cuts short is read as if its missing elements were 0), of which the first
+`rotary_dim` rotate in pairs: GPT-NeoX's halves (j, j + rotary_dim / 2), or with `interleaved` GPT-J's neighbours
+(2i, 2i + 1).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def rotate_half(dst, src, rotary_dim: int, head_dim: int | None = None, interlea
     rotary_dim are zeroed (so `x * cos + rotate_half(x) * sin` passes them through where cos is 1). dtype converted;
     dst may be src.
 
-    Contig vectors (`tk.rv(dtype, n, "contig")`, n a multiple of head_dim): a lane's partners sit rotary_dim / 16
+    Contig vectors (`tk.rv(dtype, n, "contig")`): a lane's partners sit rotary_dim / 16
     lanes away (lane shuffles of its packed 16-bit pairs or fp32 values; a head crossing a 256-element chunk, when
     head_dim does not divide 256, takes the neighbouring chunk's too); interleaved pairs are within a lane.
     Row-layout tiles (cols a multiple of head_dim): a permutation of each lane's registers, no shuffles."""
@@ -98,9 +99,8 @@ def _sizes(rotary_dim, head_dim, length: int, interleaved, what: str, whence: st
     for name, value in (("rotary_dim", rotary_dim), ("head_dim", head_dim)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             fail(f"{what}: {name} must be a positive int, got {value!r}")
-    if head_dim % 8 or length % head_dim:
-        fail(f"{what}: head_dim {head_dim} must be a multiple of 8 that divides the operand's {length} elements "
-             "(whole heads)")
+    if head_dim % 8:
+        fail(f"{what}: head_dim {head_dim} must be a multiple of 8 (a lane's 8 consecutive elements lie in one head)")
     if rotary_dim > head_dim or rotary_dim % unit:
         fail(f"{what}: rotary_dim {rotary_dim}{whence} must be a multiple of {unit} up to head_dim {head_dim} (a "
              f"lane's 8 elements lie on one side of {'it' if interleaved else 'it and of its middle'})")

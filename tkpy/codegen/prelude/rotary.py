@@ -25,7 +25,8 @@ __device__ __forceinline__ float2 rotate_pair(float2 v) { return make_float2(-v.
 __device__ __forceinline__ bf16_2 rotate_pair(bf16_2 v) { return {((v.x >> 16) | (v.x << 16)) ^ 0x8000u}; }
 __device__ __forceinline__ fp16_2 rotate_pair(fp16_2 v) { return {((v.x >> 16) | (v.x << 16)) ^ 0x8000u}; }
 
-// dst = rotate_half(src) in each head of D elements of a contig vector starting at a head: Hugging Face's
+// dst = rotate_half(src) in each head of D elements of a contig vector from its first (a head the end cuts short: its
+// missing elements 0): Hugging Face's
 // cat(-x[R/2:R], x[:R/2]), or (INTERLEAVED) GPT-J's rotate_every_two, (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]); 0 past
 // R. A lane's 8 values lie in one head, on one side of R/2 and of R; their partners R/2 elements on, in lane +- R/16:
 // one shuffle a word when heads do not cross chunks (D divides 256), else one of each neighbouring chunk too and a
@@ -52,6 +53,7 @@ __device__ __forceinline__ void rotate_half(rv<TD, N, contig_l>& dst, const rv<T
                 if constexpr (256 % D != 0) {           // the partner in the next chunk, or the previous one
                     const int next = c + 1 < N ? c + 1 : c, before = c > 0 ? c - 1 : c;  // (clamped: none)
                     if (next != c) { const auto n = shfl_word(s.data[next][q], from & 31); if (from >= 32) w = n; }
+                    else if (from >= 32) w = zero_word<typename S::word>();   // (past the end of a head cut short)
                     if (before != c) { const auto b = shfl_word(s.data[before][q], from & 31); if (from < 0) w = b; }
                 }
                 out.data[c][q] = low ? neg_word(w) : w;
@@ -63,7 +65,7 @@ __device__ __forceinline__ void rotate_half(rv<TD, N, contig_l>& dst, const rv<T
     else unary_map(dst, out, op_copy{});
 }
 
-// The same of a row-layout tile, along each row (W * 16 columns, whole heads): the partner of a lane's 8-column block
+// The same of a row-layout tile, along each row of W * 16 columns: the partner of a lane's 8-column block
 // is its own block R/16 on (a register of the same lane), the interleaved pairs its packed pairs.
 template <int R, int D, bool INTERLEAVED, typename TD, typename TS, int H, int W>
 __device__ __forceinline__ void rotate_half(rt<TD, H, W, row_l>& dst, const rt<TS, H, W, row_l>& src) {
@@ -81,6 +83,7 @@ __device__ __forceinline__ void rotate_half(rt<TD, H, W, row_l>& dst, const rt<T
         if constexpr (INTERLEAVED) { out.data[i][j][k] = rotate_pair(s.data[i][j][k]); continue; }
         const bool low = col < R / 2;
         const int from = low ? block + R / 16 : block - R / 16;
+        if (from >= 2 * W) { out.data[i][j][k] = zero_word<S2>(); continue; }   // (past the end of a head cut short)
         const S2 w = s.data[i][from >> 1][(k & 1) | ((from & 1) << 1)];
         out.data[i][j][k] = low ? neg_word(w) : w;
     }
@@ -102,7 +105,7 @@ template <typename T> __device__ __forceinline__ void load4(float (&v)[4], const
     }
 }
 // dst = the R/2 angles at p (a table row of cos or sin) spread over each head of D elements of a contig vector
-// starting at a head: head column j takes angle j % (R/2) (INTERLEAVED: j / 2) for j < R, `fill` past R. A lane's 8
+// from its first: head column j takes angle j % (R/2) (INTERLEAVED: j / 2) for j < R, `fill` past R. A lane's 8
 // values are 8 consecutive angles (16-byte loads) or 4, each twice; chunks repeat every D / gcd(D, 256), loaded once.
 template <int R, int D, bool INTERLEAVED, typename TD, int N, typename TS>
 __device__ __forceinline__ void load_rotary_table(rv<TD, N, contig_l>& dst, const TS* p, float fill) {
