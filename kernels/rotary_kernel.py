@@ -1,13 +1,14 @@
 """The body of the rotary-embedding kernel (kernels/rotary_op.py is the API): q and k rotated in one launch, one pass.
 
-q and k arrive as rows of positions, (batch * seq, heads * head_dim), cos and sin as (seq, rotary_dim / 2) tables
-already offset to the call's first position. A warp takes `positions` rows of q, then the same rows of k, in pieces
-of contig vectors (8 consecutive elements a lane: 16-byte loads and stores; a piece holds whole heads) and rotates
-them as Hugging Face writes it, x' = x cos + rotate_half(x) sin (GPT-NeoX's halves, or GPT-J's interleaved pairs:
-tk.rotate_half, lane shuffles or a lane's own pairs), the tables spread over each head's columns once a position
-(tk.load_rotary_table: cos 1 and sin 0 past rotary_dim, where rotate_half is 0, so those columns pass through). fp32
-math, rounded once; the inverse rotation (the backward) is by -theta: sin negated. The blocks' warps loop over the
-positions, a persistent grid.
+q and k arrive as rows of positions, (batch * seq, heads * head_dim) (where head_dim does not divide 256: rows of a
+group of a position's heads, at most 256 elements), cos and sin as (seq, rotary_dim / 2) tables already offset to the
+call's first position. A warp takes `positions` positions at a time: their tables' rows spread over a vector's head
+columns once a position (tk.load_rotary_table: cos 1 and sin 0 past rotary_dim), then q's and k's rows in contig
+vectors (8 consecutive elements a lane: 16-byte loads and stores; every vector starts at a head, so its lanes' head
+columns are the tables'), `together` of them loaded at once, each rotated as Hugging Face writes it: x' = x cos +
+rotate_half(x) sin (tk.rotate_half: GPT-NeoX's halves by lane shuffles, GPT-J's interleaved pairs within a lane; 0
+past rotary_dim, so those columns pass through). fp32 math, rounded once; the inverse rotation (the backward) is by
+-theta: sin negated. The blocks' warps loop over the positions, a persistent grid.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
@@ -26,7 +27,10 @@ def rotary_kernel(c: RotaryConfig):
     dt, tt, d, r, p = DTYPES[c.dtype], DTYPES[c.table], c.head_dim, c.rotary_dim, c.positions
     qs, ks = tk.gl[dt, "R", c.width(c.heads_q)], tk.gl[dt, "Rk", c.width(c.heads_k)]
     table = tk.gl[tt, "S", c.angles]
-    sign = -1.0 if c.inverse else 1.0
+    if c.inverse:           # by -theta
+        rotate = lambda x, t, cs, sn: x * cs - t * sn          # noqa: E731
+    else:
+        rotate = lambda x, t, cs, sn: x * cs + t * sn          # noqa: E731
     n, together = c.piece, c.together
     groups_q = c.heads_q // c.group(c.heads_q)
 
@@ -57,7 +61,7 @@ def rotary_kernel(c: RotaryConfig):
                         for j, (group, part) in step:
                             x, t = regs[i][j]
                             tk.rotate_half(t, x, r, d, c.interleaved)
-                            tk.map(x, lambda x, t, cs, sn: x * cs + t * (sign * sn), x, t, cs, sn)
+                            tk.map(x, rotate, x, t, cs, sn)      # x cos + rotate_half(x) sin
                             tk.store(dst, x, (_row(position, groups, group), part), masked=bool(bounds))
     return rotary
 
