@@ -38,7 +38,7 @@ def transpose(warp, op):
 def swap_pairs(warp, op):
     dst, src = op.args
     x = warp.read(src)
-    warp.write(dst, x.reshape(x.shape[0], -1, 2)[:, :, ::-1].reshape(x.shape))
+    warp.write(dst, x.reshape(*x.shape[:-1], -1, 2)[..., ::-1].reshape(x.shape))
 
 
 @semantics("rotate_half", attrs=("rotary_dim", "head_dim", "interleaved"))

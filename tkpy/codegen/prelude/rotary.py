@@ -1,11 +1,44 @@
-"""Prelude section of the rotary embedding's ops (tkpy/ops/rotary.py): rotate_half of contig vectors (lane shuffles)
-and of row-layout tiles (a permutation of each lane's registers), and the tables' rows spread over heads."""
+"""Prelude section of the rotary embedding's ops: swap_pairs (tkpy/ops/layout.py), rotate_half of contig vectors (lane
+shuffles) and of row-layout tiles (a permutation of each lane's registers), and the tables' rows spread over heads
+(tkpy/ops/rotary.py)."""
 from __future__ import annotations
 
 from .helpers import helpers
 
 _ROTARY = r"""
-// ---- Rotary embeddings (tkpy/ops/rotary.py): heads of D elements, the first R rotating in pairs ----
+// ---- Interleaved pairs (tk.swap_pairs, tkpy/ops/layout.py) and rotary embeddings (tkpy/ops/rotary.py: heads of D
+// elements, the first R rotating in pairs) ----
+
+// Elements 2i and 2i + 1 trade places (GPT-J's interleaved pairs): in a row-layout tile's rows (one register pair of
+// a lane), in a contig vector (a lane's values k and k + 1): no shuffles; dst may be src.
+__device__ __forceinline__ float2 swap2(float2 v) { return make_float2(v.y, v.x); }
+
+__device__ __forceinline__ bf16_2 swap2(bf16_2 v) { return {(v.x >> 16) | (v.x << 16)}; }
+
+__device__ __forceinline__ fp16_2 swap2(fp16_2 v) { return {(v.x >> 16) | (v.x << 16)}; }
+
+template <typename TD, typename TS, int H, int W>
+__device__ __forceinline__ void swap_pairs(rt<TD, H, W, row_l>& dst, const rt<TS, H, W, row_l>& src) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) dst.data[i][j][k] = swap2(convert2<typename rt<TD, H, W, row_l>::T2>(src.data[i][j][k]));
+}
+template <typename TD, typename TS, int N>
+__device__ __forceinline__ void swap_pairs(rv<TD, N, contig_l>& dst, const rv<TS, N, contig_l>& src) {
+    rv<TS, N, contig_l> s = src;
+    #pragma unroll
+    for (int c = 0; c < N; c++)
+    #pragma unroll
+    for (int q = 0; q < 8; q += 2) {
+        if constexpr (rv<TS, N, contig_l>::packed) s.data[c][q >> 1] = swap2(s.data[c][q >> 1]);
+        else { const float v = s.data[c][q]; s.data[c][q] = s.data[c][q + 1]; s.data[c][q + 1] = v; }
+    }
+    if constexpr (is_same<TD, TS>::value) dst = s;
+    else unary_map(dst, s, op_copy{});
+}
 
 // One word of a register vector or tile (an fp32 value, a packed 16-bit pair): from lane `from`, negated, zero.
 __device__ __forceinline__ float shfl_word(float v, int from) { return __shfl_sync(0xffffffffu, v, from); }
@@ -20,17 +53,17 @@ template <> __device__ __forceinline__ float zero_word<float>() { return 0.0f; }
 template <> __device__ __forceinline__ float2 zero_word<float2>() { return make_float2(0.0f, 0.0f); }
 template <> __device__ __forceinline__ bf16_2 zero_word<bf16_2>() { return {0u}; }
 template <> __device__ __forceinline__ fp16_2 zero_word<fp16_2>() { return {0u}; }
+
 // A pair (x, y) -> (-y, x): GPT-J's rotate_every_two of one packed pair.
 __device__ __forceinline__ float2 rotate_pair(float2 v) { return make_float2(-v.y, v.x); }
-__device__ __forceinline__ bf16_2 rotate_pair(bf16_2 v) { return {((v.x >> 16) | (v.x << 16)) ^ 0x8000u}; }
-__device__ __forceinline__ fp16_2 rotate_pair(fp16_2 v) { return {((v.x >> 16) | (v.x << 16)) ^ 0x8000u}; }
+__device__ __forceinline__ bf16_2 rotate_pair(bf16_2 v) { return {swap2(v).x ^ 0x8000u}; }
+__device__ __forceinline__ fp16_2 rotate_pair(fp16_2 v) { return {swap2(v).x ^ 0x8000u}; }
 
 // dst = rotate_half(src) in each head of D elements of a contig vector from its first (a head the end cuts short: its
-// missing elements 0): Hugging Face's
-// cat(-x[R/2:R], x[:R/2]), or (INTERLEAVED) GPT-J's rotate_every_two, (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]); 0 past
-// R. A lane's 8 values lie in one head, on one side of R/2 and of R; their partners R/2 elements on, in lane +- R/16:
-// one shuffle a word when heads do not cross chunks (D divides 256), else one of each neighbouring chunk too and a
-// select. INTERLEAVED pairs are a lane's own. dtype converted; dst may be src.
+// missing elements 0): Hugging Face's cat(-x[R/2:R], x[:R/2]), or (INTERLEAVED) GPT-J's rotate_every_two, (x[2i],
+// x[2i+1]) -> (-x[2i+1], x[2i]); 0 past R. A lane's 8 values lie in one head, on one side of R/2 and of R; their
+// partners R/2 elements on, in lane +- R/16: one shuffle a word when heads do not cross chunks (D divides 256), else
+// one of each neighbouring chunk too and a select. INTERLEAVED pairs are a lane's own. dtype converted; dst may be src.
 template <int R, int D, bool INTERLEAVED, typename TD, typename TS, int N>
 __device__ __forceinline__ void rotate_half(rv<TD, N, contig_l>& dst, const rv<TS, N, contig_l>& src) {
     typedef rv<TS, N, contig_l> S;

@@ -59,23 +59,6 @@ __device__ __forceinline__ void swap_layout(rt<TD, H, W, typename transpose_of<L
     for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
 }
 
-// Each row's columns 2i and 2i + 1 trade places (one register pair of a lane: no shuffles); dst may be src.
-__device__ __forceinline__ float2 swap2(float2 v) { return make_float2(v.y, v.x); }
-
-__device__ __forceinline__ bf16_2 swap2(bf16_2 v) { return {(v.x >> 16) | (v.x << 16)}; }
-
-__device__ __forceinline__ fp16_2 swap2(fp16_2 v) { return {(v.x >> 16) | (v.x << 16)}; }
-
-template <typename TD, typename TS, int H, int W>
-__device__ __forceinline__ void swap_pairs(rt<TD, H, W, row_l>& dst, const rt<TS, H, W, row_l>& src) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) dst.data[i][j][k] = swap2(convert2<typename rt<TD, H, W, row_l>::T2>(src.data[i][j][k]));
-}
-
 // dst = src^T in the same layout; dst may be src (a square tile).
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, W, L>& src) {
