@@ -186,6 +186,18 @@ def test_bad_tables_are_refused_on_the_users_line():
         assert "test_rotate_half.py:" in str(e.value)
 
 
+def test_debug_mode_checks_the_tables_row_before_reading_it(monkeypatch):
+    monkeypatch.setenv("TKPY_DEBUG", "1")
+    kernel = table_kernel(256, 128, 64, False, "f32", "f32", 1.0)
+    args = torch.empty(5, 64), torch.empty(5, 256)
+    src = kernel.source(*args)
+    assert ("tk::debug::check_tile(t, 0, 0, block_x, 0, 1, 64, false, 0);\n"
+            "    tk::load_rotary_table<128, 128, false>(v, t.at(0, 0, block_x, 0), 1.0f);") in src
+    assert "the row of 64 angles of `t`" in src
+    res = kernel.resources(*args)
+    assert res.found and res.spill_stores == 0
+
+
 @gpu_util.on_gpu
 def test_on_the_gpu():
     for case in VECTOR_CASES:
