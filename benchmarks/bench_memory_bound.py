@@ -16,7 +16,8 @@ the same 64M elements (rows = 2^26 / width). Each row also gives the largest rel
 from eager's.
 
     PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
-        --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's tables);
+        --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's tables,
+        and rotary_policy's);
         --no-compile: without torch.compile (its compiles take most of the run's time)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
 """
@@ -57,6 +58,8 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
     for op in OTHER_OPS:
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)
+            if variants and op == "rotary":
+                row["variants"] = rotary_variant_times(direction, row["bytes"])
             rows.append(row)
             print_row(row, flush=True)
     out_dir = save("memory_bound.json", rows)
@@ -68,6 +71,12 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
 OTHER_OPS = ("swiglu", "geglu", "rotary")
 GLU_SHAPE = (16384, 4096)                         # (rows, width) of gate and of up
 ROTARY_SHAPE = (8, 2048)                          # (batch, seq) of q (32 heads) and k (8 heads) at head dim 128
+# rotary kernel variants (RotaryConfig fields over the policy's choice: 4 chunks, 1 position, 8 warps x 4 blocks)
+# timed by --variants, for kernels/rotary_policy.py's table
+ROTARY_VARIANTS = {"2 chunks": dict(chunks=2), "8 chunks, 2 blocks/SM": dict(chunks=8, blocks_per_sm=2),
+                   "2 positions, 2 blocks/SM": dict(positions=2, blocks_per_sm=2), "2 blocks/SM": dict(blocks_per_sm=2),
+                   "3 blocks/SM": dict(blocks_per_sm=3), "16 warps x 2 blocks": dict(warps=16, blocks_per_sm=2),
+                   "4 warps x 4 blocks": dict(warps=4)}
 
 
 def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict:
@@ -81,10 +90,9 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
     from tkpy.kernels import geglu, rotary, swiglu
     make = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # noqa: E731
     if op == "rotary":
-        (b, seq), half = ROTARY_SHAPE, 64
-        args = (make(b, seq, 32, 2 * half), make(b, seq, 8, 2 * half))
-        angle = torch.arange(seq, device="cuda")[:, None] * 1e-4 ** (torch.arange(half, device="cuda") / half)
-        cos, sin = angle.cos(), angle.sin()
+        half = 64
+        *args, cos, sin = rotary_inputs()
+        args = tuple(args)
         big = sum(x.numel() * 2 for x in args)
         nbytes = 2 * big + 2 * cos.numel() * 4
         ours = lambda q, k: rotary(q, k, cos, sin)  # noqa: E731
@@ -114,6 +122,38 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
         return median_ms(lambda: torch.autograd.grad(outputs, args, grads, retain_graph=True))
     time_implementations(row, implementations(ours, eager, compiled), args, backward)
     return row
+
+
+def rotary_inputs():
+    """q, k (ROTARY_SHAPE's positions, 32 and 8 heads of 128, bf16) and the fp32 cos and sin tables."""
+    import torch
+
+    (b, seq), half = ROTARY_SHAPE, 64
+    make = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # noqa: E731
+    angle = torch.arange(seq, device="cuda")[:, None] * 1e-4 ** (torch.arange(half, device="cuda") / half)
+    return make(b, seq, 32, 2 * half), make(b, seq, 8, 2 * half), angle.cos(), angle.sin()
+
+
+def rotary_variant_times(direction: str, nbytes: int) -> dict:
+    """GB/s of the rotary kernel's variants (ROTARY_VARIANTS, over the policy's choice), the launch alone (the
+    backward: the inverse rotation)."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    from tkpy.kernels import rotary_op
+    q, k, cos, sin = rotary_inputs()
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    out = {}
+    with torch.no_grad():
+        for name, options in ROTARY_VARIANTS.items():
+            call = lambda: rotary_op.launch(q, k, cos, sin, False, 0, direction == "backward",  # noqa: E731
+                                            q_out, k_out, options)
+            try:
+                out[name] = nbytes / median_ms(call) / 1e6
+            except Exception as e:
+                out[name] = float("nan")
+                print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
+    return out
 
 
 def implementations(ours, eager, compiled: bool) -> dict:

@@ -53,7 +53,7 @@ class RotaryConfig:
         if not isinstance(self.rotary_dim, int) or not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 16:
             fail(f"rotary_dim must be a multiple of 16 up to head_dim {self.head_dim}, got {self.rotary_dim!r}")
         for option, most in (("heads_q", None), ("heads_k", None), ("positions", MAX_POSITIONS),
-                             ("warps", MAX_WARPS), ("blocks_per_sm", 16)):
+                             ("warps", MAX_WARPS), ("blocks_per_sm", 4)):
             value = getattr(self, option)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or most and value > most:
                 fail(f"{option} must be a positive int{f' up to {most}' if most else ''}, got {value!r}")

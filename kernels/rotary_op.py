@@ -33,10 +33,11 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     return rotary_op(q, k, cos, sin, interleaved, position_offset, False)
 
 
-def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool = True,
-            inverse: bool = False) -> RotaryConfig | None:
-    """The kernel's config, or the ValueError the call raises before any GPU work. (`sizes` False: the fake
-    implementation's checks, which a symbolic size would not pass: no config.)"""
+def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool = True, inverse: bool = False,
+            options: dict | None = None) -> RotaryConfig | None:
+    """The kernel's config (`options`: RotaryConfig fields over the policy's), or the ValueError the call raises
+    before any GPU work. (`sizes` False: the fake implementation's checks, which a symbolic size would not pass: no
+    config.)"""
     check_device("rotary", q)
     if q.dtype not in DTYPES:
         raise ValueError(f"rotary takes bf16 or fp16 q and k (fp32 math), got {q.dtype}")
@@ -60,15 +61,17 @@ def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool
                          f"{position_offset!r}, seq {q.shape[1]}) must lie in cos and sin's {cos.shape[0]} rows")
     try:
         return config_for(q.shape[3], 2 * cos.shape[1], q.shape[2], k.shape[2], DTYPES[q.dtype],
-                          TABLE_DTYPES[cos.dtype], bool(interleaved), inverse)
+                          TABLE_DTYPES[cos.dtype], bool(interleaved), inverse, **(options or {}))
     except ValueError as e:
         raise ValueError(f"rotary: {str(e).removeprefix('RotaryConfig: ')} (q {tuple(q.shape)}, cos "
                          f"{tuple(cos.shape)})") from None
 
 
-def launch(q, k, cos, sin, interleaved: bool, position_offset: int, inverse: bool, q_out, k_out) -> None:
-    """q_out, k_out (of q's and k's shapes, contiguous, written) = q, k rotated (by -theta when `inverse`)."""
-    c = checked(q, k, cos, sin, interleaved, position_offset, inverse=inverse)
+def launch(q, k, cos, sin, interleaved: bool, position_offset: int, inverse: bool, q_out, k_out,
+           options: dict | None = None) -> None:
+    """q_out, k_out (of q's and k's shapes, contiguous, written) = q, k rotated (by -theta when `inverse`).
+    `options`: RotaryConfig fields over the policy's (benchmarks/bench_memory_bound.py --variants)."""
+    c = checked(q, k, cos, sin, interleaved, position_offset, inverse=inverse, options=options)
     seq = q.shape[1]
     rows = q.shape[0] * seq
     if rows == 0:
