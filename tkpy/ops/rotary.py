@@ -15,7 +15,7 @@ along each row; a head that the end cuts short is read as if its missing element
 from __future__ import annotations
 
 from ..ir.core import GlobalVar
-from ..tiles.types import RT, RV
+from ..tiles.types import RV
 from ._checks import describe, emit, fail, register_operand, register_vector, scalar
 from .scalar_memory import _element_coord
 
@@ -27,14 +27,14 @@ def rotate_half(dst, src, rotary_dim: int, head_dim: int | None = None, interlea
     rotary_dim are zeroed (so `x * cos + rotate_half(x) * sin` passes them through where cos is 1). dtype converted;
     dst may be src.
 
-    Contig vectors (`tk.rv(dtype, n, "contig")`): a lane's partners sit rotary_dim / 16
-    lanes away (lane shuffles of its packed 16-bit pairs or fp32 values; a head crossing a 256-element chunk, when
-    head_dim does not divide 256, takes the neighbouring chunk's too); interleaved pairs are within a lane.
-    Row-layout tiles (cols a multiple of head_dim): a permutation of each lane's registers, no shuffles."""
+    Contig vectors (`tk.rv(dtype, n, "contig")`): a lane's partners sit rotary_dim / 16 lanes away (lane shuffles of
+    its packed 16-bit pairs or fp32 values; a head crossing a 256-element chunk, when head_dim does not divide 256,
+    takes the neighbouring chunk's too); interleaved pairs are within a lane. Row-layout tiles: a permutation of each
+    lane's registers, no shuffles."""
     d, s = register_operand(dst, "rotate_half destination"), register_operand(src, "rotate_half source")
     length = _head_operands(d, s, "rotate_half")
     head_dim = _sizes(rotary_dim, head_dim, length, interleaved, "rotate_half")
-    if isinstance(d.type, RV) and rotary_dim > 512:
+    if isinstance(d.type, RV) and not interleaved and rotary_dim > 512:
         fail(f"rotate_half: rotary_dim {rotary_dim} is over 512 for a contig vector (a partner more than a "
              "256-element chunk away)")
     return emit("rotate_half", d, s, rotary_dim=rotary_dim, head_dim=head_dim, interleaved=bool(interleaved))
@@ -86,7 +86,6 @@ def _head_operands(d, s, what: str) -> int:
              "there); tk.swap_layout first")
     if (d.type.rows, d.type.cols) != (s.type.rows, s.type.cols):
         fail(f"{what}: shapes differ: {describe(d)} vs {describe(s)}")
-    assert isinstance(d.type, RT)
     return d.type.cols
 
 
