@@ -139,20 +139,25 @@ def rotary_variant_times(direction: str, nbytes: int) -> dict:
     backward: the inverse rotation)."""
     import torch
 
-    from benchmarks.timing import median_ms
     from tkpy.kernels import rotary_op
     q, k, cos, sin = rotary_inputs()
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    out = {}
     with torch.no_grad():
-        for name, options in ROTARY_VARIANTS.items():
-            call = lambda: rotary_op.launch(q, k, cos, sin, False, 0, direction == "backward",  # noqa: E731
-                                            q_out, k_out, options)
-            try:
-                out[name] = nbytes / median_ms(call) / 1e6
-            except Exception as e:
-                out[name] = float("nan")
-                print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
+        return variant_gbps(ROTARY_VARIANTS, nbytes, lambda options: lambda: rotary_op.launch(
+            q, k, cos, sin, False, 0, direction == "backward", q_out, k_out, options))
+
+
+def variant_gbps(variants: dict, nbytes: int, launch_of) -> dict:
+    """GB/s of nbytes for each variant (name -> options) of a kernel, launch_of(options) the call timed; nan (and a
+    line saying why) where one fails."""
+    from benchmarks.timing import median_ms
+    out = {}
+    for name, options in variants.items():
+        try:
+            out[name] = nbytes / median_ms(launch_of(options)) / 1e6
+        except Exception as e:
+            out[name] = float("nan")
+            print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
     return out
 
 
@@ -285,28 +290,21 @@ def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -
     launch alone."""
     import torch
 
-    from benchmarks.timing import median_ms
     from tkpy.kernels import norm_launch
     x, r, w, b, dy = inputs(op, rows, width)
     kind = "rms" if op.startswith("rms") else "layer"
     bias = b.detach() if kind == "layer" else None
-    out = {}
     with torch.no_grad():
         h = (x + r) if r is not None else x.detach()
         _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
-        for name, options in VARIANTS.items():
+
+        def launch_of(options):
             if direction == "backward":
-                call = lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),  # noqa
-                                                    mean, rstd, [width], kind == "layer", options)
-            else:
-                call = lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,  # noqa: E731
-                                                   r.detach() if r is not None else None, 1e-5, options)
-            try:
-                out[name] = nbytes / median_ms(call) / 1e6
-            except Exception as e:
-                out[name] = float("nan")
-                print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
-    return out
+                return lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(), mean,
+                                                    rstd, [width], kind == "layer", options)
+            return lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,
+                                               r.detach() if r is not None else None, 1e-5, options)
+        return variant_gbps(VARIANTS, nbytes, launch_of)
 
 
 def print_header() -> None:

@@ -85,12 +85,14 @@ TABLE_CASES = [(256, 128, 64, False), (512, 64, 16, False), (768, 96, 48, False)
                (256, 128, 32, True)]
 
 
-def _vector_run(case, conversion, device="cpu"):
+def _run(make, rows, case, conversion, device="cpu"):
+    """x (rows, length) rotated by make(*case, *conversion)'s kernel (a block a row for vectors, one for a tile) into
+    a poisoned y, against the reference on every element."""
     (n, d, r, inter), (src, dst, in_place) = case, conversion
-    x = gpu_util.rand(ROWS, n, dtype=torch.bfloat16, device=device)
-    y = gpu_util.poisoned(ROWS, n, dtype=torch.float32, device=device)
-    kernel = vector_kernel(n, d, r, inter, src, dst, in_place)
-    (kernel.interpret if device == "cpu" else kernel)[(ROWS,)](x, y)
+    x = gpu_util.rand(rows, n, dtype=torch.bfloat16, device=device)
+    y = gpu_util.poisoned(rows, n, dtype=torch.float32, device=device)
+    kernel = make(n, d, r, inter, src, dst, in_place)
+    (kernel.interpret if device == "cpu" else kernel)[(rows if make is vector_kernel else 1,)](x, y)
     assert torch.equal(y.double(), rotate_half_reference(x, r, d, inter)), (case, conversion)
     return kernel, x, y
 
@@ -98,27 +100,17 @@ def _vector_run(case, conversion, device="cpu"):
 @pytest.mark.parametrize("conversion", CONVERSIONS, ids=lambda c: f"{c[0]}-{c[1]}{'-in-place' if c[2] else ''}")
 @pytest.mark.parametrize("case", VECTOR_CASES, ids=lambda c: f"n{c[0]}d{c[1]}r{c[2]}{'i' if c[3] else ''}")
 def test_contig_vectors_rotate_half_as_hugging_face(case, conversion):
-    kernel, x, y = _vector_run(case, conversion)
+    kernel, x, y = _run(vector_kernel, ROWS, case, conversion)
     if conversion == CONVERSIONS[0]:               # (one compile a case: NVRTC, no GPU)
         r = kernel.resources(x, y)
         assert r.found and r.spill_stores == r.spill_loads == 0, r
         assert f"tk::rotate_half<{case[2]}, {case[1]}, {'true' if case[3] else 'false'}>" in kernel.source(x, y)
 
 
-def _tile_run(case, conversion, device="cpu"):
-    (cols, d, r, inter), (src, dst, in_place) = case, conversion
-    x = gpu_util.rand(16, cols, dtype=torch.bfloat16, device=device)
-    y = gpu_util.poisoned(16, cols, dtype=torch.float32, device=device)
-    kernel = tile_kernel(cols, d, r, inter, src, dst, in_place)
-    (kernel.interpret if device == "cpu" else kernel)[(1,)](x, y)
-    assert torch.equal(y.double(), rotate_half_reference(x, r, d, inter)), (case, conversion)
-    return kernel, x, y
-
-
 @pytest.mark.parametrize("conversion", CONVERSIONS, ids=lambda c: f"{c[0]}-{c[1]}{'-in-place' if c[2] else ''}")
 @pytest.mark.parametrize("case", TILE_CASES, ids=lambda c: f"c{c[0]}d{c[1]}r{c[2]}{'i' if c[3] else ''}")
 def test_row_layout_tiles_rotate_half_within_lanes(case, conversion):
-    kernel, x, y = _tile_run(case, conversion)
+    kernel, x, y = _run(tile_kernel, 16, case, conversion)
     if conversion == CONVERSIONS[0]:
         assert kernel.resources(x, y).found
         assert "__shfl_sync" not in kernel.source(x, y).split('extern "C"')[1]   # (registers only)
@@ -202,10 +194,10 @@ def test_debug_mode_checks_the_tables_row_before_reading_it(monkeypatch):
 def test_on_the_gpu():
     for case in VECTOR_CASES:
         for conversion in CONVERSIONS:
-            _vector_run(case, conversion, device="cuda")
+            _run(vector_kernel, ROWS, case, conversion, device="cuda")
     for case in TILE_CASES:
         for conversion in CONVERSIONS:
-            _tile_run(case, conversion, device="cuda")
+            _run(tile_kernel, 16, case, conversion, device="cuda")
     for case in TABLE_CASES:
         for table, dst in (("f32", "f32"), ("bf16", "bf16"), ("bf16", "f32")):
             _table_run(case, table, dst, device="cuda")
