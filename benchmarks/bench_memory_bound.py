@@ -76,7 +76,8 @@ ROTARY_SHAPE = (8, 2048)                          # (batch, seq) of q (32 heads)
 ROTARY_VARIANTS = {"2 chunks": dict(chunks=2), "8 chunks, 2 blocks/SM": dict(chunks=8, blocks_per_sm=2),
                    "2 positions, 2 blocks/SM": dict(positions=2, blocks_per_sm=2), "2 blocks/SM": dict(blocks_per_sm=2),
                    "3 blocks/SM": dict(blocks_per_sm=3), "16 warps x 2 blocks": dict(warps=16, blocks_per_sm=2),
-                   "4 warps x 4 blocks": dict(warps=4)}
+                   "4 warps x 4 blocks": dict(warps=4),
+                   "1 chunk, 16 warps x 4 blocks (full occupancy)": dict(chunks=1, warps=16)}
 
 
 def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict:

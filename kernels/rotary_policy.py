@@ -6,7 +6,9 @@ records the choices.
 The aim: 16-byte loads in flight to cover the memory latency (~30 KB an SM at 3.5 TB/s; here 4 chunks of 512 bytes
 a warp, 32 warps an SM: 64 KB) in few registers (x and rotate_half(x) in packed 16-bit pairs, 4 + 4 registers a
 chunk, and a position's tables, 8 + 8 fp32 values: ~60 registers at 4 chunks, the cap of 32 warps an SM being 64);
-narrow rows (a decoding step's few heads) take two positions at a time instead."""
+narrow rows (a decoding step's few heads) take two positions at a time instead. Full occupancy (1 chunk, 16 warps x 4
+blocks: 32 registers, no spills) keeps one load a warp in flight, 32 KB an SM: bench_memory_bound.py --variants times
+it beside the table's choice."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
