@@ -38,7 +38,7 @@ class RotaryConfig:
     inverse: bool = False
     chunks: int = 4
     positions: int = 1
-    warps: int = 4
+    warps: int = 8
     blocks_per_sm: int = 4
 
     def __post_init__(self) -> None:
@@ -98,7 +98,7 @@ class RotaryConfig:
 
     @property
     def together(self) -> int:
-        """Vectors of a position loaded at once: `chunks` chunks of them."""
+        """Vectors of a position loaded at once: `chunks` chunks of them (at least one vector)."""
         return max(1, self.chunks // (self.piece // CHUNK))
 
     @property
