@@ -21,7 +21,7 @@ from eager's.
 
     PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
         --quick: 16384 x 4096 only (cross-entropy's too); --variants: tkpy's kernel variants per width too (for
-        norm_policy's tables);
+        norm_policy's and rotary_policy's tables);
         --no-compile: without torch.compile (its compiles take most of the run's time)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
 """
@@ -62,6 +62,8 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
     for op in OTHER_OPS:
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)
+            if variants and op == "rotary":
+                row["variants"] = rotary_variant_times(direction, row["bytes"])
             rows.append(row)
             print_row(row, flush=True)
     for shape in XENT_SHAPES if sweep else XENT_SHAPES[:1]:
@@ -79,6 +81,13 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
 OTHER_OPS = ("swiglu", "geglu", "rotary")
 GLU_SHAPE = (16384, 4096)                         # (rows, width) of gate and of up
 ROTARY_SHAPE = (8, 2048)                          # (batch, seq) of q (32 heads) and k (8 heads) at head dim 128
+# rotary kernel variants (RotaryConfig fields over the policy's choice: 4 chunks, 1 position, 8 warps x 4 blocks)
+# timed by --variants, for kernels/rotary_policy.py's table
+ROTARY_VARIANTS = {"2 chunks": dict(chunks=2), "8 chunks, 2 blocks/SM": dict(chunks=8, blocks_per_sm=2),
+                   "2 positions, 2 blocks/SM": dict(positions=2, blocks_per_sm=2), "2 blocks/SM": dict(blocks_per_sm=2),
+                   "3 blocks/SM": dict(blocks_per_sm=3), "16 warps x 2 blocks": dict(warps=16, blocks_per_sm=2),
+                   "4 warps x 4 blocks": dict(warps=4),
+                   "1 chunk, 16 warps x 4 blocks (full occupancy)": dict(chunks=1, warps=16)}
 
 
 def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict:
@@ -92,10 +101,9 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
     from tkpy.kernels import geglu, rotary, swiglu
     make = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # noqa: E731
     if op == "rotary":
-        (b, seq), half = ROTARY_SHAPE, 64
-        args = (make(b, seq, 32, 2 * half), make(b, seq, 8, 2 * half))
-        angle = torch.arange(seq, device="cuda")[:, None] * 1e-4 ** (torch.arange(half, device="cuda") / half)
-        cos, sin = angle.cos(), angle.sin()
+        half = 64
+        *args, cos, sin = rotary_inputs()
+        args = tuple(args)
         big = sum(x.numel() * 2 for x in args)
         nbytes = 2 * big + 2 * cos.numel() * 4
         ours = lambda q, k: rotary(q, k, cos, sin)  # noqa: E731
@@ -170,6 +178,43 @@ def cross_entropy_row(direction: str, rows: int, classes: int, compiled: bool, c
     time_implementations(row, implementations(ours, eager, compiled), (x, t),
                          lambda name, fn: median_ms(lambda: torch.autograd.grad(fn(x, t), x)))
     return row
+
+
+def rotary_inputs():
+    """q, k (ROTARY_SHAPE's positions, 32 and 8 heads of 128, bf16) and the fp32 cos and sin tables."""
+    import torch
+
+    (b, seq), half = ROTARY_SHAPE, 64
+    make = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # noqa: E731
+    angle = torch.arange(seq, device="cuda")[:, None] * 1e-4 ** (torch.arange(half, device="cuda") / half)
+    return make(b, seq, 32, 2 * half), make(b, seq, 8, 2 * half), angle.cos(), angle.sin()
+
+
+def rotary_variant_times(direction: str, nbytes: int) -> dict:
+    """GB/s of the rotary kernel's variants (ROTARY_VARIANTS, over the policy's choice), the launch alone (the
+    backward: the inverse rotation)."""
+    import torch
+
+    from tkpy.kernels import rotary_op
+    q, k, cos, sin = rotary_inputs()
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    with torch.no_grad():
+        return variant_gbps(ROTARY_VARIANTS, nbytes, lambda options: lambda: rotary_op.launch(
+            q, k, cos, sin, False, 0, direction == "backward", q_out, k_out, options))
+
+
+def variant_gbps(variants: dict, nbytes: int, launch_of) -> dict:
+    """GB/s of nbytes for each variant (name -> options) of a kernel, launch_of(options) the call timed; nan (and a
+    line saying why) where one fails."""
+    from benchmarks.timing import median_ms
+    out = {}
+    for name, options in variants.items():
+        try:
+            out[name] = nbytes / median_ms(launch_of(options)) / 1e6
+        except Exception as e:
+            out[name] = float("nan")
+            print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
+    return out
 
 
 def implementations(ours, eager, compiled: bool) -> dict:
@@ -301,28 +346,21 @@ def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -
     launch alone."""
     import torch
 
-    from benchmarks.timing import median_ms
     from tkpy.kernels import norm_launch
     x, r, w, b, dy = inputs(op, rows, width)
     kind = "rms" if op.startswith("rms") else "layer"
     bias = b.detach() if kind == "layer" else None
-    out = {}
     with torch.no_grad():
         h = (x + r) if r is not None else x.detach()
         _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
-        for name, options in VARIANTS.items():
+
+        def launch_of(options):
             if direction == "backward":
-                call = lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),  # noqa
-                                                    mean, rstd, [width], kind == "layer", options)
-            else:
-                call = lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,  # noqa: E731
-                                                   r.detach() if r is not None else None, 1e-5, options)
-            try:
-                out[name] = nbytes / median_ms(call) / 1e6
-            except Exception as e:
-                out[name] = float("nan")
-                print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
-    return out
+                return lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(), mean,
+                                                    rstd, [width], kind == "layer", options)
+            return lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,
+                                               r.detach() if r is not None else None, 1e-5, options)
+        return variant_gbps(VARIANTS, nbytes, launch_of)
 
 
 def print_header() -> None:

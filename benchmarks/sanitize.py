@@ -78,6 +78,16 @@ def cases() -> dict:
     for width in (256, 1000, 4096, 12288):     # a warp a row, groups of warps (ragged), a block, a cluster of 2
         for kind in ("rms", "layer"):
             out[f"{kind}_norm {width} + residual, backward"] = lambda k=kind, n=width: norm(k, n)
+    from tkpy.kernels import rotary
+
+    def rope(heads_q, heads_k, head_dim, rotary_dim, interleaved, seq=37):   # forward and backward (the inverse)
+        angles = torch.rand(seq + 5, rotary_dim // 2, device="cuda")
+        q, k = (r(3, seq, h, head_dim).requires_grad_() for h in (heads_q, heads_k))
+        q_out, k_out = rotary(q, k, angles.cos(), angles.sin(), interleaved, position_offset=5)
+        (q_out.float().sum() + k_out.float().sum()).backward()
+    for shape in ((32, 8, 128, 128), (4, 1, 64, 32), (6, 2, 96, 96), (5, 5, 80, 48)):   # pieces, 2 positions a warp
+        for interleaved in (False, True):                                                # (ragged), groups of heads
+            out[f"rotary {shape} interleaved={interleaved}, backward"] = lambda s=shape, i=interleaved: rope(*s, i)
     return out
 
 

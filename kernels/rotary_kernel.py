@@ -1,14 +1,14 @@
-"""The body of the rotary-embedding kernel (kernels/rotary.py is the API): q and k rotated in one launch, one pass.
+"""The body of the rotary-embedding kernel (kernels/rotary_op.py is the API): q and k rotated in one launch, one pass.
 
-q and k arrive as (batch, heads, seq, head_dim) views of their (batch, seq, heads, head_dim) tensors (strided: rows
-head-dim apart by heads x head_dim), cos and sin as (seq, columns) tables already offset to the call's first
-position. A warp takes 16 positions of one head at a time, a row-layout register tile of the input dtype: in that
-layout every rotation is within a lane. Half-split (GPT-NeoX): columns i and i + r/2 share a lane, 16-column subtiles
-a = x[:, i], b = x[:, i + r/2]: a' = a cos - b sin, b' = b cos + a sin (16 x 16 tiles of the tables, fp32 in
-registers). Interleaved (GPT-J): columns 2i and 2i + 1 share a lane's register pair, so x' = x cos + swap_pairs(x) sin
-with the tables expanded to a column each (cos twice, sin as (-sin, sin)). The inverse rotation (the backward) is by
--theta: sin negated. fp32 math, rounded once; columns past rotary_dim are stored as loaded. The blocks' warps loop
-over q's (batch, 16-position block, head) tasks, heads fastest (neighbouring memory), then k's: a persistent grid.
+q and k arrive as rows of positions, (batch * seq, heads * head_dim) (where head_dim does not divide 256: rows of a
+group of a position's heads, at most 256 elements), cos and sin as (seq, rotary_dim / 2) tables already offset to the
+call's first position. A warp takes `positions` positions at a time: their tables' rows spread over a vector's head
+columns once a position (tk.load_rotary_table: cos 1 and sin 0 past rotary_dim), then q's and k's rows in contig
+vectors (8 consecutive elements a lane: 16-byte loads and stores; every vector starts at a head, so its lanes' head
+columns are the tables'), `together` of them loaded at once, each rotated as Hugging Face writes it: x' = x cos +
+rotate_half(x) sin (tk.rotate_half: GPT-NeoX's halves by lane shuffles, GPT-J's interleaved pairs within a lane; 0
+past rotary_dim, so those columns pass through). fp32 math, rounded once; the inverse rotation (the backward) is by
+-theta: sin negated. The blocks' warps loop over the positions, a persistent grid.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
@@ -16,52 +16,56 @@ import functools
 import tkpy as tk
 from tkpy import bf16, f32, fp16
 
-from .rotary_config import ROWS, RotaryConfig
+from .rotary_config import RotaryConfig
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
-
-
-def _rotate(c: RotaryConfig, x, cos, sin, step, tiles):
-    """The rotation of tile x at position block `step` (c, s, t: 16 x 16 temporaries)."""
-    cs, sn, tmp = tiles
-    sign = -1.0 if c.inverse else 1.0
-    if c.interleaved:
-        for j in range(c.rotary_dim // 16):
-            tk.load(cs, cos, (step, j), fill=0.0)
-            tk.load(sn, sin, (step, j), fill=0.0)
-            a = x[:, 16 * j:16 * j + 16]
-            tk.swap_pairs(tmp, a)
-            tk.map(a, lambda a, w, c, s: a * c + w * (sign * s), a, tmp, cs, sn)
-        return
-    half = c.rotary_dim // 2
-    for j in range(half // 16):
-        tk.load(cs, cos, (step, j), fill=0.0)
-        tk.load(sn, sin, (step, j), fill=0.0)
-        a, b = x[:, 16 * j:16 * j + 16], x[:, half + 16 * j:half + 16 * j + 16]
-        tk.copy(tmp, a)
-        tk.map(a, lambda a, b, c, s: a * c - b * (sign * s), a, b, cs, sn)
-        tk.map(b, lambda b, a, c, s: b * c + a * (sign * s), b, tmp, cs, sn)
 
 
 @functools.cache
 def rotary_kernel(c: RotaryConfig):
     """q_out, k_out = q, k rotated (or by -theta: c.inverse)."""
-    dt, tt, d = DTYPES[c.dtype], DTYPES[c.table], c.head_dim
-    qs, ks = tk.gl[dt, "B", c.heads_q, "S", d], tk.gl[dt, "B", c.heads_k, "S", d]
-    table = tk.gl[tt, "S", c.table_cols]
+    dt, tt, d, r, p = DTYPES[c.dtype], DTYPES[c.table], c.head_dim, c.rotary_dim, c.positions
+    qs, ks = tk.gl[dt, "R", c.width(c.heads_q)], tk.gl[dt, "Rk", c.width(c.heads_k)]
+    table = tk.gl[tt, "S", c.angles]
+    if c.inverse:           # by -theta
+        rotate = lambda x, t, cs, sn: x * cs - t * sn          # noqa: E731
+    else:
+        rotate = lambda x, t, cs, sn: x * cs + t * sn          # noqa: E731
+    n, together = c.piece, c.together
+    groups_q = c.heads_q // c.group(c.heads_q)
 
     @tk.kernel(warps=c.warps, blocks_per_sm=c.blocks_per_sm, name=c.name)
     def rotary(q: qs, k: ks, cos: table, sin: table, q_out: qs, k_out: ks):
-        x = tk.rt(dt, ROWS, d)
-        tiles = [tk.rt(f32, 16, 16, name=name) for name in ("cs", "sn")] + [tk.rt(dt, 16, 16, name="tmp")]
-        steps = tk.let(tk.cdiv(q.rows, ROWS), "steps")
+        # per position: the tables, and x and rotate_half(x) of each vector loaded at once
+        tables = [[tk.rv(tt, n, "contig", name=f"{name}{i}") for name in ("cs", "sn")] for i in range(p)]
+        regs = [[[tk.rv(dt, n, "contig", name=f"{name}{i}_{j}") for name in ("x", "t")] for j in range(together)]
+                for i in range(p)]
+        positions = q.rows // groups_q if groups_q > 1 else q.rows
         warps, first = tk.grid_dim.x * c.warps, tk.block_idx.x * c.warps + tk.warp_id()
-        for src, dst, heads in ((q, q_out, c.heads_q), (k, k_out, c.heads_k)):
-            for task in tk.range(first, q.batch * steps * heads, warps):
-                head = tk.let(task % heads, "head")
-                rest = tk.let(task // heads, "rest")
-                step, batch = tk.let(rest % steps, "step"), tk.let(rest // steps, "batch")
-                tk.load(x, src, (batch, head, step, 0), fill=0.0)
-                _rotate(c, x, cos, sin, step, tiles)
-                tk.store(dst, x, (batch, head, step, 0), masked=True)
+        for task in tk.range(first, tk.cdiv(positions, p) if p > 1 else positions, warps):
+            at = [tk.let(task * p + i, f"position{i}") if p > 1 else task for i in range(p)]
+            for i, position in enumerate(at):   # the tables' rows spread over a vector's heads, once a position
+                row = tk.let(position % cos.rows, f"angle_row{i}")
+                tk.load_rotary_table(tables[i][0], cos, row, d, c.interleaved, fill=1.0)
+                tk.load_rotary_table(tables[i][1], sin, row, d, c.interleaved, fill=0.0)
+            for heads, src, dst in ((c.heads_q, q, q_out), (c.heads_k, k, k_out)):
+                groups, vectors = heads // c.group(heads), c.vectors(heads)
+                bounds = dict(fill=0.0) if p > 1 or c.width(heads) % n else {}
+                for first_vector in range(0, len(vectors), together):
+                    step = list(enumerate(vectors[first_vector:first_vector + together]))
+                    for i, position in enumerate(at):         # (every load of the step in flight together)
+                        for j, (group, part) in step:
+                            tk.load(regs[i][j][0], src, (_row(position, groups, group), part), **bounds)
+                    for i, position in enumerate(at):
+                        cs, sn = tables[i]
+                        for j, (group, part) in step:
+                            x, t = regs[i][j]
+                            tk.rotate_half(t, x, r, d, c.interleaved)
+                            tk.map(x, rotate, x, t, cs, sn)      # x cos + rotate_half(x) sin
+                            tk.store(dst, x, (_row(position, groups, group), part), masked=bool(bounds))
     return rotary
+
+
+def _row(position, groups: int, group: int):
+    """The row of a position's group of heads in the tensor's view (a row a position where groups is 1)."""
+    return position * groups + group if groups > 1 else position

@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 
 from .op_support import check_device, define, direct_call_ok, needs_grad, resident_blocks
-from .rotary_config import INTERPRETER_SMS, ROWS, RotaryConfig
+from .rotary_config import RotaryConfig
 from .rotary_kernel import rotary_kernel
-from .tensor_layout import tma_ready
+from .rotary_policy import INTERPRETER_SMS, config_for, grid_for
+from .tensor_layout import row_view, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 TABLE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f32"}
@@ -23,7 +24,7 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     rotary_dim / 2), float32 or the inputs' dtype (rotary_dim <= head_dim; the rest of each head is passed through).
     Half-split (GPT-NeoX, `interleaved=False`): element i pairs with i + rotary_dim / 2; interleaved (GPT-J): 2i with
     2i + 1. x' = x cos - y sin, y' = y cos + x sin for each pair (x, y), in fp32, rounded once. head_dim a multiple of
-    16 up to 256, rotary_dim a multiple of 32 (interleaved: 16). CUDA tensors, or CPU tensors under TKPY_INTERPRET=1;
+    16 up to 256, rotary_dim a multiple of 16. CUDA tensors, or CPU tensors under TKPY_INTERPRET=1;
     differentiable in q and k (the backward rotates by -theta; cos and sin take no gradient)."""
     if direct_call_ok((q, k, cos, sin)):
         return _rotary(q, k, cos, sin, interleaved, position_offset, False)
@@ -32,9 +33,11 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     return rotary_op(q, k, cos, sin, interleaved, position_offset, False)
 
 
-def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool = True) -> RotaryConfig | None:
-    """The kernel's config (the inverse aside), or the ValueError the call raises before any GPU work. (`sizes`
-    False: the fake implementation's checks, which a symbolic size would not pass: no config.)"""
+def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool = True, inverse: bool = False,
+            options: dict | None = None) -> RotaryConfig | None:
+    """The kernel's config (`options`: RotaryConfig fields over the policy's), or the ValueError the call raises
+    before any GPU work. (`sizes` False: the fake implementation's checks, which a symbolic size would not pass: no
+    config.)"""
     check_device("rotary", q)
     if q.dtype not in DTYPES:
         raise ValueError(f"rotary takes bf16 or fp16 q and k (fp32 math), got {q.dtype}")
@@ -58,36 +61,28 @@ def checked(q, k, cos, sin, interleaved: bool, position_offset: int, sizes: bool
         raise ValueError(f"rotary: positions {position_offset}..{position_offset + q.shape[1] - 1} (position_offset "
                          f"{position_offset!r}, seq {q.shape[1]}) must lie in cos and sin's {cos.shape[0]} rows")
     try:
-        return RotaryConfig(q.shape[3], 2 * cos.shape[1], q.shape[2], k.shape[2], DTYPES[q.dtype],
-                            TABLE_DTYPES[cos.dtype], bool(interleaved))
+        return config_for(q.shape[3], 2 * cos.shape[1], q.shape[2], k.shape[2], DTYPES[q.dtype],
+                          TABLE_DTYPES[cos.dtype], bool(interleaved), inverse, **(options or {}))
     except ValueError as e:
         raise ValueError(f"rotary: {str(e).removeprefix('RotaryConfig: ')} (q {tuple(q.shape)}, cos "
                          f"{tuple(cos.shape)})") from None
 
 
-def launch(q, k, cos, sin, interleaved: bool, position_offset: int, inverse: bool, q_out, k_out) -> None:
-    """q_out, k_out (of q's and k's shapes, written) = q, k rotated (by -theta when `inverse`)."""
-    c = checked(q, k, cos, sin, interleaved, position_offset)
-    if inverse:
-        c = RotaryConfig(**{**c.__dict__, "inverse": True})
-    batch, seq = q.shape[:2]
-    if batch * seq == 0:
+def launch(q, k, cos, sin, interleaved: bool, position_offset: int, inverse: bool, q_out, k_out,
+           options: dict | None = None) -> None:
+    """q_out, k_out (of q's and k's shapes, contiguous, written) = q, k rotated (by -theta when `inverse`).
+    `options`: RotaryConfig fields over the policy's (benchmarks/bench_memory_bound.py --variants)."""
+    c = checked(q, k, cos, sin, interleaved, position_offset, inverse=inverse, options=options)
+    seq = q.shape[1]
+    rows = q.shape[0] * seq
+    if rows == 0:
         return
-    cos, sin = cos[position_offset:position_offset + seq], sin[position_offset:position_offset + seq]
-    if interleaved:          # (a column each: cos twice, sin as (-sin, sin); seq x rotary_dim, small next to q)
-        cos, sin = cos.repeat_interleave(2, -1), torch.stack((-sin, sin), -1).flatten(-2)
-    tables = [t if tma_ready(t) else t.contiguous() for t in (cos, sin)]
-    views = [_heads(t) for t in (q, k)] + tables + [_heads(t) for t in (q_out, k_out)]
+    tables = [t[position_offset:position_offset + seq] for t in (cos, sin)]
+    tables = [t if tma_ready(t) else t.contiguous() for t in tables]
+    wq, wk = c.width(c.heads_q), c.width(c.heads_k)
+    views = [row_view(q, wq), row_view(k, wk), *tables, q_out.view(-1, wq), k_out.view(-1, wk)]
     kernel = rotary_kernel(c)
-    tasks = batch * -(-seq // ROWS) * max(c.heads_q, c.heads_k)
-    kernel[(max(1, min(-(-tasks // c.warps), resident_blocks(kernel, c, views, INTERPRETER_SMS))),)](*views)
-
-
-def _heads(t: torch.Tensor) -> torch.Tensor:
-    """(batch, heads, seq, head_dim) view of a (batch, seq, heads, head_dim) tensor, copied where its rows are not
-    16-byte aligned with a contiguous last dim."""
-    v = t.transpose(1, 2)
-    return v if tma_ready(v) else t.contiguous().transpose(1, 2)
+    kernel[(grid_for(c, rows, resident_blocks(kernel, c, views, INTERPRETER_SMS)),)](*views)
 
 
 # -- the operator ------------------------------------------------------------------------------------------------

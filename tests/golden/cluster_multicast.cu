@@ -1,4 +1,4 @@
-// sha256 of the whole source: ad4a0cd7b7d34fc56146d888ec0a035dc132cb34cd4a73aa1732115f139376d3
+// sha256 of the whole source: 3fc555bc4b8e98dad66089bc0977b332d09ef570d073a156e0af9d98881ba94f
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

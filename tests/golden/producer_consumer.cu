@@ -1,4 +1,4 @@
-// sha256 of the whole source: fc6397ff19a6f2916654963533aff312d8dfa1c8f37ba89fb12804f2778cd42c
+// sha256 of the whole source: 086655195f6f04f78fdc85a9547c31c61bd487b0baf8bbb308ebcfbe776263eb
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: e8178a0cec7dd4e5d3dd38e2b2d6a72911840da8335105afc527a86779bf4034
+// sha256 of the whole source: 3d2e1e21ba856c4d0bda26a71f89c4ecb354afb87080d52c2b7d85f0553e222e
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

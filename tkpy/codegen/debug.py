@@ -9,7 +9,7 @@ number back into the Python line, the op and the barrier or the access. Nothing 
 Checked: the tile of every copy between a global tensor and registers or shared memory (tk.load, tk.store,
 tk.load_async; all of it inside the tensor, or for a masked copy its first element at non-negative coordinates
 inside the batch and depth), the element of tk.atomic_add, tk.signal and tk.wait_signal (whose waits are bounded
-too), every run-time index into an array of shared tiles or
+too), the table row of tk.load_rotary_table, every run-time index into an array of shared tiles or
 semaphores, and the window of a shared subtile at run-time coordinates. Not checked: TMA copies, whose tensor maps
 make the hardware clip them (out-of-bounds elements read as zero, writes are dropped), and register tiles, which
 are indexed at trace time.
@@ -273,6 +273,12 @@ def _access_checks(stmt, index: int) -> Optional[tuple[str, list[str], tuple]]:
                      f"{render(c * t.cols)}, {t.rows}, {t.cols}, {'true' if masked else 'false'}, {index});")
         lines += [_index_check(render(o), render(as_expr(g.type.outer)), index, 4) for o in outer]
         what = f"the {t.rows} x {t.cols} tile of `{g.name}`" + (" (masked)" if masked else "")
+    elif stmt.name == "load_rotary_table":
+        g, b, d, r = stmt.args[1:5]
+        angles = g.type.dims[3]
+        lines.append(f"tk::debug::check_tile({g.name}, {render(b)}, {render(d)}, {render(r)}, 0, 1, {angles}, false, "
+                     f"{index});")
+        what = f"the row of {angles} angles of `{g.name}`"
     elif stmt.name in ("atomic_add", "signal", "wait_signal"):
         g, (b, d, r, c) = (stmt.args[1], stmt.args[2:6]) if stmt.name == "atomic_add" else (stmt.args[0], stmt.args[1:5])
         lines.append(f"tk::debug::check_element({g.name}, {render(b)}, {render(d)}, {render(r)}, {render(c)}, "

@@ -16,6 +16,23 @@ def emit_named(em, op):
     yield f"tk::{op.name}({', '.join(a.name for a in op.args)});"
 
 
+@emits("rotate_half")
+def emit_rotate_half(em, op):
+    dst, src = op.args
+    yield f"tk::rotate_half<{_rotary_args(op, op.attrs['rotary_dim'])}>({dst.name}, {src.name});"
+
+
+@emits("load_rotary_table")
+def emit_load_rotary_table(em, op):
+    dst, table, b, d, row, fill = op.args
+    at = f"{table.name}.at({render(b)}, {render(d)}, {render(row)}, 0)"
+    yield f"tk::load_rotary_table<{_rotary_args(op, 2 * table.type.dims[3])}>({dst.name}, {at}, {float_operand(fill)});"
+
+
+def _rotary_args(op, rotary_dim: int) -> str:
+    return f"{rotary_dim}, {op.attrs['head_dim']}, {'true' if op.attrs['interleaved'] else 'false'}"
+
+
 @emits("mask")
 def emit_mask(em, op):
     dst, src, *index, val = op.args

@@ -9,7 +9,7 @@ import numpy as np
 from ..tiles.exp2_emulation import emulated_mask, exp2_poly
 from ..tiles.layouts import tile_element_numbers, vector_element_numbers
 from ..tiles.types import RT, RV
-from .numerics import BINARY, UNARY, to_f32
+from .numerics import BINARY, UNARY, decode, to_f32
 from .registry import lookup, semantics
 
 # Which elements each mask keeps, by row r, column c and its index operands i (ops/masks.py).
@@ -38,7 +38,40 @@ def transpose(warp, op):
 def swap_pairs(warp, op):
     dst, src = op.args
     x = warp.read(src)
-    warp.write(dst, x.reshape(x.shape[0], -1, 2)[:, :, ::-1].reshape(x.shape))
+    warp.write(dst, x.reshape(*x.shape[:-1], -1, 2)[..., ::-1].reshape(x.shape))
+
+
+@semantics("rotate_half", attrs=("rotary_dim", "head_dim", "interleaved"))
+def rotate_half(warp, op):
+    """Per head (the last axis in heads of head_dim, a last one cut short padded with 0): cat(-x[r/2:r], x[:r/2])
+    (interleaved: (-x[2i+1], x[2i])), 0 past rotary_dim."""
+    dst, src = op.args
+    r, d = op.attrs["rotary_dim"], op.attrs["head_dim"]
+    x = warp.read(src)
+    n = x.shape[-1]
+    cut = -n % d                                    # a head the end cuts short: its missing elements 0
+    heads = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, cut)]).reshape(*x.shape[:-1], -1, d)
+    out = np.zeros_like(heads)
+    if op.attrs["interleaved"]:
+        out[..., 0:r:2], out[..., 1:r:2] = -heads[..., 1:r:2], heads[..., 0:r:2]
+    else:
+        out[..., :r // 2], out[..., r // 2:r] = -heads[..., r // 2:r], heads[..., :r // 2]
+    warp.write(dst, out.reshape(*x.shape[:-1], n + cut)[..., :n])
+
+
+@semantics("load_rotary_table", attrs=("head_dim", "interleaved"))
+def load_rotary_table(warp, op):
+    """Head column j of each head of dst: angle j % (r/2) of the table's row (interleaved: j // 2), fill past r."""
+    dst, table, b, d, row, fill = op.args
+    g = warp.block.globals[table]
+    angles = table.type.dims[3]
+    box = g.box((warp.value(b), warp.value(d), warp.value(row), 0), 1, angles,
+                f"load_rotary_table into `{dst.name}` from `{table.name}`", warp.loc)
+    t = decode(g.dtype, box.copy()).reshape(-1)
+    j = np.arange(op.attrs["head_dim"])
+    picked = t[np.minimum(j // 2 if op.attrs["interleaved"] else j % angles, angles - 1)]
+    head = np.where(j < 2 * angles, picked, np.float32(to_f32(warp.value(fill))))
+    warp.write(dst, np.resize(head, dst.type.length))
 
 
 @semantics("mask", attrs=("kind",))

@@ -9,6 +9,7 @@ from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_
                      add_row, sub_row, mul_row, div_row, add_col, sub_col, mul_col, div_col)
 from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt
 from .layout import swap_layout, swap_pairs, transpose
+from .rotary import load_rotary_table, rotate_half
 from .views import subtile
 from .maps import map, broadcast_row, broadcast_col
 from . import foreign  # noqa: F401 - installs what Python's math, numpy and torch functions do to traced values

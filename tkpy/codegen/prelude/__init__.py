@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import functools
 
-from . import fp8, hopper, math, peer, scalar, warp, warp_extra, warp_ops
+from . import fp8, hopper, math, peer, rotary, scalar, warp, warp_extra, warp_ops
 from .helpers import Pool
 
 # in order: a module's helpers may use those of the modules before it
-HELPERS = (*warp.HELPERS, *warp_ops.HELPERS, *warp_extra.HELPERS, *hopper.HELPERS, *peer.HELPERS, *scalar.HELPERS,
-           *fp8.HELPERS, *math.HELPERS)
+HELPERS = (*warp.HELPERS, *warp_ops.HELPERS, *warp_extra.HELPERS, *rotary.HELPERS, *hopper.HELPERS, *peer.HELPERS,
+           *scalar.HELPERS, *fp8.HELPERS, *math.HELPERS)
 PRELUDE = Pool(list(HELPERS)).text()    # every helper (wgmma wrappers are per kernel): for hand-written kernels
 
 

@@ -130,7 +130,8 @@ template <typename T, int N, typename L> struct rv {
     typedef T dtype;
     static constexpr int chunks = N, per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
     static constexpr bool packed = sizeof(T) == 2 && per_chunk % 2 == 0;
-    typename vec_word<T, packed>::type data[N][packed ? per_chunk / 2 : per_chunk];
+    typedef typename vec_word<T, packed>::type word;
+    word data[N][packed ? per_chunk / 2 : per_chunk];
     __device__ __forceinline__ float get(int c, int k) const {
         if constexpr (packed) { const float2 f = to_float2(data[c][k >> 1]); return (k & 1) ? f.y : f.x; }
         else return to_float(data[c][k]);
@@ -142,6 +143,22 @@ template <typename T, int N, typename L> struct rv {
             w = (k & 1) ? (w & 0xffffu) | (h << 16) : (w & 0xffff0000u) | h;
         } else {
             data[c][k] = from_float<T>(v);
+        }
+    }
+    // Values k and k + 1 of chunk c (k even): a packed pair rounded at once (one conversion, no merging of halves).
+    __device__ __forceinline__ void set_pair(int c, int k, float a, float b) {
+        if constexpr (packed) data[c][k >> 1] = from_float2<word>(make_float2(a, b));
+        else { set(c, k, a); set(c, k + 1, b); }
+    }
+    // Every value k of chunk c = f(c, k), in pairs where a chunk holds an even number of them.
+    template <typename F> __device__ __forceinline__ void set_all(F f) {
+        constexpr int step = per_chunk % 2 == 0 ? 2 : 1;
+        #pragma unroll
+        for (int c = 0; c < N; c++)
+        #pragma unroll
+        for (int k = 0; k < per_chunk; k += step) {
+            if constexpr (step == 2) set_pair(c, k, f(c, k), f(c, k + 1));
+            else set(c, k, f(c, k));
         }
     }
 };
@@ -446,10 +463,7 @@ __device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, 
 }
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.set(i, k, f(src.get(i, k)));
+    dst.set_all([&](int c, int k) { return f(src.get(c, k)); });
 }
 
 template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
@@ -476,18 +490,11 @@ __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W,
 }
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++)
-        dst.set(i, k, f(a.get(i, k), b.get(i, k)));
+    dst.set_all([&](int c, int k) { return f(a.get(c, k), b.get(c, k)); });
 }
 template <typename F, typename TD, typename TA, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) dst.set(i, k, f(a.get(i, k), b));
+    dst.set_all([&](int c, int k) { return f(a.get(c, k), b); });
 }
 
 template <typename T, int H, int W, typename L>
@@ -503,10 +510,7 @@ __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
 
 template <typename T, int N, typename L>
 __device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-    #pragma unroll
-    for (int k = 0; k < rv<T, N, L>::per_chunk; k++) dst.set(i, k, v);
+    dst.set_all([=](int, int) { return v; });
 }
 """
 

@@ -59,23 +59,6 @@ __device__ __forceinline__ void swap_layout(rt<TD, H, W, typename transpose_of<L
     for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
 }
 
-// Each row's columns 2i and 2i + 1 trade places (one register pair of a lane: no shuffles); dst may be src.
-__device__ __forceinline__ float2 swap2(float2 v) { return make_float2(v.y, v.x); }
-
-__device__ __forceinline__ bf16_2 swap2(bf16_2 v) { return {(v.x >> 16) | (v.x << 16)}; }
-
-__device__ __forceinline__ fp16_2 swap2(fp16_2 v) { return {(v.x >> 16) | (v.x << 16)}; }
-
-template <typename TD, typename TS, int H, int W>
-__device__ __forceinline__ void swap_pairs(rt<TD, H, W, row_l>& dst, const rt<TS, H, W, row_l>& src) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) dst.data[i][j][k] = swap2(convert2<typename rt<TD, H, W, row_l>::T2>(src.data[i][j][k]));
-}
-
 // dst = src^T in the same layout; dst may be src (a square tile).
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, W, L>& src) {
@@ -202,6 +185,15 @@ __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, 
     for (int c = 0; c < N; c++) {
         if constexpr (is_same<L, contig_l>::value) {
             const int i = c * 256 + 8 * ln;
+            if constexpr (rv<TD, N, L>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
+                if (!MASKED || i + 8 <= n) {
+                    u32 w[4];
+                    ld16(w, p + i, space);
+                    #pragma unroll
+                    for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
+                    continue;
+                }
+            }
             float v[8];
             if (!MASKED || i + 8 <= n) load8(v, p + i, space);
             else {
@@ -209,7 +201,7 @@ __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, 
                 for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
             }
             #pragma unroll
-            for (int k = 0; k < 8; k++) dst.set(c, k, v[k]);
+            for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
         } else {
             #pragma unroll
             for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
@@ -229,6 +221,15 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n,
     for (int c = 0; c < N; c++) {
         if constexpr (is_same<L, contig_l>::value) {
             const int i = c * 256 + 8 * ln;
+            if constexpr (rv<TS, N, L>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
+                if (!MASKED || i + 8 <= n) {
+                    u32 w[4];
+                    #pragma unroll
+                    for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
+                    st16(p + i, w, space);
+                    continue;
+                }
+            }
             float v[8];
             #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
@@ -413,10 +414,7 @@ __device__ __forceinline__ auto map_indexed(rt<TD, H, W, L>& dst, F f, const S&.
 template <typename F, typename TD, int N, typename L, typename... TS>
 __device__ __forceinline__ void map_indexed(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
     constexpr int per_chunk = rv<TD, N, L>::per_chunk;
-    #pragma unroll
-    for (int c = 0; c < N; c++)
-    #pragma unroll
-    for (int k = 0; k < per_chunk; k++) dst.set(c, k, f(VECTOR_ELEMENT, src.get(c, k)...));
+    dst.set_all([&](int c, int k) { return f(VECTOR_ELEMENT, src.get(c, k)...); });
 }
 template <typename F> struct ignore_element {
     F f;

@@ -1,0 +1,46 @@
+"""The policy of the rotary kernel (kernels/rotary_kernel.py): the chunks of 256 elements a warp moves at a time for
+each position (a piece of a position's row, or that many groups of heads), the positions it takes at a time, the
+warps a block and blocks an SM of the persistent grid. Each table row carries its evidence; tests/test_rotary.py
+records the choices.
+
+The aim: 16-byte loads in flight to cover the memory latency (~30 KB an SM at 3.5 TB/s; here 4 chunks of 512 bytes
+a warp, 32 warps an SM: 64 KB) in few registers (x and rotate_half(x) in packed 16-bit pairs, 4 + 4 registers a
+chunk, and a position's tables, 8 + 8 fp32 values: ~60 registers at 4 chunks, the cap of 32 warps an SM being 64);
+narrow rows (a decoding step's few heads) take two positions at a time instead. Full occupancy (1 chunk, 16 warps x 4
+blocks: 32 registers, no spills) keeps one load a warp in flight, 32 KB an SM: bench_memory_bound.py --variants times
+it beside the table's choice."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .rotary_config import CHUNK, RotaryConfig
+
+
+@dataclass(frozen=True)
+class Row:
+    """A policy table row: (chunks, positions, warps, blocks_per_sm) and why."""
+
+    value: tuple
+    evidence: str
+
+
+FIT = "register fit, unmeasured: no spills (NVRTC, tests/test_rotary.py); to be timed by bench_memory_bound.py"
+# chunks of the wider of q's and k's rows, up to (None: any) -> the split
+TABLE = ((1, Row((1, 2, 8, 4), FIT)), (2, Row((2, 1, 8, 4), FIT)), (None, Row((4, 1, 8, 4), FIT)))
+INTERPRETER_SMS = 2
+
+
+def config_for(head_dim: int, rotary_dim: int, heads_q: int, heads_k: int, dtype: str, table: str,
+               interleaved: bool, inverse: bool = False, **forced) -> RotaryConfig:
+    """The kernel a call runs (`forced`: RotaryConfig fields over the table's)."""
+    wide = -(-max(heads_q, heads_k) * head_dim // CHUNK)
+    chunks, positions, warps, blocks_per_sm = next(row for limit, row in TABLE if limit is None or wide <= limit).value
+    c = RotaryConfig(head_dim, rotary_dim, heads_q, heads_k, dtype, table, interleaved, inverse, chunks, positions,
+                     warps, blocks_per_sm)
+    return replace(c, **forced) if forced else c
+
+
+def grid_for(c: RotaryConfig, rows: int, resident: int) -> int:
+    """Blocks of the persistent grid: enough warps for every group of positions, at most `resident` blocks."""
+    tasks = -(-rows // c.positions)
+    return max(1, min(-(-tasks // c.warps), resident))
