@@ -13,7 +13,6 @@ are mapped back to those markers so the user sees their own Python line.
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -23,7 +22,10 @@ from . import cache as _cache
 from .errors import CompileError, TkpyRuntimeError
 from .resources import Resources, parse_ptxas_log
 
-BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-lineinfo", "-Xptxas=-v")
+#: -Xptxas=-v: ptxas' report (registers, spills) in the log of the one run that compiles a kernel. --no-cache: NVRTC's
+#: own cache of cubins (~/.nv/ComputeCache, NVRTC 12.9 and later) off: a cubin it reuses comes with no ptxas report,
+#: and tkpy's disk cache keeps the cubin with its report instead.
+BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-lineinfo", "-Xptxas=-v", "--no-cache")
 
 
 @dataclass(frozen=True)
@@ -247,12 +249,6 @@ def _from_disk(key: str, source: str, kernel_name: str, arch: str) -> CompiledMo
 
 def _compile(source: str, kernel_name: str, opts: list[str], arch: str, key: str) -> CompiledModule:
     cubin, ptx, log, secs = _run_nvrtc(source, kernel_name, opts, arch)
-    if "-Xptxas=-v" in opts and not parse_ptxas_log(log, kernel_name).found:
-        # NVRTC (13.0 on the H200) reuses cubins from the CUDA compute cache (~/.nv/ComputeCache) and then
-        # returns no ptxas report; CUDA_CACHE_DISABLE only counts before the driver starts. A one-off global
-        # makes the PTX new, so ptxas runs and reports (kernel code unchanged; this path only).
-        nonce = f"\n__device__ int tkpy_uncached_{secrets.token_hex(8)};  // forces a fresh ptxas run\n"
-        cubin, ptx, log, secs = _run_nvrtc(source + nonce, kernel_name, opts, arch)
     if not _entry_present(ptx, kernel_name):
         entries = re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(", ptx)
         raise CompileError(
