@@ -121,7 +121,7 @@ def child(case: str) -> dict:
     imported = time.perf_counter() - start
     gpu = gpu_available()
     if case == "floor":
-        nvrtc.nvrtc_version()           # the library loaded, as it is for a kernel's compile
+        nvrtc.loaded_version()          # the library loaded, as it is for a kernel's compile
         start = time.perf_counter()
         _, _, _, seconds = nvrtc._run_nvrtc(FLOOR, "floor_kernel", ["-arch=sm_90a", *nvrtc.BASE_OPTIONS], "sm_90a")
         return {"case": case, "gpu": gpu, "import_s": imported, "first_s": time.perf_counter() - start,

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..codegen import generate, param_slots
+from ..codegen import KernelCode, kernel_code, param_slots
 from ..errors import ArgumentError, with_location
 from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
@@ -182,9 +182,7 @@ class Kernel:
         """The generated CUDA C++, as NVRTC compiles it: the prelude helpers the kernel uses, then the kernel.
         prelude="full": the whole prelude instead of the helpers it uses."""
         lowered = self._compiled_for(args, need_cuda=False).lowered
-        if prelude == "used":
-            return lowered.source
-        return generate(lowered.traced.ir, lowered.slots, prelude)
+        return lowered.source if prelude == "used" else lowered.code.source(prelude)
 
     def ptx(self, *args) -> str:
         """The PTX NVRTC made with the cubin (for reading: the driver loads the cubin)."""
@@ -380,19 +378,25 @@ class Traced:
     def lower(self) -> "Lowered":
         arg_index = {s.name: i for i, s in enumerate(self.kernel.specs)}
         slots = param_slots(self.ir, arg_index)
-        return Lowered(self, generate(self.ir, slots), slots)
+        return Lowered(self, kernel_code(self.ir, slots), slots)
 
 
 @dataclass
 class Lowered:
     traced: Traced
-    source: str
+    code: KernelCode        # the kernel's C++; its source (with the prelude helpers it uses) made on demand
     slots: list
 
+    @functools.cached_property
+    def source(self) -> str:
+        """The CUDA C++ NVRTC compiles: the prelude helpers the kernel uses, then the kernel."""
+        return self.code.source()
+
     def compile(self) -> "Compiled":
+        """Compiled by NVRTC, or found in the disk cache by the code's identity (a hit makes no source)."""
         from ..runtime import compile_cuda, warn_on_spills
 
-        module = compile_cuda(self.source, self.traced.ir.name)
+        module = compile_cuda(lambda: self.source, self.traced.ir.name, identity=self.code.identity)
         warn_on_spills(module.resources, self.traced.ir.name)
         return Compiled(self, module)
 
