@@ -17,16 +17,9 @@ from tkpy import f32
 from tkpy.codegen import emit, generate, prelude
 from tkpy.runtime import cache, clear_memo, compile_cuda, nvrtc, nvrtc_record
 
+from test_runtime import _isolated_cache  # noqa: F401 - autouse: each test its own empty disk cache and memo
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("TKPY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TKPY_CACHE", raising=False)
-    clear_memo()
-    yield
-    clear_memo()
 
 
 def _kernel(scale: float):
