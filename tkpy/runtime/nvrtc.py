@@ -96,7 +96,8 @@ def loaded_version() -> tuple[int, int]:
             ) from e
         major, minor = _check(nvrtc, res, "nvrtcVersion")
         version = _versions["loaded"] = (int(major), int(minor))
-        nvrtc_record.record(version)
+        if _versions.get("recorded") != version:      # (a record read that holds: not written again)
+            nvrtc_record.record(version)
     return version
 
 
