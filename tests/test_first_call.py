@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,8 +112,9 @@ def test_the_prelude_fingerprint_covers_its_package():
 
 @pytest.fixture
 def versions(monkeypatch):
-    """nvrtc's versions as in a new process (nothing loaded or read yet); the real one, loaded here once."""
+    """nvrtc's versions as in a new process (nothing loaded or read yet) and no record; the real one, loaded here."""
     real = nvrtc.loaded_version()
+    shutil.rmtree(cache.root() / nvrtc_record.KIND, ignore_errors=True)    # (the first load of this process's)
     monkeypatch.setattr(nvrtc, "_versions", {})
     return real
 
