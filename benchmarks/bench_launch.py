@@ -84,7 +84,9 @@ def bench_tkpy_call(native_launch: bool = True):
     saved = os.environ.get(native.ENV)
     os.environ[native.ENV] = "1" if native_launch else "0"
     try:
-        noop4[(1,)](x, y, 1, 0.5)           # the first launch picks the launcher
+        noop4[(1,)](x, y, 1, 0.5)           # the first launch starts the native launcher's load (a build, the
+        if native_launch:                   # first time on a machine) and switches to it when it is loaded
+            native.wait()
     finally:
         if saved is None:
             del os.environ[native.ENV]

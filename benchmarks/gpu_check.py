@@ -45,38 +45,11 @@ def run_tests(extra: list[str]) -> dict:
 
 
 def bench_compile() -> dict:
-    """Cold compile (empty disk cache) and warm load (disk cache, fresh process memo) of the examples."""
-    import torch
+    """First-call time: cold (empty disk cache) and warm (a new process, the cache filled) first calls of attention(),
+    matmul(), softmax and a row kernel beside NVRTC's floor (benchmarks/bench_compile.py; one round here)."""
+    from benchmarks import bench_compile as bc
 
-    from tkpy.kernels.row_softmax import softmax_rows
-    from tkpy.kernels.warp_matmul import warp_matmul_bf16
-    from tkpy.runtime import nvrtc
-
-    x = torch.empty(1024, 128, dtype=torch.bfloat16)
-    a, b, c = (torch.empty(256, 256, dtype=t) for t in (torch.bfloat16, torch.bfloat16, torch.float32))
-    cases = {"softmax_rows": (softmax_rows, (x, x, 128)), "warp_matmul": (warp_matmul_bf16, (a, b, c))}
-    results = {}
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["TKPY_CACHE_DIR"] = cache
-        for name, (kern, args) in cases.items():
-            t0 = time.perf_counter()
-            traced = kern.trace(*args)
-            t1 = time.perf_counter()
-            lowered = traced.lower()
-            t2 = time.perf_counter()
-            nvrtc.clear_memo()
-            lowered.compile()
-            t3 = time.perf_counter()
-            warm = []
-            for _ in range(5):
-                nvrtc.clear_memo()
-                s = time.perf_counter()
-                lowered.compile()
-                warm.append(time.perf_counter() - s)
-            results[name] = {"trace_ms": (t1 - t0) * 1e3, "lower_ms": (t2 - t1) * 1e3,
-                             "cold_compile_ms": (t3 - t2) * 1e3, "disk_cache_ms": statistics.median(warm) * 1e3}
-        del os.environ["TKPY_CACHE_DIR"]
-    return results
+    return bc.main(["--rounds", "1"])
 
 
 def bench_launch() -> dict:
@@ -152,9 +125,9 @@ def main() -> int:
         bundle_details(OUT)
 
     print("\n==== summary ====")
-    for name, r in report.get("compile", {}).items():
-        print(f"compile {name:14s} trace {r['trace_ms']:6.1f} ms  lower {r['lower_ms']:5.1f} ms  "
-              f"cold NVRTC {r['cold_compile_ms']:6.1f} ms  disk cache {r['disk_cache_ms']:5.2f} ms")
+    if report.get("compile"):
+        from benchmarks import bench_compile as bc
+        print("\n".join(bc.summary(report["compile"])))
     for name, r in report.get("launch", {}).items():
         if name in ("raw_ex_int", "prepared", "native_raw", "native_noop", "tkpy_call", "tkpy_python", "torch_zero"):
             print(f"launch  {name:20s} {r['median_us']:6.2f} us/call")

@@ -403,11 +403,22 @@ def test_noop_launch_runs_the_whole_path(mod):
 
 
 def test_disabled_by_environment(monkeypatch, caplog):
+    """TKPY_NATIVE_LAUNCH=0: no background load starts and no kernel is switched to the native launcher."""
     monkeypatch.setenv(native.ENV, "0")
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_thread", None)
     native._logged.clear()
+    calls = []
+
+    class Kernel:
+        def switch(self):
+            calls.append(self)
+    kernel = Kernel()
     with caplog.at_level(logging.DEBUG, logger="tkpy.native"):
-        assert native.launcher(noop5) is None
+        native.start()
+        native.on_load(kernel.switch)
     assert "TKPY_NATIVE_LAUNCH=0" in caplog.text and not native.enabled()
+    assert native._thread is None and calls == [] and native.wait() is None
 
 
 def test_no_compiler_falls_back(monkeypatch, caplog, tmp_path):
@@ -419,7 +430,7 @@ def test_no_compiler_falls_back(monkeypatch, caplog, tmp_path):
     native._logged.clear()
     with caplog.at_level(logging.DEBUG, logger="tkpy.native"):
         assert native.load() is None
-        assert native.launcher(noop5) is None
+        assert native.launcher(noop5, {}) is None
     assert "no C compiler found" in caplog.text
     with pytest.raises(native.NativeBuildError):
         native.build(tmp_path)

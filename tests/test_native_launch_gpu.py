@@ -1,6 +1,7 @@
 """GPU tests of the native launch path against the Python one (skipped cleanly without a Hopper GPU).
 
-Each test makes fresh kernels: a kernel picks its launcher at its first launch, native unless
+Each test makes fresh kernels: a kernel launches natively from its first launch where the native launcher is loaded
+(the tests load it first), else from when the background thread its first launch started has it; never under
 TKPY_NATIVE_LAUNCH=0 (tkpy/runtime/native.py).
 """
 from __future__ import annotations
@@ -151,3 +152,44 @@ def test_cluster_launch(monkeypatch):
         k[(4,)](x, y, 1, 2.0)
     torch.cuda.synchronize()
     assert k.uses_native_launch and torch.equal(y, x * 2.0)
+
+
+FIRST_ON_A_NEW_MACHINE = """
+import json, sys, time, torch
+sys.path.insert(0, "tests")
+from test_native_launch_gpu import make_scale, WARPS
+from tkpy.runtime import native
+k = make_scale()
+x = torch.randn(WARPS * 16 * 4, 16, device="cuda")
+ys = [torch.full_like(x, float("nan")) for _ in range(3)]
+k[(4,)](x, ys[0], 1, 2.0)                       # compiles, starts the launcher's build, launches the Python way
+first_native = k.uses_native_launch
+built = native.wait(120) is not None
+k[(4,)](x, ys[1], 1, 3.0)                       # through the launcher the build switched to
+k[(4,)](x, ys[2], 1, -1.0)
+torch.cuda.synchronize()
+print(json.dumps({"first_native": first_native, "built": built, "native": k.uses_native_launch,
+                  "ok": [torch.equal(y, x * s) for y, s in zip(ys, (2.0, 3.0, -1.0))]}))
+"""
+
+
+def test_first_launch_on_a_machine_without_the_launcher(tmp_path):
+    """A new process with an empty cache (no native launcher built): the first launch goes ahead on the Python
+    launcher while the build runs in the background (entries made there, on a thread without a CUDA context); once
+    built, the same kernel launches natively, with the right results on either path."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TKPY_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(root)}
+    env.pop(native.ENV, None)
+    done = subprocess.run([sys.executable, "-c", FIRST_ON_A_NEW_MACHINE], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result["built"]:
+        pytest.skip("the native launcher could not be built here")
+    assert result["native"] and result["ok"] == [True, True, True], result

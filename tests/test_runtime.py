@@ -431,19 +431,58 @@ def test_gpu_available_is_bool():
     assert isinstance(gpu_available(), bool)
 
 
-def test_a_compile_without_ptxas_report_is_redone_uncached(monkeypatch):
-    """NVRTC returns no ptxas report for a cubin it took from the CUDA compute cache (NVRTC 13.0 on the H200);
-    compile_cuda then compiles once more with a one-off global so that ptxas runs and reports."""
-    from tkpy.runtime import nvrtc as nv
+SPILLER = """
+extern "C" __global__ void __launch_bounds__(1024, 2) spiller(float* x, float* y) {  // 32 registers: too few
+  float a[64];
+  float v = x[threadIdx.x];
+  #pragma unroll
+  for (int i = 0; i < 64; i++) { v = v * 1.0001f + float(i); a[i] = v; y[threadIdx.x + 256 * i] = v; }
+  float r = 0.f;
+  #pragma unroll
+  for (int i = 0; i < 64; i++) r += a[63 - i] * a[(i * 7 + 5) % 64];
+  x[threadIdx.x] = r;
+}
+"""
 
-    sources = []
-    real = nv._run_nvrtc
 
-    def first_without_report(source, kernel_name, opts, arch):
-        cubin, ptx, log, secs = real(source, kernel_name, opts, arch)
-        sources.append(source)
-        return (cubin, ptx, "" if len(sources) == 1 else log, secs)
-    monkeypatch.setattr(nv, "_run_nvrtc", first_without_report)
-    m = compile_cuda(_unique(ADD1), "add1")
-    assert len(sources) == 2 and "tkpy_uncached_" in sources[1] and "tkpy_uncached_" not in sources[0]
-    assert m.resources.found and m.resources.registers > 0
+def _counting_nvrtc(monkeypatch) -> list:
+    """The options of every NVRTC run from here on (nvrtcCompileProgram, as cuda.bindings is called)."""
+    from cuda.bindings import nvrtc as bindings
+
+    runs = []
+    real = bindings.nvrtcCompileProgram
+
+    def counted(prog, n, opts):
+        runs.append([o.decode() for o in opts])
+        return real(prog, n, opts)
+    monkeypatch.setattr(bindings, "nvrtcCompileProgram", counted)
+    return runs
+
+
+def test_a_cold_compile_is_one_nvrtc_run_with_its_ptxas_report(tmp_path, monkeypatch):
+    """One NVRTC run per kernel gives the cubin and ptxas' report, also for a source NVRTC has compiled before (its
+    own cache, which returns no report, is off: NVRTC 13.0 on the H200 kept cubins in ~/.nv/ComputeCache): here
+    compiled into two empty disk caches, one run each, the report in both."""
+    runs = _counting_nvrtc(monkeypatch)
+    src = _unique(SPILLER)
+    first = compile_cuda(src, "spiller")
+    clear_memo()
+    monkeypatch.setenv("TKPY_CACHE_DIR", str(tmp_path / "another cache"))
+    again = compile_cuda(src, "spiller")
+    assert len(runs) == 2 and all("--no-cache" in opts and "-Xptxas=-v" in opts for opts in runs)
+    assert not first.from_cache and not again.from_cache
+    for m in (first, again):
+        r = m.resources
+        assert r.found and 0 < r.registers <= 32, r
+        assert r.spill_stores > 0 and r.spill_loads > 0 and r.stack_frame > 0 and r.spills, r
+    assert first.resources == again.resources
+
+
+def test_resources_come_from_the_disk_cache_without_nvrtc(monkeypatch):
+    """k.resources(...) of a kernel in the disk cache: the report kept with its cubin, no NVRTC run."""
+    src = _unique(SPILLER)
+    cold = compile_cuda(src, "spiller")
+    clear_memo()
+    runs = _counting_nvrtc(monkeypatch)
+    warm = compile_cuda(src, "spiller")
+    assert warm.from_cache and runs == [] and warm.resources == cold.resources and warm.resources.spills

@@ -243,3 +243,24 @@ def test_launch_error_is_reported(torch, add1_mod):
     pb.pack(0, 0)
     with pytest.raises(DriverError, match="cuLaunchKernelEx"):
         Launcher(lk.function, (4096, 1, 1), kernel=lk)((1, 1, 1), current_stream_handle(dev), pb)
+
+
+def test_repeated_cold_compiles_with_the_driver_started_report_in_one_run(torch, tmp_path, monkeypatch):
+    """With the driver started (where NVRTC 13.0 took cubins from the CUDA compute cache and ran no ptxas: RESULTS.md
+    runs 34-40), the same source compiled into 5 empty disk caches: one NVRTC run each, ptxas' report in each."""
+    from cuda.bindings import nvrtc as bindings
+
+    from tkpy.runtime import clear_memo
+
+    torch.zeros(1, device="cuda")
+    runs = []
+    real = bindings.nvrtcCompileProgram
+    monkeypatch.setattr(bindings, "nvrtcCompileProgram", lambda prog, n, opts: runs.append(opts) or real(prog, n, opts))
+    src = ADD1 + f"// {tmp_path.name}\n"
+    for i in range(5):
+        clear_memo()
+        monkeypatch.setenv("TKPY_CACHE_DIR", str(tmp_path / f"cache{i}"))
+        m = compile_cuda(src, "add1")
+        assert not m.from_cache and m.resources.found and m.resources.registers > 0, m.log
+    assert len(runs) == 5
+    clear_memo()

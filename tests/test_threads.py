@@ -178,6 +178,7 @@ class FakeGPU:
 
     def __init__(self, monkeypatch, fail_first=False):
         self.records: list = []
+        self.paths: list = []     # "python" or "native": which launcher made each recorded launch
         self.ptr_slots: list = []
         self.fail_first = fail_first
         self._toggle = threading.local()
@@ -208,6 +209,7 @@ class FakeGPU:
             if failed:
                 return (CUDA_ERROR_INVALID_CONTEXT,)
         self.records.append((threading.get_ident(), self._values(address)))
+        self.paths.append("python")
         return (0,)
 
     def _native_launch(self, config, function, params, extra):
@@ -215,6 +217,7 @@ class FakeGPU:
             self._toggle.failed = True
             return CUDA_ERROR_INVALID_CONTEXT
         self.records.append((threading.get_ident(), self._values(params)))
+        self.paths.append("native")
         return 0
 
     def watch(self, k, *args):
@@ -288,6 +291,93 @@ def test_retry_after_a_missing_context_launches_its_own_arguments(monkeypatch, w
     _use_launcher(monkeypatch, which)
     fake = FakeGPU(monkeypatch, fail_first=True)
     _race(fake, add_kernel(), False, 4, 2000, warm=True)
+
+
+# ---------------------------------------------------------------------------- the native launcher built meanwhile
+
+
+@pytest.fixture
+def held_build(monkeypatch):
+    """The native launcher as on a machine that has never built it, its build (about 0.4 s of C compiler on the
+    H200) held until `release` is set: native's state reset, its load then returning the real extension."""
+    _use_launcher(monkeypatch, "native")
+    module = native.load()
+    release, started = threading.Event(), threading.Event()
+
+    def build_and_import():
+        started.set()
+        assert release.wait(60), "the test never released the build"
+        return module
+    for name, value in (("_tried", False), ("_module", None), ("_thread", None), ("_waiting", [])):
+        monkeypatch.setattr(native, name, value)
+    monkeypatch.setattr(native, "_build_and_import", build_and_import)
+    yield release, started
+    release.set()
+    native.wait(60)
+
+
+def test_first_launches_do_not_wait_for_the_native_launcher(monkeypatch, held_build):
+    """A process's first launch starts the native launcher's build in the background and launches through the
+    Python launcher meanwhile; once it is built the kernel switches to it."""
+    release, started = held_build
+    fake = FakeGPU(monkeypatch)
+    k = add_kernel()
+    y = tensor(False)
+    fake.watch(k, y, 1.0)
+    k[(1,)](y, 1.0)
+    k[(1,)](y, 2.0)
+    assert started.wait(10) and native._tried is False        # the build is still under way
+    assert fake.paths == ["python", "python"] and not k.uses_native_launch
+    release.set()
+    assert native.wait(60) is not None and k.uses_native_launch
+    k[(1,)](y, 3.0)
+    assert fake.paths == ["python", "python", "native"]
+    assert [values for _, values in fake.records] == [(y.data_ptr(),)] * 3
+
+
+def test_the_switch_to_native_while_threads_launch(monkeypatch, held_build):
+    """4 threads launch a kernel (each on its own tensor, kernel[grid] each time) while the build finishes and the
+    kernel switches: every launch packs its own thread's arguments, and after the switch all go the native way."""
+    release, _ = held_build
+    fake = FakeGPU(monkeypatch)
+    k = add_kernel()
+    ys = [tensor(False) for _ in range(4)]
+    fake.watch(k, ys[0], 1.0)
+    k[(1,)](tensor(False), 0.0)
+    fake.records.clear()
+    fake.paths.clear()
+    mine, launches = {}, 1500
+
+    def work(i):
+        mine[threading.get_ident()] = (ys[i].data_ptr(),)
+        for j in range(launches):
+            if i == 0 and j == launches // 3:
+                release.set()
+            k[(1,)](ys[i], float(j))
+
+    in_threads(4, work)
+    native.wait(60)
+    fake.check_own(mine, 4 * launches)
+    assert k.uses_native_launch and fake.paths[0] == "python"
+    in_threads(4, work)
+    assert fake.paths[-4 * launches:] == ["native"] * (4 * launches)
+
+
+def test_a_kernel_gone_before_the_build_is_not_kept(monkeypatch, held_build):
+    """native holds the kernels waiting for the build weakly."""
+    import gc
+    import weakref
+
+    release, _ = held_build
+    FakeGPU(monkeypatch)
+    k = add_kernel()
+    k[(1,)](tensor(False), 1.0)
+    gone = weakref.ref(k)
+    del k
+    gc.collect()
+    assert gone() is None
+    release.set()
+    assert native.wait(60) is not None
 
 
 # ---------------------------------------------------------------------------- the same on a GPU

@@ -56,6 +56,24 @@ def test_warmup_compiles_the_operators_kernels_into_the_cache(tmp_path, monkeypa
     assert again.returncode == 0 and " 0 compiled " in again.stdout.splitlines()[0], again.stdout
 
 
+def test_warmup_builds_the_native_launcher(tmp_path):
+    """The native launcher, built once per machine, lands in the cache with the kernels (a MAC beside it), so that no
+    first launch of the deployment starts its build; a second warm-up finds it there."""
+    from test_native_launch import native_build_problem
+
+    problem = native_build_problem()
+    if problem:
+        pytest.skip(f"cannot build the native launcher: {problem}")
+    first = run("softmax:256x64", cache_dir=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (line,) = [x for x in first.stdout.splitlines() if x.startswith("  native launcher: ")]
+    path = Path(line.split(": ", 1)[1])
+    assert path.parent == tmp_path / "native" and path.is_file() and path.with_name(path.name + ".mac").is_file()
+    built = path.stat().st_mtime_ns
+    again = run("softmax:256x64", cache_dir=tmp_path)
+    assert f"  native launcher: {path}\n" in again.stdout and path.stat().st_mtime_ns == built
+
+
 def _spec_file(tmp_path: Path) -> Path:
     path = tmp_path / "shapes.txt"
     path.write_text("# the same specs, from a file\n" + "\n".join(f"{s}   # a comment" for s in SPECS) + "\n\n")

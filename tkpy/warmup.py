@@ -10,7 +10,9 @@ operator's launch path (tkpy.kernels.warmup) under compile_only(): every kernel 
 compiled by NVRTC, nothing is run. NVRTC needs no GPU: by default the tensors are meta tensors and the choices that
 depend on the GPU's SM count are an H200's (132 SMs); `--device cuda` plans for the GPU at hand (empty tensors on
 it; still nothing launched). TKPY_CACHE_DIR chooses the cache directory, as at run time; the cache is keyed by
-NVRTC's version too, so warm up with the NVRTC the deployment runs.
+NVRTC's version too, so warm up with the NVRTC the deployment runs. It also builds the native launcher into that
+directory (tkpy.runtime.native: once per machine, which a process's first launch would otherwise start in the
+background).
 """
 from __future__ import annotations
 
@@ -64,6 +66,19 @@ def warm(specs: list[str], device: str = "meta", threads: int | None = None) -> 
                                                          if isinstance(r, Exception)]
 
 
+def native_launcher() -> str:
+    """Build the native launcher into the cache directory unless it is there (tkpy.runtime.native), and say where it
+    is, or why there is none (launches then go through the Python launcher)."""
+    from .runtime import native
+
+    if not native.enabled():
+        return f"off ({native.ENV}=0)"
+    try:
+        return str(native.build())
+    except (native.NativeBuildError, OSError) as e:
+        return f"none ({e}); launches go through the Python launcher"
+
+
 def _specs_from(path: str) -> list[str]:
     with open(path) as f:
         return [line.split("#", 1)[0].strip() for line in f if line.split("#", 1)[0].strip()]
@@ -111,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in sorted(compiled, key=lambda c: c.module.kernel_name):
         done = f"compiled in {c.module.compile_seconds:.2f} s" if not c.module.from_cache else "cached"
         print(f"  {c.module.kernel_name}: {done} ({c.resources.summary()})")
+    print(f"  native launcher: {native_launcher()}")
     for spec, error in failed:
         print(f"  {spec}: {type(error).__name__}: {error}", file=sys.stderr)
     return 1 if failed else 0

@@ -6,9 +6,11 @@ so the source reads side by side with the kernel and NVRTC errors map back.
 from __future__ import annotations
 
 import functools
+import hashlib
 import linecache
 import operator
 import re
+from dataclasses import dataclass
 
 from ..errors import UnsupportedError
 from ..ir.core import Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, SharedRef, Var, walk
@@ -18,7 +20,7 @@ from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV, Semaphore
 from .abi import Slot, element_ctype, tensor_maps
 from . import divisors, timeline
-from .prelude import prelude_for
+from .prelude import fingerprint as prelude_fingerprint, prelude_for
 from .prelude import debug as debug_cpp
 from .debug import plan_for
 
@@ -34,11 +36,33 @@ SCOPE_THREADS = {"warp": ("32", "laneid"), "warpgroup": ("128", "threadIdx.x % 1
 WARP_BARRIER = "__syncwarp();"
 
 
-def generate(kernel: KernelIR, slots: list[Slot], prelude: str = "used") -> str:
-    """The kernel's CUDA C++: the prelude helpers it uses (`prelude="used"`, what is compiled) or the whole prelude
-    (`prelude="full"`), then what debug mode or the timeline add, then the kernel."""
-    if prelude not in ("used", "full"):
-        raise ValueError(f'prelude must be "used" or "full", got {prelude!r}')
+@dataclass(frozen=True)
+class KernelCode:
+    """A kernel's C++ without the prelude (the kernel, and what debug mode or the timeline put beside it) and what
+    chooses the prelude helpers it needs: what NVRTC compiles is `source()`, made on demand (choosing the helpers
+    takes longer than emitting the kernel), and `identity` determines it."""
+
+    code: str
+    wgmma_variants: frozenset
+    tma5: bool
+
+    def source(self, prelude: str = "used") -> str:
+        """The translation unit: the prelude helpers the code uses (`prelude="used"`, what is compiled) or the whole
+        prelude (`prelude="full"`), then the code."""
+        if prelude not in ("used", "full"):
+            raise ValueError(f'prelude must be "used" or "full", got {prelude!r}')
+        return prelude_for(self.code, self.wgmma_variants, self.tma5, full=prelude == "full") + "\n" + self.code
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """A string that determines `source()` (the code, the prelude's inputs and the prelude itself): what the disk
+        cache keys the compiled kernel by, so that a hit never chooses the prelude helpers."""
+        return "tkpy-kernel-code:" + hashlib.sha256("\x1f".join(
+            (prelude_fingerprint(), repr(sorted(self.wgmma_variants)), str(self.tma5), self.code)).encode()).hexdigest()
+
+
+def kernel_code(kernel: KernelIR, slots: list[Slot]) -> KernelCode:
+    """The kernel's C++ (KernelCode: the prelude it needs chosen when its source is asked for)."""
     variants = {(s.attrs["n"], s.attrs["dtype"] + (f"_{s.attrs['b_dtype']}" if "b_dtype" in s.attrs else ""),
                  s.attrs["a_regs"]) for s in walk(kernel.body) if isinstance(s, Op) and s.name == "wgmma"}
     tma5 = any(g.type.rank == 5 for g, _ in tensor_maps(kernel))
@@ -49,8 +73,13 @@ def generate(kernel: KernelIR, slots: list[Slot], prelude: str = "used") -> str:
     if emitter.debug is not None:   # debug mode (tkpy/runtime/debug.py): the bounded waits' helpers and sites
         debugging = debug_cpp.section(emitter.debug, kernel.debug.timeout_ns, debug_cpp.SLOTS,
                                       kernel.debug.prints(emitter.debug.warpgroups > 0))
-    code = recording + debugging + body
-    return prelude_for(code, variants, tma5, full=prelude == "full") + "\n" + code
+    return KernelCode(recording + debugging + body, frozenset(variants), tma5)
+
+
+def generate(kernel: KernelIR, slots: list[Slot], prelude: str = "used") -> str:
+    """The kernel's CUDA C++: the prelude helpers it uses (`prelude="used"`, what is compiled) or the whole prelude
+    (`prelude="full"`), then what debug mode or the timeline add, then the kernel."""
+    return kernel_code(kernel, slots).source(prelude)
 
 
 def ctype_of(t) -> str:
@@ -145,7 +174,7 @@ class KernelEmitter:
         self.lines.append("}")
         body = "\n".join(self.lines[prologue_at:])
         for name, decl in reversed(BUILTIN_DECLS):
-            if re.search(rf"\b{name}\b", body):
+            if name in body and re.search(rf"\b{name}\b", body):   # (`in` first: 30x faster where it is absent)
                 self.lines.insert(prologue_at, "    " + decl)
         return "\n".join(self.lines) + "\n"
 

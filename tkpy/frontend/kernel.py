@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..codegen import generate, param_slots
+from ..codegen import KernelCode, kernel_code, param_slots
 from ..errors import ArgumentError, with_location
 from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
@@ -59,6 +59,7 @@ class Kernel:
         self._compiled: dict[tuple, "Compiled"] = {}
         self._fast: dict[tuple, Any] = {}          # fast-path key -> _Ready.entry (or its native_entry);
                                                     # only grows (the native launcher remembers its last hit)
+        self._readies: dict[tuple, _Ready] = {}     # fast-path key -> its _Ready (for the switch to native)
         self._bound: dict = {}                      # grid -> launcher bound to it
         self._fast_launch = None                    # the native launcher (tkpy.runtime.native) or the Python one
         self._native = None                         # the native launcher, when in use
@@ -215,9 +216,7 @@ class Kernel:
         """The generated CUDA C++, as NVRTC compiles it: the prelude helpers the kernel uses, then the kernel.
         prelude="full": the whole prelude instead of the helpers it uses."""
         lowered = self._compiled_for(self.flat_args(args), need_cuda=False).lowered
-        if prelude == "used":
-            return lowered.source
-        return generate(lowered.traced.ir, lowered.slots, prelude)
+        return lowered.source if prelude == "used" else lowered.code.source(prelude)
 
     def ptx(self, *args) -> str:
         """The PTX NVRTC made with the cubin (for reading: the driver loads the cubin)."""
@@ -294,6 +293,9 @@ class Kernel:
             raise NoGPUError(with_location(
                 f"{e}. Setting TKPY_INTERPRET=1 runs the same call on the CPU instead: tkpy's interpreter takes this "
                 f"kernel and CPU tensors as they are (or call {self.name}.interpret[grid](...))", user_loc())) from None
+        from ..runtime import native
+
+        native.start()      # the native launcher loads (or builds, once per machine) meanwhile, in the background
         compiled = self._compiled_for(args, need_cuda=True)
         device = self._device(args)
         ready = compiled.ready(device)
@@ -307,21 +309,35 @@ class Kernel:
         if _this_thread.handed == (self, key):
             raise AssertionError(f"tkpy internal error: the fast launcher of {self.name} rejected cached key {key}")
         with self._lock:    # the fast launchers are made once, and a key is added once (another thread may have)
-            if self._launcher_source is None:
-                from ..runtime import native
-
-                source, fast = fastpath.build(self, compiled.lowered.slots)
-                self._native = native.launcher(self)    # None: disabled (TKPY_NATIVE_LAUNCH=0) or unavailable
-                self._fast_launch = self._native or fast
-                self._launcher_source = source
-                self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
             if key not in self._fast:
+                self._readies[key] = ready
                 self._fast[key] = ready.entry if self._native is None else ready.native_entry(self.specs)
+            if self._launcher_source is None:
+                self._launcher_source, self._fast_launch = fastpath.build(self, compiled.lowered.slots)
+                self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
+                native.on_load(self._use_native)    # now if it is loaded, else once the background has it
         _this_thread.handed = (self, key)     # if the fast launcher sends this call back here, it rejected the key
         try:
             self._fast_launch(grid, *args)
         finally:
             _this_thread.handed = None
+
+    def _use_native(self) -> None:
+        """Cache hits through the native launcher from now on (native.on_load calls this once the extension is
+        loaded, on the thread that loaded it): a cache of native entries for the keys launched so far, swapped in
+        with the launcher. A Python launcher bound before (a kernel[grid] a caller kept) keeps its own cache and
+        still launches; a key new to it goes by the slow path to the native one."""
+        from ..runtime import native
+
+        with self._lock:
+            if self._native is not None:
+                return
+            fast = {key: ready.native_entry(self.specs) for key, ready in self._readies.items()}
+            launcher = native.launcher(self, fast)
+            if launcher is None:        # no driver entry point: the Python launcher stays
+                return
+            self._fast, self._native, self._fast_launch = fast, launcher, launcher
+            self._bound.clear()         # kernel[grid] binds to the native launcher from now on
 
     @property
     def launcher_source(self) -> str | None:
@@ -331,7 +347,8 @@ class Kernel:
 
     @property
     def uses_native_launch(self) -> bool:
-        """Whether cache hits go through the native launcher (tkpy.runtime.native; decided at the first launch)."""
+        """Whether cache hits go through the native launcher (tkpy.runtime.native): from the first launch where it is
+        built, else from when the background thread the first launch starts has built or loaded it."""
         return self._native is not None
 
 
@@ -399,19 +416,25 @@ class Traced:
     def lower(self) -> "Lowered":
         arg_index = {s.name: i for i, s in enumerate(self.kernel.specs)}
         slots = param_slots(self.ir, arg_index)
-        return Lowered(self, generate(self.ir, slots), slots)
+        return Lowered(self, kernel_code(self.ir, slots), slots)
 
 
 @dataclass
 class Lowered:
     traced: Traced
-    source: str
+    code: KernelCode        # the kernel's C++; its source (with the prelude helpers it uses) made on demand
     slots: list
 
+    @functools.cached_property
+    def source(self) -> str:
+        """The CUDA C++ NVRTC compiles: the prelude helpers the kernel uses, then the kernel."""
+        return self.code.source()
+
     def compile(self) -> "Compiled":
+        """Compiled by NVRTC, or found in the disk cache by the code's identity (a hit makes no source)."""
         from ..runtime import compile_cuda, warn_on_spills
 
-        module = compile_cuda(self.source, self.traced.ir.name)
+        module = compile_cuda(lambda: self.source, self.traced.ir.name, identity=self.code.identity)
         warn_on_spills(module.resources, self.traced.ir.name)
         return Compiled(self, module)
 

@@ -56,25 +56,27 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
 
 
 def _call_capturing_locals(fn, args, code) -> dict:
-    """Call fn(*args) and return its local variables at return, for naming tiles after them."""
-    captured: dict = {}
-    returned_at = []
-
-    def profiler(frame, event, arg):
-        if event == "return" and frame.f_code is code:
-            captured.update(frame.f_locals)
-            returned_at.append(frame.f_lineno)
-
+    """Call fn(*args) and return its local variables at return, for naming tiles after them. A profile function
+    catches fn's frame as it starts and removes itself there (the trace's own calls run without it: a profile
+    function on every call and return took half a GEMM's trace); the finished frame keeps its locals."""
+    frames = []
     previous = sys.getprofile()
-    sys.setprofile(profiler)
+
+    def catch(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            frames.append(frame)
+            sys.setprofile(previous)
+
+    sys.setprofile(catch)
     try:
         result = fn(*args)
     finally:
         sys.setprofile(previous)
+    frame = frames[0] if frames else None
     if result is not None:
-        loc = Loc(code.co_filename, returned_at[-1] if returned_at else code.co_firstlineno, fn.__name__)
+        loc = Loc(code.co_filename, frame.f_lineno if frame is not None else code.co_firstlineno, fn.__name__)
         raise TraceError(f"kernel {fn.__name__} must not return a value (write results with tk.store)", loc)
-    return captured
+    return dict(frame.f_locals) if frame is not None else {}
 
 
 def _name_variables(body, user_locals: dict, taken: set) -> None:

@@ -239,20 +239,21 @@ def file_lock(path: Path):
 
 
 def cache_key(
-    source: str,
+    identity: str,
     kernel_name: str,
     options: tuple[str, ...],
     nvrtc_version: tuple[int, int],
     arch: str,
 ) -> str:
-    """sha256 over everything that determines the compiled output."""
+    """sha256 over everything that determines the compiled output; `identity` is the source, or a string that
+    determines it (a tkpy kernel's KernelCode.identity, so that a hit needs no source)."""
     parts = (
         f"tkpy-cache-v{CACHE_FORMAT_VERSION}",
         f"nvrtc-{nvrtc_version[0]}.{nvrtc_version[1]}",
         arch,
         kernel_name,
         "\x1f".join(options),
-        source,
+        identity,
     )
     return digest(*(p.encode() for p in parts))
 

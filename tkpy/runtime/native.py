@@ -3,11 +3,14 @@
 ``native_launch.c`` is a small CPython extension (plain C API; no CUDA or torch headers) that does
 what the generated Python launcher (:mod:`tkpy.frontend.fastpath`) does: the key check, the data
 pointers, the packing, torch's current stream and ``cuLaunchKernelEx``, which it calls through the
-driver's function pointer (``cuGetProcAddress``). It is compiled on first use with the C compiler
+driver's function pointer (``cuGetProcAddress``). It is compiled once per machine with the C compiler
 Python was built with (sysconfig's ``CC``) and cached in ``<tkpy cache dir>/native/``, keyed by the
-source, the Python version and the platform. It is imported only from a private directory, only if the
-file is ours and its HMAC (``<name>.mac``, see :mod:`tkpy.runtime.cache`) matches, and from the very
-descriptor that was checked; with no disk cache it is built in a temporary directory removed at exit.
+source, the Python version and the platform: by ``python -m tkpy.warmup``, else on a background thread
+that the process's first GPU launch starts (:func:`start`), while the first launches go through the
+Python launcher; each kernel switches to the native one when it is loaded (:func:`on_load`). It is
+imported only from a private directory, only if the file is ours and its HMAC (``<name>.mac``, see
+:mod:`tkpy.runtime.cache`) matches, and from the very descriptor that was checked; with no disk cache
+it is built in a temporary directory removed at exit.
 
 ``TKPY_NATIVE_LAUNCH=0``, or no compiler, no ``Python.h`` or a failed build, leaves the Python
 launcher in charge, with no other change; the reason is logged once at debug level (logger
@@ -28,6 +31,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,9 +48,12 @@ _SPEC_KINDS = {"gl": "SPEC_GL", "constexpr": "SPEC_CONSTEXPR"}   # anything else
 
 log = logging.getLogger("tkpy.native")
 
-_lock = threading.Lock()
+_lock = threading.Lock()          # held while building and importing (load)
 _module: Any = None
-_tried = False
+_tried = False                    # load() has run: _module is the extension, or None where it cannot be had
+_thread: Optional[threading.Thread] = None     # the background load (start)
+_waiting: list = []               # weak methods to call once the background load has the extension (on_load)
+_waiting_lock = threading.Lock()  # guards _thread and _waiting; never held while building
 _launch_address: Optional[int] = None
 _context_api: Optional[tuple] = None
 _logged: set = set()
@@ -199,21 +206,15 @@ def _import(path: Path) -> Any:
 
 
 def load() -> Any:
-    """The extension module, built and imported on first use; None where it cannot be (see the log)."""
+    """The extension module, built (once per machine) and imported on first use, waiting for that; None where it
+    cannot be (see the log)."""
     global _module, _tried
     if _tried:
         return _module
     with _lock:
         if not _tried:
             try:
-                try:
-                    path = build()
-                except OSError:         # an unusable cache directory: build in a temporary one
-                    path = build(_temp_dir())
-                try:
-                    _module = _import(path)
-                except ImportError:     # an unloadable cached build: rebuild it once
-                    _module = _import(build(path.parent, force=True))
+                _module = _build_and_import()
             except (NativeBuildError, ImportError, OSError) as e:
                 _unavailable(str(e))
             _tried = True
@@ -239,6 +240,81 @@ def _proc_address(name: str) -> Optional[int]:
     except Exception as e:   # an old driver or bindings: the Python path still works
         _unavailable(f"cuGetProcAddress({name}) failed: {e}")
         return None
+
+
+def _build_and_import() -> Any:
+    try:
+        path = build()
+    except OSError:         # an unusable cache directory: build in a temporary one
+        path = build(_temp_dir())
+    try:
+        return _import(path)
+    except ImportError:     # an unloadable cached build: rebuild it once
+        return _import(build(path.parent, force=True))
+
+
+def start() -> None:
+    """Begin loading the extension on a background thread (:func:`load`: built once per machine, then imported),
+    unless TKPY_NATIVE_LAUNCH=0 or it is loaded or being loaded; returns at once. The thread is not a daemon: a
+    process that exits meanwhile waits for the build to finish, so that the next one finds it."""
+    if _tried or not enabled():
+        return
+    with _waiting_lock:
+        _start_locked()
+
+
+def _start_locked() -> None:
+    global _thread
+    if _thread is None:
+        _thread = threading.Thread(target=_load_in_background, name="tkpy-native-launcher")
+        _thread.start()
+
+
+def _load_in_background() -> None:
+    module = load()
+    with _waiting_lock:
+        waiting = list(_waiting)
+        _waiting.clear()
+    if module is not None:
+        for ref in waiting:
+            _call(ref)
+
+
+def _call(ref: weakref.WeakMethod) -> None:
+    method = ref()
+    if method is None:      # its kernel is gone
+        return
+    try:
+        method()
+    except Exception:       # noqa: BLE001 - that kernel keeps the Python launcher, which works
+        log.exception("tkpy: switching %r to the native launcher failed", method)
+
+
+def on_load(method) -> None:
+    """Call the bound `method()` once the extension is loaded: now, on this thread, if it is; else from the thread
+    :func:`start` begins (here, if none has), when it has the extension. Never where it cannot be had, nor under
+    TKPY_NATIVE_LAUNCH=0 (logged). The method is held weakly: a kernel that is gone is not kept alive for it."""
+    if not enabled():
+        _unavailable(f"{ENV}=0")
+        return
+    ref = weakref.WeakMethod(method)
+    if not _tried:
+        with _waiting_lock:
+            if not _tried:
+                _waiting.append(ref)
+                _start_locked()
+                return
+    if _module is not None:
+        _call(ref)
+
+
+def wait(timeout: Optional[float] = None) -> Any:
+    """Wait for the background load (:func:`start`), if one runs, and the switches it makes (:func:`on_load`); the
+    extension module, or None where it is not loaded (yet, after `timeout` seconds)."""
+    thread = _thread
+    if thread is not None:
+        thread.join(timeout)
+    return _module if _tried else None
 
 
 def driver_launch_address() -> Optional[int]:
@@ -269,16 +345,13 @@ def spec_kinds(module: Any, specs) -> bytes:
     return bytes(getattr(module, _SPEC_KINDS.get(s.kind, "SPEC_SCALAR")) for s in specs)
 
 
-def launcher(kernel) -> Any:
-    """A native launcher for `kernel` (sharing its cache ``kernel._fast`` and slow path), or None when
-    the native path is disabled or unavailable."""
-    if not enabled():
-        _unavailable(f"{ENV}=0")
-        return None
+def launcher(kernel, fast: dict) -> Any:
+    """A native launcher for `kernel` over its cache `fast` (key -> :func:`entry`), sharing its slow path, or None
+    when the extension (:func:`load`) or the driver's launch function is unavailable."""
     module = load()
     if module is None or driver_launch_address() is None or driver_context_api() is None:
         return None
-    return module.Launcher(spec_kinds(module, kernel.specs), kernel._fast, kernel._slow_launch)
+    return module.Launcher(spec_kinds(module, kernel.specs), fast, kernel._slow_launch)
 
 
 def layout(module: Any, slots, specs, params) -> tuple:
@@ -341,4 +414,4 @@ def _cu_result(err: int) -> Any:
 
 
 __all__ = ["ENV", "NativeBuildError", "build", "driver_context_api", "driver_launch_address", "enabled", "entry",
-           "launcher", "load"]
+           "launcher", "load", "on_load", "start", "wait"]

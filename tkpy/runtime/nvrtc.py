@@ -13,17 +13,20 @@ are mapped back to those markers so the user sees their own Python line.
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 import time
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from . import cache as _cache
+from . import nvrtc_record
 from .errors import CompileError, TkpyRuntimeError
 from .resources import Resources, parse_ptxas_log
 
-BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-lineinfo", "-Xptxas=-v")
+#: -Xptxas=-v: ptxas' report (registers, spills) in the log of the one run that compiles a kernel. --no-cache: NVRTC's
+#: own cache of cubins (~/.nv/ComputeCache, NVRTC 12.9 and later) off: a cubin it reuses comes with no ptxas report,
+#: and tkpy's disk cache keeps the cubin with its report instead.
+BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-lineinfo", "-Xptxas=-v", "--no-cache")
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,15 @@ class CompiledModule:
     from_cache: bool
     key: str
     arch: str = "sm_90a"
-    source: str = ""  # the generated CUDA source (for error/SASS mapping)
+    # the CUDA source, or what makes it (generated kernels' sources are made only where they are wanted)
+    _source: str | Callable[[], str] = field(default="", repr=False)
+
+    @property
+    def source(self) -> str:
+        """The CUDA source (for error and SASS mapping)."""
+        if callable(self._source):
+            object.__setattr__(self, "_source", self._source())
+        return self._source
 
     def __repr__(self) -> str:  # the default repr would dump the cubin
         return (
@@ -69,18 +80,36 @@ def _check(nvrtc, result: tuple, what: str):
     return result[1] if len(result) == 2 else result[1:]
 
 
-@lru_cache(maxsize=1)
+_versions: dict = {}        # "loaded": the library's version; "recorded": nvrtc_record's (or None), read once
+
+
+def loaded_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library, loading it (once; the version then recorded: nvrtc_record)."""
+    version = _versions.get("loaded")
+    if version is None:
+        nvrtc = _nvrtc()
+        try:
+            res = nvrtc.nvrtcVersion()
+        except Exception as e:  # library not found by cuda-pathfinder
+            raise TkpyRuntimeError(
+                f"could not load the NVRTC library ({e}); pip install 'nvidia-cuda-nvrtc>=13'"
+            ) from e
+        major, minor = _check(nvrtc, res, "nvrtcVersion")
+        version = _versions["loaded"] = (int(major), int(minor))
+        if _versions.get("recorded") != version:      # (a record read that holds: not written again)
+            nvrtc_record.record(version)
+    return version
+
+
 def nvrtc_version() -> tuple[int, int]:
-    """(major, minor) of the NVRTC library actually loaded."""
-    nvrtc = _nvrtc()
-    try:
-        res = nvrtc.nvrtcVersion()
-    except Exception as e:  # library not found by cuda-pathfinder
-        raise TkpyRuntimeError(
-            f"could not load the NVRTC library ({e}); pip install 'nvidia-cuda-nvrtc>=13'"
-        ) from e
-    major, minor = _check(nvrtc, res, "nvrtcVersion")
-    return int(major), int(minor)
+    """(major, minor) of the NVRTC that compiles here: the library's own answer once it is loaded; before that, the
+    version a process of this environment recorded when it loaded the same library file (nvrtc_record: a warm disk
+    cache's first call loads no NVRTC); else it is loaded now."""
+    if "loaded" in _versions:
+        return _versions["loaded"]
+    if "recorded" not in _versions:
+        _versions["recorded"] = nvrtc_record.recorded()
+    return _versions["recorded"] or loaded_version()
 
 
 # ---------------------------------------------------------------------------
@@ -189,36 +218,48 @@ def _run_nvrtc(source: str, kernel_name: str, opts: list[str], arch: str) -> tup
 
 
 def compile_cuda(
-    source: str,
+    source: str | Callable[[], str],
     kernel_name: str,
     *,
     arch: str = "sm_90a",
     options: tuple[str, ...] = (),
+    identity: str | None = None,
 ) -> CompiledModule:
     """Compile ``source`` (containing ``extern "C" __global__ void kernel_name``).
 
-    Looks in the in-process memo, then the disk cache, then runs NVRTC with
-    ``-arch=<arch> -std=c++17 -lineinfo -Xptxas=-v`` plus ``options``.
+    Looks in the in-process memo, then the disk cache, then runs NVRTC once with
+    ``-arch=<arch>`` and BASE_OPTIONS plus ``options``. The cache's key is over ``identity``, a string that
+    determines the source, where one is given (tkpy's kernels: KernelCode.identity), else over the source;
+    with an identity, ``source`` may be a function that makes it, called only if NVRTC has to run (or the
+    module's source is asked for).
     Raises :class:`CompileError` on failure (message maps errors back to the
     ``// file.py:LINE`` markers of the generated source).
     """
     if not arch.startswith("sm_"):
         raise ValueError(f"arch must be a real architecture like 'sm_90a' (we load CUBIN, never PTX); got {arch!r}")
+    if identity is None:
+        if not isinstance(source, str):
+            raise TypeError("compile_cuda: a source made on demand needs its identity= (what determines it)")
+        identity = source
     options = tuple(options)
     opts = [f"-arch={arch}", *BASE_OPTIONS, *(o for o in options if o not in BASE_OPTIONS)]
     use_memo = _cache.cache_enabled()
-    key = _cache.cache_key(source, kernel_name, tuple(opts), nvrtc_version(), arch)
+    version = nvrtc_version()
+    key = _cache.cache_key(identity, kernel_name, tuple(opts), version, arch)
 
     if use_memo:
         hit = _memo.get(key)
         if hit is not None:
             return hit
     mod = _from_disk(key, source, kernel_name, arch)
+    if mod is None and loaded_version() != version:    # a stale record of the version: the library says
+        key = _cache.cache_key(identity, kernel_name, tuple(opts), loaded_version(), arch)
+        mod = _from_disk(key, source, kernel_name, arch)
     if mod is None:
         with _cache.entry_lock(key):  # one compile per key across processes
             mod = _from_disk(key, source, kernel_name, arch)  # another process may have just written it
             if mod is None:
-                mod = _compile(source, kernel_name, opts, arch, key)
+                mod = _compile(source if isinstance(source, str) else source(), kernel_name, opts, arch, key)
                 _cache.store(key, kernel_name=kernel_name, cubin=mod.cubin, ptx=mod.ptx, log=mod.log,
                              compile_seconds=mod.compile_seconds)
     if use_memo:
@@ -227,7 +268,7 @@ def compile_cuda(
     return mod
 
 
-def _from_disk(key: str, source: str, kernel_name: str, arch: str) -> CompiledModule | None:
+def _from_disk(key: str, source, kernel_name: str, arch: str) -> CompiledModule | None:
     entry = _cache.load(key)
     if entry is None or entry["kernel_name"] != kernel_name:
         return None
@@ -241,18 +282,12 @@ def _from_disk(key: str, source: str, kernel_name: str, arch: str) -> CompiledMo
         from_cache=True,
         key=key,
         arch=arch,
-        source=source,
+        _source=source,
     )
 
 
 def _compile(source: str, kernel_name: str, opts: list[str], arch: str, key: str) -> CompiledModule:
     cubin, ptx, log, secs = _run_nvrtc(source, kernel_name, opts, arch)
-    if "-Xptxas=-v" in opts and not parse_ptxas_log(log, kernel_name).found:
-        # NVRTC (13.0 on the H200) reuses cubins from the CUDA compute cache (~/.nv/ComputeCache) and then
-        # returns no ptxas report; CUDA_CACHE_DISABLE only counts before the driver starts. A one-off global
-        # makes the PTX new, so ptxas runs and reports (kernel code unchanged; this path only).
-        nonce = f"\n__device__ int tkpy_uncached_{secrets.token_hex(8)};  // forces a fresh ptxas run\n"
-        cubin, ptx, log, secs = _run_nvrtc(source + nonce, kernel_name, opts, arch)
     if not _entry_present(ptx, kernel_name):
         entries = re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(", ptx)
         raise CompileError(
@@ -271,7 +306,7 @@ def _compile(source: str, kernel_name: str, opts: list[str], arch: str, key: str
         from_cache=False,
         key=key,
         arch=arch,
-        source=source,
+        _source=source,
     )
 
 
@@ -281,4 +316,5 @@ def clear_memo() -> None:
         _memo.clear()
 
 
-__all__ = ["CompiledModule", "compile_cuda", "nvrtc_version", "find_python_origin", "clear_memo", "BASE_OPTIONS"]
+__all__ = ["CompiledModule", "compile_cuda", "loaded_version", "nvrtc_version", "find_python_origin", "clear_memo",
+           "BASE_OPTIONS"]

@@ -1,6 +1,6 @@
-"""Small signed JSON records in the cache directory: autotuning's winners and the kernels' tuned tables.
+"""Small signed JSON records in the cache directory: autotuning's winners, the kernels' tuned tables, NVRTC's version.
 
-A record lives at ``<cache root>/<kind>/<key[:2]>/<key>.json`` (`kind`: "autotune", "tables"), `key` a sha256 of
+A record lives at ``<cache root>/<kind>/<key[:2]>/<key>.json`` (`kind`: "autotune", "tables", "nvrtc"), `key` a sha256 of
 what the caller says determines it (:func:`record_key`). It is trusted as the compiled modules are (cache.py):
 written atomically by this user into the private cache directory, with an HMAC-SHA256 under the directory's key
 file; a file that is not ours, is writable by others, does not parse or whose MAC does not match is a miss, never

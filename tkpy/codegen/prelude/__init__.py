@@ -8,6 +8,8 @@ times longer to read. `k.source(..., prelude="full")` shows the whole prelude in
 from __future__ import annotations
 
 import functools
+import hashlib
+from pathlib import Path
 
 from . import fp8, hopper, math, peer, rotary, scalar, warp, warp_extra, warp_ops
 from .helpers import Pool
@@ -31,3 +33,14 @@ def prelude_for(code: str, wgmma_variants: set, tma5: bool = False, full: bool =
     if full:
         return pool.text()
     return pool.text(pool.needed(pool.references(code)))
+
+
+@functools.cache
+def fingerprint() -> str:
+    """sha256 (hex) of what prelude_for's result depends on besides its arguments: the C++ of every helper (PRELUDE,
+    which also holds what modules of tkpy.tiles write into it) and this package's source files (the wgmma and 5-d
+    TMA helpers' generators, the choice of helpers). Read once per process (about 0.2 ms)."""
+    h = hashlib.sha256(PRELUDE.encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,167 @@
+"""A kernel's first call with a warm disk cache (issue 35): the cache keys a kernel by its code's identity, so a hit
+in a new process makes no source (no prelude helpers chosen) and, with the NVRTC version recorded by an earlier load,
+loads no NVRTC; what keys it (the prelude too) and the record's checks. CPU only (the compile stage)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkpy as tk
+from tkpy import f32
+from tkpy.codegen import emit, generate, prelude
+from tkpy.runtime import cache, clear_memo, compile_cuda, nvrtc, nvrtc_record
+
+from test_runtime import _isolated_cache  # noqa: F401 - autouse: each test its own empty disk cache and memo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kernel(scale: float):
+    @tk.kernel(warps=1, name="first_call_scale")
+    def k(x: tk.gl[f32, "R", 16], y: tk.gl[f32, "R", 16]):
+        t = tk.rt(f32, 16, 16)
+        tk.load(t, x, (tk.block_idx.x, 0))
+        tk.mul(t, t, scale)
+        tk.store(y, t, (tk.block_idx.x, 0))
+    return k
+
+
+def _args():
+    x = torch.empty(64, 16)
+    return x, x
+
+
+WARM = """
+import json, sys
+import torch
+sys.path.insert(0, {tests!r})
+from test_first_call import _kernel, _args
+from tkpy.codegen import emit, generate, prelude
+from tkpy.codegen import emit
+chosen = []
+real = emit.prelude_for
+emit.prelude_for = lambda *a, **k: chosen.append(1) or real(*a, **k)
+compiled = _kernel({scale}).compile(*_args())
+after_compile = dict(chosen=len(chosen), nvrtc_module="cuda.bindings.nvrtc" in sys.modules,
+                     libnvrtc=any("libnvrtc" in line for line in open("/proc/self/maps")))
+source = compiled.lowered.source
+print(json.dumps(dict(after_compile, from_cache=compiled.module.from_cache, key=compiled.module.key, source=source,
+                      chosen_for_source=len(chosen))))
+"""
+
+
+def _in_a_new_process(scale: float, cache_dir: Path) -> dict:
+    code = WARM.format(tests=str(ROOT / "tests"), scale=scale)
+    env = {**os.environ, "TKPY_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_warm_first_call_makes_no_source_and_loads_no_nvrtc(tmp_path):
+    """Process 1 compiles (NVRTC loaded, its version recorded); process 2 finds the cubin by the code's identity:
+    no prelude helpers chosen, cuda.bindings' NVRTC module not imported and libnvrtc not mapped; the source is still
+    there when asked for, the same text."""
+    cold = _in_a_new_process(2.0, tmp_path / "cache")
+    warm = _in_a_new_process(2.0, tmp_path / "cache")
+    assert not cold["from_cache"] and cold["chosen"] == 1 and cold["libnvrtc"]
+    assert warm["from_cache"] and warm["key"] == cold["key"]
+    assert warm["chosen"] == 0 and not warm["nvrtc_module"] and not warm["libnvrtc"], warm
+    assert warm["source"] == cold["source"] and warm["chosen_for_source"] == 1
+
+
+def test_the_identity_is_what_determines_the_source():
+    """Other code, other wgmma variants, the 5-d copies or another prelude: another identity (and key); the same
+    kernel traced twice: the same. The source made from a KernelCode is generate()'s."""
+    lowered = _kernel(2.0).trace(*_args()).lower()
+    code = lowered.code
+    assert _kernel(2.0).trace(*_args()).lower().code.identity == code.identity
+    assert _kernel(3.0).trace(*_args()).lower().code.identity != code.identity
+    variants = type(code)(code.code, frozenset({(64, "bf16", False)}), False)
+    tma5 = type(code)(code.code, code.wgmma_variants, True)
+    assert len({code.identity, variants.identity, tma5.identity}) == 3
+    assert variants.source("full") != code.source("full")           # the variants' wgmma wrappers are in its pool
+    assert lowered.source == code.source() == generate(lowered.traced.ir, lowered.slots)
+
+
+def test_a_changed_prelude_is_a_miss(monkeypatch):
+    """The prelude's fingerprint (its helpers' C++ and its package's code) is in the identity: a change recompiles."""
+    first = _kernel(2.0).compile(*_args()).module
+    clear_memo()
+    monkeypatch.setattr(emit, "prelude_fingerprint", lambda: "another prelude")
+    again = _kernel(2.0).compile(*_args()).module
+    assert not first.from_cache and not again.from_cache and again.key != first.key
+
+
+def test_the_prelude_fingerprint_covers_its_package():
+    text = prelude.fingerprint()
+    assert len(text) == 64 and prelude.fingerprint() is text        # once per process
+    files = sorted(Path(prelude.__file__).parent.glob("*.py"))
+    assert {"cpp.py", "helpers.py", "hopper.py", "__init__.py"} <= {f.name for f in files}
+
+
+# --------------------------------------------------------------------------- the NVRTC version's record
+
+
+@pytest.fixture
+def versions(monkeypatch):
+    """nvrtc's versions as in a new process (nothing loaded or read yet) and no record; the real one, loaded here."""
+    real = nvrtc.loaded_version()
+    shutil.rmtree(cache.root() / nvrtc_record.KIND, ignore_errors=True)    # (the first load of this process's)
+    monkeypatch.setattr(nvrtc, "_versions", {})
+    return real
+
+
+def test_loading_nvrtc_records_its_version_and_a_new_process_reads_it(versions):
+    assert nvrtc_record.recorded() is None
+    assert nvrtc.loaded_version() == versions              # loads (here: asks the loaded library) and records
+    assert nvrtc_record.recorded() == versions
+    nvrtc._versions.clear()                                 # a new process
+    assert nvrtc.nvrtc_version() == versions and "loaded" not in nvrtc._versions
+
+
+@pytest.mark.parametrize("change", ["library file", "site-packages", "CUDA_HOME", "record"])
+def test_the_record_is_a_miss_where_what_chose_the_library_changed(versions, monkeypatch, tmp_path, change):
+    nvrtc.loaded_version()
+    stamp = nvrtc_record._stamp
+    if change == "library file":        # the library replaced (pip upgraded it): another size or time
+        monkeypatch.setattr(nvrtc_record, "_stamp", lambda path: [0, 0, 0, 0] if "libnvrtc" in path else stamp(path))
+    elif change == "site-packages":     # a package installed or removed
+        monkeypatch.setattr(nvrtc_record.site, "getsitepackages", lambda: [str(tmp_path)])
+    elif change == "CUDA_HOME":
+        monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    else:                               # the record's file changed by hand: its MAC no longer matches
+        path = next((tmp_path / "cache" / nvrtc_record.KIND).rglob("*.json"))
+        record = json.loads(path.read_text())
+        record["payload"]["version"] = [99, 0]
+        path.write_text(json.dumps(record))
+    assert nvrtc_record.recorded() is None
+
+
+def test_no_record_without_a_disk_cache(versions, monkeypatch):
+    monkeypatch.setenv("TKPY_CACHE", "0")
+    nvrtc.loaded_version()
+    assert nvrtc_record.recorded() is None and cache.root() is None
+
+
+def test_a_stale_recorded_version_keys_the_compile_by_the_librarys(versions, monkeypatch):
+    """A record that names another version than the library's (it cannot pass its checks, but say it did): a miss
+    under it loads NVRTC, whose version then keys the entry."""
+    nvrtc._versions["recorded"] = (versions[0] - 1, 0)
+    src = 'extern "C" __global__ void stale(float* x) { x[0] = 2.f; }  // test_first_call\n'
+    m = compile_cuda(src, "stale")
+    opts = ("-arch=sm_90a", *nvrtc.BASE_OPTIONS)
+    assert m.key == cache.cache_key(src, "stale", opts, versions, "sm_90a") and not m.from_cache
+    assert nvrtc.nvrtc_version() == versions
+
+
+def test_a_source_made_on_demand_needs_an_identity():
+    with pytest.raises(TypeError, match="identity"):
+        compile_cuda(lambda: "", "k")
