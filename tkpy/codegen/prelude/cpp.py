@@ -5,8 +5,8 @@ of each argument.
 It reads the prelude's own regular style (and the generated kernels), not C++ at large: a declaration is a
 `struct NAME`, a `typedef ... NAME;`, a `#define NAME` or a function `NAME(params)` outside any braces; a
 reference is an identifier (or a `a::b::name` chain) that is not a member (after `.`, `->` or `::`); a variable's
-kind is the head of the type it is declared with (`rt` for `const tk::rt<float, 1, 4, tk::row_l>& t`), known
-for the prelude's types and the built-in scalars.
+kind is the head of the type it is declared with and the types its template arguments name (`rt` of `row_l` for
+`const tk::rt<float, 1, 4, tk::row_l>& t`), known for the prelude's types and the built-in scalars.
 """
 from __future__ import annotations
 
@@ -21,9 +21,29 @@ _TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])
 _NOT_FUNCTIONS = {"alignas", "alignof", "asm", "decltype", "noexcept", "operator", "sizeof", "static_assert",
                   "__align__", "__launch_bounds__", "__cluster_dims__"}
 _MEMBER_ACCESS = {".", "->", "::"}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What the text tells of a variable's or a parameter's type: its head (`rt`) and, of each of its template
+    arguments, the type it names (None: a value, a template parameter, a type that is no prelude struct):
+    `Kind("rt", (None, None, None, "row_l"))` for `rt<float, 1, 4, row_l>`."""
+    head: str
+    args: tuple = ()
+
+    def takes(self, arg: "Kind") -> bool:
+        """Whether a parameter of this kind can take an argument of kind `arg`: the same head, and no template
+        argument naming another type than the parameter's."""
+        return self.head == arg.head and all(p is None or a is None or p == a for p, a in zip(self.args, arg.args))
+
+    def known(self, structs: frozenset) -> "Kind":
+        """The kind with only the prelude `structs` among its template arguments."""
+        return Kind(self.head, tuple(a if a in structs else None for a in self.args))
+
+
 # the kind of every built-in scalar (and CUDA's float2, and the prelude's typedefs of scalars): one another's
 # arguments by conversion, never a prelude struct's
-BUILTIN = "builtin"
+BUILTIN = Kind("builtin")
 _SCALARS = {"bool", "char", "double", "float", "float2", "int", "long", "short", "unsigned", "u32", "u64", "void"}
 
 
@@ -49,30 +69,38 @@ def brace_depth(toks: list[str]) -> int:
 class Declaration:
     """A name a helper declares: a struct, typedef or macro (`kind`), or a function, with the identifiers in its
     parameters' types (`param_types`; of a dependent `typename X<...>::member` only the member) and each
-    parameter's kind (`params`: the head of its type, BUILTIN for a scalar, None for a pointer or a dependent type;
-    Pool keeps only the heads that are prelude structs, None for the others: template parameters)."""
+    parameter's Kind (`params`: BUILTIN for a scalar, None for a pointer or a dependent type; Pool keeps only the
+    kinds of prelude structs, None for the others: template parameters). `generic` names
+    each parameter whose type is one of the function's template parameters (`D& d`, `const S& s`; else None): a
+    call's argument of a known kind gives that parameter its kind in the function's body."""
     name: str
     kind: str                               # "struct", "typedef", "macro" or "function"
     param_types: frozenset = frozenset()
     params: tuple = ()
     required: int = 0                       # parameters without a default value
     variadic: bool = False
+    generic: tuple = ()
 
     def takes(self, args: tuple) -> bool:
         """Whether a call with arguments of these kinds (None: unknown) can choose this function: as many
         arguments as it has parameters, and no argument of a kind its parameter cannot take."""
         if len(args) < self.required or (len(args) > len(self.params) and not self.variadic):
             return False
-        return all(a is None or p is None or a == p for a, p in zip(args, self.params))
+        return all(a is None or p is None or p.takes(a) for a, p in zip(args, self.params))
 
 
 def declarations(toks: list[str]) -> list[tuple[int, Declaration]]:
     """(token index of the name, declaration) of each name declared outside any braces (a template
-    specialization, `struct NAME<...>` or `NAME<...>(`, declares none: it extends the primary template's
-    helper)."""
+    specialization, `struct NAME<...>` or `NAME<...>(`, declares none: see `specialization`)."""
     out, depth, parens, i = [], 0, 0, 0
+    type_params: frozenset = frozenset()       # of the `template <...>` before the declaration being read
     while i < len(toks):
         t = toks[i]
+        if depth == 0 and parens == 0 and t == "template" and i + 1 < len(toks) and toks[i + 1] == "<":
+            end = _closing_angle(toks, i + 1)
+            type_params = _type_params(toks[i + 2:end])
+            i = end + 1
+            continue
         if t == "{":
             depth += 1
         elif t == "}":
@@ -98,12 +126,56 @@ def declarations(toks: list[str]) -> list[tuple[int, Declaration]]:
               and i + 1 < len(toks) and toks[i + 1] == "(" and (i == 0 or toks[i - 1] not in
                                                                         _MEMBER_ACCESS | {"operator"})):
             end = _closing(toks, i + 1)
-            out.append((i, _function(t, toks[i + 2:end])))
+            out.append((i, _function(t, toks[i + 2:end], type_params)))
             i = end
         elif depth == 0 and t in ("(", ")"):
             parens += 1 if t == "(" else -1
         i += 1
     return out
+
+
+def extension(toks: list[str]) -> Optional[tuple[Optional[str], frozenset]]:
+    """What a text that declares no name adds to the names of others, if it is one of these at its top level:
+    a template specialization, `template <...> struct NAME<ARGS> ...` or `template <...> ... NAME<ARGS>(...)`
+    (`packed_of<bf16>`, `from_float<bf16>`, `vec_word<T, true>`): (NAME, the identifiers of ARGS); an operator
+    function, `... operator/(PARAMS) ...`: (None, the identifiers of its parameters' types)."""
+    for i, t in enumerate(toks):
+        if t == "operator" and "(" in toks[i + 2:i + 4]:
+            start = toks.index("(", i + 2)
+            return None, _function("operator", toks[start + 1:_closing(toks, start)]).param_types
+        if t in ("{", ";"):
+            break
+    if toks[:2] != ["template", "<"]:
+        return None
+    i = _closing_angle(toks, 1) + 1
+    while i < len(toks) and toks[i] not in ("{", ";", "("):
+        if is_ident(toks[i]) and i + 1 < len(toks) and toks[i + 1] == "<" and toks[i - 1] not in _MEMBER_ACCESS:
+            end = _closing_angle(toks, i + 1)
+            if toks[i - 1] in ("struct", "class") or (end + 1 < len(toks) and toks[end + 1] == "("):
+                return toks[i], frozenset(t for t in toks[i + 2:end] if is_ident(t))
+            i = end
+        i += 1
+    return None
+
+
+def _closing_angle(toks: list[str], open_at: int) -> int:
+    """The index of the `>` that closes the template bracket `<` at `open_at`."""
+    level = 0
+    for j in range(open_at, len(toks)):
+        level += (toks[j] == "<") - (toks[j] == ">")
+        if level == 0:
+            return j
+    raise ValueError("unbalanced template brackets in a prelude helper")
+
+
+def _type_params(toks: list[str]) -> frozenset:
+    """The names of the type parameters in a template header's parameter list (`typename D`, `typename... S`)."""
+    out = set()
+    for param in _split(toks, angles=True):
+        names = [t for t in param if t != "."]
+        if len(names) >= 2 and names[0] in ("typename", "class") and is_ident(names[1]):
+            out.add(names[1])
+    return frozenset(out)
 
 
 def _closing(toks: list[str], open_at: int) -> int:
@@ -116,9 +188,9 @@ def _closing(toks: list[str], open_at: int) -> int:
     raise ValueError("unbalanced parentheses in a prelude helper")
 
 
-def _function(name: str, param_toks: list[str]) -> Declaration:
+def _function(name: str, param_toks: list[str], type_params: frozenset = frozenset()) -> Declaration:
     params = _split(param_toks, angles=True) if param_toks else []
-    found, kinds, required = set(), [], 0
+    found, kinds, generic, required = set(), [], [], 0
     for param in params:
         dependent = None                       # the bracket level of a `typename X<...>::member` being read
         level = 0
@@ -134,11 +206,14 @@ def _function(name: str, param_toks: list[str]) -> Declaration:
             elif is_ident(t):
                 found.add(t)
         required += not any(t == "=" for t in param)
-        head = next((t for t in param if t not in ("const", "volatile")), None)
+        at = next((i for i, t in enumerate(param) if t not in ("const", "volatile")), None)
         pointer = "*" in param or "(" in param              # (a literal 0 converts to a pointer)
-        kinds.append(None if pointer or head == "typename" else BUILTIN if head in _SCALARS else head)
+        kinds.append(None if at is None or pointer or param[at] == "typename" else _kind(param, at))
+        declarator = param[:param.index("=")] if "=" in param else param
+        bare = [t for t in declarator if t not in ("const", "volatile", "&")]   # `const D& d`: D d
+        generic.append(bare[1] if len(bare) == 2 and bare[0] in type_params and is_ident(bare[1]) else None)
     variadic = any(t == "." for t in param_toks)
-    return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic)
+    return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic, tuple(generic))
 
 
 def _split(toks: list[str], angles: bool) -> list[list[str]]:
@@ -177,12 +252,14 @@ class Reference:
         return [("::".join(parts[:n] + qualifier), name) for n in range(len(parts), -1, -1)]
 
 
-def references(toks: list[str], structs: frozenset, scope: str = "", skip: frozenset = frozenset()) -> set:
+def references(toks: list[str], structs: frozenset, scope: str = "", skip: frozenset = frozenset(),
+               known: Optional[dict] = None) -> set:
     """The References of the text (but for the tokens at the indices in `skip`: the names of its own
-    declarations), the kinds of its variables read from their declarations with the `structs` named."""
+    declarations), the kinds of its variables read from their declarations with the `structs` named, and those of
+    `known` (parameter -> kind) in its first top-level declaration."""
     out = set()
     opened: list[tuple[int, str]] = []          # (brace depth inside, enclosing scope) per namespace opened
-    kinds: dict = {}                            # variable -> kind, within one top-level declaration
+    kinds: dict = dict(known or {})             # variable -> kind, within one top-level declaration
     depth, i = 0, 0
     while i < len(toks):
         t = toks[i]
@@ -213,6 +290,20 @@ def references(toks: list[str], structs: frozenset, scope: str = "", skip: froze
     return out
 
 
+def _kind(toks: list[str], i: int) -> Kind:
+    """The kind of the type whose head is toks[i] (BUILTIN for a scalar)."""
+    if toks[i] in _SCALARS:
+        return BUILTIN
+    if i + 1 >= len(toks) or toks[i + 1] != "<":
+        return Kind(toks[i])
+    args = []
+    for arg in _split(toks[i + 2:_closing_angle(toks, i + 1)], angles=True):
+        names = arg[::2]                          # `tk::row_l`: tk, row_l (the `::` between)
+        qualified = all(is_ident(t) for t in names) and all(t == "::" for t in arg[1::2])
+        args.append(names[-1] if arg and qualified else None)
+    return Kind(toks[i], tuple(args))
+
+
 def _declare(toks: list[str], i: int, structs: frozenset, kinds: dict) -> None:
     """If toks[i] heads the type of a variable's declaration (`T<...> & name` followed by `;`, `{`, `=`, `,`, `)`
     or `[`), the variable's kind; a variable declared twice with two kinds (shadowing) becomes unknown."""
@@ -234,7 +325,7 @@ def _declare(toks: list[str], i: int, structs: frozenset, kinds: dict) -> None:
         j += 1
     if (j + 1 < len(toks) and is_ident(toks[j]) and toks[j + 1] in (";", "{", "=", ",", ")", "[")
             and not pointer):
-        kind = BUILTIN if head in _SCALARS else head
+        kind = _kind(toks, i).known(structs)
         name = toks[j]
         kinds[name] = kind if kinds.get(name, kind) == kind else None
 

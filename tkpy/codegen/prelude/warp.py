@@ -185,10 +185,9 @@ template <typename S, int N> struct st_array {
     __device__ __forceinline__ S operator[](int i) const { return S{base + i * S::bytes}; }
 };
 
-// rt <- gl: each lane reads its fragment; row-layout pairs are one 4/8-byte access.
-template <typename TD, int H, int W, typename L, typename TS>
-__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
-    typedef typename rt<TD, H, W, L>::T2 T2;
+// rt <- gl: each lane reads its fragment, a register's pair in one 4/8-byte access.
+template <typename TD, int H, int W, typename TS>
+__device__ __forceinline__ void load(rt<TD, H, W, row_l>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
     typedef typename packed_of<TS>::type S2;
     const int ln = lane();
     const TS* base = src.at(b, d, r0, c0);
@@ -198,23 +197,31 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, in
     for (int j = 0; j < W; j++)
     #pragma unroll
     for (int k = 0; k < 4; k++) {
-        int r, c;
-        frag_pos<L>(ln, k, 0, r, c);
-        r += 16 * i; c += 16 * j;
-        if constexpr (is_same<L, row_l>::value) {
-            const S2 v = *reinterpret_cast<const S2*>(base + r * src.row_stride + c);
-            dst.data[i][j][k] = from_float2<T2>(to_float2(v));
-        } else {
-            const float lo = to_float(base[r * src.row_stride + c]);
-            const float hi = to_float(base[(r + 1) * src.row_stride + c]);
-            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
-        }
+        const int r = frag_row(ln, k) + 16 * i, c = frag_col(ln, k, 0) + 16 * j;
+        const S2 v = *reinterpret_cast<const S2*>(base + r * src.row_stride + c);
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, row_l>::T2>(to_float2(v));
+    }
+}
+// A col-layout tile's register holds two elements a row apart.
+template <typename TD, int H, int W, typename TS>
+__device__ __forceinline__ void load(rt<TD, H, W, col_l>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
+    const int ln = lane();
+    const TS* base = src.at(b, d, r0, c0);
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = frag_col(ln, k, 0) + 16 * i, c = frag_row(ln, k) + 16 * j;
+        const float lo = to_float(base[r * src.row_stride + c]), hi = to_float(base[(r + 1) * src.row_stride + c]);
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, col_l>::T2>(make_float2(lo, hi));
     }
 }
 
 // gl <- rt
-template <typename TD, typename TS, int H, int W, typename L>
-__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
+template <typename TD, typename TS, int H, int W>
+__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, row_l>& src, int b, int d, int r0, int c0) {
     typedef typename packed_of<TD>::type D2;
     const int ln = lane();
     TD* base = dst.at(b, d, r0, c0);
@@ -224,16 +231,24 @@ __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& 
     for (int j = 0; j < W; j++)
     #pragma unroll
     for (int k = 0; k < 4; k++) {
-        int r, c;
-        frag_pos<L>(ln, k, 0, r, c);
-        r += 16 * i; c += 16 * j;
+        const int r = frag_row(ln, k) + 16 * i, c = frag_col(ln, k, 0) + 16 * j;
+        *reinterpret_cast<D2*>(base + r * dst.row_stride + c) = from_float2<D2>(to_float2(src.data[i][j][k]));
+    }
+}
+template <typename TD, typename TS, int H, int W>
+__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, col_l>& src, int b, int d, int r0, int c0) {
+    const int ln = lane();
+    TD* base = dst.at(b, d, r0, c0);
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = frag_col(ln, k, 0) + 16 * i, c = frag_row(ln, k) + 16 * j;
         const float2 v = to_float2(src.data[i][j][k]);
-        if constexpr (is_same<L, row_l>::value) {
-            *reinterpret_cast<D2*>(base + r * dst.row_stride + c) = from_float2<D2>(v);
-        } else {
-            base[r * dst.row_stride + c] = from_float<TD>(v.x);
-            base[(r + 1) * dst.row_stride + c] = from_float<TD>(v.y);
-        }
+        base[r * dst.row_stride + c] = from_float<TD>(v.x);
+        base[(r + 1) * dst.row_stride + c] = from_float<TD>(v.y);
     }
 }
 
