@@ -70,16 +70,16 @@ class Declaration:
     """A name a helper declares: a struct, typedef or macro (`kind`), or a function, with the identifiers in its
     parameters' types (`param_types`; of a dependent `typename X<...>::member` only the member) and each
     parameter's Kind (`params`: BUILTIN for a scalar, None for a pointer or a dependent type; Pool keeps only the
-    kinds of prelude structs, None for the others: template parameters). `generic` names
-    each parameter whose type is one of the function's template parameters (`D& d`, `const S& s`; else None): a
-    call's argument of a known kind gives that parameter its kind in the function's body."""
+    kinds of prelude structs, None for the others: template parameters). `names`: each parameter's name (None for
+    an unnamed one or a pack), which in the function's body has the kind of the argument of the call that chose it,
+    where that is known (the `D& d` of `exp(D& d, const S& s)` is a tile for `exp(t, t)` of a tile `t`)."""
     name: str
     kind: str                               # "struct", "typedef", "macro" or "function"
     param_types: frozenset = frozenset()
     params: tuple = ()
     required: int = 0                       # parameters without a default value
     variadic: bool = False
-    generic: tuple = ()
+    names: tuple = ()
 
     def takes(self, args: tuple) -> bool:
         """Whether a call with arguments of these kinds (None: unknown) can choose this function: as many
@@ -93,14 +93,8 @@ def declarations(toks: list[str]) -> list[tuple[int, Declaration]]:
     """(token index of the name, declaration) of each name declared outside any braces (a template
     specialization, `struct NAME<...>` or `NAME<...>(`, declares none: see `specialization`)."""
     out, depth, parens, i = [], 0, 0, 0
-    type_params: frozenset = frozenset()       # of the `template <...>` before the declaration being read
     while i < len(toks):
         t = toks[i]
-        if depth == 0 and parens == 0 and t == "template" and i + 1 < len(toks) and toks[i + 1] == "<":
-            end = _closing_angle(toks, i + 1)
-            type_params = _type_params(toks[i + 2:end])
-            i = end + 1
-            continue
         if t == "{":
             depth += 1
         elif t == "}":
@@ -126,7 +120,7 @@ def declarations(toks: list[str]) -> list[tuple[int, Declaration]]:
               and i + 1 < len(toks) and toks[i + 1] == "(" and (i == 0 or toks[i - 1] not in
                                                                         _MEMBER_ACCESS | {"operator"})):
             end = _closing(toks, i + 1)
-            out.append((i, _function(t, toks[i + 2:end], type_params)))
+            out.append((i, _function(t, toks[i + 2:end])))
             i = end
         elif depth == 0 and t in ("(", ")"):
             parens += 1 if t == "(" else -1
@@ -168,16 +162,6 @@ def _closing_angle(toks: list[str], open_at: int) -> int:
     raise ValueError("unbalanced template brackets in a prelude helper")
 
 
-def _type_params(toks: list[str]) -> frozenset:
-    """The names of the type parameters in a template header's parameter list (`typename D`, `typename... S`)."""
-    out = set()
-    for param in _split(toks, angles=True):
-        names = [t for t in param if t != "."]
-        if len(names) >= 2 and names[0] in ("typename", "class") and is_ident(names[1]):
-            out.add(names[1])
-    return frozenset(out)
-
-
 def _closing(toks: list[str], open_at: int) -> int:
     """The index of the `)` that closes the `(` at `open_at`."""
     level = 0
@@ -188,9 +172,9 @@ def _closing(toks: list[str], open_at: int) -> int:
     raise ValueError("unbalanced parentheses in a prelude helper")
 
 
-def _function(name: str, param_toks: list[str], type_params: frozenset = frozenset()) -> Declaration:
+def _function(name: str, param_toks: list[str]) -> Declaration:
     params = _split(param_toks, angles=True) if param_toks else []
-    found, kinds, generic, required = set(), [], [], 0
+    found, kinds, names, required = set(), [], [], 0
     for param in params:
         dependent = None                       # the bracket level of a `typename X<...>::member` being read
         level = 0
@@ -209,11 +193,21 @@ def _function(name: str, param_toks: list[str], type_params: frozenset = frozens
         at = next((i for i, t in enumerate(param) if t not in ("const", "volatile")), None)
         pointer = "*" in param or "(" in param              # (a literal 0 converts to a pointer)
         kinds.append(None if at is None or pointer or param[at] == "typename" else _kind(param, at))
-        declarator = param[:param.index("=")] if "=" in param else param
-        bare = [t for t in declarator if t not in ("const", "volatile", "&")]   # `const D& d`: D d
-        generic.append(bare[1] if len(bare) == 2 and bare[0] in type_params and is_ident(bare[1]) else None)
+        names.append(None if at is None or "." in param else _param_name(param, at))
     variadic = any(t == "." for t in param_toks)
-    return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic, tuple(generic))
+    return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic, tuple(names))
+
+
+def _param_name(param: list[str], head: int) -> Optional[str]:
+    """The name a parameter declares: its last identifier outside template brackets after its type's head."""
+    name, level = None, 0
+    for i, t in enumerate(param):
+        if t == "=" and level == 0:
+            break
+        level += (t == "<") - (t == ">")
+        if i > head and level == 0 and is_ident(t) and t not in ("const", "volatile"):
+            name = t
+    return name
 
 
 def _split(toks: list[str], angles: bool) -> list[list[str]]:
@@ -255,11 +249,12 @@ class Reference:
 def references(toks: list[str], structs: frozenset, scope: str = "", skip: frozenset = frozenset(),
                known: Optional[dict] = None) -> set:
     """The References of the text (but for the tokens at the indices in `skip`: the names of its own
-    declarations), the kinds of its variables read from their declarations with the `structs` named, and those of
-    `known` (parameter -> kind) in its first top-level declaration."""
+    declarations), the kinds of its variables read from their declarations with the `structs` named, but for the
+    parameters in `known` (name -> kind) of its first top-level declaration, which have those kinds."""
     out = set()
     opened: list[tuple[int, str]] = []          # (brace depth inside, enclosing scope) per namespace opened
     kinds: dict = dict(known or {})             # variable -> kind, within one top-level declaration
+    pending = set(kinds)                        # known parameters, until the body of the declaration
     depth, i = 0, 0
     while i < len(toks):
         t = toks[i]
@@ -270,6 +265,8 @@ def references(toks: list[str], structs: frozenset, scope: str = "", skip: froze
             i += 3
             continue
         if t == "{":
+            if depth == len(opened):            # a top-level declaration's body: its parameters are declared
+                pending.clear()
             depth += 1
         elif t == "}":
             if opened and opened[-1][0] == depth:
@@ -282,7 +279,7 @@ def references(toks: list[str], structs: frozenset, scope: str = "", skip: froze
             while i + 2 < len(toks) and toks[i + 1] == "::" and is_ident(toks[i + 2]):
                 i += 2
                 path.append(toks[i])
-            _declare(toks, i, structs, kinds)
+            _declare(toks, i, structs, kinds, pending)
             call = _call_args(toks, i + 1)
             out.add(Reference(scope, tuple(path), call is not None,
                               None if call is None else _arg_kinds(call, kinds)))
@@ -304,9 +301,10 @@ def _kind(toks: list[str], i: int) -> Kind:
     return Kind(toks[i], tuple(args))
 
 
-def _declare(toks: list[str], i: int, structs: frozenset, kinds: dict) -> None:
+def _declare(toks: list[str], i: int, structs: frozenset, kinds: dict, pending: set) -> None:
     """If toks[i] heads the type of a variable's declaration (`T<...> & name` followed by `;`, `{`, `=`, `,`, `)`
-    or `[`), the variable's kind; a variable declared twice with two kinds (shadowing) becomes unknown."""
+    or `[`), the variable's kind (but for the first declaration of a `pending` name, a parameter whose kind is
+    known); a variable declared twice with two kinds (shadowing) becomes unknown."""
     head = toks[i]
     if head not in structs and head not in _SCALARS:
         return
@@ -327,6 +325,9 @@ def _declare(toks: list[str], i: int, structs: frozenset, kinds: dict) -> None:
             and not pointer):
         kind = _kind(toks, i).known(structs)
         name = toks[j]
+        if name in pending:
+            pending.discard(name)
+            return
         kinds[name] = kind if kinds.get(name, kind) == kind else None
 
 

@@ -14,8 +14,9 @@ could make a call silently choose another. A declaration is therefore left out o
 - an overload a call cannot take: another number of arguments, or an argument whose kind (the type a variable is
   declared with: `rt`, `gl`, a scalar; cpp.py) its parameter's type is not (`load(rt<...>&, const gl<...>&, ...)`
   for a call `load(t, x, ...)` with `tk::rv<...> t`): the prelude's types convert neither into one another nor to
-  scalars. A parameter whose type is a template parameter (`D& d` of `tk::exp`) has, in the body, the kind of the
-  argument of the call that chose the function, so `exp(t, t)` of a tile calls the tiles' unary_map only;
+  scalars. A parameter has, in the function's body, the kind of the argument of the call that chose the function
+  (`D& d` of `tk::exp`, `rv<TD, N, L>& dst`: its layout), so `exp(t, t)` of a tile calls the tiles' unary_map
+  only;
 - a specialization (`packed_of<bf16>`, `vec_shape<ortho_l>`) whose primary template is not chosen, or whose
   template arguments name prelude types that are not in the source.
 Hence the rules for writing the prelude: no implicit conversions between its types (no conversion operators,
@@ -233,9 +234,8 @@ class Pool:
 
 
 def _binding(d: cpp.Declaration, args: Optional[tuple]) -> tuple:
-    """The (parameter, kind) pairs that a call with arguments of these kinds gives a function's parameters whose
-    types are its template parameters."""
+    """The (parameter, kind) pairs that a call with arguments of these kinds gives a function's parameters."""
     if args is None:
         return ()
-    return tuple(sorted(((name, kind) for name, kind in zip(d.generic, args) if name is not None and kind is not None),
+    return tuple(sorted(((name, kind) for name, kind in zip(d.names, args) if name is not None and kind is not None),
                         key=lambda pair: pair[0]))
