@@ -17,9 +17,8 @@ template <typename A, typename B> struct is_same { static constexpr bool value =
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
 template <typename T> struct identity { typedef T type; };  // blocks template deduction
 
-// Element types and their conversions to and from fp32, where arithmetic happens. A register tile of T holds
-// pairs, packed_of<T>; from_float<T> / from_float2<T2> round to them (specialized per type: each type's helper
-// brings its own).
+// Element types and their conversions to and from fp32, where arithmetic happens: a register tile of T holds
+// pairs, packed_of<T>; from_float<T> / from_float2<T2> round to a type (specialized by each type's helpers).
 template <typename T> struct packed_of;
 template <> struct packed_of<float> { typedef float2 type; };
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -117,9 +116,7 @@ __device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_R
 __device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
 
 template <typename T, int H, int W, typename L> struct rt {
-    typedef T dtype;
     typedef typename packed_of<T>::type T2;
-    static constexpr int height = H, width = W;
     T2 data[H][W][4];
 };
 // A register vector. 16-bit values are kept in packed pairs (as a tile's are) where a lane holds an even number
@@ -127,8 +124,7 @@ template <typename T, int H, int W, typename L> struct rt {
 template <typename T, bool PACKED> struct vec_word { typedef T type; };
 template <typename T> struct vec_word<T, true> { typedef typename packed_of<T>::type type; };
 template <typename T, int N, typename L> struct rv {
-    typedef T dtype;
-    static constexpr int chunks = N, per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
+    static constexpr int per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
     static constexpr bool packed = sizeof(T) == 2 && per_chunk % 2 == 0;
     typename vec_word<T, packed>::type data[N][packed ? per_chunk / 2 : per_chunk];
     __device__ __forceinline__ float get(int c, int k) const {
@@ -167,8 +163,7 @@ template <typename T> struct gl {
 // A subtile (tk::subtile) keeps the address function of the tile it views: panels PR rows tall,
 // unswizzled rows PC elements apart.
 template <typename T, int R, int C, int SWZ, int PR = R, int PC = C> struct st {
-    typedef T dtype;
-    static constexpr int rows = R, cols = C, swizzle = SWZ, panel_rows = PR;
+    static constexpr int swizzle = SWZ, panel_rows = PR;
     static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : PC;
     static constexpr int bytes = R * C * int(sizeof(T));
     unsigned char* base;
@@ -408,9 +403,8 @@ struct op_copy { __device__ __forceinline__ float operator()(float x) const { re
 
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
 
-// exp2: one MUFU.EX2 (ex2.approx.ftz: at most 2 ulp, as exp2f; subnormal inputs and results flush to
-// zero), without the range fix-up of the non-ftz ex2.approx that exp2f and __expf compile to (a compare
-// and two predicated multiplies or selects per element). exp(x) = exp2(x * log2 e), as __expf computes it.
+// exp2: one MUFU.EX2 (ex2.approx.ftz: 2 ulp, as exp2f; subnormals flush to zero), without the range fix-up that
+// exp2f and __expf add (a compare, two predicated instructions). exp(x) = exp2(x * log2 e), as __expf computes it.
 struct op_exp2 {
     __device__ __forceinline__ float operator()(float x) const {
         float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;

@@ -132,8 +132,7 @@ __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& 
 
 // Shared vector: N contiguous elements.
 template <typename T, int N> struct sv {
-    typedef T dtype;
-    static constexpr int length = N, bytes = N * int(sizeof(T));
+    static constexpr int bytes = N * int(sizeof(T));
     unsigned char* base;
     __device__ __forceinline__ T* ptr(int i) const { return reinterpret_cast<T*>(base) + i; }
 };

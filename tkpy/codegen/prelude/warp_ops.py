@@ -56,9 +56,8 @@ __device__ __forceinline__ void reduce(rv<TV, N, align_l>& dst, const rt<TT, H, 
     }
 }
 
-// The values of a vector broadcast along rows (ROWS=true: one value per row) or columns of a tile that meet
-// register k of base tile (i, j), whose row (i) or column (j) is the vector's chunk: of an ortho vector the
-// register's one row (column), of an align vector its two columns (rows).
+// The values of a vector broadcast along rows (ROWS=true: one value per row) or columns that meet register k of
+// base tile (i, j): of an ortho vector the register's one row (column), of an align vector its two columns (rows).
 template <bool ROWS, typename TV, int N>
 __device__ __forceinline__ float2 broadcast_at(const rv<TV, N, ortho_l>& vec, int i, int j, int k) {
     float2 v;
