@@ -273,21 +273,48 @@ template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& 
 }
 
 // rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a packed pair per
-// register in the row layout, elements in the col layout.
-template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ, int PR, int PC>
-__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
-    typedef typename rt<TD, H, W, L>::T2 T2;
+// register (adjacent, in one 16-byte chunk).
+template <typename TD, int H, int W, typename TS, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load(rt<TD, H, W, row_l>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
+    typedef typename rt<TD, H, W, row_l>::T2 T2;
     const int ln = lane();
     if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
         int lr, lc;
-        ldmatrix_pos<L>(ln, lr, lc);
+        ldmatrix_pos<row_l>(ln, lr, lc);
         #pragma unroll
         for (int i = 0; i < H; i++)
         #pragma unroll
         for (int j = 0; j < W; j++) {
             u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
-            if constexpr (is_same<L, row_l>::value) ldmatrix_x4(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
-            else ldmatrix_x4_trans(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
+            ldmatrix_x4(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
+        }
+    } else {
+        typedef typename packed_of<TS>::type S2;
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++)
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = 16 * i + frag_row(ln, k), c = 16 * j + frag_col(ln, k, 0);
+            dst.data[i][j][k] = from_float2<T2>(to_float2(*reinterpret_cast<const S2*>(src.ptr(r, c))));
+        }
+    }
+}
+// A col-layout tile: ldmatrix.trans, or a register's two elements one by one.
+template <typename TD, int H, int W, typename TS, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load(rt<TD, H, W, col_l>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
+    typedef typename rt<TD, H, W, col_l>::T2 T2;
+    const int ln = lane();
+    if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
+        int lr, lc;
+        ldmatrix_pos<col_l>(ln, lr, lc);
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++) {
+            u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
+            ldmatrix_x4_trans(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
         }
     } else {
         #pragma unroll
@@ -297,16 +324,11 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
         #pragma unroll
         for (int k = 0; k < 4; k++) {
             int r0, c0, r1, c1;
-            frag_pos<L>(ln, k, 0, r0, c0);
-            if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-                typedef typename packed_of<TS>::type S2;
-                dst.data[i][j][k] = from_float2<T2>(to_float2(*reinterpret_cast<const S2*>(src.ptr(16 * i + r0, 16 * j + c0))));
-            } else {
-                frag_pos<L>(ln, k, 1, r1, c1);
-                const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
-                const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
-                dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
-            }
+            frag_pos<col_l>(ln, k, 0, r0, c0);
+            frag_pos<col_l>(ln, k, 1, r1, c1);
+            const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
+            const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
+            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
         }
     }
 }
@@ -337,14 +359,14 @@ __device__ __forceinline__ void for_each_pair(const rt<TS, H, W, L>& src, F f) {
 }
 
 // st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
-// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair (row layout) or element.
-template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
-__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
+// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair (adjacent, in one 16-byte chunk).
+template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
+__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, row_l>& src) {
     const int ln = lane();
     if constexpr (sizeof(TD) == 2) {
         typedef typename packed_of<TD>::type D2;
         int lr, lc;
-        ldmatrix_pos<L>(ln, lr, lc);
+        ldmatrix_pos<row_l>(ln, lr, lc);
         #pragma unroll
         for (int i = 0; i < H; i++)
         #pragma unroll
@@ -355,17 +377,36 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
                 if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
                 else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
             }
-            if constexpr (is_same<L, row_l>::value) stmatrix_x4(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
-            else stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
+            stmatrix_x4(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
+        }
+    } else {
+        for_each_pair(src, [&](int r0, int c0, int, int, float2 v) { sts(dst.addr(r0, c0), v); });
+    }
+}
+// A col-layout tile: stmatrix.trans, or st.shared of each element.
+template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
+__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, col_l>& src) {
+    const int ln = lane();
+    if constexpr (sizeof(TD) == 2) {
+        typedef typename packed_of<TD>::type D2;
+        int lr, lc;
+        ldmatrix_pos<col_l>(ln, lr, lc);
+        #pragma unroll
+        for (int i = 0; i < H; i++)
+        #pragma unroll
+        for (int j = 0; j < W; j++) {
+            u32 s[4];
+            #pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
+                else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
+            }
+            stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
         }
     } else {
         for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
-            if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-                sts(dst.addr(r0, c0), v);
-            } else {
-                sts(dst.addr(r0, c0), v.x);
-                sts(dst.addr(r1, c1), v.y);
-            }
+            sts(dst.addr(r0, c0), v.x);
+            sts(dst.addr(r1, c1), v.y);
         });
     }
 }
