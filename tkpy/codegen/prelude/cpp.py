@@ -176,6 +176,8 @@ def _function(name: str, param_toks: list[str]) -> Declaration:
     params = _split(param_toks, angles=True) if param_toks else []
     found, kinds, names, required = set(), [], [], 0
     for param in params:
+        at = next((i for i, t in enumerate(param) if t not in ("const", "volatile")), None)
+        named = None if at is None else _param_name(param, at)
         dependent = None                       # the bracket level of a `typename X<...>::member` being read
         level = 0
         for i, t in enumerate(param):
@@ -187,26 +189,26 @@ def _function(name: str, param_toks: list[str]) -> Declaration:
             elif dependent is not None:
                 if is_ident(t) and level == dependent and param[i - 1] == "::":
                     dependent = None
-            elif is_ident(t):
+            elif is_ident(t) and i != named:
                 found.add(t)
         required += not any(t == "=" for t in param)
-        at = next((i for i, t in enumerate(param) if t not in ("const", "volatile")), None)
         pointer = "*" in param or "(" in param              # (a literal 0 converts to a pointer)
         kinds.append(None if at is None or pointer or param[at] == "typename" else _kind(param, at))
-        names.append(None if at is None or "." in param else _param_name(param, at))
+        names.append(None if named is None or "." in param else param[named])
     variadic = any(t == "." for t in param_toks)
     return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic, tuple(names))
 
 
-def _param_name(param: list[str], head: int) -> Optional[str]:
-    """The name a parameter declares: its last identifier outside template brackets after its type's head."""
+def _param_name(param: list[str], head: int) -> Optional[int]:
+    """The index of the name a parameter declares: its last identifier outside template brackets after its type's
+    head (None if unnamed)."""
     name, level = None, 0
     for i, t in enumerate(param):
         if t == "=" and level == 0:
             break
         level += (t == "<") - (t == ">")
         if i > head and level == 0 and is_ident(t) and t not in ("const", "volatile"):
-            name = t
+            name = i
     return name
 
 

@@ -142,9 +142,12 @@ template <typename T, int N, typename L> struct rv {
     }
 };
 // (row, col) of element `half` of register `reg` of a lane, inside a base tile.
-template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c) {
-    if constexpr (is_same<L, row_l>::value) { r = frag_row(lane, reg); c = frag_col(lane, reg, half); }
-    else { c = frag_row(lane, reg); r = frag_col(lane, reg, half); }
+template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c);
+template <> __device__ __forceinline__ void frag_pos<row_l>(int lane, int reg, int half, int& r, int& c) {
+    r = frag_row(lane, reg); c = frag_col(lane, reg, half);
+}
+template <> __device__ __forceinline__ void frag_pos<col_l>(int lane, int reg, int half, int& r, int& c) {
+    c = frag_row(lane, reg); r = frag_col(lane, reg, half);
 }
 """
 
@@ -208,7 +211,7 @@ __device__ __forceinline__ void load(rt<TD, H, W, col_l>& dst, const gl<TS>& src
     for (int j = 0; j < W; j++)
     #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int r = frag_col(ln, k, 0) + 16 * i, c = frag_row(ln, k) + 16 * j;
+        const int c = frag_row(ln, k) + 16 * j, r = frag_col(ln, k, 0) + 16 * i;
         const float lo = to_float(base[r * src.row_stride + c]), hi = to_float(base[(r + 1) * src.row_stride + c]);
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, col_l>::T2>(make_float2(lo, hi));
     }
@@ -240,7 +243,7 @@ __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, col_
     for (int j = 0; j < W; j++)
     #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int r = frag_col(ln, k, 0) + 16 * i, c = frag_row(ln, k) + 16 * j;
+        const int c = frag_row(ln, k) + 16 * j, r = frag_col(ln, k, 0) + 16 * i;
         const float2 v = to_float2(src.data[i][j][k]);
         base[r * dst.row_stride + c] = from_float<TD>(v.x);
         base[(r + 1) * dst.row_stride + c] = from_float<TD>(v.y);
@@ -266,10 +269,12 @@ __device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 a, u32 b, u32 c,
 
 // Lane `ln`'s row and column for ldmatrix/stmatrix x4 over a 16x16 base tile: matrix q = ln / 8
 // covers register q of the row layout; transposed (col layout) it covers the mirrored quadrant.
-template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c) {
-    const int q = ln >> 3;
-    if constexpr (is_same<L, row_l>::value) { r = (ln & 7) + 8 * (q & 1); c = 8 * (q >> 1); }
-    else { r = (ln & 7) + 8 * (q >> 1); c = 8 * (q & 1); }
+template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c);
+template <> __device__ __forceinline__ void ldmatrix_pos<row_l>(int ln, int& r, int& c) {
+    r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4);
+}
+template <> __device__ __forceinline__ void ldmatrix_pos<col_l>(int ln, int& r, int& c) {
+    r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1);
 }
 
 // rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a packed pair per
