@@ -1,4 +1,4 @@
-// sha256 of the whole source: ad4a0cd7b7d34fc56146d888ec0a035dc132cb34cd4a73aa1732115f139376d3
+// sha256 of the whole source: 89d84255189b47de1bf8ca99a29a52090189ebb63a160d2fd44b4fb51754b2c2
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: fc6397ff19a6f2916654963533aff312d8dfa1c8f37ba89fb12804f2778cd42c
+// sha256 of the whole source: b73fafa6ac53faa5fab7b28daaf9787dc365d9b805df5a6a3911a9562418bad4
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: e8178a0cec7dd4e5d3dd38e2b2d6a72911840da8335105afc527a86779bf4034
+// sha256 of the whole source: 2b3efc968a048e71fd7a9ce770497bf1437df4d121e7c2156083b0ab08a80df1
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps
