@@ -354,8 +354,9 @@ def _call_args(toks: list[str], j: int) -> Optional[list[list[str]]]:
 
 def _arg_kinds(args: list[list[str]], kinds: dict) -> Optional[tuple]:
     """Each argument's kind: a variable's, BUILTIN for a literal, None where not known; None for all if the
-    arguments hold a `<` (a comparison or template arguments: the commas may not split them)."""
-    if any(t == "<" for arg in args for t in arg):
+    arguments hold a `<` outside brackets (a comparison or template arguments: the commas may not split them; a
+    lambda's body, in braces, may compare)."""
+    if any(t == "<" and level == 0 for arg in args for t, level in zip(arg, _levels(arg))):
         return None
     out = []
     for arg in args:
@@ -366,3 +367,13 @@ def _arg_kinds(args: list[list[str]], kinds: dict) -> Optional[tuple]:
         else:
             out.append(None)
     return tuple(out)
+
+
+def _levels(toks: list[str]) -> list[int]:
+    """Each token's depth inside parentheses, braces and brackets."""
+    out, level = [], 0
+    for t in toks:
+        level -= t in (")", "}", "]")
+        out.append(level)
+        level += t in ("(", "{", "[")
+    return out
