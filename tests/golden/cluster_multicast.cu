@@ -1,4 +1,4 @@
-// sha256 of the whole source: 89d84255189b47de1bf8ca99a29a52090189ebb63a160d2fd44b4fb51754b2c2
+// sha256 of the whole source: 438e1d2021e8e8854957b88c7bdc370d8eb9962fe58610a4e2e8cbdd3dd7fa97
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: b73fafa6ac53faa5fab7b28daaf9787dc365d9b805df5a6a3911a9562418bad4
+// sha256 of the whole source: 39fc1f97d2ffb33bd8de3cb869fef723b0fa7ab4bf6a6d7441dd67d83a28d516
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

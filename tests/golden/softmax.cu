@@ -1,4 +1,4 @@
-// sha256 of the whole source: 2b3efc968a048e71fd7a9ce770497bf1437df4d121e7c2156083b0ab08a80df1
+// sha256 of the whole source: 5c51c6e92063658a4d6232867096790ac92790d7c49b035f91b6f550f2ffb4d5
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

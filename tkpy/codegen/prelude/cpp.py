@@ -72,7 +72,9 @@ class Declaration:
     parameter's Kind (`params`: BUILTIN for a scalar, None for a pointer or a dependent type; Pool keeps only the
     kinds of prelude structs, None for the others: template parameters). `names`: each parameter's name (None for
     an unnamed one or a pack), which in the function's body has the kind of the argument of the call that chose it,
-    where that is known (the `D& d` of `exp(D& d, const S& s)` is a tile for `exp(t, t)` of a tile `t`)."""
+    where that is known (the `D& d` of `exp(D& d, const S& s)` is a tile for `exp(t, t)` of a tile `t`); so have
+    the template parameters its type's template arguments name (`generics`: `VL` of `rv<TV, N, VL>& dst` is
+    `ortho_l` for an ortho vector), in the body's `VL{}`."""
     name: str
     kind: str                               # "struct", "typedef", "macro" or "function"
     param_types: frozenset = frozenset()
@@ -80,6 +82,7 @@ class Declaration:
     required: int = 0                       # parameters without a default value
     variadic: bool = False
     names: tuple = ()
+    generics: tuple = ()                    # each parameter's type's template arguments as written (None: no name)
 
     def takes(self, args: tuple) -> bool:
         """Whether a call with arguments of these kinds (None: unknown) can choose this function: as many
@@ -91,7 +94,7 @@ class Declaration:
 
 def declarations(toks: list[str]) -> list[tuple[int, Declaration]]:
     """(token index of the name, declaration) of each name declared outside any braces (a template
-    specialization, `struct NAME<...>` or `NAME<...>(`, declares none: see `specialization`)."""
+    specialization, `struct NAME<...>` or `NAME<...>(`, declares none: see `extension`)."""
     out, depth, parens, i = [], 0, 0, 0
     while i < len(toks):
         t = toks[i]
@@ -141,10 +144,10 @@ def extension(toks: list[str]) -> Optional[tuple[Optional[str], frozenset]]:
             break
     if toks[:2] != ["template", "<"]:
         return None
-    i = _closing_angle(toks, 1) + 1
+    i = _closing(toks, 1, "<>") + 1
     while i < len(toks) and toks[i] not in ("{", ";", "("):
         if is_ident(toks[i]) and i + 1 < len(toks) and toks[i + 1] == "<" and toks[i - 1] not in _MEMBER_ACCESS:
-            end = _closing_angle(toks, i + 1)
+            end = _closing(toks, i + 1, "<>")
             if toks[i - 1] in ("struct", "class") or (end + 1 < len(toks) and toks[end + 1] == "("):
                 return toks[i], frozenset(t for t in toks[i + 2:end] if is_ident(t))
             i = end
@@ -152,29 +155,19 @@ def extension(toks: list[str]) -> Optional[tuple[Optional[str], frozenset]]:
     return None
 
 
-def _closing_angle(toks: list[str], open_at: int) -> int:
-    """The index of the `>` that closes the template bracket `<` at `open_at`."""
+def _closing(toks: list[str], open_at: int, brackets: str = "()") -> int:
+    """The index of the token that closes the bracket at `open_at` (`(` or, with brackets="<>", a template's `<`)."""
     level = 0
     for j in range(open_at, len(toks)):
-        level += (toks[j] == "<") - (toks[j] == ">")
+        level += (toks[j] == brackets[0]) - (toks[j] == brackets[1])
         if level == 0:
             return j
-    raise ValueError("unbalanced template brackets in a prelude helper")
-
-
-def _closing(toks: list[str], open_at: int) -> int:
-    """The index of the `)` that closes the `(` at `open_at`."""
-    level = 0
-    for j in range(open_at, len(toks)):
-        level += (toks[j] == "(") - (toks[j] == ")")
-        if level == 0:
-            return j
-    raise ValueError("unbalanced parentheses in a prelude helper")
+    raise ValueError(f"unbalanced {brackets} in a prelude helper")
 
 
 def _function(name: str, param_toks: list[str]) -> Declaration:
     params = _split(param_toks, angles=True) if param_toks else []
-    found, kinds, names, required = set(), [], [], 0
+    found, kinds, names, generics, required = set(), [], [], [], 0
     for param in params:
         at = next((i for i, t in enumerate(param) if t not in ("const", "volatile")), None)
         named = None if at is None else _param_name(param, at)
@@ -193,10 +186,13 @@ def _function(name: str, param_toks: list[str]) -> Declaration:
                 found.add(t)
         required += not any(t == "=" for t in param)
         pointer = "*" in param or "(" in param              # (a literal 0 converts to a pointer)
-        kinds.append(None if at is None or pointer or param[at] == "typename" else _kind(param, at))
+        kind = None if at is None or pointer or param[at] == "typename" else _kind(param, at)
+        kinds.append(kind)
         names.append(None if named is None or "." in param else param[named])
+        generics.append(kind.args if kind is not None and "." not in param else ())
     variadic = any(t == "." for t in param_toks)
-    return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic, tuple(names))
+    return Declaration(name, "function", frozenset(found), tuple(kinds), required, variadic, tuple(names),
+                       tuple(generics))
 
 
 def _param_name(param: list[str], head: int) -> Optional[int]:
@@ -249,10 +245,11 @@ class Reference:
 
 
 def references(toks: list[str], structs: frozenset, scope: str = "", skip: frozenset = frozenset(),
-               known: Optional[dict] = None) -> set:
+               known: Optional[dict] = None, types: Optional[dict] = None) -> set:
     """The References of the text (but for the tokens at the indices in `skip`: the names of its own
     declarations), the kinds of its variables read from their declarations with the `structs` named, but for the
-    parameters in `known` (name -> kind) of its first top-level declaration, which have those kinds."""
+    parameters in `known` (name -> kind) of its first top-level declaration, which have those kinds; a template
+    parameter in `types` (name -> prelude struct) names that struct (`VL{}` an ortho_l)."""
     out = set()
     opened: list[tuple[int, str]] = []          # (brace depth inside, enclosing scope) per namespace opened
     kinds: dict = dict(known or {})             # variable -> kind, within one top-level declaration
@@ -284,7 +281,7 @@ def references(toks: list[str], structs: frozenset, scope: str = "", skip: froze
             _declare(toks, i, structs, kinds, pending)
             call = _call_args(toks, i + 1)
             out.add(Reference(scope, tuple(path), call is not None,
-                              None if call is None else _arg_kinds(call, kinds)))
+                              None if call is None else _arg_kinds(call, kinds, types or {})))
         i += 1
     return out
 
@@ -296,7 +293,7 @@ def _kind(toks: list[str], i: int) -> Kind:
     if i + 1 >= len(toks) or toks[i + 1] != "<":
         return Kind(toks[i])
     args = []
-    for arg in _split(toks[i + 2:_closing_angle(toks, i + 1)], angles=True):
+    for arg in _split(toks[i + 2:_closing(toks, i + 1, "<>")], angles=True):
         names = arg[::2]                          # `tk::row_l`: tk, row_l (the `::` between)
         qualified = all(is_ident(t) for t in names) and all(t == "::" for t in arg[1::2])
         args.append(names[-1] if arg and qualified else None)
@@ -352,10 +349,10 @@ def _call_args(toks: list[str], j: int) -> Optional[list[list[str]]]:
     return _split(toks[j + 1:end], angles=False) if end > j + 1 else []
 
 
-def _arg_kinds(args: list[list[str]], kinds: dict) -> Optional[tuple]:
-    """Each argument's kind: a variable's, BUILTIN for a literal, None where not known; None for all if the
-    arguments hold a `<` outside brackets (a comparison or template arguments: the commas may not split them; a
-    lambda's body, in braces, may compare)."""
+def _arg_kinds(args: list[list[str]], kinds: dict, types: dict) -> Optional[tuple]:
+    """Each argument's kind: a variable's, BUILTIN for a literal, a struct's for `T{}` of a template parameter T
+    that `types` names, None where not known; None for all if the arguments hold a `<` outside brackets (a
+    comparison or template arguments: the commas may not split them; a lambda's body, in braces, may compare)."""
     if any(t == "<" and level == 0 for arg in args for t, level in zip(arg, _levels(arg))):
         return None
     out = []
@@ -364,6 +361,8 @@ def _arg_kinds(args: list[list[str]], kinds: dict) -> Optional[tuple]:
             out.append(BUILTIN)
         elif len(arg) == 1 and is_ident(arg[0]):
             out.append(kinds.get(arg[0]))
+        elif len(arg) == 3 and arg[1:] == ["{", "}"] and arg[0] in types:
+            out.append(Kind(types[arg[0]]))
         else:
             out.append(None)
     return tuple(out)

@@ -35,13 +35,9 @@ template <> __device__ __forceinline__ {t}_2 from_float2<{t}_2>(float2 v) {{
 template <> __device__ __forceinline__ {t} from_float<{t}>(float v) {{
     return {t}{{(unsigned char)(from_float2<{t}_2>(make_float2(v, 0.0f)).x & 0xff)}};
 }}
-// st <- rt into an fp8 shared tile (more specialized than the generic stores, which use stmatrix or fp32 stores).
-template <int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
-__device__ __forceinline__ void store(const st<{t}, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, row_l>& src) {{
-    store_fp8(dst, src);
-}}
-template <int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
-__device__ __forceinline__ void store(const st<{t}, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, col_l>& src) {{
+// st <- rt into an fp8 shared tile (more specialized than the generic store, which uses stmatrix or fp32 stores).
+template <int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store(const st<{t}, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {{
     store_fp8(dst, src);
 }}
 """
@@ -69,18 +65,20 @@ __device__ __forceinline__ void wgmma_fp8_a_fragment(const rt<T, 1, K, row_l>& a
     }
 }
 
-template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
-__device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, row_l>& src) {
-    typedef typename packed_of<TD>::type D2;
-    for_each_pair(src, [&](int r0, int c0, int, int, float2 v) {   // the pair is adjacent, in one 16-byte chunk
-        *reinterpret_cast<D2*>(dst.ptr(r0, c0)) = from_float2<D2>(v);
-    });
+// A register's pair of values to p0 (the first) and p1 as T: adjacent in the row layout, in one 16-byte chunk.
+template <typename T> __device__ __forceinline__ void store_pair(row_l, T* p0, T*, float2 v) {
+    typedef typename packed_of<T>::type T2;
+    *reinterpret_cast<T2*>(p0) = from_float2<T2>(v);
 }
-template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
-__device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, col_l>& src) {
+template <typename T> __device__ __forceinline__ void store_pair(col_l, T* p0, T* p1, float2 v) {
+    *p0 = from_float<T>(v.x);
+    *p1 = from_float<T>(v.y);
+}
+
+template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
-        *dst.ptr(r0, c0) = from_float<TD>(v.x);
-        *dst.ptr(r1, c1) = from_float<TD>(v.y);
+        store_pair(L{}, dst.ptr(r0, c0), dst.ptr(r1, c1), v);
     });
 }
 """

@@ -11,14 +11,15 @@ could make a call silently choose another. A declaration is therefore left out o
 - a function no reference calls (a variable named `fill` is no call of tk::fill);
 - an overload whose parameters name prelude types that are not in the source (`store(const st<fp8e4m3, ...>&,
   const rt<...>&)` without fp8e4m3, st or rt): no argument can have them;
-- an overload a call cannot take: another number of arguments, or an argument whose kind (the type a variable is
-  declared with: `rt`, `gl`, a scalar; cpp.py) its parameter's type is not (`load(rt<...>&, const gl<...>&, ...)`
-  for a call `load(t, x, ...)` with `tk::rv<...> t`): the prelude's types convert neither into one another nor to
-  scalars. A parameter has, in the function's body, the kind of the argument of the call that chose the function
-  (`D& d` of `tk::exp`, `rv<TD, N, L>& dst`: its layout), so `exp(t, t)` of a tile calls the tiles' unary_map
-  only;
+- an overload a call cannot take: another number of arguments, or an argument whose kind (what the type a
+  variable is declared with tells: its head and the prelude types its template arguments name, `rt` of `row_l` for
+  `tk::rt<float, 1, 4, tk::row_l> t`; cpp.py) its parameter's type cannot be (`load(rt<TD, H, W, col_l>&, ...)`
+  or `load(rv<...>&, ...)` for that `t`): the prelude's types convert neither into one another nor to scalars. A
+  parameter has, in the function's body, the kind of the argument of the call that chose the function (`D& d` of
+  `tk::exp`, the layout of `rv<TD, N, L>& dst`), so `exp(t, t)` of a tile calls the tiles' unary_map only;
 - a specialization (`packed_of<bf16>`, `vec_shape<ortho_l>`) whose primary template is not chosen, or whose
-  template arguments name prelude types that are not in the source.
+  template arguments name prelude types that are not in the source (one that names none, `vec_word<T, true>`,
+  comes with its primary); an operator (`operator/` of a divisor) whose parameters name such types.
 Hence the rules for writing the prelude: no implicit conversions between its types (no conversion operators,
 explicit constructors); an overload names the prelude types it takes in its parameter list (not only through a
 `typename X<...>::type`), so that a layout's or a dtype's code is an overload of its own (`load` of a row-layout
@@ -155,12 +156,14 @@ class Pool:
         self._uses: dict = {}          # (helper, binding) -> its references, read when first chosen so
 
     def uses(self, helper: Helper, binding: tuple = ()) -> frozenset:
-        """The references of `helper`'s text (but for its declarations' own names), its parameters of the
-        `binding` ((name, kind) pairs) of those kinds."""
+        """The references of `helper`'s text (but for its declarations' own names), its parameters and template
+        parameters of the `binding` ((name, kind) and (name, struct) pairs) of those kinds and structs."""
         refs = self._uses.get((helper, binding))
         if refs is None:
+            known = {name: kind for name, kind in binding if isinstance(kind, cpp.Kind)}
+            types = {name: struct for name, struct in binding if isinstance(struct, str)}
             refs = self._uses[(helper, binding)] = frozenset(cpp.references(
-                list(helper.tokens), self.structs, helper.namespace, helper.name_tokens, dict(binding)))
+                list(helper.tokens), self.structs, helper.namespace, helper.name_tokens, known, types))
         return refs
 
     def references(self, code: str) -> frozenset:
@@ -234,8 +237,15 @@ class Pool:
 
 
 def _binding(d: cpp.Declaration, args: Optional[tuple]) -> tuple:
-    """The (parameter, kind) pairs that a call with arguments of these kinds gives a function's parameters."""
+    """What a call with arguments of these kinds tells of a function's body: (parameter, kind) pairs, and (template
+    parameter, prelude struct) pairs of the template arguments of its parameters' types (one of two structs: none)."""
     if args is None:
         return ()
-    return tuple(sorted(((name, kind) for name, kind in zip(d.names, args) if name is not None and kind is not None),
-                        key=lambda pair: pair[0]))
+    variables = {name: kind for name, kind in zip(d.names, args) if name is not None and kind is not None}
+    types: dict = {}
+    for generics, kind in zip(d.generics, args):
+        for name, struct in zip(generics, kind.args if kind is not None else ()):
+            if name is not None and struct is not None:
+                types[name] = struct if types.get(name, struct) == struct else None
+    return tuple(sorted(variables.items(), key=lambda pair: pair[0])) + tuple(
+        sorted((name, struct) for name, struct in types.items() if struct is not None))

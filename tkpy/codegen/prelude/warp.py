@@ -183,10 +183,26 @@ template <typename S, int N> struct st_array {
     __device__ __forceinline__ S operator[](int i) const { return S{base + i * S::bytes}; }
 };
 
-// rt <- gl: each lane reads its fragment, a register's pair in one 4/8-byte access.
-template <typename TD, int H, int W, typename TS>
-__device__ __forceinline__ void load(rt<TD, H, W, row_l>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
-    typedef typename packed_of<TS>::type S2;
+// A register's pair of values at (r, c) of memory rows `stride` elements apart, as floats, and back: adjacent in
+// the row layout (one 4/8-byte access), a row apart in the col layout.
+template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* base, long long stride, int r, int c) {
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(base + r * stride + c));
+}
+template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* base, long long stride, int r, int c) {
+    return make_float2(to_float(base[r * stride + c]), to_float(base[(r + 1) * stride + c]));
+}
+template <typename T> __device__ __forceinline__ void store_pair(row_l, T* base, long long stride, int r, int c, float2 v) {
+    typedef typename packed_of<T>::type T2;
+    *reinterpret_cast<T2*>(base + r * stride + c) = from_float2<T2>(v);
+}
+template <typename T> __device__ __forceinline__ void store_pair(col_l, T* base, long long stride, int r, int c, float2 v) {
+    base[r * stride + c] = from_float<T>(v.x);
+    base[(r + 1) * stride + c] = from_float<T>(v.y);
+}
+
+// rt <- gl and gl <- rt: each lane its fragment, a register's pair at a time.
+template <typename TD, int H, int W, typename L, typename TS>
+__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
     const int ln = lane();
     const TS* base = src.at(b, d, r0, c0);
     #pragma unroll
@@ -195,32 +211,14 @@ __device__ __forceinline__ void load(rt<TD, H, W, row_l>& dst, const gl<TS>& src
     for (int j = 0; j < W; j++)
     #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int r = frag_row(ln, k) + 16 * i, c = frag_col(ln, k, 0) + 16 * j;
-        const S2 v = *reinterpret_cast<const S2*>(base + r * src.row_stride + c);
-        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, row_l>::T2>(to_float2(v));
+        int r, c;
+        frag_pos<L>(ln, k, 0, r, c);
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
+            load_pair(L{}, base, src.row_stride, r + 16 * i, c + 16 * j));
     }
 }
-// A col-layout tile's register holds two elements a row apart.
-template <typename TD, int H, int W, typename TS>
-__device__ __forceinline__ void load(rt<TD, H, W, col_l>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
-    const int ln = lane();
-    const TS* base = src.at(b, d, r0, c0);
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int c = frag_row(ln, k) + 16 * j, r = frag_col(ln, k, 0) + 16 * i;
-        const float lo = to_float(base[r * src.row_stride + c]), hi = to_float(base[(r + 1) * src.row_stride + c]);
-        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, col_l>::T2>(make_float2(lo, hi));
-    }
-}
-
-// gl <- rt
-template <typename TD, typename TS, int H, int W>
-__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, row_l>& src, int b, int d, int r0, int c0) {
-    typedef typename packed_of<TD>::type D2;
+template <typename TD, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
     const int ln = lane();
     TD* base = dst.at(b, d, r0, c0);
     #pragma unroll
@@ -229,97 +227,72 @@ __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, row_
     for (int j = 0; j < W; j++)
     #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int r = frag_row(ln, k) + 16 * i, c = frag_col(ln, k, 0) + 16 * j;
-        *reinterpret_cast<D2*>(base + r * dst.row_stride + c) = from_float2<D2>(to_float2(src.data[i][j][k]));
-    }
-}
-template <typename TD, typename TS, int H, int W>
-__device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, col_l>& src, int b, int d, int r0, int c0) {
-    const int ln = lane();
-    TD* base = dst.at(b, d, r0, c0);
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int c = frag_row(ln, k) + 16 * j, r = frag_col(ln, k, 0) + 16 * i;
-        const float2 v = to_float2(src.data[i][j][k]);
-        base[r * dst.row_stride + c] = from_float<TD>(v.x);
-        base[(r + 1) * dst.row_stride + c] = from_float<TD>(v.y);
+        int r, c;
+        frag_pos<L>(ln, k, 0, r, c);
+        store_pair(L{}, base, dst.row_stride, r + 16 * i, c + 16 * j, to_float2(src.data[i][j][k]));
     }
 }
 
-__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& a, u32& b, u32& c, u32& d) {
+// ldmatrix / stmatrix x4 (transposed for a col-layout tile) over a 16x16 base tile of 16-bit values, and lane
+// `ln`'s row and column in it: matrix q = ln / 8 covers register q of the row layout; transposed (col layout) it
+// covers the mirrored quadrant.
+template <typename L> __device__ __forceinline__ void ldmatrix(u32 addr, u32& a, u32& b, u32& c, u32& d);
+template <typename L> __device__ __forceinline__ void stmatrix(u32 addr, u32 a, u32 b, u32 c, u32 d);
+template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c);
+template <> __device__ __forceinline__ void ldmatrix<row_l>(u32 addr, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& a, u32& b, u32& c, u32& d) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
-}
-__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+template <> __device__ __forceinline__ void stmatrix<row_l>(u32 addr, u32 a, u32 b, u32 c, u32 d) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
-__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-// Lane `ln`'s row and column for ldmatrix/stmatrix x4 over a 16x16 base tile: matrix q = ln / 8
-// covers register q of the row layout; transposed (col layout) it covers the mirrored quadrant.
-template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c);
 template <> __device__ __forceinline__ void ldmatrix_pos<row_l>(int ln, int& r, int& c) {
     r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4);
+}
+template <> __device__ __forceinline__ void ldmatrix<col_l>(u32 addr, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+template <> __device__ __forceinline__ void stmatrix<col_l>(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 template <> __device__ __forceinline__ void ldmatrix_pos<col_l>(int ln, int& r, int& c) {
     r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1);
 }
 
-// rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a packed pair per
-// register (adjacent, in one 16-byte chunk).
-template <typename TD, int H, int W, typename TS, int R, int C, int SWZ, int PR, int PC>
-__device__ __forceinline__ void load(rt<TD, H, W, row_l>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
-    typedef typename rt<TD, H, W, row_l>::T2 T2;
-    const int ln = lane();
-    if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
-        int lr, lc;
-        ldmatrix_pos<row_l>(ln, lr, lc);
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++) {
-            u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
-            ldmatrix_x4(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
-        }
-    } else {
-        typedef typename packed_of<TS>::type S2;
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++)
-        #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int r = 16 * i + frag_row(ln, k), c = 16 * j + frag_col(ln, k, 0);
-            dst.data[i][j][k] = from_float2<T2>(to_float2(*reinterpret_cast<const S2*>(src.ptr(r, c))));
-        }
-    }
+// A register's pair of values at p0 (the first) and p1 in shared memory as floats: adjacent in the row layout, in
+// one 16-byte chunk; to shared addresses a0 and a1 (st.shared, one v2 where adjacent).
+template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* p0, const T*) {
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(p0));
 }
-// A col-layout tile: ldmatrix.trans, or a register's two elements one by one.
-template <typename TD, int H, int W, typename TS, int R, int C, int SWZ, int PR, int PC>
-__device__ __forceinline__ void load(rt<TD, H, W, col_l>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
-    typedef typename rt<TD, H, W, col_l>::T2 T2;
+template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* p0, const T* p1) {
+    return make_float2(to_float(*p0), to_float(*p1));
+}
+__device__ __forceinline__ void sts(u32 addr, float v) {
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void sts(u32 addr, float2 v) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+__device__ __forceinline__ void sts_pair(row_l, u32 a0, u32, float2 v) { sts(a0, v); }
+__device__ __forceinline__ void sts_pair(col_l, u32 a0, u32 a1, float2 v) { sts(a0, v.x); sts(a1, v.y); }
+
+// rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a pair per register.
+template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
+    typedef typename rt<TD, H, W, L>::T2 T2;
     const int ln = lane();
     if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
         int lr, lc;
-        ldmatrix_pos<col_l>(ln, lr, lc);
+        ldmatrix_pos<L>(ln, lr, lc);
         #pragma unroll
         for (int i = 0; i < H; i++)
         #pragma unroll
         for (int j = 0; j < W; j++) {
             u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
-            ldmatrix_x4_trans(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
+            ldmatrix<L>(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
         }
     } else {
         #pragma unroll
@@ -329,20 +302,12 @@ __device__ __forceinline__ void load(rt<TD, H, W, col_l>& dst, const st<TS, R, C
         #pragma unroll
         for (int k = 0; k < 4; k++) {
             int r0, c0, r1, c1;
-            frag_pos<col_l>(ln, k, 0, r0, c0);
-            frag_pos<col_l>(ln, k, 1, r1, c1);
-            const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
-            const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
-            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
+            frag_pos<L>(ln, k, 0, r0, c0);
+            frag_pos<L>(ln, k, 1, r1, c1);
+            dst.data[i][j][k] = from_float2<T2>(load_pair(L{}, src.ptr(16 * i + r0, 16 * j + c0),
+                                                          src.ptr(16 * i + r1, 16 * j + c1)));
         }
     }
-}
-
-__device__ __forceinline__ void sts(u32 addr, float v) {
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
-}
-__device__ __forceinline__ void sts(u32 addr, float2 v) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
 }
 
 // f(r0, c0, r1, c1, v) for each register pair of a tile: its two values and their tile positions (in the
@@ -364,14 +329,14 @@ __device__ __forceinline__ void for_each_pair(const rt<TS, H, W, L>& src, F f) {
 }
 
 // st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
-// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair (adjacent, in one 16-byte chunk).
-template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
-__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, row_l>& src) {
+// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair.
+template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
+__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     const int ln = lane();
     if constexpr (sizeof(TD) == 2) {
         typedef typename packed_of<TD>::type D2;
         int lr, lc;
-        ldmatrix_pos<row_l>(ln, lr, lc);
+        ldmatrix_pos<L>(ln, lr, lc);
         #pragma unroll
         for (int i = 0; i < H; i++)
         #pragma unroll
@@ -382,36 +347,11 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
                 if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
                 else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
             }
-            stmatrix_x4(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
-        }
-    } else {
-        for_each_pair(src, [&](int r0, int c0, int, int, float2 v) { sts(dst.addr(r0, c0), v); });
-    }
-}
-// A col-layout tile: stmatrix.trans, or st.shared of each element.
-template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W>
-__device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, col_l>& src) {
-    const int ln = lane();
-    if constexpr (sizeof(TD) == 2) {
-        typedef typename packed_of<TD>::type D2;
-        int lr, lc;
-        ldmatrix_pos<col_l>(ln, lr, lc);
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++) {
-            u32 s[4];
-            #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
-                else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
-            }
-            stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
+            stmatrix<L>(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
         }
     } else {
         for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
-            sts(dst.addr(r0, c0), v.x);
-            sts(dst.addr(r1, c1), v.y);
+            sts_pair(L{}, dst.addr(r0, c0), dst.addr(r1, c1), v);
         });
     }
 }

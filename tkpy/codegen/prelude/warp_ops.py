@@ -7,50 +7,45 @@ from ...ir.core import BINARY_FNS, BROADCAST_FNS, REDUCE_FNS, UNARY_FNS
 from .helpers import helpers
 
 _REDUCE = r"""
-// Reductions along rows (ROWS=true: one value per row) or columns of a register tile into a vector: an ortho
-// vector's values are spread across lane bits 0-1 (lanes sharing a row of a row-layout tile).
-template <bool ROWS, typename F, typename TV, int N, typename TT, int H, int W, typename L>
-__device__ __forceinline__ void reduce(rv<TV, N, ortho_l>& dst, const rt<TT, H, W, L>& src, F f,
-                                       const typename identity<rv<TV, N, ortho_l>>::type* accum) {
-    constexpr int outer = ROWS ? H : W, inner = ROWS ? W : H;
-    #pragma unroll
-    for (int o = 0; o < outer; o++)
-    #pragma unroll
-    for (int k = 0; k < rv<TV, N, ortho_l>::per_chunk; k++) {
-        float v;
-        #pragma unroll
-        for (int n = 0; n < inner; n++) {
-            const int i = ROWS ? o : n, j = ROWS ? n : o;
-            const float2 a = to_float2(src.data[i][j][k]), b = to_float2(src.data[i][j][k + 2]);
-            const float part = f(f(a.x, a.y), f(b.x, b.y));
-            v = n == 0 ? part : f(v, part);
-        }
-        v = f(v, __shfl_xor_sync(0xffffffffu, v, 1));
-        v = f(v, __shfl_xor_sync(0xffffffffu, v, 2));
-        if (accum) v = f(v, accum->get(o, k));
-        dst.set(o, k, v);
-    }
+// A reduction into an ortho vector (lanes sharing a row of a row-layout tile differ in lane bits 0-1), an align
+// vector (lanes sharing a column of a col-layout tile differ in bits 2-4): value k's part of base tile `regs`, and
+// the lanes' parts combined.
+template <typename T2, typename F>
+__device__ __forceinline__ float reduce_part(ortho_l, const T2 (&regs)[4], int k, F f) {
+    const float2 a = to_float2(regs[k]), b = to_float2(regs[k + 2]);
+    return f(f(a.x, a.y), f(b.x, b.y));
 }
-// An align vector's across lane bits 2-4 (lanes sharing a column of a col-layout tile).
-template <bool ROWS, typename F, typename TV, int N, typename TT, int H, int W, typename L>
-__device__ __forceinline__ void reduce(rv<TV, N, align_l>& dst, const rt<TT, H, W, L>& src, F f,
-                                       const typename identity<rv<TV, N, align_l>>::type* accum) {
+template <typename F> __device__ __forceinline__ float reduce_lanes(ortho_l, float v, F f) {
+    v = f(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return f(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+template <typename T2, typename F>
+__device__ __forceinline__ float reduce_part(align_l, const T2 (&regs)[4], int k, F f) {
+    const float2 a = to_float2(regs[2 * (k >> 1)]), b = to_float2(regs[2 * (k >> 1) + 1]);
+    return (k & 1) ? f(a.y, b.y) : f(a.x, b.x);
+}
+template <typename F> __device__ __forceinline__ float reduce_lanes(align_l, float v, F f) {
+    v = f(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
+    return f(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+// Reductions along rows (ROWS=true: one value per row) or columns of a register tile into a vector: each lane
+// reduces its registers' values of value k, then the lanes holding parts of it combine theirs.
+template <bool ROWS, typename F, typename TV, int N, typename VL, typename TT, int H, int W, typename L>
+__device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>& src, F f,
+                                       const typename identity<rv<TV, N, VL>>::type* accum) {
     constexpr int outer = ROWS ? H : W, inner = ROWS ? W : H;
     #pragma unroll
     for (int o = 0; o < outer; o++)
     #pragma unroll
-    for (int k = 0; k < rv<TV, N, align_l>::per_chunk; k++) {
+    for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) {
         float v;
         #pragma unroll
         for (int n = 0; n < inner; n++) {
-            const int i = ROWS ? o : n, j = ROWS ? n : o;
-            const float2 a = to_float2(src.data[i][j][2 * (k >> 1)]), b = to_float2(src.data[i][j][2 * (k >> 1) + 1]);
-            const float part = (k & 1) ? f(a.y, b.y) : f(a.x, b.x);
+            const float part = reduce_part(VL{}, src.data[ROWS ? o : n][ROWS ? n : o], k, f);
             v = n == 0 ? part : f(v, part);
         }
-        v = f(v, __shfl_xor_sync(0xffffffffu, v, 4));
-        v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
-        v = f(v, __shfl_xor_sync(0xffffffffu, v, 16));
+        v = reduce_lanes(VL{}, v, f);
         if (accum) v = f(v, accum->get(o, k));
         dst.set(o, k, v);
     }
