@@ -93,9 +93,90 @@ def test_headings_stand_above_the_first_helper_used_under_them():
     assert "// ---- two ----\nvoid c();" in text and "one" not in text and "void b" not in text
 
 
-def test_a_paragraph_that_declares_nothing_is_refused():
+def test_a_paragraphs_helpers_are_its_declarations_shown_together():
+    """Each declaration of a paragraph (with the comment above it) is chosen on its own; those chosen stand together,
+    paragraphs apart (one-line paragraphs after one another)."""
+    pool = Pool(helpers("// a\nvoid a();\nvoid b();\n// c, over\n// two lines\nvoid c() {\n}\n\nvoid d();\n\n"
+                        "void e();\n"))
+    assert [h.text for h in pool.members] == ["// a\nvoid a();", "void b();", "// c, over\n// two lines\nvoid c() {\n}",
+                                              "void d();", "void e();"]
+    text = pool.text(pool.needed(pool.references("tk::a(); tk::c(); tk::d(); tk::e();")))
+    assert "// a\nvoid a();\n// c, over\n// two lines\nvoid c() {\n}\n\nvoid d();\nvoid e();\n}" in text
+
+
+def test_a_helper_that_could_never_be_chosen_is_refused():
     with pytest.raises(ValueError, match="declares nothing"):
-        helpers("template <> struct packed_of<int> { typedef int type; };")
+        helpers('static_assert(sizeof(int) == 4, "int");')
+    with pytest.raises(ValueError, match="a specialization of packed_of, which no prelude helper declares"):
+        Pool(helpers("template <> struct packed_of<int> { typedef int type; };"))
+    with pytest.raises(ValueError, match="an operator on no prelude type"):
+        Pool(helpers("__device__ int operator/(int n, float v) { return n; }"))
+
+
+SPECIALIZED = """
+template <typename L> struct shape;
+
+struct row_l {};
+template <> struct shape<row_l> { static constexpr int n = 2; };
+
+struct col_l {};
+template <> struct shape<col_l> { static constexpr int n = 4; };
+"""
+SHAPE, ROW_L, ROW_SHAPE = ("template <typename L> struct shape;", "struct row_l {};",
+                           "template <> struct shape<row_l> { static constexpr int n = 2; };")
+
+
+def test_a_specialization_comes_with_its_primary_and_the_types_it_names():
+    assert chosen(SPECIALIZED, "tk::row_l r;") == [ROW_L]                    # no shape<...> named: none of its
+    assert chosen(SPECIALIZED, "int n = tk::shape<tk::row_l>::n;") == [SHAPE, ROW_L, ROW_SHAPE]
+
+
+def test_an_operator_comes_with_the_types_it_takes():
+    pool_text = """
+struct divisor { int d; };
+
+__device__ int operator/(int n, const divisor& v) { return n / v.d; }
+
+struct other { int x; };
+"""
+    assert chosen(pool_text, "tk::other o;") == ["struct other { int x; };"]
+    assert len(chosen(pool_text, "const tk::divisor v{3}; int q = 7 / v;")) == 2
+
+
+KINDS = """
+struct row_l {};
+
+struct col_l {};
+
+template <typename L> struct rt { int x; };
+
+template <typename L> struct rv { int x; };
+
+void load(rt<row_l>& t);
+
+void load(rt<col_l>& t);
+
+void load(rv<row_l>& v);
+
+template <typename D> void copy(D& d) { load(d); }
+"""
+LOAD_ROW, LOAD_COL, LOAD_RV = "void load(rt<row_l>& t);", "void load(rt<col_l>& t);", "void load(rv<row_l>& v);"
+
+
+def test_a_kind_knows_the_types_its_template_arguments_name():
+    """A row-layout tile's load, not the col-layout one's, though both layouts are in the source."""
+    got = chosen(KINDS, "tk::rt<tk::row_l> a; tk::rt<tk::col_l> b; tk::load(a);")
+    assert LOAD_ROW in got and LOAD_COL not in got and LOAD_RV not in got
+    got = chosen(KINDS, "tk::rt<tk::row_l> a; tk::rt<tk::col_l> b; tk::load(b);")
+    assert LOAD_COL in got and LOAD_ROW not in got
+
+
+def test_a_parameter_has_the_kind_of_the_argument_of_the_call_that_chose_the_function():
+    """copy(D& d) of a col-layout tile loads a col-layout tile; of an unknown argument, any it can."""
+    got = chosen(KINDS, "tk::rt<tk::row_l> a; tk::rt<tk::col_l> b; tk::rv<tk::row_l> v; tk::copy(b);")
+    assert LOAD_COL in got and LOAD_ROW not in got and LOAD_RV not in got
+    got = chosen(KINDS, "tk::rt<tk::row_l> a[2]; tk::rv<tk::row_l> v; tk::copy(a[0]);")
+    assert LOAD_ROW in got and LOAD_RV in got and LOAD_COL not in got       # (no col_l in the source)
 
 
 def test_the_softmax_source_carries_only_the_helpers_it_uses():
@@ -107,11 +188,50 @@ def test_the_softmax_source_carries_only_the_helpers_it_uses():
                  "launch_dependents"):
         assert name in used
     for name in ("mma16816", "ldmatrix_x4", "struct semaphore", "load_vec", "struct fp16", "namespace tma", "wgmma",
-                 "struct divisor", "swap_layout"):
+                 "struct divisor", "swap_layout",
+                 # what a kernel of fp32 row-layout tiles and ortho vectors does not use: the other layouts and
+                 # their code, the vectors' unary_map, 64-bit words
+                 "col_l", "align_l", "naive_l", "contig_l", "void unary_map(rv", "u64"):
         assert name not in used
-    assert len(used.splitlines()) < 380 < 1300 < len(full.splitlines())
+    assert len(used.splitlines()) < 340 < 1300 < len(full.splitlines())
     with pytest.raises(ValueError, match="prelude must be"):
         softmax_rows.source(X64, X64, 64, prelude="none")
+
+
+def declared(source: str) -> list[str]:
+    """The names the prelude of a kernel's source declares, in order (a specialization as `name<its types>`)."""
+    prelude = source.split("// ---- end of prelude ----")[0]
+    inside = prelude.split("namespace tk {", 1)[1].rsplit("}  // namespace tk", 1)[0]
+    out = []
+    for h in helpers(inside):
+        out += [d.name for _, d in h.declares] or ([f"{h.extends[0]}<{','.join(sorted(h.extends[1]))}>"]
+                                                   if h.extends else [])
+    return out
+
+
+def test_the_softmax_demos_source_is_its_kernel_and_the_helpers_it_uses():
+    """`python -m tkpy.kernels` prints softmax_rows' source: 336 lines, 300 of them prelude (361 and 325 when whole
+    paragraphs of helpers were chosen; the whole prelude is some 1900 lines); the softmax example's kernel, which
+    needs no bounds checks, 282 (rv's pair members, set_pair and set_all, are not chosen one by one). These are its
+    helpers: fp32 and bf16, one tile layout and one vector layout, the
+    named ops it calls and the maps, reduction and broadcast under them, the masked copies and the unmasked ones they
+    call for whole tiles, and the dependent launch's calls (every kernel is launched so by default)."""
+    x = torch.empty(1024, 64, dtype=torch.bfloat16)
+    source = softmax_rows.source(x, x, 64)
+    assert declared(source) == [
+        "u32", "INFINITY", "identity", "packed_of", "packed_of<float>", "to_float", "to_float2", "from_float",
+        "from_float<float>", "from_float2", "from_float2<float2>", "bf16", "bf16_2", "packed_of<bf16>", "to_float",
+        "to_float2", "from_float<bf16>", "from_float2<bf16_2>", "lane", "row_l", "ortho_l", "vec_shape",
+        "vec_shape<ortho_l>", "frag_row", "frag_col", "rt", "vec_word", "vec_word<T,true>", "rv", "frag_pos",
+        "frag_pos<row_l>", "gl", "load_pair", "store_pair", "load", "store", "op_exp2", "op_exp", "op_add", "op_sub",
+        "op_div", "op_max", "op_sum", "apply", "apply", "unary_map", "reduce_part", "reduce_lanes", "reduce",
+        "broadcast_at", "broadcast", "exp", "row_max", "row_sum", "sub_row", "div_row", "in_bounds", "load_masked",
+        "store_masked", "launch_dependents", "wait_for_previous_kernel"]
+    assert len(source.splitlines()) <= 336
+    example, args = kernel_and_args("softmax")
+    assert len(example.source(*args).splitlines()) <= 282
+    gemm, args = kernel_and_args("gemm")                       # (451 lines when whole paragraphs were chosen)
+    assert len(gemm.source(*args).splitlines()) <= 395
 
 
 def _entry(ptx: str) -> str:
@@ -133,14 +253,15 @@ def test_the_helpers_used_make_the_same_kernel_as_the_whole_prelude(name):
 
 def test_every_helper_compiles_with_the_helpers_it_needs():
     """Each helper alone with what it needs (those it names outside its templates' dependent calls, which only an
-    instantiation checks: the kernels' own compiles do) is a translation unit NVRTC compiles."""
+    instantiation checks: the kernels' own compiles do) is a translation unit NVRTC reads without an error (a
+    missing name is an error of the front end: syntax only, the fast way)."""
     members = [*HELPERS, *hopper.wgmma_helpers({(64, "bf16", False), (64, "fp8e4m3", True)}), *hopper.TMA5_HELPERS]
     pool = Pool(members)
     for h in pool.members:
         if h.heading:
             continue
         text = pool.text(pool.needed(pool.uses(h)) | {h})
-        _run_nvrtc(text + 'extern "C" __global__ void k() {}\n', "k", OPTIONS, "sm_90a")
+        _run_nvrtc(text + 'extern "C" __global__ void k() {}\n', "k", [*OPTIONS, "-fdevice-syntax-only"], "sm_90a")
 
 
 def test_a_missing_helper_fails_to_compile_at_the_users_line(monkeypatch):

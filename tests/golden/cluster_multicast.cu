@@ -1,4 +1,4 @@
-// sha256 of the whole source: 3fc555bc4b8e98dad66089bc0977b332d09ef570d073a156e0af9d98881ba94f
+// sha256 of the whole source: 438e1d2021e8e8854957b88c7bdc370d8eb9962fe58610a4e2e8cbdd3dd7fa97
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 086655195f6f04f78fdc85a9547c31c61bd487b0baf8bbb308ebcfbe776263eb
+// sha256 of the whole source: 39fc1f97d2ffb33bd8de3cb869fef723b0fa7ab4bf6a6d7441dd67d83a28d516
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 3d2e1e21ba856c4d0bda26a71f89c4ecb354afb87080d52c2b7d85f0553e222e
+// sha256 of the whole source: 4d6f032d30a8aad709cfde1594d1ba60dc5901f98627a626310151ce345c8496
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

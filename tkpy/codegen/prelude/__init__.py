@@ -1,9 +1,10 @@
 """The C++ prelude: header-free device helpers, of which a generated kernel carries those it uses.
 
 NVRTC ships no headers, so storage types, conversions and PTX wrappers are written here, one module per area,
-each a list of helpers (prelude/helpers.py: one paragraph of C++ each). A kernel's source starts with the
-helpers its code needs (`prelude_for`), which is also what NVRTC compiles: the whole prelude takes it several
-times longer to read. `k.source(..., prelude="full")` shows the whole prelude instead.
+each a list of helpers (prelude/helpers.py: one top-level declaration of C++ each, written in paragraphs). A
+kernel's source starts with the helpers its code needs (`prelude_for`), which is also what NVRTC compiles: the
+whole prelude takes it several times longer to read. `k.source(..., prelude="full")` shows the whole prelude
+instead.
 """
 from __future__ import annotations
 

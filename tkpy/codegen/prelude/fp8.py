@@ -65,17 +65,23 @@ __device__ __forceinline__ void wgmma_fp8_a_fragment(const rt<T, 1, K, row_l>& a
     }
 }
 
+// A register's pair of values to (r0, c0) and (r1, c1) of a shared tile: adjacent in the row layout, in one 16-byte
+// chunk.
+template <typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void store_pair(row_l, const st<T, R, C, SWZ, PR, PC>& dst, int r0, int c0, int, int, float2 v) {
+    typedef typename packed_of<T>::type T2;
+    *reinterpret_cast<T2*>(dst.ptr(r0, c0)) = from_float2<T2>(v);
+}
+template <typename T, int R, int C, int SWZ, int PR, int PC>
+__device__ __forceinline__ void store_pair(col_l, const st<T, R, C, SWZ, PR, PC>& dst, int r0, int c0, int r1, int c1,
+                                           float2 v) {
+    *dst.ptr(r0, c0) = from_float<T>(v.x);
+    *dst.ptr(r1, c1) = from_float<T>(v.y);
+}
+
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
-    typedef typename packed_of<TD>::type D2;
-    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
-        if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-            *reinterpret_cast<D2*>(dst.ptr(r0, c0)) = from_float2<D2>(v);
-        } else {
-            *dst.ptr(r0, c0) = from_float<TD>(v.x);
-            *dst.ptr(r1, c1) = from_float<TD>(v.y);
-        }
-    });
+    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) { store_pair(L{}, dst, r0, c0, r1, c1, v); });
 }
 """
 

@@ -1,28 +1,38 @@
 """The prelude as helpers, and the choice of those a kernel uses.
 
-A helper is one paragraph of the prelude's C++ (the text between blank lines outside braces): a type, a function
-and its overloads, a few one-line wrappers. A kernel's source carries the helpers its code refers to by name,
-then those that these refer to, and so on (`Pool.needed`): what NVRTC compiles is the kernel and its helpers only.
+A helper is one declaration of the prelude's C++ at its top level, with the comment lines above it: a type, a
+function, a template specialization, a few preprocessor lines. The prelude is written in paragraphs (the text
+between blank lines outside braces) of related helpers, which a kernel's source shows as written, less the helpers
+it does not use. It carries the helpers its code refers to by name, then those that these refer to, and so on
+(`Pool.needed`): what NVRTC compiles is the kernel and its helpers only.
 
 Overloads make that choice subtle: a call chooses among all the declarations of its name, so leaving one out
 could make a call silently choose another. A declaration is therefore left out only where no call can choose it:
 - a function no reference calls (a variable named `fill` is no call of tk::fill);
 - an overload whose parameters name prelude types that are not in the source (`store(const st<fp8e4m3, ...>&,
   const rt<...>&)` without fp8e4m3, st or rt): no argument can have them;
-- an overload a call cannot take: another number of arguments, or an argument whose kind (the type a variable is
-  declared with: `rt`, `gl`, a scalar; cpp.py) its parameter's type is not (`load(rt<...>&, const gl<...>&, ...)`
-  for a call `load(t, x, ...)` with `tk::rv<...> t`): the prelude's types convert neither into one another nor to
-  scalars.
+- an overload a call cannot take: another number of arguments, or an argument whose kind (what the type a
+  variable is declared with tells: its head and the prelude types its template arguments name, `rt` of `row_l` for
+  `tk::rt<float, 1, 4, tk::row_l> t`; cpp.py) its parameter's type cannot be (`load(rt<TD, H, W, col_l>&, ...)`
+  or `load(rv<...>&, ...)` for that `t`): the prelude's types convert neither into one another nor to scalars. A
+  parameter has, in the function's body, the kind of the argument of the call that chose the function (`D& d` of
+  `tk::exp`, the layout of `rv<TD, N, L>& dst`), so `exp(t, t)` of a tile calls the tiles' unary_map only;
+- a specialization (`packed_of<bf16>`, `vec_shape<ortho_l>`) whose primary template is not chosen, or whose
+  template arguments name prelude types that are not in the source (one that names none, `vec_word<T, true>`,
+  comes with its primary); an operator (`operator/` of a divisor) whose parameters name such types.
 Hence the rules for writing the prelude: no implicit conversions between its types (no conversion operators,
 explicit constructors); an overload names the prelude types it takes in its parameter list (not only through a
-`typename X<...>::type`); and a primary template whose specializations live in other helpers is left undefined,
-so that a missing specialization fails to compile instead of falling back to the primary.
+`typename X<...>::type`), so that a layout's or a dtype's code is an overload of its own (`load` of a row-layout
+tile, of a col-layout one); and a primary template whose specializations are chosen apart from it is left
+undefined, so that a missing specialization fails to compile instead of falling back to the primary.
 
 A paragraph of comments only is a heading: it is kept above the first chosen helper under it.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from . import cpp
 
@@ -34,12 +44,15 @@ TAIL = "// ---- end of prelude ----\n"
 
 @dataclass(frozen=True, eq=False)
 class Helper:
-    """A paragraph of the prelude: its C++ `text` inside `namespace`, its tokens and the names it declares (with
-    the indices of their tokens, which are no references)."""
+    """A declaration of the prelude: its C++ `text` inside `namespace`, its tokens and the names it declares (with
+    the indices of their tokens, which are no references), or for a specialization or an operator what it
+    `extends` (cpp.extension); the `paragraph` it is written in."""
     text: str
     namespace: str
     tokens: tuple
     declares: tuple
+    extends: Optional[tuple] = None
+    paragraph: int = 0
 
     @property
     def heading(self) -> bool:
@@ -51,30 +64,58 @@ class Helper:
         return frozenset(i for i, _ in self.declares)
 
 
+_paragraphs = itertools.count()         # every paragraph of the prelude its own number
+
+
 def helpers(text: str, namespace: str = "tk") -> list[Helper]:
-    """`text`, C++ written inside `namespace` (which it does not open), as helpers: one a paragraph."""
+    """`text`, C++ written inside `namespace` (which it does not open), as helpers: one a declaration."""
     out, lines = [], []
     for line in text.strip("\n").split("\n") + [""]:
         if line.strip() or not lines:
             lines += [line] if line.strip() else []
             continue
-        paragraph = "\n".join(lines)
-        toks = cpp.tokens(paragraph)
-        if cpp.brace_depth(toks):                   # a blank line inside braces: read on
+        if cpp.brace_depth(cpp.tokens("\n".join(lines))):      # a blank line inside braces: read on
             lines.append(line)
             continue
-        out.append(_helper(paragraph, toks, namespace))
+        paragraph = next(_paragraphs)
+        out += [_helper("\n".join(piece), namespace, paragraph) for piece in _declarations(lines)]
         lines = []
     return out
 
 
-def _helper(text: str, toks: list, namespace: str) -> Helper:
+def _declarations(lines: list[str]) -> list[list[str]]:
+    """A paragraph's lines, one list a declaration with the comment lines above it: a declaration ends on a line
+    that closes it (`;` or `}` outside braces and parentheses, `#endif` or `#define` outside `#if`)."""
+    out, current, depth, conditional = [], [], 0, 0
+    for line in lines:
+        current.append(line)
+        toks = cpp.tokens(line)
+        for t in toks:
+            if cpp.is_directive(t):
+                word = t.lstrip("# \t").split()[0] if t.lstrip("# \t") else ""
+                conditional += word in ("if", "ifdef", "ifndef") or -(word == "endif")
+            depth += (t in "({") - (t in ")}")
+        ends = toks and (toks[-1] in (";", "}") or cpp.is_directive(toks[-1]))
+        if ends and depth == 0 and conditional == 0:
+            out.append(current)
+            current = []
+    if current:                      # comment lines after the last declaration: its own
+        if out:
+            out[-1] += current
+        else:
+            out.append(current)
+    return out
+
+
+def _helper(text: str, namespace: str, paragraph: int) -> Helper:
+    toks = cpp.tokens(text)
     declares = tuple(cpp.declarations(toks))
-    if toks and not declares:
-        raise ValueError(f"a prelude paragraph that declares nothing would never be chosen:\n{text}")
+    extends = None if declares or not toks else cpp.extension(toks)
+    if toks and not declares and extends is None:
+        raise ValueError(f"a prelude helper that declares nothing would never be chosen:\n{text}")
     if "namespace" in toks:
         raise ValueError(f"a prelude helper is written inside its namespace ({namespace}), opening none:\n{text}")
-    return Helper(text, namespace, tuple(toks), declares)
+    return Helper(text, namespace, tuple(toks), declares, extends, paragraph)
 
 
 class Pool:
@@ -88,17 +129,41 @@ class Pool:
         self.declared: dict[tuple[str, str], list[tuple[Helper, cpp.Declaration, frozenset]]] = {}
         for h in members:
             for _, d in h.declares:
-                known = tuple(p if p in self.structs or p == cpp.BUILTIN else None for p in d.params)
+                known = tuple(p.known(self.structs) if p is not None and (p.head in self.structs or p == cpp.BUILTIN)
+                              else None for p in d.params)
                 key = ("" if d.kind == "macro" else h.namespace, d.name)
                 self.declared.setdefault(key, []).append((h, replace(d, params=known), d.param_types & self.structs))
-        self._uses: dict = {}          # helper -> its references, read when it is first chosen
+        # helper -> (specialization, the prelude types its template arguments name) of each specialization of a
+        # template it declares; (operator, the prelude types its parameters name) of each operator
+        self.specializations: dict[Helper, list[tuple[Helper, frozenset]]] = {}
+        self.operators: list[tuple[Helper, frozenset]] = []
+        for h in members:
+            if h.extends is None:
+                continue
+            name, identifiers = h.extends
+            if name is None:
+                if not identifiers & self.structs:
+                    raise ValueError(f"an operator on no prelude type:\n{h.text}")
+                self.operators.append((h, identifiers & self.structs))
+                continue
+            primaries = [p for key in cpp.Reference(h.namespace, (name,), False).lookups()
+                         for p, _, _ in self.declared.get(key, ())]
+            if not primaries:
+                raise ValueError(f"a specialization of {name}, which no prelude helper declares, would never be "
+                                 f"chosen:\n{h.text}")
+            for p in primaries:
+                self.specializations.setdefault(p, []).append((h, identifiers & self.structs))
+        self._uses: dict = {}          # (helper, binding) -> its references, read when first chosen so
 
-    def uses(self, helper: Helper) -> frozenset:
-        """The references of `helper`'s text (but for its declarations' own names)."""
-        refs = self._uses.get(helper)
+    def uses(self, helper: Helper, binding: tuple = ()) -> frozenset:
+        """The references of `helper`'s text (but for its declarations' own names), its parameters and template
+        parameters of the `binding` ((name, kind) and (name, struct) pairs) of those kinds and structs."""
+        refs = self._uses.get((helper, binding))
         if refs is None:
-            refs = self._uses[helper] = frozenset(cpp.references(list(helper.tokens), self.structs,
-                                                                 helper.namespace, helper.name_tokens))
+            known = {name: kind for name, kind in binding if isinstance(kind, cpp.Kind)}
+            types = {name: struct for name, struct in binding if isinstance(struct, str)}
+            refs = self._uses[(helper, binding)] = frozenset(cpp.references(
+                list(helper.tokens), self.structs, helper.namespace, helper.name_tokens, known, types))
         return refs
 
     def references(self, code: str) -> frozenset:
@@ -107,8 +172,10 @@ class Pool:
 
     def needed(self, uses: frozenset) -> set:
         """The helpers that code with these references needs, transitively."""
-        chosen, types, seen = set(), set(), set()
-        waiting = []      # (helper, parameter types) of declarations references may mean, whose helper is not chosen
+        chosen, types, seen, read = set(), set(), set(), set()
+        # (helper, parameter types, binding) of declarations references may mean (and operators, which any
+        # expression on their types may call), whose references with that binding are not yet read
+        waiting = [(h, requires, ()) for h, requires in self.operators]
 
         def want(refs):
             for ref in refs:
@@ -118,25 +185,32 @@ class Pool:
                     seen.add((key, ref.called, ref.args))
                     for helper, d, requires in self.declared.get(key, ()):
                         if d.kind != "function" or ref.called and (ref.args is None or d.takes(ref.args)):
-                            waiting.append((helper, requires))
+                            waiting.append((helper, requires, _binding(d, ref.args)))
         want(uses)
         progress = True
         while progress:               # until no waiting declaration has its parameter types in the source
             progress = False
-            for helper, requires in list(waiting):
-                if helper not in chosen and requires <= types:
-                    chosen.add(helper)
-                    types |= {d.name for _, d in helper.declares if d.kind == "struct"}
-                    want(self.uses(helper))
+            for helper, requires, binding in list(waiting):
+                if (helper, binding) not in read and requires <= types:
+                    read.add((helper, binding))
+                    if helper not in chosen:
+                        chosen.add(helper)
+                        types |= {d.name for _, d in helper.declares if d.kind == "struct"}
+                        waiting += [(s, arguments, ()) for s, arguments in self.specializations.get(helper, ())]
+                    want(self.uses(helper, binding))
                     progress = True
-            waiting = [w for w in waiting if w[0] not in chosen]
+            waiting = [w for w in waiting if (w[0], w[2]) not in read]
         return chosen
 
     def text(self, chosen: set | None = None) -> str:
-        """The prelude of the `chosen` helpers (all when None), in prelude order, each in its namespace and after a
-        blank line (but for one-line helpers after one another), each heading above the first chosen helper under
-        it."""
-        out, current, heading, previous = [HEAD_FULL if chosen is None else HEAD_USED], [], None, ""
+        """The prelude of the `chosen` helpers (all when None), in prelude order, each in its namespace; the
+        helpers of a paragraph together, paragraphs after a blank line (but for one-line paragraphs after one
+        another), each heading above the first chosen helper under it."""
+        shown = [h for h in self.members if not h.heading and (chosen is None or h in chosen)]
+        lines: dict[int, int] = {}           # paragraph -> the lines shown of it
+        for h in shown:
+            lines[h.paragraph] = lines.get(h.paragraph, 0) + h.text.count("\n") + 1
+        out, current, heading, previous = [HEAD_FULL if chosen is None else HEAD_USED], [], None, None
         for h in self.members:
             if h.heading:
                 heading = h
@@ -149,12 +223,29 @@ class Pool:
                 common += 1
             out += [f"}}  // namespace {name}" for name in reversed(current[common:])]
             out += [f"namespace {name} {{" for name in target[common:]]
-            if common == len(target) and (heading is not None or "\n" in h.text + previous):
+            apart = previous is not None and h.paragraph != previous.paragraph and (
+                lines[h.paragraph] > 1 or lines[previous.paragraph] > 1)
+            if common == len(target) and (heading is not None or apart):
                 out.append("")
             if heading is not None:
                 out.append(heading.text)
                 heading = None
             out.append(h.text)
-            current, previous = target, h.text
+            current, previous = target, h
         out += [f"}}  // namespace {name}" for name in reversed(current)]
         return "\n".join(out) + "\n" + TAIL
+
+
+def _binding(d: cpp.Declaration, args: Optional[tuple]) -> tuple:
+    """What a call with arguments of these kinds tells of a function's body: (parameter, kind) pairs, and (template
+    parameter, prelude struct) pairs of the template arguments of its parameters' types (one of two structs: none)."""
+    if args is None:
+        return ()
+    variables = {name: kind for name, kind in zip(d.names, args) if name is not None and kind is not None}
+    types: dict = {}
+    for generics, kind in zip(d.generics, args):
+        for name, struct in zip(generics, kind.args if kind is not None else ()):
+            if name is not None and struct is not None:
+                types[name] = struct if types.get(name, struct) == struct else None
+    return tuple(sorted(variables.items(), key=lambda pair: pair[0])) + tuple(
+        sorted((name, struct) for name, struct in types.items() if struct is not None))

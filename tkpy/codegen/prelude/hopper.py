@@ -11,11 +11,8 @@ from .helpers import Helper, helpers
 _SYNC = r"""
 // ---- Hopper: dependent launches, mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
 
-// Programmatic dependent launch (PTX griddepcontrol; tkpy/runtime/dependent_launch.py). Launched with the
-// driver's programmatic-stream-serialization attribute, a kernel may start before the previous kernel on
-// its stream has finished: launch_dependents lets the next kernel's blocks start as this kernel's finish,
-// wait_for_previous_kernel blocks until the previous kernel has completed and its memory operations are
-// visible. Without the attribute both do nothing.
+// Programmatic dependent launch (griddepcontrol; tkpy/runtime/dependent_launch.py): launch_dependents lets the next
+// kernel on the stream start as our blocks finish; wait_for_previous_kernel waits for the previous one's writes.
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 

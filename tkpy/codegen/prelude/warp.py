@@ -17,9 +17,8 @@ template <typename A, typename B> struct is_same { static constexpr bool value =
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
 template <typename T> struct identity { typedef T type; };  // blocks template deduction
 
-// Element types and their conversions to and from fp32, where arithmetic happens. A register tile of T holds
-// pairs, packed_of<T>; from_float<T> / from_float2<T2> round to them (specialized per type: each type's helper
-// brings its own).
+// Element types and their conversions to and from fp32, where arithmetic happens: a register tile of T holds
+// pairs, packed_of<T>; from_float<T> / from_float2<T2> round to a type (specialized by each type's helpers).
 template <typename T> struct packed_of;
 template <> struct packed_of<float> { typedef float2 type; };
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -117,9 +116,7 @@ __device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_R
 __device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
 
 template <typename T, int H, int W, typename L> struct rt {
-    typedef T dtype;
     typedef typename packed_of<T>::type T2;
-    static constexpr int height = H, width = W;
     T2 data[H][W][4];
 };
 // A register vector. 16-bit values are kept in packed pairs (as a tile's are) where a lane holds an even number
@@ -127,8 +124,7 @@ template <typename T, int H, int W, typename L> struct rt {
 template <typename T, bool PACKED> struct vec_word { typedef T type; };
 template <typename T> struct vec_word<T, true> { typedef typename packed_of<T>::type type; };
 template <typename T, int N, typename L> struct rv {
-    typedef T dtype;
-    static constexpr int chunks = N, per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
+    static constexpr int per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
     static constexpr bool packed = sizeof(T) == 2 && per_chunk % 2 == 0;
     typedef typename vec_word<T, packed>::type word;
     word data[N][packed ? per_chunk / 2 : per_chunk];
@@ -163,9 +159,12 @@ template <typename T, int N, typename L> struct rv {
     }
 };
 // (row, col) of element `half` of register `reg` of a lane, inside a base tile.
-template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c) {
-    if constexpr (is_same<L, row_l>::value) { r = frag_row(lane, reg); c = frag_col(lane, reg, half); }
-    else { c = frag_row(lane, reg); r = frag_col(lane, reg, half); }
+template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c);
+template <> __device__ __forceinline__ void frag_pos<row_l>(int lane, int reg, int half, int& r, int& c) {
+    r = frag_row(lane, reg); c = frag_col(lane, reg, half);
+}
+template <> __device__ __forceinline__ void frag_pos<col_l>(int lane, int reg, int half, int& r, int& c) {
+    c = frag_row(lane, reg); r = frag_col(lane, reg, half);
 }
 """
 
@@ -184,8 +183,7 @@ template <typename T> struct gl {
 // A subtile (tk::subtile) keeps the address function of the tile it views: panels PR rows tall,
 // unswizzled rows PC elements apart.
 template <typename T, int R, int C, int SWZ, int PR = R, int PC = C> struct st {
-    typedef T dtype;
-    static constexpr int rows = R, cols = C, swizzle = SWZ, panel_rows = PR;
+    static constexpr int swizzle = SWZ, panel_rows = PR;
     static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : PC;
     static constexpr int bytes = R * C * int(sizeof(T));
     unsigned char* base;
@@ -202,11 +200,26 @@ template <typename S, int N> struct st_array {
     __device__ __forceinline__ S operator[](int i) const { return S{base + i * S::bytes}; }
 };
 
-// rt <- gl: each lane reads its fragment; row-layout pairs are one 4/8-byte access.
+// A register's pair of values at (r, c) of memory rows `stride` elements apart, as floats, and back: adjacent in
+// the row layout (one 4/8-byte access), a row apart in the col layout.
+template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* base, long long stride, int r, int c) {
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(base + r * stride + c));
+}
+template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* base, long long stride, int r, int c) {
+    return make_float2(to_float(base[r * stride + c]), to_float(base[(r + 1) * stride + c]));
+}
+template <typename T> __device__ __forceinline__ void store_pair(row_l, T* base, long long stride, int r, int c, float2 v) {
+    typedef typename packed_of<T>::type T2;
+    *reinterpret_cast<T2*>(base + r * stride + c) = from_float2<T2>(v);
+}
+template <typename T> __device__ __forceinline__ void store_pair(col_l, T* base, long long stride, int r, int c, float2 v) {
+    base[r * stride + c] = from_float<T>(v.x);
+    base[(r + 1) * stride + c] = from_float<T>(v.y);
+}
+
+// rt <- gl and gl <- rt: each lane its fragment, a register's pair at a time.
 template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
-    typedef typename rt<TD, H, W, L>::T2 T2;
-    typedef typename packed_of<TS>::type S2;
     const int ln = lane();
     const TS* base = src.at(b, d, r0, c0);
     #pragma unroll
@@ -217,22 +230,12 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, in
     for (int k = 0; k < 4; k++) {
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
-        r += 16 * i; c += 16 * j;
-        if constexpr (is_same<L, row_l>::value) {
-            const S2 v = *reinterpret_cast<const S2*>(base + r * src.row_stride + c);
-            dst.data[i][j][k] = from_float2<T2>(to_float2(v));
-        } else {
-            const float lo = to_float(base[r * src.row_stride + c]);
-            const float hi = to_float(base[(r + 1) * src.row_stride + c]);
-            dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
-        }
+        dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
+            load_pair(L{}, base, src.row_stride, r + 16 * i, c + 16 * j));
     }
 }
-
-// gl <- rt
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
-    typedef typename packed_of<TD>::type D2;
     const int ln = lane();
     TD* base = dst.at(b, d, r0, c0);
     #pragma unroll
@@ -243,44 +246,57 @@ __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& 
     for (int k = 0; k < 4; k++) {
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
-        r += 16 * i; c += 16 * j;
-        const float2 v = to_float2(src.data[i][j][k]);
-        if constexpr (is_same<L, row_l>::value) {
-            *reinterpret_cast<D2*>(base + r * dst.row_stride + c) = from_float2<D2>(v);
-        } else {
-            base[r * dst.row_stride + c] = from_float<TD>(v.x);
-            base[(r + 1) * dst.row_stride + c] = from_float<TD>(v.y);
-        }
+        store_pair(L{}, base, dst.row_stride, r + 16 * i, c + 16 * j, to_float2(src.data[i][j][k]));
     }
 }
 
-__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& a, u32& b, u32& c, u32& d) {
+// ldmatrix / stmatrix x4 (transposed for a col-layout tile) over a 16x16 base tile of 16-bit values, and lane
+// `ln`'s row and column in it: matrix q = ln / 8 covers register q of the row layout; transposed (col layout) it
+// covers the mirrored quadrant.
+template <typename L> __device__ __forceinline__ void ldmatrix(u32 addr, u32& a, u32& b, u32& c, u32& d);
+template <typename L> __device__ __forceinline__ void stmatrix(u32 addr, u32 a, u32 b, u32 c, u32 d);
+template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c);
+template <> __device__ __forceinline__ void ldmatrix<row_l>(u32 addr, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& a, u32& b, u32& c, u32& d) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
-}
-__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+template <> __device__ __forceinline__ void stmatrix<row_l>(u32 addr, u32 a, u32 b, u32 c, u32 d) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
-__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+template <> __device__ __forceinline__ void ldmatrix_pos<row_l>(int ln, int& r, int& c) {
+    r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4);
+}
+template <> __device__ __forceinline__ void ldmatrix<col_l>(u32 addr, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+template <> __device__ __forceinline__ void stmatrix<col_l>(u32 addr, u32 a, u32 b, u32 c, u32 d) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
-
-// Lane `ln`'s row and column for ldmatrix/stmatrix x4 over a 16x16 base tile: matrix q = ln / 8
-// covers register q of the row layout; transposed (col layout) it covers the mirrored quadrant.
-template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c) {
-    const int q = ln >> 3;
-    if constexpr (is_same<L, row_l>::value) { r = (ln & 7) + 8 * (q & 1); c = 8 * (q >> 1); }
-    else { r = (ln & 7) + 8 * (q >> 1); c = 8 * (q & 1); }
+template <> __device__ __forceinline__ void ldmatrix_pos<col_l>(int ln, int& r, int& c) {
+    r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1);
 }
 
-// rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a packed pair per
-// register in the row layout, elements in the col layout.
+// A register's pair of values at p0 (the first) and p1 in shared memory as floats: adjacent in the row layout, in
+// one 16-byte chunk; to shared addresses a0 and a1 (st.shared, one v2 where adjacent).
+template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* p0, const T*) {
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(p0));
+}
+template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* p0, const T* p1) {
+    return make_float2(to_float(*p0), to_float(*p1));
+}
+__device__ __forceinline__ void sts(u32 addr, float v) {
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void sts(u32 addr, float2 v) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+__device__ __forceinline__ void sts_pair(row_l, u32 a0, u32, float2 v) { sts(a0, v); }
+__device__ __forceinline__ void sts_pair(col_l, u32 a0, u32 a1, float2 v) { sts(a0, v.x); sts(a1, v.y); }
+
+// rt <- st: ldmatrix for 16-bit tiles of the same dtype; otherwise (fp32, conversions) a pair per register.
 template <typename TD, int H, int W, typename L, typename TS, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SWZ, PR, PC>& src) {
     typedef typename rt<TD, H, W, L>::T2 T2;
@@ -293,8 +309,7 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
         #pragma unroll
         for (int j = 0; j < W; j++) {
             u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
-            if constexpr (is_same<L, row_l>::value) ldmatrix_x4(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
-            else ldmatrix_x4_trans(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
+            ldmatrix<L>(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
         }
     } else {
         #pragma unroll
@@ -305,24 +320,11 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
         for (int k = 0; k < 4; k++) {
             int r0, c0, r1, c1;
             frag_pos<L>(ln, k, 0, r0, c0);
-            if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-                typedef typename packed_of<TS>::type S2;
-                dst.data[i][j][k] = from_float2<T2>(to_float2(*reinterpret_cast<const S2*>(src.ptr(16 * i + r0, 16 * j + c0))));
-            } else {
-                frag_pos<L>(ln, k, 1, r1, c1);
-                const float lo = to_float(*src.ptr(16 * i + r0, 16 * j + c0));
-                const float hi = to_float(*src.ptr(16 * i + r1, 16 * j + c1));
-                dst.data[i][j][k] = from_float2<T2>(make_float2(lo, hi));
-            }
+            frag_pos<L>(ln, k, 1, r1, c1);
+            dst.data[i][j][k] = from_float2<T2>(load_pair(L{}, src.ptr(16 * i + r0, 16 * j + c0),
+                                                          src.ptr(16 * i + r1, 16 * j + c1)));
         }
     }
-}
-
-__device__ __forceinline__ void sts(u32 addr, float v) {
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
-}
-__device__ __forceinline__ void sts(u32 addr, float2 v) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
 }
 
 // f(r0, c0, r1, c1, v) for each register pair of a tile: its two values and their tile positions (in the
@@ -344,7 +346,7 @@ __device__ __forceinline__ void for_each_pair(const rt<TS, H, W, L>& src, F f) {
 }
 
 // st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
-// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair (row layout) or element.
+// fp32 accumulator into a bf16 output tile); fp32 tiles: st.shared of each pair.
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
     const int ln = lane();
@@ -362,17 +364,11 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
                 if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
                 else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
             }
-            if constexpr (is_same<L, row_l>::value) stmatrix_x4(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
-            else stmatrix_x4_trans(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
+            stmatrix<L>(dst.addr(16 * i + lr, 16 * j + lc), s[0], s[1], s[2], s[3]);
         }
     } else {
         for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) {
-            if constexpr (is_same<L, row_l>::value) {   // the pair is adjacent, in one 16-byte chunk
-                sts(dst.addr(r0, c0), v);
-            } else {
-                sts(dst.addr(r0, c0), v.x);
-                sts(dst.addr(r1, c1), v.y);
-            }
+            sts_pair(L{}, dst.addr(r0, c0), dst.addr(r1, c1), v);
         });
     }
 }
@@ -410,9 +406,8 @@ struct op_copy { __device__ __forceinline__ float operator()(float x) const { re
 
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
 
-// exp2: one MUFU.EX2 (ex2.approx.ftz: at most 2 ulp, as exp2f; subnormal inputs and results flush to
-// zero), without the range fix-up of the non-ftz ex2.approx that exp2f and __expf compile to (a compare
-// and two predicated multiplies or selects per element). exp(x) = exp2(x * log2 e), as __expf computes it.
+// exp2: one MUFU.EX2 (ex2.approx.ftz: 2 ulp, as exp2f; subnormals flush to zero), without the range fix-up that
+// exp2f and __expf add (a compare, two predicated instructions). exp(x) = exp2(x * log2 e), as __expf computes it.
 struct op_exp2 {
     __device__ __forceinline__ float operator()(float x) const {
         float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;

@@ -73,20 +73,18 @@ __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, 
 _VECTORS = r"""
 // ---- Register vectors: lane indices, layout conversions, memory ----
 
-// Index within its chunk (16 elements; 32 for naive, 256 for contig) of lane `lane`'s value k (tkpy/tiles/layouts.py).
-template <typename L> __device__ __forceinline__ int vec_idx(int lane, int k) {
-    if constexpr (is_same<L, ortho_l>::value) return ORTHO_INDEX;
-    else if constexpr (is_same<L, align_l>::value) return ALIGN_INDEX;
-    else if constexpr (is_same<L, naive_l>::value) return NAIVE_INDEX;
-    else return CONTIG_INDEX;
-}
-// Whether lane `lane` is the one copy, among the lanes holding the same values, that stores them.
-template <typename L> __device__ __forceinline__ bool vec_owner(int lane) {
-    if constexpr (is_same<L, ortho_l>::value) return VECTOR_OWNER_ORTHO;
-    else if constexpr (is_same<L, align_l>::value) return VECTOR_OWNER_ALIGN;
-    else if constexpr (is_same<L, naive_l>::value) return VECTOR_OWNER_NAIVE;
-    else return VECTOR_OWNER_CONTIG;
-}
+// Index within its chunk (16 elements; 32 for naive, 256 for contig) of lane `lane`'s value k (tkpy/tiles/layouts.py),
+// and whether lane `lane` is the one copy, among the lanes holding the same values, that stores them.
+template <typename L> __device__ __forceinline__ int vec_idx(int lane, int k);
+template <typename L> __device__ __forceinline__ bool vec_owner(int lane);
+template <> __device__ __forceinline__ int vec_idx<ortho_l>(int lane, int k) { return ORTHO_INDEX; }
+template <> __device__ __forceinline__ bool vec_owner<ortho_l>(int lane) { return VECTOR_OWNER_ORTHO; }
+template <> __device__ __forceinline__ int vec_idx<align_l>(int lane, int k) { return ALIGN_INDEX; }
+template <> __device__ __forceinline__ bool vec_owner<align_l>(int lane) { return VECTOR_OWNER_ALIGN; }
+template <> __device__ __forceinline__ int vec_idx<naive_l>(int lane, int k) { return NAIVE_INDEX; }
+template <> __device__ __forceinline__ bool vec_owner<naive_l>(int lane) { return VECTOR_OWNER_NAIVE; }
+template <> __device__ __forceinline__ int vec_idx<contig_l>(int lane, int k) { return CONTIG_INDEX; }
+template <> __device__ __forceinline__ bool vec_owner<contig_l>(int lane) { return VECTOR_OWNER_CONTIG; }
 
 // Layout conversions, one shuffle per destination value (tkpy/tiles/shuffles.py, VECTOR_SHUFFLES).
 template <typename LD, typename LS> struct vec_shuffle;
@@ -117,8 +115,7 @@ __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& 
 
 // Shared vector: N contiguous elements.
 template <typename T, int N> struct sv {
-    typedef T dtype;
-    static constexpr int length = N, bytes = N * int(sizeof(T));
+    static constexpr int bytes = N * int(sizeof(T));
     unsigned char* base;
     __device__ __forceinline__ T* ptr(int i) const { return reinterpret_cast<T*>(base) + i; }
 };
@@ -175,75 +172,84 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
     }
 }
 
-// rv <- memory at p: each lane reads its own values; with MASKED, indices from n on read as `fill`. A contig
-// vector reads its lane's 8 values of a chunk in one 16-byte access (two for fp32), element by element only
-// where they cross n.
+// rv <- memory at p: each lane reads its own values; with MASKED, indices from n on read as `fill`.
 template <bool MASKED, typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, float fill, int space = 1) {
     const int ln = lane();
     #pragma unroll
     for (int c = 0; c < N; c++) {
-        if constexpr (is_same<L, contig_l>::value) {
-            const int i = c * 256 + 8 * ln;
-            if constexpr (rv<TD, N, L>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
-                if (!MASKED || i + 8 <= n) {
-                    u32 w[4];
-                    ld16(w, p + i, space);
-                    #pragma unroll
-                    for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
-                    continue;
-                }
-            }
-            float v[8];
-            if (!MASKED || i + 8 <= n) load8(v, p + i, space);
-            else {
-                #pragma unroll
-                for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
-            }
-            #pragma unroll
-            for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
-        } else {
-            #pragma unroll
-            for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
-                const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
-                dst.set(c, k, !MASKED || i < n ? to_float(p[i]) : fill);
-            }
+        #pragma unroll
+        for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+            const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
+            dst.set(c, k, !MASKED || i < n ? to_float(p[i]) : fill);
         }
     }
 }
-// memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped. A contig
-// vector writes its lane's 8 values of a chunk in one 16-byte access (two for fp32).
+// A contig vector reads its lane's 8 values of a chunk in one 16-byte access (two for fp32), element by element
+// only where they cross n.
+template <bool MASKED, typename TD, int N, typename TS>
+__device__ __forceinline__ void load_vec(rv<TD, N, contig_l>& dst, const TS* p, int n, float fill, int space = 1) {
+    const int ln = lane();
+    #pragma unroll
+    for (int c = 0; c < N; c++) {
+        const int i = c * 256 + 8 * ln;
+        if constexpr (rv<TD, N, contig_l>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
+            if (!MASKED || i + 8 <= n) {
+                u32 w[4];
+                ld16(w, p + i, space);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
+                continue;
+            }
+        }
+        float v[8];
+        if (!MASKED || i + 8 <= n) load8(v, p + i, space);
+        else {
+            #pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
+        }
+        #pragma unroll
+        for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
+    }
+}
+// memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped.
 template <bool MASKED, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n, int space = 1) {
     const int ln = lane();
     if (!vec_owner<L>(ln)) return;
     #pragma unroll
     for (int c = 0; c < N; c++) {
-        if constexpr (is_same<L, contig_l>::value) {
-            const int i = c * 256 + 8 * ln;
-            if constexpr (rv<TS, N, L>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
-                if (!MASKED || i + 8 <= n) {
-                    u32 w[4];
-                    #pragma unroll
-                    for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
-                    st16(p + i, w, space);
-                    continue;
-                }
-            }
-            float v[8];
-            #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
-            if (!MASKED || i + 8 <= n) store8(p + i, v, space);
-            else {
+        #pragma unroll
+        for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
+            const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
+            if (!MASKED || i < n) p[i] = from_float<TD>(src.get(c, k));
+        }
+    }
+}
+// A contig vector writes its lane's 8 values of a chunk in one 16-byte access (two for fp32).
+template <bool MASKED, typename TD, typename TS, int N>
+__device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, contig_l>& src, int n, int space = 1) {
+    const int ln = lane();
+    if (!vec_owner<contig_l>(ln)) return;
+    #pragma unroll
+    for (int c = 0; c < N; c++) {
+        const int i = c * 256 + 8 * ln;
+        if constexpr (rv<TS, N, contig_l>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
+            if (!MASKED || i + 8 <= n) {
+                u32 w[4];
                 #pragma unroll
-                for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
+                for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
+                st16(p + i, w, space);
+                continue;
             }
-        } else {
+        }
+        float v[8];
+        #pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
+        if (!MASKED || i + 8 <= n) store8(p + i, v, space);
+        else {
             #pragma unroll
-            for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
-                const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
-                if (!MASKED || i < n) p[i] = from_float<TD>(src.get(c, k));
-            }
+            for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
         }
     }
 }

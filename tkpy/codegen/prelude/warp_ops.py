@@ -7,13 +7,33 @@ from ...ir.core import BINARY_FNS, BROADCAST_FNS, REDUCE_FNS, UNARY_FNS
 from .helpers import helpers
 
 _REDUCE = r"""
-// Reductions along rows (ROWS=true: one value per row) or columns of a register tile.
-// Lanes sharing a row (ortho direction) differ in lane bits 0-1; lanes sharing a column
-// of a col-layout tile (align direction) differ in bits 2-4.
+// A reduction into an ortho vector (lanes sharing a row of a row-layout tile differ in lane bits 0-1), an align
+// vector (lanes sharing a column of a col-layout tile differ in bits 2-4): value k's part of base tile `regs`, and
+// the lanes' parts combined.
+template <typename T2, typename F>
+__device__ __forceinline__ float reduce_part(ortho_l, const T2 (&regs)[4], int k, F f) {
+    const float2 a = to_float2(regs[k]), b = to_float2(regs[k + 2]);
+    return f(f(a.x, a.y), f(b.x, b.y));
+}
+template <typename F> __device__ __forceinline__ float reduce_lanes(ortho_l, float v, F f) {
+    v = f(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return f(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+template <typename T2, typename F>
+__device__ __forceinline__ float reduce_part(align_l, const T2 (&regs)[4], int k, F f) {
+    const float2 a = to_float2(regs[2 * (k >> 1)]), b = to_float2(regs[2 * (k >> 1) + 1]);
+    return (k & 1) ? f(a.y, b.y) : f(a.x, b.x);
+}
+template <typename F> __device__ __forceinline__ float reduce_lanes(align_l, float v, F f) {
+    v = f(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
+    return f(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+// Reductions along rows (ROWS=true: one value per row) or columns of a register tile into a vector: each lane
+// reduces its registers' values of value k, then the lanes holding parts of it combine theirs.
 template <bool ROWS, typename F, typename TV, int N, typename VL, typename TT, int H, int W, typename L>
 __device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>& src, F f,
                                        const typename identity<rv<TV, N, VL>>::type* accum) {
-    constexpr bool ortho = is_same<VL, ortho_l>::value;
     constexpr int outer = ROWS ? H : W, inner = ROWS ? W : H;
     #pragma unroll
     for (int o = 0; o < outer; o++)
@@ -22,40 +42,27 @@ __device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>
         float v;
         #pragma unroll
         for (int n = 0; n < inner; n++) {
-            const int i = ROWS ? o : n, j = ROWS ? n : o;
-            float part;
-            if constexpr (ortho) {
-                const float2 a = to_float2(src.data[i][j][k]), b = to_float2(src.data[i][j][k + 2]);
-                part = f(f(a.x, a.y), f(b.x, b.y));
-            } else {
-                const float2 a = to_float2(src.data[i][j][2 * (k >> 1)]), b = to_float2(src.data[i][j][2 * (k >> 1) + 1]);
-                part = (k & 1) ? f(a.y, b.y) : f(a.x, b.x);
-            }
+            const float part = reduce_part(VL{}, src.data[ROWS ? o : n][ROWS ? n : o], k, f);
             v = n == 0 ? part : f(v, part);
         }
-        if constexpr (ortho) {
-            v = f(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            v = f(v, __shfl_xor_sync(0xffffffffu, v, 2));
-        } else {
-            v = f(v, __shfl_xor_sync(0xffffffffu, v, 4));
-            v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
-            v = f(v, __shfl_xor_sync(0xffffffffu, v, 16));
-        }
+        v = reduce_lanes(VL{}, v, f);
         if (accum) v = f(v, accum->get(o, k));
         dst.set(o, k, v);
     }
 }
 
-// The values of a vector broadcast along rows (ROWS=true: one value per row) or columns of a tile that
-// meet register k of the tile's base tile (i, j): the vector's chunk is the base tile's row (i) or column
-// (j); an ortho vector holds the register's one row (column), an align vector its two columns (rows).
-template <bool ROWS, typename TV, int N, typename VL>
-__device__ __forceinline__ float2 broadcast_at(const rv<TV, N, VL>& vec, int i, int j, int k) {
-    const int o = ROWS ? i : j;
+// The values of a vector broadcast along rows (ROWS=true: one value per row) or columns that meet register k of
+// base tile (i, j): of an ortho vector the register's one row (column), of an align vector its two columns (rows).
+template <bool ROWS, typename TV, int N>
+__device__ __forceinline__ float2 broadcast_at(const rv<TV, N, ortho_l>& vec, int i, int j, int k) {
     float2 v;
-    if constexpr (is_same<VL, ortho_l>::value) { v.x = v.y = vec.get(o, k & 1); }
-    else { v.x = vec.get(o, 2 * (k >> 1)); v.y = vec.get(o, 2 * (k >> 1) + 1); }
+    v.x = v.y = vec.get(ROWS ? i : j, k & 1);
     return v;
+}
+template <bool ROWS, typename TV, int N>
+__device__ __forceinline__ float2 broadcast_at(const rv<TV, N, align_l>& vec, int i, int j, int k) {
+    const int o = ROWS ? i : j;
+    return make_float2(vec.get(o, 2 * (k >> 1)), vec.get(o, 2 * (k >> 1) + 1));
 }
 
 // True in every lane of the warp when some element of the vector, in any lane, is not exactly 1 (a vote):
