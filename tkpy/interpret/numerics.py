@@ -13,7 +13,6 @@ import numpy as np
 from ..ir.evaluate import to_f32  # noqa: F401 - the interpreter's modules round scalars to f32 with it too
 from ..tiles import math_approx
 from ..tiles.dtypes import FP8_DTYPES, DType, bf16, f32, fp16
-from ..tiles.math_approx import exp2_ftz, flush
 from . import fp8
 
 RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32}   # storage word of an element of this many bytes
@@ -62,8 +61,8 @@ def round_to(dtype: DType, x) -> np.ndarray:
 # by a few ulp, but flush to zero where the GPU does. The math functions (tk.sqrt .. tk.erf, tk.pow and
 # x ** n: powi, whose exponent is the map expression's param) are their fp32 twins (tkpy/tiles/math_approx.py).
 UNARY = {
-    "copy": lambda x: x, "neg": np.negative, "exp": lambda x: flush(np.exp(x)), "exp2": exp2_ftz, "log": np.log,
-    "log2": np.log2, "abs": np.abs, "relu": lambda x: np.fmax(x, np.float32(0)), **math_approx.UNARY,
+    "copy": lambda x: x, "neg": np.negative, **math_approx.EXP_LOG, "abs": np.abs,
+    "relu": lambda x: np.fmax(x, np.float32(0)), **math_approx.UNARY,
     "powi": math_approx.powi,
 }
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,

@@ -91,7 +91,7 @@ def compile_expr(e: Expr) -> Compiled:
         name = e.name
         return lambda env: env[name]
     if isinstance(e, Call) and e.fn in SCALAR_MATH:
-        fn, a = math_approx.UNARY[e.fn], compile_expr(e.args[0])
+        fn, a = math_approx.SCALAR[e.fn], compile_expr(e.args[0])
 
         def math(env):
             with np.errstate(all="ignore"):

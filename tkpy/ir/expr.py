@@ -215,9 +215,9 @@ def call(fn: str, *args) -> Expr:
     return Call(fn, args, dtype)
 
 
-# The math functions a runtime float scalar takes (tk.rsqrt(var + eps)): tkpy/tiles/math_approx.py's, the same
-# computation as on tiles (the prelude's tk::op_<fn> functors; their fp32 twins in the interpreter).
-SCALAR_MATH = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf")
+# The math functions a runtime float scalar takes (tk.rsqrt(var + eps), tk.exp2(m - top)): tkpy/tiles/math_approx.py's,
+# the same computation as on tiles (the prelude's tk::op_<fn> functors; their fp32 twins in the interpreter).
+SCALAR_MATH = ("sqrt", "rsqrt", "sigmoid", "tanh", "tanh_approx", "log1p", "erf", "exp", "exp2", "log", "log2")
 
 
 def math_call(fn: str, x) -> Expr:
@@ -231,7 +231,7 @@ def math_call(fn: str, x) -> Expr:
 
         from ..tiles import math_approx
         with np.errstate(all="ignore"):
-            return Const(float(math_approx.UNARY[fn](np.float32(e.value))), f32)
+            return Const(float(math_approx.SCALAR[fn](np.float32(e.value))), f32)
     return Call(fn, (e,), f32)
 
 

@@ -14,7 +14,7 @@ from ..ir.core import GlobalVar, SharedRef, Var
 from ..tiles.types import RT, RV, ST, SV
 from ._checks import describe, emit, fail, operand, same_shape, scalar, tile_coord
 from .scalar_memory import is_scalar_destination, is_scalar_value, load_scalar, store_scalar
-from .vector_reduce import group_reduce
+from .vector_reduce import group_reduce, merge_softmax
 
 SCOPES = {"warp": 1, "warpgroup": 4, "block": None}  # warps taking part (None: all)
 
@@ -183,6 +183,14 @@ class Scope:
     def amin(self, *vectors, warps: int | None = None, name: str = "min"):
         """The smallest element of each vector over a group of warps (see sum)."""
         return group_reduce("min", vectors, self._reducing(), warps, name)
+
+    def merge_softmax(self, m, s, *, warps: int | None = None, name: str = "softmax"):
+        """The softmax statistics of a row split over a group of `warps` consecutive warps (default: the block), from
+        each warp's `m` (the max of its piece: -inf for a piece of -inf or masked elements only, whose `s` is 0) and
+        `s` (its sum of exp(x - m)): (M, S), the row's max and the sum over the row of exp(x - M), the same in every
+        warp of the group, over one barrier (a max and then a sum would take two). Each warp then scales its
+        exp(x - m) by exp(m - M) / S for the softmax."""
+        return merge_softmax(m, s, self._reducing(), warps, name)
 
     def _reducing(self) -> str:
         if self.name != "block":

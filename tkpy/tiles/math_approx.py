@@ -296,3 +296,8 @@ def error_bound(fn: str, exact, x=None, y=None, n=None) -> np.ndarray:
 
 UNARY = {"sqrt": sqrt, "rsqrt": rsqrt, "sigmoid": sigmoid, "tanh": tanh, "tanh_approx": tanh_approx,
          "log1p": log1p, "erf": erf}
+# The exponentials and logarithms as the prelude's op_exp2 / op_exp / op_log / op_log2 compute them on tiles and on
+# runtime scalars (ex2.approx.ftz, exp2 of x log2 e, __logf, __log2f): exact fp32 results a few ulp from those,
+# flushed to zero where the GPU flushes.
+EXP_LOG = {"exp": lambda x: flush(np.exp(x)), "exp2": exp2_ftz, "log": np.log, "log2": np.log2}
+SCALAR = {**UNARY, **EXP_LOG}          # the functions of a runtime float scalar (tkpy/ir/expr.py's SCALAR_MATH)
