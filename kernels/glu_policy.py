@@ -7,22 +7,15 @@ and a temporary), enough bytes in flight an SM to cover the memory latency (8 wa
 512 elements ~ 48 KB), narrow rows in pieces no wider than they are (fewer idle lanes)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .glu_config import CHUNK, GluConfig
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (chunks, warps, blocks_per_sm) and why."""
-
-    value: tuple
-    evidence: str
-
+from .op_support import Row
 
 FIT = ("untimed: 16 fp32 values a lane a vector, ~48 KB in flight an SM; no spills (NVRTC, tests/test_glu.py); to "
        "be timed by bench_memory_bound.py")
-TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 2), FIT)))   # width up to (None: any) -> split
+# width up to (None: any) -> (chunks, warps, blocks_per_sm)
+TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 2), FIT)))
 INTERPRETER_SMS = 2
 
 

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .row_split import RowSplit
+
 KINDS = ("rms", "layer")
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16")                   # the input's and outputs' types
 WEIGHT_DTYPES = (None, "bf16", "fp16", "f32")
-CHUNK = 256                                 # a contig vector's chunk: 8 elements a lane, one 16-byte copy
-CLUSTERS = (1, 2, 4, 8)
-MAX_WARPS = 32                              # 1024 threads a block
-MAX_VALUES_PER_LANE = 64                    # a row's piece in one lane's registers, at most (fp32 values)
 MIN_WIDTH, MAX_WIDTH = 256, 65536
 
 
 @dataclass(frozen=True)
-class NormConfig:
+class NormConfig(RowSplit):
     """One norm kernel.
 
     What it computes: `kind` "rms" (y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps)) or "layer" (y = (x - mean)
@@ -28,7 +26,8 @@ class NormConfig:
 
     How: each row is split over `warps_per_row` warps of a block and `cluster` blocks of a cluster, each warp holding
     a piece of `piece` elements (a contig vector: width / (warps_per_row * cluster) rounded up to 256); a block holds
-    `rows_per_block` rows at a time and loops over the rows (a persistent grid of `blocks_per_sm` blocks an SM).
+    `rows_per_block` rows at a time and loops over the rows (a persistent grid of `blocks_per_sm` blocks an SM):
+    kernels/row_split.py.
     `prefetch`: the next row's x and residual (backward: x and dy) load while the current row is reduced and
     written.
     `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2)."""
@@ -62,44 +61,12 @@ class NormConfig:
             fail(f"width must be a multiple of 8 from {MIN_WIDTH} to {MAX_WIDTH}, got {self.width!r}")
         if self.bias and (self.kind != "layer" or self.weight is None):
             fail("a bias needs a layer norm with a weight")
-        if self.cluster not in CLUSTERS:
-            fail(f"cluster must be one of {CLUSTERS}, got {self.cluster!r}")
-        for option in ("warps_per_row", "rows_per_block", "blocks_per_sm"):
-            value = getattr(self, option)
-            if not isinstance(value, int) or value < 1:
-                fail(f"{option} must be a positive int, got {value!r}")
-        if self.warps > MAX_WARPS:
-            fail(f"{self.warps_per_row} warps a row x {self.rows_per_block} rows is {self.warps} warps, more than "
-                 f"{MAX_WARPS} a block")
-        if self.warps_per_row > 1 and self.rows_per_block > 15:
-            fail("rows of several warps take a named barrier each: at most 15 rows a block")
-        if self.piece // 32 > MAX_VALUES_PER_LANE:
-            fail(f"a piece of {self.piece} elements is {self.piece // 32} values a lane, more than "
-                 f"{MAX_VALUES_PER_LANE}: more warps a row or a larger cluster")
-
-    @property
-    def warps(self) -> int:
-        return self.warps_per_row * self.rows_per_block
-
-    @property
-    def pieces(self) -> int:
-        """The pieces a row is split into: one a warp of each block of the cluster."""
-        return self.warps_per_row * self.cluster
-
-    @property
-    def piece(self) -> int:
-        return -(-self.width // (self.pieces * CHUNK)) * CHUNK
-
-    @property
-    def ragged(self) -> bool:
-        """Whether the pieces cover more than a row (the last ones are masked; a piece wholly past the row's end
-        loads zeros and stores nothing: an idle warp)."""
-        return self.piece * self.pieces != self.width
+        self.check_split(fail)
 
     @property
     def name(self) -> str:
         tags = [f"{self.kind}_norm", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width),
                 self.weight and f"w{self.weight}", self.bias and "bias", self.residual and "residual",
-                f"s{self.warps_per_row}g{self.rows_per_block}c{self.cluster}", self.prefetch and "prefetch",
+                self.split_tag, self.prefetch and "prefetch",
                 not self.weight_in_registers and self.weight and "wl2"]
         return "_".join(t for t in tags if t)

@@ -8,12 +8,11 @@ from collections.abc import Sequence
 
 import torch
 
-from tkpy.templates import multiprocessors
-
 from . import norm_kernel as body
-from .norm_config import CHUNK, MAX_WIDTH, MIN_WIDTH, NormConfig
-from .norm_policy import INTERPRETER_SMS, config_for, grid_for
+from .norm_config import MAX_WIDTH, MIN_WIDTH
+from .norm_policy import config_for
 from .op_support import check_device
+from .row_split import CHUNK, grid
 from .tensor_layout import cdiv, row_view as _rows, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -142,24 +141,6 @@ def column_sums(partials: torch.Tensor, out: torch.Tensor) -> None:
     kernel[(cdiv(width, CHUNK),)](partials, out)
 
 
-def grid(kernel, c: NormConfig, rows: int, args) -> int:
-    """The persistent grid: as many blocks (clusters) as the GPU runs at once, or INTERPRETER_SMS SMs' worth in the
-    interpreter (a few blocks, each looping over several row groups)."""
-    x = args[0]
-    if not x.is_cuda:
-        return grid_for(c, rows, max(1, INTERPRETER_SMS * c.blocks_per_sm // c.cluster))
-    key = (c, x.get_device())
-    resident = _RESIDENT.get(key)
-    if resident is None:
-        if c.cluster > 1:
-            resident = kernel.max_active_clusters(*args)
-        else:
-            resident = multiprocessors(x) * max(c.blocks_per_sm, kernel.max_active_blocks(*args))
-        resident = _RESIDENT[key] = max(1, resident)
-    return grid_for(c, rows, resident)
-
-
-_RESIDENT: dict = {}         # (config, device) -> the blocks (clusters) the GPU runs at once
 _PLACEHOLDERS: dict = {}     # (dtype, device) -> a 16-byte tensor standing for an absent one
 
 

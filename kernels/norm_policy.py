@@ -1,6 +1,6 @@
 """The policy of the norm kernels (kernels/norm_kernel.py): how a row of each width is split (warps a row, rows a
-block, blocks a cluster), how many blocks an SM gets in the persistent grid, and the grid. Each table row carries its
-evidence; tests/test_norms.py keeps a golden record of the choices (tests/golden/norm_policy.json).
+block, blocks a cluster) and how many blocks an SM gets in the persistent grid (its size: row_split.grid). Each table
+row carries its evidence; tests/test_norms.py keeps a golden record of the choices (tests/golden/norm_policy.json).
 
 The aim: a row's piece in each lane at most 16 fp32 values (the backward holds x, dy, the weight and the weight's
 and bias's partial sums: ~5 x 16 registers; the forward x, the next row's x and residual, the weight, the bias),
@@ -11,21 +11,14 @@ blocks as the GPU runs at once (the occupancy queries), at least that many an SM
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .norm_config import NormConfig
+from .op_support import Row
+from .row_split import warps_for
 
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch) and why (a RESULTS.md
-    run once timed on the GPU, or the fit that set it). A row takes as many of its warps as pieces of PIECE
-    elements cover it (fewer for a width below the table row's limit)."""
-
-    value: tuple
-    evidence: str
-
-
+# A table row's value: (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch). A width takes as many of
+# its warps as pieces of row_split.PIECE elements cover it (fewer for a width below the table row's limit).
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
 # width up to -> split, forward
@@ -40,8 +33,6 @@ FORWARD = (
     (65536, Row((16, 1, 8, 1, True), FIT)),
 )
 BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)
-PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
-INTERPRETER_SMS = 2          # the "SMs" the interpreter's grids are sized for: a few blocks, each looping
 
 
 def split_for(direction: str, width: int) -> Row:
@@ -55,14 +46,6 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
     that override the table's, e.g. for the benchmark's variants)."""
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
-    warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_per_row, rows_per_block, cluster,
-                   blocks_per_sm, prefetch)
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, warps_for(width, most_warps, cluster),
+                   rows_per_block, cluster, blocks_per_sm, prefetch)
     return replace(c, **forced) if forced else c
-
-
-def grid_for(c: NormConfig, rows: int, resident: int) -> int:
-    """Blocks of the persistent grid: clusters enough for every row group, at most `resident` clusters (what the
-    GPU runs at once: SMs x blocks an SM, or the active clusters, from the occupancy queries)."""
-    groups = -(-rows // c.rows_per_block)
-    return max(1, min(groups, resident)) * c.cluster
