@@ -8,8 +8,8 @@ The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most
 row's loads in flight), and the widest rows spread over a cluster of 8 blocks at 64 values a lane (no prefetch:
 262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
-with prefetch, and one chunk of fp32 products; fp32 backward rows past 131072 keep y in shared memory (`stage`),
-dy alone in registers. Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block
+with prefetch (not beside a cluster's reduction: NVRTC spills), and one chunk of fp32 products; backward rows past
+131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block
 clusters past 128k are beyond the portable 8). blocks_per_sm is the launch bounds' minimum (the register cap).
 """
 from __future__ import annotations
@@ -57,12 +57,12 @@ SPLIT = {
         (1024, Row((2, 4, 1, 3, True, False), FIT)),
         (2048, Row((4, 2, 1, 3, True, False), FIT)),
         (4096, Row((8, 1, 1, 3, True, False), FIT)),
-        (8192, Row((16, 1, 1, 2, True, False), FIT)),
+        (8192, Row((16, 1, 1, 2, False, False), FIT)),     # (the next row's too at 64 registers: spills)
         (16384, Row((16, 1, 1, 1, True, False), FIT)),
-        (32768, Row((16, 1, 2, 1, True, False), FIT)),
-        (65536, Row((16, 1, 4, 1, True, False), FIT)),
-        (131072, Row((16, 1, 8, 1, True, False), FIT)),
-        (262144, Row((16, 1, 8, 1, False, False), FIT)),   # y and dy: 64 packed registers a lane
+        (32768, Row((16, 1, 2, 1, False, False), FIT)),    # (the cluster's reduction and the next row's: spills)
+        (65536, Row((16, 1, 4, 1, False, False), FIT)),
+        (131072, Row((16, 1, 8, 1, False, False), FIT)),
+        (262144, Row((16, 1, 8, 1, False, True), FIT)),    # y and dy in registers (64 packed a lane) spill
     ),
     ("backward", 4): (
         (512, Row((1, 8, 1, 4, False, False), FIT)),       # fp32 y and dy: no room for the next row's
