@@ -1,6 +1,7 @@
 """Memory-bound kernels on the GPU: tkpy's rms_norm and layer_norm (with and without the fused residual), forward and
 backward, against torch eager, torch.compile of the same function, and the copy bandwidth, all in the same run; then
-swiglu, geglu and rotary (OTHER_OPS) the same way.
+softmax (bf16 and fp32, SOFTMAX_OPS) over its own sweep of widths, and swiglu, geglu and rotary (OTHER_OPS), the same
+way.
 
 GB/s counts the bytes each kernel must read and write once: forward, x (and the residual) in, y (and residual_out)
 out, the weight (and bias) once, the fp32 statistics (rstd, and mean for layer norm) out; backward, x (h with the
@@ -11,12 +12,13 @@ the backward alone, from a forward recorded once (tkpy: its backward operator on
 autograd.grad of the recorded graph, retained; OTHER_OPS: autograd.grad of each one's recorded graph). OTHER_OPS'
 bytes: swiglu/geglu of gate and up (rows x width each) forward gate, up in, out out (3), backward gate, up, dout in,
 dgate, dup out (5); rotary of q (B, S, 32, 128) and k (B, S, 8, 128), each way q and k in and out and the cos/sin
-tables (S x 64 fp32) in. Cases: 16384 x 4096 bf16, and a sweep of widths from 1k to 64k at
-the same 64M elements (rows = 2^26 / width). Each row also gives the largest relative difference of tkpy's output
-from eager's.
+tables (S x 64 fp32) in. Softmax's bytes: forward x in, y out; backward y, dy in, dx out. Cases: 16384 x 4096
+bf16, and a sweep of widths from 1k to 64k at the same 64M elements (rows = 2^26 / width; softmax's from 128 to 256k,
+bf16 and fp32). Each row also gives the relative difference of tkpy's output from eager's (its norm's).
 
     PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
-        --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's tables);
+        --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's and
+        softmax_policy's tables);
         --no-compile: without torch.compile (its compiles take most of the run's time)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
 """
@@ -35,6 +37,15 @@ OPS = ("rms", "rms+residual", "layer", "layer+residual")
 VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
             "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
             "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3)}
+SOFTMAX_OPS = {"softmax": "bfloat16", "softmax f32": "float32"}      # op -> the tensors' torch dtype
+SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+# SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
+SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
+                    "1 block/SM": dict(blocks_per_sm=1), "2 blocks/SM": dict(blocks_per_sm=2),
+                    "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False)}
+# ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
+SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
+                         "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True)}
 
 
 def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> list[dict]:
@@ -54,6 +65,17 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
                 rows.append(row)
                 print_row(row, flush=True)
         torch.cuda.empty_cache()
+    softmax_cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in SOFTMAX_SWEEP if (ELEMENTS // n, n) != HEADLINE]
+                                  if sweep else [])
+    for rows_, width in softmax_cases:
+        for op in SOFTMAX_OPS:
+            for direction in ("forward", "backward"):
+                row = softmax_row(op, direction, rows_, width, compiled, copy_cache)
+                if variants:
+                    row["variants"] = softmax_variant_times(op, direction, rows_, width, row["bytes"])
+                rows.append(row)
+                print_row(row, flush=True)
+            torch.cuda.empty_cache()
     for op in OTHER_OPS:
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)
@@ -103,7 +125,7 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
         eager = (lambda g, u: F.silu(g) * u) if op == "swiglu" else (lambda g, u: F.gelu(g) * u)
     rows_, width_ = (ROTARY_SHAPE[0] * ROTARY_SHAPE[1], 40 * 128) if op == "rotary" else GLU_SHAPE
     row = {"op": op, "direction": direction, "rows": rows_, "width": width_, "bytes": nbytes,
-           "copy": copy_cache.get(HEADLINE[1], float("nan"))}
+           "copy": copy_gbps(copy_cache, *HEADLINE, torch.bfloat16)}
     with torch.no_grad():
         reference = torch.cat([y.float().flatten() for y in _tuple(eager(*args))])
         mine = torch.cat([y.float().flatten() for y in _tuple(ours(*args))])
@@ -196,15 +218,10 @@ def bytes_of(op: str, direction: str, rows: int, width: int) -> int:
 def case_row(op: str, direction: str, rows: int, width: int, compiled: bool, copy_cache: dict) -> dict:
     import torch
 
-    from benchmarks.timing import median_ms
     x, r, w, b, dy = inputs(op, rows, width)
     nbytes = bytes_of(op, direction, rows, width)
-    row = {"op": op, "direction": direction, "rows": rows, "width": width, "bytes": nbytes}
-    if width not in copy_cache:
-        src = x.detach()
-        dst = torch.empty_like(src)
-        copy_cache[width] = 2 * src.numel() * src.element_size() / median_ms(lambda: dst.copy_(src)) / 1e6
-    row["copy"] = copy_cache[width]
+    row = {"op": op, "direction": direction, "rows": rows, "width": width, "bytes": nbytes,
+           "copy": copy_gbps(copy_cache, rows, width, x.dtype)}
     ours = tkpy_function(op, width)
     eager = torch_function(op, width)
     args = (x, r, w, b)
@@ -245,28 +262,111 @@ def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -
     launch alone."""
     import torch
 
-    from benchmarks.timing import median_ms
     from tkpy.kernels import norm_launch
     x, r, w, b, dy = inputs(op, rows, width)
     kind = "rms" if op.startswith("rms") else "layer"
     bias = b.detach() if kind == "layer" else None
-    out = {}
+    calls = {}
     with torch.no_grad():
         h = (x + r) if r is not None else x.detach()
         _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
         for name, options in VARIANTS.items():
             if direction == "backward":
-                call = lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),  # noqa
-                                                    mean, rstd, [width], kind == "layer", options)
+                calls[name] = lambda options=options: norm_launch.backward(
+                    kind, dy, dy if r is not None else None, h, w.detach(), mean, rstd, [width], kind == "layer",
+                    options)
             else:
-                call = lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,  # noqa: E731
-                                                   r.detach() if r is not None else None, 1e-5, options)
-            try:
-                out[name] = nbytes / median_ms(call) / 1e6
-            except Exception as e:
-                out[name] = float("nan")
-                print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
+                calls[name] = lambda options=options: norm_launch.forward(
+                    kind, x.detach(), [width], w.detach(), bias, r.detach() if r is not None else None, 1e-5, options)
+        return time_calls(calls, nbytes)
+
+
+def time_calls(calls: dict, nbytes: int) -> dict:
+    """GB/s of `nbytes` for each call (name -> function); nan (and a line saying why) for one that fails."""
+    from benchmarks.timing import median_ms
+    out = {}
+    for name, call in calls.items():
+        try:
+            out[name] = nbytes / median_ms(call) / 1e6
+        except Exception as e:
+            out[name] = float("nan")
+            print(f"  variant {name} failed: {str(e).splitlines()[0][:160]}")
     return out
+
+
+def copy_gbps(cache: dict, rows: int, width: int, dtype) -> float:
+    """GB/s of a device-to-device copy of a (rows, width) tensor of `dtype` (read + write; timed once a shape)."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    key = (rows, width, dtype)
+    if key not in cache:
+        src = torch.randn(rows, width, device="cuda", dtype=dtype)
+        dst = torch.empty_like(src)
+        cache[key] = 2 * src.numel() * src.element_size() / median_ms(lambda: dst.copy_(src)) / 1e6
+    return cache[key]
+
+
+def softmax_bytes(direction: str, rows: int, width: int, element_size: int) -> int:
+    """What softmax must read and write once: x in, y out; backward y and dy in, dx out."""
+    return rows * width * element_size * (2 if direction == "forward" else 3)
+
+
+def softmax_row(op: str, direction: str, rows: int, width: int, compiled: bool, copy_cache: dict) -> dict:
+    """GB/s of softmax (forward, or the backward of a forward recorded once; tkpy's: its backward operator on its
+    forward's y) for tkpy, torch eager (torch.softmax) and torch.compile of it, with the copy of the same tensor."""
+    import torch
+
+    from benchmarks.bench_attention_bwd import forward_on_side_stream
+    from benchmarks.timing import median_ms
+    from tkpy.kernels import softmax
+    x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, SOFTMAX_OPS[op])) * 3
+    x.requires_grad_()
+    dy = torch.randn_like(x)
+    row = {"op": op, "direction": direction, "rows": rows, "width": width,
+           "bytes": softmax_bytes(direction, rows, width, x.element_size()),
+           "copy": copy_gbps(copy_cache, rows, width, x.dtype)}
+
+    def eager(t):
+        return torch.softmax(t, -1)
+    with torch.no_grad():
+        reference = eager(x).float()
+        row["diff_vs_eager"] = ((softmax(x).float() - reference).norm() / reference.norm()).item()
+
+    def backward(name, fn):
+        if name == "tkpy":
+            with torch.no_grad():
+                y = softmax(x)
+            return median_ms(lambda: torch.ops.tkpy.softmax_backward(dy, y))
+        y = forward_on_side_stream(lambda: fn(x))
+        return median_ms(lambda: torch.autograd.grad(y, x, dy, retain_graph=True))
+    time_implementations(row, implementations(softmax, eager, compiled), (x,), backward)
+    return row
+
+
+def softmax_variants(direction: str, width: int, dtype: str) -> dict:
+    """The variants --variants times for a case: the tile ones where the policy takes the tile kernels, else the
+    split ones (the staged y for the backward only)."""
+    from tkpy.kernels import softmax_policy
+    if softmax_policy.choice(direction, width, dtype) is softmax_policy.TILE:
+        return SOFTMAX_TILE_VARIANTS
+    return {k: v for k, v in SOFTMAX_VARIANTS.items() if direction == "backward" or not v.get("stage")}
+
+
+def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
+    """GB/s of tkpy's softmax variants (SOFTMAX_VARIANTS, over the policy's choice), the launches alone."""
+    import torch
+
+    from tkpy.kernels import softmax_op
+    x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, SOFTMAX_OPS[op])) * 3
+    dy = torch.randn_like(x)
+    y = softmax_op.forward(x)
+    variants = softmax_variants(direction, width, softmax_op.DTYPES[x.dtype])
+    if direction == "forward":
+        calls = {name: lambda o=options: softmax_op.forward(x, o) for name, options in variants.items()}
+    else:
+        calls = {name: lambda o=options: softmax_op.backward(dy, y, o) for name, options in variants.items()}
+    return time_calls(calls, nbytes)
 
 
 def print_header() -> None:
@@ -285,29 +385,34 @@ def print_row(r: dict, flush: bool = False) -> None:
     print(text, flush=flush)
 
 
+PANELS = (("rms norm", ("rms", "rms+residual"), " + residual"), ("layer norm", ("layer", "layer+residual"), " + residual"),
+          ("softmax", ("softmax", "softmax f32"), " fp32"))    # (title, (solid op, dashed op), the dashed's label)
+
+
 def plot(rows: list[dict], path: Path) -> None:
-    """GB/s against the row width (the sweep's 64M-element cases): rms and layer norm, forward and backward, tkpy
-    (with the residual dashed), torch eager, torch.compile and the copy; skipped without matplotlib."""
+    """GB/s against the row width (the sweep's 64M-element cases): rms and layer norm (with the residual dashed) and
+    softmax (fp32 dashed), forward and backward, tkpy, torch eager, torch.compile and the copy; skipped without
+    matplotlib."""
     from benchmarks.plotting import pyplot
     plt = pyplot("memory_bound.png")
     if plt is None:
         return
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
-    for (i, kind), (j, direction) in ((a, b) for a in enumerate(("rms", "layer"))
-                                      for b in enumerate(("forward", "backward"))):
+    fig, axes = plt.subplots(len(PANELS), 2, figsize=(12, 4 * len(PANELS)))
+    for (i, (title, ops, dashed)), (j, direction) in ((a, b) for a in enumerate(PANELS)
+                                                      for b in enumerate(("forward", "backward"))):
         ax = axes[i][j]
-        for op, style in ((kind, "-"), (kind + "+residual", "--")):
+        for op, style in zip(ops, ("-", "--")):
             case = sorted((r for r in rows if r["op"] == op and r["direction"] == direction
                            and r["rows"] * r["width"] == ELEMENTS), key=lambda r: r["width"])
             widths = [r["width"] for r in case]
             for key, name in (("tkpy", "tkpy"), ("eager", "torch eager"), ("compile", "torch.compile")):
                 if any(key in r for r in case):
                     ax.plot(widths, [r.get(key, float("nan")) for r in case], style, marker="o",
-                            label=f"{name}{' + residual' if style == '--' else ''}")
+                            label=f"{name}{dashed if style == '--' else ''}")
             if style == "-":
                 ax.plot(widths, [r["copy"] for r in case], ":", color="black", label="copy")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{kind} norm {direction}, bf16, 64M elements, H200")
+        ax.set_title(f"{title} {direction}, bf16, 64M elements, H200")
         ax.set_ylabel("GB/s")
         ax.set_xlabel("row width")
         ax.legend(fontsize=7)
