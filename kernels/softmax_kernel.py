@@ -8,9 +8,9 @@ max m and exponentials e = exp(x - m), summed to s; the (m, s) of a row's warps 
 and y = e * exp(m - M) / S: one read of x, one exponential an element, one write of y. Backward: dx = y * (dy - s),
 s = rowsum(dy * y): y and dy held in their dtype (16-bit ones as packed pairs), the products summed in fp32 over the
 row (one reduction), dx computed in fp32 and rounded once; a warp's piece as vectors of a chunk each, so that the
-fp32 products take one chunk's registers. With `stage`, y passes through shared memory a chunk at a time (each lane
-reads back what it wrote: no barrier) and dy alone stays in registers: fp32 rows of 262144 elements hold 128 KB of
-each an SM.
+fp32 products take one chunk's registers. With `stage`, y goes into shared memory by cp.async (no registers on the
+way) and is read from there a chunk at a time, dy alone staying in registers: rows of 262144 fp32 elements hold 128 KB
+of each an SM.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
@@ -68,7 +68,7 @@ def backward_kernel(c: SoftmaxConfig):
     def softmax_backward(dy: rows, y: rows, dx: rows):
         part = tk.let(split.part_of(c), "part")
         g = [tk.rv(dt, CHUNK, "contig", name="g") for _ in range(segments)]       # dy, then dx
-        if c.stage:                                          # each warp's y in shared memory, a segment at a time
+        if c.stage:                          # each warp's y in shared memory (cp.async), read a segment at a time
             staged = tk.sv(dt, CHUNK, count=c.warps * segments)
             ys = [tk.rv(dt, CHUNK, "contig", name="held")] * segments
         else:
@@ -76,30 +76,30 @@ def backward_kernel(c: SoftmaxConfig):
         p = tk.rv(f32, CHUNK, "contig", name="p")            # dy * y, added over the segments
         if c.prefetch:                                       # the next row's dy and y, in flight a row ahead
             ahead = [[tk.rv(dt, CHUNK, "contig", name=f"ahead_{t}") for _ in range(segments)] for t in ("dy", "y")]
-            first = split.row_of(c, split.first_step(c))
-            for k in range(segments):
-                tk.load(ahead[0][k], dy, (first, part * segments + k), fill=0.0)
-                tk.load(ahead[1][k], y, (first, part * segments + k), fill=0.0)
+            _load_segments(ahead, (dy, y), split.row_of(c, split.first_step(c)), part, segments)
         for step in split.steps(c, y.rows):
             row = split.row_of(c, step)
+            if c.stage:
+                tk.warp_sync()                               # (the last row's reads of `staged` are done)
+                for k in range(segments):
+                    tk.load_async(staged[tk.warp_id() * segments + k], y, (row, part * segments + k), masked=True)
             if c.prefetch:
-                following = split.row_of(c, step + split.stride(c))
-            for k in range(segments):
-                at = (row, part * segments + k)
-                if c.prefetch:
+                for k in range(segments):
                     tk.copy(g[k], ahead[0][k])
                     tk.copy(ys[k], ahead[1][k])
-                    tk.load(ahead[0][k], dy, (following, part * segments + k), fill=0.0)
-                    tk.load(ahead[1][k], y, (following, part * segments + k), fill=0.0)
-                else:
-                    tk.load(g[k], dy, at, fill=0.0)           # (0 past the rows and the row's end: adds nothing)
-                    tk.load(ys[k], y, at, fill=0.0)
+                _load_segments(ahead, (dy, y), split.row_of(c, step + split.stride(c)), part, segments)
+            else:                                            # (0 past the rows and the row's end: adds nothing)
+                _load_segments([g] if c.stage else [g, ys], (dy, y), row, part, segments)
+            if c.stage:
+                tk.load_async_wait(0)
+                tk.warp_sync()                               # (the other lanes' copies)
+            for k in range(segments):
+                if c.stage:
+                    tk.load(ys[k], staged[tk.warp_id() * segments + k])
                 if k == 0:
                     tk.map(p, lambda d, y_: d * y_, g[k], ys[k])
                 else:
                     tk.map(p, lambda q, d, y_: q + d * y_, p, g[k], ys[k])
-                if c.stage:
-                    tk.store(staged[tk.warp_id() * segments + k], ys[k])
             s = tk.let(split.scope(c).sum(p, warps=c.warps_per_row), "s")
             for k in range(segments):
                 if c.stage:
@@ -107,3 +107,10 @@ def backward_kernel(c: SoftmaxConfig):
                 tk.map(g[k], lambda d, y_: y_ * (d - s), g[k], ys[k])
                 tk.store(dx, g[k], (row, part * segments + k), masked=True)
     return softmax_backward
+
+
+def _load_segments(vectors, tensors, row, part, segments: int) -> None:
+    """Each list of segment vectors from its tensor's row `row`, piece `part` (0 past the edges)."""
+    for vs, t in zip(vectors, tensors):
+        for k in range(segments):
+            tk.load(vs[k], t, (row, part * segments + k), fill=0.0)

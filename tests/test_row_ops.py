@@ -183,6 +183,27 @@ def test_vector_masks_by_index():
     assert (y[1, :300] == 0).all() and torch.equal(y[1, 300:], x[300:])
 
 
+@pytest.mark.parametrize("dtype", [bf16, f32])
+def test_shared_vectors_load_asynchronously(dtype):
+    """tk.load_async into a shared vector (cp.async, no registers on the way; masked: zeros past the row's end), read
+    back into a contig vector after the wait: the interpreter's values, and the C++'s LDGSTS copies."""
+    @tk.kernel(warps=2)
+    def k(x: tk.gl[dtype, "R", 1000], y: tk.gl[dtype, "R", 1000]):
+        s = tk.sv(dtype, 512, count=2)
+        v = tk.rv(f32, 512, "contig")
+        tk.load_async(s[tk.warp_id()], x, (tk.block_idx.x, tk.warp_id()), masked=True)
+        tk.load_async_wait(0)
+        tk.warp_sync()
+        tk.load(v, s[tk.warp_id()])
+        tk.store(y, v + 1.0, (tk.block_idx.x, tk.warp_id()), masked=True)
+
+    x = torch.randn(3, 1000).to(dtype.torch)
+    y = torch.full_like(x, float("nan"))
+    k.interpret[(3,)](x, y)
+    assert torch.equal(y, (x.float() + 1).to(dtype.torch))
+    assert _sass_counts(k, x, y)["LDGSTS.E.BYPASS.128.ZFILL"] == 512 // (16 // dtype.nbytes) // 32
+
+
 def test_reading_a_cluster_partial_before_its_semaphore_is_an_error():
     """An asynchronous cluster store is in flight until its semaphore's phase completes and is waited on."""
     @tk.kernel(warps=1, cluster=(2, 1, 1))
@@ -221,6 +242,7 @@ def _trace_error(body, cluster=None, warps=4):
     (lambda x, y: tk.load(tk.var(0, "i"), y, (0,)), "scalar loads take a float tk.var"),
     (lambda x, y: tk.warpgroup.sum(tk.rv(f32, 256, "contig")), "has no attribute|no vector reductions"),
     (lambda x, y: tk.rv(f32, 128, "contig"), "multiple of 256"),
+    (lambda x, y: tk.load_async(tk.rv(f32, 256, "contig"), x, (0, 0)), "into a shared tile or vector"),
 ])
 def test_mistakes_are_explained_at_trace_time(body, match):
     assert re.search(match, _trace_error(body))
@@ -233,7 +255,7 @@ def test_cluster_store_takes_f32_vectors():
 
 def _sass_counts(k, *args) -> collections.Counter:
     return collections.Counter(re.findall(r"\b(LDG\.E\.128\S*|STG\.E\.128|BAR\.SYNC\S*|STAS|MEMBAR\.ALL\.GPU|"
-                                          r"SYNCS\.PHASECHK\S*|LDS\S*|STS\S*)\s", k.sass(*args)))
+                                          r"SYNCS\.PHASECHK\S*|LDS\S*|STS\S*|LDGSTS\S*)\s", k.sass(*args)))
 
 
 @pytest.mark.parametrize("dtype", [bf16, f32])

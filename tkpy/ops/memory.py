@@ -144,13 +144,15 @@ def _kind(t) -> str:
 
 
 def load_async(dst, src, coord=None, *, scope: str = "warp", masked=None):
-    """Start copying a shared tile from a global tensor with cp.async, bypassing registers; the
-    calling threads commit their copies as one group. `tk.load_async_wait(n)` waits for all but
-    the last n groups; then synchronise (tk.sync() for a block-scope copy) before reading the tile.
-    Bounds-checked like tk.load (elements outside the tensor read as 0)."""
+    """Start copying a shared tile (or a shared vector, along a row: coordinates (row, col in vector lengths))
+    from a global tensor with cp.async, bypassing registers; the calling threads commit their copies as one group.
+    `tk.load_async_wait(n)` waits for all but the last n groups; then synchronise (tk.warp_sync() for a warp's
+    copy, tk.sync() for a block-scope one) before reading it. Bounds-checked like tk.load (elements outside the
+    tensor read as 0)."""
     dst, src = operand(dst, "load_async destination"), operand(src, "load_async source")
-    if not (isinstance(dst, SharedRef) and isinstance(dst.type, ST) and isinstance(src, GlobalVar)):
-        fail(f"load_async copies a global tensor into a shared tile; got {describe(dst)} <- {describe(src)}")
+    if not (isinstance(dst, SharedRef) and isinstance(dst.type, (ST, SV)) and isinstance(src, GlobalVar)):
+        fail(f"load_async copies a global tensor into a shared tile or vector; got {describe(dst)} <- "
+             f"{describe(src)}")
     _same_dtype(dst, src, "load_async")
     checked = {"masked": True} if _bounds(dst, src, masked, None, "load_async") else {}
     return emit("load_async", dst, src, tile_coord(coord, "load_async", src), scope=_scope(scope), **checked)
