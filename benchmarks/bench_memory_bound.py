@@ -53,29 +53,20 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
 
     from benchmarks.bench_attention import save
     copy_cache: dict = {}
-    cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in SWEEP if (ELEMENTS // n, n) != HEADLINE] if sweep else [])
     print_header()
     rows = []
-    for rows_, width in cases:
-        for op in OPS:
-            for direction in ("forward", "backward"):
-                row = case_row(op, direction, rows_, width, compiled, copy_cache)
-                if variants:
-                    row["variants"] = variant_times(op, direction, rows_, width, row["bytes"])
-                rows.append(row)
-                print_row(row, flush=True)
-        torch.cuda.empty_cache()
-    softmax_cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in SOFTMAX_SWEEP if (ELEMENTS // n, n) != HEADLINE]
-                                  if sweep else [])
-    for rows_, width in softmax_cases:
-        for op in SOFTMAX_OPS:
-            for direction in ("forward", "backward"):
-                row = softmax_row(op, direction, rows_, width, compiled, copy_cache)
-                if variants:
-                    row["variants"] = softmax_variant_times(op, direction, rows_, width, row["bytes"])
-                rows.append(row)
-                print_row(row, flush=True)
-            torch.cuda.empty_cache()
+    for ops, widths, measure, time_variants in ((OPS, SWEEP, case_row, variant_times),
+                                                (SOFTMAX_OPS, SOFTMAX_SWEEP, softmax_row, softmax_variant_times)):
+        cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in widths if (ELEMENTS // n, n) != HEADLINE] if sweep else [])
+        for rows_, width in cases:
+            for op in ops:
+                for direction in ("forward", "backward"):
+                    row = measure(op, direction, rows_, width, compiled, copy_cache)
+                    if variants:
+                        row["variants"] = time_variants(op, direction, rows_, width, row["bytes"])
+                    rows.append(row)
+                    print_row(row, flush=True)
+                torch.cuda.empty_cache()
     for op in OTHER_OPS:
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_util import rand, requires_gpu
+from gpu_util import compiled_grads_match_eager, rand, requires_gpu
 from test_softmax_op import DTYPES, U, assert_within, check
 from tkpy.kernels import softmax
 
@@ -79,12 +79,5 @@ def test_compiled_matches_eager():
     def fn(x, z):
         return torch.tanh(softmax(x)).float().sum() + softmax(z).pow(2).sum()
 
-    inputs = [rand(64, 4096, dtype=torch.bfloat16).requires_grad_(), rand(8, 65536, dtype=torch.float32).requires_grad_()]
-    torch._dynamo.reset()
-    torch.compile(fn, fullgraph=True)(*inputs).backward()
-    compiled = [t.grad for t in inputs]
-    eager = [t.detach().clone().requires_grad_() for t in inputs]
-    fn(*eager).backward()
-    for a, b in zip(compiled, eager):
-        torch.testing.assert_close(a, b.grad)
-    torch._dynamo.reset()
+    compiled_grads_match_eager(fn, [rand(64, 4096, dtype=torch.bfloat16).requires_grad_(),
+                                    rand(8, 65536, dtype=torch.float32).requires_grad_()])
