@@ -5,10 +5,10 @@ dtypes; strided inputs, torch.library's opcheck of both operators, torch.compile
 (a golden record) and NVRTC compiles of its kernels without spills. The same checks on the GPU up to 262144-wide
 rows: tests/test_gpu_softmax.py.
 
-Tolerances (every element): forward |y - ref| <= u |ref| (+ fp16's subnormal step), u the output's rounding (bf16
-2^-8, fp16 2^-10) or, for fp32, 2^-18: x log2 e - shift rounded in fp32 where |x| ~ 10, then ex2.approx; backward
-|dx - ref| <= u (|ref| + y (|dy| + rowsum |dy y|)) (+ fp16's subnormal steps): dx = y (dy - rowsum(dy y)) from the
-rounded y cancels to about 0 where dy ~ the sum.
+Tolerances (every element): forward |y - ref| <= U |ref| (+ fp16's subnormal step), U twice the output's unit
+roundoff (bf16 2^-7, fp16 2^-10) or, for fp32, 2^-18: x log2 e - shift rounded in fp32 where |x| ~ 10, then
+ex2.approx; backward |dx - ref| <= U (|ref| + y (|dy| + |s| + rowsum |dy y|)) (+ fp16's subnormal steps): dx = y (dy
+- s), s = rowsum(dy y), from the rounded y cancels to about 0 where dy ~ s.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tkpy.kernels.row_softmax import softmax_backward_rows_factory, softmax_rows
 from tkpy.kernels.softmax_op import softmax, softmax_backward
 
 rand = gpu_util.rand
-U = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -10, torch.float32: 2 ** -18}
+U = {torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10, torch.float32: 2 ** -18}
 TINY = {torch.bfloat16: 1e-38, torch.float16: 2 ** -25, torch.float32: 1e-38}
 DTYPES = pytest.mark.parametrize("dtype", list(U), ids=["bf16", "fp16", "f32"])
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "softmax_policy.json"
@@ -48,15 +48,15 @@ def assert_within(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, wha
 
 
 def reference(x: torch.Tensor, dy: torch.Tensor):
-    """float64 (y, dx, dx's bound) of softmax over the last dim. The bound: u (|dx| + y (|dy| + rowsum |dy y|)),
-    the scale of the rounding of y, of the sum of dy y and of dx, and fp16's subnormal steps (of dx and y, and of
-    the y in the sum)."""
+    """float64 (y, dx, dx's bound) of softmax over the last dim. The bound: U (|dx| + y (|dy| + |s| + rowsum |dy y|)),
+    the scale of the roundings of dx, of y (times dy - s) and of the sum s of dy y, and fp16's subnormal steps (of
+    dx and y, and of the y in the sum)."""
     y = torch.softmax(x.detach().double(), -1)
     dy = dy.double()
     s = (dy * y).sum(-1, keepdim=True)
     dx = y * (dy - s)
     u, tiny = U[x.dtype], TINY[x.dtype]
-    bound = u * (dx.abs() + y * (dy.abs() + (dy * y).abs().sum(-1, keepdim=True)))
+    bound = u * (dx.abs() + y * (dy.abs() + s.abs() + (dy * y).abs().sum(-1, keepdim=True)))
     return y, dx, bound + tiny * (1 + dy.abs() + s.abs() + y * dy.abs().sum(-1, keepdim=True))
 
 
@@ -261,15 +261,19 @@ def test_policy_choices_match_the_golden_record():
     assert all(row.evidence for table in softmax_policy.SPLIT.values() for _, row in table)
 
 
-def table_widths() -> list:
-    """A width of each row of each table: its limit."""
-    return [(direction, dtype, limit) for (direction, size), table in softmax_policy.SPLIT.items()
-            for dtype in ({2: ("bf16",), 4: ("f32",)}[size]) for limit, _ in table]
+# A width of each register regime of the tables (the rows between hold as many values a lane at the same register
+# cap, over fewer warps): 264 (a warp a row, its second chunk partly past the row's end: copies element by element),
+# 1024 and 4096 (16 values a lane, 64 registers), 8192 (16 warps), 16384 (32 values, the next row's too), 131072 (a
+# cluster of 8), 262144 (64 values; the backward's y staged). fp16 for the 16-bit tables: its conversions take more
+# registers than bf16's.
+REGIMES = (264, 1024, 4096, 8192, 16384, 131072, 262144)
 
 
-@pytest.mark.parametrize("direction,dtype,width", table_widths(), ids=lambda v: str(v))
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("dtype", ["fp16", "f32"])
+@pytest.mark.parametrize("width", REGIMES)
 def test_the_policys_kernels_compile_without_spills(direction, dtype, width):
-    """NVRTC (no GPU needed): every split kernel the tables choose, at the register cap of its blocks an SM."""
+    """NVRTC (no GPU needed): the split kernels the tables choose, at the register cap of their blocks an SM."""
     c = softmax_policy.config_for(direction, width, dtype)
     x = torch.empty(64, width, dtype=gpu_util.TORCH[dtype])
     kernel = (softmax_kernel.forward_kernel if direction == "forward" else softmax_kernel.backward_kernel)(c)
