@@ -14,6 +14,7 @@ clusters past 128k are beyond the portable 8). blocks_per_sm is the launch bound
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from .op_support import Row
@@ -87,9 +88,10 @@ def choice(direction: str, width: int, dtype: str) -> Row:
     return next(row for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
 
 
+@functools.cache
 def config_for(direction: str, width: int, dtype: str, **forced) -> SoftmaxConfig:
     """The kernel a call runs (`forced`: SoftmaxConfig fields over the table's, e.g. for the benchmark's variants and
-    the tests)."""
+    the tests); made once a call's arguments (it is on every launch's path)."""
     row = choice(direction, width, dtype)
     if row is TILE:
         c = SoftmaxConfig(direction, width, dtype, tile=True, rows_per_block=row.value[0])
