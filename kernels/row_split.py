@@ -119,8 +119,12 @@ def scope(c: RowSplit):
 # -- the policy's and the launch's arithmetic ----------------------------------------------------------------
 
 def warps_for(width: int, most: int, cluster: int) -> int:
-    """Warps a row: as many as pieces of PIECE elements cover a block's share of it, at most `most`."""
-    return max(1, min(most, -(-width // (cluster * PIECE))))
+    """Warps a row: as many as pieces of PIECE elements cover a block's share of it, at most `most`; capped, as few
+    as pieces of the capped count's size cover the row (50257 over 4 blocks of 16 warps: pieces of 1024 elements,
+    13 warps a block cover it, 16 would hang 15279 elements past its end)."""
+    warps = max(1, min(most, -(-width // (cluster * PIECE))))
+    piece = -(-width // (cluster * warps * CHUNK)) * CHUNK
+    return -(-width // (cluster * piece))
 
 
 def grid_for(c: RowSplit, rows: int, resident: int) -> int:
