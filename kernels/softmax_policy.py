@@ -8,8 +8,8 @@ The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most
 row's loads in flight), and the widest rows spread over a cluster of 8 blocks at 64 values a lane (no prefetch:
 262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
-with prefetch (not beside a cluster's reduction: NVRTC spills), and one chunk of fp32 products; backward rows past
-131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block
+with prefetch (only up to 4096: at 32 values a lane NVRTC spills), and one chunk of fp32 products; backward rows
+past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block
 clusters past 128k are beyond the portable 8). blocks_per_sm is the launch bounds' minimum (the register cap).
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ SPLIT = {
         (2048, Row((4, 2, 1, 3, True, False), FIT)),
         (4096, Row((8, 1, 1, 3, True, False), FIT)),
         (8192, Row((16, 1, 1, 2, False, False), FIT)),     # (the next row's too at 64 registers: spills)
-        (16384, Row((16, 1, 1, 1, True, False), FIT)),
+        (16384, Row((16, 1, 1, 1, False, False), FIT)),    # (... at 128, beside a ragged row's masked copies: spills)
         (32768, Row((16, 1, 2, 1, False, False), FIT)),    # (the cluster's reduction and the next row's: spills)
         (65536, Row((16, 1, 4, 1, False, False), FIT)),
         (131072, Row((16, 1, 8, 1, False, False), FIT)),

@@ -200,7 +200,18 @@ __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, 
     const int ln = lane();
     #pragma unroll
     for (int c = 0; c < N; c++) {
-        if constexpr (is_same<L, contig_l>::value) {
+        if constexpr (is_same<L, contig_l>::value && rv<TD, N, L>::packed && is_same<TD, TS>::value) {
+            const int i = c * 256 + 8 * ln;       // the same 16-bit type: the packed words as they are
+            if (!MASKED || i + 8 <= n) {
+                u32 w[4];
+                ld16(w, p + i, space);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
+            } else {
+                #pragma unroll
+                for (int k = 0; k < 8; k++) dst.set(c, k, i + k < n ? to_float(p[i + k]) : fill);
+            }
+        } else if constexpr (is_same<L, contig_l>::value) {
             const int i = c * 256 + 8 * ln;
             float v[8];
             if (!MASKED || i + 8 <= n) load8(v, p + i, space);
@@ -227,7 +238,18 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n,
     if (!vec_owner<L>(ln)) return;
     #pragma unroll
     for (int c = 0; c < N; c++) {
-        if constexpr (is_same<L, contig_l>::value) {
+        if constexpr (is_same<L, contig_l>::value && rv<TS, N, L>::packed && is_same<TD, TS>::value) {
+            const int i = c * 256 + 8 * ln;       // the same 16-bit type: the packed words as they are
+            if (!MASKED || i + 8 <= n) {
+                u32 w[4];
+                #pragma unroll
+                for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
+                st16(p + i, w, space);
+            } else {
+                #pragma unroll
+                for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(src.get(c, k));
+            }
+        } else if constexpr (is_same<L, contig_l>::value) {
             const int i = c * 256 + 8 * ln;
             float v[8];
             #pragma unroll
