@@ -24,8 +24,6 @@ from .row_split import CHUNK
 from .softmax_config import SoftmaxConfig
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
-LOG2E = 1.4426950408889634
-FLT_MAX = 3.4028234663852886e38
 
 
 @functools.cache
@@ -49,10 +47,10 @@ def forward_kernel(c: SoftmaxConfig):
             else:
                 tk.load(v, x, (row, part), fill=-math.inf)
             m = tk.amax(v)
-            shift = tk.let(tk.call("max", m * LOG2E, -FLT_MAX), "shift")   # (a piece of -inf only: its e are 0)
-            tk.map(v, lambda a: tk.exp2(a * LOG2E - shift), v)
+            shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")   # (a piece of -inf only: e = 0)
+            tk.map(v, lambda a: tk.exp2(a * tk.LOG2E - shift), v)
             top, total = split.scope(c).merge_softmax(m, tk.sum(v), warps=c.warps_per_row)   # (one warp: m, s)
-            tk.mul(v, v, tk.let(tk.exp2(shift - top * LOG2E) / total, "scale"))
+            tk.mul(v, v, tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale"))
             tk.store(y, v, (row, part), masked=True)
     return softmax_forward
 

@@ -67,9 +67,6 @@ def reference(x: torch.Tensor):
     return x64 - x64.mean(1, keepdim=True), stats
 
 
-LOG2E = 1.4426950408889634
-FLT_MAX = 3.4028234663852886e38
-
 
 @functools.cache
 def row_softmax(dtype, n: int, warps: int, group: int, cluster: int = 1):
@@ -89,10 +86,10 @@ def row_softmax(dtype, n: int, warps: int, group: int, cluster: int = 1):
             row = tk.let(step * rows_at_once + tk.warp_id() // group, "row")
             tk.load(v, x, (row, part), fill=-float("inf"))
             m = tk.amax(v)                                   # (-inf for a piece wholly past the row's end)
-            shift = tk.let(tk.call("max", m * LOG2E, -FLT_MAX), "shift")
-            tk.map(v, lambda a: tk.exp2(a * LOG2E - shift), v)
+            shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")
+            tk.map(v, lambda a: tk.exp2(a * tk.LOG2E - shift), v)
             top, total = scope.merge_softmax(m, tk.sum(v), warps=group)
-            tk.mul(v, v, tk.exp2(shift - top * LOG2E) / total)
+            tk.mul(v, v, tk.exp2(shift - top * tk.LOG2E) / total)
             tk.store(y, v, (row, part), masked=True)
     return k
 

@@ -14,7 +14,8 @@ from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, Inte
 from .runtime.errors import GpuBoundsError, GpuTimeoutError, SpillWarning
 from .runtime import gpu_available
 from .frontend.kernel import kernel, Kernel
-from .frontend.signature import gl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT
+from .frontend.signature import gl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT, FLT_MAX
+from .tiles.math_approx import LOG2E
 from .ir.expr import call, cdiv
 from .interpret.launch import interpret_requested
 from .frontend.control import range, if_, else_, let, var, assign, block_idx, grid_dim, warp_id, lane_id, num_warps
