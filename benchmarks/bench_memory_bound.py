@@ -16,10 +16,11 @@ tables (S x 64 fp32) in. Softmax's bytes: forward x in, y out; backward y, dy in
 bf16, and a sweep of widths from 1k to 64k at the same 64M elements (rows = 2^26 / width; softmax's from 128 to 256k,
 bf16 and fp32). Each row also gives the relative difference of tkpy's output from eager's (its norm's).
 
-    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
+    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile] [--only GROUP]
         --quick: 16384 x 4096 only; --variants: tkpy's kernel variants per width too (for norm_policy's and
         softmax_policy's tables);
-        --no-compile: without torch.compile (its compiles take most of the run's time)
+        --no-compile: without torch.compile (its compiles take most of the run's time);
+        --only norms|softmax|other: one group of ops (a sweep of all of them passes a 10-minute limit)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
 """
 from __future__ import annotations
@@ -48,15 +49,16 @@ SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
                          "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True)}
 
 
-def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> list[dict]:
+def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only: str | None = None) -> list[dict]:
     import torch
 
     from benchmarks.bench_attention import save
     copy_cache: dict = {}
     print_header()
     rows = []
-    for ops, widths, measure, time_variants in ((OPS, SWEEP, case_row, variant_times),
-                                                (SOFTMAX_OPS, SOFTMAX_SWEEP, softmax_row, softmax_variant_times)):
+    groups = {"norms": (OPS, SWEEP, case_row, variant_times),
+              "softmax": (SOFTMAX_OPS, SOFTMAX_SWEEP, softmax_row, softmax_variant_times)}
+    for ops, widths, measure, time_variants in (groups[g] for g in groups if only in (None, g)):
         cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in widths if (ELEMENTS // n, n) != HEADLINE] if sweep else [])
         for rows_, width in cases:
             for op in ops:
@@ -67,7 +69,7 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> l
                     rows.append(row)
                     print_row(row, flush=True)
                 torch.cuda.empty_cache()
-    for op in OTHER_OPS:
+    for op in OTHER_OPS if only in (None, "other") else ():
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)
             rows.append(row)
@@ -414,4 +416,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sweep="--quick" not in sys.argv, variants="--variants" in sys.argv, compiled="--no-compile" not in sys.argv)
+    group = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if group not in (None, "norms", "softmax", "other"):
+        sys.exit(f"--only takes norms, softmax or other, got {group!r}")
+    main(sweep="--quick" not in sys.argv, variants="--variants" in sys.argv, compiled="--no-compile" not in sys.argv,
+         only=group)
