@@ -1,8 +1,8 @@
 """Memory-bound kernels on the GPU: tkpy's rms_norm and layer_norm (with and without the fused residual), forward and
 backward, against torch eager, torch.compile of the same function, and the copy bandwidth, all in the same run; then
-swiglu, geglu and rotary (OTHER_OPS) the same way; then cross-entropy (XENT_SHAPES), its forward alone (the loss, no
-gradient) and the forward with the backward (loss.backward(): tkpy's forward writes the gradient, its backward of a
-factor of 1 reads nothing).
+softmax (bf16 and fp32, SOFTMAX_OPS) over its own sweep of widths; swiglu, geglu and rotary (OTHER_OPS) the same way;
+then cross-entropy (XENT_SHAPES), its forward alone (the loss, no gradient) and the forward with the backward
+(loss.backward(): tkpy's forward writes the gradient, its backward of a factor of 1 reads nothing).
 
 GB/s counts the bytes each kernel must read and write once: forward, x (and the residual) in, y (and residual_out)
 out, the weight (and bias) once, the fp32 statistics (rstd, and mean for layer norm) out; backward, x (h with the
@@ -13,16 +13,17 @@ the backward alone, from a forward recorded once (tkpy: its backward operator on
 autograd.grad of the recorded graph, retained; OTHER_OPS: autograd.grad of each one's recorded graph). OTHER_OPS'
 bytes: swiglu/geglu of gate and up (rows x width each) forward gate, up in, out out (3), backward gate, up, dout in,
 dgate, dup out (5); rotary of q (B, S, 32, 128) and k (B, S, 8, 128), each way q and k in and out and the cos/sin
-tables (S x 64 fp32) in. Cross-entropy's bytes: the logits in (bf16) and the int64 targets, and for the forward with
-the backward the logits' gradient out (its loss and per-row statistics are noise). Cases: 16384 x 4096 bf16, and a
-sweep of widths from 1k to 64k at
-the same 64M elements (rows = 2^26 / width). Each row also gives the largest relative difference of tkpy's output
-from eager's.
+tables (S x 64 fp32) in. Softmax's bytes: forward x in, y out; backward y, dy in, dx out. Cross-entropy's bytes:
+the logits in (bf16) and the int64 targets, and for the forward with the backward the logits' gradient out (its loss
+and per-row statistics are noise). Cases: 16384 x 4096 bf16, and a sweep of widths from 1k to 64k at the same 64M
+elements (rows = 2^26 / width; softmax's from 128 to 256k, bf16 and fp32). Each row also gives the largest relative
+difference of tkpy's output from eager's (softmax's: of its norm).
 
-    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile]
+    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile] [--only GROUP]
         --quick: 16384 x 4096 only (cross-entropy's too); --variants: tkpy's kernel variants per width too (for
-        norm_policy's and rotary_policy's tables);
-        --no-compile: without torch.compile (its compiles take most of the run's time)
+        norm_policy's, softmax_policy's and rotary_policy's tables);
+        --no-compile: without torch.compile (its compiles take most of the run's time);
+        --only norms|softmax|other|cross-entropy: one group of ops (a sweep of all of them passes a 10-minute limit)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
 """
 from __future__ import annotations
@@ -40,33 +41,45 @@ OPS = ("rms", "rms+residual", "layer", "layer+residual")
 VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
             "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
             "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3)}
+SOFTMAX_OPS = {"softmax": "bfloat16", "softmax f32": "float32"}      # op -> the tensors' torch dtype
+SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+# SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
+SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
+                    "1 block/SM": dict(blocks_per_sm=1), "2 blocks/SM": dict(blocks_per_sm=2),
+                    "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False)}
+# ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
+SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
+                         "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True)}
 
 
-def main(sweep: bool = True, variants: bool = False, compiled: bool = True) -> list[dict]:
+def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only: str | None = None) -> list[dict]:
     import torch
 
     from benchmarks.bench_attention import save
     copy_cache: dict = {}
-    cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in SWEEP if (ELEMENTS // n, n) != HEADLINE] if sweep else [])
     print_header()
     rows = []
-    for rows_, width in cases:
-        for op in OPS:
-            for direction in ("forward", "backward"):
-                row = case_row(op, direction, rows_, width, compiled, copy_cache)
-                if variants:
-                    row["variants"] = variant_times(op, direction, rows_, width, row["bytes"])
-                rows.append(row)
-                print_row(row, flush=True)
-        torch.cuda.empty_cache()
-    for op in OTHER_OPS:
+    groups = {"norms": (OPS, SWEEP, case_row, variant_times),
+              "softmax": (SOFTMAX_OPS, SOFTMAX_SWEEP, softmax_row, softmax_variant_times)}
+    for ops, widths, measure, time_variants in (groups[g] for g in groups if only in (None, g)):
+        cases = [HEADLINE] + ([(ELEMENTS // n, n) for n in widths if (ELEMENTS // n, n) != HEADLINE] if sweep else [])
+        for rows_, width in cases:
+            for op in ops:
+                for direction in ("forward", "backward"):
+                    row = measure(op, direction, rows_, width, compiled, copy_cache)
+                    if variants:
+                        row["variants"] = time_variants(op, direction, rows_, width, row["bytes"])
+                    rows.append(row)
+                    print_row(row, flush=True)
+                torch.cuda.empty_cache()
+    for op in OTHER_OPS if only in (None, "other") else ():
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)
             if variants and op == "rotary":
                 row["variants"] = rotary_variant_times(direction, row["bytes"])
             rows.append(row)
             print_row(row, flush=True)
-    for shape in XENT_SHAPES if sweep else XENT_SHAPES[:1]:
+    for shape in (XENT_SHAPES if sweep else XENT_SHAPES[:1]) if only in (None, "cross-entropy") else ():
         for direction in ("forward", "forward+backward"):
             row = cross_entropy_row(direction, *shape, compiled, copy_cache)
             rows.append(row)
@@ -122,7 +135,7 @@ def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict
         eager = (lambda g, u: F.silu(g) * u) if op == "swiglu" else (lambda g, u: F.gelu(g) * u)
     rows_, width_ = (ROTARY_SHAPE[0] * ROTARY_SHAPE[1], 40 * 128) if op == "rotary" else GLU_SHAPE
     row = {"op": op, "direction": direction, "rows": rows_, "width": width_, "bytes": nbytes,
-           "copy": copy_cache.get(HEADLINE[1], float("nan"))}
+           "copy": copy_gbps(copy_cache, *HEADLINE, torch.bfloat16)}
     with torch.no_grad():
         reference = torch.cat([y.float().flatten() for y in _tuple(eager(*args))])
         mine = torch.cat([y.float().flatten() for y in _tuple(ours(*args))])
@@ -297,15 +310,10 @@ def bytes_of(op: str, direction: str, rows: int, width: int) -> int:
 def case_row(op: str, direction: str, rows: int, width: int, compiled: bool, copy_cache: dict) -> dict:
     import torch
 
-    from benchmarks.timing import median_ms
     x, r, w, b, dy = inputs(op, rows, width)
     nbytes = bytes_of(op, direction, rows, width)
-    row = {"op": op, "direction": direction, "rows": rows, "width": width, "bytes": nbytes}
-    if width not in copy_cache:
-        src = x.detach()
-        dst = torch.empty_like(src)
-        copy_cache[width] = 2 * src.numel() * src.element_size() / median_ms(lambda: dst.copy_(src)) / 1e6
-    row["copy"] = copy_cache[width]
+    row = {"op": op, "direction": direction, "rows": rows, "width": width, "bytes": nbytes,
+           "copy": copy_gbps(copy_cache, rows, width, x.dtype)}
     ours = tkpy_function(op, width)
     eager = torch_function(op, width)
     args = (x, r, w, b)
@@ -363,6 +371,79 @@ def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -
         return variant_gbps(VARIANTS, nbytes, launch_of)
 
 
+def copy_gbps(cache: dict, rows: int, width: int, dtype) -> float:
+    """GB/s of a device-to-device copy of a (rows, width) tensor of `dtype` (read + write; timed once a shape)."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    key = (rows, width, dtype)
+    if key not in cache:
+        src = torch.randn(rows, width, device="cuda", dtype=dtype)
+        dst = torch.empty_like(src)
+        cache[key] = 2 * src.numel() * src.element_size() / median_ms(lambda: dst.copy_(src)) / 1e6
+    return cache[key]
+
+
+def softmax_bytes(direction: str, rows: int, width: int, element_size: int) -> int:
+    """What softmax must read and write once: x in, y out; backward y and dy in, dx out."""
+    return rows * width * element_size * (2 if direction == "forward" else 3)
+
+
+def softmax_row(op: str, direction: str, rows: int, width: int, compiled: bool, copy_cache: dict) -> dict:
+    """GB/s of softmax (forward, or the backward of a forward recorded once; tkpy's: its backward operator on its
+    forward's y) for tkpy, torch eager (torch.softmax) and torch.compile of it, with the copy of the same tensor."""
+    import torch
+
+    from benchmarks.bench_attention_bwd import forward_on_side_stream
+    from benchmarks.timing import median_ms
+    from tkpy.kernels import softmax
+    x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, SOFTMAX_OPS[op])) * 3
+    x.requires_grad_()
+    dy = torch.randn_like(x)
+    row = {"op": op, "direction": direction, "rows": rows, "width": width,
+           "bytes": softmax_bytes(direction, rows, width, x.element_size()),
+           "copy": copy_gbps(copy_cache, rows, width, x.dtype)}
+
+    def eager(t):
+        return torch.softmax(t, -1)
+    with torch.no_grad():
+        reference = eager(x).float()
+        row["diff_vs_eager"] = ((softmax(x).float() - reference).norm() / reference.norm()).item()
+
+    def backward(name, fn):
+        if name == "tkpy":
+            with torch.no_grad():
+                y = softmax(x)
+            return median_ms(lambda: torch.ops.tkpy.softmax_backward(dy, y))
+        y = forward_on_side_stream(lambda: fn(x))
+        return median_ms(lambda: torch.autograd.grad(y, x, dy, retain_graph=True))
+    time_implementations(row, implementations(softmax, eager, compiled), (x,), backward)
+    return row
+
+
+def softmax_variants(direction: str, width: int, dtype: str) -> dict:
+    """The variants --variants times for a case: the tile ones where the policy takes the tile kernels, else the
+    split ones (the staged y for the backward only)."""
+    from tkpy.kernels import softmax_policy
+    if softmax_policy.choice(direction, width, dtype) is softmax_policy.TILE:
+        return SOFTMAX_TILE_VARIANTS
+    return {k: v for k, v in SOFTMAX_VARIANTS.items() if direction == "backward" or not v.get("stage")}
+
+
+def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
+    """GB/s of tkpy's softmax variants (SOFTMAX_VARIANTS, over the policy's choice), the launches alone."""
+    import torch
+
+    from tkpy.kernels import softmax_op
+    x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, SOFTMAX_OPS[op])) * 3
+    dy = torch.randn_like(x)
+    y = softmax_op.forward(x)
+    variants = softmax_variants(direction, width, softmax_op.DTYPES[x.dtype])
+    if direction == "forward":
+        return variant_gbps(variants, nbytes, lambda options: lambda: softmax_op.forward(x, options))
+    return variant_gbps(variants, nbytes, lambda options: lambda: softmax_op.backward(dy, y, options))
+
+
 def print_header() -> None:
     print(f"{'op':>15} {'dir':>4} {'rows x width':>13} | {'tkpy':>6} {'eager':>6} {'compile':>7} {'copy':>6} | "
           f"{'/copy':>5} {'/comp':>5} {'/eager':>6} | {'diff':>7}   (GB/s)")
@@ -380,29 +461,34 @@ def print_row(r: dict, flush: bool = False) -> None:
     print(text, flush=flush)
 
 
+PANELS = (("rms norm", ("rms", "rms+residual"), " + residual"), ("layer norm", ("layer", "layer+residual"), " + residual"),
+          ("softmax", ("softmax", "softmax f32"), " fp32"))    # (title, (solid op, dashed op), the dashed's label)
+
+
 def plot(rows: list[dict], path: Path) -> None:
-    """GB/s against the row width (the sweep's 64M-element cases): rms and layer norm, forward and backward, tkpy
-    (with the residual dashed), torch eager, torch.compile and the copy; skipped without matplotlib."""
+    """GB/s against the row width (the sweep's 64M-element cases): rms and layer norm (with the residual dashed) and
+    softmax (fp32 dashed), forward and backward, tkpy, torch eager, torch.compile and the copy; skipped without
+    matplotlib."""
     from benchmarks.plotting import pyplot
     plt = pyplot("memory_bound.png")
     if plt is None:
         return
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
-    for (i, kind), (j, direction) in ((a, b) for a in enumerate(("rms", "layer"))
-                                      for b in enumerate(("forward", "backward"))):
+    fig, axes = plt.subplots(len(PANELS), 2, figsize=(12, 4 * len(PANELS)))
+    for (i, (title, ops, dashed)), (j, direction) in ((a, b) for a in enumerate(PANELS)
+                                                      for b in enumerate(("forward", "backward"))):
         ax = axes[i][j]
-        for op, style in ((kind, "-"), (kind + "+residual", "--")):
+        for op, style in zip(ops, ("-", "--")):
             case = sorted((r for r in rows if r["op"] == op and r["direction"] == direction
                            and r["rows"] * r["width"] == ELEMENTS), key=lambda r: r["width"])
             widths = [r["width"] for r in case]
             for key, name in (("tkpy", "tkpy"), ("eager", "torch eager"), ("compile", "torch.compile")):
                 if any(key in r for r in case):
                     ax.plot(widths, [r.get(key, float("nan")) for r in case], style, marker="o",
-                            label=f"{name}{' + residual' if style == '--' else ''}")
+                            label=f"{name}{dashed if style == '--' else ''}")
             if style == "-":
                 ax.plot(widths, [r["copy"] for r in case], ":", color="black", label="copy")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{kind} norm {direction}, bf16, 64M elements, H200")
+        ax.set_title(f"{title} {direction}, bf16, 64M elements, H200")
         ax.set_ylabel("GB/s")
         ax.set_xlabel("row width")
         ax.legend(fontsize=7)
@@ -413,4 +499,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sweep="--quick" not in sys.argv, variants="--variants" in sys.argv, compiled="--no-compile" not in sys.argv)
+    group = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if group not in (None, "norms", "softmax", "other", "cross-entropy"):
+        sys.exit(f"--only takes norms, softmax, other or cross-entropy, got {group!r}")
+    main(sweep="--quick" not in sys.argv, variants="--variants" in sys.argv, compiled="--no-compile" not in sys.argv,
+         only=group)

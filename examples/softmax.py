@@ -6,8 +6,8 @@ destination-first vocabulary (`row_max`, `sub_row`, `exp`, `row_sum`, `div_row`)
 `kernel[grid](*args)`, which traces, compiles (NVRTC, cached) and runs on torch's current stream.
 
 Each block is 4 warps, each warp takes 16 whole rows in one fp32 register tile: R must be a multiple of 64 and D a
-multiple of 16 up to 256 (a ValueError otherwise). kernels/row_softmax.py is the production kernel (any shape,
-bounds-checked edges, a backward).
+multiple of 16 up to 256 (a ValueError otherwise). tkpy.kernels.softmax is the production op (kernels/softmax_op.py:
+any shape, rows up to 262144 wide, bf16/fp16/fp32, a backward).
 
     python examples/softmax.py                    # Hopper GPU: 524288 x 128 against torch.softmax, and timed
     TKPY_INTERPRET=1 python examples/softmax.py   # tkpy's CPU interpreter, 128 x 64 (also without a GPU)

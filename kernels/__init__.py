@@ -17,7 +17,7 @@ from .matmul_fp8_op import matmul_fp8  # noqa: E402
 from .matmul_op import matmul  # noqa: E402
 from .norms import layer_norm, rms_norm  # noqa: E402
 from .rotary_op import rotary  # noqa: E402
-from .row_softmax import softmax  # noqa: E402
+from .softmax_op import softmax  # noqa: E402
 
 __all__ = ["all_gather_matmul", "all_reduce", "attention", "cross_entropy", "geglu", "layer_norm", "matmul", "matmul_fp8",
            "matmul_reduce_scatter", "rms_norm", "rotary", "scaled_dot_product_attention", "softmax", "swiglu", "tune"]

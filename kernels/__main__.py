@@ -1,8 +1,8 @@
 """The kernels' demos: `python -m tkpy.kernels [softmax | matmul_fp8 [--shape M N K] [--kinds e4m3,e5m2]]`.
 
-softmax (the default): on a Hopper GPU, runs tkpy.kernels.softmax and its backward and checks both against float64
-torch, then prints the generated kernel; without a GPU, prints the generated CUDA and compiles both kernels to
-sm_90a cubins. matmul_fp8: checks a product against float64 (on the CPU interpreter without a GPU) and, on a GPU,
+softmax (the default): on a Hopper GPU, runs tkpy.kernels.softmax and its backward over narrow rows (the tile kernels)
+and wide ones (a row over a cluster of blocks) and checks them against float64 torch, then prints the generated
+narrow kernel; without a GPU, prints the generated CUDA and compiles the kernels to sm_90a cubins. matmul_fp8: checks a product against float64 (on the CPU interpreter without a GPU) and, on a GPU,
 times it against torch._scaled_mm in the same run.
 """
 from __future__ import annotations
@@ -13,29 +13,36 @@ import os
 import torch
 
 import tkpy as tk
-from tkpy.kernels import gemm_fp8, matmul_fp8, softmax
+from tkpy.kernels import gemm_fp8, matmul_fp8, softmax, softmax_kernel, softmax_policy
 from tkpy.kernels.row_softmax import softmax_backward_rows, softmax_rows
+
+WIDE = 131072                      # the demo's wide rows: a row over a cluster of 8 blocks
 
 
 def softmax_demo() -> None:
     if not tk.gpu_available():
-        x = torch.randn(1024, 64, dtype=torch.bfloat16)
+        x, wide = torch.randn(1024, 64, dtype=torch.bfloat16), torch.empty(8, WIDE, dtype=torch.bfloat16)
+        forward = softmax_kernel.forward_kernel(softmax_policy.config_for("forward", WIDE, "bf16"))
+        backward = softmax_kernel.backward_kernel(softmax_policy.config_for("backward", WIDE, "bf16"))
         print(softmax_rows.source(x, x, 64))
-        for kernel, args in ((softmax_rows, (x, x, 64)), (softmax_backward_rows, (x, x, x, 64))):
+        for kernel, args in ((softmax_rows, (x, x, 64)), (softmax_backward_rows, (x, x, x, 64)),
+                             (forward, (wide, wide)), (backward, (wide, wide, wide))):
             compiled = kernel.trace(*args).lower().compile()
             print(f"// No Hopper GPU found: compiled {kernel.name} to an sm_90a cubin ({len(compiled.cubin)} bytes; "
                   f"{compiled.resources.summary()}), not launched.")
         return
-    x = torch.randn(4096, 128, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-    x64, dy = x.detach().double().requires_grad_(), torch.randn_like(x)
-    y, ref = softmax(x), torch.softmax(x64, dim=-1)
-    y.backward(dy)
-    ref.backward(dy.double())
-    for what, out, want in (("softmax", y, ref), ("its backward", x.grad, x64.grad)):
-        err = ((out.double() - want).norm() / want.norm()).item()
-        print(f"{what} 4096x128 bf16 on {torch.cuda.get_device_name()}: relative error {err:.2e} "
-              f"({'OK' if err < 1e-2 else 'FAILED'})")
-    print(softmax_rows.source(x.detach(), y.detach(), 128).split("// ---- end of prelude ----")[1])
+    for rows, width in ((4096, 128), (64, WIDE)):
+        x = torch.randn(rows, width, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        x64, dy = x.detach().double().requires_grad_(), torch.randn_like(x)
+        y, ref = softmax(x), torch.softmax(x64, dim=-1)
+        y.backward(dy)
+        ref.backward(dy.double())
+        for what, out, want in (("softmax", y, ref), ("its backward", x.grad, x64.grad)):
+            err = ((out.double() - want).norm() / want.norm()).item()
+            print(f"{what} {rows}x{width} bf16 on {torch.cuda.get_device_name()}: relative error {err:.2e} "
+                  f"({'OK' if err < 1e-2 else 'FAILED'})")
+    x = torch.randn(4096, 128, dtype=torch.bfloat16, device="cuda")
+    print(softmax_rows.source(x, x, 128).split("// ---- end of prelude ----")[1])
 
 
 def matmul_fp8_demo(shape, kinds_arg: str) -> None:

@@ -13,8 +13,7 @@ both), and dQ comes from the separate pass (attention_bwd_dq_kernel), as it does
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .op_support import Row
 from .tensor_layout import cdiv
 
 TUNED_DIMS = (64, 128, 256)         # head dims whose rows below were chosen; others take the next one up's (tuned)
@@ -42,14 +41,6 @@ def task_group(causal: bool) -> int:
 # The main kernel's setmaxnreg split (producer, each consumer warpgroup), FlashAttention-3's: with the default
 # (40, 232) D256's kernel spilled 16 bytes and serialized its wgmmas (C7512).
 REGISTERS = (24, 240)
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: its value and why (a RESULTS.md run once timed on the GPU, or the fit that set it)."""
-
-    value: tuple
-    evidence: str
 
 
 UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attention_bwd.py); not yet timed"

@@ -22,7 +22,8 @@ import tkpy as tk
 from tkpy import bf16, f32, fp16, i64
 
 from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig
-from .row_split import first_step, layout, piece_place, piece_tasks, placeholder, row_max, row_sum, steps, stride
+from . import row_split as split
+from .row_split import piece_place, piece_tasks, placeholder, row_max, row_sum
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 
@@ -32,19 +33,17 @@ def forward_kernel(c: CrossEntropyConfig):
     """loss, lse (and the gradient) of each row (see the module's docstring)."""
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else f32
-    part_of, row_of = layout(c)
     rows = tk.gl[dt, "R", n]
     mean, weighted = c.reduction == "mean", c.weight is not None
     fill = 0.0 if c.smoothing else -math.inf          # past the row's end (smoothing: 0 for the sum of x, then -inf)
 
-    @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
-               name=c.name)
+    @tk.kernel(**c.kernel_options(), name=c.name)
     def cross_entropy_forward(logits: rows, target: tk.gl[i64, "R"],
                               weight: tk.gl[wt, n] if weighted else placeholder(wt),
                               divisor: tk.gl[f32, 1] if mean else placeholder(f32), loss: tk.gl[f32, "R"],
                               lse: tk.gl[f32, "R"], dlogits: rows if c.grad else placeholder(dt), ignore_index: int,
                               smoothing: float):
-        part = tk.let(part_of(), "part")
+        part = tk.let(split.part_of(c), "part")
         first = tk.let(part * piece, "first")                # this piece's first column
         if mean:
             total = tk.var(0.0, "total")
@@ -58,24 +57,25 @@ def forward_kernel(c: CrossEntropyConfig):
             weights = tk.let(row_sum(c, wv), "weights")      # W
         v = tk.rv(f32, piece, "contig")                       # the row's piece: x, then exp(x - m), then the gradient
         # The targets load a row ahead of their use (two with prefetch, whose logits load a row ahead): no load waits
-        # on another just issued.
+        # on another just issued (rows past the last: ignored).
         t, t_next = tk.var(0, "t"), tk.var(0, "t_next")
-        tk.load(t_next, target, (row_of(first_step(c)),), fill=ignore_index)     # (rows past the last: ignored)
+        tk.load(t_next, target, (split.row_of(c, split.first_step(c)),), fill=ignore_index)
         if c.prefetch:
             ahead, t_after = tk.rv(dt, piece, "contig"), tk.var(0, "t_after")
-            tk.load(t_after, target, (row_of(first_step(c) + stride(c)),), fill=ignore_index)
-            _load_unless_ignored(ahead, logits, row_of(first_step(c)), part, t_next, ignore_index, fill)
-        for step in steps(c, logits.rows):
-            row = row_of(step)
+            tk.load(t_after, target, (split.row_of(c, split.first_step(c) + split.stride(c)),), fill=ignore_index)
+            _load_unless_ignored(ahead, logits, split.row_of(c, split.first_step(c)), part, t_next, ignore_index, fill)
+        for step in split.steps(c, logits.rows):
+            row = split.row_of(c, step)
             tk.assign(t, t_next)
             if c.prefetch:                                   # this row's logits were loaded a row ago
                 with tk.if_(t != ignore_index):
                     tk.copy(v, ahead)
                 tk.assign(t_next, t_after)
-                _load_unless_ignored(ahead, logits, row_of(step + stride(c)), part, t_next, ignore_index, fill)
-                tk.load(t_after, target, (row_of(step + 2 * stride(c)),), fill=ignore_index)
+                _load_unless_ignored(ahead, logits, split.row_of(c, step + split.stride(c)), part, t_next,
+                                     ignore_index, fill)
+                tk.load(t_after, target, (split.row_of(c, step + 2 * split.stride(c)),), fill=ignore_index)
             else:
-                tk.load(t_next, target, (row_of(step + stride(c)),), fill=ignore_index)
+                tk.load(t_next, target, (split.row_of(c, step + split.stride(c)),), fill=ignore_index)
             with tk.if_(t == ignore_index):                  # (and the rows past the last): no logits read
                 if c.grad:
                     tk.zero(v)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig
-from .row_split import CHUNK, Row
+from .op_support import Row
+from .row_split import CHUNK, warps_for
 
 
 FIT = ("register fit, unmeasured: the register cap of this many blocks an SM holds the variant with smoothing, fp32 "
@@ -23,8 +24,8 @@ FIT = ("register fit, unmeasured: the register cap of this many blocks an SM hol
        "by bench_memory_bound.py")
 WIDE = (16, 1, 8, 1, True)                  # a cluster of 8 blocks of 16 warps a row
 # classes up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), per logits dtype ("16-bit":
-# bf16 and fp16, whose prefetch takes half the registers); a row takes as many of its warps as pieces of PIECE
-# elements cover it (fewer for a vocabulary below the row's limit)
+# bf16 and fp16, whose prefetch takes half the registers); a row takes as many of its warps as cover it in pieces of
+# about row_split.PIECE elements (row_split.warps_for: fewer for a vocabulary below the row's limit)
 FORWARD = {
     "16-bit": (
         (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
@@ -45,7 +46,6 @@ FORWARD["f32"] = FORWARD["16-bit"][:4] + (
     (131072, Row((16, 1, 8, 1, False), FIT)),      # 32 fp32 values a lane and as many ahead: past the cap
     (262144, Row((16, 1, 8, 1, False), FIT)),
 )
-PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
 WEIGHTED_PREFETCH = 65536    # weights with smoothing: one block an SM, and past this many classes no registers for
                              # the prefetch (spills at 131072, NVRTC: the register fit's evidence)
 # The backward, an elementwise pass: (chunks of 256 elements a warp's piece, warps, blocks_per_sm).
@@ -63,11 +63,11 @@ def forward_config(width: int, dtype: str, reduction: str, grad: bool, smoothing
     """The forward kernel a call runs: what it computes and the table's split for its width (`forced`:
     CrossEntropyConfig fields over the table's, e.g. the benchmark's variants)."""
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = forward_split(width, dtype).value
-    warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
     if weight and smoothing:        # the weights' piece (and w x) in registers beside the row's
         blocks_per_sm = 1
         prefetch = prefetch and width <= WEIGHTED_PREFETCH
-    c = CrossEntropyConfig(width, dtype, reduction, grad, smoothing, weight, prefetch, warps_per_row=warps_per_row,
+    c = CrossEntropyConfig(width, dtype, reduction, grad, smoothing, weight, prefetch,
+                           warps_per_row=warps_for(width, most_warps, cluster),
                            rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c
 

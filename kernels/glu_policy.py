@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .glu_config import GluConfig
-from .row_split import CHUNK, Row
-
+from .op_support import Row
+from .row_split import CHUNK
 
 FIT = ("untimed: 16 fp32 values a lane a vector, ~48 KB in flight an SM; no spills (NVRTC, tests/test_glu.py); to "
        "be timed by bench_memory_bound.py")

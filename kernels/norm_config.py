@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .row_split import CHUNK, RowSplit  # noqa: F401 - CHUNK: the norms' launches take it from here
+from .row_split import RowSplit
 
 KINDS = ("rms", "layer")
 DIRECTIONS = ("forward", "backward")

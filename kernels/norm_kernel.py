@@ -1,10 +1,11 @@
 """The bodies of the norm kernels (rms_norm, layer_norm; kernels/norms.py is the API): forward, backward, and the
 column sums that finish the weight's and bias's gradients.
 
-A row lies in registers, split into pieces over a block's warps and a cluster's blocks (kernels/row_split.py), each
-a contig vector of fp32 values; rows past the last and elements past a row's end load as 0 and are not stored. A
-row's sums reduce over its warps with tk.block.sum (tk.cluster.sum over a cluster), one barrier (or semaphore wait) a
-reduction; the statistics (mean, rstd) are fp32 runtime scalars, stored once a row.
+A row lies in registers, split into pieces over warps and blocks (kernels/row_split.py: a contig vector of `piece`
+fp32 values a warp, 16-byte copies), the blocks (clusters) looping over the row groups, a persistent grid; rows past
+the last and elements past a row's end load as 0 and are not stored. A row's sums reduce over its warps with
+tk.block.sum (tk.cluster.sum when it spans blocks), one barrier (or semaphore wait) a reduction; the statistics
+(mean, rstd) are fp32 runtime scalars, stored once a row.
 
 Forward: h = x (+ residual, rounded to the dtype: residual_out); rms: rstd = rsqrt(mean(h^2) + eps), y = h rstd w;
 layer: mean, then var = mean((h - mean)^2) from the registers (two passes over them, one over memory), y = (h -
@@ -22,8 +23,9 @@ import functools
 import tkpy as tk
 from tkpy import bf16, f32, fp16
 
-from .norm_config import CHUNK, NormConfig
-from .row_split import first_step, layout, placeholder, row_sum, steps, stride
+from . import row_split as split
+from .norm_config import NormConfig
+from .row_split import CHUNK, placeholder
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
@@ -37,15 +39,13 @@ def forward_kernel(c: NormConfig):
     wt = DTYPES[c.weight] if c.weight else dt
     res = tk.gl[dt, "R", n] if c.residual else placeholder(dt)
     stat = tk.gl[f32, "R"]
-    part_of, row_of = layout(c)
     layer = c.kind == "layer"
 
-    @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
-               name=c.name)
+    @tk.kernel(**c.kernel_options(), name=c.name)
     def norm_forward(x: tk.gl[dt, "R", n], residual: res, weight: tk.gl[wt, n] if c.weight else placeholder(wt),
                      bias: tk.gl[wt, n] if c.bias else placeholder(wt), y: tk.gl[dt, "R", n], residual_out: res,
                      mean: stat if layer else placeholder(f32), rstd: stat, eps: float):
-        part = tk.let(part_of(), "part")
+        part = tk.let(split.part_of(c), "part")
         v = tk.rv(f32, piece, "contig")                       # the row's piece: h, then h - mean, then y
         h = tk.rv(dt, piece, "contig") if c.residual else None  # x + residual, rounded as residual_out is
         if c.weight:                                         # (16-bit ones in packed pairs)
@@ -55,15 +55,15 @@ def forward_kernel(c: NormConfig):
                 _load_affine(c, w, b, weight, bias, part)
         if c.prefetch:
             ahead, ahead_res = tk.rv(dt, piece, "contig"), tk.rv(dt, piece, "contig") if c.residual else None
-            _load_row(c, ahead, ahead_res, x, residual, row_of(first_step(c)), part)
-        for step in steps(c, x.rows):
-            row = row_of(step)
+            _load_row(c, ahead, ahead_res, x, residual, split.row_of(c, split.first_step(c)), part)
+        for step in split.steps(c, x.rows):
+            row = split.row_of(c, step)
             if c.prefetch:                                   # this row's loads were issued a row ago
                 if c.residual:
                     tk.add(h, ahead, ahead_res)
                 else:
                     tk.copy(v, ahead)
-                _load_row(c, ahead, ahead_res, x, residual, row_of(step + stride(c)), part)
+                _load_row(c, ahead, ahead_res, x, residual, split.row_of(c, step + split.stride(c)), part)
             else:
                 tk.load(v, x, (row, part), fill=0.0)
                 if c.residual:
@@ -73,11 +73,11 @@ def forward_kernel(c: NormConfig):
                 tk.store(residual_out, h, (row, part), masked=True)
                 tk.copy(v, h)
             if layer:
-                mu = tk.let(row_sum(c, v) * (1.0 / n), "mu")
+                mu = tk.let(split.row_sum(c, v) * (1.0 / n), "mu")
                 tk.sub(v, v, mu)
                 if c.ragged:                                 # (elements past the row's end: 0 - mu)
                     tk.right_fill(v, v, n - part * piece, 0.0)
-            r = tk.let(tk.rsqrt(row_sum(c, v * v) * (1.0 / n) + eps), "r")
+            r = tk.let(tk.rsqrt(split.row_sum(c, v * v) * (1.0 / n) + eps), "r")
             if c.weight:
                 if not c.weight_in_registers:
                     _load_affine(c, w, b, weight, bias, part)
@@ -114,18 +114,16 @@ def backward_kernel(c: NormConfig):
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
-    part_of, row_of = layout(c)
     rows = tk.gl[dt, "R", n]
     partials = tk.gl[f32, "P", n]
 
-    @tk.kernel(warps=c.warps, cluster=(c.cluster, 1, 1) if c.cluster > 1 else None, blocks_per_sm=c.blocks_per_sm,
-               name=c.name)
+    @tk.kernel(**c.kernel_options(), name=c.name)
     def norm_backward(dy: rows, dres: rows if c.residual else placeholder(dt), x: rows,
                       weight: tk.gl[wt, n] if c.weight else placeholder(wt),
                       mean: tk.gl[f32, "R"] if layer else placeholder(f32), rstd: tk.gl[f32, "R"], dx: rows,
                       dweight: partials if c.weight else placeholder(f32),
                       dbias: partials if c.bias else placeholder(f32)):
-        part = tk.let(part_of(), "part")
+        part = tk.let(split.part_of(c), "part")
         xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
         d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
         if c.weight:
@@ -138,16 +136,17 @@ def backward_kernel(c: NormConfig):
                 tk.zero(db)
         if c.prefetch:                                       # the next row's x and dy, in flight a row ahead
             ahead = [tk.rv(dt, piece, "contig", name=f"ahead_{t}") for t in ("x", "dy")]
-            tk.load(ahead[0], x, (row_of(first_step(c)), part), fill=0.0)
-            tk.load(ahead[1], dy, (row_of(first_step(c)), part), fill=0.0)
-        for step in steps(c, x.rows):
-            row = row_of(step)
+            first = split.row_of(c, split.first_step(c))
+            tk.load(ahead[0], x, (first, part), fill=0.0)
+            tk.load(ahead[1], dy, (first, part), fill=0.0)
+        for step in split.steps(c, x.rows):
+            row = split.row_of(c, step)
             if c.residual:                                   # (issued first: in flight through the reduction)
                 tk.load(d, dres, (row, part), fill=0.0)
             if c.prefetch:
                 tk.copy(xhat, ahead[0])
                 tk.copy(g, ahead[1])
-                following = row_of(step + stride(c))
+                following = split.row_of(c, step + split.stride(c))
                 tk.load(ahead[0], x, (following, part), fill=0.0)
                 tk.load(ahead[1], dy, (following, part), fill=0.0)
             else:
@@ -169,17 +168,17 @@ def backward_kernel(c: NormConfig):
                     tk.load(w, weight, (part,), fill=0.0)
                 tk.mul(g, g, w)                              # the gradient of xhat
             if layer:
-                gx, gs = row_sum(c, g * xhat, g)
+                gx, gs = split.row_sum(c, g * xhat, g)
                 a, s = tk.let(gx * (1.0 / n), "a"), tk.let(gs * (1.0 / n), "s")
                 tk.map(g, lambda g, x: (g - x * a - s) * r, g, xhat)
             else:
-                a = tk.let(row_sum(c, g * xhat) * (1.0 / n), "a")
+                a = tk.let(split.row_sum(c, g * xhat) * (1.0 / n), "a")
                 tk.map(g, lambda g, x: (g - x * a) * r, g, xhat)
             if c.residual:
                 tk.add(g, g, d)
             tk.store(dx, g, (row, part), masked=True)
         if c.weight:
-            slot = tk.let(first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+            slot = tk.let(split.first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
             tk.store(dweight, dw, (slot, part), masked=True)
             if c.bias:
                 tk.store(dbias, db, (slot, part), masked=True)

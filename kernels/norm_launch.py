@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import torch
 
 from . import norm_kernel as body
-from .norm_config import CHUNK, MAX_WIDTH, MIN_WIDTH
+from .norm_config import MAX_WIDTH, MIN_WIDTH
 from .norm_policy import config_for
 from .op_support import check_device
-from .row_split import grid, placeholder_tensor
+from .row_split import CHUNK, grid, placeholder_tensor
 from .tensor_layout import cdiv, row_view as _rows, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}

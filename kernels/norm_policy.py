@@ -1,6 +1,6 @@
 """The policy of the norm kernels (kernels/norm_kernel.py): how a row of each width is split (warps a row, rows a
-block, blocks a cluster), how many blocks an SM gets in the persistent grid, and the grid. Each table row carries its
-evidence; tests/test_norms.py keeps a golden record of the choices (tests/golden/norm_policy.json).
+block, blocks a cluster) and how many blocks an SM gets in the persistent grid (its size: row_split.grid). Each table
+row carries its evidence; tests/test_norms.py keeps a golden record of the choices (tests/golden/norm_policy.json).
 
 The aim: a row's piece in each lane at most 16 fp32 values (the backward holds x, dy, the weight and the weight's
 and bias's partial sums: ~5 x 16 registers; the forward x, the next row's x and residual, the weight, the bias),
@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .norm_config import NormConfig
-from .row_split import Row
-
+from .op_support import Row
+from .row_split import warps_for
 
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
 # width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), forward; a row takes as many
-# of its warps as pieces of PIECE elements cover it (fewer for a width below the table row's limit)
+# of its warps as cover it in pieces of about row_split.PIECE elements (row_split.warps_for: fewer for a width below
+# the table row's limit)
 FORWARD = (
     (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
     (1024, Row((2, 4, 1, 2, True), FIT)),
@@ -32,7 +33,6 @@ FORWARD = (
     (65536, Row((16, 1, 8, 1, True), FIT)),
 )
 BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)
-PIECE = 512                  # elements a warp's piece of a row aims at: 16 values a lane
 
 
 def split_for(direction: str, width: int) -> Row:
@@ -46,7 +46,7 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
     that override the table's, e.g. for the benchmark's variants)."""
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
-    warps_per_row = max(1, min(most_warps, -(-width // (cluster * PIECE))))
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, warps_per_row=warps_per_row,
-                   rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm)
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch,
+                   warps_per_row=warps_for(width, most_warps, cluster), rows_per_block=rows_per_block, cluster=cluster,
+                   blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c

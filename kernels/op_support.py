@@ -14,6 +14,7 @@ measures both paths).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -127,31 +128,32 @@ def may_overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
     return True
 
 
-_RESIDENT: dict = {}         # (config, device) -> the blocks (clusters, where it has them) the GPU runs at once
+@dataclass(frozen=True)
+class Row:
+    """A row of a kernel's policy table: its value (a tuple of config fields) and why (a RESULTS.md run once timed on
+    the GPU, or the fit that set it)."""
+
+    value: tuple
+    evidence: str
+
+
+_RESIDENT: dict = {}         # (config, device) -> the blocks the GPU runs at once
 
 
 def resident_blocks(kernel, config, args, interpreter_sms: int) -> int:
-    """Blocks of `kernel` (of `config`, which has blocks_per_sm) the GPU runs at once on args[0]'s device (SMs x the
-    occupancy query, at least blocks_per_sm an SM; asked once a config and device), or `interpreter_sms` SMs' worth
-    on the CPU: the bound of a persistent grid."""
+    """Blocks of `kernel` (of `config`, which has blocks_per_sm, and a cluster size if it has `cluster`) the GPU runs
+    at once on args[0]'s device (SMs x the occupancy query, at least blocks_per_sm an SM; for clusters, the active
+    clusters (cuOccupancyMaxActiveClusters: a cluster's blocks share a GPC) x their blocks; asked once a config and
+    device), or `interpreter_sms` SMs' worth on the CPU: the bound of a persistent grid."""
     x = args[0]
     if not x.is_cuda:
         return interpreter_sms * config.blocks_per_sm
     key = (config, x.get_device())
     if key not in _RESIDENT:
-        from tkpy.templates import multiprocessors
-        _RESIDENT[key] = multiprocessors(x) * max(config.blocks_per_sm, kernel.max_active_blocks(*args))
-    return _RESIDENT[key]
-
-
-def resident_clusters(kernel, config, args, interpreter_sms: int) -> int:
-    """Clusters of `kernel` (of `config`, which has cluster and blocks_per_sm) the GPU runs at once on args[0]'s
-    device (the occupancy query; asked once a config and device), or `interpreter_sms` SMs' worth on the CPU: the
-    bound of a persistent grid of clusters."""
-    x = args[0]
-    if not x.is_cuda:
-        return max(1, interpreter_sms * config.blocks_per_sm // config.cluster)
-    key = (config, x.get_device())
-    if key not in _RESIDENT:
-        _RESIDENT[key] = max(1, kernel.max_active_clusters(*args))
+        cluster = getattr(config, "cluster", 1)
+        if cluster > 1:
+            _RESIDENT[key] = max(1, kernel.max_active_clusters(*args)) * cluster
+        else:
+            from tkpy.templates import multiprocessors
+            _RESIDENT[key] = multiprocessors(x) * max(config.blocks_per_sm, kernel.max_active_blocks(*args))
     return _RESIDENT[key]

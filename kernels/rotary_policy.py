@@ -11,21 +11,13 @@ blocks: 32 registers, no spills) keeps one load a warp in flight, 32 KB an SM: b
 it beside the table's choice."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from .op_support import Row
 from .rotary_config import CHUNK, RotaryConfig
 
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: (chunks, positions, warps, blocks_per_sm) and why."""
-
-    value: tuple
-    evidence: str
-
-
 FIT = "register fit, unmeasured: no spills (NVRTC, tests/test_rotary.py); to be timed by bench_memory_bound.py"
-# chunks of the wider of q's and k's rows, up to (None: any) -> the split
+# chunks of the wider of q's and k's rows, up to (None: any) -> (chunks, positions, warps, blocks_per_sm)
 TABLE = ((1, Row((1, 2, 8, 4), FIT)), (2, Row((2, 1, 8, 4), FIT)), (None, Row((4, 1, 8, 4), FIT)))
 INTERPRETER_SMS = 2
 

@@ -1,37 +1,36 @@
-"""What the row kernels share (the norms, kernels/norm_*.py; cross-entropy, kernels/cross_entropy_*.py): a row split
-into pieces over the warps of a block and the blocks of a cluster, in their configs (RowSplit), in their bodies (which
-piece and row a warp holds, the persistent loop over row groups, the reductions over a row's warps) and in their
-launches (the persistent grid); and the elementwise kernels' (row, piece) tasks (kernels/glu_kernel.py, cross-entropy's
-backward).
+"""What the row kernels share (the norms, kernels/norm_*.py; cross-entropy, kernels/cross_entropy_*.py; the softmax,
+kernels/softmax_*.py): a row split into pieces over the warps of a block and the blocks of a cluster, in their configs
+(RowSplit), in their bodies (which piece and row a warp holds, the persistent loop over row groups, the reductions
+over a row's warps), in their policies (warps_for) and in their launches (the persistent grid); and the elementwise
+kernels' (row, piece) tasks (kernels/glu_kernel.py, cross-entropy's backward: PieceSplit).
 
 A row lies in registers, split into pieces: warp `w` of a block holds piece `rank * S + w % S` of row `step * G + w //
 S` (S = warps_per_row warps a row, G = rows_per_block rows a block at a time, `rank` the block's in its cluster of C),
-a contig vector of `piece` values (8 consecutive elements a lane per chunk of 256: one 16-byte load or store each).
-The blocks (clusters) loop over the row groups, a persistent grid of as many as the GPU runs at once; a row's
-statistics reduce over its warps with tk.block.sum / amax (tk.cluster.* when C > 1), one barrier (or semaphore wait)
-a reduction.
+a contig vector of `piece` values (8 consecutive elements a lane per chunk of 256: one 16-byte load or store each, two
+of fp32). The blocks (clusters) loop over the row groups, a persistent grid of as many as the GPU runs at once; a
+row's statistics reduce over its warps with tk.block.* (tk.cluster.* when C > 1), one barrier (or semaphore wait) a
+reduction.
+
+    RowSplit                                         the split's fields checked and its derived sizes (configs)
+    part_of, row_of, first_step, stride, steps       the layout inside a kernel (at trace time)
+    scope, row_sum, row_max                          a row's reductions over its warps (and blocks)
+    placeholder, placeholder_tensor                  tensors a config does not have
+    warps_for, grid_for, grid                        the policy's and the launch's arithmetic
+    PieceSplit, piece_tasks, piece_place, piece_grid the elementwise kernels' (row, piece) tasks
 """
 # (No `from __future__ import annotations`: the kernels' bodies call these while they are traced.)
 from dataclasses import dataclass
 
 import tkpy as tk
 
-from .op_support import resident_blocks, resident_clusters
+from .op_support import resident_blocks
 
 CHUNK = 256                                 # a contig vector's chunk: 8 elements a lane, one 16-byte copy
 CLUSTERS = (1, 2, 4, 8)
 MAX_WARPS = 32                              # 1024 threads a block
 MAX_VALUES_PER_LANE = 64                    # a row's piece in one lane's registers, at most (fp32 values)
+PIECE = 512                                 # elements a warp's piece aims at: 16 values a lane (warps_for)
 INTERPRETER_SMS = 2                         # the "SMs" the interpreter sizes grids for: a few blocks, each looping
-
-
-@dataclass(frozen=True)
-class Row:
-    """A policy table row: `value`, the split it chooses (each policy says what its tuple holds), and why (a
-    RESULTS.md run once timed on the GPU, or the fit that set it)."""
-
-    value: tuple
-    evidence: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,15 +52,15 @@ class RowSplit:
             fail(f"cluster must be one of {CLUSTERS}, got {self.cluster!r}")
         for option in ("warps_per_row", "rows_per_block", "blocks_per_sm"):
             value = getattr(self, option)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 fail(f"{option} must be a positive int, got {value!r}")
         if self.warps > MAX_WARPS:
             fail(f"{self.warps_per_row} warps a row x {self.rows_per_block} rows is {self.warps} warps, more than "
                  f"{MAX_WARPS} a block")
         if self.warps_per_row > 1 and self.rows_per_block > 15:
             fail("rows of several warps take a named barrier each: at most 15 rows a block")
-        if self.piece // 32 > MAX_VALUES_PER_LANE:
-            fail(f"a piece of {self.piece} elements is {self.piece // 32} values a lane, more than "
+        if self.values_per_lane > MAX_VALUES_PER_LANE:
+            fail(f"a piece of {self.piece} elements is {self.values_per_lane} values a lane, more than "
                  f"{MAX_VALUES_PER_LANE}: more warps a row or a larger cluster")
 
     @property
@@ -78,6 +77,10 @@ class RowSplit:
         return -(-self.width // (self.pieces * CHUNK)) * CHUNK
 
     @property
+    def values_per_lane(self) -> int:
+        return self.piece // 32
+
+    @property
     def ragged(self) -> bool:
         """Whether the pieces cover more than a row (the last ones are masked; a piece wholly past the row's end
         loads its fill and stores nothing: an idle warp)."""
@@ -85,21 +88,25 @@ class RowSplit:
 
     @property
     def split_name(self) -> str:
+        """The split's part of a kernel's name: s<warps a row>g<rows a block>c<cluster>."""
         return f"s{self.warps_per_row}g{self.rows_per_block}c{self.cluster}"
+
+    def kernel_options(self) -> dict:
+        """@tk.kernel's warps, cluster and blocks_per_sm for the split."""
+        return dict(warps=self.warps, cluster=(self.cluster, 1, 1) if self.cluster > 1 else None,
+                    blocks_per_sm=self.blocks_per_sm)
 
 
 # -- in the bodies --------------------------------------------------------------------------------------------------
 
-def layout(c: RowSplit):
-    """(the piece of a row this warp holds, the row it holds at step `step`) as functions."""
-    s, g = c.warps_per_row, c.rows_per_block
+def part_of(c: RowSplit):
+    """The piece of its rows this warp holds (a runtime scalar)."""
+    return (tk.cluster.rank() * c.warps_per_row if c.cluster > 1 else 0) + tk.warp_id() % c.warps_per_row
 
-    def part():
-        return (tk.cluster.rank() * s if c.cluster > 1 else 0) + tk.warp_id() % s
 
-    def row(step):
-        return tk.let(step * g + tk.warp_id() // s, "row")
-    return part, row
+def row_of(c: RowSplit, step):
+    """The row this warp holds at step `step` of the loop."""
+    return tk.let(step * c.rows_per_block + tk.warp_id() // c.warps_per_row, "row")
 
 
 def first_step(c: RowSplit):
@@ -117,16 +124,19 @@ def steps(c: RowSplit, rows):
     return tk.range(first_step(c), tk.cdiv(rows, c.rows_per_block) if c.rows_per_block > 1 else rows, stride(c))
 
 
+def scope(c: RowSplit):
+    """Where a row's reductions run: tk.cluster when it spans blocks, else tk.block (their `warps=` the row's)."""
+    return tk.cluster if c.cluster > 1 else tk.block
+
+
 def row_sum(c: RowSplit, *values):
     """The sums of the vectors (or of each warp's scalar partials) over a row's warps (and blocks)."""
-    scope = tk.cluster if c.cluster > 1 else tk.block
-    return scope.sum(*values, warps=c.warps_per_row)
+    return scope(c).sum(*values, warps=c.warps_per_row)
 
 
 def row_max(c: RowSplit, *vectors):
     """The largest elements of the vectors over a row's warps (and blocks)."""
-    scope = tk.cluster if c.cluster > 1 else tk.block
-    return scope.amax(*vectors, warps=c.warps_per_row)
+    return scope(c).amax(*vectors, warps=c.warps_per_row)
 
 
 # -- tensors a config does not have ---------------------------------------------------------------------------------
@@ -153,21 +163,28 @@ def placeholder_tensor(dtype, device):
     return t
 
 
-# -- in the launches ------------------------------------------------------------------------------------------------
+# -- in the policies and the launches -------------------------------------------------------------------------------
+
+def warps_for(width: int, most: int, cluster: int) -> int:
+    """Warps a row: as many as pieces of PIECE elements cover a block's share of it, at most `most`; capped, as few
+    as pieces of the capped count's size cover the row (50257 over 4 blocks of 16 warps: pieces of 1024 elements,
+    13 warps a block cover it, 16 would hang 15279 elements past its end)."""
+    warps = max(1, min(most, -(-width // (cluster * PIECE))))
+    piece = -(-width // (cluster * warps * CHUNK)) * CHUNK
+    return -(-width // (cluster * piece))
+
 
 def grid_for(c: RowSplit, rows: int, resident: int) -> int:
-    """Blocks of the persistent grid: clusters enough for every row group, at most `resident` clusters (what the
-    GPU runs at once: SMs x blocks an SM, or the active clusters, from the occupancy queries)."""
+    """Blocks of the persistent grid: clusters enough for every row group, at most what `resident` blocks hold (what
+    the GPU runs at once: op_support.resident_blocks, from the occupancy queries)."""
     groups = -(-rows // c.rows_per_block)
-    return max(1, min(groups, resident)) * c.cluster
+    return max(1, min(groups, resident // c.cluster)) * c.cluster
 
 
 def grid(kernel, c: RowSplit, rows: int, args) -> int:
     """The persistent grid of `kernel` (config `c`) over `rows` rows of args[0]: as many blocks (clusters) as the GPU
     runs at once, or INTERPRETER_SMS SMs' worth in the interpreter (a few blocks, each looping over several row
     groups)."""
-    if c.cluster > 1:
-        return grid_for(c, rows, resident_clusters(kernel, c, args, INTERPRETER_SMS))
     return grid_for(c, rows, resident_blocks(kernel, c, args, INTERPRETER_SMS))
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from . import attention_backward, attention_forward, gemm, gemm_fp8, row_softmax
+from . import attention_backward, attention_forward, gemm, gemm_fp8, softmax_op
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -62,10 +62,10 @@ def attention(dims, flags, empty) -> None:
 
 
 def softmax(dims, flags, empty) -> None:
-    x = empty(tuple(dims), _dtype(flags))
-    y = row_softmax._forward(x)
+    x = empty(tuple(dims), torch.float32 if flags.get("f32") else _dtype(flags))
+    y = softmax_op.forward(x)
     if flags.get("train"):
-        row_softmax._backward(empty(x.shape, x.dtype), y)
+        softmax_op.backward(empty(x.shape, x.dtype), y)
 
 
 _16BIT = {"fp16": "fp16 tensors (default bf16)"}
@@ -79,5 +79,6 @@ OPS = {
                                            "keys": "key length, =N (default N)",
                                            "train": "the forward with its log-sum-exp, and the backward",
                                            "deterministic": "with train: the deterministic backward"}),
-    "softmax": Op(softmax, "RxC (or more dims, softmax over the last)", {**_16BIT, "train": "and its backward"}),
+    "softmax": Op(softmax, "RxC (or more dims, softmax over the last)", {**_16BIT, "f32": "fp32 tensors",
+                                                                         "train": "and its backward"}),
 }

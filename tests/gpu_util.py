@@ -95,6 +95,18 @@ def attention_grads_reference(q, k, v, grad_out, causal=False, scale=None, grad_
     return ds @ k64 * scale, per_kv_head(ds.transpose(-1, -2) @ q64 * scale), per_kv_head(p.transpose(-1, -2) @ do64)
 
 
+def compiled_grads_match_eager(fn, inputs) -> None:
+    """torch.compile(fn, fullgraph=True)'s gradients of its (scalar) output for `inputs` (tensors that require grad)
+    equal eager fn's, each within torch.testing.assert_close's tolerance."""
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True)(*inputs).backward()
+    eager = [t.detach().clone().requires_grad_() for t in inputs]
+    fn(*eager).backward()
+    for a, b in zip(inputs, eager):
+        torch.testing.assert_close(a.grad, b.grad)
+    torch._dynamo.reset()
+
+
 def in_fresh_thread(fn) -> None:
     """fn() on a new thread, which has no current CUDA context yet; what it raises is raised here."""
     errors: list[BaseException] = []

@@ -1,7 +1,8 @@
 """Test kernels for rows held in contig register vectors, shared by the CPU tests (test_row_ops.py: interpreter,
 trace-time errors, NVRTC and SASS) and the GPU tests (test_gpu_row_ops.py): a persistent loop over groups of rows,
 each row split over `group` warps of a block and `cluster` blocks, its sum, sum of squares, max and min reduced over
-them (tk.block.* or tk.cluster.*), x - mean written back, and the statistics stored as scalars."""
+them (tk.block.* or tk.cluster.*), x - mean written back, and the statistics stored as scalars; and a row softmax
+split the same way, its statistics merged in one exchange (tk.block.merge_softmax / tk.cluster.merge_softmax)."""
 from __future__ import annotations
 
 import functools
@@ -64,3 +65,39 @@ def reference(x: torch.Tensor):
     x64 = x.double()
     stats = torch.stack([x64.sum(1), (x64 * x64).sum(1), x64.amax(1), x64.amin(1)])
     return x64 - x64.mean(1, keepdim=True), stats
+
+
+
+@functools.cache
+def row_softmax(dtype, n: int, warps: int, group: int, cluster: int = 1):
+    """y = softmax(x) over each row of an (R, n) tensor, split as row_stats's: each warp's max m and sum of
+    exp(x - m) over its piece merged over the row's warps in one exchange (tk.block.merge_softmax or
+    tk.cluster.merge_softmax), then its exponentials rescaled by exp(m - M) / S (runtime scalars: tk.exp2 of one)."""
+    piece = tk.cdiv(n, group * cluster * 256) * 256
+    rows_at_once = warps // group
+    scope = tk.cluster if cluster > 1 else tk.block
+
+    @tk.kernel(warps=warps, cluster=(cluster, 1, 1) if cluster > 1 else None,
+               name=f"row_softmax_{n}_w{warps}_g{group}_c{cluster}")
+    def k(x: tk.gl[dtype, "R", n], y: tk.gl[dtype, "R", n]):
+        part = (tk.cluster.rank() * group if cluster > 1 else 0) + tk.warp_id() % group
+        v = tk.rv(f32, piece, "contig")
+        for step in tk.range(tk.block_idx.x // cluster, tk.cdiv(x.rows, rows_at_once), tk.grid_dim.x // cluster):
+            row = tk.let(step * rows_at_once + tk.warp_id() // group, "row")
+            tk.load(v, x, (row, part), fill=-float("inf"))
+            m = tk.amax(v)                                   # (-inf for a piece wholly past the row's end)
+            shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")
+            tk.map(v, lambda a: tk.exp2(a * tk.LOG2E - shift), v)
+            top, total = scope.merge_softmax(m, tk.sum(v), warps=group)
+            tk.mul(v, v, tk.exp2(shift - top * tk.LOG2E) / total)
+            tk.store(y, v, (row, part), masked=True)
+    return k
+
+
+def run_row_softmax(x: torch.Tensor, warps: int, group: int, cluster: int = 1, blocks: int = 3,
+                    interpret: bool = False) -> torch.Tensor:
+    """row_softmax of x (2-D) on `blocks` clusters of blocks, the output poisoned with NaN first."""
+    k = row_softmax(TK[x.dtype], x.shape[1], warps, group, cluster)
+    y = torch.full_like(x, float("nan"))
+    (k.interpret if interpret else k)[(blocks * cluster,)](x, y)
+    return y

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_util import rand, requires_gpu
+from gpu_util import compiled_grads_match_eager, rand, requires_gpu
 from test_norms import check
 from tkpy.kernels import layer_norm, rms_norm
 
@@ -66,15 +66,8 @@ def test_compiled_matches_eager():
         y, h = rms_norm(x, (4096,), w, 1e-6, residual=r)
         return layer_norm(y, (4096,)).float().pow(2).sum() + h.float().sum()
 
-    inputs = [rand(*s, dtype=torch.bfloat16).requires_grad_() for s in ((64, 4096), (64, 4096), (4096,))]
-    torch._dynamo.reset()
-    torch.compile(fn, fullgraph=True)(*inputs).backward()
-    compiled = [t.grad for t in inputs]
-    eager = [t.detach().clone().requires_grad_() for t in inputs]
-    fn(*eager).backward()
-    for a, b in zip(compiled, eager):
-        torch.testing.assert_close(a, b.grad)
-    torch._dynamo.reset()
+    compiled_grads_match_eager(fn, [rand(*s, dtype=torch.bfloat16).requires_grad_()
+                                    for s in ((64, 4096), (64, 4096), (4096,))])
 
 
 def test_the_weight_gradient_is_the_same_every_run():

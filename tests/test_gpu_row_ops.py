@@ -1,7 +1,8 @@
 """Rows in contig register vectors on the GPU (tests/test_row_ops.py's kernels): row statistics reduced over a warp,
 groups of a block's warps and clusters of 2 to 8 blocks, against float64 torch on every element, with the outputs
-poisoned; the same bits from every warp of a group (the stored x - mean is the same whichever warp wrote it); int
-scalar loads of int32 and int64 tensors, and scalar partials in group reductions, as the interpreter checks them."""
+poisoned; the same bits from every warp of a group (the stored x - mean is the same whichever warp wrote it); a row
+softmax whose statistics merge in one exchange (tk.block / tk.cluster.merge_softmax); int scalar loads of int32 and
+int64 tensors, and scalar partials in group reductions, as the interpreter checks them."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,8 @@ import torch
 import row_kernels
 from gpu_util import requires_gpu
 import tkpy as tk
-from test_row_ops import DTYPES, check_int_scalar_loads, check_row_stats, check_scalar_partials
+from test_row_ops import (DTYPES, check_int_scalar_loads, check_row_softmax, check_row_stats, check_scalar_partials,
+                          softmax_input)
 
 pytestmark = requires_gpu
 
@@ -25,6 +27,13 @@ def test_row_statistics_match_float64(case, dtype, rows):
     n, warps, group, cluster = case
     x = (torch.randn(rows, n, device="cuda") * 2 + 1).to(dtype)
     check_row_stats(x, warps, group, cluster, interpret=False)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "n{}-w{}-g{}-c{}".format(*c))
+def test_split_softmax_matches_float64(case, dtype):
+    n, warps, group, cluster = case
+    check_row_softmax(softmax_input(300, n, dtype).cuda(), warps, group, cluster, interpret=False)
 
 
 def test_many_blocks_and_a_persistent_loop_agree_with_the_interpreter():

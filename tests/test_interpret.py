@@ -14,7 +14,7 @@ import torch
 
 import tkpy.kernels as kernels
 import tkpy as tk
-from tkpy import bf16, f32, fp16
+from tkpy import bf16, cdiv, f32, fp16
 from tkpy.interpret import SEMANTICS
 from tkpy.interpret.numerics import round_to
 from tkpy.ir.evaluate import compile_expr
@@ -27,7 +27,8 @@ from test_gpu_ops import (BINARY, REDUCE, UNARY, WARPS, big_shared, binary_kerne
                           loop_and_branch, mma_kernel, reduce_kernel, roundtrip_kernel, shared_roundtrip_kernel,
                           unary_kernel)
 from test_trace_codegen import line_of
-from tkpy.kernels.row_softmax import cdiv, softmax, softmax_backward_rows, softmax_rows
+from tkpy.kernels import softmax
+from tkpy.kernels.row_softmax import softmax_backward_rows, softmax_rows
 from tkpy.kernels.warp_matmul import matmul, warp_matmul_bf16, warp_matmul_fp16
 
 

@@ -40,6 +40,40 @@ def test_row_statistics_match_float64_in_the_interpreter(case, dtype):
     check_row_stats(x, warps, group, cluster, interpret=True)
 
 
+def softmax_input(rows: int, n: int, dtype) -> torch.Tensor:
+    """Random rows (max ~ 6: exponentials over 5 orders of magnitude) with a few -inf (masked) elements, one row all
+    -inf (NaN, as torch gives) and one of a single finite element."""
+    x = torch.randn(rows, n) * 3
+    x[1, ::7] = -float("inf")
+    x[2] = -float("inf")
+    x[3, 1:] = -float("inf")
+    return x.to(dtype)
+
+
+# softmax's error, relative to each element: twice the output's unit roundoff (fp32: x log2 e - shift rounded where
+# |x| ~ 10, then exp2), and fp16's subnormals (below 2^-14: a step of 2^-24)
+SOFTMAX_TOL = {torch.bfloat16: (2 ** -7, 0), torch.float16: (2 ** -10, 2 ** -25), torch.float32: (2 ** -18, 0)}
+
+
+def check_row_softmax(x, warps, group, cluster, interpret):
+    y = row_kernels.run_row_softmax(x, warps, group, cluster, interpret=interpret)
+    ref = torch.softmax(x.double(), -1)
+    assert y[2].isnan().all() and ref[2].isnan().all()              # all -inf: NaN, as torch
+    y, ref = y[torch.arange(len(x)) != 2].double(), ref[torch.arange(len(x)) != 2]
+    relative, tiny = SOFTMAX_TOL[x.dtype]
+    bound = relative * ref + tiny + 1e-45
+    assert ((y - ref).abs() <= bound).all(), ((y - ref).abs() / bound).nan_to_num(float("inf")).max()
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}-w{}-g{}-c{}".format(*c))
+def test_split_softmax_matches_float64_in_the_interpreter(case, dtype):
+    """Each warp's (max, sum of exponentials) merged over a block's warps or a cluster's blocks: the row's softmax,
+    pieces wholly past the row's end (max -inf, sum 0) included."""
+    n, warps, group, cluster = case
+    check_row_softmax(softmax_input(13, n, dtype), warps, group, cluster, interpret=True)
+
+
 @pytest.mark.parametrize("order", ["reverse", "random:3"])
 def test_group_and_cluster_reductions_do_not_depend_on_the_warps_order(monkeypatch, order):
     """The scratch's two buffers and the semaphores' phases keep a fast warp from overwriting what a slow one reads:
@@ -48,6 +82,7 @@ def test_group_and_cluster_reductions_do_not_depend_on_the_warps_order(monkeypat
     x = torch.randn(9, 1000).to(torch.bfloat16)
     for warps, group, cluster in ((8, 2, 1), (4, 2, 2)):
         check_row_stats(x, warps, group, cluster, interpret=True)
+        check_row_softmax(softmax_input(9, 1000, torch.bfloat16), warps, group, cluster, interpret=True)
 
 
 def test_warp_sums_of_every_vector_layout():
@@ -108,18 +143,19 @@ def test_math_functions_of_runtime_scalars():
         tk.load(v, x, (0,))
         for i, value in enumerate((tk.rsqrt(v + eps), tk.sqrt(v), tk.sigmoid(-v), tk.tanh(v), tk.erf(v),
                                    tk.log1p(v), tk.rsqrt(4.0) * v, tk.exp(v), tk.log(v), tk.exp2(-v), tk.log2(v),
-                                   tk.log(4.0) + v)):
+                                   tk.log(4.0) + v, tk.exp2(3.0) * v)):
             tk.store(out, value, (i,))
 
     x, out = torch.full((16,), 0.3), torch.zeros(16)
     k.interpret[(1,)](x, out, 1e-3)
     v = torch.tensor(0.3, dtype=torch.float64)
     want = [torch.rsqrt(v + 1e-3), v.sqrt(), torch.sigmoid(-v), v.tanh(), torch.erf(v), torch.log1p(v), v / 2,
-            v.exp(), v.log(), torch.exp2(-v), v.log2(), v + torch.log(torch.tensor(4.0))]
-    torch.testing.assert_close(out[:12].double(), torch.stack(want).float().double(), rtol=1e-6, atol=0)
+            v.exp(), v.log(), 2 ** -v, v.log2(), v + torch.log(torch.tensor(4.0)), 8 * v]
+    torch.testing.assert_close(out[:13].double(), torch.stack(want).float().double(), rtol=1e-6, atol=0)
     source = k.source(x, out, 1e-3)
     assert "tk::op_rsqrt{}(v + eps)" in source and "struct op_erf" in source
     assert "tk::op_exp{}(v)" in source and "tk::op_log{}(v)" in source and k.resources(x, out, 1e-3).found
+    assert "tk::op_exp2{}(0.0f - v)" in source and "tk::op_log2{}(v)" in source and "8.0f * v" in source
 
     @tk.kernel(warps=1)
     def in_a_map(x: tk.gl[f32, 256], y: tk.gl[f32, 256]):       # only a map's scalar computes one: still the prelude
@@ -228,6 +264,27 @@ def test_scalar_partials_reduce_with_vectors():
     assert k.resources(*args).found
 
 
+@pytest.mark.parametrize("dtype", [bf16, f32])
+def test_shared_vectors_load_asynchronously(dtype):
+    """tk.load_async into a shared vector (cp.async, no registers on the way; masked: zeros past the row's end), read
+    back into a contig vector after the wait: the interpreter's values, and the C++'s LDGSTS copies."""
+    @tk.kernel(warps=2)
+    def k(x: tk.gl[dtype, "R", 1000], y: tk.gl[dtype, "R", 1000]):
+        s = tk.sv(dtype, 512, count=2)
+        v = tk.rv(f32, 512, "contig")
+        tk.load_async(s[tk.warp_id()], x, (tk.block_idx.x, tk.warp_id()), masked=True)
+        tk.load_async_wait(0)
+        tk.warp_sync()
+        tk.load(v, s[tk.warp_id()])
+        tk.store(y, v + 1.0, (tk.block_idx.x, tk.warp_id()), masked=True)
+
+    x = torch.randn(3, 1000).to(dtype.torch)
+    y = torch.full_like(x, float("nan"))
+    k.interpret[(3,)](x, y)
+    assert torch.equal(y, (x.float() + 1).to(dtype.torch))
+    assert _sass_counts(k, x, y)["LDGSTS.E.BYPASS.128.ZFILL"] == 512 // (16 // dtype.nbytes) // 32
+
+
 def test_reading_a_cluster_partial_before_its_semaphore_is_an_error():
     """An asynchronous cluster store is in flight until its semaphore's phase completes and is waited on."""
     @tk.kernel(warps=1, cluster=(2, 1, 1))
@@ -258,12 +315,16 @@ def _trace_error(body, cluster=None, warps=4):
 @pytest.mark.parametrize("body,match", [
     (lambda x, y: tk.copy(tk.rv(f32, 256, "ortho"), tk.rv(f32, 256, "contig")), "contig vector converts to no"),
     (lambda x, y: tk.cluster.sum(tk.rv(f32, 256, "contig")), "needs a kernel launched in clusters"),
+    (lambda x, y: tk.cluster.merge_softmax(1.0, 2.0), "merge_softmax needs a kernel launched in clusters"),
+    (lambda x, y: tk.block.merge_softmax(tk.rv(f32, 256, "contig"), 1.0, warps=2),
+     "merge_softmax's max: expected a scalar"),
     (lambda x, y: tk.block.sum(tk.rv(f32, 256, "contig"), warps=3), "warps must be a positive int dividing"),
     (lambda x, y: tk.sum(*[tk.rv(f32, 256, "contig")] * 5), "at most 4 vectors"),
     (lambda x, y: tk.load(tk.var(0, "i"), y, (0,)), "float tensors and shared vectors take a float tk.var"),
     (lambda x, y: tk.block.sum(tk.rv(f32, 256, "contig"), tk.warp_id()), "a scalar partial must be a float"),
     (lambda x, y: tk.warpgroup.sum(tk.rv(f32, 256, "contig")), "has no attribute|no vector reductions"),
     (lambda x, y: tk.rv(f32, 128, "contig"), "multiple of 256"),
+    (lambda x, y: tk.load_async(tk.rv(f32, 256, "contig"), x, (0, 0)), "into a shared tile or vector"),
 ])
 def test_mistakes_are_explained_at_trace_time(body, match):
     assert re.search(match, _trace_error(body))
@@ -276,7 +337,7 @@ def test_cluster_store_takes_f32_vectors():
 
 def _sass_counts(k, *args) -> collections.Counter:
     return collections.Counter(re.findall(r"\b(LDG\.E\.128\S*|STG\.E\.128|BAR\.SYNC\S*|STAS|MEMBAR\.ALL\.GPU|"
-                                          r"SYNCS\.PHASECHK\S*|LDS\S*|STS\S*)\s", k.sass(*args)))
+                                          r"SYNCS\.PHASECHK\S*|LDS\S*|STS\S*|LDGSTS\S*)\s", k.sass(*args)))
 
 
 @pytest.mark.parametrize("dtype", [bf16, f32])
@@ -315,3 +376,16 @@ def test_cluster_sums_wait_on_a_semaphore_not_a_fence():
     assert counts["STAS"] >= 3 and counts["SYNCS.PHASECHK.TRANS64.TRYWAIT"] >= 3
     assert "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32" in source
     assert k.resources(x, x, stats).spill_stores == 0
+
+
+def test_merged_softmax_statistics_take_one_barrier_or_one_semaphore_wait_a_row():
+    """tk.block.merge_softmax: one barrier a row (a max and then a sum would take two); tk.cluster.merge_softmax: the
+    two values a warp sent by st.async, one semaphore wait a row, no fence."""
+    x = torch.empty(13, 3000, dtype=torch.bfloat16)
+    block = _sass_counts(row_kernels.row_softmax(bf16, 3000, 8, 8), x, x)
+    assert block["BAR.SYNC.DEFER_BLOCKING"] == 1 and not block["MEMBAR.ALL.GPU"]
+    k = row_kernels.row_softmax(bf16, 3000, 4, 2, 2)
+    counts, source = _sass_counts(k, x, x), k.source(x, x)
+    assert source.count("tk::merge_softmax_slots<4, 2, 4, 16>") == 1 and source.count("tk::wait(") == 1
+    assert counts["MEMBAR.ALL.GPU"] == 1 and counts["STAS"] >= 2
+    assert k.resources(x, x).spill_stores == 0

@@ -538,3 +538,17 @@ def test_global_strides_are_64_bit_products():
     src = k.source(torch.empty(2, 32, 64, dtype=torch.bfloat16), torch.empty(16, 64, dtype=torch.bfloat16))
     assert "x{x_ptr, 1, D, R, 64, (long long)D * R * 64, (long long)R * 64, 64}" in src
     assert "y{y_ptr, 1, 1, 16, 64, 1024, 1024, 64}" in src
+
+
+@pytest.mark.parametrize("blocks_per_sm,bounds", [(None, "__launch_bounds__(416)"), (1, "__launch_bounds__(416, 1)"),
+                                                  (2, "__launch_bounds__(416, 2)")])
+def test_launch_bounds_state_the_blocks_an_sm_asked_for(blocks_per_sm, bounds):
+    """blocks_per_sm stated (1 too) is __launch_bounds__'s minimum: ptxas then keeps the register file's share of a
+    block (with only the thread count it may cap the registers lower, for a second block, and spill)."""
+    @tk.kernel(warps=13, blocks_per_sm=blocks_per_sm)
+    def k(x: tk.gl[f32, "R", 256]):
+        v = tk.rv(f32, 256, "contig")
+        tk.load(v, x, (tk.warp_id(), 0))
+        tk.store(x, v * 2.0, (tk.warp_id(), 0))
+
+    assert f'extern "C" __global__ void {bounds}' in k.source(torch.empty(13, 256))

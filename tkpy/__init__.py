@@ -15,8 +15,9 @@ from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, Inte
 from .runtime.errors import GpuBoundsError, GpuTimeoutError, SpillWarning
 from .runtime import gpu_available
 from .frontend.kernel import kernel, Kernel
-from .frontend.signature import gl, pgl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT
+from .frontend.signature import gl, pgl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT, FLT_MAX
 from .frontend.pgl import PGL
+from .tiles.math_approx import LOG2E
 from .ir.expr import call, cdiv
 from .interpret.launch import interpret_requested
 from .interpret.ranks import simulate_ranks, simulated_rank

@@ -141,7 +141,8 @@ class KernelEmitter:
         self.lines.append(f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps")
         # setmaxnreg only takes effect under a register cap at entry: blocks_per_sm blocks an SM (one by default)
         reallocates = any(isinstance(s, Op) and s.name == "setmaxnreg" for s in walk(k.body))
-        bounds = f"{k.threads}, {k.blocks_per_sm}" if reallocates or k.blocks_per_sm > 1 else f"{k.threads}"
+        stated = reallocates or k.blocks_per_sm > 1 or k.blocks_per_sm_stated
+        bounds = f"{k.threads}, {k.blocks_per_sm}" if stated else f"{k.threads}"
         cluster = f" __cluster_dims__({', '.join(map(str, k.cluster))})" if k.cluster else ""
         self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}\n'
                           f'{k.name}(\n    {params})\n{{')

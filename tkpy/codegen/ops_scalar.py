@@ -70,3 +70,11 @@ def emit_reduce_slots(em, op):
     a = op.attrs
     yield (f"{dst.name} = tk::reduce_slots<tk::op_{a['fn']}, {a['count']}, {a['group']}, {a['stride']}, "
            f"{a['rank_stride']}>({operand(s)}, {render(first)}, tk::op_{a['fn']}{{}}, {IDENTITY[a['fn']]});")
+
+
+@emits("merge_softmax_slots")
+def emit_merge_softmax_slots(em, op):
+    top, total, s, first = op.args
+    a = op.attrs
+    yield (f"tk::merge_softmax_slots<{a['count']}, {a['group']}, {a['stride']}, {a['rank_stride']}>({operand(s)}, "
+           f"{render(first)}, {top.name}, {total.name});")

@@ -36,13 +36,13 @@ MAX_WARPS = 32
 class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
-    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
+    def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: Optional[int] = None,
                  fast_division: bool = False, debug: Optional[bool] = None, specs=None):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
-        if blocks_per_sm not in (1, 2, 3, 4):
-            raise ValueError(f"blocks_per_sm must be 1..4, got {blocks_per_sm!r}")
-        self.blocks_per_sm = blocks_per_sm
+        if blocks_per_sm not in (None, 1, 2, 3, 4):
+            raise ValueError(f"blocks_per_sm must be 1..4 (or None: not stated), got {blocks_per_sm!r}")
+        self.blocks_per_sm = blocks_per_sm          # None: __launch_bounds__ states no minimum (ptxas chooses)
         self.fast_division = fast_division
         if debug not in (None, True, False):
             raise ValueError(f"debug must be True, False or None (as TKPY_DEBUG says), got {debug!r}")
@@ -528,12 +528,14 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
     return c
 
 
-def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: int = 1,
+def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: Optional[int] = None,
            fast_division: bool = False, debug: Optional[bool] = None):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
     to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
-    file and of shared memory, which the shared-memory check holds it to. fast_division=True: the divisions in
+    file and of shared memory, which the shared-memory check holds it to; blocks_per_sm=1 states one block
+    (`__launch_bounds__(threads, 1)`: the whole register file's share of its threads; without it, ptxas may cap the
+    registers lower, spilling, to fit a second block). fast_division=True: the divisions in
     loops by values fixed for the kernel (dimensions, the grid size) by divisors made once at its start
     (tkpy/codegen/divisors.py): each division a multiply-high and a shift, each divisor two registers through the
     loops and ~a division's time at the start; for persistent kernels whose blocks loop over several tasks

@@ -21,9 +21,11 @@ _RESERVED = set(keyword.kwlist) | {
 
 
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
-                 constexprs: dict, cluster=None, blocks_per_sm: int = 1, fast_division: bool = False) -> KernelIR:
+                 constexprs: dict, cluster=None, blocks_per_sm: int | None = None,
+                 fast_division: bool = False) -> KernelIR:
     """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed. A pgl's specs
-    (signature.pgl_specs: its gls, then its rank) become one argument, a PglVar."""
+    (signature.pgl_specs: its gls, then its rank) become one argument, a PglVar. `blocks_per_sm` None: one block an
+    SM, not stated in the launch bounds."""
     ctx = TraceContext(name, warps, cluster, fn.__code__)
     args, params, gl_index, members = [], [], 0, []
     for spec in specs:
@@ -50,7 +52,8 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
         body = ctx.finish()
     _name_variables(body, user_locals, {s.name for s in specs})
     loc = ctx.template_loc or Loc(code.co_filename, code.co_firstlineno, fn.__name__)   # a template's: its user's class
-    return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster, blocks_per_sm=blocks_per_sm,
+    return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster,
+                    blocks_per_sm=blocks_per_sm or 1, blocks_per_sm_stated=blocks_per_sm is not None,
                     dependent_launch=dependent_launch.enabled(), timeline=timeline.enabled(),
                     fast_division=fast_division)
 

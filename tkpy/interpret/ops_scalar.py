@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import InterpretError
 from ..ir.core import SharedRef
 from ..tiles.dtypes import i32
+from ..tiles.math_approx import LOG2E, exp2_ftz
 from .mbarrier import Transfer
 from .memory import Part
 from .ops_hopper import semaphore_of
@@ -120,13 +121,31 @@ def store_sv_scalar_remote(warp, op):
 def reduce_slots(warp, op):
     """The group's `count` partial results (see the prelude's reduce_slots for where each lies), combined in fp32."""
     dst, ref, first = op.args
+    fn = lookup(REDUCE, op.attrs["fn"], op)
+    warp.env[dst.name] = to_f32(fn.reduce(_partials(warp, op, ref, first, 0), dtype=np.float32))
+
+
+@semantics("merge_softmax_slots", attrs=("count", "group", "stride", "rank_stride"))
+def merge_softmax_slots(warp, op):
+    """The group's (max, sum of exponentials) pairs merged: the max of the maxima, and each sum rescaled to it (by
+    exp2 on the GPU's ex2.approx.ftz: a term whose max is the top one is its sum itself) and added, in fp32."""
+    top, total, ref, first = op.args
+    m, s = _partials(warp, op, ref, first, 0), _partials(warp, op, ref, first, 1)
+    best = np.fmax.reduce(m, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        terms = np.where(m == best, s, s * exp2_ftz((m - best) * np.float32(LOG2E)))
+    warp.env[top.name], warp.env[total.name] = to_f32(best), to_f32(np.add.reduce(terms, dtype=np.float32))
+
+
+def _partials(warp, op, ref, first, offset: int) -> np.ndarray:
+    """The group's `count` partial results at `offset` past each slot (see the prelude's reduce_slots for where each
+    lies), as fp32."""
     a = op.attrs
-    start = warp.value(first)
+    start = warp.value(first) + offset
     indices = [start + (j // a["group"]) * a["rank_stride"] + (j % a["group"]) * a["stride"] for j in range(a["count"])]
     what = f"the reduction's read of `{ref.name}`"
     values = []
     for i in indices:
         tile, element = _slot(warp, ref, i, what)
         values.append(decode(tile.type.dtype, warp.block.shared.read(tile, element, what, op.loc)).item())
-    fn = lookup(REDUCE, a["fn"], op)
-    warp.env[dst.name] = to_f32(fn.reduce(np.array(values, np.float32), dtype=np.float32))
+    return np.array(values, np.float32)

@@ -325,6 +325,8 @@ class KernelIR:
     cluster: Optional[tuple] = None   # blocks per cluster (x, y, z), or None
     blocks_per_sm: int = 1            # blocks an SM must hold at once: __launch_bounds__'s minimum, a share of the
                                       # register file and of shared memory each (ir/passes.py shared_limit)
+    blocks_per_sm_stated: bool = False   # __launch_bounds__ states its minimum of 1 too (else ptxas may cap the
+                                         # registers for a second block)
     dependent_launch: bool = False    # programmatic dependent launch (runtime/dependent_launch.py)
     timeline: bool = False            # tk.mark records the cycle counter (runtime/timeline.py)
     fast_division: bool = False       # divisions in loops by kernel-fixed values through divisors (codegen/divisors.py)

@@ -7,7 +7,7 @@ from ..ir.expr import Expr
 from ._checks import emit, fail, scalar
 from .scalar_memory import store_scalar_remote
 from .sync_async import semaphore_ref
-from .vector_reduce import group_reduce
+from .vector_reduce import group_reduce, merge_softmax as _merge_softmax
 
 
 
@@ -76,3 +76,10 @@ def amax(*vectors, warps: int | None = None, name: str = "max"):
 def amin(*vectors, warps: int | None = None, name: str = "min"):
     """The smallest element of each vector over the cluster's groups of warps (see tk.cluster.sum)."""
     return group_reduce("min", vectors, "cluster", warps, name)
+
+
+def merge_softmax(m, s, *, warps: int | None = None, name: str = "softmax"):
+    """The softmax statistics (the max M and the sum of exp(x - M)) of a row split over the cluster's groups of warps
+    (see tk.cluster.sum), from each warp's max m and sum s of exp(x - m), in one exchange (see
+    tk.block.merge_softmax)."""
+    return _merge_softmax(m, s, "cluster", warps, name)

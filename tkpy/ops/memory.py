@@ -14,7 +14,7 @@ from ..ir.core import GlobalVar, SharedRef, Var
 from ..tiles.types import RT, RV, ST, SV
 from ._checks import describe, emit, fail, operand, same_shape, scalar, tile_coord
 from .scalar_memory import is_scalar_destination, is_scalar_value, load_scalar, store_scalar
-from .vector_reduce import group_reduce
+from .vector_reduce import group_reduce, merge_softmax
 
 SCOPES = {"warp": 1, "warpgroup": 4, "block": None}  # warps taking part (None: all)
 
@@ -144,13 +144,15 @@ def _kind(t) -> str:
 
 
 def load_async(dst, src, coord=None, *, scope: str = "warp", masked=None):
-    """Start copying a shared tile from a global tensor with cp.async, bypassing registers; the
-    calling threads commit their copies as one group. `tk.load_async_wait(n)` waits for all but
-    the last n groups; then synchronise (tk.sync() for a block-scope copy) before reading the tile.
-    Bounds-checked like tk.load (elements outside the tensor read as 0)."""
+    """Start copying a shared tile (or a shared vector, along a row: coordinates (row, col in vector lengths))
+    from a global tensor with cp.async, bypassing registers; the calling threads commit their copies as one group.
+    `tk.load_async_wait(n)` waits for all but the last n groups; then synchronise (tk.warp_sync() for a warp's
+    copy, tk.sync() for a block-scope one) before reading it. Bounds-checked like tk.load (elements outside the
+    tensor read as 0)."""
     dst, src = operand(dst, "load_async destination"), operand(src, "load_async source")
-    if not (isinstance(dst, SharedRef) and isinstance(dst.type, ST) and isinstance(src, GlobalVar)):
-        fail(f"load_async copies a global tensor into a shared tile; got {describe(dst)} <- {describe(src)}")
+    if not (isinstance(dst, SharedRef) and isinstance(dst.type, (ST, SV)) and isinstance(src, GlobalVar)):
+        fail(f"load_async copies a global tensor into a shared tile or vector; got {describe(dst)} <- "
+             f"{describe(src)}")
     _same_dtype(dst, src, "load_async")
     checked = {"masked": True} if _bounds(dst, src, masked, None, "load_async") else {}
     return emit("load_async", dst, src, tile_coord(coord, "load_async", src), scope=_scope(scope), **checked)
@@ -184,6 +186,14 @@ class Scope:
     def amin(self, *vectors, warps: int | None = None, name: str = "min"):
         """The smallest element of each vector over a group of warps (see sum)."""
         return group_reduce("min", vectors, self._reducing(), warps, name)
+
+    def merge_softmax(self, m, s, *, warps: int | None = None, name: str = "softmax"):
+        """The softmax statistics of a row split over a group of `warps` consecutive warps (default: the block), from
+        each warp's `m` (the max of its piece: -inf for a piece of -inf or masked elements only, whose `s` is 0) and
+        `s` (its sum of exp(x - m)): (M, S), the row's max and the sum over the row of exp(x - M), the same in every
+        warp of the group, over one barrier (a max and then a sum would take two). Each warp then scales its
+        exp(x - m) by exp(m - M) / S for the softmax."""
+        return merge_softmax(m, s, self._reducing(), warps, name)
 
     def _reducing(self) -> str:
         if self.name != "block":

@@ -4,6 +4,7 @@ cluster's blocks.
     s = tk.sum(v)                             # every element of this warp's vector, the same in each lane
     mean, sq = tk.block.sum(x, x2, warps=8)   # over each 8 consecutive warps' vectors (a row split among them)
     s = tk.cluster.sum(v, warps=16)           # over warps w % 16 ... of every block of the cluster
+    top, total = tk.block.merge_softmax(m, s, warps=8)  # each warp's (max, sum of exp(x - max)) merged: the row's
 
 A row too wide for one warp's registers is split among several warps (and, wider still, several blocks of a
 cluster), each holding a piece of it in a vector; its statistics (a norm's sum of squares, a softmax's max) are
@@ -21,7 +22,8 @@ Quack's cluster reductions; the semaphores are initialised at the kernel's top, 
 vectors reduce together over one barrier (up to MAX_VALUES); a float scalar among them is its warp's partial as it is
 (`s, sx = tk.block.sum(e, tk.sum(x), warps=8)`: x's warp sum taken before x was overwritten, reduced over the group
 in the same barrier as e). Every warp of a group must call the reduction (a barrier or a semaphore waits for them
-all).
+all). merge_softmax exchanges two scalars a warp (its piece's max and sum of exponentials) the same way and merges
+them in one fixed order: a butterfly max, then each lane's sum rescaled to it and a butterfly sum.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from ..ir.core import SharedRef, Var
 from ..ir.expr import Expr, as_expr
 from ..ir.protocol import MAX_NAMED_BARRIER
 from ..tiles.dtypes import f32
-from ._checks import emit, fail, operand, register_vector
+from ._checks import emit, fail, operand, register_vector, scalar
 from .declare import sv
 from .scalar_memory import store_scalar_remote
 from .sync import sync
@@ -58,13 +60,50 @@ def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
     ctx = current()
     what = f"tk.{scope}.{_public(fn)}"
     vectors = _vectors(vectors, f"{scope}.{_public(fn)}")
-    group = _group(ctx.warps, warps, what, scope)
-    if scope == "cluster" and ctx.cluster is None:
-        fail(f"{what} needs a kernel launched in clusters: @tk.kernel(..., cluster=(2, 1, 1))")
-    blocks = math.prod(ctx.cluster) if scope == "cluster" else 1
+    group, blocks = _group_and_blocks(ctx, warps, what, scope)
     partials = [_partial(fn, v, what, name) for v in vectors]
     if group * blocks == 1:
         return partials[0] if len(partials) == 1 else tuple(partials)
+    state, first = _exchange(ctx, scope, group, blocks, partials)
+    out = []
+    for k in range(len(partials)):
+        total = var(0.0, name)
+        emit("reduce_slots", total, state.scratch, first + k, fn=fn, **_slots(ctx, group, blocks))
+        out.append(total)
+    _next_buffer(state, scope)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def merge_softmax(m, s, scope: str, warps, name: str):
+    """The softmax statistics of a row split over a group of warps (as group_reduce's), from each warp's own: `m`
+    the max of its piece and `s` the sum of exp(x - m) over it (runtime float scalars). Returns (the row's max M,
+    the sum over the row of exp(x - M) = sum of s e^(m - M) over the warps), the same bits in every warp of the
+    group, in one exchange (a barrier or a semaphore wait) where a max and then a sum would take two: the online
+    softmax's merge, as FlashAttention's split rows and Quack's cluster softmax do it."""
+    ctx = current()
+    what = f"tk.{scope}.merge_softmax"
+    partials = [scalar(m, f"{what}'s max"), scalar(s, f"{what}'s sum")]
+    group, blocks = _group_and_blocks(ctx, warps, what, scope)
+    if group * blocks == 1:
+        return tuple(partials)
+    state, first = _exchange(ctx, scope, group, blocks, partials)
+    top, total = var(0.0, f"{name}_max"), var(0.0, f"{name}_sum")
+    emit("merge_softmax_slots", top, total, state.scratch, first, **_slots(ctx, group, blocks))
+    _next_buffer(state, scope)
+    return top, total
+
+
+def _group_and_blocks(ctx, warps, what: str, scope: str) -> tuple[int, int]:
+    """(warps a group of the block, blocks the group spans), checked."""
+    group = _group(ctx.warps, warps, what, scope)
+    if scope == "cluster" and ctx.cluster is None:
+        fail(f"{what} needs a kernel launched in clusters: @tk.kernel(..., cluster=(2, 1, 1))")
+    return group, math.prod(ctx.cluster) if scope == "cluster" else 1
+
+
+def _exchange(ctx, scope: str, group: int, blocks: int, partials: list):
+    """Each warp's partials into the scratch (every block's, at cluster scope) and the group met: (the state, the
+    scratch index of the group's first partial in this buffer)."""
     state = _state(ctx, scope, blocks)
     size = blocks * ctx.warps * MAX_VALUES                       # one buffer: a slot per value, warp and block
     if scope == "cluster":
@@ -86,14 +125,16 @@ def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
         else:
             named_sync(1 + WARP_ID // group, group)
     first = buffer * size + (0 if group == ctx.warps else (WARP_ID - WARP_ID % group) * MAX_VALUES)   # (1st warp's)
-    out = []
-    for k in range(len(partials)):
-        total = var(0.0, name)
-        emit("reduce_slots", total, state.scratch, first + k, fn=fn, count=group * blocks, group=group,
-             stride=MAX_VALUES, rank_stride=ctx.warps * MAX_VALUES)
-        out.append(total)
+    return state, first
+
+
+def _slots(ctx, group: int, blocks: int) -> dict:
+    """Where the group's partials lie in a buffer (the attributes of reduce_slots and merge_softmax_slots)."""
+    return dict(count=group * blocks, group=group, stride=MAX_VALUES, rank_stride=ctx.warps * MAX_VALUES)
+
+
+def _next_buffer(state, scope: str) -> None:
     assign(state.count, 1 - state.count if scope == "block" else state.count + 1)
-    return out[0] if len(out) == 1 else tuple(out)
 
 
 def _partial(fn: str, v, what: str, name: str):

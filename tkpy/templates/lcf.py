@@ -164,7 +164,8 @@ class LCF:
         self._grids: dict = {}
         self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
                              name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None,
-                             blocks_per_sm=blocks_per_sm, fast_division=fast_division)
+                             blocks_per_sm=blocks_per_sm if blocks_per_sm > 1 else None,
+                             fast_division=fast_division)
 
     def _check_late(self, cls, stages: int, late_stages: Optional[int]) -> int:
         """The late ring's stage count (0 without late_inputs), after checking the class's late declarations."""

@@ -143,6 +143,35 @@ __device__ __forceinline__ float reduce_slots(const sv<float, N>& s, int first, 
     for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
     return v;
 }
+
+// The softmax statistics of COUNT partial results merged (tk.block.merge_softmax): partial j is a pair, the max m_j
+// of a piece of a row at the slot reduce_slots reads and the sum s_j of exp(x - m_j) over it at the next one.
+// top = max_j m_j (a butterfly), then total = sum_j s_j exp(m_j - top) (each lane's term, then a butterfly): the
+// same bits in every lane and warp. A term whose max is top's is s_j itself (also where both are -inf).
+template <int COUNT, int GROUP, int STRIDE, int RANK_STRIDE, int N>
+__device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int first, float& top, float& total) {
+    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
+    constexpr int Q = (COUNT + 31) / 32, SPAN = pow2 ? COUNT : 32;
+    const int ln = lane();
+    float m[Q], t[Q];
+    top = -INFINITY;
+    #pragma unroll
+    for (int q = 0; q < Q; q++) {
+        const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
+        const int at = first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
+        const bool real = pow2 || j < COUNT;
+        m[q] = real ? load_scalar(s, at) : -INFINITY;
+        t[q] = real ? load_scalar(s, at + 1) : 0.0f;
+        top = fmaxf(top, m[q]);
+    }
+    #pragma unroll
+    for (int b = 1; b < SPAN; b <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, b));
+    total = 0.0f;
+    #pragma unroll
+    for (int q = 0; q < Q; q++) total += m[q] == top ? t[q] : t[q] * op_exp2{}((m[q] - top) * 1.4426950408889634f);
+    #pragma unroll
+    for (int b = 1; b < SPAN; b <<= 1) total += __shfl_xor_sync(0xffffffffu, total, b);
+}
 """
 
 HELPERS = helpers(_SCALARS)

@@ -549,7 +549,7 @@ __device__ __forceinline__ void store_masked(const gl<T>& dst, const sv<T, N>& s
 """
 
 _ASYNC = r"""
-// ---- cp.async: st <- gl without passing through registers ----
+// ---- cp.async: st <- gl and sv <- gl without passing through registers ----
 
 // One 16-byte chunk of which the first `src_bytes` come from global memory, the rest are zero.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 src_bytes) {
@@ -562,6 +562,15 @@ __device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, 
     for_each_chunk<NT, T, R, C>(t, [&](int r, int c) {
         const u32 bytes = MASKED ? in_bounds(src, r0 + r, c0 + c, 16 / int(sizeof(T))) * u32(sizeof(T)) : 16;
         cp_async16(dst.addr(r, c), bytes ? src.at(b, d, r0 + r, c0 + c) : src.ptr, bytes);
+    });
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// A shared vector along row r from column c0, the same way (its chunks in the order sv <- gl copies them).
+template <bool MASKED, int NT, typename T, int N>
+__device__ __forceinline__ void load_async(const sv<T, N>& dst, const gl<T>& src, int b, int d, int r, int c0, int t) {
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) {
+        const u32 bytes = MASKED ? in_bounds(src, r, c0 + c, 16 / int(sizeof(T))) * u32(sizeof(T)) : 16;
+        cp_async16(smem_addr(dst.ptr(c)), bytes ? src.at(b, d, r, c0 + c) : src.ptr, bytes);
     });
     asm volatile("cp.async.commit_group;" ::: "memory");
 }

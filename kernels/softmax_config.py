@@ -1,0 +1,80 @@
+"""The config of the softmax kernels (kernels/softmax_kernel.py, kernels/row_softmax.py): SoftmaxConfig, a frozen
+dataclass of what one kernel computes (forward or backward, the row width, the dtype) and how its warps take the rows
+(kernels/softmax_policy.py chooses that part), which checks itself and derives the kernel's name."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .row_split import RowSplit
+
+DIRECTIONS = ("forward", "backward")
+DTYPES = ("bf16", "fp16", "f32")            # the input's and output's type (the statistics are fp32)
+MAX_WIDTH = 262144
+TILE_ROWS = 16                              # rows a warp of the tile kernels: one register tile's
+TILE_WIDTH = 256                            # the tile kernels' widest rows; fp32 backward's (two fp32 tiles of 16 x 256
+TILE_FP32_BACKWARD = 128                    # would pass a thread's 255 registers)
+
+
+@dataclass(frozen=True)
+class SoftmaxConfig(RowSplit):
+    """One softmax kernel: y = softmax(x) over rows of `width` elements of `dtype` (forward), or dx = y * (dy -
+    rowsum(dy * y)) from y and dy (backward), fp32 math.
+
+    How, `tile`: each warp takes 16 whole rows in a register tile (as wide as a row rounded up to 16 columns),
+    `rows_per_block` / 16 warps a block, a block per `rows_per_block` rows (kernels/row_softmax.py): narrow rows.
+    Otherwise a row is split over `warps_per_row` warps of a block and `cluster` blocks (the RowSplit fields,
+    keyword-only; kernels/row_split.py: each warp a contig piece, 16-byte copies), `rows_per_block` rows a block at a
+    time, a persistent grid of `blocks_per_sm` blocks an SM; `prefetch`: the next row's loads in flight while a row
+    is reduced and written; `stage` (backward): y passes through shared memory a chunk at a time, dy alone in
+    registers (fp32 rows whose y and dy together would pass the registers)."""
+
+    direction: str
+    width: int
+    dtype: str = "bf16"
+    tile: bool = False
+    prefetch: bool = False
+    stage: bool = False
+
+    def __post_init__(self) -> None:
+        def fail(what: str):
+            raise ValueError(f"SoftmaxConfig: {what}")
+        if self.direction not in DIRECTIONS:
+            fail(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if self.dtype not in DTYPES:
+            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
+            fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
+        if self.stage and (self.direction != "backward" or self.prefetch):
+            fail("stage is the backward's (y through shared memory), without prefetch")
+        if self.tile:
+            self._check_tile(fail)
+        else:
+            self.check_split(fail)
+
+    def _check_tile(self, fail) -> None:
+        if (self.warps_per_row, self.cluster, self.prefetch, self.stage) != (1, 1, False, False):
+            fail("a tile kernel takes whole rows in one warp: no warps_per_row, cluster, prefetch or stage")
+        if self.rows_per_block % TILE_ROWS or not TILE_ROWS <= self.rows_per_block <= 32 * TILE_ROWS:
+            fail(f"a tile kernel's rows_per_block is 16 a warp, up to 32 warps: got {self.rows_per_block!r}")
+        widest = TILE_FP32_BACKWARD if (self.dtype, self.direction) == ("f32", "backward") else TILE_WIDTH
+        if self.width > widest:
+            fail(f"a tile kernel holds rows of up to {widest} elements ({self.dtype} {self.direction}), got "
+                 f"{self.width}")
+        if self.blocks_per_sm != 1:
+            fail("a tile kernel's grid is a block per rows_per_block rows (blocks_per_sm is the persistent grid's)")
+
+    @property
+    def warps(self) -> int:
+        return self.rows_per_block // TILE_ROWS if self.tile else self.warps_per_row * self.rows_per_block
+
+    @property
+    def tile_width(self) -> int:
+        """The tile kernels' register tile width: the row rounded up to 16 columns."""
+        return -(-self.width // 16) * 16
+
+    @property
+    def name(self) -> str:
+        how = [f"tile{self.rows_per_block}"] if self.tile else [self.split_name, f"b{self.blocks_per_sm}",
+                                                               self.prefetch and "prefetch", self.stage and "stage"]
+        tags = ["softmax", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width), *how]
+        return "_".join(t for t in tags if t)

@@ -1,0 +1,114 @@
+"""The bodies of the softmax kernels over rows split across warps, blocks and clusters (kernels/softmax_op.py is the
+API; the narrow rows' tile kernels are kernels/row_softmax.py's): forward and backward, one pass over memory each.
+
+A row lies on chip, split into pieces (kernels/row_split.py: a contig vector a warp, 16-byte copies, the blocks of
+a persistent grid looping over the row groups). Forward: each warp's piece (fp32; -inf past the row's end) gives its
+max m and exponentials e = exp(x - m), summed to s; the (m, s) of a row's warps (and blocks) merge in one exchange
+(tk.block.merge_softmax, tk.cluster.merge_softmax: over distributed shared memory) into the row's max M and sum S,
+and y = e * exp(m - M) / S: one read of x, one exponential an element, one write of y. Backward: dx = y * (dy - s),
+s = rowsum(dy * y): y and dy held in their dtype (16-bit ones as packed pairs), the products summed in fp32 over the
+row (one reduction), dx computed in fp32 and rounded once; a warp's piece as vectors of a chunk each, so that the
+fp32 products take one chunk's registers. With `stage`, y goes into shared memory by cp.async (no registers on the
+way) and is read from there a chunk at a time, dy alone staying in registers: rows of 262144 fp32 elements hold 128 KB
+of each an SM.
+"""
+# (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
+import functools
+import math
+
+import tkpy as tk
+from tkpy import bf16, f32, fp16
+
+from . import row_split as split
+from .row_split import CHUNK
+from .softmax_config import SoftmaxConfig
+
+DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
+
+
+@functools.cache
+def forward_kernel(c: SoftmaxConfig):
+    """y = softmax(x) over rows of c.width elements."""
+    dt, piece = DTYPES[c.dtype], c.piece
+    rows = tk.gl[dt, "R", c.width]
+
+    @tk.kernel(**c.kernel_options(), name=c.name)
+    def softmax_forward(x: rows, y: rows):
+        part = tk.let(split.part_of(c), "part")
+        v = tk.rv(f32, piece, "contig")                       # the row's piece: x, then e, then y
+        if c.prefetch:                                        # the next row's x, in flight a row ahead
+            ahead = tk.rv(dt, piece, "contig")
+            tk.load(ahead, x, (split.row_of(c, split.first_step(c)), part), fill=-math.inf)
+        for step in split.steps(c, x.rows):
+            row = split.row_of(c, step)
+            if c.prefetch:
+                tk.copy(v, ahead)
+                tk.load(ahead, x, (split.row_of(c, step + split.stride(c)), part), fill=-math.inf)
+            else:
+                tk.load(v, x, (row, part), fill=-math.inf)
+            m = tk.amax(v)
+            shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")   # (a piece of -inf only: e = 0)
+            tk.map(v, lambda a: tk.exp2(a * tk.LOG2E - shift), v)
+            top, total = split.scope(c).merge_softmax(m, tk.sum(v), warps=c.warps_per_row)   # (one warp: m, s)
+            tk.mul(v, v, tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale"))
+            tk.store(y, v, (row, part), masked=True)
+    return softmax_forward
+
+
+@functools.cache
+def backward_kernel(c: SoftmaxConfig):
+    """dx = y * (dy - rowsum(dy * y)) over rows of c.width elements. A warp's piece is held as vectors of a chunk
+    each (segments), so that the fp32 products of y and dy take one chunk's registers, added up segment by segment."""
+    dt, segments = DTYPES[c.dtype], c.piece // CHUNK
+    rows = tk.gl[dt, "R", c.width]
+
+    @tk.kernel(**c.kernel_options(), name=c.name)
+    def softmax_backward(dy: rows, y: rows, dx: rows):
+        part = tk.let(split.part_of(c), "part")
+        g = [tk.rv(dt, CHUNK, "contig", name="g") for _ in range(segments)]       # dy, then dx
+        if c.stage:                          # each warp's y in shared memory (cp.async), read a segment at a time
+            staged = tk.sv(dt, CHUNK, count=c.warps * segments)
+            ys = [tk.rv(dt, CHUNK, "contig", name="held")] * segments
+        else:
+            ys = [tk.rv(dt, CHUNK, "contig", name="y") for _ in range(segments)]
+        p = tk.rv(f32, CHUNK, "contig", name="p")            # dy * y, added over the segments
+        if c.prefetch:                                       # the next row's dy and y, in flight a row ahead
+            ahead = [[tk.rv(dt, CHUNK, "contig", name=f"ahead_{t}") for _ in range(segments)] for t in ("dy", "y")]
+            _load_segments(ahead, (dy, y), split.row_of(c, split.first_step(c)), part, segments)
+        for step in split.steps(c, y.rows):
+            row = split.row_of(c, step)
+            if c.stage:
+                tk.warp_sync()                               # (the last row's reads of `staged` are done)
+                for k in range(segments):
+                    tk.load_async(staged[tk.warp_id() * segments + k], y, (row, part * segments + k), masked=True)
+            if c.prefetch:
+                for k in range(segments):
+                    tk.copy(g[k], ahead[0][k])
+                    tk.copy(ys[k], ahead[1][k])
+                _load_segments(ahead, (dy, y), split.row_of(c, step + split.stride(c)), part, segments)
+            else:                                            # (0 past the rows and the row's end: adds nothing)
+                _load_segments([g] if c.stage else [g, ys], (dy, y), row, part, segments)
+            if c.stage:
+                tk.load_async_wait(0)
+                tk.warp_sync()                               # (the other lanes' copies)
+            for k in range(segments):
+                if c.stage:
+                    tk.load(ys[k], staged[tk.warp_id() * segments + k])
+                if k == 0:
+                    tk.map(p, lambda d, y_: d * y_, g[k], ys[k])
+                else:
+                    tk.map(p, lambda q, d, y_: q + d * y_, p, g[k], ys[k])
+            s = tk.let(split.row_sum(c, p), "s")
+            for k in range(segments):
+                if c.stage:
+                    tk.load(ys[k], staged[tk.warp_id() * segments + k])
+                tk.map(g[k], lambda d, y_: y_ * (d - s), g[k], ys[k])
+                tk.store(dx, g[k], (row, part * segments + k), masked=True)
+    return softmax_backward
+
+
+def _load_segments(vectors, tensors, row, part, segments: int) -> None:
+    """Each list of segment vectors from its tensor's row `row`, piece `part` (0 past the edges)."""
+    for vs, t in zip(vectors, tensors):
+        for k in range(segments):
+            tk.load(vs[k], t, (row, part * segments + k), fill=0.0)

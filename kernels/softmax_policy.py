@@ -1,0 +1,103 @@
+"""The policy of the softmax kernels: rows up to TILE_WIDTH wide take the tile kernels (kernels/row_softmax.py: 16
+rows a warp in a register tile), wider ones a split of each row (kernels/softmax_kernel.py: warps a row, rows a block,
+blocks a cluster, blocks an SM, prefetch, stage) by direction, the dtype's size and the width. Each table row carries
+its evidence; tests/test_softmax_op.py keeps a golden record of the choices (tests/golden/softmax_policy.json).
+
+The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most 16 fp32 values up to 8192 elements
+(enough warps an SM, 24-32, to keep ~30 KB of loads in flight), 32 up to 131072 (a block of 16 warps an SM, the next
+row's loads in flight), and the widest rows spread over a cluster of 8 blocks at 64 values a lane (no prefetch:
+262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
+fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
+with prefetch (only up to 4096: at 32 values a lane NVRTC spills), and one chunk of fp32 products; backward rows
+past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block
+clusters past 128k are beyond the portable 8). blocks_per_sm is the launch bounds' minimum (the register cap).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from .op_support import Row
+from .row_split import warps_for
+from .softmax_config import SoftmaxConfig
+
+FIT = ("register fit, unmeasured: the table's register cap holds the kernel without spills (NVRTC, "
+       "tests/test_softmax_op.py); to be timed by bench_memory_bound.py --variants")
+TILE_WIDTH = 128             # rows up to this wide: the tile kernels
+TILE = Row((64,), "the softmax example's tiling (4 warps of 16 rows, a block per 64 rows): 2035 GB/s at 524288 x 128 "
+                  "bf16 (RESULTS.md run 256); not compared with the split kernels yet")
+# (direction, bytes an element) -> ((width up to, Row((most warps a row, rows_per_block, cluster, blocks_per_sm,
+# prefetch, stage))), ...). A width takes as many of its warps as pieces of row_split.PIECE elements cover it.
+SPLIT = {
+    ("forward", 2): (
+        (512, Row((1, 8, 1, 4, True, False), FIT)),        # a warp a row, 8 rows a block, 32 warps an SM
+        (1024, Row((2, 4, 1, 4, True, False), FIT)),
+        (2048, Row((4, 2, 1, 4, True, False), FIT)),
+        (4096, Row((8, 1, 1, 4, True, False), FIT)),
+        (8192, Row((16, 1, 1, 2, True, False), FIT)),
+        (16384, Row((16, 1, 1, 1, True, False), FIT)),     # 32 values a lane, the next row's in flight
+        (32768, Row((16, 1, 2, 1, True, False), FIT)),     # clusters of 2, 4, 8 blocks a row
+        (65536, Row((16, 1, 4, 1, True, False), FIT)),
+        (131072, Row((16, 1, 8, 1, True, False), FIT)),
+        (262144, Row((16, 1, 8, 1, False, False), FIT)),   # 64 values a lane
+    ),
+    ("forward", 4): (
+        (512, Row((1, 8, 1, 3, True, False), FIT)),        # (the next row's fp32 too: 24 warps an SM)
+        (1024, Row((2, 4, 1, 3, True, False), FIT)),
+        (2048, Row((4, 2, 1, 3, True, False), FIT)),
+        (4096, Row((8, 1, 1, 3, True, False), FIT)),
+        (8192, Row((16, 1, 1, 2, True, False), FIT)),
+        (16384, Row((16, 1, 1, 1, True, False), FIT)),
+        (32768, Row((16, 1, 2, 1, True, False), FIT)),
+        (65536, Row((16, 1, 4, 1, True, False), FIT)),
+        (131072, Row((16, 1, 8, 1, True, False), FIT)),
+        (262144, Row((16, 1, 8, 1, False, False), FIT)),
+    ),
+    ("backward", 2): (
+        (512, Row((1, 8, 1, 4, False, False), FIT)),       # (fp16 with the next row's: spills at 80 registers)
+        (1024, Row((2, 4, 1, 3, True, False), FIT)),
+        (2048, Row((4, 2, 1, 3, True, False), FIT)),
+        (4096, Row((8, 1, 1, 3, True, False), FIT)),
+        (8192, Row((16, 1, 1, 2, False, False), FIT)),     # (the next row's too at 64 registers: spills)
+        (16384, Row((16, 1, 1, 1, False, False), FIT)),    # (... at 128, beside a ragged row's masked copies: spills)
+        (32768, Row((16, 1, 2, 1, False, False), FIT)),    # (the cluster's reduction and the next row's: spills)
+        (65536, Row((16, 1, 4, 1, False, False), FIT)),
+        (131072, Row((16, 1, 8, 1, False, False), FIT)),
+        (262144, Row((16, 1, 8, 1, False, True), FIT)),    # y and dy in registers (64 packed a lane) spill
+    ),
+    ("backward", 4): (
+        (512, Row((1, 8, 1, 4, False, False), FIT)),       # fp32 y and dy: no room for the next row's
+        (1024, Row((2, 4, 1, 4, False, False), FIT)),
+        (2048, Row((4, 2, 1, 4, False, False), FIT)),
+        (4096, Row((8, 1, 1, 4, False, False), FIT)),
+        (8192, Row((16, 1, 1, 2, False, False), FIT)),
+        (16384, Row((16, 1, 1, 1, False, False), FIT)),
+        (32768, Row((16, 1, 2, 1, False, False), FIT)),
+        (65536, Row((16, 1, 4, 1, False, False), FIT)),
+        (131072, Row((16, 1, 8, 1, False, False), FIT)),
+        (262144, Row((16, 1, 8, 1, False, True), FIT)),    # y through shared memory: 128 KB a block
+    ),
+}
+SIZES = {"bf16": 2, "fp16": 2, "f32": 4}
+
+
+def choice(direction: str, width: int, dtype: str) -> Row:
+    """The table row for rows of `width` elements of `dtype`."""
+    if width <= TILE_WIDTH:
+        return TILE
+    return next(row for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
+
+
+@functools.cache
+def config_for(direction: str, width: int, dtype: str, **forced) -> SoftmaxConfig:
+    """The kernel a call runs (`forced`: SoftmaxConfig fields over the table's, e.g. for the benchmark's variants and
+    the tests); made once a call's arguments (it is on every launch's path)."""
+    row = choice(direction, width, dtype)
+    if row is TILE:
+        c = SoftmaxConfig(direction, width, dtype, tile=True, rows_per_block=row.value[0])
+    else:
+        most, rows_per_block, cluster, blocks_per_sm, prefetch, stage = row.value
+        c = SoftmaxConfig(direction, width, dtype, prefetch=prefetch, stage=stage,
+                          warps_per_row=warps_for(width, most, cluster), rows_per_block=rows_per_block,
+                          cluster=cluster, blocks_per_sm=blocks_per_sm)
+    return replace(c, **forced) if forced else c

@@ -1,0 +1,83 @@
+"""tkpy.kernels.softmax on the GPU (tests/test_softmax_op.py's checks): forward and backward against float64 torch on
+every element, outputs poisoned, over row widths 1..262144 (the tile kernels, a warp a row, several warps, a block's
+16, clusters of 2-8 blocks; y through shared memory past 131072), odd widths (padded rows) and the three dtypes; few
+and many rows (the persistent grid's loop); the policy's variants forced; rows of -inf; opcheck and torch.compile on
+CUDA tensors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_util import compiled_grads_match_eager, rand, requires_gpu
+from test_softmax_op import DTYPES, U, assert_within, check
+from tkpy.kernels import softmax
+
+pytestmark = requires_gpu
+
+WIDTHS = [1, 5, 40, 100, 128, 129, 256, 512, 1000, 1001, 2048, 4096, 5000, 8192, 12345, 16384, 32768, 50257, 65536,
+          131072, 200000, 262144]
+
+
+@DTYPES
+@pytest.mark.parametrize("width", WIDTHS)
+def test_forward_and_backward_across_widths(width, dtype):
+    rows = max(3, min(2000, 2 ** 22 // width))             # a few MB: several rows a block of the grid
+    check((rows, width), dtype, device="cuda")
+
+
+@pytest.mark.parametrize("rows", [1, 7, 133, 5000])
+@pytest.mark.parametrize("width", [100, 1024, 65536, 262144])
+def test_row_counts(rows, width):
+    check((rows, width), torch.bfloat16, device="cuda")
+    check((rows, width), torch.float32, device="cuda")
+
+
+SPLIT = dict(tile=False)
+VARIANTS = [
+    (dict(SPLIT, prefetch=False), dict(SPLIT, prefetch=False)),
+    (dict(SPLIT, prefetch=True), dict(SPLIT, prefetch=True)),
+    (dict(SPLIT, blocks_per_sm=1), dict(SPLIT, stage=True, prefetch=False)),
+    (dict(SPLIT, warps_per_row=4, rows_per_block=2, cluster=2), dict(SPLIT, warps_per_row=2, rows_per_block=2,
+                                                                    cluster=4, prefetch=False)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+@pytest.mark.parametrize("width", [200, 4096, 6000])
+def test_variants(width, variant, dtype):
+    forward_options, backward_options = VARIANTS[variant]
+    defaults = dict(warps_per_row=max(1, min(16, width // 512)), rows_per_block=1 if width > 512 else 4)
+    check((1000, width), dtype, device="cuda", forward_options={**defaults, **forward_options},
+          backward_options={**defaults, **backward_options})
+
+
+@pytest.mark.parametrize("width", [40, 3000, 100000])
+def test_rows_of_minus_infinity(width):
+    x = rand(64, width, dtype=torch.float32)
+    x[1, ::3] = -float("inf")
+    x[2] = -float("inf")
+    y, ref = softmax(x), torch.softmax(x.double(), -1)
+    assert y[2].isnan().all() and (y[1, ::3] == 0).all()
+    keep = torch.arange(64, device="cuda") != 2
+    assert_within(y[keep], ref[keep], U[torch.float32] * ref[keep] + 1e-38, "y")
+
+
+def test_the_benchmark_shape():
+    check((16384, 4096), torch.bfloat16, device="cuda")
+
+
+def test_opcheck_on_cuda():
+    for width in (40, 4096, 100000):
+        x = rand(33, width, dtype=torch.bfloat16).requires_grad_()
+        torch.library.opcheck(torch.ops.tkpy.softmax.default, (x,))
+        torch.library.opcheck(torch.ops.tkpy.softmax_backward.default,
+                              (rand(33, width, dtype=torch.bfloat16), softmax(x.detach())))
+
+
+def test_compiled_matches_eager():
+    def fn(x, z):
+        return torch.tanh(softmax(x)).float().sum() + softmax(z).pow(2).sum()
+
+    compiled_grads_match_eager(fn, [rand(64, 4096, dtype=torch.bfloat16).requires_grad_(),
+                                    rand(8, 65536, dtype=torch.float32).requires_grad_()])
