@@ -47,14 +47,18 @@ def test_per_class_weights(width, weight):
 def test_row_counts(rows, width):
     if rows * width > 2 ** 28:
         pytest.skip("the float64 reference of that many logits")
-    check(rows, width, torch.bfloat16, "mean", 0.1, grad_scale=0.5, device="cuda", ignored=(0, 5, 100))
+    ignored = tuple(i for i in (0, 5, 100) if i < rows - 1)       # (a row always counts: no mean of nothing)
+    check(rows, width, torch.bfloat16, "mean", 0.1, grad_scale=0.5, device="cuda", ignored=ignored)
 
 
-@pytest.mark.parametrize("options", [
-    dict(prefetch=False), dict(prefetch=True), dict(blocks_per_sm=1),
-    dict(warps_per_row=4, rows_per_block=1, cluster=2), dict(warps_per_row=2, rows_per_block=4),
-])
-@pytest.mark.parametrize("width", [4096, 6000, 32768])
+VARIANT_OPTIONS = [dict(prefetch=False), dict(prefetch=True), dict(blocks_per_sm=1),
+                   dict(warps_per_row=4, rows_per_block=1, cluster=2), dict(warps_per_row=2, rows_per_block=4)]
+LANE_LIMIT = 64 * 32          # elements a warp's piece holds at most (CrossEntropyConfig: 64 values a lane)
+
+
+@pytest.mark.parametrize("width,options", [
+    (width, options) for width in (4096, 6000, 32768) for options in VARIANT_OPTIONS
+    if "warps_per_row" not in options or width <= options["warps_per_row"] * options.get("cluster", 1) * LANE_LIMIT])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_variants(width, options, smoothing):
     check(1000, width, torch.bfloat16, "mean", smoothing, grad_scale=0.7, device="cuda", options=options,

@@ -481,7 +481,7 @@ _PUSH_CTX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 class FakeContexts:
     """The calling thread's context stack as the driver keeps it, with cuCtxGetCurrent, cuCtxPushCurrent and
     cuCtxPopCurrent as C function pointers (`api`) and as the Python calls tkpy.runtime.launching makes
-    (`current_context`, `device_context`); `log` records each call and each launch with the context current then."""
+    (`current_context`, `pushed_context`); `log` records each call and each launch with the context current then."""
 
     def __init__(self, current: int):
         self.stack = [current] if current else []
@@ -513,7 +513,7 @@ class FakeContexts:
         self.log.append("get")
         return self.current()
 
-    def device_context(self, device: int):                 # launching.device_context, for device 1's context 0xB
+    def pushed_context(self, device: int):                 # launching.pushed_context, for device 1's context 0xB
         import contextlib
 
         @contextlib.contextmanager
@@ -559,7 +559,7 @@ def test_python_launches_under_the_kernels_context(monkeypatch, how, current, ex
 
     contexts = FakeContexts(current)
     monkeypatch.setattr(launching, "current_context", contexts.current_context)
-    monkeypatch.setattr(launching, "device_context", contexts.device_context)
+    monkeypatch.setattr(launching, "pushed_context", contexts.pushed_context)
     lr = Launcher(0xF00, (32, 1, 1), kernel=_Device1(), context=DEVICE1)
     lr._launch = lambda cfg, fn, address, extra: contexts.log.append(("launch", contexts.current())) or (0,)
     pb = ParamBuffer(["u64"])

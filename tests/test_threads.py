@@ -188,6 +188,7 @@ class FakeGPU:
         monkeypatch.setattr(runtime, "load_kernel", lambda module, device=None, smem=0: self)
         monkeypatch.setattr(runtime, "stream_getter", lambda: (lambda device: 0x5000))
         monkeypatch.setattr(launching, "device_context", lambda device: contextlib.nullcontext())
+        monkeypatch.setattr(launching, "pushed_context", lambda device: contextlib.nullcontext())
         self.device_index, self.kernel_name = -1, "fake"
         self._callback = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 4)(self._native_launch)
         monkeypatch.setattr(native, "driver_launch_address",

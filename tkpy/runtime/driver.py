@@ -216,6 +216,19 @@ def device_context(device_index: int) -> Iterator[Any]:
         check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
+@contextmanager
+def pushed_context(device_index: int) -> Iterator[Any]:
+    """Run a block (a launch) with ``device_index``'s primary context pushed over whatever the thread has current,
+    none included, and popped after: the thread is left as it was, as native_launch.c leaves it."""
+    d = _driver()
+    ctx = primary_context(device_index)
+    check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        yield ctx
+    finally:
+        check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 _peer_access: set = set()
 
@@ -380,6 +393,7 @@ __all__ = [
     "compute_capability",
     "cu_stream",
     "current_context",
+    "pushed_context",
     "current_stream_handle",
     "device_attribute",
     "device_context",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .driver import (CUDA_ERROR_INVALID_CONTEXT, _driver, _resolve_device, check, compute_capability, cu_stream,
-                     current_context, device_context, driver_error, max_shared_per_block_optin)
+                     current_context, device_context, driver_error, pushed_context, max_shared_per_block_optin)
 from .errors import DriverError
 from .params import ParamBuffer
 
@@ -304,7 +304,7 @@ class Launcher:
         """cuLaunchKernelEx under the launcher's context (see the class): its CUresult."""
         if not self.context or current_context() == self.context:
             return self._launch(cfg, self.function, params_address, 0)[0]
-        with device_context(self.kernel.device_index):
+        with pushed_context(self.kernel.device_index):
             return self._launch(cfg, self.function, params_address, 0)[0]
 
     def prepare(self, grid: tuple[int, int, int], stream_handle: int, params: ParamBuffer | int) -> Callable[[], tuple]:
@@ -329,17 +329,17 @@ class Launcher:
         def on_device() -> tuple:
             if current_context() == context:
                 return go()
-            with device_context(device):
+            with pushed_context(device):
                 return go()
         return on_device
 
     def handle_error(self, err: Any, grid: Any, stream_handle: int, params_address: int) -> None:
         """Deal with a failed launch: if the calling thread had no current
         context (a fresh Python thread), or another device's, retry once under
-        the kernel's device's primary context (device_context); otherwise raise
+        the kernel's device's primary context (pushed for the launch); otherwise raise
         :class:`DriverError` with the launch configuration in the message."""
         if int(err) == CUDA_ERROR_INVALID_CONTEXT and self.kernel is not None:
-            with device_context(self.kernel.device_index):
+            with pushed_context(self.kernel.device_index):
                 err = self._launch(self.config(grid, stream_handle), self.function, params_address, 0)[0]
             if not err:
                 return

@@ -30,13 +30,13 @@ def enabled() -> bool:
 
 def _recording(kernel):
     """The (compiled specialization, loaded module) pairs of a kernel traced with the timeline on."""
-    from . import driver
+    from . import launching
 
     found = []
     for compiled in kernel._compiled.values():
         if not compiled.lowered.traced.ir.timeline:
             continue
-        for (key, _), loaded in list(driver._loaded.items()):
+        for (key, _), loaded in list(launching._loaded.items()):
             if key == compiled.module.key:
                 found.append((compiled, loaded))
     if not found:
