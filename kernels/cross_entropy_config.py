@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .op_support import config_checks
 from .row_split import PieceSplit, RowSplit
 
 DTYPES = ("bf16", "fp16", "f32")            # the logits' (and their gradient's) type
@@ -45,16 +46,9 @@ class CrossEntropyConfig(RowSplit):
     prefetch: bool = False
 
     def __post_init__(self) -> None:
-        def fail(what: str):
-            raise ValueError(f"CrossEntropyConfig: {what}")
+        fail = config_checks(self, dtype=DTYPES, reduction=REDUCTIONS, weight=WEIGHT_DTYPES)
         if not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
             fail(f"width (the classes) must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
-        if self.dtype not in DTYPES:
-            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.reduction not in REDUCTIONS:
-            fail(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
-        if self.weight not in WEIGHT_DTYPES:
-            fail(f"weight must be one of {WEIGHT_DTYPES}, got {self.weight!r}")
         self.check_split(fail)
         if self.weight and self.smoothing and self.piece // 32 > MAX_WEIGHTED_SMOOTHING:
             fail(f"with weights and smoothing a piece holds at most {MAX_WEIGHTED_SMOOTHING} values a lane (the "
@@ -85,12 +79,9 @@ class GradScaleConfig(PieceSplit):
     per_row: bool = False
 
     def __post_init__(self) -> None:
-        def fail(what: str):
-            raise ValueError(f"GradScaleConfig: {what}")
+        fail = config_checks(self, dtype=DTYPES)
         if not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
-        if self.dtype not in DTYPES:
-            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         self.check_split(fail)
 
     @property

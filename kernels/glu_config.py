@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .op_support import config_checks
 from .row_split import PieceSplit
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # SwiGLU; GeGLU with the erf gelu, and with the tanh approximation
@@ -26,14 +27,7 @@ class GluConfig(PieceSplit):
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
-        def fail(what: str):
-            raise ValueError(f"GluConfig: {what}")
-        if self.activation not in ACTIVATIONS:
-            fail(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.direction not in DIRECTIONS:
-            fail(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
-        if self.dtype not in DTYPES:
-            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        fail = config_checks(self, activation=ACTIVATIONS, direction=DIRECTIONS, dtype=DTYPES)
         if not isinstance(self.width, int) or self.width < 8 or self.width % 8:
             fail(f"width must be a positive multiple of 8 (16-byte rows), got {self.width!r}")
         self.check_split(fail, MAX_CHUNKS)

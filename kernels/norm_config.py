@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .op_support import config_checks
 from .row_split import RowSplit
 
 KINDS = ("rms", "layer")
@@ -41,16 +42,7 @@ class NormConfig(RowSplit):
     weight_in_registers: bool = True
 
     def __post_init__(self) -> None:
-        def fail(what: str):
-            raise ValueError(f"NormConfig: {what}")
-        if self.kind not in KINDS:
-            fail(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.direction not in DIRECTIONS:
-            fail(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
-        if self.dtype not in DTYPES:
-            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.weight not in WEIGHT_DTYPES:
-            fail(f"weight must be one of {WEIGHT_DTYPES}, got {self.weight!r}")
+        fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES)
         if not isinstance(self.width, int) or not MIN_WIDTH <= self.width <= MAX_WIDTH or self.width % 8:
             fail(f"width must be a multiple of 8 from {MIN_WIDTH} to {MAX_WIDTH}, got {self.width!r}")
         if self.bias and (self.kind != "layer" or self.weight is None):

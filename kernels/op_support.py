@@ -24,6 +24,19 @@ NAMESPACE = "tkpy"
 LIBRARY = torch.library.Library(NAMESPACE, "DEF")     # every tkpy operator (one registration per process)
 
 
+def config_checks(config, **choices) -> Callable[[str], None]:
+    """The start of a kernel config's __post_init__: each named field must be one of its `choices` (a ValueError
+    naming the field, the choices and the value); returns `fail(what)`, the ValueError naming the config's class, for
+    the config's other checks."""
+    def fail(what: str):
+        raise ValueError(f"{type(config).__name__}: {what}")
+    for field, allowed in choices.items():
+        value = getattr(config, field)
+        if value not in allowed:
+            fail(f"{field} must be one of {allowed}, got {value!r}")
+    return fail
+
+
 def define(name: str, impl: Callable, fake: Callable, *, mutates_args: Sequence[str] = (),
            backward: Callable | None = None, setup_context: Callable | None = None,
            differentiable: str | None = None):

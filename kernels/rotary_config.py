@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .op_support import config_checks
+
 DTYPES = ("bf16", "fp16")
 TABLE_DTYPES = ("bf16", "fp16", "f32")
 CHUNK = 256                                 # a contig vector's chunk: 8 elements a lane, one 16-byte copy
@@ -42,12 +44,7 @@ class RotaryConfig:
     blocks_per_sm: int = 4
 
     def __post_init__(self) -> None:
-        def fail(what: str):
-            raise ValueError(f"RotaryConfig: {what}")
-        if self.dtype not in DTYPES:
-            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.table not in TABLE_DTYPES:
-            fail(f"table must be one of {TABLE_DTYPES}, got {self.table!r}")
+        fail = config_checks(self, dtype=DTYPES, table=TABLE_DTYPES)
         if not isinstance(self.head_dim, int) or self.head_dim % 16 or not 16 <= self.head_dim <= 256:
             fail(f"head_dim must be a multiple of 16 up to 256, got {self.head_dim!r}")
         if not isinstance(self.rotary_dim, int) or not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 16:

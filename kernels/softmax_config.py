@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .op_support import config_checks
 from .row_split import RowSplit
 
 DIRECTIONS = ("forward", "backward")
@@ -36,12 +37,7 @@ class SoftmaxConfig(RowSplit):
     stage: bool = False
 
     def __post_init__(self) -> None:
-        def fail(what: str):
-            raise ValueError(f"SoftmaxConfig: {what}")
-        if self.direction not in DIRECTIONS:
-            fail(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
-        if self.dtype not in DTYPES:
-            fail(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        fail = config_checks(self, direction=DIRECTIONS, dtype=DTYPES)
         if not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         if self.stage and (self.direction != "backward" or self.prefetch):
