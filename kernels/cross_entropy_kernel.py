@@ -4,13 +4,15 @@ logits' gradient in the pass that computes the loss, and the backward, which sca
 Forward, for each row of logits x with target class t (a block, or a cluster of blocks, a row; kernels/row_split.py):
 the target is read first (a row ahead); an ignored row (t == ignore_index, and the rows past the last) reads no
 logits, stores a zero gradient and a zero loss (0 / divisor for "mean": NaN where every row is ignored, as torch's 0 /
-0). Otherwise: x (fp32, -inf past the row's end; x[t] and w[t] read as scalars, from L1/L2, in flight meanwhile) ->
-m = max over the row's warps -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place -> s = sum e
-(and sum x) over the row in one reduction -> lse = m + log(s). With n = share w[t] (share: 1, or 1 / the mean's
-divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1) and q = share eps / V:
-loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_j) (W = sum w, or V and sum x without weights),
-gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (1 - eps) n more (tk.index_fill: the one
-element of the piece holding t). Without smoothing: loss n (lse - x[t]), gradient e n / s, less n at t.
+0). Otherwise: x (fp32, -inf past the row's end; x[t] and w[t] read as scalars, from L1/L2, in flight meanwhile) -> m
+= max over the row's warps -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place -> others = the
+sum of e but e[t] (and sum x) over the row in one reduction -> s = others + e[t], lse = m + log(s). With n = share
+w[t] (share: 1, or 1 / the mean's divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1)
+and q = share eps / V: loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_j) (W = sum w, or V and sum x without
+weights), gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (1 - eps) n more, written as q W e[t] /
+s - (1 - eps) n others / s - q w[t] (tk.index_fill: the one element of the piece holding t), whose digits hold where
+p[t] is near 1 (e[t] a - n would cancel). Without smoothing: loss n (lse - x[t]), gradient e n / s, -n others / s at
+t.
 
 Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
@@ -97,10 +99,14 @@ def forward_kernel(c: CrossEntropyConfig):
                         tk.right_fill(v, v, n - first, -math.inf)
                 m = tk.let(row_max(c, v), "m")
                 tk.map(v, lambda x: tk.exp(x - m), v)
+                # The sum leaves out e[t], added after: 1 - p[t] = others / s holds its digits where p[t] is near 1.
+                tk.index_fill(v, v, t - first, 0.0)
                 if c.smoothing:
-                    s, sum_x = row_sum(c, v, xs)
+                    others, sum_x = row_sum(c, v, xs)
                 else:
-                    s = row_sum(c, v)
+                    others = row_sum(c, v)
+                et = tk.let(tk.exp(xt - m), "e_target")
+                s = tk.let(others + et, "s")
                 r = tk.let(m + tk.log(s), "r")
                 ok = tk.var(1.0, "ok")                       # NaN for a target outside the classes
                 with tk.if_((t < 0) | (t >= n)):
@@ -120,15 +126,16 @@ def forward_kernel(c: CrossEntropyConfig):
                         a = tk.let(((1.0 - smoothing) * nll + q * total_w) / s, "a")
                     else:
                         a = tk.let(nll / s, "a")
+                    # at t: e[t] a - (1 - eps) nll - q w[t] = q W e[t] / s - (1 - eps) nll others / s - q w[t]
                     if c.smoothing and weighted:
                         tk.map(v, lambda e, w: e * a - q * w, v, wv)
-                        at_target = tk.exp(xt - m) * a - q * wt_ - (1.0 - smoothing) * nll
+                        at_target = (q * total_w * et - (1.0 - smoothing) * nll * others) / s - q * wt_
                     elif c.smoothing:
                         tk.map(v, lambda e: e * a - q, v)
-                        at_target = tk.exp(xt - m) * a - q - (1.0 - smoothing) * nll
+                        at_target = (q * total_w * et - (1.0 - smoothing) * nll * others) / s - q
                     else:
                         tk.mul(v, v, a)
-                        at_target = tk.exp(xt - m) * a - nll
+                        at_target = -nll * others / s
                     tk.index_fill(v, v, t - first, at_target)
                     tk.store(dlogits, v, (row, part), masked=True)
     return cross_entropy_forward
