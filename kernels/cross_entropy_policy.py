@@ -3,12 +3,13 @@ dtype is split (warps a row, rows a block, blocks a cluster), the blocks an SM, 
 row ahead; and the backward's pieces. Each table row carries its evidence; tests/test_cross_entropy.py keeps a golden
 record of the choices (tests/golden/cross_entropy_policy.json).
 
-The aim, as the norms' (kernels/norm_policy.py): a row's piece in each lane at most 16 fp32 values up to 64k classes
-(a block of 16 warps holds 8192, clusters of 2-8 blocks the wider rows), the row in one pass over memory, so that the
-logits are read once; wider still (128k, 256k: Llama 3's, Gemma's vocabularies) clusters of 8 blocks of 16 warps
-hold 32 and 64 values a lane, the latter without room for the prefetch. The prefetch (the next row's logits in their
-dtype while this row reduces) keeps loads in flight through the two reductions a row; fp32 logits take twice its
-registers.
+The aim, as the norms' (kernels/norm_policy.py): the row in one pass over memory, so that the logits are read once,
+with as many bytes in flight an SM as cover the memory's latency. Swept on the H200 (RESULTS.md run 274): few warps a
+row, each lane holding up to 64 values, many rows a block and several blocks an SM win over wide blocks of 16-value
+pieces, and clusters (of 8 blocks) only from 64k classes (Llama 3's 128k, Gemma's 256k: 64 values a lane, without
+room for the prefetch where the gradient is written). The prefetch (the next row's logits in their dtype while this
+row reduces) keeps loads in flight through the two reductions a row; fp32 logits take twice its registers (their
+table is the register fit's, to be swept), and weights with smoothing hold the weights' piece beside the row's.
 """
 from __future__ import annotations
 
@@ -22,30 +23,57 @@ from .row_split import CHUNK, warps_for
 FIT = ("register fit, unmeasured: the register cap of this many blocks an SM holds the variant with smoothing, fp32 "
        "weights (to 131072 classes) and the gradient without spills (NVRTC, tests/test_cross_entropy.py); to be timed "
        "by bench_memory_bound.py")
-WIDE = (16, 1, 8, 1, True)                  # a cluster of 8 blocks of 16 warps a row
+SWEPT = ("RESULTS.md run 274 (H200, mean, 2^26 logits): the best of 4-60 splits for the loss alone and with the "
+         "gradient together ({}; the former table's {})")
 # classes up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), per logits dtype ("16-bit":
 # bf16 and fp16, whose prefetch takes half the registers); a row takes as many of its warps as cover it in pieces of
-# about row_split.PIECE elements (row_split.warps_for: fewer for a vocabulary below the row's limit)
+# about row_split.PIECE elements (row_split.warps_for: fewer for a vocabulary below the row's limit). Swept: few
+# warps a row, each holding up to 64 values a lane, and no clusters below 64k classes beat the 16-value pieces of
+# wide blocks and clusters by 10-40% (more bytes in flight a warp, fewer barriers a row). LOSS_ONLY: the prefetch
+# without the gradient only (with it the prefetch has no registers).
+LOSS_ONLY = "loss only"
 FORWARD = {
     "16-bit": (
-        (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
+        (512, Row((1, 16, 1, 2, True), SWEPT.format("0.68/0.82 of the copy", "0.66/0.76"))),   # a warp a row
+        (1024, Row((1, 8, 1, 3, True), SWEPT.format("0.83/0.89", "0.64/0.72"))),
+        (2048, Row((1, 4, 1, 4, True), SWEPT.format("0.86/0.88", "0.64/0.70"))),               # 64 values a lane
+        (4096, Row((2, 2, 1, 4, True), SWEPT.format("0.80/0.86", "0.58/0.62"))),
+        (8192, Row((4, 1, 1, 3, True), SWEPT.format("0.75/0.83", "0.58/0.62"))),
+        (16384, Row((8, 1, 1, 2, True), SWEPT.format("0.70/0.76", "0.28/0.35"))),
+        (32768, Row((8, 1, 2, 2, True), SWEPT.format("0.62/0.70", "0.25/0.32"))),
+        (65536, Row((4, 1, 8, 3, True), SWEPT.format("0.59/0.66", "0.22/0.29"))),             # clusters of 8
+        (131072, Row((8, 1, 8, 2, False), SWEPT.format("0.74/0.82 of a slower copy", "0.55/0.63"))),  # (its prefetch spills)
+        (262144, Row((16, 1, 8, 1, LOSS_ONLY), SWEPT.format("0.76/0.65", "0.66/0.65"))),     # 64 values a lane
+    ),
+    # The register fit's table (as the 16-bit one was before the sweep): fp32 logits' prefetch takes twice the
+    # registers; to be swept.
+    "f32": (
+        (512, Row((1, 8, 1, 2, True), FIT)),
         (1024, Row((2, 4, 1, 2, True), FIT)),
         (2048, Row((4, 2, 1, 2, True), FIT)),
         (4096, Row((8, 1, 1, 2, True), FIT)),
-        (8192, Row((8, 1, 1, 2, True), FIT)),      # 32 values a lane (16 warps: ptxas took 64 registers, and spilled)
+        (8192, Row((16, 1, 1, 1, True), FIT)),     # (8 warps: 32 fp32 values a lane and as many ahead spill)
         (16384, Row((16, 1, 2, 1, True), FIT)),    # clusters: 16 warps of 2, 4 or 8 blocks a row
         (32768, Row((16, 1, 4, 1, True), FIT)),
-        (65536, Row(WIDE, FIT)),
-        (131072, Row(WIDE, FIT)),                  # 32 values a lane
-        (262144, Row((16, 1, 8, 1, False), FIT)),  # 64 values a lane: no registers for the prefetch
+        (65536, Row((16, 1, 8, 1, True), FIT)),
+        (131072, Row((16, 1, 8, 1, False), FIT)),  # 32 fp32 values a lane and as many ahead: past the cap
+        (262144, Row((16, 1, 8, 1, False), FIT)),
     ),
 }
-FORWARD["f32"] = FORWARD["16-bit"][:4] + (
-    (8192, Row((16, 1, 1, 1, True), FIT)),         # (8 warps: 32 fp32 values a lane and as many ahead spill)
-) + FORWARD["16-bit"][5:-2] + (
-    (131072, Row((16, 1, 8, 1, False), FIT)),      # 32 fp32 values a lane and as many ahead: past the cap
-    (262144, Row((16, 1, 8, 1, False), FIT)),
-)
+# Weights with smoothing hold the weights' piece in registers beside the row's (at most 32 values a lane), one block
+# an SM: the register fit's 16-value pieces, the prefetch up to WEIGHTED_PREFETCH classes.
+WEIGHTED_SMOOTHING = {
+    "16-bit": FORWARD["f32"][:4] + (
+        (8192, Row((8, 1, 1, 2, True), FIT)),      # 32 values a lane (16 warps: ptxas took 64 registers, spilled)
+    ) + FORWARD["f32"][5:8] + (
+        (131072, Row((16, 1, 8, 1, True), FIT)),   # 32 values a lane
+        (262144, Row((16, 1, 8, 1, False), FIT)),  # (refused: cross_entropy_config.WEIGHTED_SMOOTHING_CLASSES)
+    ),
+    "f32": FORWARD["f32"],
+}
+FULL_LANE = 48              # smoothing or weights where a lane holds more values than this: at most
+FULL_LANE_WARPS = 8         # this many warps an SM (255 registers a thread), the prefetch only within them (at the
+                            # plain kernel's 128-register cap their sums and weights spill 12-104 bytes, NVRTC 13.x)
 WEIGHTED_PREFETCH = 65536    # weights with smoothing: one block an SM, and past this many classes no registers for
                              # the prefetch (spills at 131072, NVRTC: the register fit's evidence)
 # The backward, an elementwise pass: (chunks of 256 elements a warp's piece, warps, blocks_per_sm).
@@ -53,22 +81,28 @@ BACKWARD = Row((4, 8, 2), "register fit, unmeasured: 32 fp32 values a lane, 8 wa
                           "an SM; to be timed by bench_memory_bound.py")
 
 
-def forward_split(width: int, dtype: str) -> Row:
-    """The table row for rows of `width` classes of `dtype`."""
-    return next(row for limit, row in FORWARD["f32" if dtype == "f32" else "16-bit"] if width <= limit)
+def forward_split(width: int, dtype: str, weighted_smoothing: bool = False) -> Row:
+    """The table row for rows of `width` classes of `dtype` (of the weighted smoothing's table)."""
+    table = (WEIGHTED_SMOOTHING if weighted_smoothing else FORWARD)["f32" if dtype == "f32" else "16-bit"]
+    return next(row for limit, row in table if width <= limit)
 
 
 def forward_config(width: int, dtype: str, reduction: str, grad: bool, smoothing: bool, weight: str | None = None,
                    **forced) -> CrossEntropyConfig:
     """The forward kernel a call runs: what it computes and the table's split for its width (`forced`:
     CrossEntropyConfig fields over the table's, e.g. the benchmark's variants)."""
-    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = forward_split(width, dtype).value
-    if weight and smoothing:        # the weights' piece (and w x) in registers beside the row's
+    weighted_smoothing = bool(weight and smoothing)
+    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = forward_split(width, dtype, weighted_smoothing).value
+    prefetch = (not grad) if prefetch == LOSS_ONLY else prefetch
+    if weighted_smoothing:          # the weights' piece (and w x) in registers beside the row's
         blocks_per_sm = 1
         prefetch = prefetch and width <= WEIGHTED_PREFETCH
     c = CrossEntropyConfig(width, dtype, reduction, grad, smoothing, weight, prefetch,
                            warps_per_row=warps_for(width, most_warps, cluster),
                            rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm)
+    if (smoothing or weight) and c.values_per_lane > FULL_LANE:     # (see FULL_LANE_WARPS)
+        blocks = max(1, min(c.blocks_per_sm, FULL_LANE_WARPS // c.warps))
+        c = replace(c, blocks_per_sm=blocks, prefetch=c.prefetch and c.warps * blocks <= FULL_LANE_WARPS)
     return replace(c, **forced) if forced else c
 
 
