@@ -31,6 +31,7 @@ SWEPT = ("RESULTS.md run 274 (H200, mean, 2^26 logits): the best of 4-60 splits 
 # warps a row, each holding up to 64 values a lane, and no clusters below 64k classes beat the 16-value pieces of
 # wide blocks and clusters by 10-40% (more bytes in flight a warp, fewer barriers a row). LOSS_ONLY: the prefetch
 # without the gradient only (with it the prefetch has no registers).
+SWEPT_F32 = SWEPT.replace("run 274 (H200,", "run 275 (H200, fp32,")
 LOSS_ONLY = "loss only"
 FORWARD = {
     "16-bit": (
@@ -45,31 +46,37 @@ FORWARD = {
         (131072, Row((8, 1, 8, 2, False), SWEPT.format("0.74/0.82 of a slower copy", "0.55/0.63"))),  # (its prefetch spills)
         (262144, Row((16, 1, 8, 1, LOSS_ONLY), SWEPT.format("0.76/0.65", "0.66/0.65"))),     # 64 values a lane
     ),
-    # The register fit's table (as the 16-bit one was before the sweep): fp32 logits' prefetch takes twice the
-    # registers; to be swept.
+    # fp32 logits (RESULTS.md run 275, swept at 1024, 4096, 16384 and 65536 classes): their prefetch takes twice
+    # the registers, and without it more blocks an SM win
     "f32": (
-        (512, Row((1, 8, 1, 2, True), FIT)),
-        (1024, Row((2, 4, 1, 2, True), FIT)),
-        (2048, Row((4, 2, 1, 2, True), FIT)),
-        (4096, Row((8, 1, 1, 2, True), FIT)),
-        (8192, Row((16, 1, 1, 1, True), FIT)),     # (8 warps: 32 fp32 values a lane and as many ahead spill)
-        (16384, Row((16, 1, 2, 1, True), FIT)),    # clusters: 16 warps of 2, 4 or 8 blocks a row
-        (32768, Row((16, 1, 4, 1, True), FIT)),
-        (65536, Row((16, 1, 8, 1, True), FIT)),
+        (1024, Row((1, 4, 1, 4, True), SWEPT_F32.format("0.99/0.90", "0.95/0.76"))),
+        (4096, Row((2, 2, 1, 2, False), SWEPT_F32.format("0.98/0.86", "0.85/0.69"))),
+        (16384, Row((4, 1, 2, 4, False), SWEPT_F32.format("0.99/0.82", "0.49/0.47"))),
+        (65536, Row((4, 1, 8, 4, False), SWEPT_F32.format("1.50/1.19 of a slower copy", "0.61/0.57"))),
         (131072, Row((16, 1, 8, 1, False), FIT)),  # 32 fp32 values a lane and as many ahead: past the cap
         (262144, Row((16, 1, 8, 1, False), FIT)),
     ),
 }
 # Weights with smoothing hold the weights' piece in registers beside the row's (at most 32 values a lane), one block
-# an SM: the register fit's 16-value pieces, the prefetch up to WEIGHTED_PREFETCH classes.
+# an SM: the register fit's 16-value pieces, the prefetch up to WEIGHTED_PREFETCH classes (16-bit logits; fp32's
+# from 8192 classes on: 32 fp32 values a lane and as many ahead spill at 8 warps).
+_WEIGHTED_NARROW = (
+    (512, Row((1, 8, 1, 2, True), FIT)),           # a warp a row (up to 16 values a lane), 8 rows a block
+    (1024, Row((2, 4, 1, 2, True), FIT)),
+    (2048, Row((4, 2, 1, 2, True), FIT)),
+    (4096, Row((8, 1, 1, 2, True), FIT)),
+)
+_WEIGHTED_WIDE = (
+    (16384, Row((16, 1, 2, 1, True), FIT)),        # clusters: 16 warps of 2, 4 or 8 blocks a row
+    (32768, Row((16, 1, 4, 1, True), FIT)),
+    (65536, Row((16, 1, 8, 1, True), FIT)),
+    (131072, Row((16, 1, 8, 1, True), FIT)),       # 32 values a lane
+    (262144, Row((16, 1, 8, 1, False), FIT)),      # (refused: cross_entropy_config.WEIGHTED_SMOOTHING_CLASSES)
+)
 WEIGHTED_SMOOTHING = {
-    "16-bit": FORWARD["f32"][:4] + (
-        (8192, Row((8, 1, 1, 2, True), FIT)),      # 32 values a lane (16 warps: ptxas took 64 registers, spilled)
-    ) + FORWARD["f32"][5:8] + (
-        (131072, Row((16, 1, 8, 1, True), FIT)),   # 32 values a lane
-        (262144, Row((16, 1, 8, 1, False), FIT)),  # (refused: cross_entropy_config.WEIGHTED_SMOOTHING_CLASSES)
-    ),
-    "f32": FORWARD["f32"],
+    "16-bit": _WEIGHTED_NARROW + ((8192, Row((8, 1, 1, 2, True), FIT)),) + _WEIGHTED_WIDE,
+    "f32": _WEIGHTED_NARROW + ((8192, Row((16, 1, 1, 1, True), FIT)),) + _WEIGHTED_WIDE[:3]
+    + ((131072, Row((16, 1, 8, 1, False), FIT)),) + _WEIGHTED_WIDE[4:],
 }
 FULL_LANE = 48              # smoothing or weights where a lane holds more values than this: at most
 FULL_LANE_WARPS = 8         # this many warps an SM (255 registers a thread), the prefetch only within them (at the

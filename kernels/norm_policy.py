@@ -24,6 +24,8 @@ SWEPT_4096 = {     # RESULTS.md run 274 (H200, 16384 x 4096 bf16): the best of 3
                "fit's 8 warps a row 0.93/0.96/0.82/0.95)",
     "backward": "run 274: 0.84/1.09/0.76/0.97 of the copy (the register fit's 0.78/1.02/0.73/0.88)",
 }
+SWEPT_16384 = ("RESULTS.md run 275 (H200, 4096 x 16384 bf16, forward): 0.93/0.89/0.91/0.90 of the copy (rms, "
+               "rms+residual, layer, layer+residual; FIT's cluster of 2 0.81/0.96/0.77/0.94)")
 # width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), forward; a row takes as many
 # of its warps as cover it in pieces of about row_split.PIECE elements (row_split.warps_for: fewer for a width below
 # the table row's limit)
@@ -33,12 +35,13 @@ FORWARD = (
     (2048, Row((4, 2, 1, 2, True), FIT)),
     (4096, Row((4, 1, 1, 2, True), SWEPT_4096["forward"])),
     (8192, Row((16, 1, 1, 1, True), FIT)),
-    (16384, Row((16, 1, 2, 1, True), FIT)),    # clusters: 16 warps of 2, 4 or 8 blocks a row
-    (32768, Row((16, 1, 4, 1, True), FIT)),
+    (16384, Row((16, 1, 1, 1, True), SWEPT_16384)),   # 16 warps of 32 values a lane (FIT's cluster of 2 behind)
+    (32768, Row((16, 1, 4, 1, True), FIT)),    # clusters: 16 warps of 4 or 8 blocks a row
     (65536, Row((16, 1, 8, 1, True), FIT)),
 )
-BACKWARD = tuple((width, Row((*row.value[:4], False), FIT)) if width != 4096 else
-                 (width, Row((8, 2, 1, 1, True), SWEPT_4096["backward"])) for width, row in FORWARD)
+BACKWARD = tuple((width, Row((8, 2, 1, 1, True), SWEPT_4096["backward"])) if width == 4096 else
+                 (width, Row((16, 1, 2, 1, False), FIT)) if width == 16384 else     # (run 275: the cluster of 2
+                 (width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)  # ahead, 0.61-0.89)
 
 
 def split_for(direction: str, width: int) -> Row:
