@@ -1,0 +1,184 @@
+"""The row kernels' splits swept on the GPU: the evidence behind kernels/cross_entropy_policy.py's and
+kernels/norm_policy.py's tables (RESULTS.md runs 274-275).
+
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,131072]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096]
+
+For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that
+the config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its
+launch alone timed (CUDA-graph replays): cross-entropy's forward (mean) for the loss alone and with the gradient
+(spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the residual)
+forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the copy bandwidth measured in
+the same run and the best five splits, then the split best for all the cases of a width together (the largest
+smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ELEMENTS = 1 << 26
+SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch")
+LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
+
+
+def copy_gbps(x) -> float:
+    import torch
+
+    from benchmarks.timing import median_ms
+    dst = torch.empty_like(x)
+    return 2 * x.numel() * x.element_size() / median_ms(lambda: dst.copy_(x)) / 1e6
+
+
+def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1]) -> list[dict]:
+    """The RowSplit fields tried at `width`: lanes of LANE_VALUES values, blocks of 4, 8 or 16 warps, at most 48
+    warps an SM, clusters only past 8192 elements."""
+    out = []
+    for s, c in itertools.product((1, 2, 4, 8, 16), clusters):
+        values = -(-width // (s * c * 256)) * 256 // 32
+        if values > most_values or (values < LANE_VALUES[0] and (s > 1 or c > 1)) or (c > 1 and width <= 8192):
+            continue
+        for g, b, prefetch in itertools.product((1, 2, 4, 8, 16), (1, 2, 3, 4), (True, False)):
+            warps = s * g
+            if (c > 1 and g != 1) or warps not in (4, 8, 16) or b * warps > 48 or (b > 2 and warps == 16):
+                continue
+            out.append(dict(warps_per_row=s, rows_per_block=g, cluster=c, blocks_per_sm=b, prefetch=prefetch))
+    return out
+
+
+def split_name(o: dict) -> str:
+    """s<warps a row>g<rows a block>c<cluster>b<blocks an SM>p<prefetch>."""
+    return f"s{o['warps_per_row']}g{o['rows_per_block']}c{o['cluster']}b{o['blocks_per_sm']}p{int(o['prefetch'])}"
+
+
+def best_for_all(cases: dict) -> tuple:
+    """(score, split) of the split best for all the cases (name -> {split: fraction}) together."""
+    best = {case: max(v for v in got.values()) for case, got in cases.items()}
+    common = set.intersection(*(set(got) for got in cases.values()))
+    return max(((min(cases[case][n] / best[case] for case in cases), n) for n in common), default=(0.0, None))
+
+
+def report(case: str, got: dict, policy: str, note: str = "") -> None:
+    ranked = sorted(got.items(), key=lambda kv: -kv[1])
+    print(f"== {case}: policy {policy} {got.get(policy, float('nan')):.3f} of the copy; {len(got)} ran {note}",
+          flush=True)
+    for name, fraction in ranked[:5]:
+        print(f"   {fraction:.3f} {name}", flush=True)
+
+
+def cross_entropy(width: int, dtype: str) -> dict:
+    """{case: {split: fraction of the copy}} of cross-entropy's forward at `width` classes."""
+    import torch
+
+    from benchmarks.timing import median_ms
+    from tkpy.kernels import cross_entropy_kernel as body, cross_entropy_op as ce
+    from tkpy.kernels.cross_entropy_policy import forward_config
+    from tkpy.kernels.row_split import grid, placeholder_tensor as placeholder
+    from tkpy.tune.parallel import run_all
+    rows = max(ELEMENTS // width, 2048)
+    x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype]))
+    t = torch.randint(0, width, (rows,), device="cuda")
+    copy = copy_gbps(x)
+    f32 = placeholder(torch.float32, x.device)
+    stats = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+    cases = {}
+    for grad in (False, True):
+        configs = {}
+        for o in splits(width):
+            try:
+                configs[split_name(o)] = forward_config(width, dtype, "mean", grad, False, None, **o)
+            except ValueError:
+                pass
+        gradient = torch.empty_like(x) if grad else placeholder(x.dtype, x.device)
+        args = (x, t, f32, ce._divisor(t, None, -100), *stats, gradient, -100, 0.0)
+
+        def resources(c):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return body.forward_kernel(c).resources(*args)
+        compiled = run_all([lambda c=c: resources(c) for c in configs.values()], f"{width} grad={grad}",
+                           keep=(Exception,))
+        got = {}
+        for (name, c), r in zip(configs.items(), compiled):
+            if isinstance(r, Exception) or r.spills:
+                continue
+            kernel = body.forward_kernel(c)
+            blocks = grid(kernel, c, rows, args)
+            ms = median_ms(lambda: kernel[(blocks,)](*args), budget_ms=80)
+            got[name] = x.numel() * x.element_size() * (2 if grad else 1) / ms / 1e6 / copy
+        case = f"cross_entropy {dtype} {width} {'with the gradient' if grad else 'loss alone'}"
+        policy = forward_config(width, dtype, "mean", grad, False, None)
+        report(case, got, split_name(vars(policy)), f"of {len(configs)} (copy {copy:.0f} GB/s)")
+        cases[case] = got
+    return cases
+
+
+def norms(width: int) -> dict:
+    """{case: {split: fraction of the copy}} of the four norms, each way, at `width` (launches alone, as
+    bench_memory_bound.py's variants)."""
+    import torch
+
+    from benchmarks import bench_memory_bound as bench
+    from tkpy.kernels import norm_launch
+    from tkpy.kernels.norm_policy import config_for
+    from tkpy.tune.parallel import run_all
+    rows = ELEMENTS // width
+    options = {split_name(o): o for o in splits(width, clusters=(1,), most_values=32)}
+    cases = {}
+    for op in bench.OPS:
+        x, r, w, b, dy = bench.inputs(op, rows, width)
+        kind = "rms" if op.startswith("rms") else "layer"
+        bias = b.detach() if kind == "layer" else None
+        with torch.no_grad():
+            h = (x + r) if r is not None else x.detach()
+            _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
+        copy = copy_gbps(x.detach())
+        for direction in ("forward", "backward"):
+            def launch_of(o, direction=direction):
+                if direction == "backward":
+                    return lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),
+                                                        mean, rstd, [width], kind == "layer", o)
+                return lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,
+                                                   r.detach() if r is not None else None, 1e-5, o)
+            policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", r is not None)
+            tried = {**options, split_name(vars(policy)): {f: getattr(policy, f) for f in SPLIT_FIELDS}}
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ran = run_all([launch_of(o) for o in tried.values()], f"{op} {direction}", keep=(Exception,))
+                live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
+                nbytes = bench.bytes_of(op, direction, rows, width)
+                got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+            case = f"{op} {direction} {width}"
+            report(case, got, split_name(vars(policy)), f"of {len(tried)} (copy {copy:.0f} GB/s)")
+            cases[case] = got
+    return cases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("group", choices=("cross-entropy", "norms"))
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "f32"), help="cross-entropy's logits")
+    parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
+    a = parser.parse_args()
+    default = "4096" if a.group == "norms" else "512,1024,2048,4096,8192,16384,32768,65536,131072,262144"
+    results = {}
+    for width in (int(w) for w in (a.widths or default).split(",")):
+        cases = cross_entropy(width, a.dtype) if a.group == "cross-entropy" else norms(width)
+        score, name = best_for_all(cases)
+        print(f"## width {width}: best for all {len(cases)} cases together {name} "
+              f"({score:.3f} of each case's best at least)", flush=True)
+        results.update(cases)
+    if os.environ.get("OUT"):
+        path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}.json"
+        path.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""benchmarks/sweep_row_splits.py's CPU parts: the splits it tries stay within a lane's and an SM's limits and the
+configs take them; the split best for several cases together is the one whose worst ratio to each case's best is
+largest."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.sweep_row_splits import best_for_all, split_name, splits
+from tkpy.kernels.cross_entropy_policy import forward_config
+
+
+@pytest.mark.parametrize("width", [512, 4096, 50257, 262144])
+def test_the_splits_stay_within_a_lane_and_an_sm(width):
+    tried = splits(width)
+    assert tried
+    for o in tried:
+        pieces = o["warps_per_row"] * o["cluster"]
+        values = -(-width // (pieces * 256)) * 256 // 32
+        assert values <= 64 and o["warps_per_row"] * o["rows_per_block"] * o["blocks_per_sm"] <= 48, o
+        assert o["cluster"] == 1 or o["rows_per_block"] == 1, o
+    accepted = 0
+    for o in tried:
+        try:
+            c = forward_config(width, "bf16", "mean", True, False, None, **o)
+        except ValueError:
+            continue
+        accepted += 1
+        assert split_name(vars(c)) == split_name(o)
+    assert accepted
+
+
+def test_the_best_split_for_all_cases_maximizes_its_worst_ratio():
+    cases = {"a": {"x": 1.0, "y": 0.9, "z": 0.5}, "b": {"x": 0.5, "y": 0.95, "z": 1.0}}
+    score, name = best_for_all(cases)
+    assert name == "y" and score == pytest.approx(0.9)
