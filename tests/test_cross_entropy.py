@@ -336,15 +336,16 @@ def test_the_policys_kernels_compile_without_spills(width, dtype):
     classes the fit is tight enough that a smaller variant can spill where the fullest does not: each is checked)."""
     torch_dtype = gpu_util.TORCH[dtype]
     x = padded_like(torch.empty(64, width, dtype=torch_dtype))          # (rows 16-byte aligned, as the op's)
-    t, st = torch.empty(64, dtype=torch.int64), torch.empty(64)
+    t, st, ticket = torch.empty(64, dtype=torch.int64), torch.empty(64), torch.empty(1, dtype=torch.int32)
     for weighted in (False, True) if width <= ce.WEIGHTED_SMOOTHING_CLASSES else (False,):
         for smoothing in (False, True):
             c = cross_entropy_policy.forward_config(width, dtype, "mean", True, smoothing, "f32" if weighted else None)
             w = torch.empty(width) if weighted else torch.empty(4)
-            r = cross_entropy_kernel.forward_kernel(c).resources(x, t, w, torch.empty(1), st, st, x, -100, 0.1)
+            r = cross_entropy_kernel.forward_kernel(c).resources(x, t, w, st, torch.empty(1, dtype=torch_dtype), st,
+                                                                 x, st, ticket, -100, 0.1)
             assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
     b = cross_entropy_policy.backward_config(width, dtype, True)
-    r = cross_entropy_kernel.backward_kernel(b).resources(x, st)
+    r = cross_entropy_kernel.backward_kernel(b).resources(x, st.to(torch_dtype))
     assert r.found and r.spill_stores == r.spill_loads == 0, (b.name, r.summary())
 
 

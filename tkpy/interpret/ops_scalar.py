@@ -53,7 +53,11 @@ def store_gl_scalar(warp, op):
     dst, *coord, value = op.args
     g = warp.global_tensor(dst)
     box = _element(warp, g, coord, f"scalar store into `{dst.name}`", op, bool(op.attrs.get("masked")))
-    if box is not None:
+    if box is None:
+        return
+    if value.dtype == i32:                  # an int (wrapped as the 32-bit int it is) into an int32 or int64 tensor
+        box.view(SIGNED[g.dtype.nbytes])[...] = (int(warp.value(value)) + 2**31) % 2**32 - 2**31
+    else:
         box[...] = encode(g.dtype, np.float32(to_f32(warp.value(value))))
 
 
