@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InterpretError
 from ..ir.core import SharedRef
-from ..tiles.dtypes import i32
+from ..tiles.dtypes import INT_DTYPES, i32
 from ..tiles.math_approx import LOG2E, exp2_ftz
 from .mbarrier import Transfer
 from .memory import Part
@@ -55,7 +55,7 @@ def store_gl_scalar(warp, op):
     box = _element(warp, g, coord, f"scalar store into `{dst.name}`", op, bool(op.attrs.get("masked")))
     if box is None:
         return
-    if value.dtype == i32:                  # an int (wrapped as the 32-bit int it is) into an int32 or int64 tensor
+    if g.dtype in INT_DTYPES:               # an int (wrapped as the 32-bit int it is) into an int32 or int64 tensor
         box.view(SIGNED[g.dtype.nbytes])[...] = (int(warp.value(value)) + 2**31) % 2**32 - 2**31
     else:
         box[...] = encode(g.dtype, np.float32(to_f32(warp.value(value))))
