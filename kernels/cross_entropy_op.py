@@ -13,9 +13,30 @@ the logits and the log-sum-exp reads them again and writes the gradient, 3 N C b
 gradient in the forward, as Liger and unsloth do, moves 2 N C b, and the backward scales that gradient by the loss's
 gradient in place: for loss.backward() of a mean or sum that factor is exactly 1 and the backward kernel reads the
 factor and returns, without touching the gradient (it reads and writes it, 2 N C b more, only for another factor:
-gradient accumulation's 1 / steps, a scaled loss, a per-row gradient of reduction "none"). The gradient of the mean
-needs its divisor (the count of rows not ignored, or the sum of their targets' weights) before the kernel writes any:
-a small torch reduction over the targets first.
+gradient accumulation's 1 / steps, a scaled loss, a per-row gradient of reduction "none").
+
+The launches, and nothing of torch's but allocations and views (no reduction, conversion or fill: the op is its
+kernels, tests/test_cross_entropy.py counts them):
+- "mean": two. The prologue (cross_entropy_kernel.prologue_kernel) zeroes the forward's ticket and computes the
+  divisor the gradient needs before any of it is written (the count of rows not ignored, or the sum of their
+  targets' weights) as partial sums, one a block over up to MAX_PARTIALS blocks of consecutive rows (16 target loads
+  in flight a warp: 10M rows take 1024 blocks); each warp of the forward adds the partials in one order before its
+  first row, every warp to the same bits. The forward kernel then adds each block's rows' losses (already divided)
+  into the block's partial, and its last block to finish (tk.last_block: a fence and an int32 atomic ticket) adds
+  the partials in block order, writes the loss in the logits' dtype (torch's), and sets the ticket back to 0. No
+  float atomics: the loss is the same bits every run.
+- "sum": two, the prologue with one warp setting the ticket to 0, then the forward as for the mean. Why that small
+  kernel and not a memset node (cuMemsetD32Async) or torch's zero_(): tkpy kernels are launched with programmatic
+  dependent launch (runtime/dependent_launch.py: a kernel's blocks start while the kernel before it on the stream
+  ends, and wait for it), which works between kernels only: after a memset the forward would start cold, its launch
+  latency no longer hidden behind the work before it; torch's zero_() is itself a kernel launch (its fill kernel),
+  no cheaper on the host than tkpy's (design.md: 5.9 and 5.8 us); a memset through cuda-bindings may cost the host
+  less (unmeasured). A ticket kept between calls instead, left at 0 by each forward's last block, would need no
+  launch, but calls on two streams (or CUDA graphs replayed on two) would share it. Each call's ticket and partials
+  are one fresh workspace of torch's allocator, private to the call's stream.
+- "none": one, the forward kernel writing each row's loss in the logits' dtype.
+- the backward: one, reading the loss's gradient in its own dtype (no conversion first), or none where autograd has
+  nothing to scale; a gradient expanded from one value (loss.sum() of a "none" loss) reads that one value.
 No full-size softmax is kept: the gradient tensor, which autograd hands on, is the only N x C buffer. The backward
 mutates the buffer the forward saved, so a graph's backward runs once (retain_graph=True and a second backward
 raise). Precision: the gradient is rounded to the logits' dtype once for a factor of 1, twice for another (the

@@ -125,8 +125,7 @@ def user_frame():
 def user_loc() -> Loc:
     """File and line of the statement being made: of the innermost caller outside the tkpy package and contextlib
     (the kernel, a method of a template's class and the template library parts it calls, tkpy.kernels installed);
-    or, for a
-    statement a block template's own code makes (no user code between it and the traced function), of the
+    or, for a statement a block template's own code makes (no user code between it and the traced function), of the
     innermost template line, marked with the template's name."""
     ctx = _active.ctx
     entry = ctx.entry if ctx is not None else None
