@@ -474,7 +474,7 @@ def test_policy_choices_match_the_golden_record():
         GOLDEN.write_text(json.dumps(choices(), indent=1) + "\n")
     assert choices() == {k: tuple(v) for k, v in json.loads(GOLDEN.read_text()).items()}
     tables = [row for table in cross_entropy_policy.FORWARD.values() for _, row in table]
-    assert all(row.evidence for row in tables + [cross_entropy_policy.BACKWARD])
+    assert all(row.evidence for row in tables + [cross_entropy_policy.BACKWARD, cross_entropy_policy.PROLOGUE])
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
@@ -496,6 +496,18 @@ def test_the_policys_kernels_compile_without_spills(width, dtype):
     b = cross_entropy_policy.backward_config(width, dtype, True)
     r = cross_entropy_kernel.backward_kernel(b).resources(x, st.to(torch_dtype))
     assert r.found and r.spill_stores == r.spill_loads == 0, (b.name, r.summary())
+
+
+@pytest.mark.parametrize("reduction,weight", [("mean", None), ("mean", "bf16"), ("mean", "f32"), ("sum", None)])
+def test_the_prologues_compile_without_spills(reduction, weight):
+    """NVRTC: the policy's prologues (16 targets, and their weights, in flight a warp) in registers."""
+    c = cross_entropy_policy.prologue_config(reduction, weight)
+    t, w = torch.empty(64, dtype=torch.int64), torch.empty(1000, dtype=gpu_util.TORCH[weight or "f32"])
+    r = cross_entropy_kernel.prologue_kernel(c).resources(t if c.count else torch.empty(2, dtype=torch.int64),
+                                                          w if weight else torch.empty(4),
+                                                          torch.empty(8 if c.count else 4),
+                                                          torch.empty(1, dtype=torch.int32), -100, 128)
+    assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 
 
 def test_the_benchmarks_functions_agree_and_count_the_bytes_once():

@@ -1,9 +1,13 @@
 """Atomic read-modify-write of global memory: counters for hand-offs between blocks (e.g. the last of a task's
 split-K blocks merging the others' results), histograms; and that hand-off itself, tk.last_block:
 
-    tk.store(partials, block_total, (tk.block_idx.x,))    # each block's part (here by warp 0)
+    with tk.if_(tk.warp_id() == 0):
+        tk.store(parts, part, (tk.block_idx.x,))         # each block's part
     with tk.last_block(ticket):                          # warp 0 of the block that finishes last
-        tk.store(total, sum_of(partials), (0,))           # sees every block's part
+        for b in tk.range(tk.grid_dim.x):                # sees every block's part
+            ...
+(tests/test_atomic.py's block_totals; kernels/row_split.py's block_partial and sum_partials add the parts in one
+order, cross-entropy's loss).
 """
 from __future__ import annotations
 
