@@ -1,7 +1,8 @@
 """The policy of the cross-entropy kernels (kernels/cross_entropy_kernel.py): how a row of each vocabulary size and
 dtype is split (warps a row, rows a block, blocks a cluster), the blocks an SM, whether the next row's logits load a
-row ahead; the backward's pieces; the mean's prologue (warps a block, targets a warp loads at a time). Each table row carries its evidence; tests/test_cross_entropy.py keeps a golden
-record of the choices (tests/golden/cross_entropy_policy.json).
+row ahead; the backward's pieces; the mean's prologue (warps a block, targets a warp loads at a time). Each table row
+carries its evidence; tests/test_cross_entropy.py keeps a golden record of the choices
+(tests/golden/cross_entropy_policy.json).
 
 The aim, as the norms' (kernels/norm_policy.py): a row's piece in each lane at most 16 fp32 values up to 64k classes
 (a block of 16 warps holds 8192, clusters of 2-8 blocks the wider rows), the row in one pass over memory, so that the
