@@ -20,7 +20,7 @@ kernels, tests/test_cross_entropy.py counts them):
 - "mean": two. The prologue (cross_entropy_kernel.prologue_kernel) zeroes the forward's ticket and computes the
   divisor the gradient needs before any of it is written (the count of rows not ignored, or the sum of their
   targets' weights) as partial sums, one a block over up to MAX_PARTIALS blocks of consecutive rows (16 target loads
-  in flight a warp: 10M rows take 1024 blocks); each warp of the forward adds the partials in one order before its
+  in flight a warp: 10M rows take 1015 blocks); each warp of the forward adds the partials in one order before its
   first row, every warp to the same bits. The forward kernel then adds each block's rows' losses (already divided)
   into the block's partial, and its last block to finish (tk.last_block: a fence and an int32 atomic ticket) adds
   the partials in block order, writes the loss in the logits' dtype (torch's), and sets the ticket back to 0. No

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tkpy.interpret.launch import Interpreted
 from tkpy.kernels import cross_entropy_kernel, cross_entropy_op as ce, cross_entropy_policy, row_split
+from tkpy.kernels.cross_entropy_config import MAX_PARTIALS, PrologueConfig
 from tkpy.kernels.tensor_layout import padded_like
 
 ULP = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -10, torch.float32: 2 ** -20}
@@ -215,6 +216,27 @@ def test_the_prologues_partials_are_the_divisor():
         assert abs(divisor.double().sum().item() - expected) <= 2 ** -20 * expected
     divisor, partials, ticket = ce._prologue(t, None, -100, "sum", 5, None)     # the ticket only
     assert divisor.numel() == 4 and partials.shape == (5,) and ticket.item() == 0
+
+
+@pytest.mark.parametrize("rows", [1, 2, 127, 128, 129, 16384, 131072, 131073, 1_000_003, 10_000_000, 2 ** 31 - 1])
+def test_the_prologues_grid_covers_the_rows_once(rows):
+    """Blocks of whole steps (span a multiple of warps x unroll), every row in one block, no block past the rows, at
+    most MAX_PARTIALS blocks (10M rows: 1015 blocks of 9856 rows)."""
+    c = cross_entropy_policy.prologue_config("mean")
+    blocks, span = c.grid(rows)
+    assert 1 <= blocks <= MAX_PARTIALS and span % c.rows_a_step == 0
+    assert (blocks - 1) * span < rows <= blocks * span
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(count=False), "without count .* one warp, unroll 1 and no weights"),
+    (dict(warps=33), "warps must be an int from 1 to 32"),
+    (dict(unroll=0), "unroll must be an int from 1 to 32"),
+    (dict(weight="fp8"), "weight must be one of"),
+])
+def test_prologue_configs_check_themselves(fields, match):
+    with pytest.raises(ValueError, match="PrologueConfig: " + match):
+        PrologueConfig(**fields)
 
 
 class _Calls(TorchDispatchMode):
