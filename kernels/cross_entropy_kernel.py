@@ -1,5 +1,10 @@
-"""The bodies of the cross-entropy kernels (kernels/cross_entropy_op.py is the API): the fused forward, which writes the
-logits' gradient in the pass that computes the loss, and the backward, which scales that gradient in place.
+"""The bodies of the cross-entropy kernels (kernels/cross_entropy_op.py is the API): the prologue of a reduced loss, the
+fused forward, which writes the logits' gradient in the pass that computes the loss, and the backward, which scales
+that gradient in place.
+
+Prologue ("mean" and "sum"): block 0 zeroes the forward's ticket; for the mean, each block writes its part of the
+divisor, the count of its rows not ignored (or the sum of their targets' weights), which each warp of the forward
+adds up in one order (kernels/row_split.py's partial sums) before its first row.
 
 Forward, for each row of logits x with target class t (a block, or a cluster of blocks, a row; kernels/row_split.py):
 the target is read first (a row ahead); an ignored row (t == ignore_index, and the rows past the last) reads no
@@ -13,6 +18,9 @@ weights), gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (
 s - (1 - eps) n others / s - q w[t] (tk.index_fill: the one element of the piece holding t), whose digits hold where
 p[t] is near 1 (e[t] a - n would cancel). Without smoothing: loss n (lse - x[t]), gradient e n / s, -n others / s at
 t.
+The loss: "none" writes each row's in the logits' dtype; "mean" and "sum" add each block's rows' in loop order, write
+the block's sum to its partial, and the last block to finish (tk.last_block) adds the partials in block order and
+writes the loss in the logits' dtype (for the mean times 0 x share more: NaN over no rows, torch's 0 / 0).
 
 Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
@@ -21,13 +29,45 @@ import functools
 import math
 
 import tkpy as tk
-from tkpy import bf16, f32, fp16, i64
+from tkpy import bf16, f32, fp16, i32, i64
 
-from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig
+from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig, PrologueConfig
 from . import row_split as split
-from .row_split import piece_place, piece_tasks, placeholder, row_max, row_sum
+from .row_split import block_partial, piece_place, piece_tasks, placeholder, row_max, row_sum, sum_partials
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
+
+
+@functools.cache
+def prologue_kernel(c: PrologueConfig):
+    """The forward's ticket zeroed; with c.count, each block's part of the mean's divisor (see the module's
+    docstring). `span`: rows a block (a multiple of c.rows_a_step)."""
+    wt = DTYPES[c.weight] if c.weight else f32
+
+    @tk.kernel(warps=c.warps, name=c.name)
+    def cross_entropy_prologue(target: tk.gl[i64, "R"] if c.count else placeholder(i64),
+                               weight: tk.gl[wt, "C"] if c.weight else placeholder(wt),
+                               partials: tk.gl[f32, "P"] if c.count else placeholder(f32), ticket: tk.gl[i32, 1],
+                               ignore_index: int, span: int):
+        with tk.if_((tk.block_idx.x == 0) & (tk.warp_id() == 0)):
+            tk.store(ticket, 0, (0,))
+        if not c.count:
+            return
+        count = tk.var(0.0, "count")
+        for step in tk.range(0, span, c.rows_a_step):
+            row = tk.let(tk.block_idx.x * span + step + tk.warp_id() * c.unroll, "row")
+            t = [tk.var(0, "t") for _ in range(c.unroll)]
+            for u in range(c.unroll):                        # (in flight together; past the last row: ignored)
+                tk.load(t[u], target, (row + u,), fill=ignore_index)
+            if c.weight:                                     # (a target outside the classes: its loss is NaN)
+                w = [tk.var(0.0, "w") for _ in range(c.unroll)]
+                for u in range(c.unroll):
+                    tk.load(w[u], weight, (tk.call("min", tk.call("max", t[u], 0), weight.cols - 1),))
+            for u in range(c.unroll):
+                with tk.if_(t[u] != ignore_index):
+                    count += w[u] if c.weight else 1.0
+        block_partial(partials, count)
+    return cross_entropy_prologue
 
 
 @functools.cache
@@ -36,23 +76,22 @@ def forward_kernel(c: CrossEntropyConfig):
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else f32
     rows = tk.gl[dt, "R", n]
-    mean, weighted = c.reduction == "mean", c.weight is not None
+    mean, weighted, reduced = c.reduction == "mean", c.weight is not None, c.reduction != "none"
     fill = 0.0 if c.smoothing else -math.inf          # past the row's end (smoothing: 0 for the sum of x, then -inf)
 
     @tk.kernel(**c.kernel_options(), name=c.name)
     def cross_entropy_forward(logits: rows, target: tk.gl[i64, "R"],
                               weight: tk.gl[wt, n] if weighted else placeholder(wt),
-                              divisor: tk.gl[f32, 1] if mean else placeholder(f32), loss: tk.gl[f32, "R"],
-                              lse: tk.gl[f32, "R"], dlogits: rows if c.grad else placeholder(dt), ignore_index: int,
+                              divisor: tk.gl[f32, "Q"] if mean else placeholder(f32),
+                              loss: tk.gl[dt, 1] if reduced else tk.gl[dt, "R"], lse: tk.gl[f32, "R"],
+                              dlogits: rows if c.grad else placeholder(dt),
+                              partials: tk.gl[f32, "P"] if reduced else placeholder(f32),
+                              ticket: tk.gl[i32, 1] if reduced else placeholder(i32), ignore_index: int,
                               smoothing: float):
         part = tk.let(split.part_of(c), "part")
         first = tk.let(part * piece, "first")                # this piece's first column
-        if mean:
-            total = tk.var(0.0, "total")
-            tk.load(total, divisor, (0,))
-            share = tk.let(1.0 / total, "share")             # each row's share of the mean (inf for no rows)
-        else:
-            share = 1.0
+        if reduced:
+            rows_loss = tk.var(0.0, "rows_loss")              # this warp's rows' (its block's partial, over warps)
         if weighted and c.smoothing:                          # this warp's piece of the weights, for every row
             wv = tk.rv(wt, piece, "contig")
             tk.load(wv, weight, (part,), fill=0.0)
@@ -66,6 +105,10 @@ def forward_kernel(c: CrossEntropyConfig):
             ahead, t_after = tk.rv(dt, piece, "contig"), tk.var(0, "t_after")
             tk.load(t_after, target, (split.row_of(c, split.first_step(c) + split.stride(c)),), fill=ignore_index)
             _load_unless_ignored(ahead, logits, split.row_of(c, split.first_step(c)), part, t_next, ignore_index, fill)
+        if mean:                                             # (the first loads in flight meanwhile)
+            share = tk.let(1.0 / sum_partials(divisor), "share")     # a row's share of the mean (inf for no rows)
+        else:
+            share = 1.0
         for step in split.steps(c, logits.rows):
             row = split.row_of(c, step)
             tk.assign(t, t_next)
@@ -83,7 +126,8 @@ def forward_kernel(c: CrossEntropyConfig):
                     tk.zero(v)
                     tk.store(dlogits, v, (row, part), masked=True)
                 with tk.if_(part == 0):
-                    tk.store(loss, 0.0 * share, (row,), masked=True)
+                    if not reduced:
+                        tk.store(loss, 0.0, (row,), masked=True)
                     tk.store(lse, 0.0, (row,), masked=True)
             with tk.else_():
                 if not c.prefetch:
@@ -119,7 +163,10 @@ def forward_kernel(c: CrossEntropyConfig):
                 else:
                     value = nll * (r - xt)
                 with tk.if_(part == 0):
-                    tk.store(loss, value, (row,), masked=True)
+                    if reduced:
+                        rows_loss += value
+                    else:
+                        tk.store(loss, value, (row,), masked=True)
                     tk.store(lse, r, (row,), masked=True)
                 if c.grad:                                   # gradient = e a - q w, at t less (1 - eps) nll more
                     if c.smoothing:
@@ -138,6 +185,11 @@ def forward_kernel(c: CrossEntropyConfig):
                         at_target = -nll * others / s
                     tk.index_fill(v, v, t - first, at_target)
                     tk.store(dlogits, v, (row, part), masked=True)
+        if reduced:                                          # the block's partial; the last block's sum of them
+            block_partial(partials, rows_loss)
+            with tk.last_block(ticket):
+                total = sum_partials(partials)
+                tk.store(loss, total + 0.0 * share if mean else total, (0,))
     return cross_entropy_forward
 
 
@@ -150,10 +202,10 @@ def _load_unless_ignored(v, logits, row, part, t, ignore_index, fill):
 @functools.cache
 def backward_kernel(c: GradScaleConfig):
     """grad *= factor (one for all rows, or one a row), in place; rows whose factor is exactly 1 are not touched."""
-    dt, n = DTYPES[c.dtype], c.width
+    dt, n, ft = DTYPES[c.dtype], c.width, DTYPES[c.factor]
 
     @tk.kernel(warps=c.warps, blocks_per_sm=c.blocks_per_sm, name=c.name)
-    def cross_entropy_backward(grad: tk.gl[dt, "R", n], factor: tk.gl[f32, "R"] if c.per_row else tk.gl[f32, 1]):
+    def cross_entropy_backward(grad: tk.gl[dt, "R", n], factor: tk.gl[ft, "R"] if c.per_row else tk.gl[ft, 1]):
         f = tk.var(0.0, "f")
         v = tk.rv(f32, c.piece, "contig")
 

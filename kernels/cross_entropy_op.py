@@ -13,9 +13,30 @@ the logits and the log-sum-exp reads them again and writes the gradient, 3 N C b
 gradient in the forward, as Liger and unsloth do, moves 2 N C b, and the backward scales that gradient by the loss's
 gradient in place: for loss.backward() of a mean or sum that factor is exactly 1 and the backward kernel reads the
 factor and returns, without touching the gradient (it reads and writes it, 2 N C b more, only for another factor:
-gradient accumulation's 1 / steps, a scaled loss, a per-row gradient of reduction "none"). The gradient of the mean
-needs its divisor (the count of rows not ignored, or the sum of their targets' weights) before the kernel writes any:
-a small torch reduction over the targets first.
+gradient accumulation's 1 / steps, a scaled loss, a per-row gradient of reduction "none").
+
+The launches, and nothing of torch's but allocations and views (no reduction, conversion or fill: the op is its
+kernels, tests/test_cross_entropy.py counts them):
+- "mean": two. The prologue (cross_entropy_kernel.prologue_kernel) zeroes the forward's ticket and computes the
+  divisor the gradient needs before any of it is written (the count of rows not ignored, or the sum of their
+  targets' weights) as partial sums, one a block over up to MAX_PARTIALS blocks of consecutive rows (16 target loads
+  in flight a warp: 10M rows take 1015 blocks); each warp of the forward adds the partials in one order before its
+  first row, every warp to the same bits. The forward kernel then adds each block's rows' losses (already divided)
+  into the block's partial, and its last block to finish (tk.last_block: a fence and an int32 atomic ticket) adds
+  the partials in block order, writes the loss in the logits' dtype (torch's), and sets the ticket back to 0. No
+  float atomics: the loss is the same bits every run.
+- "sum": two, the prologue with one warp setting the ticket to 0, then the forward as for the mean. Why that small
+  kernel and not a memset node (cuMemsetD32Async) or torch's zero_(): tkpy kernels are launched with programmatic
+  dependent launch (runtime/dependent_launch.py: a kernel's blocks start while the kernel before it on the stream
+  ends, and wait for it), which works between kernels only: after a memset the forward would start cold, its launch
+  latency no longer hidden behind the work before it; torch's zero_() is itself a kernel launch (its fill kernel),
+  no cheaper on the host than tkpy's (design.md: 5.9 and 5.8 us); a memset through cuda-bindings may cost the host
+  less (unmeasured). A ticket kept between calls instead, left at 0 by each forward's last block, would need no
+  launch, but calls on two streams (or CUDA graphs replayed on two) would share it. Each call's ticket and partials
+  are one fresh workspace of torch's allocator, private to the call's stream.
+- "none": one, the forward kernel writing each row's loss in the logits' dtype.
+- the backward: one, reading the loss's gradient in its own dtype (no conversion first), or none where autograd has
+  nothing to scale; a gradient expanded from one value (loss.sum() of a "none" loss) reads that one value.
 No full-size softmax is kept: the gradient tensor, which autograd hands on, is the only N x C buffer. The backward
 mutates the buffer the forward saved, so a graph's backward runs once (retain_graph=True and a second backward
 raise). Precision: the gradient is rounded to the logits' dtype once for a factor of 1, twice for another (the
@@ -28,19 +49,21 @@ interpreter.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
 from . import cross_entropy_kernel as body
 from .cross_entropy_config import MAX_WIDTH, REDUCTIONS, WEIGHTED_SMOOTHING_CLASSES
-from .cross_entropy_policy import backward_config, forward_config
+from .cross_entropy_policy import backward_config, forward_config, prologue_config
 from .op_support import check_device, define, direct_call_ok, needs_grad, resident_blocks
 from .row_split import INTERPRETER_SMS, grid, piece_grid, placeholder_tensor as placeholder
 from .tensor_layout import ALIGN, padded_copy, padded_like, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f32"}
 INT32 = (-2 ** 31, 2 ** 31 - 1)
+WORDS = ALIGN // 4                          # 4-byte words of 16 bytes: the prologue's workspace views' alignment
 
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None, *,
@@ -65,9 +88,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
             raise NotImplementedError("cross_entropy: no gradient for the per-class weights (the logits' only); "
                                       "pass weight.detach()")
         loss, _, _ = cross_entropy_op(logits, targets, weight, ignore_index, smoothing, reduction, needs_grad(input))
-    if input.dim() == 1 and reduction == "none":
-        loss = loss.view(())
-    return loss.to(input.dtype)
+    return loss.view(()) if input.dim() == 1 and reduction == "none" else loss
 
 
 def _rows(input: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,42 +143,56 @@ def checked(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | N
 
 
 def forward(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
-            smoothing: float, reduction: str, grad: bool, options: dict | None = None):
-    """(loss, lse, dlogits): the loss (0-d fp32 for "mean" and "sum", one a row for "none"), the rows' log-sum-exp
-    (fp32; 0 for ignored rows), and with `grad` the gradient of the loss for a loss gradient of 1 (the logits' dtype
-    and shape; empty without). `options`: CrossEntropyConfig fields over the policy's (tests, the benchmark)."""
+            smoothing: float, reduction: str, grad: bool, options: dict | None = None,
+            prologue: dict | None = None):
+    """(loss, lse, dlogits): the loss in the logits' dtype (0-d for "mean" and "sum", one a row for "none"), the
+    rows' log-sum-exp (fp32; 0 for ignored rows), and with `grad` the gradient of the loss for a loss gradient of 1
+    (the logits' dtype and shape; empty without). `options` / `prologue`: CrossEntropyConfig / PrologueConfig
+    fields over the policy's (tests, the benchmark)."""
     classes = checked(logits, target, weight, ignore_index, smoothing, reduction)
-    rows = logits.shape[0]
+    rows, device, reduced = logits.shape[0], logits.device, reduction != "none"
     if not logits.is_cuda:
         _check_targets(target, classes, ignore_index)
-    per_row = logits.new_empty(rows, dtype=torch.float32)
+    loss = logits.new_empty(() if reduced else rows)
     lse = logits.new_empty(rows, dtype=torch.float32)
     dlogits = gradient_buffer(logits) if grad else logits.new_empty(0)
-    if rows:
-        c = forward_config(classes, DTYPES[logits.dtype], reduction, grad, smoothing > 0,
-                           DTYPES[weight.dtype] if weight is not None else None, **(options or {}))
-        x = logits if tma_ready(logits) else padded_copy(logits)
-        t = target if tma_ready(target) else target.clone()
-        f32 = placeholder(torch.float32, logits.device)
-        w = f32 if weight is None else weight if tma_ready(weight) else weight.clone()
-        args = (x, t, w, _divisor(target, weight, ignore_index) if reduction == "mean" else f32, per_row, lse,
-                dlogits if grad else placeholder(logits.dtype, logits.device), ignore_index, smoothing)
-        kernel = body.forward_kernel(c)
-        kernel[(grid(kernel, c, rows, args),)](*args)
-    if reduction == "none":
-        return per_row, lse, dlogits
-    total = per_row.sum()                                    # ("mean": each row came divided by the count)
-    return (total if rows or reduction == "sum" else total / 0.0), lse, dlogits
+    if not rows:                                             # (the mean of no rows: NaN, as torch's 0 / 0)
+        return (loss.fill_(math.nan if reduction == "mean" else 0.0) if reduced else loss), lse, dlogits
+    c = forward_config(classes, DTYPES[logits.dtype], reduction, grad, smoothing > 0,
+                       DTYPES[weight.dtype] if weight is not None else None, **(options or {}))
+    x = logits if tma_ready(logits) else padded_copy(logits)
+    t = target if tma_ready(target) else target.clone()
+    f32 = placeholder(torch.float32, device)
+    w = f32 if weight is None else weight if tma_ready(weight) else weight.clone()
+    args = [x, t, w, f32, loss.view(1) if reduced else loss, lse,
+            dlogits if grad else placeholder(logits.dtype, device), f32, placeholder(torch.int32, device),
+            ignore_index, smoothing]
+    kernel = body.forward_kernel(c)
+    blocks = grid(kernel, c, rows, args)           # (the placeholders stand in for the partials in the query)
+    if reduced:
+        args[3], args[7], args[8] = _prologue(t, None if weight is None else w, ignore_index, reduction, blocks,
+                                              prologue)
+    kernel[(blocks,)](*args)
+    return loss, lse, dlogits
 
 
-def _divisor(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
-    """The mean's divisor as a 1-element fp32 tensor: the count of rows not ignored, or the sum of their targets'
-    weights (torch's; a target outside the classes reads class 0's here, and gives NaN in the kernel)."""
-    valid = target != ignore_index
-    if weight is None:
-        return valid.sum(dtype=torch.float32).view(1)
-    picked = weight[target.clamp(0, weight.shape[0] - 1)].float()
-    return torch.where(valid, picked, 0.0).sum().view(1)
+def _prologue(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str, blocks: int,
+              options: dict | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the prologue of a reduced loss whose forward runs `blocks` blocks; returns the forward's (divisor
+    partials, loss partials, ticket): views of one workspace of this call's (no two calls share one), the divisor's
+    a placeholder for the sum."""
+    p = prologue_config(reduction, DTYPES[weight.dtype] if weight is not None else None, **(options or {}))
+    parts, span = p.grid(target.shape[0])
+    counts = -(-parts // WORDS) * WORDS if p.count else 0          # (each view 16-byte aligned)
+    space = target.new_empty(WORDS + counts + blocks, dtype=torch.float32)
+    ticket, divisor, partials = space[:1].view(torch.int32), space[WORDS:WORDS + parts], space[WORDS + counts:]
+    f32 = placeholder(torch.float32, target.device)
+    if p.count:
+        body.prologue_kernel(p)[(parts,)](target, f32 if weight is None else weight, divisor, ticket, ignore_index,
+                                          span)
+        return divisor, partials, ticket
+    body.prologue_kernel(p)[(1,)](placeholder(torch.int64, target.device), f32, f32, ticket, ignore_index, span)
+    return f32, partials, ticket
 
 
 def gradient_buffer(logits: torch.Tensor) -> torch.Tensor:
@@ -178,22 +213,26 @@ def _check_targets(target: torch.Tensor, classes: int, ignore_index: int) -> Non
 
 
 def backward(grad_logits: torch.Tensor, grad_loss: torch.Tensor, options: dict | None = None) -> None:
-    """grad_logits (the forward's dlogits) *= grad_loss, in place: one factor (0-d grad_loss) or one a row ((N,));
-    rows whose factor is exactly 1 are not touched. `options`: GradScaleConfig fields over the policy's."""
+    """grad_logits (the forward's dlogits) *= grad_loss, in place: one factor (0-d grad_loss, or one of shape (N,)
+    expanded from one: the gradient of loss.sum() or .mean() of a "none" loss) or one a row ((N,)), read in its own
+    dtype (bf16, fp16 or fp32: no conversion first); rows whose factor is exactly 1 are not touched. `options`:
+    GradScaleConfig fields over the policy's."""
     check_device("cross_entropy_backward", grad_logits)
     if grad_logits.dim() != 2 or grad_logits.dtype not in DTYPES:
         raise ValueError(f"cross_entropy_backward: grad_logits must be (N, C) bf16, fp16 or fp32, got "
                          f"{tuple(grad_logits.shape)} {grad_logits.dtype}")
     rows, classes = grad_logits.shape
-    if grad_loss.shape not in ((), (rows,)) or grad_loss.device != grad_logits.device:
-        raise ValueError(f"cross_entropy_backward: the loss's gradient must be 0-d or of shape ({rows},) on "
-                         f"{grad_logits.device}, got {tuple(grad_loss.shape)} on {grad_loss.device}")
+    if grad_loss.shape not in ((), (rows,)) or grad_loss.device != grad_logits.device \
+            or grad_loss.dtype not in DTYPES:
+        raise ValueError(f"cross_entropy_backward: the loss's gradient must be 0-d or of shape ({rows},), bf16, fp16 "
+                         f"or fp32, on {grad_logits.device}; got {tuple(grad_loss.shape)} {grad_loss.dtype} on "
+                         f"{grad_loss.device}")
     if not rows:
         return
-    per_row = grad_loss.dim() == 1
-    factor = grad_loss.to(torch.float32).reshape(-1)
+    per_row = grad_loss.dim() == 1 and grad_loss.stride(0) != 0      # (stride 0: one factor, expanded)
+    factor = grad_loss if per_row else (grad_loss if grad_loss.dim() == 0 else grad_loss[0]).view(1)
     factor = factor if tma_ready(factor) else factor.clone()
-    c = backward_config(classes, DTYPES[grad_logits.dtype], per_row, **(options or {}))
+    c = backward_config(classes, DTYPES[grad_logits.dtype], per_row, DTYPES[grad_loss.dtype], **(options or {}))
     kernel = body.backward_kernel(c)
     rows_ = grad_logits if tma_ready(grad_logits) else padded_copy(grad_logits)   # (the forward's is never copied)
     args = (rows_, factor)
@@ -212,7 +251,7 @@ def _forward_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[tor
 def _forward_fake(logits, target, weight, ignore_index, label_smoothing, reduction, grad):
     checked(logits, target, weight, ignore_index, label_smoothing, reduction)
     rows, classes = logits.shape
-    loss = logits.new_empty(rows if reduction == "none" else (), dtype=torch.float32)
+    loss = logits.new_empty(rows if reduction == "none" else ())
     dlogits = gradient_buffer(logits) if grad else logits.new_empty(0)
     return loss, logits.new_empty(rows, dtype=torch.float32), dlogits
 

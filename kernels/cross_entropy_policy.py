@@ -1,7 +1,8 @@
 """The policy of the cross-entropy kernels (kernels/cross_entropy_kernel.py): how a row of each vocabulary size and
 dtype is split (warps a row, rows a block, blocks a cluster), the blocks an SM, whether the next row's logits load a
-row ahead; and the backward's pieces. Each table row carries its evidence; tests/test_cross_entropy.py keeps a golden
-record of the choices (tests/golden/cross_entropy_policy.json).
+row ahead; the backward's pieces; the mean's prologue (warps a block, targets a warp loads at a time). Each table row
+carries its evidence; tests/test_cross_entropy.py keeps a golden record of the choices
+(tests/golden/cross_entropy_policy.json).
 
 The aim, as the norms' (kernels/norm_policy.py): the row in one pass over memory, so that the logits are read once,
 with as many bytes in flight an SM as cover the memory's latency. Swept on the H200 (RESULTS.md run 274): few warps a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig
+from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig, PrologueConfig
 from .op_support import Row
 from .row_split import CHUNK, warps_for
 
@@ -86,6 +87,10 @@ WEIGHTED_PREFETCH = 65536    # weights with smoothing: one block an SM, and past
 # The backward, an elementwise pass: (chunks of 256 elements a warp's piece, warps, blocks_per_sm).
 BACKWARD = Row((4, 8, 2), "register fit, unmeasured: 32 fp32 values a lane, 8 warps x 2 blocks x 16 KB in flight "
                           "an SM; to be timed by bench_memory_bound.py")
+# The mean's prologue: (warps, targets a warp loads at a time). 128 rows a block step: up to 131072 rows one step a
+# block; 10M rows (10 classes) over MAX_PARTIALS blocks, 16 loads in flight a warp, 8 warps a block.
+PROLOGUE = Row((8, 16), "unmeasured: scalar target loads in flight (16 a warp, 8192 warps at 1024 blocks); to be "
+                        "timed by bench_memory_bound.py")
 
 
 def forward_split(width: int, dtype: str, weighted_smoothing: bool = False) -> Row:
@@ -113,9 +118,20 @@ def forward_config(width: int, dtype: str, reduction: str, grad: bool, smoothing
     return replace(c, **forced) if forced else c
 
 
-def backward_config(width: int, dtype: str, per_row: bool, **forced) -> GradScaleConfig:
-    """The backward kernel a call runs (`forced`: GradScaleConfig fields over the table's)."""
+def prologue_config(reduction: str, weight: str | None = None, **forced) -> PrologueConfig:
+    """The kernel before the forward of a reduced loss: the mean's divisor (and the ticket), or for the sum the
+    ticket alone (`forced`: PrologueConfig fields over the table's)."""
+    if reduction != "mean":
+        return PrologueConfig(False, warps=1, unroll=1)
+    warps, unroll = PROLOGUE.value
+    c = PrologueConfig(True, weight, warps, unroll)
+    return replace(c, **forced) if forced else c
+
+
+def backward_config(width: int, dtype: str, per_row: bool, factor: str | None = None, **forced) -> GradScaleConfig:
+    """The backward kernel a call runs, its loss gradient of dtype `factor` (None: the gradient's dtype, the loss's
+    for autograd; `forced`: GradScaleConfig fields over the table's)."""
     chunks, warps, blocks_per_sm = BACKWARD.value
-    c = GradScaleConfig(width, dtype, per_row, chunks=max(1, min(chunks, -(-width // CHUNK))), warps=warps,
-                        blocks_per_sm=blocks_per_sm)
+    c = GradScaleConfig(width, dtype, per_row, factor or dtype, chunks=max(1, min(chunks, -(-width // CHUNK))),
+                        warps=warps, blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c

@@ -17,6 +17,12 @@ reduction.
     placeholder, placeholder_tensor                  tensors a config does not have
     warps_for, grid_for, grid                        the policy's and the launch's arithmetic
     PieceSplit, piece_tasks, piece_place, piece_grid the elementwise kernels' (row, piece) tasks
+    block_partial, sum_partials                      a launch's sum over its blocks, in a fixed order
+
+A sum over a whole launch (cross-entropy's loss and its mean's divisor) goes through a vector of partials, one a
+block: each block's sum over its warps (tk.block.sum's one order) written to its element, then summed by whoever
+needs the total, after the launch or in its last block (tk.last_block), in one order too: the same bits every run,
+where float atomics would add in the order the blocks happen to finish.
 """
 # (No `from __future__ import annotations`: the kernels' bodies call these while they are traced.)
 from dataclasses import dataclass
@@ -161,6 +167,31 @@ def placeholder_tensor(dtype, device):
         t = _PLACEHOLDERS[key] = torch.zeros(PLACEHOLDER // torch.empty(0, dtype=dtype).element_size(), dtype=dtype,
                                              device=device)
     return t
+
+
+def block_partial(partials, value) -> None:
+    """partials[block] = the sum of `value` (a float scalar, each warp's own) over the block's warps, in one order
+    (tk.block.sum): every warp of the block calls it."""
+    total = tk.block.sum(value)
+    with tk.if_(tk.warp_id() == 0):
+        tk.store(partials, total, (tk.block_idx.x,))
+
+
+PARTIAL_CHUNKS = 4                          # chunks of 256 partials sum_partials loads at a time
+
+
+def sum_partials(partials):
+    """The sum of the fp32 vector `partials` (a gl of a run-time length), in one order: chunks of 256 each summed
+    over the warp (tk.sum), added in turn, PARTIAL_CHUNKS loaded at a time. The same bits in every warp that calls
+    it (a runtime float scalar)."""
+    total = tk.var(0.0, "total")
+    chunks = [tk.rv(tk.f32, CHUNK, "contig", name="partial") for _ in range(PARTIAL_CHUNKS)]
+    for i in tk.range(tk.cdiv(partials.cols, CHUNK * PARTIAL_CHUNKS)):
+        for k, v in enumerate(chunks):
+            tk.load(v, partials, (i * PARTIAL_CHUNKS + k,), fill=0.0)
+        for v in chunks:
+            total += tk.sum(v)
+    return total
 
 
 # -- in the policies and the launches -------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """tk.atomic_add, tk.threadfence and tk.warpgroup.any: counters between blocks and the "last block merges"
 hand-off (each block writes its part, fences, counts itself in; the block that counts last reads every part
-and resets the counter for the next launch), in the CPU interpreter, the C++ and on the GPU where there is one."""
+and resets the counter for the next launch), written out and as tk.last_block, in the CPU interpreter, the C++ and
+on the GPU where there is one."""
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -71,6 +74,59 @@ def test_last_block_merges_in_the_interpreter():
     run_last_block("cpu", 5, 2, lambda *args: last_block_sums.interpret[(5,)](*args))
 
 
+@tk.kernel(warps=4)
+def block_totals(x: tk.gl[f32, "G", 4, 256], parts: tk.gl[f32, "G"], ticket: tk.gl[i32, 1], total: tk.gl[f32, 2]):
+    """tk.last_block: each warp's sum of its row of block b's x, over the block (tk.block.sum) into parts[b]; the
+    last block writes the sum of the parts in block order and the grid's size."""
+    v = tk.rv(f32, 256, "contig")
+    tk.load(v, x, (tk.block_idx.x, tk.warp_id(), 0))
+    part = tk.block.sum(v)
+    with tk.if_(tk.warp_id() == 0):
+        tk.store(parts, part, (tk.block_idx.x,))
+    with tk.last_block(ticket):
+        acc = tk.var(0.0, "acc")
+        for b in tk.range(tk.grid_dim.x):
+            p = tk.var(0.0, "p")
+            tk.load(p, parts, (b,))
+            acc += p
+        tk.store(total, acc, (0,))
+        tk.store(total, tk.grid_dim.x * 1.0 + 0.5, (1,))
+
+
+def run_block_totals(device: str, blocks: int, launches: int, launch):
+    """`launches` launches on one ticket (zero at first): each total is the parts' sum in block order, to the bit,
+    written once (by the last block), and the ticket is back at 0 after each."""
+    ticket = torch.zeros(1, dtype=torch.int32, device=device)
+    for _ in range(launches):
+        x = rand(blocks, 4, 256, dtype=torch.float32, device=device)
+        parts, total = poisoned(blocks, dtype=torch.float32, device=device), poisoned(2, dtype=torch.float32,
+                                                                                      device=device)
+        launch(x, parts, ticket, total)
+        expected = torch.zeros((), dtype=torch.float32)
+        for part in parts.cpu():
+            expected += part
+        torch.testing.assert_close(parts.cpu().double(), x.cpu().double().sum((1, 2)), rtol=1e-5, atol=1e-4)
+        assert total[0].item() == expected.item() and total[1].item() == blocks + 0.5
+        assert ticket.item() == 0
+
+
+def test_last_block_context_in_the_interpreter():
+    run_block_totals("cpu", 6, 2, lambda *args: block_totals.interpret[(6,)](*args))
+    src = block_totals.source(torch.zeros(3, 4, 256), torch.zeros(3), torch.zeros(1, dtype=torch.int32),
+                              torch.zeros(2))
+    assert src.count("tk::threadfence();") == 2 and "tk::store_scalar_int(ticket, 0, 0, 0, 0, 0);" in src
+    assert len(re.findall(r"test_atomic.py:\d+  with tk.last_block\(ticket\):", src)) == 4 and "contextlib" not in src
+
+
+def test_last_block_takes_an_int32_ticket():
+    @tk.kernel(warps=1)
+    def float_ticket(ticket: tk.gl[f32, 4]):
+        with tk.last_block(ticket):
+            pass
+    with pytest.raises(tk.TraceError, match="last_block: the ticket is an int32 global tensor"):
+        float_ticket.source(torch.zeros(4))
+
+
 @tk.kernel(warps=8)
 def vote_any(flags: tk.gl[f32, 1, 128, 16], chosen: int):
     """Each warpgroup votes whether warp `chosen` is among its warps; every warp writes the verdict."""
@@ -122,14 +178,14 @@ def test_bad_atomics_are_refused():
         five_coords.source(torch.zeros(4, dtype=torch.int32))
 
 
-def test_int32_tensors_are_for_atomics_only():
+def test_int32_tensors_are_for_scalars_and_atomics_only():
     @tk.kernel(warps=1)
     def copies_ints(c: tk.gl[i32, 16, 16], y: tk.gl[f32, 16, 16]):
         t = tk.rt(f32, 16, 16)
         tk.load(t, c)
         tk.store(y, t)
-    with pytest.raises(tk.TraceError, match="`c` is an int32 global tensor, which only scalar loads into an int "
-                       r"tk.var \(and, int32, tk.atomic_add\) take"):
+    with pytest.raises(tk.TraceError, match=r"`c` is an int32 global tensor, which only scalars take \(an int tk.var "
+                       "loads an element, an int stores into one, tk.atomic_add adds to an int32 one\\)"):
         copies_ints.source(torch.zeros(16, 16, dtype=torch.int32), torch.zeros(16, 16))
 
 
@@ -155,6 +211,13 @@ def test_counting_on_the_gpu():
 def test_last_block_merges_on_the_gpu():
     """264 blocks (two an SM) over 20 launches: the total is right and the counter back at 0 after each."""
     run_last_block("cuda", 264, 20, lambda *args: last_block_sums[(264,)](*args))
+
+
+@on_gpu
+def test_last_block_context_on_the_gpu():
+    """tk.last_block over 264 and 1000 blocks (more than run at once), 20 launches each on one ticket."""
+    for blocks in (264, 1000):
+        run_block_totals("cuda", blocks, 20, lambda *args: block_totals[(blocks,)](*args))
 
 
 @on_gpu

@@ -27,7 +27,11 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import gpu_util
 from tkpy.kernels import cross_entropy
-from tkpy.kernels import cross_entropy_kernel, cross_entropy_op as ce, cross_entropy_policy
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tkpy.interpret.launch import Interpreted
+from tkpy.kernels import cross_entropy_kernel, cross_entropy_op as ce, cross_entropy_policy, row_split
+from tkpy.kernels.cross_entropy_config import MAX_PARTIALS, PrologueConfig
 from tkpy.kernels.tensor_layout import padded_like
 
 ULP = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -10, torch.float32: 2 ** -20}
@@ -64,11 +68,12 @@ def logits_and_targets(rows, classes, dtype, device="cpu", ignored=(1,), ignore_
 
 
 def check(rows, classes, dtype, reduction="mean", smoothing=0.0, grad_scale=1.0, device="cpu", options=None,
-          ignored=(1,), ignore_index=-100, weight=None):
+          ignored=(1,), ignore_index=-100, weight=None, prologue=None):
     """The loss and the logits' gradient on fresh random inputs against float64 torch, every element. grad_scale:
     the loss's gradient (a number for "mean"/"sum", "random" for a random one a row of "none"); weight: per-class
-    weights of that dtype (random in [0.5, 2]). (On CUDA a freed block of NaN is allocated first: the outputs reuse
-    it, so an element no kernel writes shows up.)"""
+    weights of that dtype (random in [0.5, 2]); options / prologue: forced CrossEntropyConfig / PrologueConfig
+    fields (the launches without autograd). (On CUDA a freed block of NaN is allocated first: the outputs reuse it,
+    so an element no kernel writes shows up.)"""
     x, t = logits_and_targets(rows, classes, dtype, device, ignored, ignore_index)
     w = gpu_util.rand(classes, dtype=weight, low=0.5, high=2.0, device=device) if weight is not None else None
     if device == "cuda":
@@ -82,15 +87,15 @@ def check(rows, classes, dtype, reduction="mean", smoothing=0.0, grad_scale=1.0,
     else:
         g = torch.tensor(grad_scale, device=device).to(dtype)
     ref.backward(g.double().expand_as(ref) if reduction == "none" else g.double())
-    if options is None:
+    if options is None and prologue is None:
         x = x.requires_grad_()
         loss = cross_entropy(x, t, w, ignore_index=ignore_index, reduction=reduction, label_smoothing=smoothing)
-        assert loss.dtype == dtype and loss.shape == ref.shape
         loss.backward(g.expand_as(loss) if reduction == "none" else g)
         dx = x.grad
     else:                                  # a forced kernel config: the launches, without autograd
-        loss, _, dx = ce.forward(x, t, w, ignore_index, smoothing, reduction, True, options)
-        ce.backward(dx, g.float().expand(rows) if reduction == "none" else g.float())
+        loss, _, dx = ce.forward(x, t, w, ignore_index, smoothing, reduction, True, options, prologue)
+        ce.backward(dx, g.expand(rows).contiguous() if reduction == "none" else g)
+    assert loss.dtype == dtype and loss.shape == ref.shape             # (torch's: the logits' dtype)
     slack = 2 ** -20 * (x64.detach().abs().amax() * 2 + 1).item() * (2 if weight is not None else 1)
     if reduction == "sum":
         slack *= rows
@@ -148,7 +153,8 @@ def test_ignore_index_rows_and_a_class_id_as_ignore_index():
 
 
 def test_every_row_ignored():
-    """mean over no rows is NaN, as torch's 0 / 0; the gradient zero; sum and none 0."""
+    """mean over no rows is NaN, as torch's 0 / 0; the gradient zero; sum and none 0: over one block and, with the
+    weights too, over several blocks of the prologue and of the forward."""
     x, t = torch.randn(4, 256).bfloat16().requires_grad_(), torch.full((4,), -100)
     loss = cross_entropy(x, t)
     loss.backward()
@@ -156,6 +162,150 @@ def test_every_row_ignored():
     assert torch.equal(x.grad, torch.zeros_like(x))
     assert cross_entropy(x, t, reduction="sum").item() == 0 and torch.equal(cross_entropy(x, t, reduction="none"),
                                                                             torch.zeros(4).bfloat16())
+    x, t, w = torch.randn(13, 256).bfloat16(), torch.full((13,), 5), torch.rand(256) + 0.5
+    for weight in (None, w):
+        mean = ce.forward(x, t, weight, 5, 0.1, "mean", True, SEVERAL_BLOCKS, SEVERAL_PROLOGUE_BLOCKS)
+        total = ce.forward(x, t, weight, 5, 0.1, "sum", False, SEVERAL_BLOCKS)
+        assert torch.isnan(mean[0]) and torch.equal(mean[2], torch.zeros_like(x)) and total[0].item() == 0
+
+
+SEVERAL_BLOCKS = dict(warps_per_row=1, rows_per_block=1, blocks_per_sm=4)   # 8 blocks in the interpreter
+SEVERAL_PROLOGUE_BLOCKS = dict(warps=2, unroll=2)                           # 4 rows a block
+
+
+@pytest.fixture
+def poisoned_allocations(monkeypatch):
+    """Tensor.new_empty filled with NaN (-1 for ints): the op's outputs, its gradient and its workspace, so that an
+    element no kernel writes shows up, and a ticket the prologue did not zero (NaN's bits) loses the loss."""
+    new_empty = torch.Tensor.new_empty
+
+    def poisoned(self, *args, **kwargs):
+        t = new_empty(self, *args, **kwargs)
+        return t.fill_(math.nan if t.is_floating_point() else -1)
+    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned)
+
+
+@pytest.mark.parametrize("weight", [None, torch.float32])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_reductions_over_several_blocks(poisoned_allocations, reduction, smoothing, weight):
+    """The loss summed over blocks: 37 rows (a multiple of nothing) over 8 forward blocks, each writing its
+    partial, the last one to finish adding them (the ticket); the mean's divisor over 10 prologue blocks (4 rows
+    each, the last one cut short), every forward warp adding their partials."""
+    rows = 37
+    c = cross_entropy_policy.forward_config(300, "bf16", reduction, True, bool(smoothing), **SEVERAL_BLOCKS)
+    assert row_split.grid_for(c, rows, row_split.INTERPRETER_SMS * c.blocks_per_sm) == 8
+    assert cross_entropy_policy.prologue_config("mean", None, **SEVERAL_PROLOGUE_BLOCKS).grid(rows) == (10, 4)
+    check(rows, 300, torch.bfloat16, reduction, smoothing, grad_scale=0.5, options=SEVERAL_BLOCKS,
+          prologue=SEVERAL_PROLOGUE_BLOCKS if reduction == "mean" else None, weight=weight, ignored=(0, 4, 5, 36))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_one_row(reduction):
+    check(1, 300, torch.float16, reduction, 0.1, grad_scale="random" if reduction == "none" else 1.5, ignored=())
+
+
+def test_the_prologues_partials_are_the_divisor():
+    """The mean's divisor as the prologue leaves it: its partials (10 blocks) add up to the count of rows not
+    ignored, or to the sum of their targets' weights (fp32, one order); the ticket zeroed."""
+    x, t = logits_and_targets(37, 64, torch.bfloat16, ignored=(0, 9, 36))
+    w = torch.rand(64) + 0.5
+    for weight, expected in ((None, 34.0), (w, w.double()[t[t != -100]].sum().item())):
+        divisor, partials, ticket = ce._prologue(t, weight, -100, "mean", 3, SEVERAL_PROLOGUE_BLOCKS)
+        assert divisor.shape == (10,) and partials.shape == (3,) and ticket.item() == 0
+        assert abs(divisor.double().sum().item() - expected) <= 2 ** -20 * expected
+    divisor, partials, ticket = ce._prologue(t, None, -100, "sum", 5, None)     # the ticket only
+    assert divisor.numel() == 4 and partials.shape == (5,) and ticket.item() == 0
+
+
+@pytest.mark.parametrize("rows", [1, 2, 127, 128, 129, 16384, 131072, 131073, 1_000_003, 10_000_000, 2 ** 31 - 1])
+def test_the_prologues_grid_covers_the_rows_once(rows):
+    """Blocks of whole steps (span a multiple of warps x unroll), every row in one block, no block past the rows, at
+    most MAX_PARTIALS blocks (10M rows: 1015 blocks of 9856 rows)."""
+    c = cross_entropy_policy.prologue_config("mean")
+    blocks, span = c.grid(rows)
+    assert 1 <= blocks <= MAX_PARTIALS and span % c.rows_a_step == 0
+    assert (blocks - 1) * span < rows <= blocks * span
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(count=False), "without count .* one warp, unroll 1 and no weights"),
+    (dict(warps=33), "warps must be an int from 1 to 32"),
+    (dict(unroll=0), "unroll must be an int from 1 to 32"),
+    (dict(weight="fp8"), "weight must be one of"),
+])
+def test_prologue_configs_check_themselves(fields, match):
+    with pytest.raises(ValueError, match="PrologueConfig: " + match):
+        PrologueConfig(**fields)
+
+
+class _Calls(TorchDispatchMode):
+    """The torch operators a call runs (outside tkpy's kernel launches) and the tkpy kernels it launches (their
+    names, in order)."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.ops, self.launches, self.inside = [], [], False
+        run_flat = Interpreted.run_flat
+
+        def counted(interpreted, grid, args):
+            self.launches.append(interpreted.kernel.name)
+            self.inside = True
+            try:
+                run_flat(interpreted, grid, args)
+            finally:
+                self.inside = False
+        monkeypatch.setattr(Interpreted, "run_flat", counted)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.inside:
+            self.ops.append(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+ALLOCATIONS_AND_VIEWS = {"empty", "new_empty", "view", "slice", "select", "alias", "detach", "_reshape_alias"}
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_forward_is_its_kernels_and_no_torch_work(monkeypatch, reduction, weighted):
+    """The forward of a mean runs two tkpy launches (the prologue counting, the forward kernel) and no torch
+    reduction, conversion or fill: torch only allocates its outputs and workspace and takes views (the sum's
+    prologue zeroes the ticket only; "none" is one launch); so does the backward, one launch (the loss gradient read
+    in its dtype, bf16 here). (The interpreter's check of the targets' values, which the GPU does not make, is left
+    out.)"""
+    monkeypatch.setattr(ce, "_check_targets", lambda *args: None)
+    x, t = logits_and_targets(6, 512, torch.bfloat16)
+    w = torch.rand(512) + 0.5 if weighted else None
+    ce.forward(x, t, w, -100, 0.1, reduction, True)                # (the placeholders made, the kernels traced)
+    with _Calls(monkeypatch) as calls:
+        loss, _, dx = ce.forward(x, t, w, -100, 0.1, reduction, True)
+    kinds = {"mean": ["prologue", "fwd"], "sum": ["prologue", "fwd"], "none": ["fwd"]}[reduction]
+    assert [name.split("_")[2] for name in calls.launches] == kinds, calls.launches
+    assert ("count" in calls.launches[0]) == (reduction == "mean"), calls.launches
+    assert set(calls.ops) <= ALLOCATIONS_AND_VIEWS, (calls.ops, calls.launches)
+    assert loss.dtype == torch.bfloat16
+    factor = torch.full_like(loss, 0.5)
+    with _Calls(monkeypatch) as calls:
+        ce.backward(dx, factor)
+    assert len(calls.launches) == 1 and set(calls.ops) <= ALLOCATIONS_AND_VIEWS, (calls.launches, calls.ops)
+
+
+def test_two_calls_give_the_same_bits_and_leave_the_ticket_at_zero(monkeypatch, poisoned_allocations):
+    """Back to back, each call's own workspace: the same loss to the bit (one order of additions), the ticket
+    back at 0 after the forward's last block (here over 8 blocks)."""
+    tickets = []
+    prologue = ce._prologue
+
+    def kept(*args):
+        out = prologue(*args)
+        tickets.append(out[2])
+        return out
+    monkeypatch.setattr(ce, "_prologue", kept)
+    x, t = logits_and_targets(37, 300, torch.float32, ignored=(3,))
+    runs = [ce.forward(x, t, None, -100, 0.0, "mean", False, SEVERAL_BLOCKS, SEVERAL_PROLOGUE_BLOCKS)[0]
+            for _ in range(2)]
+    assert torch.equal(runs[0], runs[1]) and [int(k) for k in tickets] == [0, 0]
 
 
 @pytest.mark.parametrize("options", [
@@ -169,15 +319,36 @@ def test_cluster_and_other_splits(options, smoothing):
     check(11, 1500, torch.bfloat16, "mean", smoothing, grad_scale=0.5, options=options, ignored=(1, 4, 5))
 
 
-def test_backward_factors_one_a_row():
-    """reduction "none": each row scaled by its own factor, rows of factor 1 untouched (GradScaleConfig's
-    per-row kernel), pieces of a row over several tasks."""
+@pytest.mark.parametrize("factor_dtype", DTYPES)
+def test_backward_factors_one_a_row(factor_dtype):
+    """reduction "none": each row scaled by its own factor, read in its dtype (the loss's), rows of factor 1
+    untouched (GradScaleConfig's per-row kernel), pieces of a row over several tasks."""
     x, t = logits_and_targets(7, 700, torch.float16)
     _, _, dx = ce.forward(x, t, None, -100, 0.0, "none", True)
     before = dx.clone()
-    factor = torch.tensor([1.0, 2.0, 1.0, -0.5, 0.0, 1.0, 3.0])
+    factor = torch.tensor([1.0, 2.0, 1.0, -0.5, 0.0, 1.0, 3.0], dtype=factor_dtype)
     ce.backward(dx, factor, dict(chunks=1, warps=2))
     torch.testing.assert_close(dx.double(), (before.float() * factor[:, None]).half().double(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("factor_dtype", DTYPES)
+def test_backward_reads_one_factor_in_its_dtype(monkeypatch, factor_dtype):
+    """A 0-d factor of each dtype, and one expanded over the rows (the gradient of loss.sum() of a "none" loss):
+    one factor for every row (the kernel without "_rows"), 1 leaving the gradient as it was."""
+    x, t = logits_and_targets(5, 300, torch.bfloat16)
+    _, _, dx = ce.forward(x, t, None, -100, 0.0, "none", True)
+    before = dx.clone()
+    value = torch.tensor(-1.75, dtype=factor_dtype)
+    names = []
+    config = ce.backward_config
+    monkeypatch.setattr(ce, "backward_config", lambda *a, **k: names.append(config(*a, **k).name) or config(*a, **k))
+    ce.backward(dx, value)
+    torch.testing.assert_close(dx.double(), (before.float() * -1.75).bfloat16().double(), rtol=0, atol=0)
+    ce.backward(dx, torch.ones((), dtype=factor_dtype).expand(5))
+    ce.backward(dx, torch.tensor(1.0, dtype=factor_dtype))
+    torch.testing.assert_close(dx.double(), (before.float() * -1.75).bfloat16().double(), rtol=0, atol=0)
+    assert not any("_rows" in name for name in names)
+    assert all(("_f" in name) == (factor_dtype != torch.bfloat16) for name in names), names
 
 
 def test_unbatched_and_empty_inputs():
@@ -325,7 +496,7 @@ def test_policy_choices_match_the_golden_record():
         GOLDEN.write_text(json.dumps(choices(), indent=1) + "\n")
     assert choices() == {k: tuple(v) for k, v in json.loads(GOLDEN.read_text()).items()}
     tables = [row for table in cross_entropy_policy.FORWARD.values() for _, row in table]
-    assert all(row.evidence for row in tables + [cross_entropy_policy.BACKWARD])
+    assert all(row.evidence for row in tables + [cross_entropy_policy.BACKWARD, cross_entropy_policy.PROLOGUE])
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
@@ -336,16 +507,29 @@ def test_the_policys_kernels_compile_without_spills(width, dtype):
     classes the fit is tight enough that a smaller variant can spill where the fullest does not: each is checked)."""
     torch_dtype = gpu_util.TORCH[dtype]
     x = padded_like(torch.empty(64, width, dtype=torch_dtype))          # (rows 16-byte aligned, as the op's)
-    t, st = torch.empty(64, dtype=torch.int64), torch.empty(64)
+    t, st, ticket = torch.empty(64, dtype=torch.int64), torch.empty(64), torch.empty(1, dtype=torch.int32)
     for weighted in (False, True) if width <= ce.WEIGHTED_SMOOTHING_CLASSES else (False,):
         for smoothing in (False, True):
             c = cross_entropy_policy.forward_config(width, dtype, "mean", True, smoothing, "f32" if weighted else None)
             w = torch.empty(width) if weighted else torch.empty(4)
-            r = cross_entropy_kernel.forward_kernel(c).resources(x, t, w, torch.empty(1), st, st, x, -100, 0.1)
+            r = cross_entropy_kernel.forward_kernel(c).resources(x, t, w, st, torch.empty(1, dtype=torch_dtype), st,
+                                                                 x, st, ticket, -100, 0.1)
             assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
     b = cross_entropy_policy.backward_config(width, dtype, True)
-    r = cross_entropy_kernel.backward_kernel(b).resources(x, st)
+    r = cross_entropy_kernel.backward_kernel(b).resources(x, st.to(torch_dtype))
     assert r.found and r.spill_stores == r.spill_loads == 0, (b.name, r.summary())
+
+
+@pytest.mark.parametrize("reduction,weight", [("mean", None), ("mean", "bf16"), ("mean", "f32"), ("sum", None)])
+def test_the_prologues_compile_without_spills(reduction, weight):
+    """NVRTC: the policy's prologues (16 targets, and their weights, in flight a warp) in registers."""
+    c = cross_entropy_policy.prologue_config(reduction, weight)
+    t, w = torch.empty(64, dtype=torch.int64), torch.empty(1000, dtype=gpu_util.TORCH[weight or "f32"])
+    r = cross_entropy_kernel.prologue_kernel(c).resources(t if c.count else torch.empty(2, dtype=torch.int64),
+                                                          w if weight else torch.empty(4),
+                                                          torch.empty(8 if c.count else 4),
+                                                          torch.empty(1, dtype=torch.int32), -100, 128)
+    assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 
 
 def test_the_benchmarks_functions_agree_and_count_the_bytes_once():

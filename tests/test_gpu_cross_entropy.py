@@ -2,7 +2,9 @@
 against float64 torch on every element, outputs poisoned, across vocabularies of 10 to 262144 classes (a warp a row,
 several, a block's 16, clusters of 2-8 blocks; odd ones, whose rows are copied), the three dtypes and reductions,
 label smoothing, per-class weights, ignore_index, loss gradients of 1 and others; few and many rows (the persistent
-grid's loop); the split variants; targets outside the classes (NaN); opcheck and torch.compile on CUDA tensors; the
+grid's loop), millions of rows (the prologue's divisor over its most blocks, several steps each); the split variants;
+targets outside the classes (NaN); the same bits every run; calls back to back and on two streams at once (each its
+own ticket); the forward of a mean as two kernels and nothing else; opcheck and torch.compile on CUDA tensors; the
 benchmark's shapes."""
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from gpu_util import requires_gpu
-from test_cross_entropy import check, logits_and_targets
+from test_cross_entropy import assert_close, check, logits_and_targets
 from tkpy.kernels import cross_entropy
+from tkpy.kernels.cross_entropy_config import MAX_PARTIALS
 
 pytestmark = requires_gpu
 
@@ -124,7 +127,54 @@ def test_compiled_matches_eager():
     torch._dynamo.reset()
 
 
-def test_the_loss_is_the_same_every_run():
-    x, t = logits_and_targets(3000, 32000, torch.bfloat16, device="cuda")
-    runs = [cross_entropy(x, t) for _ in range(3)]
-    assert all(torch.equal(runs[0], r) for r in runs[1:])
+@pytest.mark.parametrize("rows,classes", [(2_000_000, 10), (300_000, 100)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_millions_of_rows(rows, classes, weighted):
+    """The prologue over its MAX_PARTIALS blocks, each counting several steps of rows (2M: 2048 rows a block), the
+    forward's blocks many rows each."""
+    assert rows > MAX_PARTIALS * 128
+    check(rows, classes, torch.bfloat16, "mean", 0.0, grad_scale=1.0, device="cuda", ignored=(0, 7, rows - 1),
+          weight=torch.float32 if weighted else None)
+
+
+@pytest.mark.parametrize("reduction,weighted,rows", [("mean", False, 3000), ("mean", True, 3000), ("sum", False, 3000),
+                                                     ("mean", True, 400_000), ("sum", False, 400_000)])
+def test_the_loss_is_the_same_every_run(reduction, weighted, rows):
+    """Bitwise: the blocks' partials (and the divisor's) are added in one order, whichever block finishes last."""
+    classes = 32000 if rows < 10_000 else 256
+    x, t = logits_and_targets(rows, classes, torch.bfloat16, device="cuda")
+    w = torch.rand(classes, device="cuda") + 0.5 if weighted else None
+    runs = [cross_entropy(x, t, w, reduction=reduction) for _ in range(5)]
+    assert all(torch.equal(runs[0], r) for r in runs[1:]) and not runs[0].isnan()
+
+
+def test_calls_back_to_back_and_on_two_streams():
+    """Calls queued without a synchronization between them, on one stream and on two at once: each right (each
+    call's prologue zeroes its own ticket; the allocator gives a stream's workspace to that stream only)."""
+    inputs = [logits_and_targets(4096, 8192, torch.bfloat16, device="cuda", ignored=(i,)) for i in range(4)]
+    want = [F.cross_entropy(x.double(), t) for x, t in inputs]
+    got = [cross_entropy(x, t) for x, t in inputs]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    torch.cuda.synchronize()
+    on_streams = []
+    for i, (x, t) in enumerate(inputs * 2):
+        with torch.cuda.stream(streams[i % 2]):
+            on_streams.append(cross_entropy(x, t, reduction="sum" if i >= 4 else "mean"))
+    torch.cuda.synchronize()
+    for loss, ref in zip(got + on_streams[:4], want * 2):
+        assert_close(loss, ref, "loss", 2 ** -16)
+    for loss, (x, t) in zip(on_streams[4:], inputs):
+        assert_close(loss, F.cross_entropy(x.double(), t, reduction="sum"), "loss", 2 ** -10)
+
+
+def test_the_forward_of_a_mean_is_two_kernels():
+    """On the GPU's timeline: the prologue and the forward kernel, no torch reduction, conversion or fill."""
+    x, t = logits_and_targets(4096, 4096, torch.bfloat16, device="cuda")
+    cross_entropy(x, t)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        cross_entropy(x, t)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 2 and "cross_entropy_prologue_count" in kernels[0] and "cross_entropy_fwd" in kernels[1], \
+        kernels

@@ -2,7 +2,7 @@
 groups of a block's warps and clusters of 2 to 8 blocks, against float64 torch on every element, with the outputs
 poisoned; the same bits from every warp of a group (the stored x - mean is the same whichever warp wrote it); a row
 softmax whose statistics merge in one exchange (tk.block / tk.cluster.merge_softmax); int scalar loads of int32 and
-int64 tensors, and scalar partials in group reductions, as the interpreter checks them."""
+int64 tensors and int stores into them, and scalar partials in group reductions, as the interpreter checks them."""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +11,8 @@ import torch
 import row_kernels
 from gpu_util import requires_gpu
 import tkpy as tk
-from test_row_ops import (DTYPES, check_int_scalar_loads, check_row_softmax, check_row_stats, check_scalar_partials,
-                          softmax_input)
+from test_row_ops import (DTYPES, check_int_scalar_loads, check_int_scalar_stores, check_row_softmax, check_row_stats,
+                          check_scalar_partials, softmax_input)
 
 pytestmark = requires_gpu
 
@@ -48,6 +48,11 @@ def test_many_blocks_and_a_persistent_loop_agree_with_the_interpreter():
 @pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
 def test_int_scalar_loads(dtype):
     check_int_scalar_loads(dtype, device="cuda")
+
+
+@pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
+def test_int_scalar_stores(dtype):
+    check_int_scalar_stores(dtype, device="cuda")
 
 
 def test_scalar_partials_reduce_with_vectors():

@@ -232,6 +232,47 @@ def test_int_scalar_loads(dtype):
 
 
 @functools.cache
+def int_stores_kernel(dtype):
+    """out[i] = 3 t[i] - 7 for the 6 ints of t (an int tk.var stored into an int32 or int64 tensor), and a masked
+    store past out's end that writes nothing."""
+    @tk.kernel(warps=1, name=f"int_stores_{dtype}")
+    def k(t: tk.gl[tk.i32, 6], out: tk.gl[dtype, "N"]):
+        for i in range(6):
+            value = tk.var(0, "value")
+            tk.load(value, t, (i,))
+            tk.store(out, value * 3 - 7, (i,))
+        tk.store(out, 1, (out.cols,), masked=True)
+    return k
+
+
+def check_int_scalar_stores(dtype, device="cpu"):
+    t = torch.tensor([0, 1, -5, 2**29, -2**29, 100], dtype=torch.int32, device=device)
+    out = torch.full((6,), 123456789, dtype=dtype.torch, device=device)
+    k = int_stores_kernel(dtype)
+    (k.interpret if device == "cpu" else k)[(1,)](t, out)
+    assert out.tolist() == [3 * v - 7 for v in t.tolist()]
+    return k, (t, out)
+
+
+@pytest.mark.parametrize("dtype", [tk.i32, tk.i64])
+def test_int_scalar_stores(dtype):
+    """An int into an int32 or int64 tensor's element (a counter reset, a token id), lane 0's store; masked past the
+    end. (On the GPU: tests/test_gpu_row_ops.py.)"""
+    k, args = check_int_scalar_stores(dtype)
+    source = k.source(*args)
+    assert "tk::store_scalar_int(out, 0, 0, 0, 0, value * 3 - 7);" in source and k.resources(*args).found
+    assert "tk::store_scalar_int_masked(out, 0, 0, 0, N, 1);" in source
+
+
+def test_a_float_into_an_int_tensor_is_explained():
+    @tk.kernel(warps=1)
+    def k(out: tk.gl[tk.i32, 4]):
+        tk.store(out, 1.5, (0,))
+    with pytest.raises(tk.TraceError, match="scalar store into `out`, an int32 tensor: the value must be an int"):
+        k.trace(torch.zeros(4, dtype=torch.int32))
+
+
+@functools.cache
 def scalar_partials_kernel():
     @tk.kernel(warps=4, cluster=(2, 1, 1), name="scalar_partials")
     def k(x: tk.gl[f32, 8, 256], out: tk.gl[f32, 2, 8]):

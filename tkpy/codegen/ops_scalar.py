@@ -6,7 +6,7 @@ import math
 
 from ..ir.core import SharedRef
 from ..ir.expr import render
-from ..tiles.dtypes import i32
+from ..tiles.dtypes import INT_DTYPES, i32
 from .emit import emits, float_operand, operand
 
 IDENTITY = {"sum": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
@@ -36,8 +36,9 @@ def emit_load_scalar_gl(em, op):
 @emits("store_gl_scalar")
 def emit_store_gl_scalar(em, op):
     g, *coord, value = op.args
-    fn = "store_scalar_masked" if op.attrs.get("masked") else "store_scalar"
-    yield f"tk::{fn}({g.name}, {_coords(coord)}, {float_operand(value)});"
+    integer = g.type.dtype in INT_DTYPES                 # (an int into an int32 or int64 tensor)
+    fn = ("store_scalar_int" if integer else "store_scalar") + ("_masked" if op.attrs.get("masked") else "")
+    yield f"tk::{fn}({g.name}, {_coords(coord)}, {render(value) if integer else float_operand(value)});"
 
 
 @emits("load_scalar_sv")

@@ -1,6 +1,7 @@
 """The trace context: where tile ops record their IR while a kernel function runs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -108,6 +109,7 @@ class activate:
 # Code inside tkpy's folder that counts as user code: the block templates (user_frame: the names of their
 # variables) and, installed, tkpy.kernels (kernels written in tkpy, as a user writes them).
 _TEMPLATES_DIR, _KERNELS_DIR = (_TKPY_DIR + name + os.sep for name in ("templates", "kernels"))
+_CONTEXTLIB = contextlib.__file__           # (a tkpy op made with @contextmanager, e.g. tk.last_block, runs in it)
 _USER_DIRS = (_TEMPLATES_DIR, _KERNELS_DIR)
 
 
@@ -121,16 +123,16 @@ def user_frame():
 
 
 def user_loc() -> Loc:
-    """File and line of the statement being made: of the innermost caller outside the tkpy package (the kernel, a
-    method of a template's class and the template library parts it calls, tkpy.kernels installed); or, for a
-    statement a block template's own code makes (no user code between it and the traced function), of the
+    """File and line of the statement being made: of the innermost caller outside the tkpy package and contextlib
+    (the kernel, a method of a template's class and the template library parts it calls, tkpy.kernels installed);
+    or, for a statement a block template's own code makes (no user code between it and the traced function), of the
     innermost template line, marked with the template's name."""
     ctx = _active.ctx
     entry = ctx.entry if ctx is not None else None
     frame, template = sys._getframe(1), None
     while frame is not None:
         file = frame.f_code.co_filename
-        if not file.startswith(_TKPY_DIR) or file.startswith(_KERNELS_DIR):
+        if (not file.startswith(_TKPY_DIR) or file.startswith(_KERNELS_DIR)) and file != _CONTEXTLIB:
             return Loc(file, frame.f_lineno, frame.f_code.co_name)
         if template is None and file.startswith(_TEMPLATES_DIR):
             template = frame

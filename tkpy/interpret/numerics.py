@@ -49,6 +49,11 @@ def decode(dtype: DType, raw: np.ndarray) -> np.ndarray:
     raise TypeError(f"the interpreter has no storage for {dtype}")
 
 
+def wrap_int32(x: int) -> int:
+    """x as the GPU's 32-bit int arithmetic leaves it (two's complement, wrapping)."""
+    return (int(x) + 2**31) % 2**32 - 2**31
+
+
 def round_to(dtype: DType, x) -> np.ndarray:
     """float32 values of `x` rounded to `dtype` (what a register of that dtype can hold)."""
     x = np.asarray(x, np.float32)

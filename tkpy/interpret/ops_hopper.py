@@ -22,7 +22,7 @@ from ..errors import InterpretError
 from ..ir.protocol import MAX_NAMED_BARRIER, REGISTER_FILE
 from .mbarrier import Semaphore, Transfer
 from .memory import whole
-from .numerics import RAW, decode, encode, to_f32
+from .numerics import RAW, decode, encode, to_f32, wrap_int32
 from .registry import semantics
 from .sync import Barrier, Wait
 
@@ -241,7 +241,7 @@ def atomic_add(warp, op):
     cell = g.box(tuple(warp.value(c) for c in coord), 1, 1, f"atomic_add on `{dst.name}`", op.loc)
     ints = cell.view(np.int32)
     old = int(ints[0, 0])
-    ints[0, 0] = (old + int(warp.value(value)) + 2**31) % 2**32 - 2**31        # (wraps as the 32-bit add)
+    ints[0, 0] = wrap_int32(old + int(warp.value(value)))
     warp.env[result.name] = old
 
 

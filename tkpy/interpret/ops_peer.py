@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ranks
+from .numerics import wrap_int32
 from .registry import semantics
 from .sync import Wait
 
@@ -23,7 +24,7 @@ def signal(warp, op):
     flag = _flag(warp, op, "signal")
     value = int(warp.value(op.args[5]))
     old = int(flag[0, 0])
-    flag[0, 0] = value if op.attrs["op"] == "set" else (old + value + 2**31) % 2**32 - 2**31   # (the 32-bit add)
+    flag[0, 0] = value if op.attrs["op"] == "set" else wrap_int32(old + value)
     ranks.signalled()
 
 

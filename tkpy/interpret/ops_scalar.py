@@ -8,12 +8,12 @@ import numpy as np
 
 from ..errors import InterpretError
 from ..ir.core import SharedRef
-from ..tiles.dtypes import i32
+from ..tiles.dtypes import INT_DTYPES, i32
 from ..tiles.math_approx import LOG2E, exp2_ftz
 from .mbarrier import Transfer
 from .memory import Part
 from .ops_hopper import semaphore_of
-from .numerics import REDUCE, decode, encode, to_f32
+from .numerics import REDUCE, decode, encode, to_f32, wrap_int32
 from .registry import lookup, semantics
 
 SIGNED = {4: np.int32, 8: np.int64}      # an integer tensor's element, by its bytes
@@ -53,7 +53,11 @@ def store_gl_scalar(warp, op):
     dst, *coord, value = op.args
     g = warp.global_tensor(dst)
     box = _element(warp, g, coord, f"scalar store into `{dst.name}`", op, bool(op.attrs.get("masked")))
-    if box is not None:
+    if box is None:
+        return
+    if g.dtype in INT_DTYPES:               # an int (the 32-bit int it is) into an int32 or int64 tensor
+        box.view(SIGNED[g.dtype.nbytes])[...] = wrap_int32(warp.value(value))
+    else:
         box[...] = encode(g.dtype, np.float32(to_f32(warp.value(value))))
 
 

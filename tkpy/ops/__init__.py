@@ -21,7 +21,7 @@ from .sync import sync, warp_sync, mark
 from .sync_async import (semaphore, init_semaphore, arrive, expect_bytes, wait, fence_proxy_async, threadfence,
                          named_sync, named_arrive,
                          producer_registers, consumer_registers)
-from .atomic import atomic_add
+from .atomic import atomic_add, last_block
 from .signal import signal, wait_signal
 from . import cluster, tma
 from .warpgroup import warpgroup, warpgroup_id

@@ -50,8 +50,9 @@ def operand(x, what: str):
             return SharedRef(x, None)
         return x
     if isinstance(x, GlobalVar) and x.type.dtype in INT_DTYPES:
-        fail(f"{what}: `{user_name(x)}` is an {x.type.dtype.torch_name} global tensor, which only scalar loads into "
-             "an int tk.var (and, int32, tk.atomic_add) take; tiles and vectors copy bf16, fp16, f32 and fp8 tensors")
+        fail(f"{what}: `{user_name(x)}` is an {x.type.dtype.torch_name} global tensor, which only scalars take "
+             "(an int tk.var loads an element, an int stores into one, tk.atomic_add adds to an int32 one); tiles and "
+             "vectors copy bf16, fp16, f32 and fp8 tensors")
     if isinstance(x, (SharedRef, GlobalVar)):
         return x
     fail(f"{what}: expected a tile, vector or global tensor, got {describe(x)}")

@@ -1,11 +1,25 @@
 """Atomic read-modify-write of global memory: counters for hand-offs between blocks (e.g. the last of a task's
-split-K blocks merging the others' results), histograms."""
+split-K blocks merging the others' results), histograms; and that hand-off itself, tk.last_block:
+
+    with tk.if_(tk.warp_id() == 0):
+        tk.store(parts, part, (tk.block_idx.x,))         # each block's part
+    with tk.last_block(ticket):                          # warp 0 of the block that finishes last
+        for b in tk.range(tk.grid_dim.x):                # sees every block's part
+            ...
+(tests/test_atomic.py's block_totals; kernels/row_split.py's block_partial and sum_partials add the parts in one
+order, cross-entropy's loss).
+"""
 from __future__ import annotations
 
-from ..frontend.control import Mutable, var
+from contextlib import contextmanager
+
+from ..frontend.control import WARP_ID, Mutable, grid_dim, if_, var
 from ..ir.core import GlobalVar
 from ..tiles.dtypes import i32
 from ._checks import describe, emit, fail, scalar
+from .scalar_memory import store_scalar
+from .sync import sync
+from .sync_async import threadfence
 
 
 def atomic_add(dst, coord, value=1, name: str = "old") -> Mutable:
@@ -32,3 +46,27 @@ def atomic_add(dst, coord, value=1, name: str = "old") -> Mutable:
     result = var(0, name)
     emit("atomic_add", result, dst, *exprs, value)
     return result
+
+
+@contextmanager
+def last_block(ticket, coord=0):
+    """`with tk.last_block(ticket):` the body runs once a launch, in warp 0 of the block that finishes last, and
+    sees what every block wrote before it got here: the "last block" hand-off (a split-K merge, a sum of the
+    blocks' partial results written in a fixed order, so the same bits every run, where float atomics would not
+    be). Every warp of every block must reach it: a block barrier (tk.sync()) first, then warp 0 fences the block's
+    writes (tk.threadfence) and counts the block in on the int32 element `ticket[coord]` (tk.atomic_add); the warp
+    that counts the grid's last block fences again, runs the body, and sets the ticket back to 0.
+
+    The ticket must be 0 when the launch starts: zeroed by a kernel before it on the stream (`tk.store(ticket, 0,
+    (0,))`), or left at 0 by the launch before that used it. Two launches that may run at once (on two streams)
+    need tickets of their own."""
+    if not isinstance(ticket, GlobalVar) or ticket.type.dtype != i32:
+        fail(f"last_block: the ticket is an int32 global tensor (tk.gl[i32, ...]), got {describe(ticket)}")
+    sync()
+    with if_(WARP_ID == 0):
+        threadfence()                                   # this block's writes before its count
+        arrived = atomic_add(ticket, coord, 1, "arrived")
+        with if_(arrived == grid_dim.x * grid_dim.y * grid_dim.z - 1):
+            threadfence()                               # every other block's writes before the body's reads
+            yield
+            store_scalar(ticket, 0, coord)

@@ -9,9 +9,10 @@ Global coordinates are element indices right-aligned to (batch, depth, row, col)
 vector takes one index. The scalar is a float `tk.var` (a load's destination) or any scalar expression (a store's
 value): what a row's statistics are (a norm's mean and rstd, a softmax's max and sum), read and written once per
 row. Values convert to and from the tensor's dtype as tile copies do. An int `tk.var` loads an element of an int32
-or int64 tensor (a cross-entropy's target class, a token id):
+or int64 tensor (a cross-entropy's target class, a token id), and an int value stores into one:
 
     t = tk.var(0, "target"); tk.load(t, target, (row,), fill=-1)   # int64 saturated to int32's range
+    tk.store(ticket, 0, (0,))                                       # an int32 counter back to 0
 """
 from __future__ import annotations
 
@@ -61,8 +62,15 @@ def load_scalar(dst: Mutable, src, coord, fill=None, masked=None):
 
 def store_scalar(dst, value, coord, masked=None):
     """The element of `dst` (a global tensor at element coordinates, or a shared vector at an index) = value,
-    written by lane 0 of the calling warp."""
+    written by lane 0 of the calling warp. An int32 or int64 global tensor takes an int value (a counter reset to 0,
+    a token id)."""
     value = scalar(value, "scalar store value")
+    if isinstance(dst, GlobalVar) and dst.type.dtype in INT_DTYPES:
+        if value.dtype != i32:
+            fail(f"scalar store into `{dst.name}`, an {dst.type.dtype.torch_name} tensor: the value must be an int, "
+                 f"got {value.dtype}")
+        coords = element_coord(coord, dst, "scalar store")
+        return emit("store_gl_scalar", dst, *coords, value, **({"masked": True} if masked else {}))
     dst = operand(dst, "scalar store destination")
     if isinstance(dst, GlobalVar):
         coords = element_coord(coord, dst, "scalar store")

@@ -65,6 +65,15 @@ __device__ __forceinline__ int load_scalar_int_masked(const gl<T>& g, int b, int
     return in_bounds(g, r, c, 1) ? saturate_int(*g.at(b, d, r, c)) : fill;
 }
 
+template <typename T> __device__ __forceinline__ void store_scalar_int(const gl<T>& g, int b, int d, int r, int c, int v) {
+    if (lane() == 0) *g.at(b, d, r, c) = T(v);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_scalar_int_masked(const gl<T>& g, int b, int d, int r, int c, int v) {
+    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = T(v);
+}
+
 template <typename T> __device__ __forceinline__ void store_scalar(const gl<T>& g, int b, int d, int r, int c, float v) {
     if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v);
 }
