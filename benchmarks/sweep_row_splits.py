@@ -6,9 +6,9 @@ kernels/norm_policy.py's tables (RESULTS.md runs 274-275).
 
 For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that
 the config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its
-launch alone timed (CUDA-graph replays): cross-entropy's forward (mean) for the loss alone and with the gradient
-(spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the residual)
-forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the copy bandwidth measured in
+launches timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and
+with the gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each
+with the residual) forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the copy bandwidth measured in
 the same run and the best five splits, then the split best for all the cases of a width together (the largest
 smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
 """
@@ -74,44 +74,44 @@ def report(case: str, got: dict, policy: str, note: str = "") -> None:
 
 
 def cross_entropy(width: int, dtype: str) -> dict:
-    """{case: {split: fraction of the copy}} of cross-entropy's forward at `width` classes."""
+    """{case: {split: fraction of the copy}} of cross-entropy's forward at `width` classes (the op's launches: the
+    mean's prologue and the forward kernel)."""
     import torch
 
     from benchmarks.timing import median_ms
     from tkpy.kernels import cross_entropy_kernel as body, cross_entropy_op as ce
     from tkpy.kernels.cross_entropy_policy import forward_config
-    from tkpy.kernels.row_split import grid, placeholder_tensor as placeholder
+    from tkpy.kernels.row_split import placeholder_tensor as placeholder
     from tkpy.tune.parallel import run_all
     rows = max(ELEMENTS // width, 2048)
     x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype]))
     t = torch.randint(0, width, (rows,), device="cuda")
     copy = copy_gbps(x)
-    f32 = placeholder(torch.float32, x.device)
-    stats = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+    f32, ticket = placeholder(torch.float32, x.device), torch.zeros(1, device="cuda", dtype=torch.int32)
     cases = {}
     for grad in (False, True):
         configs = {}
         for o in splits(width):
             try:
-                configs[split_name(o)] = forward_config(width, dtype, "mean", grad, False, None, **o)
+                configs[split_name(o)] = (o, forward_config(width, dtype, "mean", grad, False, None, **o))
             except ValueError:
                 pass
-        gradient = torch.empty_like(x) if grad else placeholder(x.dtype, x.device)
-        args = (x, t, f32, ce._divisor(t, None, -100), *stats, gradient, -100, 0.0)
+        # The forward kernel's arguments as the op's occupancy query passes them (placeholders for the prologue's
+        # partials and ticket: the same kernel), for its resources.
+        args = (x, t, f32, f32, x.new_empty(1), torch.empty(rows, device="cuda"),
+                torch.empty_like(x) if grad else placeholder(x.dtype, x.device), f32, ticket, -100, 0.0)
 
         def resources(c):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return body.forward_kernel(c).resources(*args)
-        compiled = run_all([lambda c=c: resources(c) for c in configs.values()], f"{width} grad={grad}",
+        compiled = run_all([lambda c=c: resources(c) for _, c in configs.values()], f"{width} grad={grad}",
                            keep=(Exception,))
         got = {}
-        for (name, c), r in zip(configs.items(), compiled):
+        for (name, (o, _)), r in zip(configs.items(), compiled):
             if isinstance(r, Exception) or r.spills:
                 continue
-            kernel = body.forward_kernel(c)
-            blocks = grid(kernel, c, rows, args)
-            ms = median_ms(lambda: kernel[(blocks,)](*args), budget_ms=80)
+            ms = median_ms(lambda: ce.forward(x, t, None, -100, 0.0, "mean", grad, o), budget_ms=80)
             got[name] = x.numel() * x.element_size() * (2 if grad else 1) / ms / 1e6 / copy
         case = f"cross_entropy {dtype} {width} {'with the gradient' if grad else 'loss alone'}"
         policy = forward_config(width, dtype, "mean", grad, False, None)
