@@ -164,8 +164,9 @@ def forward(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | N
     t = target if tma_ready(target) else target.clone()
     f32 = placeholder(torch.float32, device)
     w = f32 if weight is None else weight if tma_ready(weight) else weight.clone()
+    no_ticket = placeholder(torch.int32, device)           # (a reduced loss's stand-in: its one-element ticket's shape)
     args = [x, t, w, f32, loss.view(1) if reduced else loss, lse,
-            dlogits if grad else placeholder(logits.dtype, device), f32, placeholder(torch.int32, device),
+            dlogits if grad else placeholder(logits.dtype, device), f32, no_ticket[:1] if reduced else no_ticket,
             ignore_index, smoothing]
     kernel = body.forward_kernel(c)
     blocks = grid(kernel, c, rows, args)           # (the placeholders stand in for the partials in the query)

@@ -157,9 +157,11 @@ def resident_blocks(kernel, config, args, interpreter_sms: int) -> int:
     """Blocks of `kernel` (of `config`, which has blocks_per_sm, and a cluster size if it has `cluster`) the GPU runs
     at once on args[0]'s device (SMs x the occupancy query, at least blocks_per_sm an SM; for clusters, the active
     clusters (cuOccupancyMaxActiveClusters: a cluster's blocks share a GPC) x their blocks; asked once a config and
-    device), or `interpreter_sms` SMs' worth on the CPU: the bound of a persistent grid."""
+    device), or `interpreter_sms` SMs' worth on the CPU: the bound of a persistent grid. On the CPU the arguments are
+    still checked as the GPU's query binds them (stand-ins of the wrong shape fail in the interpreter too)."""
     x = args[0]
     if not x.is_cuda:
+        kernel.check(*args)
         return interpreter_sms * config.blocks_per_sm
     key = (config, x.get_device())
     if key not in _RESIDENT:

@@ -64,3 +64,11 @@ def test_the_launchers_refuse_what_the_checks_refuse(monkeypatch, native):
         scaled_here[(1,)](x, y, 1, 1e40)
     with pytest.raises(tk.ArgumentError, match="grid"):
         scaled_here[1.5](x, y, 1, 0.5)
+
+
+def test_check_raises_what_a_launch_would_without_tracing():
+    """Kernel.check binds the arguments as a launch (and a GPU's occupancy query) does: a stand-in of the wrong
+    shape fails there, naming the argument, before any trace or compile."""
+    scaled.check(X, Y, 1, 0.5)
+    with pytest.raises(tk.ArgumentError, match="`y` has 1 dims \\(4,\\), the kernel declares gl<f32, 16, 16>"):
+        scaled.check(X, torch.empty(4), 1, 0.5)

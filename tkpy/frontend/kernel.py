@@ -156,6 +156,12 @@ class Kernel:
                                 f"({where}); move them to one, e.g. {self.specs[others[0]].name}.to("
                                 f"{self.specs[first].name}.device)")
 
+    def check(self, *args) -> None:
+        """Raise the ArgumentError a launch with these arguments would raise (dtypes, shapes, strides, alignment,
+        devices), without tracing, compiling or a GPU: e.g. the stand-ins an occupancy query passes before the real
+        tensors exist."""
+        self._bind(self.flat_args(args), need_cuda=False)
+
     def trace(self, *args) -> "Traced":
         """Trace for these arguments (torch tensors, CPU ones allowed; values only shape the specialization)."""
         return self._trace(self.flat_args(args))
