@@ -272,6 +272,7 @@ def _backward_fake(grad_logits, grad_loss):
 def _setup(ctx, inputs, output):
     loss, lse, dlogits = output
     ctx.mark_non_differentiable(lse, dlogits)
+    ctx.set_materialize_grads(False)        # (else autograd fills a zero gradient of dlogits' size each backward)
     ctx.save_for_backward(dlogits)
     ctx.computed, ctx.used = inputs[-1], False
 
