@@ -1,4 +1,4 @@
-// sha256 of the whole source: 438e1d2021e8e8854957b88c7bdc370d8eb9962fe58610a4e2e8cbdd3dd7fa97
+// sha256 of the whole source: 429345d79de699f179740fdf5c1b058d87032499320f1cd37924127338f88757
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

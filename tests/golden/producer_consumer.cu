@@ -1,4 +1,4 @@
-// sha256 of the whole source: 39fc1f97d2ffb33bd8de3cb869fef723b0fa7ab4bf6a6d7441dd67d83a28d516
+// sha256 of the whole source: f169d9be6d3e4d226fb2a67ab81254249b2cf6e64e259ca64f78cf3b0b66f947
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

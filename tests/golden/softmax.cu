@@ -1,4 +1,4 @@
-// sha256 of the whole source: 4d6f032d30a8aad709cfde1594d1ba60dc5901f98627a626310151ce345c8496
+// sha256 of the whole source: 924a4f8bda0dc6ebe8340b75eb3e5e5e6bf527a7b791ffb0d1fe4016a21776bc
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

@@ -238,15 +238,10 @@ template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wg
 
 // Keep the compiler from moving accesses of accumulator registers across a wgmma wait.
 template <typename T, int H, int W, typename L> __device__ __forceinline__ void register_fence(rt<T, H, W, L>& t) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         if constexpr (is_same<T, float>::value) asm volatile("" : "+f"(t.data[i][j][k].x), "+f"(t.data[i][j][k].y) :: "memory");
         else asm volatile("" : "+r"(t.data[i][j][k].x) :: "memory");
-    }
+    });
 }
 """
 

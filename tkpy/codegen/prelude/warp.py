@@ -119,6 +119,15 @@ template <typename T, int H, int W, typename L> struct rt {
     typedef typename packed_of<T>::type T2;
     T2 data[H][W][4];
 };
+// f(i, j, k) for register k of each base tile (i, j) of an H x W tile, unrolled.
+template <int H, int W, typename F> __device__ __forceinline__ void for_each_reg(F f) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) f(i, j, k);
+}
 // A register vector. 16-bit values are kept in packed pairs (as a tile's are) where a lane holds an even number
 // of them a chunk: half the registers; get / set read and write value k of chunk c as a float either way.
 template <typename T, bool PACKED> struct vec_word { typedef T type; };
@@ -222,32 +231,22 @@ template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
     const int ln = lane();
     const TS* base = src.at(b, d, r0, c0);
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             load_pair(L{}, base, src.row_stride, r + 16 * i, c + 16 * j));
-    }
+    });
 }
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
     const int ln = lane();
     TD* base = dst.at(b, d, r0, c0);
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
         store_pair(L{}, base, dst.row_stride, r + 16 * i, c + 16 * j, to_float2(src.data[i][j][k]));
-    }
+    });
 }
 
 // ldmatrix / stmatrix x4 (transposed for a col-layout tile) over a 16x16 base tile of 16-bit values, and lane
@@ -312,18 +311,13 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
             ldmatrix<L>(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
         }
     } else {
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++)
-        #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for_each_reg<H, W>([&](int i, int j, int k) {
             int r0, c0, r1, c1;
             frag_pos<L>(ln, k, 0, r0, c0);
             frag_pos<L>(ln, k, 1, r1, c1);
             dst.data[i][j][k] = from_float2<T2>(load_pair(L{}, src.ptr(16 * i + r0, 16 * j + c0),
                                                           src.ptr(16 * i + r1, 16 * j + c1)));
-        }
+        });
     }
 }
 
@@ -332,17 +326,12 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
 template <typename TS, int H, int W, typename L, typename F>
 __device__ __forceinline__ void for_each_pair(const rt<TS, H, W, L>& src, F f) {
     const int ln = lane();
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         int r0, c0, r1, c1;
         frag_pos<L>(ln, k, 0, r0, c0);
         frag_pos<L>(ln, k, 1, r1, c1);
         f(16 * i + r0, 16 * j + c0, 16 * i + r1, 16 * j + c1, to_float2(src.data[i][j][k]));
-    }
+    });
 }
 
 // st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
@@ -448,13 +437,9 @@ template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a, flo
 // dst = f(src) and dst = f(a, b) elementwise (ThunderKittens' unary_map / bin_map; b a tile or a float).
 template <typename F, typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(apply(f, to_float2(src.data[i][j][k])));
+    });
 }
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
@@ -463,25 +448,17 @@ __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>&
 
 template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
 __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(a.data[i][j][k]), to_float2(b.data[i][j][k])));
+    });
 }
 template <typename F, typename TD, typename TA, int H, int W, typename L>
 __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, float b, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(a.data[i][j][k]), make_float2(b, b)));
+    });
 }
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
@@ -495,12 +472,7 @@ __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a
 template <typename T, int H, int W, typename L>
 __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
     const typename rt<T, H, W, L>::T2 p = from_float2<typename rt<T, H, W, L>::T2>(make_float2(v, v));
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) dst.data[i][j][k] = p;
+    for_each_reg<H, W>([&](int i, int j, int k) { dst.data[i][j][k] = p; });
 }
 
 template <typename T, int N, typename L>

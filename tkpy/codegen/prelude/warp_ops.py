@@ -90,14 +90,10 @@ template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_g
 // dst = f(src, vec) with vec broadcast along rows (ROWS=true: one value per row) or columns.
 template <bool ROWS, typename F, typename TD, typename TS, int H, int W, typename L, typename TV, int N, typename VL>
 __device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, const rv<TV, N, VL>& vec, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(src.data[i][j][k]), broadcast_at<ROWS>(vec, i, j, k)));
+    });
 }
 """
 
