@@ -1,4 +1,4 @@
-// sha256 of the whole source: 429345d79de699f179740fdf5c1b058d87032499320f1cd37924127338f88757
+// sha256 of the whole source: 485eef83027684d6fc14635a70aafd44b1b79e6ffa3a4414b703ac4d2fcc64b9
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

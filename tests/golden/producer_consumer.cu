@@ -1,4 +1,4 @@
-// sha256 of the whole source: f169d9be6d3e4d226fb2a67ab81254249b2cf6e64e259ca64f78cf3b0b66f947
+// sha256 of the whole source: 6da563e0d09536ff7962d7f9f434b1fa4e47109a3ab7193322c874813e376906
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 924a4f8bda0dc6ebe8340b75eb3e5e5e6bf527a7b791ffb0d1fe4016a21776bc
+// sha256 of the whole source: 16441173b6c7c7fec31495103a9f52c92010e839e0195322bb41a375715ff3da
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

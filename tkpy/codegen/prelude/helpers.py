@@ -19,12 +19,15 @@ could make a call silently choose another. A declaration is therefore left out o
   `tk::exp`, the layout of `rv<TD, N, L>& dst`), so `exp(t, t)` of a tile calls the tiles' unary_map only;
 - a specialization (`packed_of<bf16>`, `vec_shape<ortho_l>`) whose primary template is not chosen, or whose
   template arguments name prelude types that are not in the source (one that names none, `vec_word<T, true>`,
-  comes with its primary); an operator (`operator/` of a divisor) whose parameters name such types.
+  comes with its primary); an operator (`operator/` of a divisor) whose parameters name such types;
+- a struct's member function (a Method: rv's set_pair, st's ptr) that no text carried names, after `.`, `->` or
+  `::` or inside the struct: a member is no candidate of any other call. Constructors and operators stay.
 Hence the rules for writing the prelude: no implicit conversions between its types (no conversion operators,
 explicit constructors); an overload names the prelude types it takes in its parameter list (not only through a
 `typename X<...>::type`), so that a layout's or a dtype's code is an overload of its own (`load` of a row-layout
-tile, of a col-layout one); and a primary template whose specializations are chosen apart from it is left
-undefined, so that a missing specialization fails to compile instead of falling back to the primary.
+tile, of a col-layout one); a primary template whose specializations are chosen apart from it is left
+undefined, so that a missing specialization fails to compile instead of falling back to the primary; and a member
+function stands on lines of its own (with its comment above it), so that it can be left out.
 
 A paragraph of comments only is a heading: it is kept above the first chosen helper under it.
 """

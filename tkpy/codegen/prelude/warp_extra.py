@@ -120,10 +120,9 @@ template <typename T, int N> struct sv {
     __device__ __forceinline__ T* ptr(int i) const { return reinterpret_cast<T*>(base) + i; }
 };
 
-// Eight consecutive elements at p (16-byte aligned) as floats, and back: one 16-byte access of 16-bit elements,
-// two of fp32 (a contig vector's values of one chunk). SPACE: where p points, global (1: loads as C++ reads, which
-// takes the read-only path where it can; stores by st.global.v4, which ptxas otherwise splits into four) or shared
-// (2: ld/st.shared.v4 at the shared address, not generic accesses).
+// Eight consecutive elements at p (16-byte aligned) as floats, and back: one 16-byte access of 16-bit elements, two
+// of fp32 (a contig vector's chunk). SPACE 1: global (loads as C++ reads, the read-only path where it can; stores by
+// st.global.v4, which ptxas would split in four); 2: shared (ld/st.shared.v4 at the shared address, not generic).
 __device__ __forceinline__ void ld16(u32 (&w)[4], const void* p, int space) {
     if (space == 2) {
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
@@ -444,8 +443,8 @@ template <typename T> __device__ __forceinline__ int in_bounds(const gl<T>& g, i
     return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0;
 }
 
-// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`
-// and are not stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
+// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`, are not
+// stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
 template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load_masked(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0, float fill) {
     if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }
