@@ -11,7 +11,7 @@ import torch
 import tkpy as tk
 from tkpy import f32
 from tkpy.codegen.prelude import HELPERS, PRELUDE, hopper
-from tkpy.codegen.prelude.helpers import Pool, helpers
+from tkpy.codegen.prelude.helpers import Method, Pool, helpers
 from tkpy.kernels.row_softmax import softmax_rows
 from tkpy.runtime import CompileError
 from tkpy.runtime.nvrtc import BASE_OPTIONS, _run_nvrtc
@@ -24,10 +24,11 @@ OPTIONS = ["-arch=sm_90a", *BASE_OPTIONS]
 
 
 def chosen(pool_text: str, code: str) -> list[str]:
-    """The helpers (their texts) of `pool_text`, C++ in namespace tk, that a kernel whose body is `code` needs."""
+    """The helpers (their texts, with the methods chosen) of `pool_text`, C++ in namespace tk, that a kernel whose
+    body is `code` needs."""
     pool = Pool(helpers(pool_text))
     needed = pool.needed(pool.references(f'extern "C" __global__ void k() {{\n{code}\n}}'))
-    return [h.text for h in pool.members if h in needed]
+    return [h.shown(needed) for h in pool.members if h in needed]
 
 
 OVERLOADS = """
@@ -143,6 +144,36 @@ struct other { int x; };
     assert len(chosen(pool_text, "const tk::divisor v{3}; int q = 7 / v;")) == 2
 
 
+METHODS = """
+template <typename T> struct vec {
+    T data[2];
+    // one value
+    __device__ T get(int k) const { return data[k]; }
+    __device__ void set(int k, T v) { data[k] = v; }
+    template <typename F> __device__ void set_all(F f) {
+        set(0, f(0));
+        set(1, f(1));
+    }
+    __device__ vec& operator+=(const vec& o) { return *this; }
+};
+"""
+
+
+def test_a_method_comes_where_a_text_carried_names_it():
+    """A struct's member function that nothing carried names, after `.`, `->`, `::` or inside the struct, is left
+    out with the comment above it (no other text can call it); a constructor or an operator stays."""
+    assert chosen(METHODS, "tk::vec<float> v; v.get(0);") == ["""template <typename T> struct vec {
+    T data[2];
+    // one value
+    __device__ T get(int k) const { return data[k]; }
+    __device__ vec& operator+=(const vec& o) { return *this; }
+};"""]
+    pool = Pool(helpers(METHODS))
+    text = pool.text(pool.needed(pool.references("tk::vec<float> v; v.set_all([](int k) { return 1.0f; });")))
+    assert "set_all" in text and "void set(" in text and "get" not in text and "one value" not in text
+    assert [m.name for m in pool.members[0].methods] == ["get", "set", "set_all"]
+
+
 KINDS = """
 struct row_l {};
 
@@ -193,7 +224,7 @@ def test_the_softmax_source_carries_only_the_helpers_it_uses():
                  # their code, the vectors' unary_map, 64-bit words
                  "col_l", "align_l", "naive_l", "contig_l", "void unary_map(rv", "u64"):
         assert name not in used
-    assert len(used.splitlines()) < 340 < 1300 < len(full.splitlines())
+    assert len(used.splitlines()) < 300 < 1300 < len(full.splitlines())
     with pytest.raises(ValueError, match="prelude must be"):
         softmax_rows.source(X64, X64, 64, prelude="none")
 
@@ -210,28 +241,29 @@ def declared(source: str) -> list[str]:
 
 
 def test_the_softmax_demos_source_is_its_kernel_and_the_helpers_it_uses():
-    """`python -m tkpy.kernels` prints softmax_rows' source: 336 lines, 300 of them prelude (361 and 325 when whole
-    paragraphs of helpers were chosen; the whole prelude is some 1900 lines); the softmax example's kernel, which
-    needs no bounds checks, 282 (rv's pair members, set_pair and set_all, are not chosen one by one). These are its
-    helpers: fp32 and bf16, one tile layout and one vector layout, the
-    named ops it calls and the maps, reduction and broadcast under them, the masked copies and the unmasked ones they
-    call for whole tiles, and the dependent launch's calls (every kernel is launched so by default)."""
+    """`python -m tkpy.kernels` prints softmax_rows' source: 294 lines, 258 of them prelude (361 when whole paragraphs
+    of helpers were chosen, 336 while rv's unused members came along and each op wrote out its register loops; the
+    whole prelude is some 2000 lines); the softmax example's kernel, which needs no bounds checks, 250. These are its
+    helpers: fp32 and bf16, one tile layout and one vector layout, the loop over a tile's registers, the named ops it
+    calls and the maps, reduction and broadcast under them, the masked copies and the unmasked ones they call for
+    whole tiles, and the dependent launch's calls (every kernel is launched so by default)."""
     x = torch.empty(1024, 64, dtype=torch.bfloat16)
     source = softmax_rows.source(x, x, 64)
     assert declared(source) == [
         "u32", "INFINITY", "identity", "packed_of", "packed_of<float>", "to_float", "to_float2", "from_float",
         "from_float<float>", "from_float2", "from_float2<float2>", "bf16", "bf16_2", "packed_of<bf16>", "to_float",
         "to_float2", "from_float<bf16>", "from_float2<bf16_2>", "lane", "row_l", "ortho_l", "vec_shape",
-        "vec_shape<ortho_l>", "frag_row", "frag_col", "rt", "vec_word", "vec_word<T,true>", "rv", "frag_pos",
-        "frag_pos<row_l>", "gl", "load_pair", "store_pair", "load", "store", "op_exp2", "op_exp", "op_add", "op_sub",
-        "op_div", "op_max", "op_sum", "apply", "apply", "unary_map", "reduce_part", "reduce_lanes", "reduce",
-        "broadcast_at", "broadcast", "exp", "row_max", "row_sum", "sub_row", "div_row", "in_bounds", "load_masked",
-        "store_masked", "launch_dependents", "wait_for_previous_kernel"]
-    assert len(source.splitlines()) <= 336
+        "vec_shape<ortho_l>", "frag_row", "frag_col", "rt", "for_each_reg", "vec_word", "vec_word<T,true>", "rv",
+        "frag_pos", "frag_pos<row_l>", "gl", "load_pair", "store_pair", "load", "store", "op_exp2", "op_exp",
+        "op_add", "op_sub", "op_div", "op_max", "op_sum", "apply", "apply", "unary_map", "reduce_part",
+        "reduce_lanes", "reduce", "broadcast_at", "broadcast", "exp", "row_max", "row_sum", "sub_row", "div_row",
+        "in_bounds", "load_masked", "store_masked", "launch_dependents", "wait_for_previous_kernel"]
+    assert "set_pair" not in source and "set_all" not in source       # rv's members that nothing here calls
+    assert len(source.splitlines()) <= 294
     example, args = kernel_and_args("softmax")
-    assert len(example.source(*args).splitlines()) <= 282
+    assert len(example.source(*args).splitlines()) <= 250
     gemm, args = kernel_and_args("gemm")                       # (451 lines when whole paragraphs were chosen)
-    assert len(gemm.source(*args).splitlines()) <= 395
+    assert len(gemm.source(*args).splitlines()) <= 383
 
 
 def _entry(ptx: str) -> str:
@@ -252,15 +284,16 @@ def test_the_helpers_used_make_the_same_kernel_as_the_whole_prelude(name):
 
 
 def test_every_helper_compiles_with_the_helpers_it_needs():
-    """Each helper alone with what it needs (those it names outside its templates' dependent calls, which only an
-    instantiation checks: the kernels' own compiles do) is a translation unit NVRTC reads without an error (a
-    missing name is an error of the front end: syntax only, the fast way)."""
+    """Each helper alone (with all its methods) with what it needs (those it names outside its templates' dependent
+    calls, which only an instantiation checks: the kernels' own compiles do) is a translation unit NVRTC reads
+    without an error (a missing name is an error of the front end: syntax only, the fast way)."""
     members = [*HELPERS, *hopper.wgmma_helpers({(64, "bf16", False), (64, "fp8e4m3", True)}), *hopper.TMA5_HELPERS]
     pool = Pool(members)
     for h in pool.members:
         if h.heading:
             continue
-        text = pool.text(pool.needed(pool.uses(h)) | {h})
+        uses = pool.uses(h).union(*(pool.method_uses(m) for m in h.methods))
+        text = pool.text(pool.needed(uses) | {h, *h.methods})
         _run_nvrtc(text + 'extern "C" __global__ void k() {}\n', "k", [*OPTIONS, "-fdevice-syntax-only"], "sm_90a")
 
 
@@ -273,8 +306,8 @@ def test_a_missing_helper_fails_to_compile_at_the_users_line(monkeypatch):
         tk.load(t, x, (0, 0))
         tk.exp(t, t)
     needed = Pool.needed
-    monkeypatch.setattr(Pool, "needed", lambda self, uses: {h for h in needed(self, uses)
-                                                            if "void unary_map(" not in h.text})
+    monkeypatch.setattr(Pool, "needed", lambda self, uses: {
+        h for h in needed(self, uses) if isinstance(h, Method) or "void unary_map(" not in h.text})
     with pytest.raises(CompileError) as e:
         k.source(torch.empty(16, 16))
     assert "unary_map" in str(e.value) and f"from test_prelude.py:{line_of(k.fn, 'tk.exp(t, t)')}" in str(e.value)

@@ -1,4 +1,4 @@
-// sha256 of the whole source: 438e1d2021e8e8854957b88c7bdc370d8eb9962fe58610a4e2e8cbdd3dd7fa97
+// sha256 of the whole source: 485eef83027684d6fc14635a70aafd44b1b79e6ffa3a4414b703ac4d2fcc64b9
 // ---- end of prelude ----
 
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps

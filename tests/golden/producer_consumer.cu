@@ -1,4 +1,4 @@
-// sha256 of the whole source: 39fc1f97d2ffb33bd8de3cb869fef723b0fa7ab4bf6a6d7441dd67d83a28d516
+// sha256 of the whole source: 6da563e0d09536ff7962d7f9f434b1fa4e47109a3ab7193322c874813e376906
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps

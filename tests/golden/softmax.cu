@@ -1,4 +1,4 @@
-// sha256 of the whole source: 4d6f032d30a8aad709cfde1594d1ba60dc5901f98627a626310151ce345c8496
+// sha256 of the whole source: 16441173b6c7c7fec31495103a9f52c92010e839e0195322bb41a375715ff3da
 // ---- end of prelude ----
 
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps

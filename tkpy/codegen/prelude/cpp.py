@@ -229,16 +229,20 @@ class Reference:
     `scope`; for a call, `args` (each argument's kind where it is a variable of a known kind or a literal, else
     None; None for the whole when the call's arguments cannot be told apart), `called` whether it is a call (only a
     call can mean a function: a parameter named `fill` does not call tk::fill; the prelude takes no function's
-    address)."""
+    address). A `member` reference is a name after `.`, `->` or a type's `::` (`t.get(0, 1)`, `S::bytes`): it may
+    mean a member of any struct, and no declaration of a namespace."""
     scope: str
     path: tuple
     called: bool
     args: Optional[tuple] = None
+    member: bool = False
 
     def lookups(self) -> list[tuple[str, str]]:
         """The (namespace, name) declarations it may mean: its name, qualified by the rest of its path, in its
         scope or any namespace around it (ordinary lookup; as all of the prelude's types live in tk, the
-        namespaces argument-dependent lookup adds are among these)."""
+        namespaces argument-dependent lookup adds are among these); none for a member."""
+        if self.member:
+            return []
         *qualifier, name = self.path
         parts = self.scope.split("::") if self.scope else []
         return [("::".join(parts[:n] + qualifier), name) for n in range(len(parts), -1, -1)]
@@ -246,10 +250,10 @@ class Reference:
 
 def references(toks: list[str], structs: frozenset, scope: str = "", skip: frozenset = frozenset(),
                known: Optional[dict] = None, types: Optional[dict] = None) -> set:
-    """The References of the text (but for the tokens at the indices in `skip`: the names of its own
-    declarations), the kinds of its variables read from their declarations with the `structs` named, but for the
-    parameters in `known` (name -> kind) of its first top-level declaration, which have those kinds; a template
-    parameter in `types` (name -> prelude struct) names that struct (`VL{}` an ortho_l)."""
+    """The References of the text, members' among them (but for the tokens at the indices in `skip`: the names of
+    its own declarations), the kinds of its variables read from their declarations with the `structs` named, but
+    for the parameters in `known` (name -> kind) of its first top-level declaration, which have those kinds; a
+    template parameter in `types` (name -> prelude struct) names that struct (`VL{}` an ortho_l)."""
     out = set()
     opened: list[tuple[int, str]] = []          # (brace depth inside, enclosing scope) per namespace opened
     kinds: dict = dict(known or {})             # variable -> kind, within one top-level declaration
@@ -273,7 +277,9 @@ def references(toks: list[str], structs: frozenset, scope: str = "", skip: froze
             depth -= 1
             if depth == len(opened):            # the end of a top-level declaration: its variables go
                 kinds = {}
-        elif is_ident(t) and i not in skip and (i == 0 or toks[i - 1] not in _MEMBER_ACCESS):
+        elif is_ident(t) and i not in skip and i > 0 and toks[i - 1] in _MEMBER_ACCESS:
+            out.add(Reference(scope, (t,), _call_args(toks, i + 1) is not None, member=True))
+        elif is_ident(t) and i not in skip:
             path = [t]
             while i + 2 < len(toks) and toks[i + 1] == "::" and is_ident(toks[i + 2]):
                 i += 2

@@ -19,12 +19,15 @@ could make a call silently choose another. A declaration is therefore left out o
   `tk::exp`, the layout of `rv<TD, N, L>& dst`), so `exp(t, t)` of a tile calls the tiles' unary_map only;
 - a specialization (`packed_of<bf16>`, `vec_shape<ortho_l>`) whose primary template is not chosen, or whose
   template arguments name prelude types that are not in the source (one that names none, `vec_word<T, true>`,
-  comes with its primary); an operator (`operator/` of a divisor) whose parameters name such types.
+  comes with its primary); an operator (`operator/` of a divisor) whose parameters name such types;
+- a struct's member function (a Method: rv's set_pair, st's ptr) that no text carried names, after `.`, `->` or
+  `::` or inside the struct: a member is no candidate of any other call. Constructors and operators stay.
 Hence the rules for writing the prelude: no implicit conversions between its types (no conversion operators,
 explicit constructors); an overload names the prelude types it takes in its parameter list (not only through a
 `typename X<...>::type`), so that a layout's or a dtype's code is an overload of its own (`load` of a row-layout
-tile, of a col-layout one); and a primary template whose specializations are chosen apart from it is left
-undefined, so that a missing specialization fails to compile instead of falling back to the primary.
+tile, of a col-layout one); a primary template whose specializations are chosen apart from it is left
+undefined, so that a missing specialization fails to compile instead of falling back to the primary; and a member
+function stands on lines of its own (with its comment above it), so that it can be left out.
 
 A paragraph of comments only is a heading: it is kept above the first chosen helper under it.
 """
@@ -43,20 +46,40 @@ TAIL = "// ---- end of prelude ----\n"
 
 
 @dataclass(frozen=True, eq=False)
+class Method:
+    """A member function of a struct helper (not a constructor or an operator), written on `lines` of its text (the
+    comment lines above it with it): carried only where a text carried names it (`v.set_pair(...)`, `S::offset(r,
+    c)`, `set(c, k, a)` inside the struct), as no other can call it. Its tokens and the index of its name's."""
+    name: str
+    namespace: str
+    lines: range
+    tokens: tuple
+    name_token: int
+
+
+@dataclass(frozen=True, eq=False)
 class Helper:
-    """A declaration of the prelude: its C++ `text` inside `namespace`, its tokens and the names it declares (with
-    the indices of their tokens, which are no references), or for a specialization or an operator what it
-    `extends` (cpp.extension); the `paragraph` it is written in."""
+    """A declaration of the prelude: its C++ `text` inside `namespace`, its tokens (but for its `methods`') and the
+    names it declares (with the indices of their tokens, which are no references), or for a specialization or an
+    operator what it `extends` (cpp.extension); the `paragraph` it is written in."""
     text: str
     namespace: str
     tokens: tuple
     declares: tuple
     extends: Optional[tuple] = None
     paragraph: int = 0
+    methods: tuple = ()
 
     @property
     def heading(self) -> bool:
         return not self.tokens
+
+    def shown(self, chosen: Optional[set] = None) -> str:
+        """Its text with the methods that are `chosen` (all when None)."""
+        if chosen is None or not self.methods:
+            return self.text
+        left_out = {n for m in self.methods if m not in chosen for n in m.lines}
+        return "\n".join(line for n, line in enumerate(self.text.split("\n")) if n not in left_out)
 
     @property
     def name_tokens(self) -> frozenset:
@@ -108,14 +131,44 @@ def _declarations(lines: list[str]) -> list[list[str]]:
 
 
 def _helper(text: str, namespace: str, paragraph: int) -> Helper:
-    toks = cpp.tokens(text)
+    methods = tuple(_methods(text, namespace))
+    lines = text.split("\n")
+    toks = cpp.tokens("\n".join(line for n, line in enumerate(lines) if not any(n in m.lines for m in methods)))
     declares = tuple(cpp.declarations(toks))
     extends = None if declares or not toks else cpp.extension(toks)
     if toks and not declares and extends is None:
         raise ValueError(f"a prelude helper that declares nothing would never be chosen:\n{text}")
     if "namespace" in toks:
         raise ValueError(f"a prelude helper is written inside its namespace ({namespace}), opening none:\n{text}")
-    return Helper(text, namespace, tuple(toks), declares, extends, paragraph)
+    return Helper(text, namespace, tuple(toks), declares, extends, paragraph, methods)
+
+
+def _methods(text: str, namespace: str) -> list[Method]:
+    """The member functions of a struct helper written on lines of their own (with the comment lines above them)
+    in its body; not a constructor (it declares the struct's own name) or an operator, which no name calls."""
+    toks = cpp.tokens(text)
+    head = toks[:toks.index("{")] if "{" in toks else toks
+    if "struct" not in head and "class" not in head:
+        return []
+    struct = next((d.name for _, d in cpp.declarations(toks) if d.kind == "struct"), None)
+    out, depth, start = [], 0, None
+    for n, line in enumerate(text.split("\n")):
+        line_toks = cpp.tokens(line)
+        if depth == 1 and start is None:
+            start = n                        # a member's first line (or the first of the comments above it)
+        depth += cpp.brace_depth(line_toks)
+        if start is None or not line_toks:
+            continue
+        if depth < 1:                        # the struct's closing line: no member
+            break
+        if depth == 1 and line_toks[-1] in (";", "}"):
+            member = cpp.tokens("\n".join(text.split("\n")[start:n + 1]))
+            functions = [(i, d) for i, d in cpp.declarations(member) if d.kind == "function"]
+            if len(functions) == 1 and functions[0][1].name != struct and "=" not in member[:functions[0][0]]:
+                i, d = functions[0]
+                out.append(Method(d.name, namespace, range(start, n + 1), tuple(member), i))
+            start = None
+    return out
 
 
 class Pool:
@@ -166,19 +219,29 @@ class Pool:
                 list(helper.tokens), self.structs, helper.namespace, helper.name_tokens, known, types))
         return refs
 
+    def method_uses(self, method: Method) -> frozenset:
+        """The references of a method's text (but for its own name)."""
+        refs = self._uses.get(method)
+        if refs is None:
+            refs = self._uses[method] = frozenset(cpp.references(
+                list(method.tokens), self.structs, method.namespace, frozenset({method.name_token})))
+        return refs
+
     def references(self, code: str) -> frozenset:
         """The cpp.References of a kernel's `code`."""
         return frozenset(cpp.references(cpp.tokens(code), self.structs))
 
     def needed(self, uses: frozenset) -> set:
-        """The helpers that code with these references needs, transitively."""
+        """The helpers that code with these references needs, transitively, and the methods of theirs named."""
         chosen, types, seen, read = set(), set(), set(), set()
         # (helper, parameter types, binding) of declarations references may mean (and operators, which any
         # expression on their types may call), whose references with that binding are not yet read
         waiting = [(h, requires, ()) for h, requires in self.operators]
+        names, methods = set(), []          # the names referred to; the methods of chosen structs not yet chosen
 
         def want(refs):
             for ref in refs:
+                names.add(ref.path[-1])
                 for key in ref.lookups():
                     if (key, ref.called, ref.args) in seen:
                         continue
@@ -197,19 +260,25 @@ class Pool:
                         chosen.add(helper)
                         types |= {d.name for _, d in helper.declares if d.kind == "struct"}
                         waiting += [(s, arguments, ()) for s, arguments in self.specializations.get(helper, ())]
+                        methods += helper.methods
                     want(self.uses(helper, binding))
                     progress = True
+            for m in [m for m in methods if m.name in names]:
+                methods.remove(m)
+                chosen.add(m)
+                want(self.method_uses(m))
+                progress = True
             waiting = [w for w in waiting if (w[0], w[2]) not in read]
         return chosen
 
     def text(self, chosen: set | None = None) -> str:
-        """The prelude of the `chosen` helpers (all when None), in prelude order, each in its namespace; the
-        helpers of a paragraph together, paragraphs after a blank line (but for one-line paragraphs after one
+        """The prelude of the `chosen` helpers with their chosen methods (all when None), in prelude order, each in
+        its namespace; the helpers of a paragraph together, paragraphs after a blank line (but for one-line paragraphs after one
         another), each heading above the first chosen helper under it."""
         shown = [h for h in self.members if not h.heading and (chosen is None or h in chosen)]
         lines: dict[int, int] = {}           # paragraph -> the lines shown of it
         for h in shown:
-            lines[h.paragraph] = lines.get(h.paragraph, 0) + h.text.count("\n") + 1
+            lines[h.paragraph] = lines.get(h.paragraph, 0) + h.shown(chosen).count("\n") + 1
         out, current, heading, previous = [HEAD_FULL if chosen is None else HEAD_USED], [], None, None
         for h in self.members:
             if h.heading:
@@ -230,7 +299,7 @@ class Pool:
             if heading is not None:
                 out.append(heading.text)
                 heading = None
-            out.append(h.text)
+            out.append(h.shown(chosen))
             current, previous = target, h
         out += [f"}}  // namespace {name}" for name in reversed(current)]
         return "\n".join(out) + "\n" + TAIL

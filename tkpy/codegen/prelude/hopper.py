@@ -11,8 +11,8 @@ from .helpers import Helper, helpers
 _SYNC = r"""
 // ---- Hopper: dependent launches, mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
 
-// Programmatic dependent launch (griddepcontrol; tkpy/runtime/dependent_launch.py): launch_dependents lets the next
-// kernel on the stream start as our blocks finish; wait_for_previous_kernel waits for the previous one's writes.
+// Programmatic dependent launch (tkpy/runtime/dependent_launch.py): the next kernel on the stream may start as our
+// blocks finish; wait_for_previous_kernel waits for the previous one's writes.
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
@@ -207,17 +207,14 @@ template <int N> __device__ __forceinline__ void store_async_wait() {
 _WGMMA = r"""
 // ---- wgmma ----
 
-// wgmma shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): start address,
-// leading- and stride-dimension byte offsets (all >> 4) and the swizzle mode in bits 62-63.
-// A tile is MN-major when its rows run along K (B of mma_AB, A of mma_AtB), K-major otherwise.
+// wgmma shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): start address, leading- and
+// stride-dimension byte offsets (all >> 4), swizzle mode in bits 62-63. A tile is MN-major when its rows run along
+// K (B of mma_AB, A of mma_AtB), K-major otherwise.
 __device__ __forceinline__ constexpr u64 desc_encode(u64 x) { return (x & 0x3FFFF) >> 4; }
-// Step k16 is the k16-th instruction along K: 16 K rows of an MN-major tile, or 32 bytes of each row of a
-// K-major one (16 bf16/fp16 or 32 fp8 elements). tkpy/tiles/wgmma.py models these and the layouts they read.
-// The tile's descriptor is built once (the same for every step: the compiler keeps it) and each step adds
-// its byte offset >> 4 to the low word: shared addresses stay below 2^18, so the 14-bit start field cannot
-// carry into the next one, and a step costs one 32-bit add instead of re-encoding an address. The two words
-// are joined by mov.b64: written as 64-bit arithmetic, the compiler proved the add cannot wrap and widened
-// it to a 64-bit add with carry, three uniform instructions before every wgmma instead of one.
+// Step k16 of K: 16 K rows of an MN-major tile, or 32 bytes of each row of a K-major one (tkpy/tiles/wgmma.py).
+// Each step adds its byte offset >> 4 to the low word of the tile's descriptor, built once: shared addresses stay
+// below 2^18, so the 14-bit start field cannot carry, and a step is one 32-bit add. The words are joined by mov.b64:
+// as 64-bit arithmetic the add became a 64-bit add with carry, three uniform instructions a wgmma instead of one.
 template <typename S, bool MN_MAJOR>
 __device__ __forceinline__ u64 descriptor(const S& s, int k16) {
     constexpr u32 swz = S::swizzle, mode = swz == 128 ? 1 : swz == 64 ? 2 : 3;
@@ -238,15 +235,10 @@ template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wg
 
 // Keep the compiler from moving accesses of accumulator registers across a wgmma wait.
 template <typename T, int H, int W, typename L> __device__ __forceinline__ void register_fence(rt<T, H, W, L>& t) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         if constexpr (is_same<T, float>::value) asm volatile("" : "+f"(t.data[i][j][k].x), "+f"(t.data[i][j][k].y) :: "memory");
         else asm volatile("" : "+r"(t.data[i][j][k].x) :: "memory");
-    }
+    });
 }
 """
 

@@ -19,12 +19,9 @@ __device__ __forceinline__ fp16_2 swap2(fp16_2 v) { return {(v.x >> 16) | (v.x <
 
 template <typename TD, typename TS, int H, int W>
 __device__ __forceinline__ void swap_pairs(rt<TD, H, W, row_l>& dst, const rt<TS, H, W, row_l>& src) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) dst.data[i][j][k] = swap2(convert2<typename rt<TD, H, W, row_l>::T2>(src.data[i][j][k]));
+    for_each_reg<H, W>([&](int i, int j, int k) {
+        dst.data[i][j][k] = swap2(convert2<typename rt<TD, H, W, row_l>::T2>(src.data[i][j][k]));
+    });
 }
 template <typename TD, typename TS, int N>
 __device__ __forceinline__ void swap_pairs(rv<TD, N, contig_l>& dst, const rv<TS, N, contig_l>& src) {
@@ -105,21 +102,16 @@ __device__ __forceinline__ void rotate_half(rt<TD, H, W, row_l>& dst, const rt<T
     typedef typename rt<TS, H, W, row_l>::T2 S2;
     const rt<TS, H, W, row_l> s = src;
     rt<TS, H, W, row_l> out;
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         const int block = 2 * j + (k >> 1), col = (8 * block) % D;   // the lane's 8-column block, its head column
-        if (col >= R) { out.data[i][j][k] = zero_word<S2>(); continue; }
-        if constexpr (INTERLEAVED) { out.data[i][j][k] = rotate_pair(s.data[i][j][k]); continue; }
+        if (col >= R) { out.data[i][j][k] = zero_word<S2>(); return; }
+        if constexpr (INTERLEAVED) { out.data[i][j][k] = rotate_pair(s.data[i][j][k]); return; }
         const bool low = col < R / 2;
         const int from = low ? block + R / 16 : block - R / 16;
-        if (from >= 2 * W) { out.data[i][j][k] = zero_word<S2>(); continue; }   // (past the end of a head cut short)
+        if (from >= 2 * W) { out.data[i][j][k] = zero_word<S2>(); return; }   // (past the end of a head cut short)
         const S2 w = s.data[i][from >> 1][(k & 1) | ((from & 1) << 1)];
         out.data[i][j][k] = low ? neg_word(w) : w;
-    }
+    });
     if constexpr (is_same<TD, TS>::value) dst = out;
     else unary_map(dst, out, op_copy{});
 }

@@ -17,8 +17,7 @@ template <typename A, typename B> struct is_same { static constexpr bool value =
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
 template <typename T> struct identity { typedef T type; };  // blocks template deduction
 
-// Element types and their conversions to and from fp32, where arithmetic happens: a register tile of T holds
-// pairs, packed_of<T>; from_float<T> / from_float2<T2> round to a type (specialized by each type's helpers).
+// Element types and their conversions to and from fp32, where arithmetic happens; a tile of T holds packed_of<T>.
 template <typename T> struct packed_of;
 template <> struct packed_of<float> { typedef float2 type; };
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -70,18 +69,16 @@ __device__ __forceinline__ unsigned char* align_up(unsigned char* p, u64 a) {
     return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(p) + a - 1) & ~(a - 1));
 }
 
-// A runtime value that divides in loops (a dimension, the grid size): made once, it gives n / d from a
-// multiply-high, an add and a shift, where the generic int division takes ~20 instructions, three on the
-// MUFU's pipe (Granlund-Montgomery: with s = ceil(log2 |d|) and m = ceil(2^(32+s) / |d|) - 2^32,
-// |n| / |d| = (umulhi(|n|, m) + |n|) >> s for every |n| <= 2^31). C++'s truncating / and % for any sign.
+// A runtime value that divides in loops (a dimension, the grid size): n / d by a multiply-high, an add and a shift,
+// not int division's ~20 instructions (Granlund-Montgomery: s = ceil(log2 |d|), m = ceil(2^(32+s) / |d|) - 2^32,
+// |n| / |d| = (umulhi(|n|, m) + |n|) >> s for |n| <= 2^31). C++'s truncating / and % for any sign.
 struct divisor {
     int d; u32 mul; u32 shift;
     __device__ __forceinline__ explicit divisor(int value) : d(value) {
         const u32 a = value < 0 ? 0u - u32(value) : value == 0 ? 1u : u32(value);   // (0: no trap, as n / 0)
         shift = 32 - __clz(a - 1);
-        // m = ceil(2^32 (2^s - a) / a), below 2^32 as 2^s - a < a: from the MUFU's reciprocal, corrected twice by
-        // the remainder (a 64-bit division calls a ~70-instruction routine, a double one has a slow path: either
-        // costs a GEMM of one tile a block 7%, RESULTS.md run 235)
+        // m = ceil(2^32 (2^s - a) / a) < 2^32 from the MUFU's reciprocal, corrected twice by the remainder (a 64-bit
+        // or double division costs a one-tile-a-block GEMM 7%, RESULTS.md run 235)
         float inv;
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(float(a)));
         const u64 n = u64((1ull << shift) - a) << 32;
@@ -119,8 +116,17 @@ template <typename T, int H, int W, typename L> struct rt {
     typedef typename packed_of<T>::type T2;
     T2 data[H][W][4];
 };
-// A register vector. 16-bit values are kept in packed pairs (as a tile's are) where a lane holds an even number
-// of them a chunk: half the registers; get / set read and write value k of chunk c as a float either way.
+// f(i, j, k) for register k of each base tile (i, j) of an H x W tile, unrolled.
+template <int H, int W, typename F> __device__ __forceinline__ void for_each_reg(F f) {
+    #pragma unroll
+    for (int i = 0; i < H; i++)
+    #pragma unroll
+    for (int j = 0; j < W; j++)
+    #pragma unroll
+    for (int k = 0; k < 4; k++) f(i, j, k);
+}
+// A register vector: get / set read and write value k of chunk c as a float; 16-bit values are packed in pairs (as
+// a tile's are: half the registers) where a lane holds an even number of them a chunk.
 template <typename T, bool PACKED> struct vec_word { typedef T type; };
 template <typename T> struct vec_word<T, true> { typedef typename packed_of<T>::type type; };
 template <typename T, int N, typename L> struct rv {
@@ -179,9 +185,8 @@ template <typename T> struct gl {
     }
 };
 
-// Shared tile: column panels SWZ bytes wide, 16-byte chunks XOR-swizzled (tkpy/tiles/swizzle.py).
-// A subtile (tk::subtile) keeps the address function of the tile it views: panels PR rows tall,
-// unswizzled rows PC elements apart.
+// Shared tile: column panels SWZ bytes wide, 16-byte chunks XOR-swizzled (tkpy/tiles/swizzle.py); a subtile keeps
+// the address function of the tile it views (panels PR rows tall, unswizzled rows PC elements apart).
 template <typename T, int R, int C, int SWZ, int PR = R, int PC = C> struct st {
     static constexpr int swizzle = SWZ, panel_rows = PR;
     static constexpr int panel_cols = SWZ ? SWZ / int(sizeof(T)) : PC;
@@ -222,37 +227,26 @@ template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
     const int ln = lane();
     const TS* base = src.at(b, d, r0, c0);
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             load_pair(L{}, base, src.row_stride, r + 16 * i, c + 16 * j));
-    }
+    });
 }
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
     const int ln = lane();
     TD* base = dst.at(b, d, r0, c0);
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
         store_pair(L{}, base, dst.row_stride, r + 16 * i, c + 16 * j, to_float2(src.data[i][j][k]));
-    }
+    });
 }
 
-// ldmatrix / stmatrix x4 (transposed for a col-layout tile) over a 16x16 base tile of 16-bit values, and lane
-// `ln`'s row and column in it: matrix q = ln / 8 covers register q of the row layout; transposed (col layout) it
-// covers the mirrored quadrant.
+// ldmatrix / stmatrix x4 over a 16x16 base tile of 16-bit values (transposed for the col layout), and lane ln's row
+// and column in it: matrix q = ln / 8 is register q of the row layout, the mirrored quadrant of the col layout.
 template <typename L> __device__ __forceinline__ void ldmatrix(u32 addr, u32& a, u32& b, u32& c, u32& d);
 template <typename L> __device__ __forceinline__ void stmatrix(u32 addr, u32 a, u32 b, u32 c, u32 d);
 template <typename L> __device__ __forceinline__ void ldmatrix_pos(int ln, int& r, int& c);
@@ -312,18 +306,13 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
             ldmatrix<L>(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
         }
     } else {
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++)
-        #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for_each_reg<H, W>([&](int i, int j, int k) {
             int r0, c0, r1, c1;
             frag_pos<L>(ln, k, 0, r0, c0);
             frag_pos<L>(ln, k, 1, r1, c1);
             dst.data[i][j][k] = from_float2<T2>(load_pair(L{}, src.ptr(16 * i + r0, 16 * j + c0),
                                                           src.ptr(16 * i + r1, 16 * j + c1)));
-        }
+        });
     }
 }
 
@@ -332,17 +321,12 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
 template <typename TS, int H, int W, typename L, typename F>
 __device__ __forceinline__ void for_each_pair(const rt<TS, H, W, L>& src, F f) {
     const int ln = lane();
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         int r0, c0, r1, c1;
         frag_pos<L>(ln, k, 0, r0, c0);
         frag_pos<L>(ln, k, 1, r1, c1);
         f(16 * i + r0, 16 * j + c0, 16 * i + r1, 16 * j + c1, to_float2(src.data[i][j][k]));
-    }
+    });
 }
 
 // st <- rt: stmatrix for 16-bit tiles (registers of another type are packed to the tile's first, e.g. an
@@ -406,8 +390,8 @@ struct op_copy { __device__ __forceinline__ float operator()(float x) const { re
 
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
 
-// exp2: one MUFU.EX2 (ex2.approx.ftz: 2 ulp, as exp2f; subnormals flush to zero), without the range fix-up that
-// exp2f and __expf add (a compare, two predicated instructions). exp(x) = exp2(x * log2 e), as __expf computes it.
+// exp2: one MUFU.EX2 (ex2.approx.ftz: 2 ulp as exp2f, subnormals flush to zero) without exp2f's and __expf's range
+// fix-up (a compare, two predicated instructions); exp(x) = exp2(x * log2 e), as __expf computes it.
 struct op_exp2 {
     __device__ __forceinline__ float operator()(float x) const {
         float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;
@@ -448,13 +432,9 @@ template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a, flo
 // dst = f(src) and dst = f(a, b) elementwise (ThunderKittens' unary_map / bin_map; b a tile or a float).
 template <typename F, typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(apply(f, to_float2(src.data[i][j][k])));
+    });
 }
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
@@ -463,25 +443,17 @@ __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>&
 
 template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
 __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(a.data[i][j][k]), to_float2(b.data[i][j][k])));
+    });
 }
 template <typename F, typename TD, typename TA, int H, int W, typename L>
 __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, float b, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(a.data[i][j][k]), make_float2(b, b)));
+    });
 }
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
@@ -495,12 +467,7 @@ __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a
 template <typename T, int H, int W, typename L>
 __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
     const typename rt<T, H, W, L>::T2 p = from_float2<typename rt<T, H, W, L>::T2>(make_float2(v, v));
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) dst.data[i][j][k] = p;
+    for_each_reg<H, W>([&](int i, int j, int k) { dst.data[i][j][k] = p; });
 }
 
 template <typename T, int N, typename L>

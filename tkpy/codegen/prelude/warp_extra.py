@@ -120,10 +120,9 @@ template <typename T, int N> struct sv {
     __device__ __forceinline__ T* ptr(int i) const { return reinterpret_cast<T*>(base) + i; }
 };
 
-// Eight consecutive elements at p (16-byte aligned) as floats, and back: one 16-byte access of 16-bit elements,
-// two of fp32 (a contig vector's values of one chunk). SPACE: where p points, global (1: loads as C++ reads, which
-// takes the read-only path where it can; stores by st.global.v4, which ptxas otherwise splits into four) or shared
-// (2: ld/st.shared.v4 at the shared address, not generic accesses).
+// Eight consecutive elements at p (16-byte aligned) as floats, and back: one 16-byte access of 16-bit elements, two
+// of fp32 (a contig vector's chunk). SPACE 1: global (loads as C++ reads, the read-only path where it can; stores by
+// st.global.v4, which ptxas would split in four); 2: shared (ld/st.shared.v4 at the shared address, not generic).
 __device__ __forceinline__ void ld16(u32 (&w)[4], const void* p, int space) {
     if (space == 2) {
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
@@ -315,12 +314,7 @@ _MASKS = r"""
 template <typename F, typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F keep, float val) {
     const int ln = lane();
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         float2 v = to_float2(src.data[i][j][k]);
         int r, c;
         frag_pos<L>(ln, k, 0, r, c);
@@ -328,7 +322,7 @@ __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>
         frag_pos<L>(ln, k, 1, r, c);
         if (!keep(16 * i + r, 16 * j + c)) v.y = val;
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(v);
-    }
+    });
 }
 
 // A vector as a one-row tile: keep(0, index) for each of its values.
@@ -404,18 +398,13 @@ __device__ __forceinline__ float2 map_operand(const broadcast_vec<ROWS, V>& b, i
 template <typename F, typename TD, int H, int W, typename L, typename... S>
 __device__ __forceinline__ auto map_indexed(rt<TD, H, W, L>& dst, F f, const S&... src)
     -> decltype((map_operand(src, 0, 0, 0), ..., void())) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int reg = 0; reg < 4; reg++) {
+    for_each_reg<H, W>([&](int i, int j, int reg) {
         const int width = W;
         const int half = 0;
         const int e = TILE_ELEMENT;
         dst.data[i][j][reg] = from_float2<typename rt<TD, H, W, L>::T2>(
             make_float2(f(e, map_operand(src, i, j, reg).x...), f(e + 1, map_operand(src, i, j, reg).y...)));
-    }
+    });
 }
 template <typename F, typename TD, int N, typename L, typename... TS>
 __device__ __forceinline__ void map_indexed(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
@@ -454,18 +443,13 @@ template <typename T> __device__ __forceinline__ int in_bounds(const gl<T>& g, i
     return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0;
 }
 
-// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`
-// and are not stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
+// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`, are not
+// stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
 template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load_masked(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0, float fill) {
     if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }
     const int ln = lane();
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         float v[2];
         #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -475,18 +459,13 @@ __device__ __forceinline__ void load_masked(rt<TD, H, W, L>& dst, const gl<TS>& 
             v[h] = in_bounds(src, r, c, 1) ? to_float(*src.at(b, d, r, c)) : fill;
         }
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(make_float2(v[0], v[1]));
-    }
+    });
 }
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
     if (r0 + 16 * H <= dst.rows && c0 + 16 * W <= dst.cols) { store(dst, src, b, d, r0, c0); return; }
     const int ln = lane();
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for_each_reg<H, W>([&](int i, int j, int k) {
         const float2 v = to_float2(src.data[i][j][k]);
         #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -495,7 +474,7 @@ __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, 
             r += r0 + 16 * i; c += c0 + 16 * j;
             if (in_bounds(dst, r, c, 1)) *dst.at(b, d, r, c) = from_float<TD>(h ? v.y : v.x);
         }
-    }
+    });
 }
 
 // rv <-> gl along row r from column c0, up to the tensor's last column.

@@ -7,9 +7,8 @@ from ...ir.core import BINARY_FNS, BROADCAST_FNS, REDUCE_FNS, UNARY_FNS
 from .helpers import helpers
 
 _REDUCE = r"""
-// A reduction into an ortho vector (lanes sharing a row of a row-layout tile differ in lane bits 0-1), an align
-// vector (lanes sharing a column of a col-layout tile differ in bits 2-4): value k's part of base tile `regs`, and
-// the lanes' parts combined.
+// Value k's part of base tile `regs` of a reduction, and the lanes' parts combined: into an ortho vector the lanes
+// sharing a row of a row-layout tile (lane bits 0-1), into an align vector those sharing a column (bits 2-4).
 template <typename T2, typename F>
 __device__ __forceinline__ float reduce_part(ortho_l, const T2 (&regs)[4], int k, F f) {
     const float2 a = to_float2(regs[k]), b = to_float2(regs[k + 2]);
@@ -29,8 +28,7 @@ template <typename F> __device__ __forceinline__ float reduce_lanes(align_l, flo
     v = f(v, __shfl_xor_sync(0xffffffffu, v, 8));
     return f(v, __shfl_xor_sync(0xffffffffu, v, 16));
 }
-// Reductions along rows (ROWS=true: one value per row) or columns of a register tile into a vector: each lane
-// reduces its registers' values of value k, then the lanes holding parts of it combine theirs.
+// Reductions along rows (ROWS=true: one value per row) or columns of a register tile into a vector.
 template <bool ROWS, typename F, typename TV, int N, typename VL, typename TT, int H, int W, typename L>
 __device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>& src, F f,
                                        const typename identity<rv<TV, N, VL>>::type* accum) {
@@ -39,25 +37,21 @@ __device__ __forceinline__ void reduce(rv<TV, N, VL>& dst, const rt<TT, H, W, L>
     for (int o = 0; o < outer; o++)
     #pragma unroll
     for (int k = 0; k < rv<TV, N, VL>::per_chunk; k++) {
-        float v;
+        float v = reduce_part(VL{}, src.data[ROWS ? o : 0][ROWS ? 0 : o], k, f);
         #pragma unroll
-        for (int n = 0; n < inner; n++) {
-            const float part = reduce_part(VL{}, src.data[ROWS ? o : n][ROWS ? n : o], k, f);
-            v = n == 0 ? part : f(v, part);
-        }
+        for (int n = 1; n < inner; n++) v = f(v, reduce_part(VL{}, src.data[ROWS ? o : n][ROWS ? n : o], k, f));
         v = reduce_lanes(VL{}, v, f);
         if (accum) v = f(v, accum->get(o, k));
         dst.set(o, k, v);
     }
 }
 
-// The values of a vector broadcast along rows (ROWS=true: one value per row) or columns that meet register k of
-// base tile (i, j): of an ortho vector the register's one row (column), of an align vector its two columns (rows).
+// The values of a vector broadcast along rows (ROWS) or columns that meet register k of base tile (i, j): of an
+// ortho vector the register's one row (column), of an align vector its two columns (rows).
 template <bool ROWS, typename TV, int N>
 __device__ __forceinline__ float2 broadcast_at(const rv<TV, N, ortho_l>& vec, int i, int j, int k) {
-    float2 v;
-    v.x = v.y = vec.get(ROWS ? i : j, k & 1);
-    return v;
+    const float v = vec.get(ROWS ? i : j, k & 1);
+    return make_float2(v, v);
 }
 template <bool ROWS, typename TV, int N>
 __device__ __forceinline__ float2 broadcast_at(const rv<TV, N, align_l>& vec, int i, int j, int k) {
@@ -90,14 +84,10 @@ template <typename TV, int N, typename VL> __device__ __forceinline__ bool any_g
 // dst = f(src, vec) with vec broadcast along rows (ROWS=true: one value per row) or columns.
 template <bool ROWS, typename F, typename TD, typename TS, int H, int W, typename L, typename TV, int N, typename VL>
 __device__ __forceinline__ void broadcast(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, const rv<TV, N, VL>& vec, F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for_each_reg<H, W>([&](int i, int j, int k) {
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             apply(f, to_float2(src.data[i][j][k]), broadcast_at<ROWS>(vec, i, j, k)));
+    });
 }
 """
 
@@ -124,9 +114,8 @@ __device__ __forceinline__ void mma16816(float2& d0, float2& d1, const u32* a, u
     }
 }
 
-// d = op(a) @ op(b) + c over base tiles (M x N of them, K deep). A transposed operand is stored as
-// its transpose in the other layout, which holds the very same registers (a col-layout K x M tile
-// is a row-layout M x K one), so TA / TB only swap which base tile is read.
+// d = op(a) @ op(b) + c over base tiles (M x N of them, K deep). A transposed operand is held in the other layout,
+// the same registers (a col-layout K x M tile is a row-layout M x K one): TA / TB only swap the base tile read.
 template <bool TA, bool TB, typename T, int M, int N, int K, typename A, typename B>
 __device__ __forceinline__ void mma(rt<float, M, N, row_l>& d, const A& a, const B& b, const rt<float, M, N, row_l>& c) {
     #pragma unroll
