@@ -352,23 +352,29 @@ def backward_ms(name: str, op: str, fn, args, dy, width: int) -> float:
 def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
     """GB/s of tkpy's kernel variants (VARIANTS, over the policy's choice) for one case, the forward or backward
     launch alone."""
+    return variant_gbps(VARIANTS, nbytes, norm_launch_of(op, direction, rows, width))
+
+
+def norm_launch_of(op: str, direction: str, rows: int, width: int):
+    """launch_of(options): a function of no arguments that launches tkpy's norm `op` one way alone (the backward
+    on statistics of a forward run here), with NormConfig fields `options` over the policy's."""
     import torch
 
     from tkpy.kernels import norm_launch
     x, r, w, b, dy = inputs(op, rows, width)
     kind = "rms" if op.startswith("rms") else "layer"
-    bias = b.detach() if kind == "layer" else None
+    x, w, bias = x.detach(), w.detach(), b.detach() if kind == "layer" else None
+    residual = r.detach() if r is not None else None
     with torch.no_grad():
-        h = (x + r) if r is not None else x.detach()
-        _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
+        h = (x + residual) if residual is not None else x
+        _, _, mean, rstd = norm_launch.forward(kind, h, [width], w, bias, None, 1e-5)
 
-        def launch_of(options):
-            if direction == "backward":
-                return lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(), mean,
-                                                    rstd, [width], kind == "layer", options)
-            return lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,
-                                               r.detach() if r is not None else None, 1e-5, options)
-        return variant_gbps(VARIANTS, nbytes, launch_of)
+    def launch_of(options):
+        if direction == "backward":
+            return lambda: norm_launch.backward(kind, dy, dy if residual is not None else None, h, w, mean, rstd,
+                                                [width], kind == "layer", options)
+        return lambda: norm_launch.forward(kind, x, [width], w, bias, residual, 1e-5, options)
+    return launch_of
 
 
 def copy_gbps(cache: dict, rows: int, width: int, dtype) -> float:

@@ -1,16 +1,16 @@
 """The row kernels' splits swept on the GPU: the evidence behind kernels/cross_entropy_policy.py's and
 kernels/norm_policy.py's tables (RESULTS.md runs 274-275).
 
-    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,131072]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,8192]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096]
 
 For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that
 the config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its
 launches timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and
 with the gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each
-with the residual) forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the copy bandwidth measured in
-the same run and the best five splits, then the split best for all the cases of a width together (the largest
-smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
+with the residual) forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the copy
+bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width together
+(the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
 """
 from __future__ import annotations
 
@@ -27,14 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ELEMENTS = 1 << 26
 SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch")
 LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
-
-
-def copy_gbps(x) -> float:
-    import torch
-
-    from benchmarks.timing import median_ms
-    dst = torch.empty_like(x)
-    return 2 * x.numel() * x.element_size() / median_ms(lambda: dst.copy_(x)) / 1e6
 
 
 def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1]) -> list[dict]:
@@ -78,6 +70,7 @@ def cross_entropy(width: int, dtype: str) -> dict:
     mean's prologue and the forward kernel)."""
     import torch
 
+    from benchmarks import bench_memory_bound as bench
     from benchmarks.timing import median_ms
     from tkpy.kernels import cross_entropy_kernel as body, cross_entropy_op as ce
     from tkpy.kernels.cross_entropy_policy import forward_config
@@ -86,7 +79,7 @@ def cross_entropy(width: int, dtype: str) -> dict:
     rows = max(ELEMENTS // width, 2048)
     x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype]))
     t = torch.randint(0, width, (rows,), device="cuda")
-    copy = copy_gbps(x)
+    copy = bench.copy_gbps({}, rows, width, x.dtype)
     f32, ticket = placeholder(torch.float32, x.device), torch.zeros(1, device="cuda", dtype=torch.int32)
     cases = {}
     for grad in (False, True):
@@ -126,28 +119,17 @@ def norms(width: int) -> dict:
     import torch
 
     from benchmarks import bench_memory_bound as bench
-    from tkpy.kernels import norm_launch
     from tkpy.kernels.norm_policy import config_for
     from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
     options = {split_name(o): o for o in splits(width, clusters=(1,), most_values=32)}
+    copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
     for op in bench.OPS:
-        x, r, w, b, dy = bench.inputs(op, rows, width)
-        kind = "rms" if op.startswith("rms") else "layer"
-        bias = b.detach() if kind == "layer" else None
-        with torch.no_grad():
-            h = (x + r) if r is not None else x.detach()
-            _, _, mean, rstd = norm_launch.forward(kind, h, [width], w.detach(), bias, None, 1e-5)
-        copy = copy_gbps(x.detach())
         for direction in ("forward", "backward"):
-            def launch_of(o, direction=direction):
-                if direction == "backward":
-                    return lambda: norm_launch.backward(kind, dy, dy if r is not None else None, h, w.detach(),
-                                                        mean, rstd, [width], kind == "layer", o)
-                return lambda: norm_launch.forward(kind, x.detach(), [width], w.detach(), bias,
-                                                   r.detach() if r is not None else None, 1e-5, o)
-            policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", r is not None)
+            launch_of = bench.norm_launch_of(op, direction, rows, width)
+            kind = "rms" if op.startswith("rms") else "layer"
+            policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
             tried = {**options, split_name(vars(policy)): {f: getattr(policy, f) for f in SPLIT_FIELDS}}
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -44,7 +44,8 @@ FORWARD = {
         (16384, Row((8, 1, 1, 2, True), SWEPT.format("0.70/0.76", "0.28/0.35"))),
         (32768, Row((8, 1, 2, 2, True), SWEPT.format("0.62/0.70", "0.25/0.32"))),
         (65536, Row((4, 1, 8, 3, True), SWEPT.format("0.59/0.66", "0.22/0.29"))),             # clusters of 8
-        (131072, Row((8, 1, 8, 2, False), SWEPT.format("0.74/0.82 of a slower copy", "0.55/0.63"))),  # (its prefetch spills)
+        # (the prefetch, 0.87/0.94, spills under NVRTC 13.x)
+        (131072, Row((8, 1, 8, 2, False), SWEPT.format("0.74/0.82 of a slower copy", "0.55/0.63"))),
         (262144, Row((16, 1, 8, 1, LOSS_ONLY), SWEPT.format("0.76/0.65", "0.66/0.65"))),     # 64 values a lane
     ),
     # fp32 logits (RESULTS.md run 275, swept at 1024, 4096, 16384 and 65536 classes): their prefetch takes twice
@@ -61,23 +62,22 @@ FORWARD = {
 # Weights with smoothing hold the weights' piece in registers beside the row's (at most 32 values a lane), one block
 # an SM: the register fit's 16-value pieces, the prefetch up to WEIGHTED_PREFETCH classes (16-bit logits; fp32's
 # from 8192 classes on: 32 fp32 values a lane and as many ahead spill at 8 warps).
-_WEIGHTED_NARROW = (
+_WEIGHTED_16_BIT = (
     (512, Row((1, 8, 1, 2, True), FIT)),           # a warp a row (up to 16 values a lane), 8 rows a block
     (1024, Row((2, 4, 1, 2, True), FIT)),
     (2048, Row((4, 2, 1, 2, True), FIT)),
     (4096, Row((8, 1, 1, 2, True), FIT)),
-)
-_WEIGHTED_WIDE = (
+    (8192, Row((8, 1, 1, 2, True), FIT)),          # 32 values a lane (16 warps: ptxas took 64 registers, spilled)
     (16384, Row((16, 1, 2, 1, True), FIT)),        # clusters: 16 warps of 2, 4 or 8 blocks a row
     (32768, Row((16, 1, 4, 1, True), FIT)),
     (65536, Row((16, 1, 8, 1, True), FIT)),
     (131072, Row((16, 1, 8, 1, True), FIT)),       # 32 values a lane
     (262144, Row((16, 1, 8, 1, False), FIT)),      # (refused: cross_entropy_config.WEIGHTED_SMOOTHING_CLASSES)
 )
+_WEIGHTED_F32 = {8192: Row((16, 1, 1, 1, True), FIT), 131072: Row((16, 1, 8, 1, False), FIT)}   # fp32's others
 WEIGHTED_SMOOTHING = {
-    "16-bit": _WEIGHTED_NARROW + ((8192, Row((8, 1, 1, 2, True), FIT)),) + _WEIGHTED_WIDE,
-    "f32": _WEIGHTED_NARROW + ((8192, Row((16, 1, 1, 1, True), FIT)),) + _WEIGHTED_WIDE[:3]
-    + ((131072, Row((16, 1, 8, 1, False), FIT)),) + _WEIGHTED_WIDE[4:],
+    "16-bit": _WEIGHTED_16_BIT,
+    "f32": tuple((limit, _WEIGHTED_F32.get(limit, row)) for limit, row in _WEIGHTED_16_BIT),
 }
 FULL_LANE = 48              # smoothing or weights where a lane holds more values than this: at most
 FULL_LANE_WARPS = 8         # this many warps an SM (255 registers a thread), the prefetch only within them (at the

@@ -39,9 +39,16 @@ FORWARD = (
     (32768, Row((16, 1, 4, 1, True), FIT)),    # clusters: 16 warps of 4 or 8 blocks a row
     (65536, Row((16, 1, 8, 1, True), FIT)),
 )
-BACKWARD = tuple((width, Row((8, 2, 1, 1, True), SWEPT_4096["backward"])) if width == 4096 else
-                 (width, Row((16, 1, 2, 1, False), FIT)) if width == 16384 else     # (run 275: the cluster of 2
-                 (width, Row((*row.value[:4], False), FIT)) for width, row in FORWARD)  # ahead, 0.61-0.89)
+BACKWARD = (                                   # (no prefetch but where swept)
+    (512, Row((1, 8, 1, 2, False), FIT)),
+    (1024, Row((2, 4, 1, 2, False), FIT)),
+    (2048, Row((4, 2, 1, 2, False), FIT)),
+    (4096, Row((8, 2, 1, 1, True), SWEPT_4096["backward"])),
+    (8192, Row((16, 1, 1, 1, False), FIT)),
+    (16384, Row((16, 1, 2, 1, False), FIT)),   # (run 275: this cluster of 2 ahead of 16 warps alone, 0.61-0.89)
+    (32768, Row((16, 1, 4, 1, False), FIT)),
+    (65536, Row((16, 1, 8, 1, False), FIT)),
+)
 
 
 def split_for(direction: str, width: int) -> Row:
