@@ -9,8 +9,9 @@ between tasks costs a warp (task_switches), last.
 A mark costs a warp about 90 cycles (a clock read and a global store; RESULTS.md runs 74-76) and the scheduler
 does not move instructions across it freely: read the phases as proportions, not exact costs.
 
-    PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D] [--causal] [key=value ...]
-        (default 16 16 4096 128; key=value: options of tkpy.kernels.attention_forward._launch, e.g. q_preload=True)
+    PYTHONPATH=. python3 benchmarks/attention_timeline.py [B H N D] [--causal] [--backward] [key=value ...]
+        (default 16 16 4096 128; key=value: options of tkpy.kernels.attention_forward._launch, e.g. q_preload=True,
+        or with --backward of the backward's main kernel, AttentionBwdConfig's fields, e.g. stages=1)
 """
 from __future__ import annotations
 
@@ -42,11 +43,36 @@ def run(b: int, h: int, n: int, d: int, causal: bool = False, **options) -> dict
     return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < consumers}
 
 
+def run_backward(b: int, h: int, n: int, d: int, causal: bool = False, **options) -> dict:
+    """Records of the backward's main kernel (kernels/attention_bwd_kernel.py) for attention_backward's config, with
+    AttentionBwdConfig fields `options` over it, its consumer warps: {(block, warp): [(cycle, label), ...]}."""
+    import torch
+
+    from tkpy.kernels import attention, attention_backward as bwd
+    from tkpy.kernels.attention_bwd_config import AttentionBwdConfig
+    from tkpy.kernels.attention_bwd_kernel import _attention_bwd
+    from tkpy.kernels.attention_config import DTYPES
+    from tkpy.runtime import timeline
+    os.environ[timeline.ENV] = "1"
+    q, k, v, grad = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(4))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    template = _attention_bwd(AttentionBwdConfig(d, DTYPES[q.dtype], causal, False, **options))
+    variant = "top_left" if causal else None
+    dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+    launch = lambda: bwd._launch(grad, q, k, v, out, lse, dq, dk, dv, variant, d ** -0.5, options=options)  # noqa: E731
+    launch()
+    timeline.reset(template.kernel)
+    launch()
+    torch.cuda.synchronize()
+    consumers = 4 * template.consumers
+    return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < consumers}
+
+
 def parse(argv: list[str]) -> tuple[list[int], bool, dict]:
-    """[B H N D] [--causal] [key=value ...] -> (shape, causal, _launch options)."""
+    """[B H N D] [--causal] [--backward] [key=value ...] -> (shape, causal, options)."""
     from benchmarks.profile_cases import attention_option
     options = dict(attention_option(x) for x in argv if "=" in x)
-    shape = [int(x) for x in argv if x != "--causal" and "=" not in x] or [16, 16, 4096, 128]
+    shape = [int(x) for x in argv if not x.startswith("--") and "=" not in x] or [16, 16, 4096, 128]
     return shape, "--causal" in argv, options
 
 
@@ -90,8 +116,10 @@ def window(recs: dict, steps: int = 3) -> str:
 if __name__ == "__main__":
     from tkpy.runtime import timeline
     shape, causal, options = parse(sys.argv[1:])
-    records = run(*shape, causal=causal, **options)
-    print(f"attention B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}{' causal' if causal else ''}"
+    backward = "--backward" in sys.argv
+    records = (run_backward if backward else run)(*shape, causal=causal, **options)
+    what = "attention backward" if backward else "attention"
+    print(f"{what} B{shape[0]} H{shape[1]} N{shape[2]} D{shape[3]}{' causal' if causal else ''}"
           f"{''.join(f' {k}={v}' for k, v in options.items())}: cycles between consecutive marks "
           f"(consumer warps of blocks 0-{timeline.BLOCKS - 1})")
     print("block 0 mid-run (cycle, warp, mark):")          # (the long window first: the summaries come last)

@@ -60,15 +60,15 @@ def workspaces(q: torch.Tensor, atomic: bool) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def _launch(grad_out, q, k, v, out, lse, dq, dk, dv, variant, scale: float, deterministic: bool = False,
-            grad_lse=None, workspace: list | None = None) -> None:
+            grad_lse=None, workspace: list | None = None, options: dict | None = None) -> None:
     """The four launches on checked inputs (q of at least one row) into contiguous dq, dk and dv (their contents do not
     matter); `variant` causal_variant's, `workspace` workspaces()'s for the head dim the kernels run (native_dim) or
-    None (new ones)."""
+    None (new ones), `options` AttentionBwdConfig fields over the policy's (benchmarks, profiles)."""
     (b, h, n, d), (hkv, nk) = q.shape, k.shape[1:3]
     run = native_dim(d)
     if run != d:                            # zero columns: the same scores and row sums
         q, k, v, out, grad_out = (F.pad(x, (0, run - d)) for x in (q, k, v, out, grad_out))
-    config = AttentionBwdConfig(run, DTYPES[q.dtype], variant is not None, deterministic)
+    config = AttentionBwdConfig(run, DTYPES[q.dtype], variant is not None, deterministic, **(options or {}))
     q, k, v, grad_out = (_usable(x) for x in (q, k, v, grad_out))
     rows, delta, *accumulator = workspace if workspace is not None else workspaces(q, not config.dq_pass)
     prep_kernel(run, config.dtype, not config.dq_pass)[prep_grid(b, h, rows.shape[2])](

@@ -192,9 +192,11 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):
                 mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
                 mm(st.grads, st.v[wg * PIECES + p], inp.do[p])
+            tk.mark("S dP issued")                  # (timeline marks: no code unless TKPY_TIMELINE=1)
             lse = tk.row_vec(st.probs, name="lse")      # (read while the products run)
             tk.load(lse, inp.lse)
             tk.warpgroup.mma_async_wait()
+            tk.mark("S dP arrived")
             tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
             if causal:
                 causal_mask(st.probs, st.key_row - tile * Q_TILE - g.offset)
@@ -206,12 +208,15 @@ def _attention_bwd(config: AttentionBwdConfig):
             p_low, ds_low = tk.rt(dtype, 16, Q_TILE, name="p_low"), tk.rt(dtype, 16, Q_TILE, name="ds_low")
             tk.copy(p_low, st.probs)
             tk.copy(ds_low, st.grads)
+            tk.mark("dS computed")
             for i, p in enumerate(self.pieces_out(st)):
                 tk.warpgroup.mma_AB(st.dv[i], p_low, inp.do[p])
                 tk.warpgroup.mma_AB(st.dk[i], ds_low, inp.q[p])
+            tk.mark("dV dK issued")
             if atomic:
                 self.dq_step(st, ds_low, b, h, tile)
             tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
+            tk.mark("dV dK done")
 
         def dq_step(self, st, ds_low, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
@@ -220,7 +225,9 @@ def _attention_bwd(config: AttentionBwdConfig):
             wg, parity = tk.warpgroup.id(), st.steps_done % 2
             tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
+            tk.mark("dS stored")
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
+            tk.mark("dS of both there")
             with tk.if_(wg == 0):
                 self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
@@ -234,17 +241,20 @@ def _attention_bwd(config: AttentionBwdConfig):
                     mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
                     mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
                 tk.warpgroup.mma_async_wait()
+                tk.mark("dQ piece arrived")
                 if p == 0:
                     with tk.if_(first_warp()):      # the staging tiles: the last step's reduce-adds have read them
                         tk.tma.store_async_wait(read_only=True)
                     own_sync()
                 tk.warpgroup.store(st.dq_tiles[p], dq)
+                tk.mark("dQ piece staged")
             tk.fence_proxy_async()
             own_sync()
             with tk.if_(first_warp()):
                 for p in range(PIECES):
                     tk.tma.store_add_async(g.DQ, st.dq_tiles[p], (b, h, tile, p))
                 tk.tma.store_commit_group()
+            tk.mark("dQ reduce-add issued")
 
         def finish(self, g, st, task):
             b, hkv = task.col // g.K.depth, task.col % g.K.depth

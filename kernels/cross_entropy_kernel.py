@@ -44,7 +44,10 @@ def prologue_kernel(c: PrologueConfig):
     docstring). `span`: rows a block (a multiple of c.rows_a_step)."""
     wt = DTYPES[c.weight] if c.weight else f32
 
-    @tk.kernel(warps=c.warps, name=c.name)
+    # Without programmatic dependent launch: with it, between two launches of the forward with it, the mean's
+    # forward took 65.7 us a call at 16384 x 4096 bf16, without it on either kernel 45.4-45.5 (RESULTS.md runs
+    # 282-283; why, unexplained). The forward still overlaps its own launch with this kernel.
+    @tk.kernel(warps=c.warps, name=c.name, dependent_launch=False)
     def cross_entropy_prologue(target: tk.gl[i64, "R"] if c.count else placeholder(i64),
                                weight: tk.gl[wt, "C"] if c.weight else placeholder(wt),
                                partials: tk.gl[f32, "P"] if c.count else placeholder(f32), ticket: tk.gl[i32, 1],

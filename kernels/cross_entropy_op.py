@@ -33,7 +33,9 @@ kernels, tests/test_cross_entropy.py counts them):
   no cheaper on the host than tkpy's (design.md: 5.9 and 5.8 us); a memset through cuda-bindings may cost the host
   less (unmeasured). A ticket kept between calls instead, left at 0 by each forward's last block, would need no
   launch, but calls on two streams (or CUDA graphs replayed on two) would share it. Each call's ticket and partials
-  are one fresh workspace of torch's allocator, private to the call's stream.
+  are one fresh workspace of torch's allocator, private to the call's stream. The prologue itself is launched
+  without programmatic dependent launch (the forward with it): with both, the mean's forward took 20 us more a call
+  (RESULTS.md runs 282-283).
 - "none": one, the forward kernel writing each row's loss in the logits' dtype.
 - the backward: one, reading the loss's gradient in its own dtype (no conversion first), or none where autograd has
   nothing to scale; a gradient expanded from one value (loss.sum() of a "none" loss) reads that one value.

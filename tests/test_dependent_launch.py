@@ -15,9 +15,9 @@ from gpu_util import on_gpu
 ROWS = 64 * 132                 # a tile of 16 rows per warp, 4 warps a block: 132 blocks
 
 
-def add_one():
+def add_one(**options):
     """A fresh kernel (traced anew, so that it reads TKPY_DEPENDENT_LAUNCH): y = x + 1, tile by tile."""
-    @tk.kernel(warps=4, name="add_one")
+    @tk.kernel(warps=4, name="add_one", **options)
     def k(x: tk.gl[f32, "R", 64], y: tk.gl[f32, "R", 64]):
         t = tk.rt(f32, 16, 64)
         tile = tk.block_idx.x * 4 + tk.warp_id()
@@ -45,6 +45,24 @@ def test_the_environment_turns_it_off(monkeypatch):
     kernel = add_one()
     assert "tk::wait_for_previous_kernel();" not in kernel.source(*cpu_pair())
     assert kernel.trace(*cpu_pair()).ir.dependent_launch is False
+
+
+def test_a_kernel_can_turn_it_off_for_itself():
+    kernel = add_one(dependent_launch=False)
+    assert "tk::wait_for_previous_kernel();" not in kernel.source(*cpu_pair())
+    assert kernel.trace(*cpu_pair()).ir.dependent_launch is False
+    assert kernel.variant(warps=4).options["dependent_launch"] is False
+    assert add_one().trace(*cpu_pair()).ir.dependent_launch is True
+    with pytest.raises(ValueError, match="dependent_launch must be True or False"):
+        add_one(dependent_launch=0)
+
+
+def test_cross_entropys_prologue_runs_without_it():
+    """Between two forwards with it, the prologue with it cost the mean's forward 20 us a call (RESULTS.md runs
+    282-283)."""
+    from tkpy.kernels import cross_entropy_kernel as body
+    from tkpy.kernels.cross_entropy_policy import prologue_config
+    assert body.prologue_kernel(prologue_config("mean", None)).options["dependent_launch"] is False
 
 
 @on_gpu

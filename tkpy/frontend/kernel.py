@@ -37,13 +37,16 @@ class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
     def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: Optional[int] = None,
-                 fast_division: bool = False, debug: Optional[bool] = None, specs=None):
+                 fast_division: bool = False, debug: Optional[bool] = None, specs=None, dependent_launch: bool = True):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         if blocks_per_sm not in (None, 1, 2, 3, 4):
             raise ValueError(f"blocks_per_sm must be 1..4 (or None: not stated), got {blocks_per_sm!r}")
         self.blocks_per_sm = blocks_per_sm          # None: __launch_bounds__ states no minimum (ptxas chooses)
         self.fast_division = fast_division
+        if not isinstance(dependent_launch, bool):
+            raise ValueError(f"dependent_launch must be True or False, got {dependent_launch!r}")
+        self.dependent_launch = dependent_launch    # False: never launched with PDL (True: as TKPY_DEPENDENT_LAUNCH)
         if debug not in (None, True, False):
             raise ValueError(f"debug must be True, False or None (as TKPY_DEBUG says), got {debug!r}")
         self.debug = debug                          # debug mode (runtime/debug.py): True, False, None = TKPY_DEBUG
@@ -78,7 +81,7 @@ class Kernel:
     def options(self) -> dict:
         """The options of @tk.kernel this kernel was made with."""
         return dict(warps=self.warps, name=self.name, cluster=self.cluster, blocks_per_sm=self.blocks_per_sm,
-                    fast_division=self.fast_division, debug=self.debug)
+                    fast_division=self.fast_division, debug=self.debug, dependent_launch=self.dependent_launch)
 
     def variant(self, **changes) -> "Kernel":
         """The same function as a kernel with some of @tk.kernel's options changed (`warps=8`, `cluster=2`, ...),
@@ -170,7 +173,7 @@ class Kernel:
         key, constexprs = self._bind(args, need_cuda=False)
         contiguous = key[0]
         ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster,
-                          self.blocks_per_sm, self.fast_division)
+                          self.blocks_per_sm, self.fast_division, self.dependent_launch)
         ir.debug = key[2]
         run_all(ir)
         return Traced(self, ir, key)
@@ -535,7 +538,7 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
 
 
 def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: Optional[int] = None,
-           fast_division: bool = False, debug: Optional[bool] = None):
+           fast_division: bool = False, debug: Optional[bool] = None, dependent_launch: bool = True):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
     to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
@@ -549,10 +552,14 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     mode whatever TKPY_DEBUG says (False: never; None: as TKPY_DEBUG): every semaphore wait, tk.sync(), named and
     cluster barrier and wgmma is bounded (TKPY_DEBUG_TIMEOUT_S, default 4 s) and a wait that times out stops the
     kernel and raises tk.GpuTimeoutError naming it and its line; each launch synchronizes (tkpy/runtime/debug.py,
-    which lists what stays unbounded: setmaxnreg)."""
+    which lists what stays unbounded: setmaxnreg). dependent_launch=False: launched without programmatic dependent
+    launch whatever TKPY_DEPENDENT_LAUNCH says (tkpy/runtime/dependent_launch.py): the kernel starts once the one
+    before it on the stream has ended, and the one after it may still start early (e.g. a small kernel between two
+    large ones: cross-entropy's prologue, RESULTS.md runs 282-283)."""
     if fn is None:
-        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug)
+        return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug,
+                                dependent_launch=dependent_launch)
     if not callable(fn):
         raise ArgumentError(f"@tk.kernel takes its options by name: @tk.kernel(warps={fn!r}), not @tk.kernel({fn!r})",
                             user_loc())
-    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug)
+    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug, dependent_launch=dependent_launch)

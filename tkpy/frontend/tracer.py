@@ -5,7 +5,8 @@ import keyword
 import sys
 
 from ..errors import TraceError
-from ..runtime import dependent_launch, timeline
+from ..runtime import timeline
+from ..runtime.dependent_launch import enabled as dependent_launch_enabled
 from ..ir.core import GlobalVar, KernelIR, Loc, PglVar, ScalarParam, Var
 from ..ir.expr import Sym
 from .context import TraceContext, activate
@@ -22,10 +23,11 @@ _RESERVED = set(keyword.kwlist) | {
 
 def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: tuple,
                  constexprs: dict, cluster=None, blocks_per_sm: int | None = None,
-                 fast_division: bool = False) -> KernelIR:
+                 fast_division: bool = False, dependent_launch: bool = True) -> KernelIR:
     """Trace `fn` once with symbolic parameters; `contiguous[i]` says whether gl parameter i is packed. A pgl's specs
     (signature.pgl_specs: its gls, then its rank) become one argument, a PglVar. `blocks_per_sm` None: one block an
-    SM, not stated in the launch bounds."""
+    SM, not stated in the launch bounds. `dependent_launch` False: no programmatic dependent launch whatever the
+    environment says."""
     ctx = TraceContext(name, warps, cluster, fn.__code__)
     args, params, gl_index, members = [], [], 0, []
     for spec in specs:
@@ -54,7 +56,7 @@ def trace_kernel(fn, name: str, warps: int, specs: list[ParamSpec], contiguous: 
     loc = ctx.template_loc or Loc(code.co_filename, code.co_firstlineno, fn.__name__)   # a template's: its user's class
     return KernelIR(name, params, body, warps, loc, dict(constexprs), cluster=cluster,
                     blocks_per_sm=blocks_per_sm or 1, blocks_per_sm_stated=blocks_per_sm is not None,
-                    dependent_launch=dependent_launch.enabled(), timeline=timeline.enabled(),
+                    dependent_launch=dependent_launch and dependent_launch_enabled(), timeline=timeline.enabled(),
                     fast_division=fast_division)
 
 
