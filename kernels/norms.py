@@ -115,20 +115,26 @@ def _layer_backward_fake(grad_out, grad_residual, input, weight, mean, rstd, nor
 # -- autograd -----------------------------------------------------------------------------------------------------
 # The forward saves h (the input, or input + residual), the weight and the statistics; the backward's kernel returns
 # dh (with the gradient of residual_out added), which is the input's gradient and the residual's. The statistics are
-# outputs for the backward only: they are marked non-differentiable.
+# outputs for the backward only: they are marked non-differentiable. No zero gradient is materialized for an output
+# the loss does not reach (autograd would fill one of each: the statistics', and residual_out's of rows x width where
+# only y is used): a None gradient of residual_out is no term (the kernel without it), a None gradient of y leaves h's
+# gradient residual_out's and none for the weight and bias, as torch's eager graph (whose norm would not run).
 
 def _rms_setup(ctx, inputs, output):
     input, shape, weight, residual, eps = inputs
     y, residual_out, rstd = output
     ctx.mark_non_differentiable(rstd)
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(residual_out if residual is not None else input, weight, rstd)
     ctx.shape, ctx.fused = shape, residual is not None
 
 
 def _rms_gradient(ctx, grad_y, grad_residual_out, grad_rstd):
     h, weight, rstd = ctx.saved_tensors
-    grad_y = torch.zeros_like(h) if grad_y is None else grad_y       # (only residual_out used)
-    dh, dweight = rms_norm_backward_op(grad_y, grad_residual_out if ctx.fused else None, h, weight, rstd, ctx.shape)
+    dres = grad_residual_out if ctx.fused else None
+    if grad_y is None:                                # (only residual_out reaches the loss, or nothing does)
+        return dres, None, None, dres, None
+    dh, dweight = rms_norm_backward_op(grad_y, dres, h, weight, rstd, ctx.shape)
     return dh, None, dweight if weight is not None else None, dh if ctx.fused else None, None
 
 
@@ -136,6 +142,7 @@ def _layer_setup(ctx, inputs, output):
     input, shape, weight, bias, residual, eps = inputs
     y, residual_out, mean, rstd = output
     ctx.mark_non_differentiable(mean, rstd)
+    ctx.set_materialize_grads(False)
     if bias is not None and weight is None:           # (the forward scaled by ones)
         weight = torch.ones_like(bias)
         ctx.ones = True
@@ -147,9 +154,10 @@ def _layer_setup(ctx, inputs, output):
 
 def _layer_gradient(ctx, grad_y, grad_residual_out, grad_mean, grad_rstd):
     h, weight, mean, rstd = ctx.saved_tensors
-    grad_y = torch.zeros_like(h) if grad_y is None else grad_y
-    dh, dweight, dbias = layer_norm_backward_op(grad_y, grad_residual_out if ctx.fused else None, h, weight, mean,
-                                                rstd, ctx.shape, ctx.bias)
+    dres = grad_residual_out if ctx.fused else None
+    if grad_y is None:
+        return dres, None, None, None, dres, None
+    dh, dweight, dbias = layer_norm_backward_op(grad_y, dres, h, weight, mean, rstd, ctx.shape, ctx.bias)
     dweight = dweight if weight is not None and not ctx.ones else None
     return dh, None, dweight, dbias if ctx.bias else None, dh if ctx.fused else None, None
 

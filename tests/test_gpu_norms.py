@@ -1,14 +1,15 @@
 """tkpy.kernels.rms_norm and layer_norm on the GPU (tests/test_norms.py's checks): forward and every gradient against
 float64 torch on every element, outputs poisoned, across row widths 256..65536 (one warp a row, several, a block's
-16, clusters of 2-8 blocks), both dtypes, with and without weight, bias, fp32 weights and the fused residual; few
-and many rows (the persistent grid's loop); the policy's variants; opcheck and torch.compile on CUDA tensors."""
+16, clusters of 2-8 blocks), both dtypes, with and without weight, bias, fp32 weights and the fused residual (y,
+residual_out or both in the loss); few and many rows (the persistent grid's loop); the policy's variants; opcheck
+and torch.compile on CUDA tensors."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from gpu_util import compiled_grads_match_eager, rand, requires_gpu
-from test_norms import check
+from test_norms import REACH, check
 from tkpy.kernels import layer_norm, rms_norm
 
 pytestmark = requires_gpu
@@ -37,6 +38,14 @@ def test_row_counts(rows, width):
 @pytest.mark.parametrize("width", [768, 4096, 16384])
 def test_optional_tensors(kind, weight, bias, residual, wdtype, width):
     check(kind, 300, width, torch.bfloat16, weight, bias, residual, wdtype, device="cuda")
+
+
+@pytest.mark.parametrize("reach", REACH)
+@pytest.mark.parametrize("width", [1024, 4096, 65536])
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_outputs_the_loss_reaches(kind, width, reach):
+    """y only, residual_out only or both in the loss: no zero gradient materialized, every gradient checked."""
+    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", reach=REACH[reach])
 
 
 @pytest.mark.parametrize("options", [

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import gpu_util
+from counted_calls import Calls
 from tkpy.kernels import layer_norm, rms_norm
 from tkpy.kernels import norm_kernel, norm_launch, norm_policy
 
@@ -46,30 +47,34 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
 
 def reference(kind, x, weight, bias, residual, eps, dy, dh):
     """float64 (y, h, dx, dweight, dbias, dresidual) of the norm of h = x + residual (rounded to the dtype, as
-    torch's own addition rounds), the gradients for dy (and dh, residual_out's) with the rounding passed through."""
+    torch's own addition rounds), the gradients for dy (and dh, residual_out's) with the rounding passed through; dy
+    None (y out of the loss): h's gradient is dh and the weight and bias get none, as in torch's graph."""
     h = (x + residual if residual is not None else x).detach()
     h64 = h.double().requires_grad_()
     w64 = weight.detach().double().requires_grad_() if weight is not None else None
     b64 = bias.detach().double().requires_grad_() if bias is not None else None
     shape = h.shape[-1:]
     y = F.rms_norm(h64, shape, w64, eps) if kind == "rms" else F.layer_norm(h64, shape, w64, b64, eps)
-    y.backward(dy.double())
-    dx = h64.grad + (dh.double() if dh is not None else 0)
+    if dy is not None:
+        y.backward(dy.double())
+    dx = (h64.grad if dy is not None else 0) + (dh.double() if dh is not None else 0)
     return (y.detach(), h, dx, w64.grad if w64 is not None else None, b64.grad if b64 is not None else None,
             dx if residual is not None else None)
 
 
 def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdtype=None, device="cpu",
-          options=None):
-    """The norm and its gradients on fresh random inputs against reference(), every element. (On CUDA a freed block
-    of NaN is allocated first: the outputs reuse it, so an element no kernel writes shows up.)"""
+          options=None, reach=("y", "residual_out")):
+    """The norm and its gradients on fresh random inputs against reference(), every element; `reach`: the outputs
+    the loss uses (with `residual`; the gradients of the others are None, not zeros). (On CUDA a freed block of NaN is
+    allocated first: the outputs reuse it, so an element no kernel writes shows up.)"""
     rand = lambda *s, dtype=dtype, low=-2, high=2: gpu_util.rand(*s, dtype=dtype, low=low, high=high,  # noqa: E731
                                                                  device=device)
     x = (rand(rows, width) + 0.5).requires_grad_()
     w = rand(width, dtype=wdtype or dtype, low=0.5, high=1.5).requires_grad_() if weight else None
     b = rand(width, dtype=wdtype or dtype).requires_grad_() if bias else None
     r = rand(rows, width).requires_grad_() if residual else None
-    dy, dh = rand(rows, width), rand(rows, width) if residual else None
+    dy = rand(rows, width) if "y" in reach or not residual else None
+    dh = rand(rows, width) if residual and "residual_out" in reach else None
     eps = 1e-5
     if device == "cuda":
         for _ in range(3):
@@ -78,7 +83,8 @@ def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdt
         out = (rms_norm(x, (width,), w, eps, residual=r) if kind == "rms"
                else layer_norm(x, (width,), w, b, eps, residual=r))
         y, h = out if residual else (out, None)
-        torch.autograd.backward([y] + ([h] if residual else []), [dy] + ([dh] if residual else []))
+        used = [(t, g) for t, g in ((y, dy), (h, dh)) if g is not None]
+        torch.autograd.backward([t for t, _ in used], [g for _, g in used])
         grads = [x.grad, w.grad if w is not None else None, b.grad if b is not None else None,
                  r.grad if r is not None else None]
     else:                                  # a forced kernel config: the launches, without autograd
@@ -92,7 +98,9 @@ def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdt
     if residual:
         assert torch.equal(h.detach(), h_ref), "residual_out is not x + residual in the input's dtype"
     for name, got, want in zip(("dx", "dweight", "dbias", "dresidual"), grads, grad_refs):
-        if want is not None:
+        if want is None:
+            assert got is None, f"{name}: a gradient where the loss has none"
+        else:
             assert_close(got, want, name)
 
 
@@ -113,6 +121,42 @@ def test_forward_and_backward_match_float64(kind, case, dtype):
     ("layer", True, True, True, torch.float32)])
 def test_optional_weight_bias_and_residual(kind, weight, bias, residual, wdtype):
     check(kind, 9, 512, torch.bfloat16, weight, bias, residual, wdtype)
+
+
+REACH = {"y": ("y",), "residual_out": ("residual_out",), "both": ("y", "residual_out")}
+
+
+@pytest.mark.parametrize("reach", REACH)
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_outputs_the_loss_reaches(kind, reach):
+    """The fused residual variant with y only, residual_out only, or both in the loss: every gradient against
+    float64, and None (not zeros) for the weight and bias where y is out of the loss."""
+    check(kind, 9, 512, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, reach=REACH[reach])
+
+
+@pytest.mark.parametrize("reach", REACH)
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, kind, reach):
+    """No zero gradient is materialized (autograd's fill of the statistics' and residual_out's gradients, rows x width,
+    where the loss leaves them out): torch.autograd.grad of the residual variant runs the backward operator and
+    nothing else of torch's (a detach), and the operator its kernels: the backward kernel, with the residual's term
+    only where residual_out is in the loss, and the column sums of the weight's (and bias's) gradient; with y out of
+    the loss, nothing."""
+    x, r = (gpu_util.rand(6, 512, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(2))
+    w, b = (gpu_util.rand(512, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(2))
+    out = rms_norm(x, 512, w, residual=r) if kind == "rms" else layer_norm(x, 512, w, b, residual=r)
+    outputs = [t for t, name in zip(out, ("y", "residual_out")) if name in REACH[reach]]
+    grads = [torch.randn_like(t) for t in outputs]
+    with Calls(monkeypatch) as calls:
+        got = torch.autograd.grad(outputs, (x, r, w, b) if kind == "layer" else (x, r, w), grads, allow_unused=True)
+    op = f"{kind}_norm_backward"
+    assert calls.ops == (["detach", op] if "y" in REACH[reach] else ["detach"]), calls.ops
+    if "y" not in REACH[reach]:
+        assert calls.launches == [] and got[0] is got[1] is grads[0] and all(g is None for g in got[2:])
+        return
+    backward, *sums = calls.launches
+    assert backward.startswith(f"{kind}_norm_bwd") and ("residual" in backward) == (reach == "both"), backward
+    assert sums == ["norm_column_sums_512_bf16"] * (2 if kind == "layer" else 1), calls.launches
 
 
 @pytest.mark.parametrize("options", [
