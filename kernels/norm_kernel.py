@@ -1,5 +1,5 @@
 """The bodies of the norm kernels (rms_norm, layer_norm; kernels/norms.py is the API): forward, backward, and the
-column sums that finish the weight's and bias's gradients.
+column sums that finish the weight's and bias's gradients (a kernel of their own, or the backward's last blocks).
 
 A row lies in registers, split into pieces over warps and blocks (kernels/row_split.py: a contig vector of `piece`
 fp32 values a warp, 16-byte copies), the blocks (clusters) looping over the row groups, a persistent grid; rows past
@@ -12,8 +12,8 @@ layer: mean, then var = mean((h - mean)^2) from the registers (two passes over t
 mean) rstd w + b. Backward, from h, dy, the saved statistics: xhat = (h - mean) rstd, g = dy w;
 rms: dx = rstd (g - xhat mean(g xhat)); layer: dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ the gradient of
 residual_out); each warp adds dy xhat (and dy) of its rows into registers, and writes them once, after its last row,
-into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up: no second pass over
-the rows.
+into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up, or (c.sums
+"last_block") the backward's own last blocks (_last_block_sums): no second pass over the rows.
 
 Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
@@ -118,7 +118,7 @@ def _load_affine(c: NormConfig, w, b, weight, bias, part):
 def backward_kernel(c: NormConfig):
     """dx (+ the gradient of residual_out) and the weight's (bias's) partial sums, one workspace row per row group
     of the grid (cluster_index * rows_per_block + the group's place in the block); with c.sums "last_block" also
-    their sums, the weight's (bias's) gradient (_last_block_sums)."""
+    their sums, the weight's (bias's) gradient (_last_block_sums; `group`: its clusters a group, unread otherwise)."""
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
