@@ -31,6 +31,8 @@ from .row_split import CHUNK, placeholder
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
 SUM_UNROLL = 4                        # ... this many rows a step, their loads in flight together
+TAIL_UNROLL = 8                       # the last-block sums' (fewer warps, the row loop's registers free; their
+                                      # latency is the backward's tail)
 
 
 @functools.cache
@@ -215,7 +217,7 @@ def _last_block_sums(c: NormConfig, sums, tickets, group):
     parts = tk.let(clusters * c.rows_per_block, "partial_rows")
     first = tk.let(g * group * c.rows_per_block, "first_row")
     end = tk.let(tk.call("min", first + group * c.rows_per_block, parts), "end_row")
-    add = _row_adder(c.warps, chunks)
+    add = _row_adder(c.warps, chunks, TAIL_UNROLL)
     with tk.last_block(tickets, (1 + g) * c.cluster + rank, arrivals=tk.call("min", group, clusters - g * group),
                        whole_block=True):
         for workspace, _ in sums:
@@ -235,16 +237,16 @@ def column_sums_kernel(width: int, out_dtype: str):
 
     @tk.kernel(warps=SUM_WARPS, name=f"norm_column_sums_{width}_{out_dtype}")
     def norm_column_sums(partials: tk.gl[f32, "P", width], out: tk.gl[ot, width]):
-        _row_adder(SUM_WARPS, 1)(partials, 0, partials.rows, tk.block_idx.x,
-                                 lambda acc, col: tk.store(out, acc, (col,), masked=True))
+        _row_adder(SUM_WARPS, 1, SUM_UNROLL)(partials, 0, partials.rows, tk.block_idx.x,
+                                             lambda acc, col: tk.store(out, acc, (col,), masked=True))
     return norm_column_sums
 
 
-def _row_adder(warps: int, chunks: int):
+def _row_adder(warps: int, chunks: int, unroll: int):
     """add(partials, first, end, first_chunk, store): store(acc, col) for each of `chunks` chunks of 256 columns from
     chunk `first_chunk`, acc the sum of rows first..end - 1 of the fp32 `partials` there, over the block's `warps`
     warps: K = min(warps, chunks) chunks at a time, each over S = warps // K warps (the rest idle); warp s of a
-    chunk adds rows first + s, first + s + S, ..., SUM_UNROLL rows a step, their loads in flight together; then
+    chunk adds rows first + s, first + s + S, ..., `unroll` rows a step, their loads in flight together; then
     (S > 1) the S sums meet in shared memory, where the chunk's first warp adds them in order. One order of
     additions for given warps and rows: the same bits whichever block runs it. Every warp of the block calls it
     (block barriers where S > 1). The registers and the shared scratch are declared once, for every call."""
@@ -252,7 +254,7 @@ def _row_adder(warps: int, chunks: int):
     slices = warps // lanes
     lane, s = tk.let(tk.warp_id() % lanes, "chunk_lane"), tk.let(tk.warp_id() // lanes, "row_slice")
     acc = tk.rv(f32, CHUNK, "contig", name="acc")
-    t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(SUM_UNROLL)]
+    t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(unroll)]
     scratch = tk.sv(f32, CHUNK, count=lanes * slices) if slices > 1 else None
     working = s < slices if warps % lanes else None        # (warps past K x S idle)
 
@@ -263,11 +265,11 @@ def _row_adder(warps: int, chunks: int):
             adding = ragged if working is None else working if ragged is None else working & ragged
             tk.zero(acc)
             with tk.if_(adding) if adding is not None else nullcontext():
-                for i in tk.range(first + s, end, slices * SUM_UNROLL):
-                    for u in range(SUM_UNROLL):              # (the loads first: in flight together)
+                for i in tk.range(first + s, end, slices * unroll):
+                    for u in range(unroll):                  # (the loads first: in flight together)
                         with tk.if_(i + u * slices < end) if u else nullcontext():
                             tk.load(t[u], partials, (i + u * slices, col), fill=0.0)
-                    for u in range(SUM_UNROLL):
+                    for u in range(unroll):
                         with tk.if_(i + u * slices < end) if u else nullcontext():
                             tk.add(acc, acc, t[u])
             if scratch is None:

@@ -125,7 +125,7 @@ def test_forward_and_backward_match_float64(kind, case, dtype):
     ("rms", False, False, False, None), ("layer", False, False, False, None), ("layer", True, False, False, None),
     ("layer", False, True, False, None), ("rms", True, False, False, torch.float32),
     ("layer", True, True, True, torch.float32)])
-def test_optional_weight_bias_and_residual(kind, weight, bias, residual, wdtype):
+def test_optional_weight_bias_and_residual(sums_policy, kind, weight, bias, residual, wdtype):
     check(kind, 9, 512, torch.bfloat16, weight, bias, residual, wdtype)
 
 
@@ -270,7 +270,7 @@ def test_empty_inputs_launch_nothing():
     assert y.shape == (0, 512) and x.grad.shape == (0, 512) and torch.equal(w.grad, torch.zeros(512).bfloat16())
 
 
-def test_opcheck_of_the_four_operators():
+def test_opcheck_of_the_four_operators(sums_policy):
     rand = lambda *s: gpu_util.rand(*s, dtype=torch.bfloat16, device="cpu")  # noqa: E731
     x, r, w, b = rand(9, 512), rand(9, 512), rand(512), rand(512)
     for t in (x, r, w, b):
