@@ -13,7 +13,7 @@ KINDS = ("rms", "layer")
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16")                   # the input's and outputs' types
 SUMS = ("launch", "last_block")
-TICKETS = CHUNK                             # the backward's last-block tickets (int32): one chunk of the forward's zeros
+TICKETS = CHUNK                             # the backward's last-block tickets (int32): a chunk of the forward's zeros
 WEIGHT_DTYPES = (None, "bf16", "fp16", "f32")
 MIN_WIDTH, MAX_WIDTH = 256, 65536
 

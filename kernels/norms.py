@@ -129,10 +129,11 @@ def _layer_backward_fake(grad_out, grad_residual, input, weight, mean, rstd, nor
 # -- autograd -----------------------------------------------------------------------------------------------------
 # The forward saves h (the input, or input + residual), the weight, the statistics and the tickets; the backward's
 # kernel returns dh (with the gradient of residual_out added), which is the input's gradient and the residual's. The
-# statistics and tickets are outputs for the backward only: they are marked non-differentiable. No zero gradient is materialized for an output
-# the loss does not reach (autograd would fill one of each: the statistics', and residual_out's of rows x width where
-# only y is used): a None gradient of residual_out is no term (the kernel without it), a None gradient of y leaves h's
-# gradient residual_out's and none for the weight and bias, as torch's eager graph (whose norm would not run).
+# statistics and tickets are outputs for the backward only: they are marked non-differentiable. No zero gradient is
+# materialized for an output the loss does not reach (autograd would fill one of each: the statistics', and
+# residual_out's of rows x width where only y is used): a None gradient of residual_out is no term (the kernel
+# without it), a None gradient of y leaves h's gradient residual_out's and none for the weight and bias, as torch's
+# eager graph (whose norm would not run).
 
 def _rms_setup(ctx, inputs, output):
     input, shape, weight, residual, eps = inputs
