@@ -273,7 +273,7 @@ def _row_adder(warps: int, chunks: int, unroll: int):
                         with tk.if_(i + u * slices < end) if u else nullcontext():
                             tk.add(acc, acc, t[u])
             if scratch is None:
-                with tk.if_(ragged) if ragged is not None else nullcontext():
+                with tk.if_(adding) if adding is not None else nullcontext():
                     store(acc, col)
                 return
             with tk.if_(working) if working is not None else nullcontext():   # (one round: S > 1 means K = chunks)

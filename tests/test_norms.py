@@ -196,15 +196,20 @@ LAST_BLOCK = {
     "chunks over several warps": (512, dict(warps_per_row=1, rows_per_block=4, blocks_per_sm=2), 4, 1),
     "cluster ranks, shared sums": (1000, dict(warps_per_row=2, rows_per_block=2, cluster=2, blocks_per_sm=3), 6, 1),
     "one group of a cluster of 4": (2048, dict(warps_per_row=1, rows_per_block=2, cluster=4, blocks_per_sm=1), 4, 1),
+    "a warp idle": (512, dict(warps_per_row=1, rows_per_block=3, blocks_per_sm=2), 4, 1),       # 3 warps, 2 chunks
+    "a warp idle, chunks over two": (512, dict(warps_per_row=1, rows_per_block=5, blocks_per_sm=1), 2, 1),
 }
 
 
+@pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("case", LAST_BLOCK)
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_last_block_column_sums(poisoned_allocations, kind, case):
+def test_last_block_column_sums(monkeypatch, poisoned_allocations, kind, case, order):
     """The weight's and bias's gradients summed in the backward (tk.last_block over groups of clusters, each merge
     over the block's warps) against float64, allocations poisoned (the tickets -1 until the forward zeroes them), the
-    tickets back at 0; the grid and groups as the case says."""
+    tickets back at 0; the grid and groups as the case says; the interpreter's warps in either turn order (an idle
+    warp's store after or before the others')."""
+    monkeypatch.setenv("TKPY_INTERPRET_ORDER", order)
     width, options, blocks, group = LAST_BLOCK[case]
     c = norm_policy.config_for(kind, "backward", width, "bf16", "bf16", kind == "layer", True, sums="last_block",
                                **options)
