@@ -1,7 +1,8 @@
 """tk.atomic_add, tk.threadfence and tk.warpgroup.any: counters between blocks and the "last block merges"
 hand-off (each block writes its part, fences, counts itself in; the block that counts last reads every part
-and resets the counter for the next launch), written out and as tk.last_block, in the CPU interpreter, the C++ and
-on the GPU where there is one."""
+and resets the counter for the next launch), written out and as tk.last_block (also a tree of them over groups of
+blocks, each merge spread over the whole block), in the CPU interpreter, the C++ and on the GPU where there is
+one."""
 from __future__ import annotations
 
 import re
@@ -118,6 +119,89 @@ def test_last_block_context_in_the_interpreter():
     assert len(re.findall(r"test_atomic.py:\d+  with tk.last_block\(ticket\):", src)) == 4 and "contextlib" not in src
 
 
+@tk.kernel(warps=4)
+def group_totals(x: tk.gl[f32, "G", 4, 256], parts: tk.gl[f32, "P", 256], sums: tk.gl[f32, "N", 256],
+                 tickets: tk.gl[i32, "T"], total: tk.gl[f32, 5, 256], size: int):
+    """A tree of hand-offs, each merge spread over the whole block: warp w of block b writes parts[4 b + w] = 2 x[b,
+    w]; the last block of each group of `size` blocks (ticket 1 + group) adds its group's parts, warp w those of
+    slot w, in block order, into sums[4 group + w]; the last of those (ticket 0) adds the groups' in order into total[w]
+    and, over a block barrier, total[4] = the sum of the four."""
+    v = tk.rv(f32, 256, "contig")
+    tk.load(v, x, (tk.block_idx.x, tk.warp_id(), 0))
+    tk.mul(v, v, 2.0)
+    tk.store(parts, v, (tk.block_idx.x * 4 + tk.warp_id(), 0))
+    group = tk.let(tk.block_idx.x // size, "group")
+    groups = tk.let(tk.cdiv(tk.grid_dim.x, size), "groups")
+    acc, part = tk.rv(f32, 256, "contig"), tk.rv(f32, 256, "contig")
+    with tk.last_block(tickets, 1 + group, arrivals=tk.call("min", size, tk.grid_dim.x - group * size),
+                       whole_block=True):
+        tk.zero(acc)
+        for b in tk.range(group * size, tk.call("min", group * size + size, tk.grid_dim.x)):
+            tk.load(part, parts, (b * 4 + tk.warp_id(), 0))
+            tk.add(acc, acc, part)
+        tk.store(sums, acc, (group * 4 + tk.warp_id(), 0))
+        with tk.last_block(tickets, 0, arrivals=groups, whole_block=True):
+            tk.zero(acc)
+            for g in tk.range(groups):
+                tk.load(part, sums, (g * 4 + tk.warp_id(), 0))
+                tk.add(acc, acc, part)
+            tk.store(total, acc, (tk.warp_id(), 0))
+            slots = tk.sv(f32, 256, count=4)
+            tk.store(slots[tk.warp_id()], acc)
+            tk.sync()
+            with tk.if_(tk.warp_id() == 0):
+                for w in range(1, 4):
+                    tk.load(part, slots[w])
+                    tk.add(acc, acc, part)
+                tk.store(total, acc, (4, 0))
+
+
+def run_group_totals(device: str, blocks: int, size: int, launches: int, launch):
+    """`launches` launches on one set of tickets (zero at first): each total is the groups' sums, each the sum of its
+    blocks' parts in block order, to the bit, written once, and every ticket back at 0 after each."""
+    groups = -(-blocks // size)
+    tickets = torch.zeros(groups + 1, dtype=torch.int32, device=device)
+    for _ in range(launches):
+        x = rand(blocks, 4, 256, dtype=torch.float32, device=device)
+        parts, sums = (poisoned(n, 256, dtype=torch.float32, device=device) for n in (blocks * 4, groups * 4))
+        total = poisoned(5, 256, dtype=torch.float32, device=device)
+        launch(x, parts, sums, tickets, total, size)
+        expected = torch.zeros(4, 256)
+        for g in range(groups):
+            group = torch.zeros(4, 256)
+            for part in 2 * x.cpu()[g * size:(g + 1) * size]:
+                group += part
+            expected += group
+        assert torch.equal(total.cpu()[:4], expected)
+        assert torch.equal(total.cpu()[4], expected[0] + expected[1] + expected[2] + expected[3])
+        assert not tickets.any()
+
+
+@pytest.mark.parametrize("blocks,size", [(7, 3), (6, 6), (5, 1)])
+def test_a_tree_of_whole_block_hand_offs_in_the_interpreter(blocks, size):
+    run_group_totals("cpu", blocks, size, 2, lambda *args: group_totals.interpret[(blocks,)](*args))
+
+
+def test_whole_block_hand_offs_in_the_cpp():
+    """Each whole-block hand-off: warp 0 counts in and says the verdict through shared memory, a second block
+    barrier, every warp fences before the body."""
+    args = (torch.zeros(3, 4, 256), torch.zeros(12, 256), torch.zeros(4, 256), torch.zeros(3, dtype=torch.int32),
+            torch.zeros(5, 256), 2)
+    src = group_totals.source(*args)
+    assert src.count("tk::warp_atomic_add(tickets.at(") == 2 and src.count("tk::threadfence();") == 4
+    assert src.count("__syncthreads();") == 5, src          # 2 a hand-off, 1 in the body
+    assert group_totals.trace(*args).lower().compile() is not None
+
+
+def test_last_block_checks_its_arrivals():
+    @tk.kernel(warps=1)
+    def float_arrivals(ticket: tk.gl[i32, 4]):
+        with tk.last_block(ticket, arrivals=1.5):
+            pass
+    with pytest.raises(tk.TraceError, match="last_block: arrivals is a number of blocks, an int"):
+        float_arrivals.source(torch.zeros(4, dtype=torch.int32))
+
+
 def test_last_block_takes_an_int32_ticket():
     @tk.kernel(warps=1)
     def float_ticket(ticket: tk.gl[f32, 4]):
@@ -218,6 +302,13 @@ def test_last_block_context_on_the_gpu():
     """tk.last_block over 264 and 1000 blocks (more than run at once), 20 launches each on one ticket."""
     for blocks in (264, 1000):
         run_block_totals("cuda", blocks, 20, lambda *args: block_totals[(blocks,)](*args))
+
+
+@on_gpu
+@pytest.mark.parametrize("blocks,size", [(264, 16), (1000, 7), (132, 132)])
+def test_a_tree_of_whole_block_hand_offs_on_the_gpu(blocks, size):
+    """Groups of blocks (the last one ragged), more blocks than run at once, 20 launches on one set of tickets."""
+    run_group_totals("cuda", blocks, size, 20, lambda *args: group_totals[(blocks,)](*args))
 
 
 @on_gpu

@@ -26,10 +26,9 @@ import torch.nn.functional as F
 from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import gpu_util
+from gpu_util import poisoned_allocations  # noqa: F401 - a fixture
+from counted_calls import ALLOCATIONS_AND_VIEWS, Calls
 from tkpy.kernels import cross_entropy
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from tkpy.interpret.launch import Interpreted
 from tkpy.kernels import cross_entropy_kernel, cross_entropy_op as ce, cross_entropy_policy, row_split
 from tkpy.kernels.cross_entropy_config import MAX_PARTIALS, PrologueConfig
 from tkpy.kernels.tensor_layout import padded_like
@@ -173,18 +172,6 @@ SEVERAL_BLOCKS = dict(warps_per_row=1, rows_per_block=1, blocks_per_sm=4)   # 8 
 SEVERAL_PROLOGUE_BLOCKS = dict(warps=2, unroll=2)                           # 4 rows a block
 
 
-@pytest.fixture
-def poisoned_allocations(monkeypatch):
-    """Tensor.new_empty filled with NaN (-1 for ints): the op's outputs, its gradient and its workspace, so that an
-    element no kernel writes shows up, and a ticket the prologue did not zero (NaN's bits) loses the loss."""
-    new_empty = torch.Tensor.new_empty
-
-    def poisoned(self, *args, **kwargs):
-        t = new_empty(self, *args, **kwargs)
-        return t.fill_(math.nan if t.is_floating_point() else -1)
-    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned)
-
-
 @pytest.mark.parametrize("weight", [None, torch.float32])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -239,33 +226,6 @@ def test_prologue_configs_check_themselves(fields, match):
         PrologueConfig(**fields)
 
 
-class _Calls(TorchDispatchMode):
-    """The torch operators a call runs (outside tkpy's kernel launches) and the tkpy kernels it launches (their
-    names, in order)."""
-
-    def __init__(self, monkeypatch):
-        super().__init__()
-        self.ops, self.launches, self.inside = [], [], False
-        run_flat = Interpreted.run_flat
-
-        def counted(interpreted, grid, args):
-            self.launches.append(interpreted.kernel.name)
-            self.inside = True
-            try:
-                run_flat(interpreted, grid, args)
-            finally:
-                self.inside = False
-        monkeypatch.setattr(Interpreted, "run_flat", counted)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.inside:
-            self.ops.append(str(func.overloadpacket.__name__))
-        return func(*args, **(kwargs or {}))
-
-
-ALLOCATIONS_AND_VIEWS = {"empty", "new_empty", "view", "slice", "select", "alias", "detach", "_reshape_alias"}
-
-
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_the_forward_is_its_kernels_and_no_torch_work(monkeypatch, reduction, weighted):
@@ -278,7 +238,7 @@ def test_the_forward_is_its_kernels_and_no_torch_work(monkeypatch, reduction, we
     x, t = logits_and_targets(6, 512, torch.bfloat16)
     w = torch.rand(512) + 0.5 if weighted else None
     ce.forward(x, t, w, -100, 0.1, reduction, True)                # (the placeholders made, the kernels traced)
-    with _Calls(monkeypatch) as calls:
+    with Calls(monkeypatch) as calls:
         loss, _, dx = ce.forward(x, t, w, -100, 0.1, reduction, True)
     kinds = {"mean": ["prologue", "fwd"], "sum": ["prologue", "fwd"], "none": ["fwd"]}[reduction]
     assert [name.split("_")[2] for name in calls.launches] == kinds, calls.launches
@@ -286,7 +246,7 @@ def test_the_forward_is_its_kernels_and_no_torch_work(monkeypatch, reduction, we
     assert set(calls.ops) <= ALLOCATIONS_AND_VIEWS, (calls.ops, calls.launches)
     assert loss.dtype == torch.bfloat16
     factor = torch.full_like(loss, 0.5)
-    with _Calls(monkeypatch) as calls:
+    with Calls(monkeypatch) as calls:
         ce.backward(dx, factor)
     assert len(calls.launches) == 1 and set(calls.ops) <= ALLOCATIONS_AND_VIEWS, (calls.launches, calls.ops)
 

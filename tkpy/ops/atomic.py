@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from ..frontend.control import WARP_ID, Mutable, grid_dim, if_, var
+from ..frontend.control import WARP_ID, Mutable, assign, grid_dim, if_, var
 from ..ir.core import GlobalVar
-from ..tiles.dtypes import i32
+from ..tiles.dtypes import f32, i32
 from ._checks import describe, emit, fail, scalar
-from .scalar_memory import store_scalar
+from .declare import sv
+from .scalar_memory import load_scalar, store_scalar
 from .sync import sync
 from .sync_async import threadfence
 
@@ -49,7 +50,7 @@ def atomic_add(dst, coord, value=1, name: str = "old") -> Mutable:
 
 
 @contextmanager
-def last_block(ticket, coord=0):
+def last_block(ticket, coord=0, *, arrivals=None, whole_block: bool = False):
     """`with tk.last_block(ticket):` the body runs once a launch, in warp 0 of the block that finishes last, and
     sees what every block wrote before it got here: the "last block" hand-off (a split-K merge, a sum of the
     blocks' partial results written in a fixed order, so the same bits every run, where float atomics would not
@@ -57,16 +58,42 @@ def last_block(ticket, coord=0):
     writes (tk.threadfence) and counts the block in on the int32 element `ticket[coord]` (tk.atomic_add); the warp
     that counts the grid's last block fences again, runs the body, and sets the ticket back to 0.
 
+    `arrivals` (an int, or a runtime int scalar): how many blocks count in on this ticket, the grid's by default;
+    fewer for a ticket of a group of blocks (a tree of hand-offs: the last block of each group merges the group's
+    results, and counts in on a ticket of the merged ones). Every block that counts in on the element must be among
+    them. `whole_block=True`: the body runs in every warp of the last block, for work spread over its warps (a
+    merge of wide rows): warp 0 tells the others through shared memory, one more block barrier; each warp fences
+    before the body, which may hold block barriers (every warp of the block runs it).
+
     The ticket must be 0 when the launch starts: zeroed by a kernel before it on the stream (`tk.store(ticket, 0,
     (0,))`), or left at 0 by the launch before that used it. Two launches that may run at once (on two streams)
     need tickets of their own."""
     if not isinstance(ticket, GlobalVar) or ticket.type.dtype != i32:
         fail(f"last_block: the ticket is an int32 global tensor (tk.gl[i32, ...]), got {describe(ticket)}")
+    if arrivals is None:
+        count = grid_dim.x * grid_dim.y * grid_dim.z
+    else:
+        count = scalar(arrivals, "last_block's arrivals")
+        if count.dtype != i32:
+            fail(f"last_block: arrivals is a number of blocks, an int, got {count.dtype}")
     sync()
+    if whole_block:
+        last, said = var(0.0, "last"), sv(f32, 16)
     with if_(WARP_ID == 0):
         threadfence()                                   # this block's writes before its count
         arrived = atomic_add(ticket, coord, 1, "arrived")
-        with if_(arrived == grid_dim.x * grid_dim.y * grid_dim.z - 1):
-            threadfence()                               # every other block's writes before the body's reads
-            yield
+        with if_(arrived == count - 1):
+            if not whole_block:
+                threadfence()                           # every other block's writes before the body's reads
+                yield
             store_scalar(ticket, 0, coord)
+            if whole_block:
+                assign(last, 1.0)
+        if whole_block:
+            store_scalar(said, last, 0)
+    if whole_block:
+        sync()
+        load_scalar(last, said, 0)
+        with if_(last != 0.0):
+            threadfence()                               # (each warp: every other block's writes before its reads)
+            yield
