@@ -21,8 +21,7 @@ difference of tkpy's output from eager's (softmax's: of its norm).
 
     PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile] [--only GROUP]
         --quick: 16384 x 4096 only (cross-entropy's too); --variants: tkpy's kernel variants per width too (for
-        norm_policy's, softmax_policy's and rotary_policy's tables; the norms' backward with its column sums by
-        a launch or by its last blocks, COLUMN_SUMS);
+        norm_policy's, softmax_policy's and rotary_policy's tables);
         --no-compile: without torch.compile (its compiles take most of the run's time);
         --only norms|softmax|other|cross-entropy: one group of ops (a sweep of all of them passes a 10-minute limit)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
@@ -42,9 +41,6 @@ OPS = ("rms", "rms+residual", "layer", "layer+residual")
 VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
             "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
             "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3)}
-# ... and the backward's alone: its weight's (bias's) column sums by a launch of their own or by its last blocks
-# (norm_policy.COLUMN_SUMS' choice; each timed with the forward's tickets given, as autograd gives them)
-BACKWARD_VARIANTS = {"launch sums": dict(sums="launch"), "last-block sums": dict(sums="last_block")}
 SOFTMAX_OPS = {"softmax": "bfloat16", "softmax f32": "float32"}      # op -> the tensors' torch dtype
 SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 # SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
@@ -343,11 +339,10 @@ def backward_ms(name: str, op: str, fn, args, dy, width: int) -> float:
         with torch.no_grad():
             h = (x + r) if r is not None else x.detach()
             if op.startswith("rms"):
-                _, _, rstd, tickets = torch.ops.tkpy.rms_norm(h, [width], w, None, 1e-6)
-                return median_ms(lambda: torch.ops.tkpy.rms_norm_backward(dy, dres, h, w, rstd, [width], tickets))
-            _, _, mean, rstd, tickets = torch.ops.tkpy.layer_norm(h, [width], w, b, None, 1e-5)
-            return median_ms(lambda: torch.ops.tkpy.layer_norm_backward(dy, dres, h, w, mean, rstd, [width], True,
-                                                                        tickets))
+                _, _, rstd = torch.ops.tkpy.rms_norm(h, [width], w, None, 1e-6)
+                return median_ms(lambda: torch.ops.tkpy.rms_norm_backward(dy, dres, h, w, rstd, [width]))
+            _, _, mean, rstd = torch.ops.tkpy.layer_norm(h, [width], w, b, None, 1e-5)
+            return median_ms(lambda: torch.ops.tkpy.layer_norm_backward(dy, dres, h, w, mean, rstd, [width], True))
     outputs = forward_on_side_stream(lambda: fn(*args))
     wrt = [t for t in (x, r, w, b if op.startswith("layer") else None) if t is not None]
     grads = [dy] + ([dres] if r is not None else [])
@@ -355,16 +350,14 @@ def backward_ms(name: str, op: str, fn, args, dy, width: int) -> float:
 
 
 def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
-    """GB/s of tkpy's kernel variants (VARIANTS, and BACKWARD_VARIANTS for the backward, over the policy's choice)
-    for one case, the forward or backward launch alone (the backward's column sums included)."""
-    variants = {**VARIANTS, **BACKWARD_VARIANTS} if direction == "backward" else VARIANTS
-    return variant_gbps(variants, nbytes, norm_launch_of(op, direction, rows, width))
+    """GB/s of tkpy's kernel variants (VARIANTS, over the policy's choice) for one case, the forward or backward
+    launch alone."""
+    return variant_gbps(VARIANTS, nbytes, norm_launch_of(op, direction, rows, width))
 
 
 def norm_launch_of(op: str, direction: str, rows: int, width: int):
     """launch_of(options): a function of no arguments that launches tkpy's norm `op` one way alone (the backward
-    on statistics and tickets of a forward run here, with its column sums), with NormConfig fields `options` over
-    the policy's."""
+    on statistics of a forward run here), with NormConfig fields `options` over the policy's."""
     import torch
 
     from tkpy.kernels import norm_launch
@@ -372,15 +365,14 @@ def norm_launch_of(op: str, direction: str, rows: int, width: int):
     kind = "rms" if op.startswith("rms") else "layer"
     x, w, bias = x.detach(), w.detach(), b.detach() if kind == "layer" else None
     residual = r.detach() if r is not None else None
-    tickets = norm_launch.new_tickets(x)                  # (each backward leaves them at 0 for the next)
     with torch.no_grad():
         h = (x + residual) if residual is not None else x
-        _, _, mean, rstd = norm_launch.forward(kind, h, [width], w, bias, None, 1e-5, tickets=tickets)
+        _, _, mean, rstd = norm_launch.forward(kind, h, [width], w, bias, None, 1e-5)
 
     def launch_of(options):
         if direction == "backward":
             return lambda: norm_launch.backward(kind, dy, dy if residual is not None else None, h, w, mean, rstd,
-                                                [width], kind == "layer", options, tickets)
+                                                [width], kind == "layer", options)
         return lambda: norm_launch.forward(kind, x, [width], w, bias, residual, 1e-5, options)
     return launch_of
 

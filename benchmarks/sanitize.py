@@ -78,18 +78,6 @@ def cases() -> dict:
     for width in (256, 1000, 4096, 12288):     # a warp a row, groups of warps (ragged), a block, a cluster of 2
         for kind in ("rms", "layer"):
             out[f"{kind}_norm {width} + residual, backward"] = lambda k=kind, n=width: norm(k, n)
-    from tkpy.kernels import norm_launch
-
-    def last_block_sums(kind, width, rows=3000):   # the weight's (bias's) column sums by the backward's last blocks
-        x, w, dy = r(rows, width), r(width), r(rows, width)
-        tickets = norm_launch.new_tickets(x)       # (zeroed by the forward)
-        bias = w if kind == "layer" else None
-        _, _, mean, rstd = norm_launch.forward(kind, x, [width], w, bias, None, 1e-5, None, tickets)
-        norm_launch.backward(kind, dy, None, x, w, mean, rstd, [width], bias is not None, dict(sums="last_block"),
-                             tickets)
-    for width in (512, 4096, 12288):           # chunks over several warps, a chunk a warp, cluster ranks
-        for kind in ("rms", "layer"):
-            out[f"{kind}_norm {width} backward, last-block sums"] = lambda k=kind, n=width: last_block_sums(k, n)
     from tkpy.kernels import rotary
 
     def rope(heads_q, heads_k, head_dim, rotary_dim, interleaved, seq=37):   # forward and backward (the inverse)

@@ -7,13 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .op_support import config_checks
-from .row_split import CHUNK, RowSplit
+from .row_split import RowSplit
 
 KINDS = ("rms", "layer")
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16")                   # the input's and outputs' types
-SUMS = ("launch", "last_block")
-TICKETS = CHUNK                             # the backward's last-block tickets (int32): a chunk of the forward's zeros
 WEIGHT_DTYPES = (None, "bf16", "fp16", "f32")
 MIN_WIDTH, MAX_WIDTH = 256, 65536
 
@@ -28,16 +26,10 @@ class NormConfig(RowSplit):
     fp32 partial sums for norm_kernel.column_sums; with `residual`, the gradient of residual_out added to dx), rows of
     `width` elements of `dtype`, a weight of `weight` dtype (None: none), a bias (layer norm with a weight).
 
-    `tickets` (forward): the kernel also zeroes the backward's TICKETS int32 tickets (for its "last_block" sums).
-
     How: the RowSplit fields (keyword-only: warps_per_row, rows_per_block, cluster, blocks_per_sm), each warp holding
     a piece of a row in a contig vector. `prefetch`: the next row's x and residual (backward: x and dy) load while
     the current row is reduced and written.
-    `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2).
-    `sums` (backward with a weight): how the partial sums become the weight's (bias's) gradient: "launch", the
-    column_sums kernel after the backward; "last_block", in the backward itself, a tree of tk.last_block hand-offs
-    (the last block of each group of the grid's clusters adds the group's partial rows, the last of those the groups'
-    sums; each block its cluster rank's columns, over all its warps): one launch fewer, its tail on few SMs."""
+    `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2)."""
 
     kind: str
     direction: str
@@ -48,20 +40,13 @@ class NormConfig(RowSplit):
     residual: bool = False
     prefetch: bool = False
     weight_in_registers: bool = True
-    tickets: bool = False
-    sums: str = "launch"
 
     def __post_init__(self) -> None:
-        fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES, sums=SUMS,
-                             tickets=(False, True))
+        fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES)
         if not isinstance(self.width, int) or not MIN_WIDTH <= self.width <= MAX_WIDTH or self.width % 8:
             fail(f"width must be a multiple of 8 from {MIN_WIDTH} to {MAX_WIDTH}, got {self.width!r}")
         if self.bias and (self.kind != "layer" or self.weight is None):
             fail("a bias needs a layer norm with a weight")
-        if self.tickets and self.direction != "forward":
-            fail("tickets (zeroing the backward's) is the forward's")
-        if self.sums == "last_block" and (self.direction != "backward" or self.weight is None):
-            fail("last_block sums are the backward's, of a weight's gradient")
         self.check_split(fail)
 
     @property
@@ -69,6 +54,5 @@ class NormConfig(RowSplit):
         tags = [f"{self.kind}_norm", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width),
                 self.weight and f"w{self.weight}", self.bias and "bias", self.residual and "residual",
                 self.split_name, self.prefetch and "prefetch",
-                not self.weight_in_registers and self.weight and "wl2", self.tickets and "tickets",
-                self.sums == "last_block" and "lastblock"]
+                not self.weight_in_registers and self.weight and "wl2"]
         return "_".join(t for t in tags if t)

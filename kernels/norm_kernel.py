@@ -1,5 +1,5 @@
 """The bodies of the norm kernels (rms_norm, layer_norm; kernels/norms.py is the API): forward, backward, and the
-column sums that finish the weight's and bias's gradients (a kernel of their own, or the backward's last blocks).
+column sums that finish the weight's and bias's gradients.
 
 A row lies in registers, split into pieces over warps and blocks (kernels/row_split.py: a contig vector of `piece`
 fp32 values a warp, 16-byte copies), the blocks (clusters) looping over the row groups, a persistent grid; rows past
@@ -12,27 +12,24 @@ layer: mean, then var = mean((h - mean)^2) from the registers (two passes over t
 mean) rstd w + b. Backward, from h, dy, the saved statistics: xhat = (h - mean) rstd, g = dy w;
 rms: dx = rstd (g - xhat mean(g xhat)); layer: dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ the gradient of
 residual_out); each warp adds dy xhat (and dy) of its rows into registers, and writes them once, after its last row,
-into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up, or (c.sums
-"last_block") the backward's own last blocks (_last_block_sums): no second pass over the rows.
+into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up: no second pass over
+the rows.
 
 Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
-from contextlib import nullcontext
 
 import tkpy as tk
-from tkpy import bf16, f32, fp16, i32
+from tkpy import bf16, f32, fp16
 
 from . import row_split as split
-from .norm_config import TICKETS, NormConfig
+from .norm_config import NormConfig
 from .row_split import CHUNK, placeholder
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
 SUM_UNROLL = 4                        # ... this many rows a step, their loads in flight together
-TAIL_UNROLL = 8                       # the last-block sums' (fewer warps, the row loop's registers free; their
-                                      # latency is the backward's tail)
 
 
 @functools.cache
@@ -47,13 +44,7 @@ def forward_kernel(c: NormConfig):
     @tk.kernel(**c.kernel_options(), name=c.name)
     def norm_forward(x: tk.gl[dt, "R", n], residual: res, weight: tk.gl[wt, n] if c.weight else placeholder(wt),
                      bias: tk.gl[wt, n] if c.bias else placeholder(wt), y: tk.gl[dt, "R", n], residual_out: res,
-                     mean: stat if layer else placeholder(f32), rstd: stat,
-                     tickets: tk.gl[f32, TICKETS] if c.tickets else placeholder(f32), eps: float):
-        if c.tickets:                                        # the backward's, as fp32 zeros (the bits of int32 0s)
-            with tk.if_((tk.block_idx.x == 0) & (tk.warp_id() == 0)):
-                zeros = tk.rv(f32, TICKETS, "contig")
-                tk.zero(zeros)
-                tk.store(tickets, zeros, (0,))
+                     mean: stat if layer else placeholder(f32), rstd: stat, eps: float):
         part = tk.let(split.part_of(c), "part")
         v = tk.rv(f32, piece, "contig")                       # the row's piece: h, then h - mean, then y
         h = tk.rv(dt, piece, "contig") if c.residual else None  # x + residual, rounded as residual_out is
@@ -119,24 +110,19 @@ def _load_affine(c: NormConfig, w, b, weight, bias, part):
 @functools.cache
 def backward_kernel(c: NormConfig):
     """dx (+ the gradient of residual_out) and the weight's (bias's) partial sums, one workspace row per row group
-    of the grid (cluster_index * rows_per_block + the group's place in the block); with c.sums "last_block" also
-    their sums, the weight's (bias's) gradient (_last_block_sums; `group`: its clusters a group, unread otherwise)."""
+    of the grid (cluster_index * rows_per_block + the group's place in the block)."""
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
     rows = tk.gl[dt, "R", n]
     partials = tk.gl[f32, "P", n]
-    tree = c.sums == "last_block"
 
     @tk.kernel(**c.kernel_options(), name=c.name)
     def norm_backward(dy: rows, dres: rows if c.residual else placeholder(dt), x: rows,
                       weight: tk.gl[wt, n] if c.weight else placeholder(wt),
                       mean: tk.gl[f32, "R"] if layer else placeholder(f32), rstd: tk.gl[f32, "R"], dx: rows,
                       dweight: partials if c.weight else placeholder(f32),
-                      dbias: partials if c.bias else placeholder(f32),
-                      weight_grad: tk.gl[wt, n] if tree else placeholder(wt),
-                      bias_grad: tk.gl[wt, n] if tree and c.bias else placeholder(wt),
-                      tickets: tk.gl[i32, TICKETS] if tree else placeholder(i32), group: int):
+                      dbias: partials if c.bias else placeholder(f32)):
         part = tk.let(split.part_of(c), "part")
         xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
         d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
@@ -196,99 +182,33 @@ def backward_kernel(c: NormConfig):
             tk.store(dweight, dw, (slot, part), masked=True)
             if c.bias:
                 tk.store(dbias, db, (slot, part), masked=True)
-            if tree:
-                sums = ((dweight, weight_grad), (dbias, bias_grad)) if c.bias else ((dweight, weight_grad),)
-                _last_block_sums(c, sums, tickets, group)
     return norm_backward
-
-
-def _last_block_sums(c: NormConfig, sums, tickets, group):
-    """The weight's (bias's) gradient from the partial rows, in the backward (c.sums "last_block"); `sums`: (the
-    workspace, the gradient) each, the workspace's first P = clusters x rows_per_block rows the partials, then a row
-    for each group. The grid's clusters in groups of `group`: the last block of each cluster rank of group g to finish
-    (ticket (1 + g) C + rank, C the cluster's size) adds the group's partial rows of its rank's columns into row P + g,
-    and the last of those of a rank (ticket rank) the groups' rows into the gradient (the weight's dtype). The whole
-    block adds (_row_adder): the same order of additions whichever block it is, the same bits every run."""
-    clusters = split.stride(c)
-    g = tk.let(split.first_step(c) // group, "group_index")
-    groups = tk.let(tk.cdiv(clusters, group), "groups")
-    rank = tk.cluster.rank() if c.cluster > 1 else 0
-    chunks = c.warps_per_row * c.piece // CHUNK              # this rank's columns, in chunks
-    parts = tk.let(clusters * c.rows_per_block, "partial_rows")
-    first = tk.let(g * group * c.rows_per_block, "first_row")
-    end = tk.let(tk.call("min", first + group * c.rows_per_block, parts), "end_row")
-    add = _row_adder(c.warps, chunks, TAIL_UNROLL)
-    with tk.last_block(tickets, (1 + g) * c.cluster + rank, arrivals=tk.call("min", group, clusters - g * group),
-                       whole_block=True):
-        for workspace, _ in sums:
-            add(workspace, first, end, rank * chunks,
-                lambda acc, col, w=workspace: tk.store(w, acc, (parts + g, col), masked=True))
-        with tk.last_block(tickets, rank, arrivals=groups, whole_block=True):
-            for workspace, gradient in sums:
-                add(workspace, parts, parts + groups, rank * chunks,
-                    lambda acc, col, out=gradient: tk.store(out, acc, (col,), masked=True))
 
 
 @functools.cache
 def column_sums_kernel(width: int, out_dtype: str):
     """out[j] = sum over rows i of partials[i, j] (fp32, written as out_dtype): the weight's (bias's) gradient from
-    the backward's partial sums (c.sums "launch"). A block takes 256 columns, over SUM_WARPS warps (_row_adder)."""
+    the backward's partial sums. A block takes 256 columns; its warps add every SUM_WARPS-th row, SUM_UNROLL rows
+    a step, then meet in shared memory, where warp 0 adds their sums in order (the same bits every run)."""
     ot = DTYPES[out_dtype]
 
     @tk.kernel(warps=SUM_WARPS, name=f"norm_column_sums_{width}_{out_dtype}")
     def norm_column_sums(partials: tk.gl[f32, "P", width], out: tk.gl[ot, width]):
-        _row_adder(SUM_WARPS, 1, SUM_UNROLL)(partials, 0, partials.rows, tk.block_idx.x,
-                                             lambda acc, col: tk.store(out, acc, (col,), masked=True))
+        col = tk.block_idx.x
+        acc = tk.rv(f32, CHUNK, "contig")
+        t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(SUM_UNROLL)]
+        sums = tk.sv(f32, CHUNK, count=SUM_WARPS)
+        tk.zero(acc)
+        for step in tk.range(0, tk.cdiv(partials.rows, SUM_WARPS * SUM_UNROLL)):
+            for u in range(SUM_UNROLL):                      # (the loads first: in flight together)
+                tk.load(t[u], partials, ((step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id(), col), fill=0.0)
+            for u in range(SUM_UNROLL):
+                tk.add(acc, acc, t[u])
+        tk.store(sums[tk.warp_id()], acc)
+        tk.sync()
+        with tk.if_(tk.warp_id() == 0):
+            for i in range(1, SUM_WARPS):
+                tk.load(t[0], sums[i])
+                tk.add(acc, acc, t[0])
+            tk.store(out, acc, (col,), masked=True)
     return norm_column_sums
-
-
-def _row_adder(warps: int, chunks: int, unroll: int):
-    """add(partials, first, end, first_chunk, store): store(acc, col) for each of `chunks` chunks of 256 columns from
-    chunk `first_chunk`, acc the sum of rows first..end - 1 of the fp32 `partials` there, over the block's `warps`
-    warps: K = min(warps, chunks) chunks at a time, each over S = warps // K warps (the rest idle); warp s of a
-    chunk adds rows first + s, first + s + S, ..., `unroll` rows a step, their loads in flight together; then
-    (S > 1) the S sums meet in shared memory, where the chunk's first warp adds them in order. One order of
-    additions for given warps and rows: the same bits whichever block runs it. Every warp of the block calls it
-    (block barriers where S > 1). The registers and the shared scratch are declared once, for every call."""
-    lanes = min(warps, chunks)
-    slices = warps // lanes
-    lane, s = tk.let(tk.warp_id() % lanes, "chunk_lane"), tk.let(tk.warp_id() // lanes, "row_slice")
-    acc = tk.rv(f32, CHUNK, "contig", name="acc")
-    t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(unroll)]
-    scratch = tk.sv(f32, CHUNK, count=lanes * slices) if slices > 1 else None
-    working = s < slices if warps % lanes else None        # (warps past K x S idle)
-
-    def add(partials, first, end, first_chunk, store):
-        def each_chunk(r):                                   # round r's chunk of this warp
-            col = tk.let(first_chunk + r * lanes + lane, "col")
-            ragged = r * lanes + lane < chunks if chunks % lanes else None     # (the last round's, past the chunks)
-            adding = ragged if working is None else working if ragged is None else working & ragged
-            tk.zero(acc)
-            with tk.if_(adding) if adding is not None else nullcontext():
-                for i in tk.range(first + s, end, slices * unroll):
-                    for u in range(unroll):                  # (the loads first: in flight together)
-                        with tk.if_(i + u * slices < end) if u else nullcontext():
-                            tk.load(t[u], partials, (i + u * slices, col), fill=0.0)
-                    for u in range(unroll):
-                        with tk.if_(i + u * slices < end) if u else nullcontext():
-                            tk.add(acc, acc, t[u])
-            if scratch is None:
-                with tk.if_(adding) if adding is not None else nullcontext():
-                    store(acc, col)
-                return
-            with tk.if_(working) if working is not None else nullcontext():   # (one round: S > 1 means K = chunks)
-                tk.store(scratch[tk.warp_id()], acc)
-            tk.sync()
-            with tk.if_(s == 0):
-                for j in range(1, slices):
-                    tk.load(t[0], scratch[j * lanes + lane])
-                    tk.add(acc, acc, t[0])
-                store(acc, col)
-            tk.sync()                                        # (the scratch free for the next call)
-        rounds = -(-chunks // lanes)
-        if rounds == 1:
-            each_chunk(0)
-        else:
-            for r in tk.range(rounds):
-                each_chunk(r)
-    return add

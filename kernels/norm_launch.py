@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import torch
 
 from . import norm_kernel as body
-from .norm_config import MAX_WIDTH, MIN_WIDTH, TICKETS
-from .norm_policy import column_sums_for, config_for
+from .norm_config import MAX_WIDTH, MIN_WIDTH
+from .norm_policy import config_for
 from .op_support import check_device
 from .row_split import CHUNK, grid, placeholder_tensor
 from .tensor_layout import cdiv, row_view as _rows, tma_ready
@@ -65,14 +65,11 @@ def statistics_shape(x: torch.Tensor, shape: list[int]) -> tuple:
     return tuple(x.shape[:x.dim() - len(shape)])
 
 
-def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: dict | None = None,
-            tickets: torch.Tensor | None = None):
+def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: dict | None = None):
     """(y, residual_out, mean, rstd) of the norm over the trailing `shape` dims: residual_out = x + residual (empty
-    without one), mean and rstd fp32 of the leading dims' shape (mean empty for rms). `tickets` (new_tickets'): the
-    kernel zeroes them for the backward's last-block sums. `options`: NormConfig fields overriding the policy's
-    (tests, the benchmark's variants); an empty one is none."""
+    without one), mean and rstd fp32 of the leading dims' shape (mean empty for rms). `options`: NormConfig fields
+    overriding the policy's (tests, the benchmark's variants)."""
     width = checked(kind, x, shape, weight, bias, residual)
-    tickets = tickets if tickets is not None and tickets.numel() else None
     stats = statistics_shape(x, shape)
     y = x.new_empty(x.shape)
     residual_out = x.new_empty(x.shape) if residual is not None else x.new_empty(0)
@@ -84,23 +81,21 @@ def forward(kind: str, x, shape, weight, bias, residual, eps: float, options: di
     if bias is not None and weight is None:        # (the kernels scale before they shift)
         weight = torch.ones_like(bias)
     c = config_for(kind, "forward", width, DTYPES[x.dtype], _dtype(weight), bias is not None, residual is not None,
-                   tickets=tickets is not None, **(options or {}))
+                   **(options or {}))
     out = y.view(rows, width)
-    f32 = placeholder_tensor(torch.float32, x.device)
     args = (_rows(x, width), _rows(residual, width) if residual is not None else placeholder_tensor(x.dtype, x.device),
             _vector(weight, x, weight), _vector(bias, x, weight), out,
             residual_out.view(rows, width) if residual is not None else placeholder_tensor(x.dtype, x.device),
-            mean.view(rows) if kind == "layer" else f32, rstd.view(rows),
-            tickets.view(torch.float32) if tickets is not None else f32, float(eps))
+            mean.view(rows) if kind == "layer" else placeholder_tensor(torch.float32, x.device), rstd.view(rows),
+            float(eps))
     kernel = body.forward_kernel(c)
     kernel[(grid(kernel, c, rows, args),)](*args)
     return y, residual_out, mean, rstd
 
 
-def checked_backward(kind: str, dy, dres, x, weight, mean, rstd, shape, tickets=None) -> int:
+def checked_backward(kind: str, dy, dres, x, weight, mean, rstd, shape) -> int:
     """The row width of the norm's backward, or the ValueError it raises before any GPU work (the fake
-    implementations check with it too): the forward's checks, the gradients and statistics like the input, the
-    tickets (None or empty: none) the forward's."""
+    implementations check with it too): the forward's checks, and the gradients and statistics like the input."""
     width = checked(kind, x, shape, weight)
     _check_gradient(kind, dy, x, "grad_output")
     if dres is not None:
@@ -110,22 +105,14 @@ def checked_backward(kind: str, dy, dres, x, weight, mean, rstd, shape, tickets=
         if tuple(t.shape) != stats or t.dtype != torch.float32 or t.device != x.device:
             raise ValueError(f"{NAMES[kind]}_backward: {what} must be float32 of shape {stats} on the input's device "
                              f"({x.device}), got {t.dtype} {tuple(t.shape)} on {t.device}")
-    if tickets is not None and tickets.numel() and (tickets.shape != (TICKETS,) or tickets.dtype != torch.int32
-                                                    or tickets.device != x.device):
-        raise ValueError(f"{NAMES[kind]}_backward: tickets must be the forward's, int32 of shape ({TICKETS},) on the "
-                         f"input's device ({x.device}), got {tickets.dtype} {tuple(tickets.shape)} on {tickets.device}")
     return width
 
 
-def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool, options: dict | None = None,
-             tickets: torch.Tensor | None = None):
+def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool, options: dict | None = None):
     """(dx, dweight, dbias) of the norm of x (h = x + residual when fused) from the forward's statistics: dx also
     carries dres, the gradient of residual_out (None: none); dweight / dbias empty without a weight / bias_grad.
-    `tickets`: the forward's (new_tickets', zeroed by it; the kernel leaves them at 0), which the "last_block" sums
-    take (the policy's or `options`' choice; without tickets, or empty ones, the column_sums launch). `options`: as
-    forward's."""
-    width = checked_backward(kind, dy, dres, x, weight, mean, rstd, shape, tickets)
-    tickets = tickets if tickets is not None and tickets.numel() else None
+    `options`: as forward's."""
+    width = checked_backward(kind, dy, dres, x, weight, mean, rstd, shape)
     stats = statistics_shape(x, shape)
     dx = x.new_empty(x.shape)
     empty = x.new_empty(0, dtype=weight.dtype if weight is not None else torch.float32)
@@ -134,61 +121,29 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool,
     rows = dx.numel() // width
     if rows == 0:
         return dx, dweight.zero_(), dbias.zero_()
-    sums = column_sums_for(width) if weight is not None and tickets is not None else "launch"
     c = config_for(kind, "backward", width, DTYPES[x.dtype], _dtype(weight), weight is not None and bias_grad,
-                   dres is not None, **{"sums": sums, **(options or {})})
-    if c.sums == "last_block" and tickets is None:
-        raise ValueError(f"{NAMES[kind]}_backward: the last-block column sums take the forward's tickets "
-                         "(norm_launch.new_tickets, zeroed by the forward)")
-    tree = c.sums == "last_block"
+                   dres is not None, **(options or {}))
     kernel = body.backward_kernel(c)
     f32 = placeholder_tensor(torch.float32, x.device)
     # The weight's partial-sum workspaces are sized by the grid, which the occupancy query sizes from the kernel:
     # a one-row workspace stands in for that query (the kernel declares them gl<f32, P, width>).
     workspace = x.new_empty(1, width, dtype=torch.float32) if weight is not None else f32
-    no_weight = placeholder_tensor(weight.dtype if weight is not None else x.dtype, x.device)
     args = [_rows(dy, width), _rows(dres, width) if dres is not None else placeholder_tensor(x.dtype, x.device),
             _rows(x, width), _vector(weight, x, weight), mean.reshape(rows) if kind == "layer" else f32,
-            rstd.reshape(rows).contiguous(), dx.view(rows, width), workspace, workspace if bias_grad else f32,
-            dweight.view(width) if tree else no_weight, dbias.view(width) if tree and bias_grad else no_weight,
-            tickets if tree else placeholder_tensor(torch.int32, x.device), 1]
+            rstd.reshape(rows).contiguous(), dx.view(rows, width), workspace,
+            workspace if bias_grad else f32]
     blocks = grid(kernel, c, rows, args)
-    clusters = blocks // c.cluster
-    parts = clusters * c.rows_per_block                     # a workspace row per row group of the grid
-    if tree:                                                # ... and one a group of clusters
-        args[-1] = group_size(clusters, c.rows_per_block, c.cluster)
-        parts += cdiv(clusters, args[-1])
+    parts = blocks // c.cluster * c.rows_per_block          # a workspace row per row group of the grid
     if weight is not None:
         args[7] = x.new_empty(parts, width, dtype=torch.float32)
         if bias_grad:
             args[8] = x.new_empty(parts, width, dtype=torch.float32)
     kernel[(blocks,)](*args)
-    if weight is not None and not tree:
+    if weight is not None:
         column_sums(args[7], dweight.view(width))
         if bias_grad:
             column_sums(args[8], dbias.view(width))
     return dx, dweight, dbias
-
-
-def new_tickets(like: torch.Tensor) -> torch.Tensor:
-    """The backward's last-block tickets (TICKETS int32, uninitialised: the forward that takes them zeroes them)."""
-    return like.new_empty(TICKETS, dtype=torch.int32)
-
-
-def tickets_for(x: torch.Tensor, shape, weight, bias) -> torch.Tensor:
-    """What the forward operators return for their backward: new_tickets where the policy sums the backward's weight
-    (or bias) gradient in its last blocks, else an empty int32 tensor (nothing to zero)."""
-    if (weight is None and bias is None) or column_sums_for(math.prod(shape)) != "last_block":
-        return x.new_empty(0, dtype=torch.int32)
-    return new_tickets(x)
-
-
-def group_size(clusters: int, rows_per_block: int, cluster: int) -> int:
-    """Clusters a group of the last-block column sums: about sqrt(clusters / rows_per_block), which balances their
-    tail on the last block (a group's partial rows, group x rows_per_block, then a row a group), at most
-    TICKETS / cluster - 1 groups (a ticket a group and cluster rank, one a rank for the groups' sums)."""
-    size = max(1, round(math.sqrt(clusters / rows_per_block)))
-    return max(size, cdiv(clusters, TICKETS // cluster - 1))
 
 
 def column_sums(partials: torch.Tensor, out: torch.Tensor) -> None:

@@ -51,21 +51,6 @@ BACKWARD = (                                   # (no prefetch but where swept)
 )
 
 
-# width up to -> how the backward's partial sums become the weight's (bias's) gradient (NormConfig.sums): "launch",
-# the column_sums kernel after it, or "last_block", in the backward's last blocks (no launch; their tail on few SMs,
-# more the wider the rows); the forward zeroes the tickets "last_block" takes
-SEPARATE_SUMS = ("runs 274-275 timed the backward with the column_sums launch; last_block untimed: "
-                 "bench_memory_bound.py --variants ('last-block sums')")
-COLUMN_SUMS = (
-    (65536, Row("launch", SEPARATE_SUMS)),
-)
-
-
-def column_sums_for(width: int) -> str:
-    """NormConfig.sums of the backward of rows of `width` elements with a weight."""
-    return next(row for limit, row in COLUMN_SUMS if width <= limit).value
-
-
 def split_for(direction: str, width: int) -> Row:
     """The table row for rows of `width` elements."""
     table = FORWARD if direction == "forward" else BACKWARD

@@ -31,7 +31,7 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     if direct_call_ok((input, weight, residual)):
         y, residual_out, _, _ = launch.forward("rms", input, shape, weight, None, residual, eps)
     else:
-        y, residual_out, _, _ = rms_norm_op(input, shape, weight, residual, eps)
+        y, residual_out, _ = rms_norm_op(input, shape, weight, residual, eps)
     return (y, residual_out) if residual is not None else y
 
 
@@ -46,46 +46,35 @@ def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | Non
     if direct_call_ok((input, weight, bias, residual)):
         y, residual_out, _, _ = launch.forward("layer", input, shape, weight, bias, residual, float(eps))
     else:
-        y, residual_out, _, _, _ = layer_norm_op(input, shape, weight, bias, residual, float(eps))
+        y, residual_out, _, _ = layer_norm_op(input, shape, weight, bias, residual, float(eps))
     return (y, residual_out) if residual is not None else y
 
 
 # -- the operators ----------------------------------------------------------------------------------------------
 
-# The forward operators also return the backward's tickets (int32, for its last-block column sums: zeroed by the
-# forward kernel, left at 0 by the backward's; empty where the policy sums the gradients in a launch of their own).
-
 def _rms(input: torch.Tensor, normalized_shape: list[int], weight: Optional[torch.Tensor],
-         residual: Optional[torch.Tensor],
-         eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    tickets = launch.tickets_for(input, normalized_shape, weight, None)
-    y, residual_out, _, rstd = launch.forward("rms", input, normalized_shape, weight, None, residual, eps,
-                                              tickets=tickets)
-    return y, residual_out, rstd, tickets
+         residual: Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, residual_out, _, rstd = launch.forward("rms", input, normalized_shape, weight, None, residual, eps)
+    return y, residual_out, rstd
 
 
 def _layer(input: torch.Tensor, normalized_shape: list[int], weight: Optional[torch.Tensor],
            bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
-           eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    tickets = launch.tickets_for(input, normalized_shape, weight, bias)
-    return (*launch.forward("layer", input, normalized_shape, weight, bias, residual, eps, tickets=tickets),
-            tickets)
+           eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch.forward("layer", input, normalized_shape, weight, bias, residual, eps)
 
 
 def _rms_backward(grad_out: torch.Tensor, grad_residual: Optional[torch.Tensor], input: torch.Tensor,
-                  weight: Optional[torch.Tensor], rstd: torch.Tensor, normalized_shape: list[int],
-                  tickets: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    dx, dweight, _ = launch.backward("rms", grad_out, grad_residual, input, weight, None, rstd, normalized_shape, False,
-                                     tickets=tickets)
+                  weight: Optional[torch.Tensor], rstd: torch.Tensor,
+                  normalized_shape: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    dx, dweight, _ = launch.backward("rms", grad_out, grad_residual, input, weight, None, rstd, normalized_shape, False)
     return dx, dweight
 
 
 def _layer_backward(grad_out: torch.Tensor, grad_residual: Optional[torch.Tensor], input: torch.Tensor,
                     weight: Optional[torch.Tensor], mean: torch.Tensor, rstd: torch.Tensor,
-                    normalized_shape: list[int], bias_grad: bool,
-                    tickets: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launch.backward("layer", grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad,
-                           tickets=tickets)
+                    normalized_shape: list[int], bias_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch.backward("layer", grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad)
 
 
 def _outputs(kind: str, input, shape, weight, bias, residual):
@@ -95,84 +84,80 @@ def _outputs(kind: str, input, shape, weight, bias, residual):
     residual_out = input.new_empty(input.shape) if residual is not None else input.new_empty(0)
     rstd = input.new_empty(stats, dtype=torch.float32)
     mean = input.new_empty(stats if kind == "layer" else (0,), dtype=torch.float32)
-    return input.new_empty(input.shape), residual_out, mean, rstd, launch.tickets_for(input, shape, weight, bias)
+    return input.new_empty(input.shape), residual_out, mean, rstd
 
 
 def _rms_fake(input, normalized_shape, weight, residual, eps):
-    y, residual_out, _, rstd, tickets = _outputs("rms", input, normalized_shape, weight, None, residual)
-    return y, residual_out, rstd, tickets
+    y, residual_out, _, rstd = _outputs("rms", input, normalized_shape, weight, None, residual)
+    return y, residual_out, rstd
 
 
 def _layer_fake(input, normalized_shape, weight, bias, residual, eps):
     return _outputs("layer", input, normalized_shape, weight, bias, residual)
 
 
-def _gradients_fake(kind, grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad, tickets):
-    launch.checked_backward(kind, grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, tickets)
+def _gradients_fake(kind, grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad):
+    launch.checked_backward(kind, grad_out, grad_residual, input, weight, mean, rstd, normalized_shape)
     empty = input.new_empty(0, dtype=weight.dtype if weight is not None else torch.float32)
     dweight = input.new_empty(normalized_shape, dtype=weight.dtype) if weight is not None else empty
     dbias = input.new_empty(normalized_shape, dtype=weight.dtype) if weight is not None and bias_grad else empty
     return input.new_empty(input.shape), dweight, dbias
 
 
-def _rms_backward_fake(grad_out, grad_residual, input, weight, rstd, normalized_shape, tickets=None):
-    return _gradients_fake("rms", grad_out, grad_residual, input, weight, None, rstd, normalized_shape, False,
-                           tickets)[:2]
+def _rms_backward_fake(grad_out, grad_residual, input, weight, rstd, normalized_shape):
+    return _gradients_fake("rms", grad_out, grad_residual, input, weight, None, rstd, normalized_shape, False)[:2]
 
 
-def _layer_backward_fake(grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad,
-                         tickets=None):
-    return _gradients_fake("layer", grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad,
-                           tickets)
+def _layer_backward_fake(grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad):
+    return _gradients_fake("layer", grad_out, grad_residual, input, weight, mean, rstd, normalized_shape, bias_grad)
 
 
 # -- autograd -----------------------------------------------------------------------------------------------------
-# The forward saves h (the input, or input + residual), the weight, the statistics and the tickets; the backward's
-# kernel returns dh (with the gradient of residual_out added), which is the input's gradient and the residual's. The
-# statistics and tickets are outputs for the backward only: they are marked non-differentiable. No zero gradient is
-# materialized for an output the loss does not reach (autograd would fill one of each: the statistics', and
-# residual_out's of rows x width where only y is used): a None gradient of residual_out is no term (the kernel
-# without it), a None gradient of y leaves h's gradient residual_out's and none for the weight and bias, as torch's
-# eager graph (whose norm would not run).
+# The forward saves h (the input, or input + residual), the weight and the statistics; the backward's kernel returns
+# dh (with the gradient of residual_out added), which is the input's gradient and the residual's. The statistics are
+# outputs for the backward only: they are marked non-differentiable. No zero gradient is materialized for an output
+# the loss does not reach (autograd would fill one of each: the statistics', and residual_out's of rows x width where
+# only y is used): a None gradient of residual_out is no term (the kernel without it), a None gradient of y leaves h's
+# gradient residual_out's and none for the weight and bias, as torch's eager graph (whose norm would not run).
 
 def _rms_setup(ctx, inputs, output):
     input, shape, weight, residual, eps = inputs
-    y, residual_out, rstd, tickets = output
-    ctx.mark_non_differentiable(rstd, tickets)
+    y, residual_out, rstd = output
+    ctx.mark_non_differentiable(rstd)
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(residual_out if residual is not None else input, weight, rstd, tickets)
+    ctx.save_for_backward(residual_out if residual is not None else input, weight, rstd)
     ctx.shape, ctx.fused = shape, residual is not None
 
 
-def _rms_gradient(ctx, grad_y, grad_residual_out, grad_rstd, grad_tickets):
-    h, weight, rstd, tickets = ctx.saved_tensors
+def _rms_gradient(ctx, grad_y, grad_residual_out, grad_rstd):
+    h, weight, rstd = ctx.saved_tensors
     dres = grad_residual_out if ctx.fused else None
     if grad_y is None:                                # (only residual_out reaches the loss, or nothing does)
         return dres, None, None, dres, None
-    dh, dweight = rms_norm_backward_op(grad_y, dres, h, weight, rstd, ctx.shape, tickets)
+    dh, dweight = rms_norm_backward_op(grad_y, dres, h, weight, rstd, ctx.shape)
     return dh, None, dweight if weight is not None else None, dh if ctx.fused else None, None
 
 
 def _layer_setup(ctx, inputs, output):
     input, shape, weight, bias, residual, eps = inputs
-    y, residual_out, mean, rstd, tickets = output
-    ctx.mark_non_differentiable(mean, rstd, tickets)
+    y, residual_out, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)
     ctx.set_materialize_grads(False)
     if bias is not None and weight is None:           # (the forward scaled by ones)
         weight = torch.ones_like(bias)
         ctx.ones = True
     else:
         ctx.ones = False
-    ctx.save_for_backward(residual_out if residual is not None else input, weight, mean, rstd, tickets)
+    ctx.save_for_backward(residual_out if residual is not None else input, weight, mean, rstd)
     ctx.shape, ctx.fused, ctx.bias = shape, residual is not None, bias is not None
 
 
-def _layer_gradient(ctx, grad_y, grad_residual_out, grad_mean, grad_rstd, grad_tickets):
-    h, weight, mean, rstd, tickets = ctx.saved_tensors
+def _layer_gradient(ctx, grad_y, grad_residual_out, grad_mean, grad_rstd):
+    h, weight, mean, rstd = ctx.saved_tensors
     dres = grad_residual_out if ctx.fused else None
     if grad_y is None:
         return dres, None, None, None, dres, None
-    dh, dweight, dbias = layer_norm_backward_op(grad_y, dres, h, weight, mean, rstd, ctx.shape, ctx.bias, tickets)
+    dh, dweight, dbias = layer_norm_backward_op(grad_y, dres, h, weight, mean, rstd, ctx.shape, ctx.bias)
     dweight = dweight if weight is not None and not ctx.ones else None
     return dh, None, dweight, dbias if ctx.bias else None, dh if ctx.fused else None, None
 

@@ -1,4 +1,4 @@
-"""Helpers for GPU tests: the skip marker, poisoned outputs (and allocations: a fixture) and error norms."""
+"""Helpers for GPU tests: the skip marker, poisoned outputs and error norms."""
 from __future__ import annotations
 
 import math
@@ -37,19 +37,6 @@ TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
 def poisoned(*shape, dtype, device="cuda") -> torch.Tensor:
     """An output buffer full of NaN, so that any element the kernel fails to write shows up."""
     return torch.full(shape, float("nan"), dtype=dtype, device=device)
-
-
-@pytest.fixture
-def poisoned_allocations(monkeypatch):
-    """Tensor.new_empty filled with NaN (-1 for ints): an op's outputs, gradients and workspaces, so that an element
-    no kernel writes shows up, and a ticket nothing zeroed (cross-entropy's prologue, the norms' forward) counts
-    wrong."""
-    new_empty = torch.Tensor.new_empty
-
-    def poisoned(self, *args, **kwargs):
-        t = new_empty(self, *args, **kwargs)
-        return t.fill_(math.nan if t.is_floating_point() else -1)
-    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned)
 
 
 def rand(*shape, dtype, low=-2.0, high=2.0, device="cuda") -> torch.Tensor:

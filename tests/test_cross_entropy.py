@@ -26,7 +26,6 @@ import torch.nn.functional as F
 from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import gpu_util
-from gpu_util import poisoned_allocations  # noqa: F401 - a fixture
 from counted_calls import ALLOCATIONS_AND_VIEWS, Calls
 from tkpy.kernels import cross_entropy
 from tkpy.kernels import cross_entropy_kernel, cross_entropy_op as ce, cross_entropy_policy, row_split
@@ -170,6 +169,18 @@ def test_every_row_ignored():
 
 SEVERAL_BLOCKS = dict(warps_per_row=1, rows_per_block=1, blocks_per_sm=4)   # 8 blocks in the interpreter
 SEVERAL_PROLOGUE_BLOCKS = dict(warps=2, unroll=2)                           # 4 rows a block
+
+
+@pytest.fixture
+def poisoned_allocations(monkeypatch):
+    """Tensor.new_empty filled with NaN (-1 for ints): the op's outputs, its gradient and its workspace, so that an
+    element no kernel writes shows up, and a ticket the prologue did not zero (NaN's bits) loses the loss."""
+    new_empty = torch.Tensor.new_empty
+
+    def poisoned(self, *args, **kwargs):
+        t = new_empty(self, *args, **kwargs)
+        return t.fill_(math.nan if t.is_floating_point() else -1)
+    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned)
 
 
 @pytest.mark.parametrize("weight", [None, torch.float32])

@@ -2,17 +2,16 @@
 float64 torch on every element, outputs poisoned, across row widths 256..65536 (one warp a row, several, a block's
 16, clusters of 2-8 blocks), both dtypes, with and without weight, bias, fp32 weights and the fused residual (y,
 residual_out or both in the loss); few and many rows (the persistent grid's loop); the policy's variants; the
-weight's and bias's gradients summed by the column_sums launch or the backward's last blocks (across widths, the
-same bits every run, back to back and on two streams, one kernel on the timeline); opcheck and torch.compile on
-CUDA tensors."""
+weight's and bias's gradients the same bits every run, the backward its kernels on the timeline; opcheck and
+torch.compile on CUDA tensors."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from gpu_util import compiled_grads_match_eager, rand, requires_gpu
-from test_norms import REACH, check, sums_policy  # noqa: F401 - a fixture
-from tkpy.kernels import layer_norm, norm_launch, rms_norm
+from test_norms import REACH, check
+from tkpy.kernels import layer_norm, rms_norm
 
 pytestmark = requires_gpu
 
@@ -45,16 +44,14 @@ def test_optional_tensors(kind, weight, bias, residual, wdtype, width):
 @pytest.mark.parametrize("reach", REACH)
 @pytest.mark.parametrize("width", [1024, 4096, 65536])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_the_outputs_the_loss_reaches(sums_policy, kind, width, reach):
-    """y only, residual_out only or both in the loss: no zero gradient materialized, every gradient checked; the
-    policy's column sums either way (the forward's tickets through autograd)."""
+def test_the_outputs_the_loss_reaches(kind, width, reach):
+    """y only, residual_out only or both in the loss: no zero gradient materialized, every gradient checked."""
     check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", reach=REACH[reach])
 
 
 @pytest.mark.parametrize("options", [
     dict(prefetch=False), dict(prefetch=True), dict(weight_in_registers=False), dict(blocks_per_sm=1),
-    dict(warps_per_row=4, rows_per_block=2, cluster=2), dict(sums="last_block"),
-    dict(sums="last_block", warps_per_row=4, rows_per_block=2, cluster=2),
+    dict(warps_per_row=4, rows_per_block=2, cluster=2),
 ])
 @pytest.mark.parametrize("width", [4096, 6000])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
@@ -84,9 +81,9 @@ def test_compiled_matches_eager():
 
 
 @pytest.mark.parametrize("rows,width", [(3000, 4096), (40000, 1024), (500, 65536)])
-def test_the_weight_gradient_is_the_same_every_run(sums_policy, rows, width):
-    """The partial sums are added in a fixed order (no atomics), by the column_sums launch or by whichever blocks
-    finish last: bit-identical weight and bias gradients run to run (a grid of thousands of partial rows)."""
+def test_the_weight_gradient_is_the_same_every_run(rows, width):
+    """The partial sums are added in a fixed order (no atomics): bit-identical weight and bias gradients run to run
+    (a grid of thousands of partial rows)."""
     x, w, b = rand(rows, width, dtype=torch.bfloat16), rand(width, dtype=torch.bfloat16), rand(width,
                                                                                               dtype=torch.bfloat16)
     dy = rand(rows, width, dtype=torch.bfloat16)
@@ -98,52 +95,9 @@ def test_the_weight_gradient_is_the_same_every_run(sums_policy, rows, width):
     assert all(torch.equal(a, b) for g in grads[1:] for a, b in zip(grads[0], g))
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_last_block_sums_across_widths(kind, width, dtype):
-    """The backward's last blocks summing the weight's and bias's gradients (groups of the grid's clusters, a ticket
-    a cluster rank): every width's split, fp32 weights too, against float64; the tickets back at 0."""
-    rows = max(3, min(2000, 2 ** 22 // width))
-    check(kind, rows, width, dtype, bias=kind == "layer", residual=True, device="cuda",
-          options=dict(sums="last_block"))
-    check(kind, 300, width, dtype, bias=kind == "layer", wdtype=torch.float32, device="cuda",
-          options=dict(sums="last_block"))
-
-
-def test_last_block_sums_back_to_back_and_on_two_streams():
-    """Backward calls queued without a synchronization between them, on one stream and on two at once, each
-    forward's tickets its own (and one forward's twice, retain_graph's case, on one stream): the gradients of a
-    sequential run, to the bit."""
-    width, options = 4096, dict(sums="last_block")
-    cases = [[rand(5000, width, dtype=torch.bfloat16) for _ in range(3)] for _ in range(4)]     # x, dy, w
-    forwards = []
-    for x, dy, w in cases:
-        tickets = norm_launch.new_tickets(x)
-        _, _, mean, rstd = norm_launch.forward("layer", x, [width], w[0], w[1], None, 1e-5, None, tickets)
-        forwards.append((mean, rstd, tickets))
-
-    def backward(i):
-        (x, dy, w), (mean, rstd, tickets) = cases[i], forwards[i]
-        return norm_launch.backward("layer", dy, None, x, w[0], mean, rstd, [width], True, options, tickets)
-    want = [backward(i) for i in range(4)]
-    torch.cuda.synchronize()
-    queued = [backward(i % 4) for i in range(8)]
-    torch.cuda.synchronize()                               # (then each stream's forwards, their own tickets)
-    streams = [torch.cuda.Stream() for _ in range(2)]
-    on_streams = []
-    for i in range(4):
-        with torch.cuda.stream(streams[i % 2]):
-            on_streams.append(backward(i))
-    torch.cuda.synchronize()
-    for got, expected in zip(queued + on_streams, want * 2 + want):
-        assert all(torch.equal(a, b) for a, b in zip(got, expected))
-    assert not any(tickets.any() for _, _, tickets in forwards)
-
-
-def test_the_backward_is_one_kernel_with_last_block_sums(sums_policy):
+def test_the_backward_is_its_kernels_on_the_timeline():
     """On the GPU's timeline: the backward of layer norm with weight and bias is the backward kernel and the two
-    column sums, or the backward kernel alone (last-block sums); no fill, no torch kernel."""
+    column sums; no fill, no torch kernel."""
     x, w, b = (rand(*s, dtype=torch.bfloat16).requires_grad_() for s in ((4096, 4096), (4096,), (4096,)))
     r = rand(4096, 4096, dtype=torch.bfloat16).requires_grad_()
     y, h = layer_norm(x, (4096,), w, b, residual=r)
@@ -153,6 +107,5 @@ def test_the_backward_is_one_kernel_with_last_block_sums(sums_policy):
         torch.autograd.grad(y, (x, r, w, b), dy)
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    sums = 0 if sums_policy == "last_block" else 2
-    assert len(kernels) == 1 + sums and "layer_norm_bwd" in kernels[0], kernels
+    assert len(kernels) == 3 and "layer_norm_bwd" in kernels[0], kernels
     assert all("norm_column_sums_4096_bf16" in k for k in kernels[1:]), kernels

@@ -22,11 +22,8 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import gpu_util
 from counted_calls import Calls
-from gpu_util import poisoned_allocations  # noqa: F401 - a fixture
 from tkpy.kernels import layer_norm, rms_norm
-from tkpy.kernels import norm_kernel, norm_launch, norm_policy, row_split
-from tkpy.kernels.norm_config import TICKETS
-from tkpy.kernels.op_support import Row
+from tkpy.kernels import norm_kernel, norm_launch, norm_policy
 
 ULP = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -10, torch.float32: 2 ** -16}
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "norm_policy.json"
@@ -90,15 +87,12 @@ def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdt
         torch.autograd.backward([t for t, _ in used], [g for _, g in used])
         grads = [x.grad, w.grad if w is not None else None, b.grad if b is not None else None,
                  r.grad if r is not None else None]
-    else:              # a forced kernel config: the launches, without autograd (`sums` the backward's), tickets
-        plain = [t.detach() if t is not None else None for t in (x, w, b, r)]     # poisoned, zeroed by the forward
-        tickets = torch.full((TICKETS,), 77, dtype=torch.int32, device=device)
-        forward_options = {k: v for k, v in options.items() if k != "sums"}
-        y, h, mean, rstd = norm_launch.forward(kind, *plain[:1], [width], *plain[1:], eps, forward_options, tickets)
+    else:                                  # a forced kernel config: the launches, without autograd
+        plain = [t.detach() if t is not None else None for t in (x, w, b, r)]
+        y, h, mean, rstd = norm_launch.forward(kind, *plain[:1], [width], *plain[1:], eps, options)
         dx, dw, db = norm_launch.backward(kind, dy, dh, h if residual else plain[0], plain[1], mean, rstd, [width],
-                                          bias, options, tickets)
+                                          bias, options)
         grads = [dx, dw if weight else None, db if bias else None, dx if residual else None]
-        assert not tickets.any(), "the backward left tickets that are not 0"
     y_ref, h_ref, *grad_refs = reference(kind, x, w, b, r, eps, dy, dh)
     assert_close(y.detach(), y_ref, "y")
     if residual:
@@ -125,7 +119,7 @@ def test_forward_and_backward_match_float64(kind, case, dtype):
     ("rms", False, False, False, None), ("layer", False, False, False, None), ("layer", True, False, False, None),
     ("layer", False, True, False, None), ("rms", True, False, False, torch.float32),
     ("layer", True, True, True, torch.float32)])
-def test_optional_weight_bias_and_residual(sums_policy, kind, weight, bias, residual, wdtype):
+def test_optional_weight_bias_and_residual(kind, weight, bias, residual, wdtype):
     check(kind, 9, 512, torch.bfloat16, weight, bias, residual, wdtype)
 
 
@@ -134,34 +128,23 @@ REACH = {"y": ("y",), "residual_out": ("residual_out",), "both": ("y", "residual
 
 @pytest.mark.parametrize("reach", REACH)
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_the_outputs_the_loss_reaches(sums_policy, kind, reach):
+def test_the_outputs_the_loss_reaches(kind, reach):
     """The fused residual variant with y only, residual_out only, or both in the loss: every gradient against
-    float64, and None (not zeros) for the weight and bias where y is out of the loss; the policy's column sums
-    either way."""
+    float64, and None (not zeros) for the weight and bias where y is out of the loss."""
     check(kind, 9, 512, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, reach=REACH[reach])
-
-
-@pytest.fixture(params=["launch", "last_block"])
-def sums_policy(request, monkeypatch):
-    """The policy's column sums for every width (NormConfig.sums): the column_sums launch, or the last blocks'."""
-    monkeypatch.setattr(norm_policy, "COLUMN_SUMS", ((65536, Row(request.param, "the test's")),))
-    return request.param
 
 
 @pytest.mark.parametrize("reach", REACH)
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, sums_policy, kind, reach):
+def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, kind, reach):
     """No zero gradient is materialized (autograd's fill of the statistics' and residual_out's gradients, rows x width,
     where the loss leaves them out): torch.autograd.grad of the residual variant runs the backward operator and
     nothing else of torch's (a detach), and the operator its kernels: the backward kernel, with the residual's term
-    only where residual_out is in the loss, and the column sums of the weight's (and bias's) gradient (none with the
-    last-block sums, whose tickets the forward kernel zeroed); with y out of the loss, nothing."""
+    only where residual_out is in the loss, and the column sums of the weight's (and bias's) gradient; with y out of
+    the loss, nothing."""
     x, r = (gpu_util.rand(6, 512, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(2))
     w, b = (gpu_util.rand(512, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(2))
-    with Calls(monkeypatch) as calls:
-        out = rms_norm(x, 512, w, residual=r) if kind == "rms" else layer_norm(x, 512, w, b, residual=r)
-    assert len(calls.launches) == 1 and ("tickets" in calls.launches[0]) == (sums_policy == "last_block"), calls
-    assert out[-1].grad_fn.saved_tensors[-1].numel() == (TICKETS if sums_policy == "last_block" else 0)
+    out = rms_norm(x, 512, w, residual=r) if kind == "rms" else layer_norm(x, 512, w, b, residual=r)
     outputs = [t for t, name in zip(out, ("y", "residual_out")) if name in REACH[reach]]
     grads = [torch.randn_like(t) for t in outputs]
     with Calls(monkeypatch) as calls:
@@ -173,8 +156,7 @@ def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, sums_policy, kind,
         return
     backward, *sums = calls.launches
     assert backward.startswith(f"{kind}_norm_bwd") and ("residual" in backward) == (reach == "both"), backward
-    assert backward.endswith("lastblock") == (sums_policy == "last_block"), backward
-    assert sums == ([] if sums_policy == "last_block" else ["norm_column_sums_512_bf16"] * (1 + (kind == "layer")))
+    assert sums == ["norm_column_sums_512_bf16"] * (2 if kind == "layer" else 1), calls.launches
 
 
 @pytest.mark.parametrize("options", [
@@ -186,69 +168,6 @@ def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, sums_policy, kind,
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_cluster_and_other_splits(kind, options):
     check(kind, 7, 1000, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, options=options)
-
-
-# The backward's last-block column sums (NormConfig.sums): (width, options, the grid's blocks, clusters a group) in
-# the interpreter (2 "SMs"), each covering a way the tail adds the partial rows
-LAST_BLOCK = {
-    "ragged groups, rounds of chunks": (1000, dict(warps_per_row=1, rows_per_block=1, blocks_per_sm=4), 8, 3),
-    "a group a cluster, rows a block": (1000, dict(warps_per_row=1, rows_per_block=4, blocks_per_sm=3), 6, 1),
-    "chunks over several warps": (512, dict(warps_per_row=1, rows_per_block=4, blocks_per_sm=2), 4, 1),
-    "cluster ranks, shared sums": (1000, dict(warps_per_row=2, rows_per_block=2, cluster=2, blocks_per_sm=3), 6, 1),
-    "one group of a cluster of 4": (2048, dict(warps_per_row=1, rows_per_block=2, cluster=4, blocks_per_sm=1), 4, 1),
-    "a warp idle": (512, dict(warps_per_row=1, rows_per_block=3, blocks_per_sm=2), 4, 1),       # 3 warps, 2 chunks
-    "a warp idle, chunks over two": (512, dict(warps_per_row=1, rows_per_block=5, blocks_per_sm=1), 2, 1),
-}
-
-
-@pytest.mark.parametrize("order", ["forward", "reverse"])
-@pytest.mark.parametrize("case", LAST_BLOCK)
-@pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_last_block_column_sums(monkeypatch, poisoned_allocations, kind, case, order):
-    """The weight's and bias's gradients summed in the backward (tk.last_block over groups of clusters, each merge
-    over the block's warps) against float64, allocations poisoned (the tickets -1 until the forward zeroes them), the
-    tickets back at 0; the grid and groups as the case says; the interpreter's warps in either turn order (an idle
-    warp's store after or before the others')."""
-    monkeypatch.setenv("TKPY_INTERPRET_ORDER", order)
-    width, options, blocks, group = LAST_BLOCK[case]
-    c = norm_policy.config_for(kind, "backward", width, "bf16", "bf16", kind == "layer", True, sums="last_block",
-                               **options)
-    assert row_split.grid_for(c, 23, row_split.INTERPRETER_SMS * c.blocks_per_sm) == blocks
-    assert norm_launch.group_size(blocks // c.cluster, c.rows_per_block, c.cluster) == group
-    check(kind, 23, width, torch.bfloat16, weight=True, bias=kind == "layer", residual=True,
-          options=dict(options, sums="last_block"))
-
-
-def test_last_block_sums_are_the_same_bits_every_call(poisoned_allocations):
-    """Two backward calls on one forward's tickets (retain_graph's case): the same gradients to the bit, one order of
-    additions whichever blocks finish last, and the tickets at 0 after each."""
-    x, dy = (gpu_util.rand(23, 1000, dtype=torch.bfloat16, device="cpu") for _ in range(2))
-    w = gpu_util.rand(1000, dtype=torch.bfloat16, device="cpu")
-    options = dict(LAST_BLOCK["ragged groups, rounds of chunks"][1], sums="last_block")
-    tickets = norm_launch.new_tickets(x)
-    forward_options = {k: v for k, v in options.items() if k != "sums"}
-    _, _, mean, rstd = norm_launch.forward("layer", x, [1000], w, w, None, 1e-5, forward_options, tickets)
-    runs = [norm_launch.backward("layer", dy, None, x, w, mean, rstd, [1000], True, options, tickets)
-            for _ in range(2)]
-    assert all(torch.equal(a, b) for a, b in zip(*runs)) and not tickets.any()
-
-
-def test_the_group_size_balances_the_tail_within_the_tickets():
-    """About sqrt(clusters / rows a block) clusters a group; never more groups (each a ticket a cluster rank, and one
-    a rank for the groups' sums) than TICKETS hold."""
-    assert [norm_launch.group_size(q, rpb, 1) for q, rpb in ((1, 1), (264, 2), (528, 8), (264, 1))] == [1, 11, 8, 16]
-    for clusters, rpb, cluster in ((10000, 1, 1), (132, 1, 8), (4000, 15, 2)):
-        size = norm_launch.group_size(clusters, rpb, cluster)
-        assert (1 + -(-clusters // size)) * cluster <= TICKETS
-
-
-def test_last_block_sums_refuse_a_backward_without_tickets():
-    x = gpu_util.rand(4, 256, dtype=torch.bfloat16, device="cpu")
-    _, _, _, rstd = norm_launch.forward("rms", x, [256], x[0], None, None, 1e-5)
-    with pytest.raises(ValueError, match="the last-block column sums take the forward's tickets"):
-        norm_launch.backward("rms", x, None, x, x[0], None, rstd, [256], False, dict(sums="last_block"))
-    with pytest.raises(ValueError, match=r"tickets must be the forward's, int32 of shape \(256,\)"):
-        norm_launch.backward("rms", x, None, x, x[0], None, rstd, [256], False, None, torch.zeros(8, dtype=torch.int32))
 
 
 def test_rows_in_several_dims_and_strided_inputs():
@@ -275,7 +194,7 @@ def test_empty_inputs_launch_nothing():
     assert y.shape == (0, 512) and x.grad.shape == (0, 512) and torch.equal(w.grad, torch.zeros(512).bfloat16())
 
 
-def test_opcheck_of_the_four_operators(sums_policy):
+def test_opcheck_of_the_four_operators():
     rand = lambda *s: gpu_util.rand(*s, dtype=torch.bfloat16, device="cpu")  # noqa: E731
     x, r, w, b = rand(9, 512), rand(9, 512), rand(512), rand(512)
     for t in (x, r, w, b):
@@ -284,18 +203,15 @@ def test_opcheck_of_the_four_operators(sums_policy):
     torch.library.opcheck(torch.ops.tkpy.rms_norm.default, (x, [512], None, None, 1e-6))
     torch.library.opcheck(torch.ops.tkpy.layer_norm.default, (x, [512], w, b, r, 1e-5))
     h = x.detach()
-    _, _, rstd, tickets = torch.ops.tkpy.rms_norm(h, [512], w.detach(), None, 1e-6)
-    torch.library.opcheck(torch.ops.tkpy.rms_norm_backward.default,
-                          (rand(9, 512), None, h, w.detach(), rstd, [512], tickets))
-    _, _, mean, rstd, _ = torch.ops.tkpy.layer_norm(h, [512], w.detach(), b.detach(), None, 1e-5)
-    tickets = norm_launch.new_tickets(h)                       # (the last-block sums' tickets, zeroed by a forward)
-    norm_launch.forward("layer", h, [512], w.detach(), b.detach(), None, 1e-5, tickets=tickets)
+    _, _, rstd = torch.ops.tkpy.rms_norm(h, [512], w.detach(), None, 1e-6)
+    torch.library.opcheck(torch.ops.tkpy.rms_norm_backward.default, (rand(9, 512), None, h, w.detach(), rstd, [512]))
+    _, _, mean, rstd = torch.ops.tkpy.layer_norm(h, [512], w.detach(), b.detach(), None, 1e-5)
     torch.library.opcheck(torch.ops.tkpy.layer_norm_backward.default,
-                          (rand(9, 512), rand(9, 512), h, w.detach(), mean, rstd, [512], True, tickets))
+                          (rand(9, 512), rand(9, 512), h, w.detach(), mean, rstd, [512], True))
 
 
 @pytest.mark.filterwarnings("ignore:Your compiler for AOTAutograd")     # (the recording backend's)
-def test_compiled_block_matches_eager_with_the_operators_in_both_graphs(sums_policy):
+def test_compiled_block_matches_eager_with_the_operators_in_both_graphs():
     """torch.compile(fullgraph=True) of a pre-norm block's pieces: the forward graph holds tkpy.layer_norm and
     tkpy.rms_norm, the backward one their backward operators; values and gradients equal eager's."""
     n = 512
@@ -321,8 +237,8 @@ def test_compiled_block_matches_eager_with_the_operators_in_both_graphs(sums_pol
 
 def test_statistics_are_not_differentiable_and_double_backward_is_refused():
     x = gpu_util.rand(4, 256, dtype=torch.bfloat16, device="cpu").requires_grad_()
-    _, _, rstd, tickets = torch.ops.tkpy.rms_norm(x, [256], None, None, 1e-6)
-    assert not rstd.requires_grad and not tickets.requires_grad
+    _, _, rstd = torch.ops.tkpy.rms_norm(x, [256], None, None, 1e-6)
+    assert not rstd.requires_grad
     with pytest.raises(NotImplementedError, match="double backward of rms_norm is not implemented"):
         torch.autograd.grad(rms_norm(x, 256), x, torch.ones(4, 256, dtype=torch.bfloat16), create_graph=True)
 
@@ -376,22 +292,18 @@ def test_policy_choices_match_the_golden_record(monkeypatch):
     assert choices() == json.loads(GOLDEN.read_text())
 
 
-@pytest.mark.parametrize("last_block", [False, True], ids=["", "last-block"])   # the forward's tickets, its sums
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 @pytest.mark.parametrize("width", [512, 4096, 8192, 65536])    # a warp, a block, 16 warps, clusters of 8 a row
-def test_the_policys_fullest_kernels_compile_without_spills(direction, width, last_block):
+def test_the_policys_fullest_kernels_compile_without_spills(direction, width):
     """NVRTC (no GPU needed): layer norm with weight, bias and residual, at the register cap of the table's blocks an
-    SM: no spills; also with the last-block column sums (the backward) and the forward that zeroes their tickets."""
-    option = (dict(tickets=True) if direction == "forward" else dict(sums="last_block")) if last_block else {}
-    c = norm_policy.config_for("layer", direction, width, "bf16", "bf16", True, True, **option)
+    SM: no spills."""
+    c = norm_policy.config_for("layer", direction, width, "bf16", "bf16", True, True)
     x, st = torch.empty(64, width, dtype=torch.bfloat16), torch.empty(64)
     w, part = torch.empty(width, dtype=torch.bfloat16), torch.empty(8, width)
-    tickets = torch.empty(TICKETS if last_block else 4, dtype=torch.int32)      # (else a 16-byte placeholder)
     if direction == "forward":
-        kernel, args = norm_kernel.forward_kernel(c), (x, x, w, w, x, x, st, st, tickets.view(torch.float32), 1e-5)
+        kernel, args = norm_kernel.forward_kernel(c), (x, x, w, w, x, x, st, st, 1e-5)
     else:
-        sums = w if last_block else torch.empty(8, dtype=torch.bfloat16)
-        kernel, args = norm_kernel.backward_kernel(c), (x, x, x, w, st, st, x, part, part, sums, sums, tickets, 2)
+        kernel, args = norm_kernel.backward_kernel(c), (x, x, x, w, st, st, x, part, part)
     r = kernel.resources(*args)
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 

@@ -63,7 +63,9 @@ def last_block(ticket, coord=0, *, arrivals=None, whole_block: bool = False):
     results, and counts in on a ticket of the merged ones). Every block that counts in on the element must be among
     them. `whole_block=True`: the body runs in every warp of the last block, for work spread over its warps (a
     merge of wide rows): warp 0 tells the others through shared memory, one more block barrier; each warp fences
-    before the body, which may hold block barriers (every warp of the block runs it).
+    before the body, which may hold block barriers (every warp of the block runs it). (The norms' weight and bias
+    gradients summed by such a tree in their backward's last blocks measured slower than a column-sum launch after
+    it from 4096 columns on the H200, and left: RESULTS.md run 284.)
 
     The ticket must be 0 when the launch starts: zeroed by a kernel before it on the stream (`tk.store(ticket, 0,
     (0,))`), or left at 0 by the launch before that used it. Two launches that may run at once (on two streams)
