@@ -39,9 +39,9 @@ from typing import Optional
 
 from . import cpp
 
-HEAD_USED = ("// ---- tkpy prelude: the header-free device helpers this kernel uses (NVRTC ships no headers; "
-             "k.source(..., prelude=\"full\") shows them all) ----")
-HEAD_FULL = "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
+HEAD_USED = "// tkpy's prelude: the helpers this kernel uses (NVRTC has no headers; prelude=\"full\": all of them)"
+HEAD_FULL = "// tkpy's prelude: every device helper (NVRTC has no headers)"
+BANNER = "// ----"           # a heading that starts so opens a section: a blank line above it
 TAIL = "// ---- end of prelude ----\n"
 
 
@@ -273,13 +273,9 @@ class Pool:
 
     def text(self, chosen: set | None = None) -> str:
         """The prelude of the `chosen` helpers with their chosen methods (all when None), in prelude order, each in
-        its namespace; the helpers of a paragraph together, paragraphs after a blank line (but for one-line paragraphs after one
-        another), each heading above the first chosen helper under it."""
-        shown = [h for h in self.members if not h.heading and (chosen is None or h in chosen)]
-        lines: dict[int, int] = {}           # paragraph -> the lines shown of it
-        for h in shown:
-            lines[h.paragraph] = lines.get(h.paragraph, 0) + h.shown(chosen).count("\n") + 1
-        out, current, heading, previous = [HEAD_FULL if chosen is None else HEAD_USED], [], None, None
+        its namespace, one after another; each heading above the first chosen helper under it, a section's banner
+        after a blank line. The first namespace opened says what the prelude is."""
+        out, current, heading = [], [], None
         for h in self.members:
             if h.heading:
                 heading = h
@@ -292,15 +288,14 @@ class Pool:
                 common += 1
             out += [f"}}  // namespace {name}" for name in reversed(current[common:])]
             out += [f"namespace {name} {{" for name in target[common:]]
-            apart = previous is not None and h.paragraph != previous.paragraph and (
-                lines[h.paragraph] > 1 or lines[previous.paragraph] > 1)
-            if common == len(target) and (heading is not None or apart):
-                out.append("")
+            if len(out) == len(target) - common:
+                out[0] += "  " + (HEAD_FULL if chosen is None else HEAD_USED)
             if heading is not None:
-                out.append(heading.text)
+                apart = common == len(target) and heading.text.startswith(BANNER)
+                out += ["", heading.text] if apart else [heading.text]
                 heading = None
             out.append(h.shown(chosen))
-            current, previous = target, h
+            current = target
         out += [f"}}  // namespace {name}" for name in reversed(current)]
         return "\n".join(out) + "\n" + TAIL
 

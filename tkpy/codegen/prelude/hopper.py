@@ -9,12 +9,7 @@ from __future__ import annotations
 from .helpers import Helper, helpers
 
 _SYNC = r"""
-// ---- Hopper: dependent launches, mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
-
-// Programmatic dependent launch (tkpy/runtime/dependent_launch.py): the next kernel on the stream may start as our
-// blocks finish; wait_for_previous_kernel waits for the previous one's writes.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// ---- Hopper: mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
 
 // The driver's 128-byte tensor map (no cuda.h under NVRTC); passed as a __grid_constant__ parameter.
 struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
@@ -115,8 +110,7 @@ def _tma_copies(rank: int) -> str:
         f"                                           {params}, semaphore* sem) {{\n"
         f"    const u32 bar = smem_addr(sem);\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++)\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++)\n"
         f"        asm volatile(\n"
         f'            "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"\n'
         f'            " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}];"\n'
@@ -131,8 +125,7 @@ def _tma_copies(rank: int) -> str:
         f"                                                     {params}, semaphore* sem, unsigned short mask) {{\n"
         f"    const u32 bar = smem_addr(sem);\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++)\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++)\n"
         f"        asm volatile(\n"
         f'            "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"\n'
         f'            " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}], %{rank + 3};"\n'
@@ -162,8 +155,7 @@ def _tma_copies(rank: int) -> str:
         f"__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,\n"
         f"                                            {params}) {{\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++) {{\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++) {{\n"
         f"        const u32 s = smem_addr(src.base) + p * R * {panel} * u32(sizeof(T));\n"
         f"        const int cc = c + p * {panel};\n"
         f"        if constexpr (ADD)\n"
@@ -177,8 +169,7 @@ def _tma_copies(rank: int) -> str:
         f"template <typename T, int R, int C, int SWZ>\n"
         f"__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map, {params}) {{\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++)\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++)\n"
         f'        asm volatile("cp.async.bulk.prefetch.tensor.{rank}d.L2.global.tile [%0, {{{slots(1)}}}];"\n'
         f'                     :: "l"(map), "r"(c + p * {panel}), {coords} : "memory");\n}}\n')
     return "\n".join([load, multicast, vector, store, prefetch])
@@ -318,11 +309,9 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f'    static_assert(TRANS_B == 0 && K % 2 == 0, "fp8 wgmma reads B K-major (mma_ABt), K in steps of 32");\n'
             f"    u32 frag[K / 2][4];\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < K / 2; k++) wgmma_fp8_a_fragment(a, k, frag[k]);\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < K / 2; k++) wgmma_fp8_a_fragment(a, k, frag[k]);\n"
             f"    wgmma_fence();\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < K / 2; k++)\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < K / 2; k++)\n"
             f"        {name}(d, frag[k], descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
     if a_in_registers:
@@ -331,8 +320,7 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"__device__ __forceinline__ void mma({d}, const rt<{a_type}, 1, K, row_l>& a,\n"
             f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f"    wgmma_fence();\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < K; k++)\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < K; k++)\n"
             f"        {name}<TRANS_B>(d, reinterpret_cast<const u32*>(&a.data[0][k][0]),\n"
             f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, TRANS_B>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
@@ -343,8 +331,7 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f'    static_assert(TRANS_A == 0 && TRANS_B == 0, "fp8 wgmma reads both operands K-major (mma_ABt)");\n'
             f"    wgmma_fence();\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < CA / 32; k++)\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < CA / 32; k++)\n"
             f"        {name}(d, descriptor<st<{a_type}, RA, CA, SA, PRA, PCA>, false>(a, k),\n"
             f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
@@ -354,8 +341,7 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
         f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
         f"    constexpr int k16s = (TRANS_A ? RA : CA) / 16;\n"
         f"    wgmma_fence();\n"
-        f"    #pragma unroll\n"
-        f"    for (int k = 0; k < k16s; k++)\n"
+        f"    _Pragma(\"unroll\") for (int k = 0; k < k16s; k++)\n"
         f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{a_type}, RA, CA, SA, PRA, PCA>, TRANS_A>(a, k),\n"
         f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, TRANS_B>(b, k), accumulate || k > 0);\n"
         f"    wgmma_commit_group();\n}}\n")

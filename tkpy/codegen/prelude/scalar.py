@@ -17,19 +17,14 @@ template <typename F, typename T, int N, typename L>
 __device__ __forceinline__ float vec_reduce(const rv<T, N, L>& v, F f) {
     constexpr int P = rv<T, N, L>::per_chunk;
     float acc[P];
-    #pragma unroll
-    for (int k = 0; k < P; k++) {
+    _Pragma("unroll") for (int k = 0; k < P; k++) {
         acc[k] = v.get(0, k);
-        #pragma unroll
-        for (int c = 1; c < N; c++) acc[k] = f(acc[k], v.get(c, k));
+        _Pragma("unroll") for (int c = 1; c < N; c++) acc[k] = f(acc[k], v.get(c, k));
     }
-    #pragma unroll
-    for (int step = 1; step < P; step *= 2)
-    #pragma unroll
-    for (int k = 0; k + step < P; k += 2 * step) acc[k] = f(acc[k], acc[k + step]);
+    _Pragma("unroll") for (int step = 1; step < P; step *= 2)
+    _Pragma("unroll") for (int k = 0; k + step < P; k += 2 * step) acc[k] = f(acc[k], acc[k + step]);
     float r = acc[0];
-    #pragma unroll
-    for (int m = 1; m < 32; m <<= 1)
+    _Pragma("unroll") for (int m = 1; m < 32; m <<= 1)
         if (vec_shape<L>::lane_bits & m) r = f(r, __shfl_xor_sync(0xffffffffu, r, m));
     return r;
 }
@@ -143,13 +138,11 @@ __device__ __forceinline__ float reduce_slots(const sv<float, N>& s, int first, 
     constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
     const int ln = lane();
     float v = identity;
-    #pragma unroll
-    for (int q = 0; q < (COUNT + 31) / 32; q++) {
+    _Pragma("unroll") for (int q = 0; q < (COUNT + 31) / 32; q++) {
         const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
         if (pow2 || j < COUNT) v = f(v, load_scalar(s, first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE));
     }
-    #pragma unroll
-    for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
+    _Pragma("unroll") for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
     return v;
 }
 
@@ -164,8 +157,7 @@ __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int f
     const int ln = lane();
     float m[Q], t[Q];
     top = -INFINITY;
-    #pragma unroll
-    for (int q = 0; q < Q; q++) {
+    _Pragma("unroll") for (int q = 0; q < Q; q++) {
         const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
         const int at = first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
         const bool real = pow2 || j < COUNT;
@@ -173,13 +165,11 @@ __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int f
         t[q] = real ? load_scalar(s, at + 1) : 0.0f;
         top = fmaxf(top, m[q]);
     }
-    #pragma unroll
-    for (int b = 1; b < SPAN; b <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, b));
+    _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, b));
     total = 0.0f;
-    #pragma unroll
-    for (int q = 0; q < Q; q++) total += m[q] == top ? t[q] : t[q] * op_exp2{}((m[q] - top) * 1.4426950408889634f);
-    #pragma unroll
-    for (int b = 1; b < SPAN; b <<= 1) total += __shfl_xor_sync(0xffffffffu, total, b);
+    _Pragma("unroll") for (int q = 0; q < Q; q++)
+        total += m[q] == top ? t[q] : t[q] * op_exp2{}((m[q] - top) * 1.4426950408889634f);
+    _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) total += __shfl_xor_sync(0xffffffffu, total, b);
 }
 """
 

@@ -53,20 +53,16 @@ template <typename D2, typename S2> __device__ __forceinline__ void transpose_ba
 // dst = src held in the other layout (and dst's dtype): the same matrix, fragments transposed.
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void swap_layout(rt<TD, H, W, typename transpose_of<L>::type>& dst, const rt<TS, H, W, L>& src) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
+    _Pragma("unroll") for (int i = 0; i < H; i++)
+    _Pragma("unroll") for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
 }
 
 // dst = src^T in the same layout; dst may be src (a square tile).
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, W, L>& src) {
     const rt<TS, H, W, L> s = src;
-    #pragma unroll
-    for (int i = 0; i < W; i++)
-    #pragma unroll
-    for (int j = 0; j < H; j++) transpose_base(dst.data[i][j], s.data[j][i]);
+    _Pragma("unroll") for (int i = 0; i < W; i++)
+    _Pragma("unroll") for (int j = 0; j < H; j++) transpose_base(dst.data[i][j], s.data[j][i]);
 }
 """
 
@@ -98,13 +94,10 @@ __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& 
         typedef vec_shuffle<LD, LS> S;
         constexpr int P = rv<TS, NS, LS>::per_chunk;
         const int ln = lane(), offset = S::send_offset(ln);
-        #pragma unroll
-        for (int c = 0; c < ND; c++)
-        #pragma unroll
-        for (int k = 0; k < rv<TD, ND, LD>::per_chunk; k++) {
+        _Pragma("unroll") for (int c = 0; c < ND; c++)
+        _Pragma("unroll") for (int k = 0; k < rv<TD, ND, LD>::per_chunk; k++) {
             float send = 0.0f;
-            #pragma unroll
-            for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
+            _Pragma("unroll") for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
                 const int f = S::send_base(c, k) + q;
                 if (q == offset) send = src.get(f / P, f % P);
             }
@@ -146,26 +139,22 @@ template <typename T> __device__ __forceinline__ void load8(float (&v)[8], const
     ld16(w, p, space);
     if constexpr (sizeof(T) == 2) {
         typedef typename packed_of<T>::type T2;
-        #pragma unroll
-        for (int q = 0; q < 4; q++) { const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) { const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
     } else {
         u32 w2[4];
         ld16(w2, p + 4, space);
-        #pragma unroll
-        for (int q = 0; q < 4; q++) { v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) { v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
     }
 }
 template <typename T> __device__ __forceinline__ void store8(T* p, const float (&v)[8], int space) {
     u32 w[4];
     if constexpr (sizeof(T) == 2) {
         typedef typename packed_of<T>::type T2;
-        #pragma unroll
-        for (int q = 0; q < 4; q++) w[q] = from_float2<T2>(make_float2(v[2 * q], v[2 * q + 1])).x;
+        _Pragma("unroll") for (int q = 0; q < 4; q++) w[q] = from_float2<T2>(make_float2(v[2 * q], v[2 * q + 1])).x;
         st16(p, w, space);
     } else {
         u32 w2[4];
-        #pragma unroll
-        for (int q = 0; q < 4; q++) { w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) { w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
         st16(p, w, space);
         st16(p + 4, w2, space);
     }
@@ -175,10 +164,8 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
 template <bool MASKED, typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, float fill, int space = 1) {
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
-        #pragma unroll
-        for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
+        _Pragma("unroll") for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
             const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
             dst.set(c, k, !MASKED || i < n ? to_float(p[i]) : fill);
         }
@@ -189,26 +176,22 @@ __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, 
 template <bool MASKED, typename TD, int N, typename TS>
 __device__ __forceinline__ void load_vec(rv<TD, N, contig_l>& dst, const TS* p, int n, float fill, int space = 1) {
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
         const int i = c * 256 + 8 * ln;
         if constexpr (rv<TD, N, contig_l>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
             if (!MASKED || i + 8 <= n) {
                 u32 w[4];
                 ld16(w, p + i, space);
-                #pragma unroll
-                for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
+                _Pragma("unroll") for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
                 continue;
             }
         }
         float v[8];
         if (!MASKED || i + 8 <= n) load8(v, p + i, space);
         else {
-            #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
+            _Pragma("unroll") for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
         }
-        #pragma unroll
-        for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
+        _Pragma("unroll") for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
     }
 }
 // memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped.
@@ -216,10 +199,8 @@ template <bool MASKED, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n, int space = 1) {
     const int ln = lane();
     if (!vec_owner<L>(ln)) return;
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
-        #pragma unroll
-        for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
+        _Pragma("unroll") for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
             const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
             if (!MASKED || i < n) p[i] = from_float<TD>(src.get(c, k));
         }
@@ -230,25 +211,21 @@ template <bool MASKED, typename TD, typename TS, int N>
 __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, contig_l>& src, int n, int space = 1) {
     const int ln = lane();
     if (!vec_owner<contig_l>(ln)) return;
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
         const int i = c * 256 + 8 * ln;
         if constexpr (rv<TS, N, contig_l>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
             if (!MASKED || i + 8 <= n) {
                 u32 w[4];
-                #pragma unroll
-                for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
+                _Pragma("unroll") for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
                 st16(p + i, w, space);
                 continue;
             }
         }
         float v[8];
-        #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
+        _Pragma("unroll") for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
         if (!MASKED || i + 8 <= n) store8(p + i, v, space);
         else {
-            #pragma unroll
-            for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
+            _Pragma("unroll") for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
         }
     }
 }
@@ -329,10 +306,7 @@ __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F keep, float val) {
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
         const float v = src.get(c, k);
         dst.set(c, k, keep(0, c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k)) ? v : val);
     }
@@ -440,22 +414,16 @@ _BOUNDED = r"""
 
 // How many of the n elements from (r, c) on lie inside the tensor (none past its last row).
 template <typename T> __device__ __forceinline__ int in_bounds(const gl<T>& g, int r, int c, int n) {
-    return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0;
-}
-
-// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`, are not
-// stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
+    return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0; }
+// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`, are not stored.
 template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load_masked(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0, float fill) {
-    if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }
+    if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }  // warp-uniform
     const int ln = lane();
     for_each_reg<H, W>([&](int i, int j, int k) {
         float v[2];
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r, c;
-            frag_pos<L>(ln, k, h, r, c);
-            r += r0 + 16 * i; c += c0 + 16 * j;
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {
+            int r, c; frag_pos<L>(ln, k, h, r, c); r += r0 + 16 * i; c += c0 + 16 * j;
             v[h] = in_bounds(src, r, c, 1) ? to_float(*src.at(b, d, r, c)) : fill;
         }
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(make_float2(v[0], v[1]));
@@ -467,11 +435,8 @@ __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, 
     const int ln = lane();
     for_each_reg<H, W>([&](int i, int j, int k) {
         const float2 v = to_float2(src.data[i][j][k]);
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r, c;
-            frag_pos<L>(ln, k, h, r, c);
-            r += r0 + 16 * i; c += c0 + 16 * j;
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {
+            int r, c; frag_pos<L>(ln, k, h, r, c); r += r0 + 16 * i; c += c0 + 16 * j;
             if (in_bounds(dst, r, c, 1)) *dst.at(b, d, r, c) = from_float<TD>(h ? v.y : v.x);
         }
     });
@@ -493,8 +458,7 @@ __device__ __forceinline__ void load_chunk_masked(T* s, const gl<T>& g, int b, i
     constexpr int n = 16 / int(sizeof(T));
     const int valid = in_bounds(g, r, c, n);
     if (valid == n) { *reinterpret_cast<uint4*>(s) = *reinterpret_cast<const uint4*>(g.at(b, d, r, c)); return; }
-    #pragma unroll
-    for (int e = 0; e < n; e++) s[e] = e < valid ? g.at(b, d, r, c)[e] : from_float<T>(fill);
+    _Pragma("unroll") for (int e = 0; e < n; e++) s[e] = e < valid ? g.at(b, d, r, c)[e] : from_float<T>(fill);
 }
 template <typename T>
 __device__ __forceinline__ void store_chunk_masked(const gl<T>& g, const T* s, int b, int d, int r, int c) {
