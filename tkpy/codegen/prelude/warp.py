@@ -16,8 +16,7 @@ typedef unsigned long long u64;
 template <typename A, typename B> struct is_same { static constexpr bool value = false; };
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
 
-// Element types and their conversions to and from fp32, where arithmetic happens; a tile of T holds packed_of<T>.
-template <typename T> struct packed_of;
+template <typename T> struct packed_of;  // what a tile of T holds: pairs; element types convert to fp32 for arithmetic
 template <> struct packed_of<float> { typedef float2 type; };
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float2 to_float2(float2 v) { return v; }
@@ -88,8 +87,7 @@ __device__ __forceinline__ int operator%(int n, const divisor& v) { return int(u
 """
 
 _FRAGMENTS = r"""
-// Register-fragment maps of a 16x16 base tile (tkpy/tiles/layouts.py).
-struct row_l {};    // mma A / C layout: reg holds (row, col..col+1)
+struct row_l {};    // register-fragment layouts (tkpy/tiles/layouts.py): mma A / C, reg holds (row, col..col+1)
 struct col_l {};    // its transpose: mma B layout
 struct ortho_l {};  // vector: 2 values per 16, idx = ORTHO_INDEX
 struct align_l {};  // vector: 4 values per 16, idx = ALIGN_INDEX
@@ -98,10 +96,12 @@ struct contig_l {}; // vector: 8 consecutive values per 256, idx = CONTIG_INDEX 
 template <typename L> struct vec_shape;  // chunk length, values a lane holds a chunk, the lane bits they differ in
 VECTOR_SHAPES
 template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c);
+__device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_ROW; }
+__device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
 template <> __device__ __forceinline__ void frag_pos<row_l>(int lane, int reg, int half, int& r, int& c) {
-    r = ROW_LAYOUT_ROW; c = ROW_LAYOUT_COL; }
+    r = frag_row(lane, reg); c = frag_col(lane, reg, half); }
 template <> __device__ __forceinline__ void frag_pos<col_l>(int lane, int reg, int half, int& r, int& c) {
-    c = ROW_LAYOUT_ROW; r = ROW_LAYOUT_COL; }
+    c = frag_row(lane, reg); r = frag_col(lane, reg, half); }
 
 template <typename T, int H, int W, typename L> struct rt { typedef typename packed_of<T>::type T2; T2 data[H][W][4]; };
 template <int H, int W, typename F> __device__ __forceinline__ void for_each_reg(F f) {
