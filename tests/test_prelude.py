@@ -259,11 +259,11 @@ def test_the_softmax_demos_source_is_its_kernel_and_the_helpers_it_uses():
         "u32", "INFINITY", "packed_of", "packed_of<float>", "to_float", "to_float2", "from_float", "from_float<float>",
         "from_float2", "from_float2<float2>", "bf16", "bf16_2", "packed_of<bf16>", "to_float", "to_float2",
         "from_float<bf16>", "from_float2<bf16_2>", "lane", "launch_dependents", "wait_for_previous_kernel", "row_l",
-        "ortho_l", "vec_shape", "vec_shape<ortho_l>", "frag_pos", "frag_pos<row_l>", "rt", "for_each_reg", "vec_word",
-        "vec_word<T,true>", "rv", "gl", "load_pair", "store_pair", "load", "store", "op_exp2", "op_exp", "op_add",
-        "op_sub", "op_div", "op_max", "op_sum", "apply", "apply", "unary_map", "reduce_part", "reduce_lanes", "reduce",
-        "broadcast_at", "broadcast", "exp", "row_max", "row_sum", "sub_row", "div_row", "in_bounds", "load_masked",
-        "store_masked"]
+        "ortho_l", "vec_shape", "vec_shape<ortho_l>", "frag_pos", "frag_row", "frag_col", "frag_pos<row_l>", "rt",
+        "for_each_reg", "vec_word", "vec_word<T,true>", "rv", "gl", "load_pair", "store_pair", "load", "store",
+        "op_exp2", "op_exp", "op_add", "op_sub", "op_div", "op_max", "op_sum", "apply", "apply", "unary_map",
+        "reduce_part", "reduce_lanes", "reduce", "broadcast_at", "broadcast", "exp", "row_max", "row_sum", "sub_row",
+        "div_row", "in_bounds", "load_masked", "store_masked"]
     assert "set_pair" not in source and "set_all" not in source       # rv's members that nothing here calls
     assert len(source.splitlines()) <= 197 < 200
     assert [line.strip().split("  ")[0] for line in source.splitlines() if line.startswith("    // row_softmax")] == [

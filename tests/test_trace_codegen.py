@@ -129,7 +129,7 @@ def test_runtime_loop_and_branch_codegen():
     assert "for (int i = 1; i < n; i += 2) {" in src
     assert "if (i % 3 == 0 && laneid < 16) {" in src and "} else {" in src
     assert "tk::add(t, t, float(i));" in src and "tk::mul(t, t, s);" in src
-    assert "int n,\n    float s)" in src
+    assert "int n, float s) {" in src
 
 
 def test_python_control_flow_unrolls_at_trace_time():

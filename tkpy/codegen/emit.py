@@ -142,8 +142,10 @@ class KernelEmitter:
         stated = reallocates or k.blocks_per_sm > 1 or k.blocks_per_sm_stated
         bounds = f"{k.threads}, {k.blocks_per_sm}" if stated else f"{k.threads}"
         cluster = f" __cluster_dims__({', '.join(map(str, k.cluster))})" if k.cluster else ""
-        self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}'
-                          f'  // kernel {k.name}, traced from {k.loc.short}: {k.warps} warps')
+        head = f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}'
+        about = f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps"
+        fits = len(head) + 2 + len(about) <= LINE_WIDTH
+        self.lines += [f"{head}  {about}"] if fits else [about, head]
         self.lines += signature(k.name, [f"{s.ctype} {s.cname}" for s in self.slots])
         prologue_at = len(self.lines)
         if k.shared_bytes:
