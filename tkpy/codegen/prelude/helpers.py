@@ -5,8 +5,8 @@ function, a template specialization, a few preprocessor lines. The prelude is wr
 between blank lines outside braces) of related helpers, which a kernel's source shows one after another, less the
 helpers it does not use, in a dense style that an expert still reads at a glance: a body of one statement on the
 line of its head or the next (`{ return ...; }`), a short struct's data members on one line, `_Pragma("unroll")` on
-the line of the loop it unrolls, comments where they say why. It carries the helpers its code refers to by name, then those that these refer to, and so on
-(`Pool.needed`): what NVRTC compiles is the kernel and its helpers only.
+the line of the loop it unrolls, comments where they say why. It carries the helpers its code refers to by name,
+then those that these refer to, and so on (`Pool.needed`): what NVRTC compiles is the kernel and its helpers only.
 
 Overloads make that choice subtle: a call chooses among all the declarations of its name, so leaving one out
 could make a call silently choose another. A declaration is therefore left out only where no call can choose it:

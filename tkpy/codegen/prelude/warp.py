@@ -37,7 +37,8 @@ template <> __device__ __forceinline__ bf16_2 from_float2<bf16_2>(float2 v) {  /
 
 struct fp16 { unsigned short x; }; struct fp16_2 { u32 x; };
 template <> struct packed_of<fp16> { typedef fp16_2 type; };
-__device__ __forceinline__ float to_float(fp16 v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f; }
+__device__ __forceinline__ float to_float(fp16 v) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f; }
 __device__ __forceinline__ float2 to_float2(fp16_2 v) {
     float lo, hi;
     asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(v.x));
@@ -330,7 +331,7 @@ struct op_copy { __device__ __forceinline__ float operator()(float x) const { re
 
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
 
-// exp2: one MUFU.EX2 (2 ulp, subnormals flush to zero) without exp2f's range fix-up; exp(x) = exp2(x log2 e), as __expf.
+// exp2: one MUFU.EX2 (2 ulp, subnormals flush to zero) without exp2f's range fix-up; exp(x) = exp2(x log2 e): __expf.
 struct op_exp2 { __device__ __forceinline__ float operator()(float x) const {
     float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; } };
 

@@ -139,11 +139,13 @@ template <typename T> __device__ __forceinline__ void load8(float (&v)[8], const
     ld16(w, p, space);
     if constexpr (sizeof(T) == 2) {
         typedef typename packed_of<T>::type T2;
-        _Pragma("unroll") for (int q = 0; q < 4; q++) { const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {
+            const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
     } else {
         u32 w2[4];
         ld16(w2, p + 4, space);
-        _Pragma("unroll") for (int q = 0; q < 4; q++) { v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {
+            v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
     }
 }
 template <typename T> __device__ __forceinline__ void store8(T* p, const float (&v)[8], int space) {
@@ -154,7 +156,8 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
         st16(p, w, space);
     } else {
         u32 w2[4];
-        _Pragma("unroll") for (int q = 0; q < 4; q++) { w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {
+            w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
         st16(p, w, space);
         st16(p + 4, w2, space);
     }
