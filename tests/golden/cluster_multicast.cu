@@ -1,4 +1,4 @@
-// sha256 of the whole source: 431adffad63c7ca38a31fdd4d843bb29351b4e41b09a3ed4f7a7865c90882873
+// sha256 of the whole source: 67669f85598bbbbd3d802d1ffdeba651d258ebd0789bbcfbf1ff42d941472da4
 // ---- end of prelude ----
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps
 extern "C" __global__ void __launch_bounds__(32) __cluster_dims__(2, 1, 1)

@@ -1,4 +1,4 @@
-// sha256 of the whole source: ea49e7b3010069a86b4b034f38f5cce387e4bc3c3f62a4c88d0f266b30e892ce
+// sha256 of the whole source: b8c28b81cb5bae37e93fa08fd40767da55db74401a9adc90752f46f179e9e2cf
 // ---- end of prelude ----
 extern "C" __global__ void __launch_bounds__(256)  // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps
 golden_ws(tk::bf16* __restrict__ a_ptr, tk::bf16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K,

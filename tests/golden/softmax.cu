@@ -1,4 +1,4 @@
-// sha256 of the whole source: e76fc182f5fd5e6499f9972d4c7cb45ae4f7fef708f0a5f52bea1735e727fbb5
+// sha256 of the whole source: 3cf5e13a2183aa15cf4e702317163646585b2550c81da692dc80efb380165cda
 // ---- end of prelude ----
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps
 extern "C" __global__ void __launch_bounds__(128)

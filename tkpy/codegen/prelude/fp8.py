@@ -78,8 +78,7 @@ __device__ __forceinline__ void store_pair(col_l, const st<T, R, C, SWZ, PR, PC>
 
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
-    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) { store_pair(L{}, dst, r0, c0, r1, c1, v); });
-}
+    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) { store_pair(L{}, dst, r0, c0, r1, c1, v); }); }
 """
 
 HELPERS = helpers("// ---- 8-bit floats (tkpy/codegen/prelude/fp8.py) ----\n" + _STORE

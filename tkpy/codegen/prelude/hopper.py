@@ -17,11 +17,9 @@ struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
 // mbarrier semaphores: 8 bytes of shared memory each.
 struct semaphore { u64 state; };
 __device__ __forceinline__ void init_semaphore(semaphore* sem, u32 arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(sem)), "r"(arrivals) : "memory");
-}
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(sem)), "r"(arrivals) : "memory"); }
 __device__ __forceinline__ void arrive(semaphore* sem, u32 count) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(sem)), "r"(count) : "memory");
-}
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(sem)), "r"(count) : "memory"); }
 // One arrival that also announces `bytes` of async-copy transactions still to come.
 __device__ __forceinline__ void expect_bytes(semaphore* sem, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
@@ -45,12 +43,10 @@ __device__ __forceinline__ void fence_semaphore_init() { asm volatile("fence.mba
 
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
 __device__ __forceinline__ void named_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
 // Arrive on named barrier `id` over `threads` threads without waiting for it.
 __device__ __forceinline__ void named_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
 // Named barrier `id` over `threads` threads that also ORs a predicate (bar.red.or): true in every one of them
 // when `mine` is true in any.
 __device__ __forceinline__ bool named_any(bool mine, int id, int threads) {
@@ -75,8 +71,7 @@ __device__ __forceinline__ int warp_atomic_add(int* p, int v) {
 // Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
 __device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 __device__ __forceinline__ void arrive_remote(semaphore* sem, int cta, u32 count) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(sem)), "r"(cta));
@@ -181,18 +176,15 @@ _TMA = (
     + _tma_copies(4) + r"""
 // Fetch a tensor map's descriptor into the cache ahead of the first copy that uses it.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
-    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
-}
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory"); }
 
 __device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until at most N committed store groups are still reading their shared-memory source.
 template <int N> __device__ __forceinline__ void store_async_read_wait() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
 // Wait until at most N committed store groups are incomplete (their writes visible).
 template <int N> __device__ __forceinline__ void store_async_wait() {
-    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory"); }
 """)
 
 _WGMMA = r"""

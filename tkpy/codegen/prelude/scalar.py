@@ -36,63 +36,51 @@ template <typename V> __device__ __forceinline__ float vec_min(const V& v) { ret
 // One element: read by every lane, written by lane 0 (MASKED: outside the tensor's rows and columns a load
 // gives `fill` and a store writes nothing).
 template <typename T> __device__ __forceinline__ float load_scalar(const gl<T>& g, int b, int d, int r, int c) {
-    return to_float(*g.at(b, d, r, c));
-}
+    return to_float(*g.at(b, d, r, c)); }
 
 template <typename T>
 __device__ __forceinline__ float load_scalar_masked(const gl<T>& g, int b, int d, int r, int c, float fill) {
-    return in_bounds(g, r, c, 1) ? to_float(*g.at(b, d, r, c)) : fill;
-}
+    return in_bounds(g, r, c, 1) ? to_float(*g.at(b, d, r, c)) : fill; }
 
 // An element of an int32 or int64 tensor as an int (an int64 one saturated to int's range: a value past it stays out
 // of any index's bounds).
 __device__ __forceinline__ int saturate_int(int v) { return v; }
 __device__ __forceinline__ int saturate_int(long long v) {
-    return int(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v);
-}
+    return int(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }
 
 template <typename T> __device__ __forceinline__ int load_scalar_int(const gl<T>& g, int b, int d, int r, int c) {
-    return saturate_int(*g.at(b, d, r, c));
-}
+    return saturate_int(*g.at(b, d, r, c)); }
 
 template <typename T>
 __device__ __forceinline__ int load_scalar_int_masked(const gl<T>& g, int b, int d, int r, int c, int fill) {
-    return in_bounds(g, r, c, 1) ? saturate_int(*g.at(b, d, r, c)) : fill;
-}
+    return in_bounds(g, r, c, 1) ? saturate_int(*g.at(b, d, r, c)) : fill; }
 
 template <typename T> __device__ __forceinline__ void store_scalar_int(const gl<T>& g, int b, int d, int r, int c, int v) {
-    if (lane() == 0) *g.at(b, d, r, c) = T(v);
-}
+    if (lane() == 0) *g.at(b, d, r, c) = T(v); }
 
 template <typename T>
 __device__ __forceinline__ void store_scalar_int_masked(const gl<T>& g, int b, int d, int r, int c, int v) {
-    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = T(v);
-}
+    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = T(v); }
 
 template <typename T> __device__ __forceinline__ void store_scalar(const gl<T>& g, int b, int d, int r, int c, float v) {
-    if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v);
-}
+    if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v); }
 
 template <typename T>
 __device__ __forceinline__ void store_scalar_masked(const gl<T>& g, int b, int d, int r, int c, float v) {
-    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = from_float<T>(v);
-}
+    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = from_float<T>(v); }
 
 // ... of a shared vector.
 template <int N> __device__ __forceinline__ float load_scalar(const sv<float, N>& s, int i) {
-    float v; asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(s.ptr(i))) : "memory"); return v;
-}
+    float v; asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(s.ptr(i))) : "memory"); return v; }
 template <typename T, int N> __device__ __forceinline__ float load_scalar(const sv<T, N>& s, int i) {
     unsigned short h; asm volatile("ld.shared.b16 %0, [%1];" : "=h"(h) : "r"(smem_addr(s.ptr(i))) : "memory");
     return to_float(T{h});
 }
 
 template <int N> __device__ __forceinline__ void store_scalar(const sv<float, N>& s, int i, float v) {
-    if (lane() == 0) asm volatile("st.shared.f32 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "f"(v) : "memory");
-}
+    if (lane() == 0) asm volatile("st.shared.f32 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "f"(v) : "memory"); }
 template <typename T, int N> __device__ __forceinline__ void store_scalar(const sv<T, N>& s, int i, float v) {
-    if (lane() == 0) asm volatile("st.shared.b16 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "h"(from_float<T>(v).x) : "memory");
-}
+    if (lane() == 0) asm volatile("st.shared.b16 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "h"(from_float<T>(v).x) : "memory"); }
 
 // An fp32 element of shared vector s in the block of cluster rank `rank` (distributed shared memory): by lane 0,
 // or (every rank) lane r into block r's.
@@ -112,22 +100,18 @@ __device__ __forceinline__ void store_cluster_async(const float* local, int rank
 }
 
 template <int N> __device__ __forceinline__ void store_scalar_remote(const sv<float, N>& s, int i, float v, int rank) {
-    if (lane() == 0) store_cluster(s.ptr(i), rank, v);
-}
+    if (lane() == 0) store_cluster(s.ptr(i), rank, v); }
 
 template <int RANKS, int N> __device__ __forceinline__ void store_scalar_every_rank(const sv<float, N>& s, int i, float v) {
-    if (lane() < RANKS) store_cluster(s.ptr(i), lane(), v);
-}
+    if (lane() < RANKS) store_cluster(s.ptr(i), lane(), v); }
 
 template <int N>
 __device__ __forceinline__ void store_scalar_remote_async(const sv<float, N>& s, int i, float v, int rank, semaphore* sem) {
-    if (lane() == 0) store_cluster_async(s.ptr(i), rank, v, sem);
-}
+    if (lane() == 0) store_cluster_async(s.ptr(i), rank, v, sem); }
 
 template <int RANKS, int N>
 __device__ __forceinline__ void store_scalar_every_rank_async(const sv<float, N>& s, int i, float v, semaphore* sem) {
-    if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem);
-}
+    if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem); }
 
 // f over COUNT partial results in shared memory, the same bits in every lane and every warp that reads them:
 // result j lies at first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE (GROUP warps' slots STRIDE apart, a

@@ -208,8 +208,7 @@ template <> __device__ __forceinline__ void stmatrix<row_l>(u32 addr, u32 a, u32
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 template <> __device__ __forceinline__ void ldmatrix_pos<row_l>(int ln, int& r, int& c) {
-    r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4);
-}
+    r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4); }
 template <> __device__ __forceinline__ void ldmatrix<col_l>(u32 addr, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
@@ -219,23 +218,18 @@ template <> __device__ __forceinline__ void stmatrix<col_l>(u32 addr, u32 a, u32
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 template <> __device__ __forceinline__ void ldmatrix_pos<col_l>(int ln, int& r, int& c) {
-    r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1);
-}
+    r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1); }
 
 // A register's pair of values at p0 (the first) and p1 in shared memory as floats: adjacent in the row layout, in
 // one 16-byte chunk; to shared addresses a0 and a1 (st.shared, one v2 where adjacent).
 template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* p0, const T*) {
-    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(p0));
-}
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(p0)); }
 template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* p0, const T* p1) {
-    return make_float2(to_float(*p0), to_float(*p1));
-}
+    return make_float2(to_float(*p0), to_float(*p1)); }
 __device__ __forceinline__ void sts(u32 addr, float v) {
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
-}
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory"); }
 __device__ __forceinline__ void sts(u32 addr, float2 v) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
-}
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory"); }
 __device__ __forceinline__ void sts_pair(row_l, u32 a0, u32, float2 v) { sts(a0, v); }
 __device__ __forceinline__ void sts_pair(col_l, u32 a0, u32 a1, float2 v) { sts(a0, v.x); sts(a1, v.y); }
 
@@ -373,8 +367,7 @@ __device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, 
 }
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
-    dst.set_all([&](int c, int k) { return f(src.get(c, k)); });
-}
+    dst.set_all([&](int c, int k) { return f(src.get(c, k)); }); }
 
 template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
 __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
@@ -392,12 +385,10 @@ __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W,
 }
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
-    dst.set_all([&](int c, int k) { return f(a.get(c, k), b.get(c, k)); });
-}
+    dst.set_all([&](int c, int k) { return f(a.get(c, k), b.get(c, k)); }); }
 template <typename F, typename TD, typename TA, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
-    dst.set_all([&](int c, int k) { return f(a.get(c, k), b); });
-}
+    dst.set_all([&](int c, int k) { return f(a.get(c, k), b); }); }
 
 template <typename T, int H, int W, typename L>
 __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
@@ -406,9 +397,7 @@ __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
 }
 
 template <typename T, int N, typename L>
-__device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) {
-    dst.set_all([=](int, int) { return v; });
-}
+__device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) { dst.set_all([=](int, int) { return v; }); }
 """
 
 def _vector_shapes() -> str:

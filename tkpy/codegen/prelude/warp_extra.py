@@ -236,12 +236,10 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, contig_l>& src,
 // rv <-> gl: the vector lies along row r from column c0.
 template <typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0) {
-    load_vec<false>(dst, src.at(b, d, r, c0), 0, 0.0f);
-}
+    load_vec<false>(dst, src.at(b, d, r, c0), 0, 0.0f); }
 template <typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
-    store_vec<false>(dst.at(b, d, r, c0), src, 0);
-}
+    store_vec<false>(dst.at(b, d, r, c0), src, 0); }
 
 // rv <-> sv
 template <typename TD, int N, typename L, typename TS, int LEN>
@@ -270,8 +268,7 @@ _VIEWS = r"""
 // Rows [idx * SR, (idx + 1) * SR) of a register tile, in place (ThunderKittens' subtile_inplace).
 template <int SR, typename T, int H, int W, typename L>
 __device__ __forceinline__ rt<T, SR / 16, W, L>& subtile_inplace(rt<T, H, W, L>& t, int idx) {
-    return reinterpret_cast<rt<T, SR / 16, W, L>&>(t.data[idx * (SR / 16)]);
-}
+    return reinterpret_cast<rt<T, SR / 16, W, L>&>(t.data[idx * (SR / 16)]); }
 // The 16 x SC window at subtile coordinates (r, c): base tiles [c * SC / 16, (c + 1) * SC / 16) of base row
 // r, consecutive in the register array.
 template <int SR, int SC, typename T, int H, int W, typename L>
@@ -284,8 +281,7 @@ __device__ __forceinline__ rt<T, 1, SC / 16, L>& subtile_inplace(rt<T, H, W, L>&
 // moves by whole swizzle atoms and panels and the XOR pattern is unchanged).
 template <int RS, int CS, typename T, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ st<T, RS, CS, SWZ, PR, PC> subtile(const st<T, R, C, SWZ, PR, PC>& s, int r, int c) {
-    return {s.base + s.offset(r * RS, c * CS)};
-}
+    return {s.base + s.offset(r * RS, c * CS)}; }
 """
 
 _MASKS = r"""
@@ -319,40 +315,30 @@ __device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src,
 // `col` (right_fill fills from it on), from `col` on (left_fill), all but column `col` (index_fill), above row
 // `row` (lower_fill), from it on.
 template <typename D, typename S> __device__ __forceinline__ void tril(D& d, const S& s, int diagonal, float val) {
-    mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val);
-}
+    mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val); }
 
 // tril_periodic: rows stacking sequences of `period` rows, each masked by its own position (first_row >= 0).
 template <typename D, typename S>
 __device__ __forceinline__ void tril_periodic(D& d, const S& s, int first_row, int period, int diagonal, float val) {
-    mask(d, s, [=](int r, int c) { return c <= (first_row + r) % period + diagonal; }, val);
-}
+    mask(d, s, [=](int r, int c) { return c <= (first_row + r) % period + diagonal; }, val); }
 
 template <typename D, typename S> __device__ __forceinline__ void triu(D& d, const S& s, int diagonal, float val) {
-    mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val);
-}
+    mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void make_causal(D& d, const S& s, float val) {
-    tril(d, s, 0, val);
-}
+    tril(d, s, 0, val); }
 template <typename D, typename S> __device__ __forceinline__ void make_causal_t(D& d, const S& s, float val) {
-    triu(d, s, 0, val);
-}
+    triu(d, s, 0, val); }
 
 template <typename D, typename S> __device__ __forceinline__ void right_fill(D& d, const S& s, int col, float val) {
-    mask(d, s, [=](int, int c) { return c < col; }, val);
-}
+    mask(d, s, [=](int, int c) { return c < col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void left_fill(D& d, const S& s, int col, float val) {
-    mask(d, s, [=](int, int c) { return c >= col; }, val);
-}
+    mask(d, s, [=](int, int c) { return c >= col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void index_fill(D& d, const S& s, int col, float val) {
-    mask(d, s, [=](int, int c) { return c != col; }, val);
-}
+    mask(d, s, [=](int, int c) { return c != col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void lower_fill(D& d, const S& s, int row, float val) {
-    mask(d, s, [=](int r, int) { return r < row; }, val);
-}
+    mask(d, s, [=](int r, int) { return r < row; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void upper_fill(D& d, const S& s, int row, float val) {
-    mask(d, s, [=](int r, int) { return r >= row; }, val);
-}
+    mask(d, s, [=](int r, int) { return r >= row; }, val); }
 """
 
 _MAPS = r"""
@@ -367,8 +353,7 @@ template <typename T, int H, int W, typename L>
 __device__ __forceinline__ float2 map_operand(const rt<T, H, W, L>& t, int i, int j, int k) { return to_float2(t.data[i][j][k]); }
 template <bool ROWS, typename V>
 __device__ __forceinline__ float2 map_operand(const broadcast_vec<ROWS, V>& b, int i, int j, int k) {
-    return broadcast_at<ROWS>(b.v, i, j, k);
-}
+    return broadcast_at<ROWS>(b.v, i, j, k); }
 // Operands: tiles of dst's shape and layout, and per_row / per_col vectors (the tracer checks the shapes).
 // map_indexed's function also takes the lane's own number of the element (tkpy/tiles/layouts.py), a
 // constant once the loops unroll: per-element choices cost no branch.
@@ -399,17 +384,14 @@ __device__ __forceinline__ auto map(rt<TD, H, W, L>& dst, F f, const S&... src)
 }
 template <typename F, typename TD, int N, typename L, typename... TS>
 __device__ __forceinline__ void map(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
-    map_indexed(dst, ignore_element<F>{f}, src...);
-}
+    map_indexed(dst, ignore_element<F>{f}, src...); }
 
 // Every row (broadcast_row: one value per row) or column of dst set from a vector.
 struct op_second { __device__ __forceinline__ float operator()(float, float b) const { return b; } };
 template <typename D, typename V> __device__ __forceinline__ void broadcast_row(D& d, const V& v) {
-    broadcast<true>(d, d, v, op_second{});
-}
+    broadcast<true>(d, d, v, op_second{}); }
 template <typename D, typename V> __device__ __forceinline__ void broadcast_col(D& d, const V& v) {
-    broadcast<false>(d, d, v, op_second{});
-}
+    broadcast<false>(d, d, v, op_second{}); }
 """
 
 _BOUNDED = r"""
@@ -448,12 +430,10 @@ __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, 
 // rv <-> gl along row r from column c0, up to the tensor's last column.
 template <typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load_masked(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0, float fill) {
-    load_vec<true>(dst, src.at(b, d, r, c0), in_bounds(src, r, c0, N * rv<TD, N, L>::chunk_len), fill);
-}
+    load_vec<true>(dst, src.at(b, d, r, c0), in_bounds(src, r, c0, N * rv<TD, N, L>::chunk_len), fill); }
 template <typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
-    store_vec<true>(dst.at(b, d, r, c0), src, in_bounds(dst, r, c0, N * rv<TS, N, L>::chunk_len));
-}
+    store_vec<true>(dst.at(b, d, r, c0), src, in_bounds(dst, r, c0, N * rv<TS, N, L>::chunk_len)); }
 
 // One 16-byte chunk between shared memory and the tensor at (r, c), by elements where it crosses the edge.
 template <typename T>
@@ -490,8 +470,7 @@ __device__ __forceinline__ void load_masked(const sv<T, N>& dst, const gl<T>& sr
 }
 template <int NT, typename T, int N>
 __device__ __forceinline__ void store_masked(const gl<T>& dst, const sv<T, N>& src, int b, int d, int r, int c0, int t) {
-    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { store_chunk_masked(dst, src.ptr(c), b, d, r, c0 + c); });
-}
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { store_chunk_masked(dst, src.ptr(c), b, d, r, c0 + c); }); }
 """
 
 _ASYNC = r"""
@@ -499,8 +478,7 @@ _ASYNC = r"""
 
 // One 16-byte chunk of which the first `src_bytes` come from global memory, the rest are zero.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory"); }
 // Thread t of NT issues its chunks of the tile and commits them as one group (MASKED: zero past the edges).
 template <bool MASKED, int NT, typename T, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0,
@@ -522,8 +500,7 @@ __device__ __forceinline__ void load_async(const sv<T, N>& dst, const gl<T>& src
 }
 // Wait until at most N of this thread's load_async groups are still in flight.
 template <int N> __device__ __forceinline__ void load_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 """
 
 
