@@ -129,7 +129,25 @@ def test_runtime_loop_and_branch_codegen():
     assert "for (int i = 1; i < n; i += 2) {" in src
     assert "if (i % 3 == 0 && laneid < 16) {" in src and "} else {" in src
     assert "tk::add(t, t, float(i));" in src and "tk::mul(t, t, s);" in src
-    assert "int n,\n    float s)" in src
+    assert "int n, float s) {" in src
+
+
+def test_a_lines_declarations_of_one_type_are_one_statement():
+    """`a, b = tk.rt(...), tk.rt(...)`: one C++ declaration; another type, or another line, its own."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[f32, "R", 16]):
+        a, b, c = tk.rt(f32, 16, 16), tk.rt(f32, 16, 16), tk.rt(bf16, 16, 16)
+        d = tk.rt(f32, 16, 16)
+        tk.load(a, x, (0, 0))
+        tk.copy(b, a)
+        tk.copy(c, b)
+        tk.copy(d, c)
+        tk.store(x, d, (0, 0))
+    body = k.source(torch.empty(16, 16)).split("// ---- end of prelude ----")[1]
+    line = line_of(k.fn, "a, b, c =")
+    assert re.search(rf"// test_trace_codegen\.py:{line}  .*\n    tk::rt<float, 1, 1, tk::row_l> a, b;\n"
+                     r"    tk::rt<tk::bf16, 1, 1, tk::row_l> c;\n    // test_trace_codegen\.py:\d+  d = .*\n"
+                     r"    tk::rt<float, 1, 1, tk::row_l> d;\n", body), body
 
 
 def test_python_control_flow_unrolls_at_trace_time():

@@ -1,15 +1,9 @@
-// sha256 of the whole source: 485eef83027684d6fc14635a70aafd44b1b79e6ffa3a4414b703ac4d2fcc64b9
+// sha256 of the whole source: 67669f85598bbbbd3d802d1ffdeba651d258ebd0789bbcfbf1ff42d941472da4
 // ---- end of prelude ----
-
 // kernel golden_cluster, traced from debug_golden_kernels.py:71: 1 warps
 extern "C" __global__ void __launch_bounds__(32) __cluster_dims__(2, 1, 1)
-golden_cluster(
-    tk::bf16* __restrict__ x_ptr,
-    tk::bf16* __restrict__ y_ptr,
-    int R,
-    int R2,
-    const __grid_constant__ tk::CUtensorMap x_tma_64x64_sw128)
-{
+golden_cluster(tk::bf16* __restrict__ x_ptr, tk::bf16* __restrict__ y_ptr, int R, int R2,
+    const __grid_constant__ tk::CUtensorMap x_tma_64x64_sw128) {
     const int block_x = blockIdx.x;
     const int laneid = threadIdx.x % 32;
     const int cluster_rank = tk::cluster_rank();

@@ -1,16 +1,9 @@
-// sha256 of the whole source: 6da563e0d09536ff7962d7f9f434b1fa4e47109a3ab7193322c874813e376906
+// sha256 of the whole source: b8c28b81cb5bae37e93fa08fd40767da55db74401a9adc90752f46f179e9e2cf
 // ---- end of prelude ----
-
-// kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps
-extern "C" __global__ void __launch_bounds__(256)
-golden_ws(
-    tk::bf16* __restrict__ a_ptr,
-    tk::bf16* __restrict__ b_ptr,
-    float* __restrict__ c_ptr,
-    int K,
+extern "C" __global__ void __launch_bounds__(256)  // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps
+golden_ws(tk::bf16* __restrict__ a_ptr, tk::bf16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K,
     const __grid_constant__ tk::CUtensorMap a_tma_64x64_sw128,
-    const __grid_constant__ tk::CUtensorMap b_tma_64x64_sw128)
-{
+    const __grid_constant__ tk::CUtensorMap b_tma_64x64_sw128) {
     const int warpid = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);  // warp-uniform
     const int laneid = threadIdx.x % 32;
     extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];

@@ -1,13 +1,8 @@
-// sha256 of the whole source: 16441173b6c7c7fec31495103a9f52c92010e839e0195322bb41a375715ff3da
+// sha256 of the whole source: 3cf5e13a2183aa15cf4e702317163646585b2550c81da692dc80efb380165cda
 // ---- end of prelude ----
-
 // kernel golden_softmax, traced from debug_golden_kernels.py:17: 4 warps
 extern "C" __global__ void __launch_bounds__(128)
-golden_softmax(
-    tk::bf16* __restrict__ x_ptr,
-    tk::bf16* __restrict__ y_ptr,
-    int R)
-{
+golden_softmax(tk::bf16* __restrict__ x_ptr, tk::bf16* __restrict__ y_ptr, int R) {
     const int block_x = blockIdx.x;
     const int warpid = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);  // warp-uniform
     tk::launch_dependents();  // the next kernel on the stream may start its blocks as ours finish

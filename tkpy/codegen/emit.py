@@ -51,7 +51,7 @@ class KernelCode:
         prelude (`prelude="full"`), then the code."""
         if prelude not in ("used", "full"):
             raise ValueError(f'prelude must be "used" or "full", got {prelude!r}')
-        return prelude_for(self.code, self.wgmma_variants, self.tma5, full=prelude == "full") + "\n" + self.code
+        return prelude_for(self.code, self.wgmma_variants, self.tma5, full=prelude == "full") + self.code
 
     @functools.cached_property
     def identity(self) -> str:
@@ -137,15 +137,16 @@ class KernelEmitter:
     # -- structure ---------------------------------------------------------
     def emit(self) -> str:
         k = self.k
-        params = ",\n    ".join(f"{s.ctype} {s.cname}" for s in self.slots)
-        self.lines.append(f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps")
         # setmaxnreg only takes effect under a register cap at entry: blocks_per_sm blocks an SM (one by default)
         reallocates = any(isinstance(s, Op) and s.name == "setmaxnreg" for s in walk(k.body))
         stated = reallocates or k.blocks_per_sm > 1 or k.blocks_per_sm_stated
         bounds = f"{k.threads}, {k.blocks_per_sm}" if stated else f"{k.threads}"
         cluster = f" __cluster_dims__({', '.join(map(str, k.cluster))})" if k.cluster else ""
-        self.lines.append(f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}\n'
-                          f'{k.name}(\n    {params})\n{{')
+        head = f'extern "C" __global__ void __launch_bounds__({bounds}){cluster}'
+        about = f"// kernel {k.name}, traced from {k.loc.short}: {k.warps} warps"
+        fits = len(head) + 2 + len(about) <= LINE_WIDTH
+        self.lines += [f"{head}  {about}"] if fits else [about, head]
+        self.lines += signature(k.name, [f"{s.ctype} {s.cname}" for s in self.slots])
         prologue_at = len(self.lines)
         if k.shared_bytes:
             self.line("extern __shared__ __align__(16) unsigned char tk_dynamic_smem[];")
@@ -216,9 +217,14 @@ class KernelEmitter:
     def block(self, stmts) -> None:
         for s in stmts:
             if isinstance(s, Decl):
+                before = len(self.lines)
                 self.origin(s.loc, "declare")
                 self.debug_checks(s)
-                self.line(self._decl(s.var))
+                text = self._decl(s.var)
+                if len(self.lines) == before and self._joins(text):   # `m, s = tk.col_vec(t), tk.col_vec(t)`
+                    self.lines[-1] = self.lines[-1][:-1] + ", " + s.var.name + ";"
+                else:
+                    self.line(text)
             elif isinstance(s, Let):
                 self.origin(s.loc, "let")
                 ctype = "float" if s.value.dtype == f32 else "bool" if s.value.dtype.name == "bool" else "int"
@@ -270,6 +276,14 @@ class KernelEmitter:
         self._last_loc = None
 
     # -- declarations ------------------------------------------------------
+    def _joins(self, text: str) -> bool:
+        """Whether a register tile's or vector's declaration `text` (`type name;`) can name its variable in the
+        declaration just emitted of the same Python line, of the same type."""
+        if not text.startswith(("tk::rt<", "tk::rv<")) or not self.lines:
+            return False
+        ctype = text.rsplit(" ", 1)[0]
+        return self.lines[-1].startswith("    " * self.depth + ctype + " ") and self.lines[-1].endswith(";")
+
     def _decl(self, v: Var) -> str:
         t = v.type
         if v.view is not None:
@@ -299,6 +313,21 @@ class KernelEmitter:
             outer = wide_product((b, d, r, c)) if g.contiguous else f"{g.name}_outer_stride"
             decl += f"\n    const long long {g.name}_outer_step = {outer};"
         return decl
+
+
+LINE_WIDTH = 120
+
+
+def signature(name: str, params: list[str]) -> list[str]:
+    """`name(params) {`, the parameters filling lines of up to LINE_WIDTH characters (the next ones indented)."""
+    lines, current = [], f"{name}("
+    for n, p in enumerate(params):
+        piece = p + (", " if n + 1 < len(params) else ") {")
+        if len(current + piece.rstrip()) > LINE_WIDTH and not current.endswith(("(", "    ")):
+            lines.append(current.rstrip())
+            current = "    "
+        current += piece
+    return lines + [current if params else current + ") {"]
 
 
 def wide_product(factors) -> str:

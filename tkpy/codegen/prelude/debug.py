@@ -152,8 +152,7 @@ __device__ __forceinline__ void out_of_bounds(u32 check, int which, long long fi
 }
 // An index into an array of `limit` (shared tiles, semaphores, windows of a tile).
 __device__ __forceinline__ void check_index(long long value, long long limit, u32 check, int which) {
-    if (value < 0 || value >= limit) out_of_bounds(check, which, value, value, limit);
-}
+    if (value < 0 || value >= limit) out_of_bounds(check, which, value, value, limit); }
 // A rows x cols tile copied at element (b, d, r, c) of g: all of it inside g, or for a masked copy (which skips
 // what lies past the last row and column) its first element at non-negative rows and columns.
 template <typename T> __device__ __forceinline__ void check_tile(const gl<T>& g, int b, int d, long long r,

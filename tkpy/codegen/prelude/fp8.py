@@ -54,10 +54,7 @@ __device__ __forceinline__ void wgmma_fp8_a_fragment(const rt<T, 1, K, row_l>& a
     const int ln = lane(), t = ln & 3, group = ln & ~3;
     const int src0 = group | ((2 * t) & 3), src1 = group | ((2 * t + 1) & 3);
     const int half = (t >> 1) * 16;   // lanes t < 2 take the sources' cols 2t' (reg 0/1), t >= 2 their 2t'+8 (reg 2/3)
-    #pragma unroll
-    for (int h = 0; h < 2; h++)
-    #pragma unroll
-    for (int q = 0; q < 2; q++) {
+    _Pragma("unroll") for (int h = 0; h < 2; h++) _Pragma("unroll") for (int q = 0; q < 2; q++) {
         const u32 w = u32(a.data[0][2 * s + h][q].x) | (u32(a.data[0][2 * s + h][q + 2].x) << 16);
         const u32 lo = (__shfl_sync(0xffffffffu, w, src0) >> half) & 0xffffu;
         const u32 hi = (__shfl_sync(0xffffffffu, w, src1) >> half) & 0xffffu;
@@ -81,8 +78,7 @@ __device__ __forceinline__ void store_pair(col_l, const st<T, R, C, SWZ, PR, PC>
 
 template <typename TD, int R, int C, int SWZ, int PR, int PC, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store_fp8(const st<TD, R, C, SWZ, PR, PC>& dst, const rt<TS, H, W, L>& src) {
-    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) { store_pair(L{}, dst, r0, c0, r1, c1, v); });
-}
+    for_each_pair(src, [&](int r0, int c0, int r1, int c1, float2 v) { store_pair(L{}, dst, r0, c0, r1, c1, v); }); }
 """
 
 HELPERS = helpers("// ---- 8-bit floats (tkpy/codegen/prelude/fp8.py) ----\n" + _STORE

@@ -2,9 +2,11 @@
 
 A helper is one declaration of the prelude's C++ at its top level, with the comment lines above it: a type, a
 function, a template specialization, a few preprocessor lines. The prelude is written in paragraphs (the text
-between blank lines outside braces) of related helpers, which a kernel's source shows as written, less the helpers
-it does not use. It carries the helpers its code refers to by name, then those that these refer to, and so on
-(`Pool.needed`): what NVRTC compiles is the kernel and its helpers only.
+between blank lines outside braces) of related helpers, which a kernel's source shows one after another, less the
+helpers it does not use, in a dense style that an expert still reads at a glance: a body of one statement on the
+line of its head or the next (`{ return ...; }`), a short struct's data members on one line, `_Pragma("unroll")` on
+the line of the loop it unrolls, comments where they say why. It carries the helpers its code refers to by name,
+then those that these refer to, and so on (`Pool.needed`): what NVRTC compiles is the kernel and its helpers only.
 
 Overloads make that choice subtle: a call chooses among all the declarations of its name, so leaving one out
 could make a call silently choose another. A declaration is therefore left out only where no call can choose it:
@@ -29,19 +31,19 @@ tile, of a col-layout one); a primary template whose specializations are chosen 
 undefined, so that a missing specialization fails to compile instead of falling back to the primary; and a member
 function stands on lines of its own (with its comment above it), so that it can be left out.
 
-A paragraph of comments only is a heading: it is kept above the first chosen helper under it.
+A paragraph of comments only is a heading: it is kept above the first chosen helper under it, after a blank line
+where it is a section's banner (`// ---- ... ----`).
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, replace
 from typing import Optional
 
 from . import cpp
 
-HEAD_USED = ("// ---- tkpy prelude: the header-free device helpers this kernel uses (NVRTC ships no headers; "
-             "k.source(..., prelude=\"full\") shows them all) ----")
-HEAD_FULL = "// ---- tkpy prelude: header-free device helpers (NVRTC ships no headers) ----"
+HEAD_USED = "// tkpy's prelude: the helpers this kernel uses (NVRTC has no headers; prelude=\"full\": all of them)"
+HEAD_FULL = "// tkpy's prelude: every device helper (NVRTC has no headers)"
+BANNER = "// ----"           # a heading that starts so opens a section: a blank line above it
 TAIL = "// ---- end of prelude ----\n"
 
 
@@ -61,13 +63,12 @@ class Method:
 class Helper:
     """A declaration of the prelude: its C++ `text` inside `namespace`, its tokens (but for its `methods`') and the
     names it declares (with the indices of their tokens, which are no references), or for a specialization or an
-    operator what it `extends` (cpp.extension); the `paragraph` it is written in."""
+    operator what it `extends` (cpp.extension)."""
     text: str
     namespace: str
     tokens: tuple
     declares: tuple
     extends: Optional[tuple] = None
-    paragraph: int = 0
     methods: tuple = ()
 
     @property
@@ -87,9 +88,6 @@ class Helper:
         return frozenset(i for i, _ in self.declares)
 
 
-_paragraphs = itertools.count()         # every paragraph of the prelude its own number
-
-
 def helpers(text: str, namespace: str = "tk") -> list[Helper]:
     """`text`, C++ written inside `namespace` (which it does not open), as helpers: one a declaration."""
     out, lines = [], []
@@ -100,8 +98,7 @@ def helpers(text: str, namespace: str = "tk") -> list[Helper]:
         if cpp.brace_depth(cpp.tokens("\n".join(lines))):      # a blank line inside braces: read on
             lines.append(line)
             continue
-        paragraph = next(_paragraphs)
-        out += [_helper("\n".join(piece), namespace, paragraph) for piece in _declarations(lines)]
+        out += [_helper("\n".join(piece), namespace) for piece in _declarations(lines)]
         lines = []
     return out
 
@@ -130,7 +127,7 @@ def _declarations(lines: list[str]) -> list[list[str]]:
     return out
 
 
-def _helper(text: str, namespace: str, paragraph: int) -> Helper:
+def _helper(text: str, namespace: str) -> Helper:
     methods = tuple(_methods(text, namespace))
     lines = text.split("\n")
     toks = cpp.tokens("\n".join(line for n, line in enumerate(lines) if not any(n in m.lines for m in methods)))
@@ -140,7 +137,7 @@ def _helper(text: str, namespace: str, paragraph: int) -> Helper:
         raise ValueError(f"a prelude helper that declares nothing would never be chosen:\n{text}")
     if "namespace" in toks:
         raise ValueError(f"a prelude helper is written inside its namespace ({namespace}), opening none:\n{text}")
-    return Helper(text, namespace, tuple(toks), declares, extends, paragraph, methods)
+    return Helper(text, namespace, tuple(toks), declares, extends, methods)
 
 
 def _methods(text: str, namespace: str) -> list[Method]:
@@ -273,13 +270,9 @@ class Pool:
 
     def text(self, chosen: set | None = None) -> str:
         """The prelude of the `chosen` helpers with their chosen methods (all when None), in prelude order, each in
-        its namespace; the helpers of a paragraph together, paragraphs after a blank line (but for one-line paragraphs after one
-        another), each heading above the first chosen helper under it."""
-        shown = [h for h in self.members if not h.heading and (chosen is None or h in chosen)]
-        lines: dict[int, int] = {}           # paragraph -> the lines shown of it
-        for h in shown:
-            lines[h.paragraph] = lines.get(h.paragraph, 0) + h.shown(chosen).count("\n") + 1
-        out, current, heading, previous = [HEAD_FULL if chosen is None else HEAD_USED], [], None, None
+        its namespace, one after another; each heading above the first chosen helper under it, a section's banner
+        after a blank line. The first namespace opened says what the prelude is."""
+        out, current, heading = [], [], None
         for h in self.members:
             if h.heading:
                 heading = h
@@ -292,15 +285,14 @@ class Pool:
                 common += 1
             out += [f"}}  // namespace {name}" for name in reversed(current[common:])]
             out += [f"namespace {name} {{" for name in target[common:]]
-            apart = previous is not None and h.paragraph != previous.paragraph and (
-                lines[h.paragraph] > 1 or lines[previous.paragraph] > 1)
-            if common == len(target) and (heading is not None or apart):
-                out.append("")
+            if len(out) == len(target) - common:
+                out[0] += "  " + (HEAD_FULL if chosen is None else HEAD_USED)
             if heading is not None:
-                out.append(heading.text)
+                apart = common == len(target) and heading.text.startswith(BANNER)
+                out += ["", heading.text] if apart else [heading.text]
                 heading = None
             out.append(h.shown(chosen))
-            current, previous = target, h
+            current = target
         out += [f"}}  // namespace {name}" for name in reversed(current)]
         return "\n".join(out) + "\n" + TAIL
 

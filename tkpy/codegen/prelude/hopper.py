@@ -9,12 +9,7 @@ from __future__ import annotations
 from .helpers import Helper, helpers
 
 _SYNC = r"""
-// ---- Hopper: dependent launches, mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
-
-// Programmatic dependent launch (tkpy/runtime/dependent_launch.py): the next kernel on the stream may start as our
-// blocks finish; wait_for_previous_kernel waits for the previous one's writes.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// ---- Hopper: mbarrier semaphores, fences, named barriers, clusters, setmaxnreg ----
 
 // The driver's 128-byte tensor map (no cuda.h under NVRTC); passed as a __grid_constant__ parameter.
 struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
@@ -22,11 +17,9 @@ struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
 // mbarrier semaphores: 8 bytes of shared memory each.
 struct semaphore { u64 state; };
 __device__ __forceinline__ void init_semaphore(semaphore* sem, u32 arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(sem)), "r"(arrivals) : "memory");
-}
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(sem)), "r"(arrivals) : "memory"); }
 __device__ __forceinline__ void arrive(semaphore* sem, u32 count) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(sem)), "r"(count) : "memory");
-}
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(sem)), "r"(count) : "memory"); }
 // One arrival that also announces `bytes` of async-copy transactions still to come.
 __device__ __forceinline__ void expect_bytes(semaphore* sem, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
@@ -50,12 +43,10 @@ __device__ __forceinline__ void fence_semaphore_init() { asm volatile("fence.mba
 
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
 __device__ __forceinline__ void named_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
 // Arrive on named barrier `id` over `threads` threads without waiting for it.
 __device__ __forceinline__ void named_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
 // Named barrier `id` over `threads` threads that also ORs a predicate (bar.red.or): true in every one of them
 // when `mine` is true in any.
 __device__ __forceinline__ bool named_any(bool mine, int id, int threads) {
@@ -80,8 +71,7 @@ __device__ __forceinline__ int warp_atomic_add(int* p, int v) {
 // Clusters: this block's rank, a cluster-wide barrier, and arrivals on another block's semaphore.
 __device__ __forceinline__ int cluster_rank() { u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 __device__ __forceinline__ void arrive_remote(semaphore* sem, int cta, u32 count) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(sem)), "r"(cta));
@@ -115,8 +105,7 @@ def _tma_copies(rank: int) -> str:
         f"                                           {params}, semaphore* sem) {{\n"
         f"    const u32 bar = smem_addr(sem);\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++)\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++)\n"
         f"        asm volatile(\n"
         f'            "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"\n'
         f'            " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}];"\n'
@@ -131,8 +120,7 @@ def _tma_copies(rank: int) -> str:
         f"                                                     {params}, semaphore* sem, unsigned short mask) {{\n"
         f"    const u32 bar = smem_addr(sem);\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++)\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++)\n"
         f"        asm volatile(\n"
         f'            "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"\n'
         f'            " [%0], [%1, {{{slots(2)}}}], [%{rank + 2}], %{rank + 3};"\n'
@@ -162,8 +150,7 @@ def _tma_copies(rank: int) -> str:
         f"__device__ __forceinline__ void store_async(const CUtensorMap* map, const st<T, R, C, SWZ>& src,\n"
         f"                                            {params}) {{\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++) {{\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++) {{\n"
         f"        const u32 s = smem_addr(src.base) + p * R * {panel} * u32(sizeof(T));\n"
         f"        const int cc = c + p * {panel};\n"
         f"        if constexpr (ADD)\n"
@@ -177,8 +164,7 @@ def _tma_copies(rank: int) -> str:
         f"template <typename T, int R, int C, int SWZ>\n"
         f"__device__ __forceinline__ void prefetch(const st<T, R, C, SWZ>&, const CUtensorMap* map, {params}) {{\n"
         f"    constexpr int panels = C / {panel};\n"
-        f"    #pragma unroll\n"
-        f"    for (int p = 0; p < panels; p++)\n"
+        f"    _Pragma(\"unroll\") for (int p = 0; p < panels; p++)\n"
         f'        asm volatile("cp.async.bulk.prefetch.tensor.{rank}d.L2.global.tile [%0, {{{slots(1)}}}];"\n'
         f'                     :: "l"(map), "r"(c + p * {panel}), {coords} : "memory");\n}}\n')
     return "\n".join([load, multicast, vector, store, prefetch])
@@ -190,18 +176,15 @@ _TMA = (
     + _tma_copies(4) + r"""
 // Fetch a tensor map's descriptor into the cache ahead of the first copy that uses it.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
-    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
-}
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory"); }
 
 __device__ __forceinline__ void store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until at most N committed store groups are still reading their shared-memory source.
 template <int N> __device__ __forceinline__ void store_async_read_wait() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
 // Wait until at most N committed store groups are incomplete (their writes visible).
 template <int N> __device__ __forceinline__ void store_async_wait() {
-    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory"); }
 """)
 
 _WGMMA = r"""
@@ -318,11 +301,9 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f'    static_assert(TRANS_B == 0 && K % 2 == 0, "fp8 wgmma reads B K-major (mma_ABt), K in steps of 32");\n'
             f"    u32 frag[K / 2][4];\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < K / 2; k++) wgmma_fp8_a_fragment(a, k, frag[k]);\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < K / 2; k++) wgmma_fp8_a_fragment(a, k, frag[k]);\n"
             f"    wgmma_fence();\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < K / 2; k++)\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < K / 2; k++)\n"
             f"        {name}(d, frag[k], descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
     if a_in_registers:
@@ -331,8 +312,7 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"__device__ __forceinline__ void mma({d}, const rt<{a_type}, 1, K, row_l>& a,\n"
             f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f"    wgmma_fence();\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < K; k++)\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < K; k++)\n"
             f"        {name}<TRANS_B>(d, reinterpret_cast<const u32*>(&a.data[0][k][0]),\n"
             f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, TRANS_B>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
@@ -343,8 +323,7 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
             f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
             f'    static_assert(TRANS_A == 0 && TRANS_B == 0, "fp8 wgmma reads both operands K-major (mma_ABt)");\n'
             f"    wgmma_fence();\n"
-            f"    #pragma unroll\n"
-            f"    for (int k = 0; k < CA / 32; k++)\n"
+            f"    _Pragma(\"unroll\") for (int k = 0; k < CA / 32; k++)\n"
             f"        {name}(d, descriptor<st<{a_type}, RA, CA, SA, PRA, PCA>, false>(a, k),\n"
             f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, false>(b, k), accumulate || k > 0);\n"
             f"    wgmma_commit_group();\n}}\n")
@@ -354,8 +333,7 @@ def warpgroup_mma(n: int, dtype: str, a_in_registers: bool) -> str:
         f"                                    const st<{b_type}, RB, CB, SB, PRB, PCB>& b, bool accumulate) {{\n"
         f"    constexpr int k16s = (TRANS_A ? RA : CA) / 16;\n"
         f"    wgmma_fence();\n"
-        f"    #pragma unroll\n"
-        f"    for (int k = 0; k < k16s; k++)\n"
+        f"    _Pragma(\"unroll\") for (int k = 0; k < k16s; k++)\n"
         f"        {name}<TRANS_A, TRANS_B>(d, descriptor<st<{a_type}, RA, CA, SA, PRA, PCA>, TRANS_A>(a, k),\n"
         f"            descriptor<st<{b_type}, RB, CB, SB, PRB, PCB>, TRANS_B>(b, k), accumulate || k > 0);\n"
         f"    wgmma_commit_group();\n}}\n")

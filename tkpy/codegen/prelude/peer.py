@@ -16,17 +16,14 @@ _PEER = r"""
 // The i-th of a pgl's per-rank values (its gls, or their tensor maps of one tile shape), picked at run time.
 template <typename T> __device__ __forceinline__ const T& peer(int, const T& last) { return last; }
 template <typename T, typename... R> __device__ __forceinline__ const T& peer(int i, const T& first, const R&... rest) {
-    return i == 0 ? first : peer(i - 1, rest...);
-}
+    return i == 0 ? first : peer(i - 1, rest...); }
 
 // Set or add to a flag (one thread: lane 0) with release semantics at system scope: the thread's earlier writes,
 // its completed TMA stores too (the proxy fence), are visible to a thread of any GPU that acquires the value.
 __device__ __forceinline__ void signal_set(int* p, int v) {
-    asm volatile("fence.proxy.async.global;\nst.release.sys.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
+    asm volatile("fence.proxy.async.global;\nst.release.sys.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
 __device__ __forceinline__ void signal_add(int* p, int v) {
-    asm volatile("fence.proxy.async.global;\nred.release.sys.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
+    asm volatile("fence.proxy.async.global;\nred.release.sys.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
 
 // A flag's value, by an acquire load at system scope.
 __device__ __forceinline__ int load_acquire_sys(const int* p) {

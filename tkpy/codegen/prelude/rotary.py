@@ -26,10 +26,7 @@ __device__ __forceinline__ void swap_pairs(rt<TD, H, W, row_l>& dst, const rt<TS
 template <typename TD, typename TS, int N>
 __device__ __forceinline__ void swap_pairs(rv<TD, N, contig_l>& dst, const rv<TS, N, contig_l>& src) {
     rv<TS, N, contig_l> s = src;
-    #pragma unroll
-    for (int c = 0; c < N; c++)
-    #pragma unroll
-    for (int q = 0; q < 8; q += 2) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int q = 0; q < 8; q += 2) {
         if constexpr (rv<TS, N, contig_l>::packed) s.data[c][q >> 1] = swap2(s.data[c][q >> 1]);
         else { const float v = s.data[c][q]; s.data[c][q] = s.data[c][q + 1]; s.data[c][q + 1] = v; }
     }
@@ -68,13 +65,11 @@ __device__ __forceinline__ void rotate_half(rv<TD, N, contig_l>& dst, const rv<T
     const S s = src;
     S out;
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
         const int j = (c * 256 + 8 * ln) % D;          // the head column of the lane's first value
         const bool low = j < R / 2, rotated = j < R;
         const int from = low ? ln + R / 16 : ln - R / 16;
-        #pragma unroll
-        for (int q = 0; q < WORDS; q++) {
+        _Pragma("unroll") for (int q = 0; q < WORDS; q++) {
             if constexpr (INTERLEAVED) {
                 if constexpr (S::packed) out.data[c][q] = rotate_pair(s.data[c][q]);
                 else out.data[c][q] = q & 1 ? s.data[c][q ^ 1] : -s.data[c][q ^ 1];
@@ -137,28 +132,23 @@ __device__ __forceinline__ void load_rotary_table(rv<TD, N, contig_l>& dst, cons
     constexpr int PERIOD = D / ((D & -D) < 256 ? (D & -D) : 256);   // D / gcd(D, 256) chunks
     constexpr int WORDS = rv<TD, N, contig_l>::packed ? 4 : 8;
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
         if (c >= PERIOD) {
-            #pragma unroll
-            for (int q = 0; q < WORDS; q++) dst.data[c][q] = dst.data[c % PERIOD][q];
+            _Pragma("unroll") for (int q = 0; q < WORDS; q++) dst.data[c][q] = dst.data[c % PERIOD][q];
             continue;
         }
         const int j = (c * 256 + 8 * ln) % D;
         float v[8];
         if (j >= R) {
-            #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = fill;
+            _Pragma("unroll") for (int k = 0; k < 8; k++) v[k] = fill;
         } else if constexpr (INTERLEAVED) {
             float a[4];
             load4(a, p + j / 2);
-            #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = a[k >> 1];
+            _Pragma("unroll") for (int k = 0; k < 8; k++) v[k] = a[k >> 1];
         } else {
             load8(v, p + j % (R / 2), 1);
         }
-        #pragma unroll
-        for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
+        _Pragma("unroll") for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
     }
 }
 """

@@ -17,19 +17,14 @@ template <typename F, typename T, int N, typename L>
 __device__ __forceinline__ float vec_reduce(const rv<T, N, L>& v, F f) {
     constexpr int P = rv<T, N, L>::per_chunk;
     float acc[P];
-    #pragma unroll
-    for (int k = 0; k < P; k++) {
+    _Pragma("unroll") for (int k = 0; k < P; k++) {
         acc[k] = v.get(0, k);
-        #pragma unroll
-        for (int c = 1; c < N; c++) acc[k] = f(acc[k], v.get(c, k));
+        _Pragma("unroll") for (int c = 1; c < N; c++) acc[k] = f(acc[k], v.get(c, k));
     }
-    #pragma unroll
-    for (int step = 1; step < P; step *= 2)
-    #pragma unroll
-    for (int k = 0; k + step < P; k += 2 * step) acc[k] = f(acc[k], acc[k + step]);
+    _Pragma("unroll") for (int step = 1; step < P; step *= 2)
+    _Pragma("unroll") for (int k = 0; k + step < P; k += 2 * step) acc[k] = f(acc[k], acc[k + step]);
     float r = acc[0];
-    #pragma unroll
-    for (int m = 1; m < 32; m <<= 1)
+    _Pragma("unroll") for (int m = 1; m < 32; m <<= 1)
         if (vec_shape<L>::lane_bits & m) r = f(r, __shfl_xor_sync(0xffffffffu, r, m));
     return r;
 }
@@ -41,63 +36,51 @@ template <typename V> __device__ __forceinline__ float vec_min(const V& v) { ret
 // One element: read by every lane, written by lane 0 (MASKED: outside the tensor's rows and columns a load
 // gives `fill` and a store writes nothing).
 template <typename T> __device__ __forceinline__ float load_scalar(const gl<T>& g, int b, int d, int r, int c) {
-    return to_float(*g.at(b, d, r, c));
-}
+    return to_float(*g.at(b, d, r, c)); }
 
 template <typename T>
 __device__ __forceinline__ float load_scalar_masked(const gl<T>& g, int b, int d, int r, int c, float fill) {
-    return in_bounds(g, r, c, 1) ? to_float(*g.at(b, d, r, c)) : fill;
-}
+    return in_bounds(g, r, c, 1) ? to_float(*g.at(b, d, r, c)) : fill; }
 
 // An element of an int32 or int64 tensor as an int (an int64 one saturated to int's range: a value past it stays out
 // of any index's bounds).
 __device__ __forceinline__ int saturate_int(int v) { return v; }
 __device__ __forceinline__ int saturate_int(long long v) {
-    return int(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v);
-}
+    return int(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }
 
 template <typename T> __device__ __forceinline__ int load_scalar_int(const gl<T>& g, int b, int d, int r, int c) {
-    return saturate_int(*g.at(b, d, r, c));
-}
+    return saturate_int(*g.at(b, d, r, c)); }
 
 template <typename T>
 __device__ __forceinline__ int load_scalar_int_masked(const gl<T>& g, int b, int d, int r, int c, int fill) {
-    return in_bounds(g, r, c, 1) ? saturate_int(*g.at(b, d, r, c)) : fill;
-}
+    return in_bounds(g, r, c, 1) ? saturate_int(*g.at(b, d, r, c)) : fill; }
 
 template <typename T> __device__ __forceinline__ void store_scalar_int(const gl<T>& g, int b, int d, int r, int c, int v) {
-    if (lane() == 0) *g.at(b, d, r, c) = T(v);
-}
+    if (lane() == 0) *g.at(b, d, r, c) = T(v); }
 
 template <typename T>
 __device__ __forceinline__ void store_scalar_int_masked(const gl<T>& g, int b, int d, int r, int c, int v) {
-    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = T(v);
-}
+    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = T(v); }
 
 template <typename T> __device__ __forceinline__ void store_scalar(const gl<T>& g, int b, int d, int r, int c, float v) {
-    if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v);
-}
+    if (lane() == 0) *g.at(b, d, r, c) = from_float<T>(v); }
 
 template <typename T>
 __device__ __forceinline__ void store_scalar_masked(const gl<T>& g, int b, int d, int r, int c, float v) {
-    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = from_float<T>(v);
-}
+    if (lane() == 0 && in_bounds(g, r, c, 1)) *g.at(b, d, r, c) = from_float<T>(v); }
 
 // ... of a shared vector.
 template <int N> __device__ __forceinline__ float load_scalar(const sv<float, N>& s, int i) {
-    float v; asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(s.ptr(i))) : "memory"); return v;
-}
+    float v; asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(s.ptr(i))) : "memory"); return v; }
 template <typename T, int N> __device__ __forceinline__ float load_scalar(const sv<T, N>& s, int i) {
     unsigned short h; asm volatile("ld.shared.b16 %0, [%1];" : "=h"(h) : "r"(smem_addr(s.ptr(i))) : "memory");
     return to_float(T{h});
 }
 
 template <int N> __device__ __forceinline__ void store_scalar(const sv<float, N>& s, int i, float v) {
-    if (lane() == 0) asm volatile("st.shared.f32 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "f"(v) : "memory");
-}
+    if (lane() == 0) asm volatile("st.shared.f32 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "f"(v) : "memory"); }
 template <typename T, int N> __device__ __forceinline__ void store_scalar(const sv<T, N>& s, int i, float v) {
-    if (lane() == 0) asm volatile("st.shared.b16 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "h"(from_float<T>(v).x) : "memory");
-}
+    if (lane() == 0) asm volatile("st.shared.b16 [%0], %1;" :: "r"(smem_addr(s.ptr(i))), "h"(from_float<T>(v).x) : "memory"); }
 
 // An fp32 element of shared vector s in the block of cluster rank `rank` (distributed shared memory): by lane 0,
 // or (every rank) lane r into block r's.
@@ -117,22 +100,18 @@ __device__ __forceinline__ void store_cluster_async(const float* local, int rank
 }
 
 template <int N> __device__ __forceinline__ void store_scalar_remote(const sv<float, N>& s, int i, float v, int rank) {
-    if (lane() == 0) store_cluster(s.ptr(i), rank, v);
-}
+    if (lane() == 0) store_cluster(s.ptr(i), rank, v); }
 
 template <int RANKS, int N> __device__ __forceinline__ void store_scalar_every_rank(const sv<float, N>& s, int i, float v) {
-    if (lane() < RANKS) store_cluster(s.ptr(i), lane(), v);
-}
+    if (lane() < RANKS) store_cluster(s.ptr(i), lane(), v); }
 
 template <int N>
 __device__ __forceinline__ void store_scalar_remote_async(const sv<float, N>& s, int i, float v, int rank, semaphore* sem) {
-    if (lane() == 0) store_cluster_async(s.ptr(i), rank, v, sem);
-}
+    if (lane() == 0) store_cluster_async(s.ptr(i), rank, v, sem); }
 
 template <int RANKS, int N>
 __device__ __forceinline__ void store_scalar_every_rank_async(const sv<float, N>& s, int i, float v, semaphore* sem) {
-    if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem);
-}
+    if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem); }
 
 // f over COUNT partial results in shared memory, the same bits in every lane and every warp that reads them:
 // result j lies at first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE (GROUP warps' slots STRIDE apart, a
@@ -143,13 +122,11 @@ __device__ __forceinline__ float reduce_slots(const sv<float, N>& s, int first, 
     constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
     const int ln = lane();
     float v = identity;
-    #pragma unroll
-    for (int q = 0; q < (COUNT + 31) / 32; q++) {
+    _Pragma("unroll") for (int q = 0; q < (COUNT + 31) / 32; q++) {
         const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
         if (pow2 || j < COUNT) v = f(v, load_scalar(s, first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE));
     }
-    #pragma unroll
-    for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
+    _Pragma("unroll") for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
     return v;
 }
 
@@ -164,8 +141,7 @@ __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int f
     const int ln = lane();
     float m[Q], t[Q];
     top = -INFINITY;
-    #pragma unroll
-    for (int q = 0; q < Q; q++) {
+    _Pragma("unroll") for (int q = 0; q < Q; q++) {
         const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
         const int at = first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
         const bool real = pow2 || j < COUNT;
@@ -173,13 +149,11 @@ __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int f
         t[q] = real ? load_scalar(s, at + 1) : 0.0f;
         top = fmaxf(top, m[q]);
     }
-    #pragma unroll
-    for (int b = 1; b < SPAN; b <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, b));
+    _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, b));
     total = 0.0f;
-    #pragma unroll
-    for (int q = 0; q < Q; q++) total += m[q] == top ? t[q] : t[q] * op_exp2{}((m[q] - top) * 1.4426950408889634f);
-    #pragma unroll
-    for (int b = 1; b < SPAN; b <<= 1) total += __shfl_xor_sync(0xffffffffu, total, b);
+    _Pragma("unroll") for (int q = 0; q < Q; q++)
+        total += m[q] == top ? t[q] : t[q] * op_exp2{}((m[q] - top) * 1.4426950408889634f);
+    _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) total += __shfl_xor_sync(0xffffffffu, total, b);
 }
 """
 

@@ -15,10 +15,8 @@ typedef unsigned long long u64;
 
 template <typename A, typename B> struct is_same { static constexpr bool value = false; };
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
-template <typename T> struct identity { typedef T type; };  // blocks template deduction
 
-// Element types and their conversions to and from fp32, where arithmetic happens; a tile of T holds packed_of<T>.
-template <typename T> struct packed_of;
+template <typename T> struct packed_of;  // what a tile of T holds: pairs; element types convert to fp32 for arithmetic
 template <> struct packed_of<float> { typedef float2 type; };
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float2 to_float2(float2 v) { return v; }
@@ -27,47 +25,38 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 template <typename T2> __device__ __forceinline__ T2 from_float2(float2 v);
 template <> __device__ __forceinline__ float2 from_float2<float2>(float2 v) { return v; }
 
-// bf16: a storage type (no cuda_bf16.h under NVRTC); its pairs bf16_2.
-struct bf16 { unsigned short x; };
-struct bf16_2 { u32 x; };
+struct bf16 { unsigned short x; }; struct bf16_2 { u32 x; };  // storage types (no cuda_bf16.h under NVRTC)
 template <> struct packed_of<bf16> { typedef bf16_2 type; };
 __device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(u32(v.x) << 16); }
 __device__ __forceinline__ float2 to_float2(bf16_2 v) {
-    return make_float2(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u));
-}
+    return make_float2(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u)); }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
-    bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
-}
-template <> __device__ __forceinline__ bf16_2 from_float2<bf16_2>(float2 v) {
-    bf16_2 r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;  // hi, lo
-}
+    bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r; }
+template <> __device__ __forceinline__ bf16_2 from_float2<bf16_2>(float2 v) {  // (hi, lo)
+    bf16_2 r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r; }
 
-// fp16, likewise.
-struct fp16 { unsigned short x; };
-struct fp16_2 { u32 x; };
+struct fp16 { unsigned short x; }; struct fp16_2 { u32 x; };
 template <> struct packed_of<fp16> { typedef fp16_2 type; };
 __device__ __forceinline__ float to_float(fp16 v) {
-    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f;
-}
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f; }
 __device__ __forceinline__ float2 to_float2(fp16_2 v) {
     float lo, hi;
     asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(v.x));
     return make_float2(lo, hi);
 }
 template <> __device__ __forceinline__ fp16 from_float<fp16>(float v) {
-    fp16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r;
-}
+    fp16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(v)); return r; }
 template <> __device__ __forceinline__ fp16_2 from_float2<fp16_2>(float2 v) {
-    fp16_2 r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r;
-}
+    fp16_2 r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r.x) : "f"(v.y), "f"(v.x)); return r; }
 
 __device__ __forceinline__ int lane() { return threadIdx.x & 31; }
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return u32(__cvta_generic_to_shared(p)); }
 
 __device__ __forceinline__ unsigned char* align_up(unsigned char* p, u64 a) {
-    return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(p) + a - 1) & ~(a - 1));
-}
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(p) + a - 1) & ~(a - 1)); }
 
 // A runtime value that divides in loops (a dimension, the grid size): n / d by a multiply-high, an add and a shift,
 // not int division's ~20 instructions (Granlund-Montgomery: s = ceil(log2 |d|), m = ceil(2^(32+s) / |d|) - 2^32,
@@ -99,53 +88,41 @@ __device__ __forceinline__ int operator%(int n, const divisor& v) { return int(u
 """
 
 _FRAGMENTS = r"""
-// Register-fragment maps of a 16x16 base tile (tkpy/tiles/layouts.py).
-struct row_l {};    // mma A / C layout: reg holds (row, col..col+1)
+struct row_l {};    // register-fragment layouts (tkpy/tiles/layouts.py): mma A / C, reg holds (row, col..col+1)
 struct col_l {};    // its transpose: mma B layout
 struct ortho_l {};  // vector: 2 values per 16, idx = ORTHO_INDEX
 struct align_l {};  // vector: 4 values per 16, idx = ALIGN_INDEX
 struct naive_l {};  // vector: 1 value per 32, idx = NAIVE_INDEX
 struct contig_l {}; // vector: 8 consecutive values per 256, idx = CONTIG_INDEX (16-byte copies)
-// Per vector layout: elements per chunk, values a lane holds per chunk, the lane bits its values differ across.
-template <typename L> struct vec_shape;
+template <typename L> struct vec_shape;  // chunk length, values a lane holds a chunk, the lane bits they differ in
 VECTOR_SHAPES
+template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c);
 __device__ __forceinline__ int frag_row(int lane, int reg) { return ROW_LAYOUT_ROW; }
 __device__ __forceinline__ int frag_col(int lane, int reg, int half) { return ROW_LAYOUT_COL; }
+template <> __device__ __forceinline__ void frag_pos<row_l>(int lane, int reg, int half, int& r, int& c) {
+    r = frag_row(lane, reg); c = frag_col(lane, reg, half); }
+template <> __device__ __forceinline__ void frag_pos<col_l>(int lane, int reg, int half, int& r, int& c) {
+    c = frag_row(lane, reg); r = frag_col(lane, reg, half); }
 
-template <typename T, int H, int W, typename L> struct rt {
-    typedef typename packed_of<T>::type T2;
-    T2 data[H][W][4];
-};
-// f(i, j, k) for register k of each base tile (i, j) of an H x W tile, unrolled.
+template <typename T, int H, int W, typename L> struct rt { typedef typename packed_of<T>::type T2; T2 data[H][W][4]; };
 template <int H, int W, typename F> __device__ __forceinline__ void for_each_reg(F f) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++)
-    #pragma unroll
-    for (int k = 0; k < 4; k++) f(i, j, k);
-}
-// A register vector: get / set read and write value k of chunk c as a float; 16-bit values are packed in pairs (as
-// a tile's are: half the registers) where a lane holds an even number of them a chunk.
+    _Pragma("unroll") for (int i = 0; i < H; i++) _Pragma("unroll") for (int j = 0; j < W; j++)
+    _Pragma("unroll") for (int k = 0; k < 4; k++) f(i, j, k); }
+// A register vector: value k of chunk c as a float; 16-bit values packed in pairs where a lane holds an even number.
 template <typename T, bool PACKED> struct vec_word { typedef T type; };
 template <typename T> struct vec_word<T, true> { typedef typename packed_of<T>::type type; };
 template <typename T, int N, typename L> struct rv {
     static constexpr int per_chunk = vec_shape<L>::per_chunk, chunk_len = vec_shape<L>::chunk_len;
     static constexpr bool packed = sizeof(T) == 2 && per_chunk % 2 == 0;
-    typedef typename vec_word<T, packed>::type word;
-    word data[N][packed ? per_chunk / 2 : per_chunk];
+    typedef typename vec_word<T, packed>::type word; word data[N][packed ? per_chunk / 2 : per_chunk];
     __device__ __forceinline__ float get(int c, int k) const {
         if constexpr (packed) { const float2 f = to_float2(data[c][k >> 1]); return (k & 1) ? f.y : f.x; }
-        else return to_float(data[c][k]);
-    }
+        else return to_float(data[c][k]); }
     __device__ __forceinline__ void set(int c, int k, float v) {
-        if constexpr (packed) {
-            const u32 h = from_float<T>(v).x;
-            u32& w = data[c][k >> 1].x;
+        if constexpr (packed) {   // half a word: the other half kept
+            const u32 h = from_float<T>(v).x; u32& w = data[c][k >> 1].x;
             w = (k & 1) ? (w & 0xffffu) | (h << 16) : (w & 0xffff0000u) | h;
-        } else {
-            data[c][k] = from_float<T>(v);
-        }
+        } else data[c][k] = from_float<T>(v);
     }
     // Values k and k + 1 of chunk c (k even): a packed pair rounded at once (one conversion, no merging of halves).
     __device__ __forceinline__ void set_pair(int c, int k, float a, float b) {
@@ -155,34 +132,19 @@ template <typename T, int N, typename L> struct rv {
     // Every value k of chunk c = f(c, k), in pairs where a chunk holds an even number of them.
     template <typename F> __device__ __forceinline__ void set_all(F f) {
         constexpr int step = per_chunk % 2 == 0 ? 2 : 1;
-        #pragma unroll
-        for (int c = 0; c < N; c++)
-        #pragma unroll
-        for (int k = 0; k < per_chunk; k += step) {
+        _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int k = 0; k < per_chunk; k += step) {
             if constexpr (step == 2) set_pair(c, k, f(c, k), f(c, k + 1));
             else set(c, k, f(c, k));
         }
     }
 };
-// (row, col) of element `half` of register `reg` of a lane, inside a base tile.
-template <typename L> __device__ __forceinline__ void frag_pos(int lane, int reg, int half, int& r, int& c);
-template <> __device__ __forceinline__ void frag_pos<row_l>(int lane, int reg, int half, int& r, int& c) {
-    r = frag_row(lane, reg); c = frag_col(lane, reg, half);
-}
-template <> __device__ __forceinline__ void frag_pos<col_l>(int lane, int reg, int half, int& r, int& c) {
-    c = frag_row(lane, reg); r = frag_col(lane, reg, half);
-}
 """
 
 _MEMORY = r"""
-// Global tensor view: up to 4 dims (batch, depth, rows, cols), strides in elements.
 template <typename T> struct gl {
-    T* ptr;
-    int batch, depth, rows, cols;
-    long long batch_stride, depth_stride, row_stride;
+    T* ptr; int batch, depth, rows, cols; long long batch_stride, depth_stride, row_stride;
     __device__ __forceinline__ T* at(int b, int d, int r, int c) const {
-        return ptr + b * batch_stride + d * depth_stride + r * row_stride + c;
-    }
+        return ptr + b * batch_stride + d * depth_stride + r * row_stride + c; }
 };
 
 // Shared tile: column panels SWZ bytes wide, 16-byte chunks XOR-swizzled (tkpy/tiles/swizzle.py); a subtile keeps
@@ -205,42 +167,29 @@ template <typename S, int N> struct st_array {
     __device__ __forceinline__ S operator[](int i) const { return S{base + i * S::bytes}; }
 };
 
-// A register's pair of values at (r, c) of memory rows `stride` elements apart, as floats, and back: adjacent in
-// the row layout (one 4/8-byte access), a row apart in the col layout.
+// rt <- gl and gl <- rt, a register's pair at (r, c) at a time: adjacent in the row layout (one 4/8-byte access).
 template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* base, long long stride, int r, int c) {
-    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(base + r * stride + c));
-}
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(base + r * stride + c)); }
 template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* base, long long stride, int r, int c) {
-    return make_float2(to_float(base[r * stride + c]), to_float(base[(r + 1) * stride + c]));
-}
+    return make_float2(to_float(base[r * stride + c]), to_float(base[(r + 1) * stride + c])); }
 template <typename T> __device__ __forceinline__ void store_pair(row_l, T* base, long long stride, int r, int c, float2 v) {
-    typedef typename packed_of<T>::type T2;
-    *reinterpret_cast<T2*>(base + r * stride + c) = from_float2<T2>(v);
-}
+    typedef typename packed_of<T>::type T2; *reinterpret_cast<T2*>(base + r * stride + c) = from_float2<T2>(v); }
 template <typename T> __device__ __forceinline__ void store_pair(col_l, T* base, long long stride, int r, int c, float2 v) {
-    base[r * stride + c] = from_float<T>(v.x);
-    base[(r + 1) * stride + c] = from_float<T>(v.y);
-}
-
-// rt <- gl and gl <- rt: each lane its fragment, a register's pair at a time.
+    base[r * stride + c] = from_float<T>(v.x); base[(r + 1) * stride + c] = from_float<T>(v.y); }
 template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0) {
-    const int ln = lane();
-    const TS* base = src.at(b, d, r0, c0);
+    const int ln = lane(); const TS* base = src.at(b, d, r0, c0);
     for_each_reg<H, W>([&](int i, int j, int k) {
-        int r, c;
-        frag_pos<L>(ln, k, 0, r, c);
+        int r, c; frag_pos<L>(ln, k, 0, r, c);
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(
             load_pair(L{}, base, src.row_stride, r + 16 * i, c + 16 * j));
     });
 }
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rt<TS, H, W, L>& src, int b, int d, int r0, int c0) {
-    const int ln = lane();
-    TD* base = dst.at(b, d, r0, c0);
+    const int ln = lane(); TD* base = dst.at(b, d, r0, c0);
     for_each_reg<H, W>([&](int i, int j, int k) {
-        int r, c;
-        frag_pos<L>(ln, k, 0, r, c);
+        int r, c; frag_pos<L>(ln, k, 0, r, c);
         store_pair(L{}, base, dst.row_stride, r + 16 * i, c + 16 * j, to_float2(src.data[i][j][k]));
     });
 }
@@ -259,8 +208,7 @@ template <> __device__ __forceinline__ void stmatrix<row_l>(u32 addr, u32 a, u32
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 template <> __device__ __forceinline__ void ldmatrix_pos<row_l>(int ln, int& r, int& c) {
-    r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4);
-}
+    r = (ln & 7) + 8 * ((ln >> 3) & 1); c = 8 * (ln >> 4); }
 template <> __device__ __forceinline__ void ldmatrix<col_l>(u32 addr, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
@@ -270,23 +218,18 @@ template <> __device__ __forceinline__ void stmatrix<col_l>(u32 addr, u32 a, u32
                  :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 template <> __device__ __forceinline__ void ldmatrix_pos<col_l>(int ln, int& r, int& c) {
-    r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1);
-}
+    r = (ln & 7) + 8 * (ln >> 4); c = 8 * ((ln >> 3) & 1); }
 
 // A register's pair of values at p0 (the first) and p1 in shared memory as floats: adjacent in the row layout, in
 // one 16-byte chunk; to shared addresses a0 and a1 (st.shared, one v2 where adjacent).
 template <typename T> __device__ __forceinline__ float2 load_pair(row_l, const T* p0, const T*) {
-    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(p0));
-}
+    return to_float2(*reinterpret_cast<const typename packed_of<T>::type*>(p0)); }
 template <typename T> __device__ __forceinline__ float2 load_pair(col_l, const T* p0, const T* p1) {
-    return make_float2(to_float(*p0), to_float(*p1));
-}
+    return make_float2(to_float(*p0), to_float(*p1)); }
 __device__ __forceinline__ void sts(u32 addr, float v) {
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
-}
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory"); }
 __device__ __forceinline__ void sts(u32 addr, float2 v) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory");
-}
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y) : "memory"); }
 __device__ __forceinline__ void sts_pair(row_l, u32 a0, u32, float2 v) { sts(a0, v); }
 __device__ __forceinline__ void sts_pair(col_l, u32 a0, u32 a1, float2 v) { sts(a0, v.x); sts(a1, v.y); }
 
@@ -298,10 +241,7 @@ __device__ __forceinline__ void load(rt<TD, H, W, L>& dst, const st<TS, R, C, SW
     if constexpr (sizeof(TD) == 2 && is_same<TD, TS>::value) {
         int lr, lc;
         ldmatrix_pos<L>(ln, lr, lc);
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++) {
+        _Pragma("unroll") for (int i = 0; i < H; i++) _Pragma("unroll") for (int j = 0; j < W; j++) {
             u32* d = reinterpret_cast<u32*>(&dst.data[i][j][0]);
             ldmatrix<L>(src.addr(16 * i + lr, 16 * j + lc), d[0], d[1], d[2], d[3]);
         }
@@ -338,13 +278,9 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
         typedef typename packed_of<TD>::type D2;
         int lr, lc;
         ldmatrix_pos<L>(ln, lr, lc);
-        #pragma unroll
-        for (int i = 0; i < H; i++)
-        #pragma unroll
-        for (int j = 0; j < W; j++) {
+        _Pragma("unroll") for (int i = 0; i < H; i++) _Pragma("unroll") for (int j = 0; j < W; j++) {
             u32 s[4];
-            #pragma unroll
-            for (int k = 0; k < 4; k++) {
+            _Pragma("unroll") for (int k = 0; k < 4; k++) {
                 if constexpr (is_same<TD, TS>::value) s[k] = src.data[i][j][k].x;
                 else s[k] = from_float2<D2>(to_float2(src.data[i][j][k])).x;
             }
@@ -361,8 +297,7 @@ __device__ __forceinline__ void store(const st<TD, R, C, SWZ, PR, PC>& dst, cons
 template <int NT, typename T, int R, int C, typename F>
 __device__ __forceinline__ void for_each_chunk(int t, F f) {
     constexpr int per_chunk = 16 / int(sizeof(T)), chunks_per_row = C / per_chunk, chunks = R * chunks_per_row;
-    #pragma unroll
-    for (int i = 0; i < (chunks + NT - 1) / NT; i++) {   // a compile-time trip count: unrolled, predicated
+    _Pragma("unroll") for (int i = 0; i < (chunks + NT - 1) / NT; i++) {  // a compile-time count: unrolled, predicated
         const int idx = i * NT + t;
         if (chunks % NT == 0 || idx < chunks) f(idx / chunks_per_row, (idx % chunks_per_row) * per_chunk);
     }
@@ -390,13 +325,9 @@ struct op_copy { __device__ __forceinline__ float operator()(float x) const { re
 
 struct op_neg  { __device__ __forceinline__ float operator()(float x) const { return -x; } };
 
-// exp2: one MUFU.EX2 (ex2.approx.ftz: 2 ulp as exp2f, subnormals flush to zero) without exp2f's and __expf's range
-// fix-up (a compare, two predicated instructions); exp(x) = exp2(x * log2 e), as __expf computes it.
-struct op_exp2 {
-    __device__ __forceinline__ float operator()(float x) const {
-        float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;
-    }
-};
+// exp2: one MUFU.EX2 (2 ulp, subnormals flush to zero) without exp2f's range fix-up; exp(x) = exp2(x log2 e): __expf.
+struct op_exp2 { __device__ __forceinline__ float operator()(float x) const {
+    float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; } };
 
 struct op_exp  { __device__ __forceinline__ float operator()(float x) const { return op_exp2{}(x * 1.4426950408889634f); } };
 
@@ -426,10 +357,8 @@ struct op_prod : op_mul {};
 
 template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a) { return make_float2(f(a.x), f(a.y)); }
 template <typename F> __device__ __forceinline__ float2 apply(F f, float2 a, float2 b) {
-    return make_float2(f(a.x, b.x), f(a.y, b.y));
-}
+    return make_float2(f(a.x, b.x), f(a.y, b.y)); }
 
-// dst = f(src) and dst = f(a, b) elementwise (ThunderKittens' unary_map / bin_map; b a tile or a float).
 template <typename F, typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>& src, F f) {
     for_each_reg<H, W>([&](int i, int j, int k) {
@@ -438,8 +367,7 @@ __device__ __forceinline__ void unary_map(rt<TD, H, W, L>& dst, const rt<TS, H, 
 }
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void unary_map(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F f) {
-    dst.set_all([&](int c, int k) { return f(src.get(c, k)); });
-}
+    dst.set_all([&](int c, int k) { return f(src.get(c, k)); }); }
 
 template <typename F, typename TD, typename TA, typename TB, int H, int W, typename L>
 __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W, L>& a, const rt<TB, H, W, L>& b, F f) {
@@ -457,12 +385,10 @@ __device__ __forceinline__ void bin_map(rt<TD, H, W, L>& dst, const rt<TA, H, W,
 }
 template <typename F, typename TD, typename TA, typename TB, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, const rv<TB, N, L>& b, F f) {
-    dst.set_all([&](int c, int k) { return f(a.get(c, k), b.get(c, k)); });
-}
+    dst.set_all([&](int c, int k) { return f(a.get(c, k), b.get(c, k)); }); }
 template <typename F, typename TD, typename TA, int N, typename L>
 __device__ __forceinline__ void bin_map(rv<TD, N, L>& dst, const rv<TA, N, L>& a, float b, F f) {
-    dst.set_all([&](int c, int k) { return f(a.get(c, k), b); });
-}
+    dst.set_all([&](int c, int k) { return f(a.get(c, k), b); }); }
 
 template <typename T, int H, int W, typename L>
 __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
@@ -471,9 +397,7 @@ __device__ __forceinline__ void fill(rt<T, H, W, L>& dst, float v) {
 }
 
 template <typename T, int N, typename L>
-__device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) {
-    dst.set_all([=](int, int) { return v; });
-}
+__device__ __forceinline__ void fill(rv<T, N, L>& dst, float v) { dst.set_all([=](int, int) { return v; }); }
 """
 
 def _vector_shapes() -> str:

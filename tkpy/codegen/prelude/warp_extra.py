@@ -53,20 +53,16 @@ template <typename D2, typename S2> __device__ __forceinline__ void transpose_ba
 // dst = src held in the other layout (and dst's dtype): the same matrix, fragments transposed.
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void swap_layout(rt<TD, H, W, typename transpose_of<L>::type>& dst, const rt<TS, H, W, L>& src) {
-    #pragma unroll
-    for (int i = 0; i < H; i++)
-    #pragma unroll
-    for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
+    _Pragma("unroll") for (int i = 0; i < H; i++)
+    _Pragma("unroll") for (int j = 0; j < W; j++) transpose_base(dst.data[i][j], src.data[i][j]);
 }
 
 // dst = src^T in the same layout; dst may be src (a square tile).
 template <typename TD, typename TS, int H, int W, typename L>
 __device__ __forceinline__ void transpose(rt<TD, W, H, L>& dst, const rt<TS, H, W, L>& src) {
     const rt<TS, H, W, L> s = src;
-    #pragma unroll
-    for (int i = 0; i < W; i++)
-    #pragma unroll
-    for (int j = 0; j < H; j++) transpose_base(dst.data[i][j], s.data[j][i]);
+    _Pragma("unroll") for (int i = 0; i < W; i++)
+    _Pragma("unroll") for (int j = 0; j < H; j++) transpose_base(dst.data[i][j], s.data[j][i]);
 }
 """
 
@@ -98,13 +94,10 @@ __device__ __forceinline__ void copy(rv<TD, ND, LD>& dst, const rv<TS, NS, LS>& 
         typedef vec_shuffle<LD, LS> S;
         constexpr int P = rv<TS, NS, LS>::per_chunk;
         const int ln = lane(), offset = S::send_offset(ln);
-        #pragma unroll
-        for (int c = 0; c < ND; c++)
-        #pragma unroll
-        for (int k = 0; k < rv<TD, ND, LD>::per_chunk; k++) {
+        _Pragma("unroll") for (int c = 0; c < ND; c++)
+        _Pragma("unroll") for (int k = 0; k < rv<TD, ND, LD>::per_chunk; k++) {
             float send = 0.0f;
-            #pragma unroll
-            for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
+            _Pragma("unroll") for (int q = 0; q < S::span; q++) {   // selects, not a register-indexed load
                 const int f = S::send_base(c, k) + q;
                 if (q == offset) send = src.get(f / P, f % P);
             }
@@ -146,26 +139,25 @@ template <typename T> __device__ __forceinline__ void load8(float (&v)[8], const
     ld16(w, p, space);
     if constexpr (sizeof(T) == 2) {
         typedef typename packed_of<T>::type T2;
-        #pragma unroll
-        for (int q = 0; q < 4; q++) { const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {
+            const float2 f = to_float2(T2{w[q]}); v[2 * q] = f.x; v[2 * q + 1] = f.y; }
     } else {
         u32 w2[4];
         ld16(w2, p + 4, space);
-        #pragma unroll
-        for (int q = 0; q < 4; q++) { v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {
+            v[q] = __uint_as_float(w[q]); v[4 + q] = __uint_as_float(w2[q]); }
     }
 }
 template <typename T> __device__ __forceinline__ void store8(T* p, const float (&v)[8], int space) {
     u32 w[4];
     if constexpr (sizeof(T) == 2) {
         typedef typename packed_of<T>::type T2;
-        #pragma unroll
-        for (int q = 0; q < 4; q++) w[q] = from_float2<T2>(make_float2(v[2 * q], v[2 * q + 1])).x;
+        _Pragma("unroll") for (int q = 0; q < 4; q++) w[q] = from_float2<T2>(make_float2(v[2 * q], v[2 * q + 1])).x;
         st16(p, w, space);
     } else {
         u32 w2[4];
-        #pragma unroll
-        for (int q = 0; q < 4; q++) { w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {
+            w[q] = __float_as_uint(v[q]); w2[q] = __float_as_uint(v[4 + q]); }
         st16(p, w, space);
         st16(p + 4, w2, space);
     }
@@ -175,10 +167,8 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
 template <bool MASKED, typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, float fill, int space = 1) {
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
-        #pragma unroll
-        for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
+        _Pragma("unroll") for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
             const int i = c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k);
             dst.set(c, k, !MASKED || i < n ? to_float(p[i]) : fill);
         }
@@ -189,26 +179,22 @@ __device__ __forceinline__ void load_vec(rv<TD, N, L>& dst, const TS* p, int n, 
 template <bool MASKED, typename TD, int N, typename TS>
 __device__ __forceinline__ void load_vec(rv<TD, N, contig_l>& dst, const TS* p, int n, float fill, int space = 1) {
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
         const int i = c * 256 + 8 * ln;
         if constexpr (rv<TD, N, contig_l>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
             if (!MASKED || i + 8 <= n) {
                 u32 w[4];
                 ld16(w, p + i, space);
-                #pragma unroll
-                for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
+                _Pragma("unroll") for (int q = 0; q < 4; q++) dst.data[c][q].x = w[q];
                 continue;
             }
         }
         float v[8];
         if (!MASKED || i + 8 <= n) load8(v, p + i, space);
         else {
-            #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
+            _Pragma("unroll") for (int k = 0; k < 8; k++) v[k] = i + k < n ? to_float(p[i + k]) : fill;
         }
-        #pragma unroll
-        for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
+        _Pragma("unroll") for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, v[k], v[k + 1]);
     }
 }
 // memory at p <- rv: one owner lane per value writes it; with MASKED, indices from n on are skipped.
@@ -216,10 +202,8 @@ template <bool MASKED, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, L>& src, int n, int space = 1) {
     const int ln = lane();
     if (!vec_owner<L>(ln)) return;
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
-        #pragma unroll
-        for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
+        _Pragma("unroll") for (int k = 0; k < rv<TS, N, L>::per_chunk; k++) {
             const int i = c * rv<TS, N, L>::chunk_len + vec_idx<L>(ln, k);
             if (!MASKED || i < n) p[i] = from_float<TD>(src.get(c, k));
         }
@@ -230,25 +214,21 @@ template <bool MASKED, typename TD, typename TS, int N>
 __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, contig_l>& src, int n, int space = 1) {
     const int ln = lane();
     if (!vec_owner<contig_l>(ln)) return;
-    #pragma unroll
-    for (int c = 0; c < N; c++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
         const int i = c * 256 + 8 * ln;
         if constexpr (rv<TS, N, contig_l>::packed && is_same<TD, TS>::value) {   // the 16 bytes as they are
             if (!MASKED || i + 8 <= n) {
                 u32 w[4];
-                #pragma unroll
-                for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
+                _Pragma("unroll") for (int q = 0; q < 4; q++) w[q] = src.data[c][q].x;
                 st16(p + i, w, space);
                 continue;
             }
         }
         float v[8];
-        #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
+        _Pragma("unroll") for (int k = 0; k < 8; k++) v[k] = src.get(c, k);
         if (!MASKED || i + 8 <= n) store8(p + i, v, space);
         else {
-            #pragma unroll
-            for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
+            _Pragma("unroll") for (int k = 0; k < 8; k++) if (i + k < n) p[i + k] = from_float<TD>(v[k]);
         }
     }
 }
@@ -256,12 +236,10 @@ __device__ __forceinline__ void store_vec(TD* p, const rv<TS, N, contig_l>& src,
 // rv <-> gl: the vector lies along row r from column c0.
 template <typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0) {
-    load_vec<false>(dst, src.at(b, d, r, c0), 0, 0.0f);
-}
+    load_vec<false>(dst, src.at(b, d, r, c0), 0, 0.0f); }
 template <typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
-    store_vec<false>(dst.at(b, d, r, c0), src, 0);
-}
+    store_vec<false>(dst.at(b, d, r, c0), src, 0); }
 
 // rv <-> sv
 template <typename TD, int N, typename L, typename TS, int LEN>
@@ -290,8 +268,7 @@ _VIEWS = r"""
 // Rows [idx * SR, (idx + 1) * SR) of a register tile, in place (ThunderKittens' subtile_inplace).
 template <int SR, typename T, int H, int W, typename L>
 __device__ __forceinline__ rt<T, SR / 16, W, L>& subtile_inplace(rt<T, H, W, L>& t, int idx) {
-    return reinterpret_cast<rt<T, SR / 16, W, L>&>(t.data[idx * (SR / 16)]);
-}
+    return reinterpret_cast<rt<T, SR / 16, W, L>&>(t.data[idx * (SR / 16)]); }
 // The 16 x SC window at subtile coordinates (r, c): base tiles [c * SC / 16, (c + 1) * SC / 16) of base row
 // r, consecutive in the register array.
 template <int SR, int SC, typename T, int H, int W, typename L>
@@ -304,8 +281,7 @@ __device__ __forceinline__ rt<T, 1, SC / 16, L>& subtile_inplace(rt<T, H, W, L>&
 // moves by whole swizzle atoms and panels and the XOR pattern is unchanged).
 template <int RS, int CS, typename T, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ st<T, RS, CS, SWZ, PR, PC> subtile(const st<T, R, C, SWZ, PR, PC>& s, int r, int c) {
-    return {s.base + s.offset(r * RS, c * CS)};
-}
+    return {s.base + s.offset(r * RS, c * CS)}; }
 """
 
 _MASKS = r"""
@@ -329,10 +305,7 @@ __device__ __forceinline__ void mask(rt<TD, H, W, L>& dst, const rt<TS, H, W, L>
 template <typename F, typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src, F keep, float val) {
     const int ln = lane();
-    #pragma unroll
-    for (int c = 0; c < N; c++)
-    #pragma unroll
-    for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int k = 0; k < rv<TD, N, L>::per_chunk; k++) {
         const float v = src.get(c, k);
         dst.set(c, k, keep(0, c * rv<TD, N, L>::chunk_len + vec_idx<L>(ln, k)) ? v : val);
     }
@@ -342,40 +315,30 @@ __device__ __forceinline__ void mask(rv<TD, N, L>& dst, const rv<TS, N, L>& src,
 // `col` (right_fill fills from it on), from `col` on (left_fill), all but column `col` (index_fill), above row
 // `row` (lower_fill), from it on.
 template <typename D, typename S> __device__ __forceinline__ void tril(D& d, const S& s, int diagonal, float val) {
-    mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val);
-}
+    mask(d, s, [=](int r, int c) { return c <= r + diagonal; }, val); }
 
 // tril_periodic: rows stacking sequences of `period` rows, each masked by its own position (first_row >= 0).
 template <typename D, typename S>
 __device__ __forceinline__ void tril_periodic(D& d, const S& s, int first_row, int period, int diagonal, float val) {
-    mask(d, s, [=](int r, int c) { return c <= (first_row + r) % period + diagonal; }, val);
-}
+    mask(d, s, [=](int r, int c) { return c <= (first_row + r) % period + diagonal; }, val); }
 
 template <typename D, typename S> __device__ __forceinline__ void triu(D& d, const S& s, int diagonal, float val) {
-    mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val);
-}
+    mask(d, s, [=](int r, int c) { return c >= r + diagonal; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void make_causal(D& d, const S& s, float val) {
-    tril(d, s, 0, val);
-}
+    tril(d, s, 0, val); }
 template <typename D, typename S> __device__ __forceinline__ void make_causal_t(D& d, const S& s, float val) {
-    triu(d, s, 0, val);
-}
+    triu(d, s, 0, val); }
 
 template <typename D, typename S> __device__ __forceinline__ void right_fill(D& d, const S& s, int col, float val) {
-    mask(d, s, [=](int, int c) { return c < col; }, val);
-}
+    mask(d, s, [=](int, int c) { return c < col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void left_fill(D& d, const S& s, int col, float val) {
-    mask(d, s, [=](int, int c) { return c >= col; }, val);
-}
+    mask(d, s, [=](int, int c) { return c >= col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void index_fill(D& d, const S& s, int col, float val) {
-    mask(d, s, [=](int, int c) { return c != col; }, val);
-}
+    mask(d, s, [=](int, int c) { return c != col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void lower_fill(D& d, const S& s, int row, float val) {
-    mask(d, s, [=](int r, int) { return r < row; }, val);
-}
+    mask(d, s, [=](int r, int) { return r < row; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void upper_fill(D& d, const S& s, int row, float val) {
-    mask(d, s, [=](int r, int) { return r >= row; }, val);
-}
+    mask(d, s, [=](int r, int) { return r >= row; }, val); }
 """
 
 _MAPS = r"""
@@ -390,8 +353,7 @@ template <typename T, int H, int W, typename L>
 __device__ __forceinline__ float2 map_operand(const rt<T, H, W, L>& t, int i, int j, int k) { return to_float2(t.data[i][j][k]); }
 template <bool ROWS, typename V>
 __device__ __forceinline__ float2 map_operand(const broadcast_vec<ROWS, V>& b, int i, int j, int k) {
-    return broadcast_at<ROWS>(b.v, i, j, k);
-}
+    return broadcast_at<ROWS>(b.v, i, j, k); }
 // Operands: tiles of dst's shape and layout, and per_row / per_col vectors (the tracer checks the shapes).
 // map_indexed's function also takes the lane's own number of the element (tkpy/tiles/layouts.py), a
 // constant once the loops unroll: per-element choices cost no branch.
@@ -422,17 +384,14 @@ __device__ __forceinline__ auto map(rt<TD, H, W, L>& dst, F f, const S&... src)
 }
 template <typename F, typename TD, int N, typename L, typename... TS>
 __device__ __forceinline__ void map(rv<TD, N, L>& dst, F f, const rv<TS, N, L>&... src) {
-    map_indexed(dst, ignore_element<F>{f}, src...);
-}
+    map_indexed(dst, ignore_element<F>{f}, src...); }
 
 // Every row (broadcast_row: one value per row) or column of dst set from a vector.
 struct op_second { __device__ __forceinline__ float operator()(float, float b) const { return b; } };
 template <typename D, typename V> __device__ __forceinline__ void broadcast_row(D& d, const V& v) {
-    broadcast<true>(d, d, v, op_second{});
-}
+    broadcast<true>(d, d, v, op_second{}); }
 template <typename D, typename V> __device__ __forceinline__ void broadcast_col(D& d, const V& v) {
-    broadcast<false>(d, d, v, op_second{});
-}
+    broadcast<false>(d, d, v, op_second{}); }
 """
 
 _BOUNDED = r"""
@@ -440,22 +399,16 @@ _BOUNDED = r"""
 
 // How many of the n elements from (r, c) on lie inside the tensor (none past its last row).
 template <typename T> __device__ __forceinline__ int in_bounds(const gl<T>& g, int r, int c, int n) {
-    return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0;
-}
-
-// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`, are not
-// stored. Tiles wholly inside take the unchecked path (a warp-uniform branch).
+    return r < g.rows ? ::max(0, ::min(n, g.cols - c)) : 0; }
+// rt <-> gl where the tile may cross the tensor's last row or column: outside elements load as `fill`, are not stored.
 template <typename TD, int H, int W, typename L, typename TS>
 __device__ __forceinline__ void load_masked(rt<TD, H, W, L>& dst, const gl<TS>& src, int b, int d, int r0, int c0, float fill) {
-    if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }
+    if (r0 + 16 * H <= src.rows && c0 + 16 * W <= src.cols) { load(dst, src, b, d, r0, c0); return; }  // warp-uniform
     const int ln = lane();
     for_each_reg<H, W>([&](int i, int j, int k) {
         float v[2];
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r, c;
-            frag_pos<L>(ln, k, h, r, c);
-            r += r0 + 16 * i; c += c0 + 16 * j;
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {
+            int r, c; frag_pos<L>(ln, k, h, r, c); r += r0 + 16 * i; c += c0 + 16 * j;
             v[h] = in_bounds(src, r, c, 1) ? to_float(*src.at(b, d, r, c)) : fill;
         }
         dst.data[i][j][k] = from_float2<typename rt<TD, H, W, L>::T2>(make_float2(v[0], v[1]));
@@ -467,11 +420,8 @@ __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, 
     const int ln = lane();
     for_each_reg<H, W>([&](int i, int j, int k) {
         const float2 v = to_float2(src.data[i][j][k]);
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r, c;
-            frag_pos<L>(ln, k, h, r, c);
-            r += r0 + 16 * i; c += c0 + 16 * j;
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {
+            int r, c; frag_pos<L>(ln, k, h, r, c); r += r0 + 16 * i; c += c0 + 16 * j;
             if (in_bounds(dst, r, c, 1)) *dst.at(b, d, r, c) = from_float<TD>(h ? v.y : v.x);
         }
     });
@@ -480,12 +430,10 @@ __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rt<TS, H, 
 // rv <-> gl along row r from column c0, up to the tensor's last column.
 template <typename TD, int N, typename L, typename TS>
 __device__ __forceinline__ void load_masked(rv<TD, N, L>& dst, const gl<TS>& src, int b, int d, int r, int c0, float fill) {
-    load_vec<true>(dst, src.at(b, d, r, c0), in_bounds(src, r, c0, N * rv<TD, N, L>::chunk_len), fill);
-}
+    load_vec<true>(dst, src.at(b, d, r, c0), in_bounds(src, r, c0, N * rv<TD, N, L>::chunk_len), fill); }
 template <typename TD, typename TS, int N, typename L>
 __device__ __forceinline__ void store_masked(const gl<TD>& dst, const rv<TS, N, L>& src, int b, int d, int r, int c0) {
-    store_vec<true>(dst.at(b, d, r, c0), src, in_bounds(dst, r, c0, N * rv<TS, N, L>::chunk_len));
-}
+    store_vec<true>(dst.at(b, d, r, c0), src, in_bounds(dst, r, c0, N * rv<TS, N, L>::chunk_len)); }
 
 // One 16-byte chunk between shared memory and the tensor at (r, c), by elements where it crosses the edge.
 template <typename T>
@@ -493,8 +441,7 @@ __device__ __forceinline__ void load_chunk_masked(T* s, const gl<T>& g, int b, i
     constexpr int n = 16 / int(sizeof(T));
     const int valid = in_bounds(g, r, c, n);
     if (valid == n) { *reinterpret_cast<uint4*>(s) = *reinterpret_cast<const uint4*>(g.at(b, d, r, c)); return; }
-    #pragma unroll
-    for (int e = 0; e < n; e++) s[e] = e < valid ? g.at(b, d, r, c)[e] : from_float<T>(fill);
+    _Pragma("unroll") for (int e = 0; e < n; e++) s[e] = e < valid ? g.at(b, d, r, c)[e] : from_float<T>(fill);
 }
 template <typename T>
 __device__ __forceinline__ void store_chunk_masked(const gl<T>& g, const T* s, int b, int d, int r, int c) {
@@ -523,8 +470,7 @@ __device__ __forceinline__ void load_masked(const sv<T, N>& dst, const gl<T>& sr
 }
 template <int NT, typename T, int N>
 __device__ __forceinline__ void store_masked(const gl<T>& dst, const sv<T, N>& src, int b, int d, int r, int c0, int t) {
-    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { store_chunk_masked(dst, src.ptr(c), b, d, r, c0 + c); });
-}
+    for_each_chunk<NT, T, 1, N>(t, [&](int, int c) { store_chunk_masked(dst, src.ptr(c), b, d, r, c0 + c); }); }
 """
 
 _ASYNC = r"""
@@ -532,8 +478,7 @@ _ASYNC = r"""
 
 // One 16-byte chunk of which the first `src_bytes` come from global memory, the rest are zero.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory"); }
 // Thread t of NT issues its chunks of the tile and commits them as one group (MASKED: zero past the edges).
 template <bool MASKED, int NT, typename T, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ void load_async(const st<T, R, C, SWZ, PR, PC>& dst, const gl<T>& src, int b, int d, int r0, int c0,
@@ -555,8 +500,7 @@ __device__ __forceinline__ void load_async(const sv<T, N>& dst, const gl<T>& src
 }
 // Wait until at most N of this thread's load_async groups are still in flight.
 template <int N> __device__ __forceinline__ void load_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 """
 
 
