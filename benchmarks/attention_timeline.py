@@ -35,10 +35,18 @@ def run(b: int, h: int, n: int, d: int, causal: bool = False, **options) -> dict
     o = torch.empty_like(q)
     lse = torch.empty(b, h, policy.lse_rows(n, 3), device="cuda")
     template, args = att._prepared(q, k, v, o, lse, causal, None, **options)   # attention()'s, or the options'
+    return consumer_records(template, lambda: template(*args))
 
-    template(*args)
+
+def consumer_records(template, launch) -> dict:
+    """The marks of `template`'s kernel's consumer warps in the second of two launch() calls (the first: warm-up)."""
+    import torch
+
+    from tkpy.runtime import timeline
+    launch()
     timeline.reset(template.kernel)
-    template(*args)
+    launch()
+    torch.cuda.synchronize()
     consumers = 4 * template.consumers
     return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < consumers}
 
@@ -51,21 +59,17 @@ def run_backward(b: int, h: int, n: int, d: int, causal: bool = False, **options
     from tkpy.kernels import attention, attention_backward as bwd
     from tkpy.kernels.attention_bwd_config import AttentionBwdConfig
     from tkpy.kernels.attention_bwd_kernel import _attention_bwd
+    from tkpy.kernels.attention_bwd_policy import native_dim
     from tkpy.kernels.attention_config import DTYPES
     from tkpy.runtime import timeline
     os.environ[timeline.ENV] = "1"
     q, k, v, grad = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(4))
     out, lse = attention(q, k, v, causal=causal, return_lse=True)
-    template = _attention_bwd(AttentionBwdConfig(d, DTYPES[q.dtype], causal, False, **options))
+    template = _attention_bwd(AttentionBwdConfig(native_dim(d), DTYPES[q.dtype], causal, False, **options))
     variant = "top_left" if causal else None
     dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
-    launch = lambda: bwd._launch(grad, q, k, v, out, lse, dq, dk, dv, variant, d ** -0.5, options=options)  # noqa: E731
-    launch()
-    timeline.reset(template.kernel)
-    launch()
-    torch.cuda.synchronize()
-    consumers = 4 * template.consumers
-    return {key: marks for key, marks in timeline.records(template.kernel).items() if key[1] < consumers}
+    return consumer_records(template, lambda: bwd._launch(grad, q, k, v, out, lse, dq, dk, dv, variant, d ** -0.5,
+                                                          options=options))
 
 
 def parse(argv: list[str]) -> tuple[list[int], bool, dict]:
