@@ -1,4 +1,4 @@
-// sha256 of the whole source: 6da563e0d09536ff7962d7f9f434b1fa4e47109a3ab7193322c874813e376906
+// sha256 of the whole source: 0e7be5a969d713ad4c2ae2b54a0ca07bc07a5b75b414d77d79864a113535c391
 // ---- end of prelude ----
 
 // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps
@@ -48,6 +48,7 @@ golden_ws(
     // debug_golden_kernels.py:44  with tk.if_(tk.warp_id() == 4):
     if (warpid == 4) {
         // debug_golden_kernels.py:45  for kk in tk.range(a.cols // 64):
+        #pragma unroll 1
         for (int i0 = 0; i0 < K / 64; i0 += 1) {
             // debug_golden_kernels.py:46  stage = tk.let(kk % 2, "stage")
             const int stage = i0 % 2;
@@ -69,6 +70,7 @@ golden_ws(
         // debug_golden_kernels.py:53  tk.zero(acc)
         tk::fill(acc, 0.0f);
         // debug_golden_kernels.py:54  for kk in tk.range(a.cols // 64):
+        #pragma unroll 1
         for (int kk = 0; kk < K / 64; kk += 1) {
             // debug_golden_kernels.py:55  stage = tk.let(kk % 2, "stage")
             const int stage_1 = kk % 2;
