@@ -262,8 +262,8 @@ def test_the_softmax_demos_source_is_its_kernel_and_the_helpers_it_uses():
     assert len(source.splitlines()) <= 294
     example, args = kernel_and_args("softmax")
     assert len(example.source(*args).splitlines()) <= 250
-    gemm, args = kernel_and_args("gemm")                       # (451 lines when whole paragraphs were chosen)
-    assert len(gemm.source(*args).splitlines()) <= 383
+    gemm, args = kernel_and_args("gemm")     # (451 lines when whole paragraphs were chosen; its 4 loops' pragmas: 387)
+    assert len(gemm.source(*args).splitlines()) <= 387
 
 
 def _entry(ptx: str) -> str:
