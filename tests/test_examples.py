@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import io
 import os
+import re
 import subprocess
 import sys
 import tokenize
@@ -92,4 +93,8 @@ def test_example_compiles_for_sm90a_without_spills(name):
     compiled = kernel.trace(*args).lower().compile()
     assert compiled.cubin and not compiled.resources.spills, compiled.resources.summary()
     if name == "gemm" and find_nvdisasm():
-        assert "HGMMA" in compiled.sass()            # wgmma, not the warp-level mma.sync (HMMA)
+        sass = compiled.sass()
+        assert "HGMMA" in sass                       # wgmma, not the warp-level mma.sync (HMMA)
+        # the tk.range loops as written (#pragma unroll 1): the consumer's loop one body, a stage's 4 wgmma
+        # (NVRTC 13.5 otherwise unrolls it by 2 with a remainder, 12, and the producer's to 7 bodies)
+        assert len(re.findall(r"\bHGMMA\.", sass)) == 4, re.findall(r"HGMMA\.\S+", sass)

@@ -332,7 +332,7 @@ def test_the_finish_block_holds_back_only_the_stages_it_overlaps():
         torch.empty(256, 64, dtype=torch.bfloat16)
     src = template.kernel.source(a, b, c)
     # before refilling stage 1 or 2, every earlier task's finish, in order (the wait loop), then none again
-    assert re.search(r"if \(stage >= 1\) \{\s*(//.*\s*)?for \(int (\w+) = finishes_waited; \2 < \(i0 - block_x\) / grid_x; "
+    assert re.search(r"if \(stage >= 1\) \{\s*(//.*\s*)?#pragma unroll 1\s*for \(int (\w+) = finishes_waited; \2 < \(i0 - block_x\) / grid_x; "
                      r"\2 \+= 1\) \{\s*(//.*\s*)?tk::wait\(finish_done, \2 % 2\);\s*\}\s*(//.*\s*)?"
                      r"finishes_waited = \(i0 - block_x\) / grid_x;", src)
     assert "tk::named_sync(15, 256);" in src or "bar.sync 15" in src or re.search(r"named_sync\w*\(15", src)

@@ -270,8 +270,8 @@ def test_the_softmax_demos_source_is_its_kernel_and_the_helpers_it_uses():
         f"// row_softmax.py:{n}" for n in range(32, 41)]                   # each of the user's lines above its code
     example, args = kernel_and_args("softmax")
     assert len(example.source(*args).splitlines()) <= 163
-    gemm, args = kernel_and_args("gemm")                       # (451 lines when whole paragraphs were chosen)
-    assert len(gemm.source(*args).splitlines()) <= 320
+    gemm, args = kernel_and_args("gemm")     # (451 lines when whole paragraphs were chosen; its 4 loops' pragmas: 324)
+    assert len(gemm.source(*args).splitlines()) <= 324
 
 
 def _entry(ptx: str) -> str:

@@ -1,4 +1,4 @@
-// sha256 of the whole source: b8c28b81cb5bae37e93fa08fd40767da55db74401a9adc90752f46f179e9e2cf
+// sha256 of the whole source: 7ba3015c3c1a14ff84483a586c6c047f9cef2c7cb597f67870763e327b24027b
 // ---- end of prelude ----
 extern "C" __global__ void __launch_bounds__(256)  // kernel golden_ws, traced from debug_golden_kernels.py:34: 8 warps
 golden_ws(tk::bf16* __restrict__ a_ptr, tk::bf16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K,
@@ -41,6 +41,7 @@ golden_ws(tk::bf16* __restrict__ a_ptr, tk::bf16* __restrict__ b_ptr, float* __r
     // debug_golden_kernels.py:44  with tk.if_(tk.warp_id() == 4):
     if (warpid == 4) {
         // debug_golden_kernels.py:45  for kk in tk.range(a.cols // 64):
+        #pragma unroll 1
         for (int i0 = 0; i0 < K / 64; i0 += 1) {
             // debug_golden_kernels.py:46  stage = tk.let(kk % 2, "stage")
             const int stage = i0 % 2;
@@ -62,6 +63,7 @@ golden_ws(tk::bf16* __restrict__ a_ptr, tk::bf16* __restrict__ b_ptr, float* __r
         // debug_golden_kernels.py:53  tk.zero(acc)
         tk::fill(acc, 0.0f);
         // debug_golden_kernels.py:54  for kk in tk.range(a.cols // 64):
+        #pragma unroll 1
         for (int kk = 0; kk < K / 64; kk += 1) {
             // debug_golden_kernels.py:55  stage = tk.let(kk % 2, "stage")
             const int stage_1 = kk % 2;

@@ -17,6 +17,7 @@ class range:  # noqa: A001 - mirrors Python's range on purpose
 
     The body is traced once with `i` a runtime scalar. Tiles updated in the
     body carry their values across iterations (declare them before the loop).
+    The C++ loop is not unrolled (`#pragma unroll 1`): unroll with Python's range.
     """
 
     def __init__(self, start, stop=None, step=1):
