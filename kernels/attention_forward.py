@@ -20,8 +20,8 @@ from .attention_combine import _combine
 from .attention_config import DTYPES, HEAD_DIMS, AttentionConfig
 from .attention_kernel import LOG2E, _attention
 from .attention_policy import (FAST_DIVISION_TASKS, Q_ROWS, clean_choices, cluster_for, consumer_warpgroups_for,
-                               default_tiles, few_keys_options, last_kv_for, lse_rows, q_rows, split_kv_for,
-                               splits_for, stream_tiles, whole_clusters)
+                               default_tiles, few_keys_options, last_kv_for, lse_rows, q_rows,
+                               quick_first_call_options, split_kv_for, splits_for, stream_tiles, whole_clusters)
 from .op_support import check_device
 from .tensor_layout import ALIGN, cdiv, tma_layout
 
@@ -110,7 +110,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | st
     plan = _FORWARD_PLANS.get(signature)
     if plan is None:
         checked(q, k, v)
-        plan = _FORWARD_PLANS[signature] = _ForwardPlan(q, k, causal, return_lse)
+        plan = _FORWARD_PLANS[signature] = _ForwardPlan(signature, q, k, causal, return_lse)
     return plan(q, k, v, scale)
 
 
@@ -119,11 +119,13 @@ _FORWARD_PLANS: dict = {}
 
 class _ForwardPlan:
     """forward for one signature of inputs (shapes, strides, dtypes, device, causal, the scale's sign, return_lse):
-    the checks passed and the choices made (head packing, consumer warpgroups, the kernel _prepared picks, its
-    scalar arguments) on the first call, from shapes alone; a call then allocates, checks pointers and launches."""
+    the checks passed and the choices made (head packing, consumer warpgroups) once, from shapes alone; the kernel
+    _prepared picks on the first call (_Chosen), or on a cold cache a quick kernel until the picked one has compiled
+    in the background (QUICK_FIRST_CALL); a call then allocates, checks pointers and launches."""
 
-    def __init__(self, q, k, causal, return_lse):
+    def __init__(self, signature, q, k, causal, return_lse):
         (b, h, n, d), hkv = q.shape, k.shape[1]
+        self.signature = signature
         self.group = packed_heads(q, hkv)
         h_run, n_run = (hkv, self.group * n) if self.group > 1 else (h, n)
         self.groups = consumer_warpgroups_for(b, h_run, n_run, d, multiprocessors(q),
@@ -131,7 +133,8 @@ class _ForwardPlan:
         self.causal, self.return_lse = causal, return_lse
         self.run_shape = (b, h_run, n_run, d)
         self.default_scale = 1.0 / math.sqrt(d)
-        self.kernel = self.grid = None   # the kernel _prepared picks and its grid, from the first call
+        self.quick_options = quick_first_call_options(self.groups, self.group)
+        self.chosen = self.quick = None     # the kernel _prepared picks, once compiled; the quick one meanwhile
 
     def __call__(self, q, k, v, scale):
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -143,24 +146,53 @@ class _ForwardPlan:
         return (o, lse[..., :self.run_shape[2]].reshape(o.shape[:3]).contiguous()) if self.return_lse else o
 
     def _launch(self, q, k, v, o, lse, scale):
-        if self.kernel is None:      # _prepared's choices, once (it reads tensors: first_clean compiles on them)
-            template, args = _prepared(q, k, v, o, lse, self.causal, scale, consumer_warpgroups=self.groups,
-                                       packed=self.group)
-            outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
-            self.scalars = tuple(args[3 + outputs + 1:])
-            self.workspaces = [tuple(w.shape) for w in args[3:3 + outputs]] if template.scheduler.splits_k else None
-            self.layouts = tma_layout(q), tma_layout(k), tma_layout(v)
-            self.grid = template.grid(*args)     # (it reads shapes only, which the plan's signature fixes)
-            self.kernel = template.kernel
+        chosen = self.chosen
+        if chosen is None:
+            quick = None if self.quick_options is None else lambda: self._quick(q, k, v, o, lse, scale)
+            chosen, final = _FIRST_CALLS.pick(self.signature, lambda: self._choose(q, k, v, o, lse, scale, {}), quick)
+            if final:
+                self.chosen, self.quick = chosen, None
+        chosen.launch(q, k, v, o, lse, self.default_scale if scale is None else float(scale))
+
+    def _quick(self, q, k, v, o, lse, scale) -> "_Chosen":
+        if self.quick is None:
+            self.quick = self._choose(q, k, v, o, lse, scale, self.quick_options)
+        return self.quick
+
+    def _choose(self, q, k, v, o, lse, scale, options: dict) -> "_Chosen":
+        """_prepared's kernel for these inputs (with `options`), compiled (it reads tensors: first_clean compiles on
+        them)."""
+        template, args = _prepared(q, k, v, o, lse, self.causal, scale, consumer_warpgroups=self.groups,
+                                   packed=self.group, **options)
+        template.kernel.compile(*args)
+        return _Chosen(template, args, q, k, v, lse)
+
+
+_FIRST_CALLS = tk.QuickFirstCall("attention")
+
+
+class _Chosen:
+    """A kernel _prepared picked for a plan and what its launches reuse: the grid (from shapes only, which the
+    plan's signature fixes), the scalar arguments after the scale, the workspaces' shapes under split-K, and which
+    inputs TMA reads in place."""
+
+    def __init__(self, template, args, q, k, v, lse):
+        outputs = 1 + (lse is not None) if not template.scheduler.splits_k else 2
+        self.scalars = tuple(args[3 + outputs + 1:])
+        self.workspaces = [tuple(w.shape) for w in args[3:3 + outputs]] if template.scheduler.splits_k else None
+        self.layouts = tma_layout(q), tma_layout(k), tma_layout(v)
+        self.grid = template.grid(*args)
+        self.kernel = template.kernel
+
+    def launch(self, q, k, v, o, lse, scale: float) -> None:
+        keys, scale = _positive_scale(k, scale)
+        if self.workspaces is not None:
+            outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in self.workspaces]
         else:
-            keys, scale = _positive_scale(k, self.default_scale if scale is None else float(scale))
-            if self.workspaces is not None:
-                outputs = [torch.empty(shape, dtype=torch.float32, device=q.device) for shape in self.workspaces]
-            else:
-                outputs = (o,) if lse is None else (o, lse)
-            q_ok, k_ok, v_ok = self.layouts
-            args = (_usable(q, q_ok), _usable(keys, k_ok and keys is k), _usable(v, v_ok), *outputs, scale * LOG2E,
-                    *self.scalars)
+            outputs = (o,) if lse is None else (o, lse)
+        q_ok, k_ok, v_ok = self.layouts
+        args = (_usable(q, q_ok), _usable(keys, k_ok and keys is k), _usable(v, v_ok), *outputs, scale * LOG2E,
+                *self.scalars)
         self.kernel[self.grid](*args)        # (kernel[grid] is the fast launcher once the first launch built it)
         if self.workspaces is not None:      # the splits' results in the workspaces, merged into o and lse
             _combine(q, o, lse, args)

@@ -25,7 +25,7 @@ from tkpy.templates import multiprocessors
 from .gemm_config import DTYPES, MatmulConfig
 from .gemm_epilogue import ACTIVATIONS
 from .gemm_kernel import matmul_template
-from .gemm_policy import SPLIT_BLOCK_N, WIDTHS, block_n_for
+from .gemm_policy import QUICK_BLOCK_N, SPLIT_BLOCK_N, WIDTHS, block_n_for
 from .gemm_splitk import SplitPlan, reduce_kernel
 from .op_support import check_device, refuse_overlap
 from .tensor_layout import ALIGN, padded_copy, padded_like, tma_layout
@@ -84,7 +84,8 @@ def run(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bias:
                  out_dtype, block_n, split_k, deterministic, tk.interpret_requested())
     call = _CALLS.get(signature)
     if call is None:
-        call = _CALLS[signature] = _Call(a, b, out, bias, activation, scale, out_dtype, block_n, split_k, deterministic)
+        call = _CALLS[signature] = _Call(signature, a, b, out, bias, activation, scale, out_dtype, block_n, split_k,
+                                         deterministic)
     return call(a, b, out, bias, scale)
 
 
@@ -95,7 +96,7 @@ class _Call:
     """run for one signature of arguments: the checks passed, the layout known, the kernels (`launch`) made on the
     first call, as _plan reads tensors."""
 
-    def __init__(self, a, b, out, bias, activation, scale, out_dtype, block_n, split_k, deterministic):
+    def __init__(self, signature, a, b, out, bias, activation, scale, out_dtype, block_n, split_k, deterministic):
         self.out_dtype = checked(a, b, bias, activation, out_dtype, out, block_n, split_k, scale)
         (self.m, self.k), self.n, self.device = a.shape, b.shape[1], a.device
         self.b_transposed = b.stride(0) == 1 and b.stride(1) != 1 and self.n > 1   # b = w.T of a row-major w
@@ -104,7 +105,29 @@ class _Call:
         self.strides_ready = (tma_layout(a), tma_layout(operand_b),   # (a new output is contiguous)
                               tma_layout(out) if out is not None else self.n * self.out_dtype.itemsize % ALIGN == 0)
         self.options = (activation, block_n, split_k, deterministic)
-        self.launch = None
+        self.signature = signature
+        self.launch = self.quick = None     # the plan, once compiled; on a cold cache a quick one meanwhile
+
+    def _planned(self, a, b, c, extras, bias, scale, quick: bool = False):
+        """_plan's launch for these operands (QUICK_BLOCK_N-wide tiles if `quick`), its kernels compiled."""
+        activation, block_n, split_k, deterministic = self.options
+        launch = _plan(a, b, c, extras, self.out_dtype, self.b_transposed, bias, scale, activation,
+                       QUICK_BLOCK_N if quick else block_n, split_k, deterministic)
+        launch.compile(a, b, c, extras)
+        return launch
+
+    def _quick_plan(self, a, b, c, extras, bias, scale):
+        """A function making the quick plan once (QuickFirstCall's quick), or None where matmul runs what was asked
+        (block_n or split_k given) or the tuned tiles are no wider than the quick ones."""
+        activation, block_n, split_k, _ = self.options
+        if block_n is not None or split_k is not None or block_n_for(self.m, self.n, multiprocessors(a)) <= QUICK_BLOCK_N:
+            return None
+
+        def quick():
+            if self.quick is None:
+                self.quick = self._planned(a, b, c, extras, bias, scale, quick=True)
+            return self.quick
+        return quick
 
     def __call__(self, a, b, out, bias, scale):
         m, n, k = self.m, self.n, self.k
@@ -126,9 +149,13 @@ class _Call:
         b_ = b if b_ready and b.data_ptr() % ALIGN == 0 else padded_copy(b)
         c = result if c_ready and result.data_ptr() % ALIGN == 0 else padded_like(result)
         extras = (() if bias is None else (bias,)) + (() if scale is None else (scale,))
-        if self.launch is None:
-            self.launch = _plan(a_, b_, c, extras, self.out_dtype, self.b_transposed, bias, scale, *self.options)
-        self.launch(a_, b_, c, extras)
+        launch = self.launch
+        if launch is None:
+            launch, final = _FIRST_CALLS.pick(self.signature, lambda: self._planned(a_, b_, c, extras, bias, scale),
+                                              self._quick_plan(a_, b_, c, extras, bias, scale))
+            if final:
+                self.launch, self.quick = launch, None
+        launch(a_, b_, c, extras)
         if c is not result:
             result.copy_(c)
         return result
@@ -152,13 +179,18 @@ def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, blo
 
 
 def _direct(template, args):
-    """One launch of `template`'s kernel on its grid for these shapes (`.template` says which)."""
+    """One launch of `template`'s kernel on its grid for these shapes (`.template` says which; `.compile(a, b, c,
+    extras)` compiles it ahead)."""
     kernel, grid = template.kernel, template.grid(*args)
 
     def run(a, b, c, extras):
         kernel[grid](a, b, c, *extras)
     run.template = template
+    run.compile = lambda a, b, c, extras: kernel.compile(a, b, c, *extras)
     return run
+
+
+_FIRST_CALLS = tk.QuickFirstCall("matmul")
 
 
 def _epilogue(acc: torch.Tensor, bias, activation, scale) -> torch.Tensor:

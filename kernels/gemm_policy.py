@@ -25,6 +25,8 @@ FP8_WIDTHS = (256, 128)             # ... and of the fp8 GEMM
 # TFLOP/s of each width with every SM busy (4096^3 bf16): the per-tile cost of block_n_for's model, for the fp8
 # GEMM too (its widths' rates not measured apart).
 TILE_RATE = {256: 662, 128: 579, 64: 475}
+# A cold cache's first calls (tk.QuickFirstCall): tiles this wide until the tuned width has compiled in the background.
+QUICK_BLOCK_N = 64
 # Input stages per tile width, as many as fit beside the 32 KB of two output stages in the 227 KB of shared memory
 # (8 is also the template's most). bf16/fp16: a stage holds A's 128 x 64 slice, 16 KB, and B's 64 x block_n one:
 # 4 x 48 KB, 6 x 32 KB, 8 x 24 KB. fp8: A's 128 x 128 slice, 16 KB, and B's block_n x 128 one: 4 x 48 KB, 6 x 32 KB.
@@ -50,6 +52,8 @@ EVIDENCE = {
               "256-wide tiles, 4096^3 475 / 579 / 662",
     "FP8_WIDTHS": "RESULTS.md run 27: 4096^3 e4m3 in 256-wide tiles 1214 TFLOP/s, 1.07x torch._scaled_mm; 128-wide "
                   "tiles not timed apart",
+    "QUICK_BLOCK_N": "RESULTS.md run 287: 4096^3 under NVRTC 13.0 on the H200 host: 64-wide tiles compile in 0.14 s "
+                     "at 0.71x the 256-wide kernel's speed (0.46 s), 128-wide in 0.27 s at 0.93x",
     "TILE_RATE": {256: "RESULTS.md run 21: 4096^3 in 256-wide tiles, 662 TFLOP/s",
                   128: "RESULTS.md run 21: 4096^3 in 128-wide tiles, 579 TFLOP/s",
                   64: "RESULTS.md run 21: 4096^3 in 64-wide tiles, 475 TFLOP/s"},

@@ -95,6 +95,12 @@ class SplitPlan:
         make = torch.empty if self.deterministic else torch.zeros
         return make(shape, dtype=torch.float32, device=device)[:, :, :self.n]
 
+    def compile(self, a, b, c, extras: tuple) -> None:
+        """Both kernels compiled for these operands ahead of a launch (the workspace a meta tensor: shapes only)."""
+        w = self.workspace("meta")
+        self.template.kernel.compile(a, b, w, self.splits)
+        self.reduce.compile(w, c, *extras)
+
     def __call__(self, a, b, c, extras: tuple) -> None:
         w = self.workspace(a.device)
         args = (a, b, w, self.splits)

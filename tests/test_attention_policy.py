@@ -56,7 +56,7 @@ def choice(monkeypatch, sms, b, h, hkv, n, nk, d, causal) -> str:
     monkeypatch.setattr(att, "first_clean", first_clean)
     q = torch.empty(b, h, n, d, dtype=torch.bfloat16, device="meta")
     k = torch.empty(b, hkv, nk, d, dtype=torch.bfloat16, device="meta")
-    plan = att._ForwardPlan(q, k, causal, False)
+    plan = att._ForwardPlan(None, q, k, causal, False)
     q_run = q.view(plan.run_shape) if plan.group > 1 else q
     att._prepared(q_run, k, k, q_run, None, causal, None, consumer_warpgroups=plan.groups, packed=plan.group)
     config = seen["config"]()

@@ -15,6 +15,8 @@ from .errors import TkpyError, TraceError, ArgumentError, UnsupportedError, Inte
 from .runtime.errors import GpuBoundsError, GpuTimeoutError, SpillWarning
 from .runtime import gpu_available
 from .frontend.kernel import kernel, Kernel
+from .frontend.quick_first_call import QuickFirstCall, wait_for_compiles
+from .runtime.background import CompilePending
 from .frontend.signature import gl, pgl, constexpr, broadcast_dim, tma_layout, tma_ready, ALIGNMENT, FLT_MAX
 from .frontend.pgl import PGL
 from .tiles.math_approx import LOG2E

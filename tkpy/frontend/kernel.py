@@ -382,6 +382,11 @@ def compile_only():
         _compiling_only = None
 
 
+def compiling_only() -> bool:
+    """Whether a compile_only() block is running (launches compile instead)."""
+    return _compiling_only is not None
+
+
 _mode_lock = threading.Lock()
 
 

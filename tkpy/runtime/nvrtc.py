@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from . import background
 from . import cache as _cache
 from . import nvrtc_record
 from .errors import CompileError, TkpyRuntimeError
@@ -255,6 +256,8 @@ def compile_cuda(
     if mod is None and loaded_version() != version:    # a stale record of the version: the library says
         key = _cache.cache_key(identity, kernel_name, tuple(opts), loaded_version(), arch)
         mod = _from_disk(key, source, kernel_name, arch)
+    if mod is None and background.waits_refused():
+        raise background.CompilePending(kernel_name)
     if mod is None:
         with _cache.entry_lock(key):  # one compile per key across processes
             mod = _from_disk(key, source, kernel_name, arch)  # another process may have just written it

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from . import background
+
 TARGET_REPLAY_MS = 1.0     # one replay lasts at least this long (so the graph launch's own cost is noise)
 BUDGET_MS = 300            # replays of one measurement last about this long in all
 MIN_REPLAYS = 5
@@ -25,7 +27,9 @@ WARMUP_CALLS = 3
 
 def median_ms(fn, budget_ms: float = BUDGET_MS) -> float:
     """Median GPU milliseconds per call of `fn` over CUDA-graph replays (see the module docstring), the replays
-    lasting about `budget_ms` in all (at least MIN_REPLAYS of them)."""
+    lasting about `budget_ms` in all (at least MIN_REPLAYS of them). Background compiles (QuickFirstCall's tuned
+    kernels) finish first, so that what is timed is what a warm process runs."""
+    background.wait()
     graph, calls, replay_ms = graph_of(fn)
     replays = max(MIN_REPLAYS, round(budget_ms / replay_ms))
     times = sorted(_timed_replays(graph, replays))
