@@ -133,7 +133,7 @@ class _ForwardPlan:
         self.causal, self.return_lse = causal, return_lse
         self.run_shape = (b, h_run, n_run, d)
         self.default_scale = 1.0 / math.sqrt(d)
-        self.quick_options = quick_first_call_options(self.groups, self.group)
+        self.quick_options = quick_first_call_options(d, self.groups, self.group)
         self.chosen = self.quick = None     # the kernel _prepared picks, once compiled; the quick one meanwhile
 
     def __call__(self, q, k, v, scale):

@@ -144,6 +144,7 @@ SERIAL_ONE_GROUP = (128,)
 # tuned one takes 0.6-2.3 s (the serial schedule, one ring, single blocks, P from each tile's row max, no narrow last
 # tile, C++'s division), run until the tuned kernel has compiled in the background.
 QUICK_FIRST_CALL = dict(overlap=False, cluster=1, split_kv=False, stale_shift=False, last_kv=None, fast_division=False)
+QUICK_KV = {128: 64}                # ... and their key/value tiles where not the default's
 # Variants that measured slower and left the kernel (RESULTS.md keeps them).
 SLOWER_VARIANTS = {
     "turns round the softmax's exponentials instead of the MMA issue (softmax turns)": "RESULTS.md runs 55, 225, 243",
@@ -208,8 +209,10 @@ EVIDENCE = {
     "OVERLAP": "RESULTS.md runs 42 and 57 (faster than the serial order), 74-76 (the timeline)",
     "SERIAL_ONE_GROUP": "RESULTS.md run 141: D128 1.2-6.1% faster in 5 interleaved rounds on five decoding shapes",
     "DIVISION_CHOICES": "RESULTS.md runs 232 and 240: divisors before cluster pairs, the larger gain",
-    "QUICK_FIRST_CALL": "RESULTS.md run 287: NVRTC 13.0 on the H200 host 0.40-0.46 s (the defaults 0.61-2.30 s), "
-                        "0.83-0.89x the default's speed at B16 H16 N4096",
+    "QUICK_FIRST_CALL": "RESULTS.md runs 287-288: NVRTC 13.0 on the H200 host 0.29-0.42 s (the defaults 0.61-2.30 "
+                        "s), 0.83-0.86x the default's speed at B16 H16 N4096",
+    "QUICK_KV": {128: "RESULTS.md run 288: D128 64-row tiles compile in 0.32 s at 0.76x the default's speed, 128-row "
+                      "in 0.42 s at 0.83x"},
 }
 
 
@@ -287,11 +290,14 @@ def stream_tiles(q: torch.Tensor, k: torch.Tensor, consumer_warpgroups: int, spl
     return None
 
 
-def quick_first_call_options(consumer_warpgroups: int, packed: int) -> dict | None:
-    """QUICK_FIRST_CALL's options for a plan of `consumer_warpgroups` (packed: query heads a sequence stacks), or
-    None where the first call waits for the tuned kernel: one consumer warpgroup (decoding shapes, whose kernels
-    compile in about the quick one's time) and packed heads."""
-    return None if consumer_warpgroups == 1 or packed > 1 else dict(QUICK_FIRST_CALL)
+def quick_first_call_options(d: int, consumer_warpgroups: int, packed: int) -> dict | None:
+    """QUICK_FIRST_CALL's options (with QUICK_KV's tiles) for a plan of head dim `d` and `consumer_warpgroups`
+    (packed: query heads a sequence stacks), or None where the first call waits for the tuned kernel: one consumer
+    warpgroup (decoding shapes, whose kernels compile in about the quick one's time) and packed heads."""
+    if consumer_warpgroups == 1 or packed > 1:
+        return None
+    kv = QUICK_KV.get(tuned(d)) if consumer_warpgroups == 2 else None
+    return dict(QUICK_FIRST_CALL, **({"kv": kv} if kv else {}))
 
 
 def few_keys_options(nk: int, d: int, consumer_warpgroups: int, split_kv: bool, options: dict) -> dict:

@@ -196,3 +196,42 @@ def test_gpu_cold_first_calls_run_quick_kernels_then_the_tuned_ones(tmp_path, d)
         assert out[name]["first_tuned"] is False, out       # a cold cache: the quick kernel ran first
         assert out[name]["then_tuned"] is True, out
         assert max(out[name]["errors"]) < bound, out
+
+
+@on_gpu
+@pytest.mark.parametrize("d", [64, 80, 128, 256])
+@pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
+@pytest.mark.parametrize("n, nk", [(1024, 1024), (333, 517)])
+def test_gpu_the_quick_attention_kernels_match_the_reference(d, causal, n, nk):
+    """attention()'s quick first-call kernels (QUICK_FIRST_CALL's options), on poisoned outputs, with the log-sum-exp
+    and without."""
+    from gpu_util import poisoned
+    from tkpy.kernels import attention_forward as att
+    from tkpy.kernels.attention_policy import lse_rows, quick_first_call_options
+    torch.manual_seed(d + n)
+    q = torch.randn(2, 8, n, d, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(2, 4, nk, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    groups = max(2, att.consumer_warpgroups_for(2, 8, n, d, torch.cuda.get_device_properties(0).multi_processor_count,
+                                                causal is not False))       # (one warpgroup: no quick kernel)
+    mask = None
+    if causal:
+        offset = 0 if causal == "top_left" else nk - n
+        mask = torch.arange(nk, device="cuda")[None, :] <= torch.arange(n, device="cuda")[:, None] + offset
+    kk, vv = (x.double().repeat_interleave(2, dim=1) for x in (k, v))
+    scores = q.double() @ kk.transpose(-1, -2) / d ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    seen = torch.isfinite(scores).any(-1, keepdim=True)
+    ref = torch.where(seen, torch.softmax(scores, -1).nan_to_num(0.0) @ vv, 0.0)
+    for with_lse in (False, True):
+        o = poisoned(2, 8, n, d, dtype=torch.bfloat16)
+        lse = poisoned(2, 8, lse_rows(n, groups), dtype=torch.float32) if with_lse else None
+        att._launch(q, k, v, o, lse, causal or False, None, consumer_warpgroups=groups,
+                    **quick_first_call_options(d, groups, 1))
+        assert (o.double() - ref).abs().max().item() < 2e-2
+        if with_lse:
+            ref_lse = torch.logsumexp(scores, -1)
+            got = lse[..., :n].double()
+            assert torch.equal(torch.isinf(got), torch.isinf(ref_lse))
+            finite = torch.isfinite(ref_lse)
+            assert (got[finite] - ref_lse[finite]).abs().max().item() < 1e-3
