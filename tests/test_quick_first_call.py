@@ -235,3 +235,16 @@ def test_gpu_the_quick_attention_kernels_match_the_reference(d, causal, n, nk):
             assert torch.equal(torch.isinf(got), torch.isinf(ref_lse))
             finite = torch.isfinite(ref_lse)
             assert (got[finite] - ref_lse[finite]).abs().max().item() < 1e-3
+
+
+def test_importing_tkpy_loads_nvrtc_on_a_background_thread_once():
+    """`import tkpy` starts the NVRTC library's load on a daemon thread (nvrtc.preload), which the first compile then
+    finds done; a second preload starts nothing."""
+    if tk.interpret_requested():
+        pytest.skip("TKPY_INTERPRET=1: tkpy's import loads no NVRTC")
+    thread = nvrtc._preloading
+    assert thread is not None and thread.daemon and thread.name == "tkpy-nvrtc-load"
+    thread.join(60)
+    assert nvrtc._versions.get("loaded") == nvrtc.loaded_version()
+    nvrtc.preload()
+    assert nvrtc._preloading is thread

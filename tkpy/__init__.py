@@ -34,6 +34,9 @@ from ._source_tree import expose_kernels
 from ._version import __version__
 
 expose_kernels(__path__[0])    # `tkpy.kernels` from a checkout's kernels/ (an install carries it)
+if not interpret_requested():
+    from .runtime.nvrtc import preload as _preload_nvrtc
+    _preload_nvrtc()           # the NVRTC library loaded on a thread, ahead of the first compile
 
 
 def __getattr__(name: str):

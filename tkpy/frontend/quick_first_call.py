@@ -11,8 +11,8 @@ is never compiled.
 
 `tuned()` and `quick()` return a plan whose kernels are compiled (e.g. Kernel.compile(*args) called): pick calls
 tuned() within runtime.background.refusing_waits(), so that a kernel missing from both caches raises
-CompilePending instead of running NVRTC; then it runs tuned() again on a background thread (which compiles) and
-returns quick() meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op may keep.
+CompilePending instead of running NVRTC; then it makes quick() and runs tuned() again on a background thread (which
+compiles), returning quick()'s plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op may keep.
 
 The quick kernel computes the same function with other tiles or schedules, so its results can differ from the
 tuned kernel's in the last bits (a float sum in another order). Where that matters, the tuned kernel is waited for:
@@ -75,11 +75,12 @@ class QuickFirstCall:
                     return tuned(), True
             except background.CompilePending:
                 pass
+            plan = quick()      # first, so that the tuned plan's tracing does not hold the GIL meanwhile
             with self._lock:
-                compiling = self._compiling.get(key)
-                if compiling is None:
-                    compiling = self._compiling[key] = background.start(
-                        lambda: _quietly(tuned), f"tkpy {self.name}: compiling {key!r}"[:120])
+                if key not in self._compiling:
+                    self._compiling[key] = background.start(lambda: _quietly(tuned),
+                                                            f"tkpy {self.name}: compiling {key!r}"[:120])
+            return plan, False
         if quick is None or not quick_first_calls_allowed():
             compiling.join()
             return tuned(), True

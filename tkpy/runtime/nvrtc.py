@@ -84,6 +84,28 @@ def _check(nvrtc, result: tuple, what: str):
 _versions: dict = {}        # "loaded": the library's version; "recorded": nvrtc_record's (or None), read once
 
 
+def preload() -> None:
+    """Load the NVRTC library on a daemon thread (once), so that a first compile does not wait for it (94 ms on the
+    H200's host, RESULTS.md run 289; the load releases the GIL). Errors are left for the first compile to raise."""
+    global _preloading
+    with _preload_lock:
+        if _preloading is not None or "loaded" in _versions:
+            return
+        _preloading = threading.Thread(target=_load_quietly, name="tkpy-nvrtc-load", daemon=True)
+    _preloading.start()
+
+
+def _load_quietly() -> None:
+    try:
+        loaded_version()
+    except Exception:   # noqa: BLE001 - raised again, with its fix, by the first compile's loaded_version()
+        pass
+
+
+_preloading: threading.Thread | None = None
+_preload_lock = threading.Lock()
+
+
 def loaded_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC library, loading it (once; the version then recorded: nvrtc_record)."""
     version = _versions.get("loaded")
