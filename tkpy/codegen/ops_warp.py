@@ -27,6 +27,13 @@ def emit_store_gl_rt(em, op):
     yield f"tk::{fn}({gl_view(dst, coord)}, {src.name}, {tile_coord(src, coord, False)}{extra});"
 
 
+@emits("store_add_gl_rt")
+def emit_store_add_gl_rt(em, op):
+    dst, src, coord = op.args
+    fn, _ = bounded(op, "store_add")
+    yield f"tk::{fn}({gl_view(dst, coord)}, {src.name}, {tile_coord(src, coord, False)});"
+
+
 @emits("load_rt_st", "load_rv_sv")
 def emit_load_rt_st(em, op):
     dst, src = op.args

@@ -50,6 +50,24 @@ def store_gl_rt(warp, op):
     write_global(warp, op, g, coord, src.type, encode(g.dtype, warp.read(src)), what)
 
 
+@semantics("store_add_gl_rt", attrs=("masked",))
+def store_add_gl_rt(warp, op):
+    """red.global.add.f32 on every element (inside the tensor, masked): read, add in fp32, write back, subnormal
+    inputs and results flushed to zero as the GPU's reductions into global memory do. (A warp's op runs whole
+    between two of the interpreter's switches: each element's add is atomic.)"""
+    dst, src, coord = op.args
+    g = warp.global_tensor(dst)
+    what = f"store_add of `{src.name}` into `{dst.name}`"
+    old = decode(g.dtype, read_global(warp, op, g, coord, src.type, what)).reshape(_shape(src))
+    write_global(warp, op, g, coord, src.type, encode(g.dtype, _flushed(_flushed(old) + _flushed(warp.read(src)))),
+                 what)
+
+
+def _flushed(x: np.ndarray) -> np.ndarray:
+    """fp32 values with the subnormal ones set to zero of their sign."""
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
 @semantics("load_rt_st", "load_rv_sv")
 def load_rt_st(warp, op):
     dst, src = op.args

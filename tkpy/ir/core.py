@@ -285,7 +285,7 @@ BINARY_FNS = ("add", "sub", "mul", "div", "max", "min")
 # the coordinate (in units of the tile), or the tensor, the tile and the coordinate: ordinary copies (the debug
 # mode bounds-checks them) and TMA's (the hardware does).
 GLOBAL_TILE_OPS = ("load_rt_gl", "load_rv_gl", "load_st_gl", "load_sv_gl", "store_gl_rt", "store_gl_rv",
-                   "store_gl_st", "store_gl_sv", "load_async")
+                   "store_gl_st", "store_gl_sv", "load_async", "store_add_gl_rt")
 TMA_TILE_OPS = ("tma_load", "tma_store", "tma_prefetch")
 REDUCE_FNS = ("max", "min", "sum", "prod")
 BROADCAST_FNS = ("add", "sub", "mul", "div")

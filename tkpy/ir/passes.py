@@ -290,8 +290,9 @@ def _uncovered(kernel, g: GlobalVar, uses, size: int, reach: int) -> str:
             "in the tk.gl annotation)")
 
 
-_OP_NAMES = {"load_async": "tk.load_async", "tma_load": "tk.tma.load_async", "tma_store": "tk.tma.store_async",
-             "tma_prefetch": "tk.tma.prefetch", **{name: "tk." + name.split("_")[0] for name in GLOBAL_TILE_OPS[:8]}}
+_OP_NAMES = {"load_async": "tk.load_async", "store_add_gl_rt": "tk.store_add", "tma_load": "tk.tma.load_async",
+             "tma_store": "tk.tma.store_async", "tma_prefetch": "tk.tma.prefetch",
+             **{name: "tk." + name.split("_")[0] for name in GLOBAL_TILE_OPS[:8]}}
 
 
 def check_values_used(kernel: KernelIR) -> None:

@@ -1,6 +1,6 @@
 """The user-facing tile op namespace: thin functions that check their operands and record IR."""
 from .declare import rt, rv, st, sv, col_vec, row_vec
-from .memory import load, store, load_async, load_async_wait, Scope
+from .memory import load, store, store_add, load_async, load_async_wait, Scope
 from .elementwise import (fill, zero, one, neg_infty, pos_infty, copy,
                           exp, exp2, log, log2, abs, relu, neg, add, sub, mul, div, max, min,
                           sqrt, rsqrt, sigmoid, tanh, pow, log1p, erf)

@@ -11,6 +11,7 @@ from ..errors import UnsupportedError
 from ..frontend.context import user_loc
 from ..frontend.control import WARP_ID
 from ..ir.core import GlobalVar, SharedRef, Var
+from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV
 from ._checks import describe, emit, fail, operand, same_shape, scalar, tile_coord
 from .scalar_memory import is_scalar_destination, is_scalar_value, load_scalar, store_scalar
@@ -74,6 +75,27 @@ def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
     raise UnsupportedError(f"store into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
 
+def store_add(dst, src, coord=None, *, scope: str = "warp", masked=None):
+    """Add the fp32 register tile `src` into the fp32 global tensor `dst`, element by element, straight from the
+    registers: `red.global.add` reductions (no shared memory, no TMA), one `red.global.add.v2.f32` per register
+    pair where the layout makes the pair adjacent in a row (the row layout; the col layout's pairs lie in a column:
+    two scalar reds). Each element's add is atomic (adds from other warps and blocks may land in any order);
+    red.global.add.f32 flushes subnormal inputs and results to zero. Coordinates and bounds as tk.store's
+    (`masked=True`: elements past the tensor's last row or column are not added); `tk.warpgroup.store_add` takes
+    a warpgroup's tile (a coordinate in units of a tile 4 times as tall, each warp adding its 16-row quarter)."""
+    dst, src = operand(dst, "store_add destination"), operand(src, "store_add source")
+    if not (isinstance(dst, GlobalVar) and isinstance(src, Var) and isinstance(src.type, RT)):
+        fail(f"store_add adds a register tile into a global tensor (tk.store_add(gl, rt, coord)); got "
+             f"{describe(dst)} <- {describe(src)}")
+    for what, x in (("destination", dst), ("source", src)):
+        if x.type.dtype != f32:
+            fix = ("declare it tk.gl[tk.f32, ...] (an fp32 workspace, converted after the adds)" if x is dst else
+                   f"tk.copy it into a tk.rt(tk.f32, {src.type.rows}, {src.type.cols}) first")
+            fail(f"store_add adds fp32 into fp32: its {what} {describe(x)} is {x.type.dtype}; {fix}")
+    return emit("store_add_gl_rt", dst, src, _register_coord(coord, scope, "store_add", dst),
+                **_bounds(src, dst, masked, None, "store_add"))
+
+
 def _scope(scope: str) -> str:
     if scope not in SCOPES:
         fail(f"scope must be one of {tuple(SCOPES)}, got {scope!r}")
@@ -133,7 +155,7 @@ def _bounds(tile, g: GlobalVar, masked, fill, what: str) -> dict:
              f"{describe(tile)}" if ragged else "a fill value was given"))
     if not (masked or ragged or fill is not None):
         return {}
-    if what == "store":
+    if what.startswith("store"):
         return {"masked": True}
     return {"fill": scalar(0.0 if fill is None else fill, f"{what} fill value")}
 
@@ -205,6 +227,9 @@ class Scope:
 
     def store(self, dst, src, coord=None, **bounds):
         return store(dst, src, coord, scope=self.name, **bounds)
+
+    def store_add(self, dst, src, coord=None, **bounds):
+        return store_add(dst, src, coord, scope=self.name, **bounds)
 
     def load_async(self, dst, src, coord=None, **bounds):
         return load_async(dst, src, coord, scope=self.name, **bounds)

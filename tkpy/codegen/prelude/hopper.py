@@ -89,6 +89,44 @@ template <int N> __device__ __forceinline__ void increase_registers() { asm vola
 template <int N> __device__ __forceinline__ void decrease_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 """
 
+_REDUCE = r"""
+// ---- Hopper: reductions into global memory from registers (red.global.add; its .v2 / .v4 of f32 from sm_90) ----
+
+// Adds of fp32 values into global memory that return nothing, each element's atomic (a vector's not as a whole);
+// subnormal inputs and results flush to zero. A pair: two adjacent elements, 8-byte aligned.
+__device__ __forceinline__ void red_add(float* p, float v) {
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory"); }
+__device__ __forceinline__ void red_add(float* p, float2 v) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(v.x), "f"(v.y) : "memory"); }
+// A register's pair at (r, c): adjacent in a row in the row layout (one v2), in a column in the col layout (two);
+// no lane holds four adjacent elements of a tile (a .v4 would take shuffles).
+__device__ __forceinline__ void red_pair(row_l, float* base, long long stride, int r, int c, float2 v) {
+    red_add(base + r * stride + c, v); }
+__device__ __forceinline__ void red_pair(col_l, float* base, long long stride, int r, int c, float2 v) {
+    red_add(base + r * stride + c, v.x); red_add(base + (r + 1) * stride + c, v.y); }
+// gl += rt (fp32), from the registers (tk.store_add); the masked form adds the elements inside the tensor only.
+template <int H, int W, typename L>
+__device__ __forceinline__ void store_add(const gl<float>& dst, const rt<float, H, W, L>& src, int b, int d, int r0, int c0) {
+    const int ln = lane(); float* base = dst.at(b, d, r0, c0);
+    for_each_reg<H, W>([&](int i, int j, int k) {
+        int r, c; frag_pos<L>(ln, k, 0, r, c);
+        red_pair(L{}, base, dst.row_stride, r + 16 * i, c + 16 * j, src.data[i][j][k]);
+    });
+}
+template <int H, int W, typename L>
+__device__ __forceinline__ void store_add_masked(const gl<float>& dst, const rt<float, H, W, L>& src, int b, int d, int r0, int c0) {
+    if (r0 + 16 * H <= dst.rows && c0 + 16 * W <= dst.cols) { store_add(dst, src, b, d, r0, c0); return; }  // warp-uniform
+    const int ln = lane();
+    for_each_reg<H, W>([&](int i, int j, int k) {
+        const float2 v = src.data[i][j][k];
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {
+            int r, c; frag_pos<L>(ln, k, h, r, c); r += r0 + 16 * i; c += c0 + 16 * j;
+            if (in_bounds(dst, r, c, 1)) red_add(dst.at(b, d, r, c), h ? v.y : v.x);
+        }
+    });
+}
+"""
+
 def _tma_copies(rank: int) -> str:
     """tma::load_async / load_async_multicast / store_async / prefetch on a `rank`-d tensor map (4, or 5 for
     a 5-d gl, whose outer coordinate `o` comes first). One cp.async.bulk.tensor per swizzle panel."""
@@ -359,7 +397,7 @@ def wgmma_helpers(variants) -> list[Helper]:
     return out + _NAMED_MMA
 
 
-HELPERS = helpers(_SYNC) + helpers(_TMA, "tk::tma") + helpers(_WGMMA)
+HELPERS = helpers(_SYNC) + helpers(_REDUCE) + helpers(_TMA, "tk::tma") + helpers(_WGMMA)
 # 5-d TMA (a gl of 5 dims): overloads of the tma:: copies taking the outer coordinate first, on a 5-d tensor map
 # (cols, rows, depth, batch, outer). Only kernels that use one get them.
 TMA5_HELPERS = helpers(_tma_copies(5), "tk::tma")
