@@ -15,9 +15,6 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
 
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --dq-add [--rounds R] [--only causal|noncausal]
-        (the main kernel's ways of adding dQ, DQ_ADD_VARIANTS, against cuDNN's backward: compare_dq_add;
-        $OUT/attention_bwd_dq_add.json)
 """
 from __future__ import annotations
 
@@ -45,76 +42,6 @@ def main(only: str | None = None) -> list[dict]:
     if out_dir:
         plot(rows, out_dir / "attention_bwd.png")
     return rows
-
-
-# The main kernel's ways of adding dQ (AttentionBwdConfig.dq_add) as attention_backward._launch options: the default
-# (TMA reduce-adds through staging), from the registers by column piece or by a warpgroup's own keys; at D128 also
-# with the third (Q, dO) stage that the staging tiles' 32 KB left no room for.
-DQ_ADD_VARIANTS = {"tma": {}, "split": {"dq_add": "split"}, "own": {"dq_add": "own"},
-                   "split 3st": {"dq_add": "split", "stages": 3}, "own 3st": {"dq_add": "own", "stages": 3}}
-DQ_ADD_CASES = [(16, 16, n, d, causal) for n, d in ((4096, 128), (4096, 64)) for causal in (False, True)]
-
-
-def compare_dq_add(rounds: int = 12, only: str | None = None) -> list[dict]:
-    """tkpy's backward with each of DQ_ADD_VARIANTS (that the head dim takes: the 3-stage ones at D128) against
-    cuDNN's on DQ_ADD_CASES, in `rounds` interleaved rounds (each round times cuDNN and every variant once, in
-    timing.balanced_orders, graph replays); the median TFLOP/s and ratio to cuDNN with the rounds' lowest and
-    highest, and each variant's largest relative difference from the default's gradients (norms), which the
-    variants' order of fp32 additions moves by rounding only."""
-    import statistics
-
-    import torch
-
-    from benchmarks.bench_attention import save
-    from benchmarks.timing import balanced_orders, median_ms
-    from tkpy.kernels import attention
-    from tkpy.kernels import attention_backward as ab
-    from tkpy.kernels.attention_forward import causal_variant
-    rows = []
-    for b, h, n, d, causal in DQ_ADD_CASES:
-        if only and causal != (only == "causal"):
-            continue
-        q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(3))
-        do = torch.randn_like(q)
-        with torch.no_grad():
-            o, lse = attention(q, k, v, causal=causal, return_lse=True)
-        sdpa, _ = baseline("cudnn", q, k, v, causal)
-        out = forward_on_side_stream(sdpa)
-        fns = {"cudnn": lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)}
-        grads, workspace = {}, ab.workspaces(q, True)
-        variants = {name: options for name, options in DQ_ADD_VARIANTS.items() if d == 128 or "stages" not in options}
-        for name, options in variants.items():
-            grads[name] = [torch.empty_like(x) for x in (q, k, v)]
-            fns[name] = lambda g=grads[name], options=options: ab._launch(
-                do, q, k, v, o, lse, *g, causal_variant(causal), d ** -0.5, workspace=workspace, options=options)
-            fns[name]()
-        times, names, orders = {name: [] for name in fns}, list(fns), balanced_orders(len(fns))
-        for round_ in range(rounds):
-            for name in (names[i] for i in orders[round_ % len(orders)]):
-                times[name].append(median_ms(fns[name]))
-        flops = BACKWARD * 4 * b * h * n * n * d / (2 if causal else 1)
-        row = {"b": b, "h": h, "n": n, "d": d, "causal": causal,
-               "cudnn": flops / statistics.median(times["cudnn"]) / 1e9}
-        for name in variants:
-            fns[name]()
-            ratios = sorted(c / t for c, t in zip(times["cudnn"], times[name]))
-            row[name] = {"tflops": flops / statistics.median(times[name]) / 1e9, "vs_cudnn": statistics.median(ratios),
-                         "spread": (ratios[0], ratios[-1]),
-                         "diff_vs_tma": max(((x.float() - y.float()).norm() / y.float().norm()).item()
-                                            for x, y in zip(grads[name], grads["tma"]))}
-        rows.append(row)
-        print_dq_add_row(row, flush=True)
-        del q, k, v, do, o, lse, out, grads, workspace, fns
-        torch.cuda.empty_cache()
-    save("attention_bwd_dq_add.json", rows)
-    return rows
-
-
-def print_dq_add_row(r: dict, flush: bool = False) -> None:
-    cells = [f"{name} {v['tflops']:.0f} x{v['vs_cudnn']:.3f} [{v['spread'][0]:.2f}, {v['spread'][1]:.2f}] "
-             f"diff {v['diff_vs_tma']:.0e}" for name, v in r.items() if isinstance(v, dict)]
-    print(f"B{r['b']} H{r['h']} N{r['n']} D{r['d']}{' causal' if r['causal'] else ''}: cuDNN {r['cudnn']:.0f} "
-          f"TFLOP/s | " + " | ".join(cells), flush=flush)
 
 
 def case_row(b: int, h: int, hkv: int, n: int, d: int, causal: bool) -> dict:
@@ -259,10 +186,4 @@ if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("causal", "noncausal"), default=None)
-    parser.add_argument("--dq-add", action="store_true", help="the ways of adding dQ against cuDNN (compare_dq_add)")
-    parser.add_argument("--rounds", type=int, default=12, help="--dq-add's interleaved rounds")
-    arguments = parser.parse_args()
-    if arguments.dq_add:
-        compare_dq_add(arguments.rounds, arguments.only)
-    else:
-        main(arguments.only)
+    main(parser.parse_args().only)

@@ -25,19 +25,6 @@ sys.path.insert(0, str(ROOT))
 TOOLS = ("memcheck", "racecheck", "synccheck")
 
 
-def backward_with(r, d: int, causal, **options) -> None:
-    """attention_backward's launches with AttentionBwdConfig `options` over the policy's, GQA at odd lengths (`r`:
-    random CUDA tensors of a shape)."""
-    from tkpy.kernels import attention
-    from tkpy.kernels import attention_backward as ab
-    from tkpy.kernels.attention_forward import causal_variant
-
-    q, k, v, grad = r(1, 4, 300, d), r(1, 2, 333, d), r(1, 2, 333, d), r(1, 4, 300, d)
-    out, lse = attention(q, k, v, causal=causal, return_lse=True)
-    grads = [x.new_empty(x.shape) for x in (q, k, v)]
-    ab._launch(grad, q, k, v, out, lse, *grads, causal_variant(causal), d ** -0.5, options=options)
-
-
 def cases() -> dict:
     """name -> a call of a public kernel (small shapes; every dtype, layout and path the kernels choose between)."""
     import torch
@@ -79,10 +66,6 @@ def cases() -> dict:
     out["attention backward D128 deterministic"] = lambda: attention(
         r(1, 2, 300, 128).requires_grad_(), r(1, 2, 400, 128).requires_grad_(), r(1, 2, 400, 128).requires_grad_(),
         causal=True, deterministic=True).sum().backward()
-    for d, causal in ((64, True), (128, "bottom_right")):    # the main kernel's other ways of adding dQ (dq_add)
-        for dq_add in ("split", "own"):
-            out[f"attention backward D{d} causal={causal} dq_add={dq_add}"] = \
-                lambda d=d, c=causal, a=dq_add: backward_with(r, d, c, dq_add=a)
     out["attention D64 fp16 3 warpgroups"] = lambda: attention(r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16), causal=True)

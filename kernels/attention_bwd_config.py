@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import ATOMIC_DQ_DIMS, DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
+from .attention_bwd_policy import DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
 
 _DERIVED = dict(init=False, repr=False, compare=False)
-DQ_ADDS = ("tma", "split", "own")           # dq_add's choices
 
 
 @dataclass(frozen=True)
@@ -20,11 +19,6 @@ class AttentionBwdConfig:
     when j <= i + offset), and deterministic=True: dQ from the dQ pass (attention_bwd_dq_kernel: a task per query
     tile, its key tiles in order) instead of the main kernel's reduce-adds, whose order varies from run to run;
     its gradients are then bit-identical from run to run. Past D128 the dQ pass runs either way (dq_pass).
-    `dq_add`, how the main kernel adds a step's dQ into the fp32 workspace (where it computes dQ): "tma" (the
-    default) the first warpgroup computes it over the task's 128 keys and adds it by TMA reduce-adds through fp32
-    staging tiles; "split" each warpgroup computes one column piece over the 128 keys and adds it from its registers
-    (tk.store_add); "own" each warpgroup computes dQ over its own 64 keys and adds it from its registers, with no
-    barrier between the warpgroups (twice the reductions into L2).
     `stages`: the main kernel's ring of (Q, dO) tiles (default MAIN_STAGES); `dq_kv` and `dq_stages`: the dQ pass's
     key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES).
 
@@ -38,7 +32,6 @@ class AttentionBwdConfig:
     stages: int | None = None
     dq_kv: int | None = None
     dq_stages: int | None = None
-    dq_add: str = "tma"
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -57,8 +50,6 @@ class AttentionBwdConfig:
         for option in ("causal", "deterministic"):
             if getattr(self, option) not in (True, False):
                 raise ValueError(f"attention backward: {option} must be True or False, got {getattr(self, option)!r}")
-        if self.dq_add not in DQ_ADDS:
-            raise ValueError(f"attention backward: dq_add must be one of {DQ_ADDS}, got {self.dq_add!r}")
         family = tuned(d)
         stages = self.stages or MAIN_STAGES[family].value[0]
         default_kv, default_dq_stages = DQ_TILES[family].value
@@ -69,12 +60,7 @@ class AttentionBwdConfig:
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
-        dq_pass = not atomic_dq(d, self.deterministic)
-        if dq_pass and self.dq_add != "tma":
-            raise ValueError(f"attention backward: dq_add={self.dq_add!r} is how the main kernel adds dQ, which it "
-                             f"computes up to D{ATOMIC_DQ_DIMS} and not with deterministic=True (here the dQ pass "
-                             "does): leave dq_add as it is")
-        for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
+        for key, value in dict(family=family, dq_pass=not atomic_dq(d, self.deterministic), splits=splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages).items():
             object.__setattr__(self, key, value)
 
@@ -84,13 +70,11 @@ class AttentionBwdConfig:
     @property
     def name(self) -> str:
         """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
-        dQ at a head dim where the main kernel would, the stages where not the default, and "_dq_add_<how>" where dQ
-        is added otherwise than by TMA."""
+        dQ at a head dim where the main kernel would, and the stages where not the default."""
         default_stages = MAIN_STAGES[self.family].value[0]
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
-            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
-            + ("" if self.dq_add == "tma" else f"_dq_add_{self.dq_add}")
+            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages")
 
     @property
     def dq_name(self) -> str:

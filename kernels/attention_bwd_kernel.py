@@ -15,17 +15,11 @@ with P^T set to 0 where the causal mask hides a key and for keys past N_k (rows 
 dK is scaled by the softmax scale at the task's end. Any scale (zero, negative): P needs no running max here.
 
 dQ (head dims up to 128, not deterministic): each warpgroup stores its dS^T into shared memory (two buffers, one
-per step parity, so that one barrier a step suffices) and the step's dQ = dS K (dS^T from shared memory as wgmma's
-transposed A) is added into the fp32 workspace DQ, which the convert kernel (attention_bwd_prep) scales into the
-input dtype; config.dq_add says how:
-- "tma" (the default): both warpgroups meet (DS_READY), and the first computes dQ over the task's 128 keys, a column
-  piece at a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece with a
-  TMA reduce-add through an fp32 staging tile (FlashAttention-3's way);
-- "split": both meet, and each computes one column piece over the 128 keys and adds it from its registers
-  (tk.warpgroup.store_add: red.global.add, no staging tile, no TMA wait);
-- "own": each computes dQ over its own 64 keys (its own dS^T and K) and adds it from its registers: no barrier
-  between the warpgroups at all (a barrier among its own 4 warps for its dS^T), twice the reductions into L2.
-Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+per step parity, so that one barrier a step suffices), both warpgroups meet, and the first warpgroup computes the
+step's dQ over the task's 128 keys, dQ = dS K (dS^T from shared memory as wgmma's transposed A), a column piece at
+a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece into the fp32 workspace
+DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
+dtype. Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -45,7 +39,7 @@ from .tensor_layout import cdiv
 
 PIECES = 2                          # column pieces of d / 2 in which the main kernel holds K, V, Q and dO
 KV_FREE = 1                         # named barriers: every consumer warp done with the task's K and V
-DS_READY = 2                        # ... both warpgroups' dS^T of the step in shared memory ("tma", "split")
+DS_READY = 2                        # ... both warpgroups' dS^T of the step in shared memory
 OWN = (3, 4)                        # ... the 4 warps of consumer warpgroup 0 / 1
 
 
@@ -75,7 +69,6 @@ def _attention_bwd(config: AttentionBwdConfig):
     d, dtype, causal, splits = c.d, c.dtype, c.causal, c.splits
     dp = d // PIECES
     atomic = not c.dq_pass
-    own = atomic and c.dq_add == "own"              # a warpgroup's dQ over its own keys: it reads its own K only
     outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
 
     producer_registers, consumer_registers = REGISTERS
@@ -159,8 +152,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             st.dv = [tk.rt(f32, 16, dp, name="dv") for _ in range(outputs)]
             if atomic:
                 st.ds_tiles = tk.st(dtype, 64, Q_TILE, count=4)    # dS^T: [step parity * 2 + warpgroup]
-                if c.dq_add == "tma":
-                    st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
+                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
                 st.steps_done = tk.var(0, "steps_done")
                 # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them; in a window of them
                 # ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
@@ -169,10 +161,7 @@ def _attention_bwd(config: AttentionBwdConfig):
         def start(self, st, task):
             g, wg = st.g, tk.warpgroup.id()
             b, hkv = task.col // g.K.depth, task.col % g.K.depth
-            if own:                                 # the last task's reads of its K and V are done
-                own_sync()
-            else:                                   # ... of both warpgroups' (both halves: dQ)
-                tk.named_sync(KV_FREE, 8)
+            tk.named_sync(KV_FREE, 8)               # the last task's reads of K and V (both halves: dQ) are done
             with tk.if_(first_warp()):
                 tiles = [st.k[wg * PIECES + p] for p in range(PIECES)] + [st.v[wg * PIECES + p] for p in range(PIECES)]
                 tk.tma.expect(st.kv_arrived[wg], *tiles)
@@ -183,7 +172,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             for acc in st.dk + st.dv:
                 tk.zero(acc)
             st.key_row = tk.let(self.key_tile(task) * KEY_ROWS + wg * 64 + tk.warp_id() % 4 * 16, "key_row")
-            if atomic and not own:                  # dQ's products read both warpgroups' K
+            if atomic:                              # dQ's products read both warpgroups' K
                 for other in range(2):
                     tk.wait(st.kv_arrived[other], st.tasks_done % 2)
             else:
@@ -230,53 +219,36 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.mark("dV dK done")
 
         def dq_step(self, st, ds_low, b, h, tile):
-            """The step's dQ = dS K added into DQ, as config.dq_add says (the module's docstring). "tma": by the first
-            warpgroup while the second goes on to its next step (with a column piece each through staging, both
-            warpgroups waited on the dQ in every step: 1-5% slower at D64 and D128, 11% with D64's four stages;
-            RESULTS.md run 266)."""
-            g, wg, parity = st.g, tk.warpgroup.id(), st.steps_done % 2
+            """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
+            goes on to its next step (with a column piece each, both warpgroups waited on the dQ in every step: 1-5%
+            slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 266; dQ added from the registers by
+            tk.store_add's red.global.add, a column piece each or each warpgroup's own keys: 0.74-0.80x and 0.54-0.66x
+            cuDNN where this runs 0.80-0.91x, run 290)."""
+            wg, parity = tk.warpgroup.id(), st.steps_done % 2
             tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
             tk.mark("dS stored")
-            if own:                                 # its 4 warps' rows there; their reads two steps ago done
-                own_sync()
-                for p in range(PIECES):
-                    self.dq_product(st, parity, [wg], p)
-                    tk.warpgroup.store_add(g.DQ, st.dq, (b, h, tile, p))
-                    tk.mark("dQ piece added")
-            else:
-                tk.named_sync(DS_READY, 8)          # both halves there; the other parity's reads (two steps ago) done
-                tk.mark("dS of both there")
-                if c.dq_add == "split":             # column piece wg over both halves
-                    self.dq_product(st, parity, range(2), wg)
-                    tk.warpgroup.store_add(g.DQ, st.dq, (b, h, tile, wg))
-                    tk.mark("dQ piece added")
-                else:
-                    with tk.if_(wg == 0):
-                        self.dq_pieces(st, parity, b, h, tile)
+            tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
+            tk.mark("dS of both there")
+            with tk.if_(wg == 0):
+                self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
 
-        @staticmethod
-        def dq_product(st, parity, halves, p):
-            """st.dq = column piece p of dS K over the keys of the warpgroups `halves` (their dS^T of the step's
-            parity from shared memory), waited for."""
-            for i, half in enumerate(halves):
-                mm = tk.warpgroup.mm_AtB if i == 0 else tk.warpgroup.mma_AtB
-                mm(st.dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
-            tk.warpgroup.mma_async_wait()
-            tk.mark("dQ piece arrived")
-
         def dq_pieces(self, st, parity, b, h, tile):
-            """dQ's column pieces of the step ("tma"), one after another in st.dq's registers (both at once: ptxas
-            serialized the wgmmas for want of registers, C7512), each through staging tile p into DQ."""
-            g = st.g
+            """dQ's column pieces of the step, one after another in st.dq's registers (both at once: ptxas serialized
+            the wgmmas for want of registers, C7512), each through staging tile p into DQ."""
+            g, dq = st.g, st.dq
             for p in range(PIECES):
-                self.dq_product(st, parity, range(2), p)
+                for half in range(2):
+                    mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
+                    mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
+                tk.warpgroup.mma_async_wait()
+                tk.mark("dQ piece arrived")
                 if p == 0:
                     with tk.if_(first_warp()):      # the staging tiles: the last step's reduce-adds have read them
                         tk.tma.store_async_wait(read_only=True)
                     own_sync()
-                tk.warpgroup.store(st.dq_tiles[p], st.dq)
+                tk.warpgroup.store(st.dq_tiles[p], dq)
                 tk.mark("dQ piece staged")
             tk.fence_proxy_async()
             own_sync()
@@ -294,7 +266,7 @@ def _attention_bwd(config: AttentionBwdConfig):
                 tk.warpgroup.store(g.DK, st.dk[i], (b, hkv, unit, p), masked=True)
                 tk.warpgroup.store(g.DV, st.dv[i], (b, hkv, unit, p), masked=True)
 
-        if atomic and c.dq_add == "tma":
+        if atomic:
             def done(self, st):
                 """The last reduce-adds complete before the block exits."""
                 with tk.if_(first_warp()):

@@ -59,16 +59,15 @@ def check(grads, inputs, dtype, causal=False, scale=None, grad_lse=None):
         assert error <= TOL[dtype] / 2 * max(r.norm().item(), 5e-2 * t.norm().item()), (name, error, r.norm().item())
 
 
-def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None, options=None):
-    """The forward's output and lse, then the backward's launches into NaN-filled dq, dk, dv and workspaces
-    (`options`: AttentionBwdConfig fields over the policy's)."""
+def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None):
+    """The forward's output and lse, then the backward's launches into NaN-filled dq, dk, dv and workspaces."""
     o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True)
     grads = [gpu_util.poisoned(*x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v)]
     d = policy.native_dim(q.shape[3])
     atomic = policy.atomic_dq(d, deterministic)
     workspace = [w.fill_(float("nan")) for w in ab.workspaces(q.new_empty(*q.shape[:3], d), atomic)]
     scale = q.shape[3] ** -0.5 if scale is None else scale
-    ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace, options)
+    ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace)
     return grads
 
 
