@@ -93,7 +93,7 @@ class _Stages:
 
         self.seconds = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "nvrtc": 0.0}
         self.nvrtc_runs = []
-        self._wrap(kernel.Kernel, "trace", "trace")
+        self._wrap(kernel.Kernel, "_trace", "trace")
         self._wrap(kernel.Traced, "lower", "lower")
         self._wrap(kernel.Lowered, "compile", "compile")
         run = nvrtc._run_nvrtc
