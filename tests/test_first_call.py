@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tkpy as tk
 from tkpy import f32
@@ -100,11 +103,51 @@ def test_a_changed_prelude_is_a_miss(monkeypatch):
     assert not first.from_cache and not again.from_cache and again.key != first.key
 
 
-def test_the_prelude_fingerprint_covers_its_package():
+def test_the_prelude_fingerprint_covers_its_package(monkeypatch, tmp_path):
+    """sha256 of every helper's C++ and of the package's files in name order: the same from a copy of the files; a
+    file changed or added changes it."""
     text = prelude.fingerprint()
     assert len(text) == 64 and prelude.fingerprint() is text        # once per process
     files = sorted(Path(prelude.__file__).parent.glob("*.py"))
     assert {"cpp.py", "helpers.py", "hopper.py", "__init__.py"} <= {f.name for f in files}
+    for f in files:
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(prelude, "__file__", str(tmp_path / "__init__.py"))
+    again = prelude.fingerprint.__wrapped__         # (uncached)
+    assert again() == text
+    (tmp_path / "hopper.py").write_bytes((tmp_path / "hopper.py").read_bytes() + b"\n")
+    changed = again()
+    (tmp_path / "more.py").write_text("")
+    assert len({text, changed, again()}) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab_1 .:(é\n", max_size=40), st.text(alphabet="ab_1é", min_size=1, max_size=3))
+def test_the_emitters_word_search_is_res(text, word):
+    r"""emit.has_word (str.find: the lowering's search for the tensors and builtins a kernel's code names) says what
+    re.search(rf"\b{word}\b", text) says."""
+    assert emit.has_word(text, word) == (re.search(rf"\b{word}\b", text) is not None)
+
+
+IMPORT = """
+import json, os
+real = os.path.exists
+os.path.exists = lambda path: {present} if path == "/dev/nvidiactl" else real(path)
+import tkpy.runtime.driver as driver
+print(json.dumps(driver._drv is not None))
+"""
+
+
+@pytest.mark.parametrize("present", [True, False], ids=["nvidia-driver", "cpu-only"])
+def test_the_driver_bindings_are_imported_with_tkpy_where_the_machine_has_an_nvidia_driver(present):
+    """Where /dev/nvidiactl exists, importing tkpy imports cuda.bindings' driver module (not the first launch);
+    elsewhere it is left to the first use."""
+    pytest.importorskip("cuda.bindings.driver")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", IMPORT.format(present=present)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) is present
 
 
 # --------------------------------------------------------------------------- the NVRTC version's record
