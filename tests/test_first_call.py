@@ -21,6 +21,7 @@ from tkpy import f32
 from tkpy.codegen import emit, generate, prelude
 from tkpy.runtime import cache, clear_memo, compile_cuda, nvrtc, nvrtc_record
 
+from gpu_util import on_gpu
 from test_runtime import _isolated_cache  # noqa: F401 - autouse: each test its own empty disk cache and memo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +149,41 @@ def test_the_driver_bindings_are_imported_with_tkpy_where_the_machine_has_an_nvi
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) is present
+
+
+WARM_GPU = """
+import json, sys, threading, torch
+import tkpy.kernels as kernels
+from tkpy.runtime import native
+gen = torch.Generator(device="cuda").manual_seed({seed})
+a, b = (torch.randn(512, 512, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2))
+torch.cuda.synchronize()
+before = set(sys.modules)
+c = kernels.matmul(a, b)
+torch.cuda.synchronize()
+imported = sorted(set(sys.modules) - before)
+native.wait(120)
+err = ((c.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item()
+print(json.dumps(dict(imported=imported, err=err)))
+"""
+
+
+@on_gpu
+def test_gpu_a_warm_first_call_imports_nothing_of_tkpy_or_the_driver(tmp_path):
+    """A new process's first matmul() on a warm disk cache imports no module of tkpy, nor cuda-bindings' driver or
+    NVRTC module (each would cost its import in the call, its compile too where Python writes no bytecode:
+    tensor_map, native and the driver bindings are imported with tkpy), and computes the product (float64
+    reference, fresh inputs in each process)."""
+    env = {**os.environ, "TKPY_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    runs = []
+    for seed in (1, 2):             # cold (fills the cache), then warm
+        done = subprocess.run([sys.executable, "-c", WARM_GPU.format(seed=seed)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert all(r["err"] < 1e-2 for r in runs), runs
+    late = [m for m in runs[1]["imported"] if m.startswith("tkpy") or m in ("cuda.bindings.driver", "cuda.bindings.nvrtc")]
+    assert late == [], runs[1]["imported"]
 
 
 # --------------------------------------------------------------------------- the NVRTC version's record
