@@ -182,7 +182,8 @@ def test_gpu_a_warm_first_call_imports_nothing_of_tkpy_or_the_driver(tmp_path):
         assert done.returncode == 0, done.stderr
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert all(r["err"] < 1e-2 for r in runs), runs
-    late = [m for m in runs[1]["imported"] if m.startswith("tkpy") or m in ("cuda.bindings.driver", "cuda.bindings.nvrtc")]
+    bindings = ("cuda.bindings.driver", "cuda.bindings.nvrtc")
+    late = [m for m in runs[1]["imported"] if m.startswith("tkpy") or m in bindings]
     assert late == [], runs[1]["imported"]
 
 
