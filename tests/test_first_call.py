@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,12 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tkpy as tk
 from tkpy import f32
 from tkpy.codegen import emit, generate, prelude
 from tkpy.runtime import cache, clear_memo, compile_cuda, nvrtc, nvrtc_record
 
+from gpu_util import on_gpu
 from test_runtime import _isolated_cache  # noqa: F401 - autouse: each test its own empty disk cache and memo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +63,9 @@ print(json.dumps(dict(after_compile, from_cache=compiled.module.from_cache, key=
 
 def _in_a_new_process(scale: float, cache_dir: Path) -> dict:
     code = WARM.format(tests=str(ROOT / "tests"), scale=scale)
-    env = {**os.environ, "TKPY_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    # TKPY_INTERPRET=1: `import tkpy` does not load NVRTC ahead on a thread (nvrtc.preload), so what the compile
+    # stage loads itself shows (k.compile compiles whatever TKPY_INTERPRET says)
+    env = {**os.environ, "TKPY_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT), "TKPY_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -100,11 +106,90 @@ def test_a_changed_prelude_is_a_miss(monkeypatch):
     assert not first.from_cache and not again.from_cache and again.key != first.key
 
 
-def test_the_prelude_fingerprint_covers_its_package():
+def test_the_prelude_fingerprint_covers_its_package(monkeypatch, tmp_path):
+    """sha256 of every helper's C++ and of the package's files in name order: the same from a copy of the files; a
+    file changed or added changes it."""
     text = prelude.fingerprint()
     assert len(text) == 64 and prelude.fingerprint() is text        # once per process
     files = sorted(Path(prelude.__file__).parent.glob("*.py"))
     assert {"cpp.py", "helpers.py", "hopper.py", "__init__.py"} <= {f.name for f in files}
+    for f in files:
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(prelude, "__file__", str(tmp_path / "__init__.py"))
+    again = prelude.fingerprint.__wrapped__         # (uncached)
+    assert again() == text
+    (tmp_path / "hopper.py").write_bytes((tmp_path / "hopper.py").read_bytes() + b"\n")
+    changed = again()
+    (tmp_path / "more.py").write_text("")
+    assert len({text, changed, again()}) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab_1 .:(é\n", max_size=40), st.text(alphabet="ab_1é", min_size=1, max_size=3))
+def test_the_emitters_word_search_is_res(text, word):
+    r"""emit.has_word (str.find: the lowering's search for the tensors and builtins a kernel's code names) says what
+    re.search(rf"\b{word}\b", text) says."""
+    assert emit.has_word(text, word) == (re.search(rf"\b{word}\b", text) is not None)
+
+
+IMPORT = """
+import json, os
+real = os.path.exists
+os.path.exists = lambda path: {present} if path == "/dev/nvidiactl" else real(path)
+import tkpy.runtime.driver as driver
+print(json.dumps(driver._drv is not None))
+"""
+
+
+@pytest.mark.parametrize("present", [True, False], ids=["nvidia-driver", "cpu-only"])
+def test_the_driver_bindings_are_imported_with_tkpy_where_the_machine_has_an_nvidia_driver(present):
+    """Where /dev/nvidiactl exists, importing tkpy imports cuda.bindings' driver module (not the first launch);
+    elsewhere it is left to the first use."""
+    pytest.importorskip("cuda.bindings.driver")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", IMPORT.format(present=present)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) is present
+
+
+WARM_GPU = """
+import json, sys, threading, torch
+import tkpy.kernels as kernels
+from tkpy.runtime import native
+gen = torch.Generator(device="cuda").manual_seed({seed})
+a, b = (torch.randn(512, 512, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2))
+torch.cuda.synchronize()
+from tkpy.runtime import nvrtc
+if nvrtc._preloading is not None:     # (import's NVRTC load on a thread: its imports are not the call's)
+    nvrtc._preloading.join()
+before = set(sys.modules)
+c = kernels.matmul(a, b)
+torch.cuda.synchronize()
+imported = sorted(set(sys.modules) - before)
+native.wait(120)
+err = ((c.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item()
+print(json.dumps(dict(imported=imported, err=err)))
+"""
+
+
+@on_gpu
+def test_gpu_a_warm_first_call_imports_nothing_of_tkpy_or_the_driver(tmp_path):
+    """A new process's first matmul() on a warm disk cache imports no module of tkpy, nor cuda-bindings' driver or
+    NVRTC module (each would cost its import in the call, its compile too where Python writes no bytecode:
+    tensor_map, native and the driver bindings are imported with tkpy), and computes the product (float64
+    reference, fresh inputs in each process)."""
+    env = {**os.environ, "TKPY_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    runs = []
+    for seed in (1, 2):             # cold (fills the cache), then warm
+        done = subprocess.run([sys.executable, "-c", WARM_GPU.format(seed=seed)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert all(r["err"] < 1e-2 for r in runs), runs
+    bindings = ("cuda.bindings.driver", "cuda.bindings.nvrtc")
+    late = [m for m in runs[1]["imported"] if m.startswith("tkpy") or m in bindings]
+    assert late == [], runs[1]["imported"]
 
 
 # --------------------------------------------------------------------------- the NVRTC version's record

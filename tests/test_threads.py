@@ -336,6 +336,23 @@ def test_first_launches_do_not_wait_for_the_native_launcher(monkeypatch, held_bu
     assert [values for _, values in fake.records] == [(y.data_ptr(),)] * 3
 
 
+def test_the_native_launchers_load_starts_after_the_first_launch(monkeypatch, held_build):
+    """The background load begins once the process's first launch is made, not before its trace, lowering and cache
+    lookup: its Python (sysconfig, the build's checks, the import) would take the GIL from that first call."""
+    release, started = held_build
+    fake = FakeGPU(monkeypatch)
+    launches_at_start = []
+    start = native._start_locked
+    monkeypatch.setattr(native, "_start_locked", lambda: launches_at_start.append(len(fake.records)) or start())
+    k = add_kernel()
+    y = tensor(False)
+    fake.watch(k, y, 1.0)
+    k[(1,)](y, 1.0)
+    assert started.wait(10) and launches_at_start == [1] and fake.paths == ["python"]
+    release.set()
+    assert native.wait(60) is not None and k.uses_native_launch
+
+
 def test_the_switch_to_native_while_threads_launch(monkeypatch, held_build):
     """4 threads launch a kernel (each on its own tensor, kernel[grid] each time) while the build finishes and the
     kernel switches: every launch packs its own thread's arguments, and after the switch all go the native way."""

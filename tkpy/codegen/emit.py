@@ -9,7 +9,6 @@ import functools
 import hashlib
 import linecache
 import operator
-import re
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
@@ -175,12 +174,12 @@ class KernelEmitter:
         self.body_with_divisors(k.body)
         body_text = "\n".join(self.lines[gl_decls_at:])
         views = [self._gl_decl(p) for p in k.params   # tensors only TMA touches need no view
-                 if isinstance(p, GlobalVar) and re.search(rf"\b{p.name}\b", body_text)]
+                 if isinstance(p, GlobalVar) and has_word(body_text, p.name)]
         self.lines[gl_decls_at:gl_decls_at] = ["    " + v for v in views]
         self.lines.append("}")
         body = "\n".join(self.lines[prologue_at:])
         for name, decl in reversed(BUILTIN_DECLS):
-            if name in body and re.search(rf"\b{name}\b", body):   # (`in` first: 30x faster where it is absent)
+            if has_word(body, name):
                 self.lines.insert(prologue_at, "    " + decl)
         return "\n".join(self.lines) + "\n"
 
@@ -321,6 +320,24 @@ class KernelEmitter:
 
 
 LINE_WIDTH = 120
+
+
+def has_word(text: str, word: str) -> bool:
+    r"""Whether `word` occurs in `text` as a whole word, as re.search(rf"\b{word}\b", text) says (a word character
+    being what str.isalnum() or "_" is), found by str.find: re steps through a kernel's ~40 KB a character at a
+    time, ~0.2 ms a word found late or not at all, 2 ms of an attention kernel's lowering."""
+    end = len(text)
+    at = text.find(word)
+    while at >= 0:
+        after = at + len(word)
+        if (at == 0 or not _word_char(text[at - 1])) and (after == end or not _word_char(text[after])):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def signature(name: str, params: list[str]) -> list[str]:

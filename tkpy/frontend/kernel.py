@@ -24,6 +24,8 @@ from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
 from ..ir.passes import ALIGNMENT_SLACK
 from ..runtime import debug as debug_mode
+from ..runtime import native
+from ..runtime.tensor_map import TensorMapEncoder
 from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
 from . import fastpath, pgl
 from .context import user_loc
@@ -302,9 +304,6 @@ class Kernel:
             raise NoGPUError(with_location(
                 f"{e}. Setting TKPY_INTERPRET=1 runs the same call on the CPU instead: tkpy's interpreter takes this "
                 f"kernel and CPU tensors as they are (or call {self.name}.interpret[grid](...))", user_loc())) from None
-        from ..runtime import native
-
-        native.start()      # the native launcher loads (or builds, once per machine) meanwhile, in the background
         compiled = self._compiled_for(args, need_cuda=True)
         device = self._device(args)
         ready = compiled.ready(device)
@@ -317,6 +316,7 @@ class Kernel:
         key = fastpath.cache_key(self.specs, args)
         if _this_thread.handed == (self, key):
             raise AssertionError(f"tkpy internal error: the fast launcher of {self.name} rejected cached key {key}")
+        first = False
         with self._lock:    # the fast launchers are made once, and a key is added once (another thread may have)
             if key not in self._fast:
                 self._readies[key] = ready
@@ -324,20 +324,20 @@ class Kernel:
             if self._launcher_source is None:
                 self._launcher_source, self._fast_launch = fastpath.build(self, compiled.lowered.slots)
                 self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
-                native.on_load(self._use_native)    # now if it is loaded, else once the background has it
+                first = True
         _this_thread.handed = (self, key)     # if the fast launcher sends this call back here, it rejected the key
         try:
             self._fast_launch(grid, *args)
         finally:
             _this_thread.handed = None
+            if first:   # once launched: a background load started before would take the GIL from this first call
+                native.on_load(self._use_native)    # now if it is loaded, else once the background has it
 
     def _use_native(self) -> None:
         """Cache hits through the native launcher from now on (native.on_load calls this once the extension is
         loaded, on the thread that loaded it): a cache of native entries for the keys launched so far, swapped in
         with the launcher. A Python launcher bound before (a kernel[grid] a caller kept) keeps its own cache and
         still launches; a key new to it goes by the slow path to the native one."""
-        from ..runtime import native
-
         with self._lock:
             if self._native is not None:
                 return
@@ -499,7 +499,6 @@ class _Ready:
 
     def __init__(self, compiled: Compiled, device: int):
         from ..runtime import ParamBuffer, load_kernel, stream_getter
-        from ..runtime.tensor_map import TensorMapEncoder
 
         ir = compiled.lowered.traced.ir
         loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
@@ -515,8 +514,6 @@ class _Ready:
     def native_entry(self, specs):
         """What the native launcher's cache maps a key to (made on first use; called under the kernel's lock)."""
         if self._native is None:
-            from ..runtime import native
-
             layout, _, stream_of, device, _, launcher, tensor_maps = self.entry
             self._native = native.entry(self._compiled.lowered.slots, specs, launcher, layout, tensor_maps,
                                         device, stream_of)

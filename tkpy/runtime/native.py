@@ -6,8 +6,9 @@ pointers, the packing, torch's current stream and ``cuLaunchKernelEx``, which it
 driver's function pointer (``cuGetProcAddress``). It is compiled once per machine with the C compiler
 Python was built with (sysconfig's ``CC``) and cached in ``<tkpy cache dir>/native/``, keyed by the
 source, the Python version and the platform: by ``python -m tkpy.warmup``, else on a background thread
-that the process's first GPU launch starts (:func:`start`), while the first launches go through the
-Python launcher; each kernel switches to the native one when it is loaded (:func:`on_load`). It is
+that the process's first GPU launch starts once it is made (:func:`on_load`; before it, the thread would
+take the GIL from that call's trace and lowering), while launches go through the Python launcher; each
+kernel switches to the native one when it is loaded. It is
 imported only from a private directory, only if the file is ours and its HMAC (``<name>.mac``, see
 :mod:`tkpy.runtime.cache`) matches, and from the very descriptor that was checked; with no disk cache
 it is built in a temporary directory removed at exit.
