@@ -415,7 +415,6 @@ def test_disabled_by_environment(monkeypatch, caplog):
             calls.append(self)
     kernel = Kernel()
     with caplog.at_level(logging.DEBUG, logger="tkpy.native"):
-        native.start()
         native.on_load(kernel.switch)
     assert "TKPY_NATIVE_LAUNCH=0" in caplog.text and not native.enabled()
     assert native._thread is None and calls == [] and native.wait() is None

@@ -52,7 +52,7 @@ log = logging.getLogger("tkpy.native")
 _lock = threading.Lock()          # held while building and importing (load)
 _module: Any = None
 _tried = False                    # load() has run: _module is the extension, or None where it cannot be had
-_thread: Optional[threading.Thread] = None     # the background load (start)
+_thread: Optional[threading.Thread] = None     # the background load (on_load begins it)
 _waiting: list = []               # weak methods to call once the background load has the extension (on_load)
 _waiting_lock = threading.Lock()  # guards _thread and _waiting; never held while building
 _launch_address: Optional[int] = None
@@ -254,17 +254,10 @@ def _build_and_import() -> Any:
         return _import(build(path.parent, force=True))
 
 
-def start() -> None:
-    """Begin loading the extension on a background thread (:func:`load`: built once per machine, then imported),
-    unless TKPY_NATIVE_LAUNCH=0 or it is loaded or being loaded; returns at once. The thread is not a daemon: a
-    process that exits meanwhile waits for the build to finish, so that the next one finds it."""
-    if _tried or not enabled():
-        return
-    with _waiting_lock:
-        _start_locked()
-
-
 def _start_locked() -> None:
+    """The background load (:func:`load`: built once per machine, then imported), begun unless it has been. The
+    thread is not a daemon: a process that exits meanwhile waits for the build to finish, so that the next one
+    finds it."""
     global _thread
     if _thread is None:
         _thread = threading.Thread(target=_load_in_background, name="tkpy-native-launcher")
@@ -292,8 +285,8 @@ def _call(ref: weakref.WeakMethod) -> None:
 
 
 def on_load(method) -> None:
-    """Call the bound `method()` once the extension is loaded: now, on this thread, if it is; else from the thread
-    :func:`start` begins (here, if none has), when it has the extension. Never where it cannot be had, nor under
+    """Call the bound `method()` once the extension is loaded: now, on this thread, if it is; else from the
+    background thread that loads it (begun here, if none has), when it has the extension. Never where it cannot be had, nor under
     TKPY_NATIVE_LAUNCH=0 (logged). The method is held weakly: a kernel that is gone is not kept alive for it."""
     if not enabled():
         _unavailable(f"{ENV}=0")
@@ -310,7 +303,7 @@ def on_load(method) -> None:
 
 
 def wait(timeout: Optional[float] = None) -> Any:
-    """Wait for the background load (:func:`start`), if one runs, and the switches it makes (:func:`on_load`); the
+    """Wait for the background load (:func:`on_load` begins it), if one runs, and the switches it makes (:func:`on_load`); the
     extension module, or None where it is not loaded (yet, after `timeout` seconds)."""
     thread = _thread
     if thread is not None:
@@ -415,4 +408,4 @@ def _cu_result(err: int) -> Any:
 
 
 __all__ = ["ENV", "NativeBuildError", "build", "driver_context_api", "driver_launch_address", "enabled", "entry",
-           "launcher", "load", "on_load", "start", "wait"]
+           "launcher", "load", "on_load", "wait"]
