@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 
 import torch
 
@@ -293,25 +292,20 @@ def _prepared(q, k, v, o, lse, causal, scale, consumer_warpgroups: int | None = 
 
 def first_clean(config, args, choices) -> object | None:
     """The kernel template of config(**choice) (config: a partial AttentionConfig) for the first of `choices` that
-    compiles clean (_compiles_clean), or None."""
-    for choice in choices:
-        template = _attention(config(**choice))
-        if _compiles_clean(template, args):
-            return template
-    return None
+    compiles clean (_compiles_clean), or None; a new process takes an earlier one's verdict, checked on that kernel
+    alone (tk.tune.first_clean: on a warm cache the others are not traced)."""
+    configs = [config(**choice) for choice in choices]
+    return tk.tune.first_clean([c.name for c in configs], lambda i: _attention(configs[i]), args, _compiles_clean)
 
 
 _CLEAN: dict[str, bool] = {}
 
 def _compiles_clean(template, args) -> bool:
     """Whether the template's kernel compiles without spilling registers and with its wgmma asynchronous
-    (kernel.resources: NVRTC, no GPU; once per kernel and process, its source being the same for any sizes)."""
+    (tk.tune.compiles_clean: NVRTC, no GPU; once per kernel and process, its source being the same for any sizes)."""
     name = template.kernel.name
     if name not in _CLEAN:
-        with warnings.catch_warnings():                 # (a kernel that spills is not run: no warning)
-            warnings.simplefilter("ignore", tk.SpillWarning)
-            r = template.kernel.resources(*args)
-        _CLEAN[name] = not r.spills and not any("Performance Loss" in w for w in r.warnings)
+        _CLEAN[name] = tk.tune.compiles_clean(template, args)
     return _CLEAN[name]
 
 
