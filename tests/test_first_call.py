@@ -192,6 +192,41 @@ def test_gpu_a_warm_first_call_imports_nothing_of_tkpy_or_the_driver(tmp_path):
     assert late == [], runs[1]["imported"]
 
 
+WARM_ATTENTION_GPU = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+import tkpy.kernels as kernels
+from tkpy.frontend import kernel as kernel_module
+from gpu_util import attention_reference, rel_err
+traced = []
+trace = kernel_module.trace_kernel
+kernel_module.trace_kernel = lambda *a, **k: traced.append(a[1]) or trace(*a, **k)
+gen = torch.Generator(device="cuda").manual_seed({seed})
+q, k, v = (torch.randn(1, 4, 4096, 128, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+o = kernels.attention(q, k, v)
+torch.cuda.synchronize()
+print(json.dumps(dict(traced=traced, err=rel_err(o, attention_reference(q, k, v)[0]))))
+"""
+
+
+@on_gpu
+def test_gpu_a_warm_first_attention_call_traces_the_kernel_it_runs_alone(tmp_path):
+    """attention()'s D128 kernels fall back from options that spill under this NVRTC to the next (first_clean): a
+    new process on the warm cache traces only the kernel the cold one chose (tk.tune.first_clean's verdict), and
+    both compute attention (float64 reference, fresh inputs in each process)."""
+    env = {**os.environ, "TKPY_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    runs = []
+    for seed in (1, 2):             # cold (fills the cache), then warm
+        code = WARM_ATTENTION_GPU.format(tests=str(ROOT / "tests"), seed=seed)
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert all(r["err"] < 1e-2 for r in runs), runs
+    cold, warm = ([name for name in r["traced"] if name.startswith("attention_fwd")] for r in runs)
+    assert warm == cold[-1:], (cold, warm)
+
+
 # --------------------------------------------------------------------------- the NVRTC version's record
 
 

@@ -2,8 +2,9 @@
 
 A policy that prefers one kernel and falls back to the next where it spills under the NVRTC at hand (attention's
 divisors and cluster pairs, kernels/attention_policy.py clean_choices) finds out by compiling them in turn, and a
-new process did all that again on a warm disk cache: each candidate traced, lowered and looked up (three attention
-kernels, 22 of a warm first call's 31 ms on the H200, RESULTS.md run 291, two of them never run). The verdict is a signed record
+new process did all that again on a warm disk cache: each candidate traced, lowered and looked up (attention's D128
+default is the third of its candidates under NVRTC 13.5; on the H200 a warm first call's traces, lowerings and
+lookups took 22 of its 31 ms, RESULTS.md run 291). The verdict is a signed record
 (tkpy.runtime.records) keyed by tkpy's and NVRTC's versions, the prelude's fingerprint, the test (`clean`, by name)
 and the candidates' kernel names in order; it names the clean one by position, name and its compiled module's cache
 key. A new process compiles that candidate alone (its launch needs it compiled anyway) and takes the verdict where
