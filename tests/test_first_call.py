@@ -49,12 +49,15 @@ sys.path.insert(0, {tests!r})
 from test_first_call import _kernel, _args
 from tkpy.codegen import emit, generate, prelude
 from tkpy.codegen import emit
+def libnvrtc_mapped():
+    return any("libnvrtc" in line for line in open("/proc/self/maps"))
+libnvrtc_before = libnvrtc_mapped()     # (a CUDA build of torch maps it itself)
 chosen = []
 real = emit.prelude_for
 emit.prelude_for = lambda *a, **k: chosen.append(1) or real(*a, **k)
 compiled = _kernel({scale}).compile(*_args())
 after_compile = dict(chosen=len(chosen), nvrtc_module="cuda.bindings.nvrtc" in sys.modules,
-                     libnvrtc=any("libnvrtc" in line for line in open("/proc/self/maps")))
+                     libnvrtc=libnvrtc_mapped(), libnvrtc_before=libnvrtc_before)
 source = compiled.lowered.source
 print(json.dumps(dict(after_compile, from_cache=compiled.module.from_cache, key=compiled.module.key, source=source,
                       chosen_for_source=len(chosen))))
@@ -73,13 +76,15 @@ def _in_a_new_process(scale: float, cache_dir: Path) -> dict:
 
 def test_a_warm_first_call_makes_no_source_and_loads_no_nvrtc(tmp_path):
     """Process 1 compiles (NVRTC loaded, its version recorded); process 2 finds the cubin by the code's identity:
-    no prelude helpers chosen, cuda.bindings' NVRTC module not imported and libnvrtc not mapped; the source is still
+    no prelude helpers chosen, cuda.bindings' NVRTC module not imported and libnvrtc not mapped (unless torch mapped
+    it before: a CUDA build of torch does); the source is still
     there when asked for, the same text."""
     cold = _in_a_new_process(2.0, tmp_path / "cache")
     warm = _in_a_new_process(2.0, tmp_path / "cache")
     assert not cold["from_cache"] and cold["chosen"] == 1 and cold["libnvrtc"]
     assert warm["from_cache"] and warm["key"] == cold["key"]
-    assert warm["chosen"] == 0 and not warm["nvrtc_module"] and not warm["libnvrtc"], warm
+    assert warm["chosen"] == 0 and not warm["nvrtc_module"], warm
+    assert not warm["libnvrtc"] or warm["libnvrtc_before"], warm     # not mapped by tkpy (torch's CUDA build may)
     assert warm["source"] == cold["source"] and warm["chosen_for_source"] == 1
 
 
