@@ -5,7 +5,7 @@ divisors and cluster pairs, kernels/attention_policy.py clean_choices) finds out
 new process did all that again on a warm disk cache: each candidate traced, lowered and looked up (attention's D128
 default is the third of its candidates under NVRTC 13.5; on the H200 a warm first call's traces, lowerings and
 lookups took 22 of its 31 ms, RESULTS.md run 291). The verdict is a signed record
-(tkpy.runtime.records) keyed by tkpy's and NVRTC's versions, the prelude's fingerprint, the test (`clean`, by name)
+(tkpy.runtime.records) keyed by tkpy's and NVRTC's versions, the test (`clean`, by name)
 and the candidates' kernel names in order; it names the clean one by position, name and its compiled module's cache
 key. A new process compiles that candidate alone (its launch needs it compiled anyway) and takes the verdict where
 the module's key is the recorded one (the same code, prelude and NVRTC) and `clean` accepts it again; anything else
@@ -19,7 +19,6 @@ import warnings
 from typing import Callable, Optional, Sequence
 
 from .._version import __version__
-from ..codegen.prelude import fingerprint
 from ..runtime import SpillWarning, nvrtc_version, records
 
 KIND = "clean"
@@ -43,7 +42,7 @@ def first_clean(names: Sequence[str], make: Callable, args, clean: Callable = co
     if not names:
         return None
     major, minor = nvrtc_version()
-    rkey = records.record_key(KIND, __version__, f"nvrtc-{major}.{minor}", fingerprint(), _name_of(clean), *names)
+    rkey = records.record_key(KIND, __version__, f"nvrtc-{major}.{minor}", _name_of(clean), *names)
     payload = records.load(KIND, rkey)
     at = payload.get("index") if payload is not None else None
     if isinstance(at, int) and 0 <= at < len(names) and payload.get("name") == names[at]:
