@@ -120,7 +120,9 @@ class _Call:
         """A function making the quick plan once (QuickFirstCall's quick), or None where matmul runs what was asked
         (block_n or split_k given) or the tuned tiles are no wider than the quick ones."""
         activation, block_n, split_k, _ = self.options
-        if block_n is not None or split_k is not None or block_n_for(self.m, self.n, multiprocessors(a)) <= QUICK_BLOCK_N:
+        if block_n is not None or split_k is not None:
+            return None
+        if block_n_for(self.m, self.n, multiprocessors(a)) <= QUICK_BLOCK_N:
             return None
 
         def quick():

@@ -12,7 +12,8 @@ is never compiled.
 `tuned()` and `quick()` return a plan whose kernels are compiled (e.g. Kernel.compile(*args) called): pick calls
 tuned() within runtime.background.refusing_waits(), so that a kernel missing from both caches raises
 CompilePending instead of running NVRTC; then it makes quick() and runs tuned() again on a background thread (which
-compiles), returning quick()'s plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op may keep.
+compiles), returning quick()'s plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op
+may keep.
 
 The quick kernel computes the same function with other tiles or schedules, so its results can differ from the
 tuned kernel's in the last bits (a float sum in another order). Where that matters, the tuned kernel is waited for:
@@ -67,24 +68,25 @@ class QuickFirstCall:
             if compiling is not None and not compiling.is_alive():
                 del self._compiling[key]    # done: tuned() below finds its kernels (or raises what it raised)
                 compiling = None
-        if compiling is None:
-            if quick is None or not quick_first_calls_allowed():
-                return tuned(), True
-            try:
-                with background.refusing_waits():
-                    return tuned(), True
-            except background.CompilePending:
-                pass
-            plan = quick()      # first, so that the tuned plan's tracing does not hold the GIL meanwhile
-            with self._lock:
-                if key not in self._compiling:
-                    self._compiling[key] = background.start(lambda: _quietly(tuned),
-                                                            f"tkpy {self.name}: compiling {key!r}"[:120])
-            return plan, False
-        if quick is None or not quick_first_calls_allowed():
+        allowed = quick is not None and quick_first_calls_allowed()
+        if compiling is not None:
+            if allowed:
+                return quick(), False
             compiling.join()
             return tuned(), True
-        return quick(), False
+        if not allowed:
+            return tuned(), True
+        try:
+            with background.refusing_waits():
+                return tuned(), True
+        except background.CompilePending:
+            pass
+        plan = quick()      # first, so that the tuned plan's tracing does not hold the GIL meanwhile
+        with self._lock:
+            if key not in self._compiling:
+                self._compiling[key] = background.start(lambda: _quietly(tuned),
+                                                        f"tkpy {self.name}: compiling {key!r}"[:120])
+        return plan, False
 
 
 def _quietly(tuned: Callable) -> None:

@@ -286,8 +286,8 @@ def _call(ref: weakref.WeakMethod) -> None:
 
 def on_load(method) -> None:
     """Call the bound `method()` once the extension is loaded: now, on this thread, if it is; else from the
-    background thread that loads it (begun here, if none has), when it has the extension. Never where it cannot be had, nor under
-    TKPY_NATIVE_LAUNCH=0 (logged). The method is held weakly: a kernel that is gone is not kept alive for it."""
+    background thread that loads it (begun here, if none has), when it has the extension. Never where it cannot be
+    had, nor under TKPY_NATIVE_LAUNCH=0 (logged). The method is held weakly: a kernel that is gone is not kept alive for it."""
     if not enabled():
         _unavailable(f"{ENV}=0")
         return
@@ -303,7 +303,7 @@ def on_load(method) -> None:
 
 
 def wait(timeout: Optional[float] = None) -> Any:
-    """Wait for the background load (:func:`on_load` begins it), if one runs, and the switches it makes (:func:`on_load`); the
+    """Wait for the background load (:func:`on_load` begins it), if one runs, and the switches it makes; the
     extension module, or None where it is not loaded (yet, after `timeout` seconds)."""
     thread = _thread
     if thread is not None:
