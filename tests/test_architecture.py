@@ -20,7 +20,8 @@ The layers, lowest first (LAYERS says what each package may import):
     tkpy.frontend.context/.control    the trace context and runtime control flow the ops record into
     tkpy.ops                          the op namespace: thin functions that check operands and record IR
     tkpy.frontend                     signatures, tracing, the launcher and its stages (over codegen, runtime,
-                                      interpret; never the ops)
+                                      interpret; never the ops), the specialization records (with tkpy's
+                                      version and the digest of its files: tkpy._version, tkpy._source_tree)
     tkpy.templates                    LCF / LCSF block templates, written with the public ops
     tkpy.tune                         autotuning (tk.autotune, tk.Config) over kernels and templates, parallel
                                       compiles, the tuned tables' records
@@ -56,7 +57,8 @@ LAYERS = {
     "tkpy.runtime": _BASE | {"tkpy.ir", "tkpy.codegen"},
     "tkpy.interpret": _BASE | {"tkpy.ir", "tkpy.frontend.signature"},
     "tkpy.ops": _BASE | {"tkpy.ir", "tkpy.frontend.context", "tkpy.frontend.control"},
-    "tkpy.frontend": _BASE | {"tkpy.ir", "tkpy.codegen", "tkpy.runtime", "tkpy.interpret"},
+    "tkpy.frontend": _BASE | {"tkpy._version", "tkpy._source_tree", "tkpy.ir", "tkpy.codegen", "tkpy.runtime",
+                              "tkpy.interpret"},
     "tkpy.templates": _BASE | {"tkpy.ir", "tkpy.frontend", "tkpy.ops", "tkpy.runtime", "tkpy.interpret"},
     "tkpy.tune": _BASE | {"tkpy._version", "tkpy.ir", "tkpy.frontend", "tkpy.runtime", "tkpy.interpret",
                           "tkpy.templates"},

@@ -1,5 +1,5 @@
 """tk.tune.first_clean: the first of some kernels that compiles without spills, the verdict kept in a signed record,
-so that a new process on a warm disk cache traces and compiles the chosen kernel alone; what makes it look at every
+so that a new process on a warm disk cache compiles (finds) the chosen kernel alone; what makes it look at every
 candidate again (the chosen kernel's module changed, the test rejects it, another test, no disk cache). NVRTC runs
 here (no GPU): two kernels that spill under a 32-register cap, one that does not."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ def softmax_rows(cols: int, name: str):
 
 
 def a_process(cols=(128, 64, 16)) -> list:
-    """The candidates as a new process has them: kernels of their own (nothing traced), no module in memory."""
+    """The candidates as a new process has them: kernels of their own (nothing made), no module in memory."""
     clear_memo()
     return [softmax_rows(c, name) for c, name in zip(cols, NAMES)]
 
@@ -48,43 +48,43 @@ def first(kernels, clean=tk.tune.compiles_clean):
 
 
 @pytest.fixture
-def traced(monkeypatch):
-    """The names of the kernels traced."""
+def made(monkeypatch):
+    """The names of the kernels whose specialization was made (compiled, or found: from its record or by a trace)."""
     names = []
-    trace = kernel_module.trace_kernel
-    monkeypatch.setattr(kernel_module, "trace_kernel", lambda *a, **k: names.append(a[1]) or trace(*a, **k))
+    make = kernel_module.Kernel._made
+    monkeypatch.setattr(kernel_module.Kernel, "_made", lambda self, *a: names.append(self.name) or make(self, *a))
     return names
 
 
-def test_a_new_process_traces_the_clean_kernel_alone(traced):
+def test_a_new_process_compiles_the_clean_kernel_alone(made):
     kernels = a_process()
     assert not tk.tune.compiles_clean(kernels[0], ARGS) and first(kernels) is kernels[2]
-    assert traced == NAMES
-    traced.clear()
+    assert made == NAMES
+    made.clear()
     kernels = a_process()
-    assert first(kernels) is kernels[2] and traced == NAMES[2:]
+    assert first(kernels) is kernels[2] and made == NAMES[2:]
 
 
-def test_a_changed_kernel_or_one_rejected_now_makes_a_new_scan(traced):
+def test_a_changed_kernel_or_one_rejected_now_makes_a_new_scan(made):
     first(a_process())
-    traced.clear()
+    made.clear()
     kernels = a_process(cols=(128, 16, 16))     # clean_test_64 now clean, clean_test_16 as it was: the verdict holds
-    assert first(kernels) is kernels[2] and traced == NAMES[2:]
-    traced.clear()
+    assert first(kernels) is kernels[2] and made == NAMES[2:]
+    made.clear()
     kernels = [*a_process()[:2], softmax_rows(32, NAMES[2])]     # the recorded kernel's code changed: another module
-    assert first(kernels) is kernels[2] and traced == [NAMES[2], *NAMES[:2]]
-    traced.clear()
+    assert first(kernels) is kernels[2] and made == [NAMES[2], *NAMES[:2]]
+    made.clear()
     rejected = set()
 
     def clean(kernel, args):
         return kernel.name not in rejected and tk.tune.compiles_clean(kernel, args)
     first(a_process(), clean)
     rejected.add(NAMES[2])
-    traced.clear()
-    assert first(a_process(), clean) is None and traced == NAMES[:2]     # (the rejected one is not compiled)
+    made.clear()
+    assert first(a_process(), clean) is None and made == NAMES[:2]     # (the rejected one is not compiled)
 
 
-def test_a_stand_in_test_has_verdicts_of_its_own(traced):
+def test_a_stand_in_test_has_verdicts_of_its_own(made):
     first(a_process())
     kernels = a_process()
     with pytest.warns(tk.SpillWarning):         # (what the stand-in takes is compiled as it would run)
@@ -92,12 +92,12 @@ def test_a_stand_in_test_has_verdicts_of_its_own(traced):
     assert first(kernels) is kernels[2]
 
 
-def test_without_a_disk_cache_every_process_scans(traced, monkeypatch):
+def test_without_a_disk_cache_every_process_scans(made, monkeypatch):
     monkeypatch.setenv("TKPY_CACHE", "0")
     first(a_process())
-    traced.clear()
+    made.clear()
     first(a_process())
-    assert traced == NAMES
+    assert made == NAMES
 
 
 def test_a_candidate_of_another_name_is_refused():

@@ -30,13 +30,16 @@ from . import templates
 from .templates import lcf, lcsf
 from . import tune
 from .tune import AutotuneWarning, Config, autotune
-from ._source_tree import expose_kernels
+from ._source_tree import expose_kernels, tree_digest as _tree_digest
 from ._version import __version__
 
 expose_kernels(__path__[0])    # `tkpy.kernels` from a checkout's kernels/ (an install carries it)
 if not interpret_requested():
+    import threading as _threading
+
     from .runtime.nvrtc import preload as _preload_nvrtc
     _preload_nvrtc()           # the NVRTC library loaded on a thread, ahead of the first compile
+    _threading.Thread(target=_tree_digest, name="tkpy-tree-digest", daemon=True).start()   # (spec_records' keys)
 
 
 def __getattr__(name: str):

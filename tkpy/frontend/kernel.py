@@ -3,7 +3,9 @@
     trace(args) -> Traced (IR)  -> lower() -> Lowered (C++)  -> compile() -> Compiled (cubin)
 
 `kernel[grid](*args)` runs all three once per specialization (cached) and then
-only checks the arguments, packs them and launches.
+only checks the arguments, packs them and launches. A specialization an earlier process compiled comes from its
+record instead (frontend/spec_records.py: the module and its launch facts, no trace), its IR and C++ made again only
+where asked for.
 
 Threads may call a kernel (launch, inspect, trace) at once: each cache is filled once under a lock
 (`Kernel._once`), and launches pack into per-thread parameter buffers (fastpath.ThreadBuffers).
@@ -22,13 +24,13 @@ from ..errors import ArgumentError, with_location
 from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
-from ..ir.passes import ALIGNMENT_SLACK
 from ..runtime import debug as debug_mode
 from ..runtime import native
 from ..runtime.tensor_map import TensorMapEncoder
 from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
-from . import fastpath, pgl
+from . import fastpath, pgl, spec_records
 from .context import user_loc
+from .digest import value_digest
 from .once import Once
 from .tracer import trace_kernel
 
@@ -93,6 +95,16 @@ class Kernel:
             raise TypeError(f"{self.name}.variant(): @tk.kernel has no option {', '.join(unknown)} (it has "
                             f"{', '.join(self.options)})")
         return Kernel(self.fn, specs=self.specs, **{**self.options, **changes})
+
+    def __tkpy_digest__(self):
+        """What the kernel's digest (frontend/digest.py) is made of: its options, specs and function."""
+        return self.options, self.specs, self.fn
+
+    @functools.cached_property
+    def digest(self) -> Optional[str]:
+        """A digest of what this kernel's traces depend on besides the call and tkpy's files (frontend/digest.py),
+        the key of its specialization records; None where a value it reaches cannot be vouched for."""
+        return value_digest(self)
 
     def __call__(self, *args, **kwargs):
         """`k(x, y)` without a grid: say how a kernel is launched."""
@@ -172,9 +184,11 @@ class Kernel:
         return self._trace(self.flat_args(args))
 
     def _trace(self, args) -> "Traced":
-        key, constexprs = self._bind(args, need_cuda=False)
-        contiguous = key[0]
-        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, contiguous, constexprs, self.cluster,
+        return self._traced(*self._bind(args, need_cuda=False))
+
+    def _traced(self, key: tuple, constexprs: dict) -> "Traced":
+        """The trace of specialization `key` (_bind's), with its IR passes run."""
+        ir = trace_kernel(self.fn, self.name, self.warps, self.specs, key[0], constexprs, self.cluster,
                           self.blocks_per_sm, self.fast_division, self.dependent_launch)
         ir.debug = key[2]
         run_all(ir)
@@ -188,8 +202,32 @@ class Kernel:
 
     def _compiled_for(self, args, *, need_cuda: bool) -> "Compiled":
         """The compiled specialization for `args` as the specs take them (flat_args')."""
-        key, _ = self._bind(args, need_cuda=need_cuda)
-        return self._once(self._compiled, key, lambda: self._trace(args).lower().compile())
+        key, constexprs = self._bind(args, need_cuda=need_cuda)
+        return self._once(self._compiled, key, lambda: self._made(key, constexprs))
+
+    def _made(self, key: tuple, constexprs: dict) -> "Compiled":
+        """Specialization `key` compiled: from its record where an earlier process compiled it (no trace), else traced,
+        lowered, compiled (or found in the disk cache) and recorded."""
+        def relower() -> Lowered:
+            return self._traced(key, constexprs).lower()
+
+        found = spec_records.find(self, key, relower)
+        if found is not None:
+            from ..runtime import warn_on_spills
+            warn_on_spills(found.module.resources, found.module.kernel_name)
+            return Compiled(found.module, found.facts, relower=lambda: self._relowered(key, relower, found.identity))
+        compiled = relower().compile()
+        spec_records.keep(self, key, compiled)
+        return compiled
+
+    def _relowered(self, key: tuple, relower, identity: str) -> Lowered:
+        """A recorded specialization's Lowered, made when its IR or source is asked for; a record whose code is not
+        what the kernel lowers to now is dropped with a warning (its key missed something the trace reads)."""
+        lowered = relower()
+        if lowered.code.identity != identity:
+            spec_records.drop(self, key)
+            spec_records.stale_warning(self.name)
+        return lowered
 
     def _once(self, cache: dict, key, make):
         """`cache[key]`, made by `make()` once however many threads ask at once (one trace and one compile
@@ -200,19 +238,19 @@ class Kernel:
     def max_active_clusters(self, *args) -> int:
         """How many of this kernel's clusters, specialized for `args` (CUDA tensors), the GPU runs at once."""
         loaded, compiled = self._loaded_for(self.flat_args(args))
-        ir = compiled.lowered.traced.ir
-        return loaded.max_active_clusters((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster)
+        facts = compiled.facts
+        return loaded.max_active_clusters((facts.threads, 1, 1), facts.dynamic_smem, facts.cluster)
 
     def max_active_blocks(self, *args) -> int:
         """How many blocks of this kernel, specialized for `args` (CUDA tensors), an SM runs at once."""
         loaded, compiled = self._loaded_for(self.flat_args(args))
-        return loaded.max_active_blocks(compiled.lowered.traced.ir.threads, compiled.dynamic_smem)
+        return loaded.max_active_blocks(compiled.facts.threads, compiled.facts.dynamic_smem)
 
     def _loaded_for(self, args) -> tuple:
         """(the kernel loaded on the device of `args`, its compiled specialization), for the occupancy queries."""
         from ..runtime import load_kernel
         compiled = self._compiled_for(args, need_cuda=True)
-        return load_kernel(compiled.module, self._device(args), compiled.dynamic_smem), compiled
+        return load_kernel(compiled.module, self._device(args), compiled.facts.dynamic_smem), compiled
 
     def _device(self, args) -> int:
         """The device a launch on these (flattened) arguments runs on: its tensors' (torch's current one without)."""
@@ -307,11 +345,12 @@ class Kernel:
         compiled = self._compiled_for(args, need_cuda=True)
         device = self._device(args)
         ready = compiled.ready(device)
-        if compiled.lowered.traced.ir.debug is not None:   # debug mode: every launch checked and synchronized
-            debug_mode.launch(ready, grid, args, compiled.lowered.slots, self, compiled)
+        facts = compiled.facts
+        if facts.debug:     # debug mode: every launch checked and synchronized
+            debug_mode.launch(ready, grid, args, facts.slots, self, compiled)
             return
-        if not all(compiled.lowered.traced.key[0]):   # a strided tensor: its strides are per call
-            ready.launch_once(grid, args, compiled.lowered.slots, self)
+        if not facts.packed:   # a strided tensor: its strides are per call
+            ready.launch_once(grid, args, facts.slots, self)
             return
         key = fastpath.cache_key(self.specs, args)
         if _this_thread.handed == (self, key):
@@ -322,7 +361,7 @@ class Kernel:
                 self._readies[key] = ready
                 self._fast[key] = ready.entry if self._native is None else ready.native_entry(self.specs)
             if self._launcher_source is None:
-                self._launcher_source, self._fast_launch = fastpath.build(self, compiled.lowered.slots)
+                self._launcher_source, self._fast_launch = fastpath.build(self, facts.slots)
                 self._bound.clear()   # later kernel[grid] binds straight to the fast launcher
                 first = True
         _this_thread.handed = (self, key)     # if the fast launcher sends this call back here, it rejected the key
@@ -450,16 +489,30 @@ class Lowered:
 
         module = compile_cuda(lambda: self.source, self.traced.ir.name, identity=self.code.identity)
         warn_on_spills(module.resources, self.traced.ir.name)
-        return Compiled(self, module)
+        facts = spec_records.LaunchFacts.of(self.traced.ir, self.slots, self.traced.key[0])
+        return Compiled(module, facts, lowered=self)
 
 
 class Compiled:
-    def __init__(self, lowered: Lowered, module):
-        self.lowered = lowered
+    """A compiled specialization: its module and launch facts, and its Lowered (IR and C++), which one made from a
+    record (frontend/spec_records.py) makes by `relower()` when first asked for."""
+
+    def __init__(self, module, facts: "spec_records.LaunchFacts", lowered: Optional[Lowered] = None, relower=None):
         self.module = module
+        self.facts = facts
+        self._lowered = lowered
+        self._relower = relower
         self._ready: dict[int, _Ready] = {}
-        self._lock = threading.Lock()   # one _Ready per device, whichever threads launch first
+        self._lock = threading.Lock()   # one _Ready per device, whichever threads launch first; one relowering
         self._sass: Optional[str] = None
+
+    @property
+    def lowered(self) -> Lowered:
+        if self._lowered is None:
+            with self._lock:
+                if self._lowered is None:
+                    self._lowered = self._relower()
+        return self._lowered
 
     @property
     def resources(self):
@@ -475,11 +528,6 @@ class Compiled:
             from ..runtime import module_sass
             self._sass = module_sass(self.module)
         return self._sass
-
-    @property
-    def dynamic_smem(self) -> int:
-        ir = self.lowered.traced.ir
-        return ir.shared_bytes + (ALIGNMENT_SLACK if ir.shared_bytes else 0)  # room to align the base
 
     def ready(self, device: int) -> "_Ready":
         r = self._ready.get(device)
@@ -500,12 +548,11 @@ class _Ready:
     def __init__(self, compiled: Compiled, device: int):
         from ..runtime import ParamBuffer, load_kernel, stream_getter
 
-        ir = compiled.lowered.traced.ir
-        loaded = load_kernel(compiled.module, device, compiled.dynamic_smem)
-        launcher = loaded.launcher((ir.threads, 1, 1), compiled.dynamic_smem, ir.cluster, ir.dependent_launch)
-        kinds = [s.kind for s in compiled.lowered.slots]
-        tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in compiled.lowered.slots
-                            if s.source[0] == "tmap")
+        facts = compiled.facts
+        loaded = load_kernel(compiled.module, device, facts.dynamic_smem)
+        launcher = loaded.launcher((facts.threads, 1, 1), facts.dynamic_smem, facts.cluster, facts.dependent_launch)
+        kinds = [s.kind for s in facts.slots]
+        tensor_maps = tuple(TensorMapEncoder(s.source[2], device) for s in facts.slots if s.source[0] == "tmap")
         self.entry = (ParamBuffer(kinds), fastpath.ThreadBuffers(kinds), stream_getter(), device,
                       launcher.handle_error, launcher, tensor_maps)
         self._compiled = compiled
@@ -515,7 +562,7 @@ class _Ready:
         """What the native launcher's cache maps a key to (made on first use; called under the kernel's lock)."""
         if self._native is None:
             layout, _, stream_of, device, _, launcher, tensor_maps = self.entry
-            self._native = native.entry(self._compiled.lowered.slots, specs, launcher, layout, tensor_maps,
+            self._native = native.entry(self._compiled.facts.slots, specs, launcher, layout, tensor_maps,
                                         device, stream_of)
         return self._native
 

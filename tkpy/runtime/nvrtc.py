@@ -293,6 +293,22 @@ def compile_cuda(
     return mod
 
 
+def cached_module(key: str, kernel_name: str, source: Callable[[], str], arch: str = "sm_90a") -> CompiledModule | None:
+    """The module compile_cuda stored under cache key `key` (from the in-process memo, else the disk cache), or
+    None: what a specialization record (frontend/spec_records.py) names, found without the code that determines the
+    key. `source` makes the module's source if it is asked for."""
+    if not _cache.cache_enabled():
+        return None
+    hit = _memo.get(key)
+    if hit is not None:
+        return hit if hit.kernel_name == kernel_name else None
+    mod = _from_disk(key, source, kernel_name, arch)
+    if mod is not None:
+        with _memo_lock:
+            _memo[key] = mod
+    return mod
+
+
 def _from_disk(key: str, source, kernel_name: str, arch: str) -> CompiledModule | None:
     entry = _cache.load(key)
     if entry is None or entry["kernel_name"] != kernel_name:
@@ -341,5 +357,5 @@ def clear_memo() -> None:
         _memo.clear()
 
 
-__all__ = ["CompiledModule", "compile_cuda", "loaded_version", "nvrtc_version", "find_python_origin", "clear_memo",
+__all__ = ["CompiledModule", "cached_module", "compile_cuda", "loaded_version", "nvrtc_version", "find_python_origin", "clear_memo",
            "BASE_OPTIONS"]

@@ -67,6 +67,14 @@ def store(kind: str, key: str, payload: dict) -> bool:
         return False
 
 
+def remove(kind: str, key: str) -> None:
+    """Delete the record (kind, key) if there is one (never raises on I/O)."""
+    path = _path(kind, key)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 @contextlib.contextmanager
 def lock(kind: str, key: str):
     """Held while making the record (kind, key): concurrent processes make it once (no lock without a cache)."""
@@ -80,4 +88,4 @@ def lock(kind: str, key: str):
         yield
 
 
-__all__ = ["load", "lock", "record_key", "store"]
+__all__ = ["load", "lock", "record_key", "remove", "store"]

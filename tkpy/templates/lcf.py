@@ -209,6 +209,10 @@ class LCF:
     pipeline = None            # the Pipeline class that traces this template (set below)
     made_by = None             # (class, options, definition locals, loc) of the decorator that made it (decorator())
 
+    def __tkpy_digest__(self):
+        """What the digest of the kernel it makes (frontend/digest.py) takes of it: what made it."""
+        return type(self).__name__, self.made_by
+
     @property
     def options(self) -> dict:
         """The options of the decorator (@tk.lcf / @tk.lcsf) this template was made with."""
