@@ -51,7 +51,7 @@ def test_the_demo_command_prints_the_softmax_source_and_compiles_it(tmp_path):
     """`python -m tkpy.kernels` without a GPU: the softmax demo's CUDA (softmax_rows, bf16 rows of 64), under 200
     lines, then its compile (and its backward's, and the wide rows' kernels) to sm_90a cubins."""
     assert "python -m tkpy.kernels" in block("Then the two commands", "bash")
-    env = {**plain_env(tmp_path), "TKPY_INTERPRET": "0"}
+    env = {**plain_env(tmp_path), "TKPY_INTERPRET": "0", "CUDA_VISIBLE_DEVICES": ""}     # (no GPU, on one too)
     done = subprocess.run([sys.executable, "-m", "tkpy.kernels"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
