@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import linecache
 import os
 import subprocess
 import sys
@@ -194,11 +195,30 @@ def test_a_record_whose_module_is_gone_compiles_again(traces):
     assert len(traces) == 2 and not again.from_cache and again.key == first.key
 
 
-def test_without_a_cache_nothing_is_recorded(monkeypatch, traces):
-    monkeypatch.setenv("TKPY_CACHE", "0")
+@pytest.mark.parametrize("switch", ["TKPY_CACHE", "TKPY_SPEC_RECORDS"])
+def test_without_a_cache_or_with_records_off_every_process_traces(monkeypatch, traces, switch):
+    monkeypatch.setenv(switch, "0")
     _scaling(2.0).compile(*_args())
+    _new_process()
     _scaling(2.0).compile(*_args())
     assert len(traces) == 2
+
+
+def test_a_kernel_that_reads_the_environment_has_it_in_its_digest(monkeypatch):
+    """A user's kernel whose code names os.environ or os.getenv (a switch read while it traces): the environment is
+    in its digest; one that does not name them is not keyed by it."""
+    def make():
+        @tk.kernel(warps=1, name="records_environment")
+        def k(x: tk.gl[f32, "R", 16], y: tk.gl[f32, "R", 16]):
+            t = tk.rt(f32, 16, 16)
+            tk.load(t, x, (tk.block_idx.x, 0))
+            tk.mul(t, t, float(os.environ.get("RECORDS_TEST_SCALE", "1")))
+            tk.store(y, t, (tk.block_idx.x, 0))
+        return k
+    monkeypatch.setenv("RECORDS_TEST_SCALE", "1")
+    before, plain = make().digest, _scaling(2.0).digest
+    monkeypatch.setenv("RECORDS_TEST_SCALE", "3")
+    assert make().digest != before and _scaling(2.0).digest == plain
 
 
 def test_threads_share_one_record_lookup(traces):
@@ -253,6 +273,22 @@ def test_the_digest_reads_values_by_content():
     loop = []
     loop.append(loop)
     assert _digest(loop) is not None
+
+
+def test_a_notebook_cells_text_is_in_the_digest():
+    """Code from a file not on disk (a notebook's cell: its lines in linecache) is digested by its text, comments
+    included (they reach the generated source's line comments)."""
+    name = "<records-cell>"
+
+    def digest_of(text: str) -> str:
+        linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+        scope = {}
+        exec(compile(text, name, "exec"), scope)
+        return _digest(scope["f"])
+    try:
+        assert digest_of("def f():\n    return 1  # one\n") != digest_of("def f():\n    return 1  # two\n")
+    finally:
+        linecache.cache.pop(name, None)
 
 
 def test_the_digest_refuses_what_it_cannot_vouch_for():

@@ -6,6 +6,7 @@ names of the user's modules), its @tk.kernel options and parameter specs, tkpy's
 `value_digest(kernel)` digests the kernel's part; `tkpy._source_tree.tree_digest()` tkpy's files (each one's path, size and
 modification time: what Python's own bytecode cache checks), so that an edit of tkpy or of its kernels is a new digest.
 
+A user's function whose code names `environ` or `getenv` adds the whole environment (a switch read while tracing).
 Values are digested by content: numbers, strings, containers, dtypes, dataclasses, enums, functions (their code and
 its file's size and modification time, closure cells, defaults, and the globals the code names), classes (their
 namespace), other objects (their class and attributes); tkpy's own module-level functions and classes, and the
@@ -19,6 +20,7 @@ import enum
 import functools
 import hashlib
 import inspect
+import linecache
 import os
 import sys
 import types
@@ -26,6 +28,7 @@ import types
 MAX_VALUES = 50_000                 # more than this many values reached: undigestable (a table to hash each process)
 _BY_NAME = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}   # stable across a process's life
 _SKIPPED_CLASS_ENTRIES = ("__dict__", "__weakref__")
+_ENVIRONMENT_READS = frozenset({"environ", "getenv", "environb", "getenvb"})
 
 
 class Undigestable(Exception):
@@ -69,6 +72,7 @@ class _Digest:
         self._kept: list = []         # what was seen, alive until the walk ends (ids stay unique)
         self._files: dict[str, str] = {}
         self._modules: list = []      # the user's modules whose attributes are being read (config.sub.BLOCK)
+        self._environment_read = False
 
     def put(self, *texts: str) -> None:
         for text in texts:
@@ -157,6 +161,8 @@ class _Digest:
             self._module_attributes(value, names)
         if not _by_name(module):
             self._globals(fn, names)
+            if names & _ENVIRONMENT_READS:
+                self._environment()
         self.add(fn.__defaults__)
         self.add(fn.__kwdefaults__)
         self.add(getattr(fn, "__dict__", None) or None)     # attributes set on it (functools.wraps' __wrapped__)
@@ -170,6 +176,13 @@ class _Digest:
                 self.put("global", name)
                 self.add(value)
                 self._module_attributes(value, names)
+
+    def _environment(self) -> None:
+        """The environment, once a walk, where a user's code names `environ` or `getenv` (a kernel that reads a
+        switch while it traces)."""
+        if not self._environment_read:
+            self._environment_read = True
+            self.put("environment", repr(sorted(os.environ.items())))
 
     def _module_attributes(self, value, names: set) -> None:
         """Of a user's module (not tkpy's, the standard library's or torch's), the attributes a code names, and of
@@ -195,15 +208,15 @@ class _Digest:
             self.add(const)
 
     def _file(self, filename: str) -> None:
-        """The file a user's code comes from, by size and modification time: any edit of it is a new digest (its
-        lines are in the generated source's comments)."""
+        """The file a user's code comes from, by size and modification time (a notebook cell's by its text): any
+        edit of it is a new digest (its lines are in the generated source's comments)."""
         stamp = self._files.get(filename)
         if stamp is None:
             try:
                 st = os.stat(filename)
                 stamp = f"{st.st_size}:{st.st_mtime_ns}"
-            except OSError:
-                stamp = "-"             # <string>, <stdin>: the code alone says it
+            except OSError:             # a notebook's cell (its lines in linecache), <string>: by its text
+                stamp = hashlib.sha256("".join(linecache.getlines(filename)).encode()).hexdigest()
             self._files[filename] = stamp
         self.put("file", filename, stamp)
 

@@ -11,10 +11,13 @@ launches; the IR and the source are made again only where asked for (`k.source(.
 identity is checked against the record's then (a mismatch warns and drops the record).
 
 Not recorded: debug and timeline builds (their launches read the IR), undigestable kernels, constexprs that are not
-digestable values. `TKPY_CACHE=0` keeps no records.
+digestable values. `TKPY_SPEC_RECORDS=0` keeps none and reads none (every new process traces, as before records;
+for a kernel whose trace reads what the digest cannot see: a file, a clock, a random number), nor does
+`TKPY_CACHE=0`.
 """
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from .._source_tree import tree_digest
 from .digest import value_digest
 
 KIND = "specialization"
+ENV = "TKPY_SPEC_RECORDS"
 _DTYPES = {d.name: d for d in (dtypes.bf16, dtypes.fp16, dtypes.f32, *dtypes.INT_DTYPES, *dtypes.FP8_DTYPES)}
 
 
@@ -68,7 +72,7 @@ class Found:
 def record_key(kernel, key: tuple) -> Optional[str]:
     """The record key of `kernel`'s specialization `key` (Kernel._bind's), or None where it is not recorded."""
     contiguous, constexprs, debug = key
-    if debug is not None or timeline.enabled():
+    if debug is not None or timeline.enabled() or not enabled():
         return None
     kernel_digest = kernel.digest
     if kernel_digest is None:
@@ -81,6 +85,11 @@ def record_key(kernel, key: tuple) -> Optional[str]:
     return records.record_key(KIND, __version__, tree_digest(), sys.version, getattr(torch, "__version__", ""),
                               f"nvrtc-{major}.{minor}", f"pdl={dependent_launch_enabled()}", kernel_digest,
                               repr(contiguous), constexpr_digest)
+
+
+def enabled() -> bool:
+    """False when TKPY_SPEC_RECORDS is 0/false/no/off."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def find(kernel, key: tuple, relower) -> Optional[Found]:
