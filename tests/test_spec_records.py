@@ -70,6 +70,7 @@ def test_a_new_kernel_finds_the_record_and_traces_only_when_asked_for_its_code(t
     assert again.facts == first.facts
     assert k.source(*_args()) == first.lowered.source and len(traces) == 2
     assert again.lowered.code.identity == first.lowered.code.identity
+    assert again.module.source == first.lowered.source and len(traces) == 2     # (the module's: the same Lowered)
 
 
 @pytest.mark.parametrize("factory", [producer_consumer, cluster_multicast])

@@ -216,11 +216,13 @@ class Kernel:
         def relower() -> Lowered:
             return self._traced(key, constexprs).lower()
 
-        found = spec_records.find(self, key, relower)
+        recorded = None
+        found = spec_records.find(self, key, lambda: recorded.lowered.source)    # (the module's source, if asked)
         if found is not None:
             from ..runtime import warn_on_spills
             warn_on_spills(found.module.resources, found.module.kernel_name)
-            return Compiled(found.module, found.facts, relower=lambda: self._relowered(key, relower, found.identity))
+            recorded = Compiled(found.module, found.facts, relower=lambda: self._relowered(key, relower, found.identity))
+            return recorded
         compiled = relower().compile()
         spec_records.keep(self, key, compiled)
         return compiled

@@ -92,9 +92,9 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def find(kernel, key: tuple, relower) -> Optional[Found]:
-    """The recorded specialization, its module loaded from the disk cache (`relower()` makes its Lowered if its source
-    is asked for), or None (no record, or its module is gone)."""
+def find(kernel, key: tuple, source) -> Optional[Found]:
+    """The recorded specialization, its module loaded from the disk cache (`source()` makes the module's source if
+    it is asked for), or None (no record, or its module is gone)."""
     rkey = record_key(kernel, key)
     payload = records.load(KIND, rkey) if rkey is not None else None
     if payload is None:
@@ -104,7 +104,7 @@ def find(kernel, key: tuple, relower) -> Optional[Found]:
         name, module_key, identity = payload["kernel"], payload["module"], payload["identity"]
     except (KeyError, TypeError, ValueError):
         return None
-    module = cached_module(module_key, name, lambda: relower().source)
+    module = cached_module(module_key, name, source)
     return Found(module, facts, identity) if module is not None else None
 
 
