@@ -108,6 +108,29 @@ def test_a_cold_first_call_runs_quick_while_the_tuned_plan_compiles_in_the_backg
     assert len(cold) == 2                       # the tuned plan's kernel found compiled: no NVRTC run again
 
 
+@pytest.mark.parametrize("launch", [True, False], ids=["after the launch", "after the wait"])
+def test_the_background_compile_starts_after_the_callers_launch(cold, monkeypatch, launch):
+    """The tuned plan's compile waits for the caller's next launch (runtime.background.launched, which a kernel's
+    first launch calls) so that its trace does not take the GIL from the quick plan's; without a launch it starts
+    after LAUNCH_WAIT_S."""
+    monkeypatch.setattr(background, "LAUNCH_WAIT_S", 60 if launch else 0.05)
+    first = tk.QuickFirstCall("test")
+    tuned, quick = plans(f"launch_{launch}")
+    callers = []
+
+    def watched():
+        callers.append(threading.current_thread().name)
+        return tuned()
+    main = threading.current_thread().name
+    assert first.pick("key", watched, quick) == ("quick", False) and callers == [main]   # (the probe)
+    if launch:
+        threading.Event().wait(0.2)
+        assert callers == [main]                # not started: no launch yet
+        background.launched()
+    assert tk.wait_for_compiles(timeout=120)
+    assert len(callers) == 2 and callers[1] != main
+
+
 def test_a_warm_cache_runs_the_tuned_plan_at_once(cold):
     tuned, quick = plans("warm")
     tuned()                                     # (compiled: in the memo and the disk cache)

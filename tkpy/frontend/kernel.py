@@ -24,8 +24,8 @@ from ..errors import ArgumentError, with_location
 from ..interpret import Interpreted, interpret_requested
 from ..ir import print_ir, run_all
 from ..ir.core import KernelIR
+from ..runtime import background, native
 from ..runtime import debug as debug_mode
-from ..runtime import native
 from ..runtime.tensor_map import TensorMapEncoder
 from .signature import bind_dims, check_scalar, check_tensor, dynamic_dim_names, launch_grid, parse_signature
 from . import fastpath, pgl, spec_records
@@ -337,7 +337,14 @@ class Kernel:
             self._fast_launch(grid, *args)
 
     def _slow_launch(self, grid, args: tuple) -> None:
-        """First call of a specialization, or anything unusual: check everything, compile, load, then launch."""
+        """First call of a specialization, or anything unusual: check everything, compile, load, then launch; then the
+        compile jobs that waited for this thread's launch go (runtime.background.start_after_launch)."""
+        try:
+            self._checked_launch(grid, args)
+        finally:
+            background.launched()
+
+    def _checked_launch(self, grid, args: tuple) -> None:
         from ..runtime import NoGPUError, require_gpu
 
         if interpret_requested():     # TKPY_INTERPRET=1: no fast path is built, so every launch comes here

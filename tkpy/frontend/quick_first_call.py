@@ -12,7 +12,8 @@ is never compiled.
 `tuned()` and `quick()` return a plan whose kernels are compiled (e.g. Kernel.compile(*args) called): pick calls
 tuned() within runtime.background.refusing_waits(), so that a kernel missing from both caches raises
 CompilePending instead of running NVRTC; then it makes quick() and runs tuned() again on a background thread (which
-compiles), returning quick()'s plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op
+compiles) once the caller has launched the quick plan (runtime.background.start_after_launch), returning quick()'s
+plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op
 may keep.
 
 The quick kernel computes the same function with other tiles or schedules, so its results can differ from the
@@ -81,11 +82,11 @@ class QuickFirstCall:
                 return tuned(), True
         except background.CompilePending:
             pass
-        plan = quick()      # first, so that the tuned plan's tracing does not hold the GIL meanwhile
+        plan = quick()      # first, and the tuned plan's compile after its launch: its trace holds the GIL
         with self._lock:
             if key not in self._compiling:
-                self._compiling[key] = background.start(lambda: _quietly(tuned),
-                                                        f"tkpy {self.name}: compiling {key!r}"[:120])
+                self._compiling[key] = background.start_after_launch(lambda: _quietly(tuned),
+                                                                     f"tkpy {self.name}: compiling {key!r}"[:120])
         return plan, False
 
 

@@ -8,7 +8,11 @@ its tuned kernel compiles in a background thread (NVRTC releases the GIL). This 
   miss of the memory and disk caches (a hit returns as always);
 - `start(job)` runs a compile job on a daemon thread of its own (a process that exits does not wait for it: a disk
   cache entry it has not written is simply not there; entries are written whole or not at all), and `wait()`
-  joins every job started, which timing (tkpy.runtime.timing, autotuning, benchmarks) does before it times.
+  joins every job started, which timing (tkpy.runtime.timing, autotuning, benchmarks) does before it times;
+- `start_after_launch(job)` starts it once the calling thread's next kernel launch is made (`launched()`, which
+  the kernels' first launches call), or after LAUNCH_WAIT_S: the tuned kernel's trace and prelude choice (70-90 ms of
+  Python) then do not take the GIL from the quick kernel's load and launch (the interpreter hands the GIL over at
+  most every 5 ms).
 """
 from __future__ import annotations
 
@@ -16,7 +20,10 @@ import contextlib
 import threading
 from typing import Callable
 
+LAUNCH_WAIT_S = 0.1
+
 _refusing = threading.local()
+_launch_waits = threading.local()     # .events: what this thread's next launch sets
 _jobs_lock = threading.Lock()
 _jobs: list[threading.Thread] = []
 
@@ -55,6 +62,30 @@ def start(job: Callable[[], None], name: str) -> threading.Thread:
     return thread
 
 
+def start_after_launch(job: Callable[[], None], name: str) -> threading.Thread:
+    """start(job), the job waiting first until this thread has made its next launch (launched()) or LAUNCH_WAIT_S
+    seconds have passed (an op that does not launch after all)."""
+    launch = threading.Event()
+    events = getattr(_launch_waits, "events", None)
+    if events is None:
+        events = _launch_waits.events = []
+    events.append(launch)
+
+    timeout = LAUNCH_WAIT_S
+
+    def after_the_launch():
+        launch.wait(timeout)
+        job()
+    return start(after_the_launch, name)
+
+
+def launched() -> None:
+    """This thread has made a launch: the jobs start_after_launch started on it go."""
+    events = getattr(_launch_waits, "events", None)
+    while events:
+        events.pop().set()
+
+
 def wait(timeout: float | None = None) -> bool:
     """Join every compile job started so far (each up to `timeout` seconds); True if none is still running."""
     with _jobs_lock:
@@ -64,4 +95,4 @@ def wait(timeout: float | None = None) -> bool:
     return not any(t.is_alive() for t in running)
 
 
-__all__ = ["CompilePending", "refusing_waits", "start", "wait", "waits_refused"]
+__all__ = ["CompilePending", "launched", "refusing_waits", "start", "start_after_launch", "wait", "waits_refused"]
