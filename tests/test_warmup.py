@@ -14,6 +14,7 @@ import torch
 import tkpy as tk
 from tkpy import f32
 from tkpy import warmup
+from tkpy.frontend import kernel as kernel_module
 from tkpy.frontend.kernel import compile_only
 from tkpy.kernels.row_softmax import softmax_rows_factory
 from tkpy.kernels.warmup import OPS
@@ -52,6 +53,12 @@ def test_warmup_compiles_the_operators_kernels_into_the_cache(tmp_path, monkeypa
     x = torch.empty(256, 64, dtype=torch.bfloat16)
     key = softmax_rows_factory(tk.bf16).compile(x, x, 64).module.key
     assert cache.load(key) is not None
+    # ... and its specialization record: a deployment's first call neither traces nor lowers (a new kernel object,
+    # as a new process has)
+    traces = []
+    trace = kernel_module.trace_kernel
+    monkeypatch.setattr(kernel_module, "trace_kernel", lambda *a, **k: traces.append(a[1]) or trace(*a, **k))
+    assert softmax_rows_factory(tk.bf16).variant().compile(x, x, 64).module.key == key and traces == []
     again = run("--file", str(_spec_file(tmp_path)), cache_dir=tmp_path)
     assert again.returncode == 0 and " 0 compiled " in again.stdout.splitlines()[0], again.stdout
 
