@@ -249,6 +249,23 @@ def _digest(value):
     return digest.value_digest(value)
 
 
+def test_a_kernel_that_reads_the_gpu_has_it_in_its_digest(monkeypatch):
+    """A user's code that names what reads the GPU (an SM count baked in while it traces) has the current GPU in its
+    digest; other kernels do not."""
+    def sms():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+
+    gpus = iter([("H200", 132), ("H100 PCIe", 114)])
+    name, count = next(gpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(
+        name=name, multi_processor_count=count, major=9, minor=0))
+    first, plain = _digest(sms), _digest(_scaling(2.0))
+    name, count = next(gpus)
+    assert _digest(sms) != first and _digest(_scaling(2.0)) == plain
+
+
 def test_the_digest_reads_values_by_content():
     """Equal values, equal digests; a changed closure cell, default, module attribute the code names, set member or
     dataclass field: another. Cycles end."""

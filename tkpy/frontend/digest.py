@@ -6,7 +6,9 @@ names of the user's modules), its @tk.kernel options and parameter specs, tkpy's
 `value_digest(kernel)` digests the kernel's part; `tkpy._source_tree.tree_digest()` tkpy's files (each one's path, size and
 modification time: what Python's own bytecode cache checks), so that an edit of tkpy or of its kernels is a new digest.
 
-A user's function whose code names `environ` or `getenv` adds the whole environment (a switch read while tracing).
+A user's function whose code names `environ` or `getenv` adds the whole environment (a switch read while tracing),
+one that names what reads the GPU (`get_device_properties`, `multi_processor_count`, `sm_count`, ...) the current
+GPU's name, SM count and compute capability.
 Values are digested by content: numbers, strings, containers, dtypes, dataclasses, enums, functions (their code and
 its file's size and modification time, closure cells, defaults, and the globals the code names), classes (their
 namespace), other objects (their class and attributes); tkpy's own module-level functions and classes, and the
@@ -29,6 +31,9 @@ MAX_VALUES = 50_000                 # more than this many values reached: undige
 _BY_NAME = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}   # stable across a process's life
 _SKIPPED_CLASS_ENTRIES = ("__dict__", "__weakref__")
 _ENVIRONMENT_READS = frozenset({"environ", "getenv", "environb", "getenvb"})
+# what a user's code names where it reads the GPU it runs on while it traces (an SM count baked into the code)
+_DEVICE_READS = frozenset({"get_device_properties", "multi_processor_count", "get_device_capability",
+                           "get_device_name", "device_count", "sm_count", "device_attribute", "mem_get_info"})
 
 
 class Undigestable(Exception):
@@ -72,7 +77,7 @@ class _Digest:
         self._kept: list = []         # what was seen, alive until the walk ends (ids stay unique)
         self._files: dict[str, str] = {}
         self._modules: list = []      # the user's modules whose attributes are being read (config.sub.BLOCK)
-        self._environment_read = False
+        self._environment_read = self._device_read = False
 
     def put(self, *texts: str) -> None:
         for text in texts:
@@ -163,6 +168,8 @@ class _Digest:
             self._globals(fn, names)
             if names & _ENVIRONMENT_READS:
                 self._environment()
+            if names & _DEVICE_READS:
+                self._device()
         self.add(fn.__defaults__)
         self.add(fn.__kwdefaults__)
         self.add(getattr(fn, "__dict__", None) or None)     # attributes set on it (functools.wraps' __wrapped__)
@@ -183,6 +190,19 @@ class _Digest:
         if not self._environment_read:
             self._environment_read = True
             self.put("environment", repr(sorted(os.environ.items())))
+
+    def _device(self) -> None:
+        """The current GPU (its name, SM count and compute capability), once a walk, where a user's code names what
+        reads it (_DEVICE_READS): a kernel that bakes the SM count in while it traces."""
+        if self._device_read:
+            return
+        self._device_read = True
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            self.put("device", "none")
+            return
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.put("device", props.name, str(props.multi_processor_count), f"{props.major}.{props.minor}")
 
     def _module_attributes(self, value, names: set) -> None:
         """Of a user's module (not tkpy's, the standard library's or torch's), the attributes a code names, and of
