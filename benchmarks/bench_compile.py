@@ -17,8 +17,9 @@ On a Hopper GPU the call is the whole first call (trace, lowering, compile or di
 a synchronize). Without one, its compile-only part: the kernels' launch paths under compile_only() on meta tensors,
 as `python -m tkpy.warmup` runs them (no module load, no launch). The table gives, cold and warm, the first call's
 wall time (and its process CPU time, which a busy machine inflates less), NVRTC's runs and seconds, and of the rest
-the trace (with the IR passes), the lowering (the kernel's C++) and the compile stage (NVRTC, or the lookup: of the
-specialization's record and its module, or of the module by the lowered code);
+the trace (with the IR passes), the lowering (the kernel's C++), the choice of its prelude helpers (cold: "prel.")
+and the compile stage (NVRTC, or the lookup: of the specialization's record and its module, or of the module by the
+lowered code);
 on the GPU also when the native launcher was ready (built once per machine, in the background of the first call).
 Medians over the rounds. Writes $OUT/compile.json where OUT is set.
 """
@@ -89,15 +90,17 @@ class _Stages:
     """Seconds spent in each stage of tkpy's first call, and the NVRTC runs (the stages' functions wrapped)."""
 
     def __init__(self):
+        from tkpy.codegen import emit
         from tkpy.frontend import kernel, spec_records
         from tkpy.runtime import nvrtc
 
-        self.seconds = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "nvrtc": 0.0}
+        self.seconds = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "nvrtc": 0.0, "prelude": 0.0}
         self.nvrtc_runs = []
         self._wrap(kernel.Kernel, "_traced", "trace")
         self._wrap(kernel.Traced, "lower", "lower")
         self._wrap(kernel.Lowered, "compile", "compile")
         self._wrap(spec_records, "find", "compile")     # a specialization record's lookup and its module's
+        self._wrap(emit.KernelCode, "source", "prelude")  # the source NVRTC compiles: the prelude helpers chosen
         run = nvrtc._run_nvrtc
 
         def counted(source, name, opts, arch):
@@ -229,16 +232,18 @@ def table(results: dict) -> str:
     gpu = any(r["gpu"] for r in rows)
     what = "whole first call on the GPU" if gpu else "compile-only part of the first call (no GPU: no module load, no launch)"
     lines = [f"{what}; medians of {len(next(iter(results.values()))['cold'])} round(s); load {os.getloadavg()[0]:.1f}",
-             f"{'':<10} {'cold first call (s)':-^41} | {'warm first call, new process (ms)':-^44} |",
-             f"{'case':<10} {'wall':>6} {'cpu':>6} {'NVRTC':>10} {'trace':>6} {'lower':>6} {'other':>6} | {'wall':>7} "
+             f"{'':<10} {'cold first call (s)':-^48} | {'warm first call, new process (ms)':-^44} |",
+             f"{'case':<10} {'wall':>6} {'cpu':>6} {'NVRTC':>10} {'trace':>6} {'lower':>6} {'prel.':>6} {'other':>6} | "
+             f"{'wall':>7} "
              f"{'cpu':>6} {'trace':>6} {'lower':>6} {'lookup':>6} {'other':>6} | NVRTC runs (s, source KB)"]
     for case, r in results.items():
         cold, warm = r["cold"], r["warm"]
-        med = {k: _median(cold, f"{k}_s") for k in ("first", "first_cpu", "nvrtc", "trace", "lower", "compile")}
+        med = {k: _median(cold, f"{k}_s") for k in ("first", "first_cpu", "nvrtc", "trace", "lower", "compile",
+                                                    "prelude")}
         runs = _middle(cold)["nvrtc_runs"] if cold else []
-        other = med["first"] - med["nvrtc"] - med["trace"] - med["lower"]
+        other = med["first"] - med["nvrtc"] - med["trace"] - med["lower"] - med["prelude"]
         row = (f"{case:<10} {med['first']:6.3f} {med['first_cpu']:6.3f} {len(runs):>2}x{med['nvrtc']:6.3f}s "
-               f"{med['trace']:6.3f} {med['lower']:6.3f} {other:6.3f} | ")
+               f"{med['trace']:6.3f} {med['lower']:6.3f} {med['prelude']:6.3f} {other:6.3f} | ")
         if warm:
             w = {k: 1e3 * _median(warm, f"{k}_s") for k in ("first", "first_cpu", "trace", "lower", "compile")}
             row += (f"{w['first']:7.1f} {w['first_cpu']:6.1f} {w['trace']:6.1f} {w['lower']:6.1f} {w['compile']:6.1f} "
