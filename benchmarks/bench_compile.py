@@ -21,7 +21,8 @@ the trace (with the IR passes), the lowering (the kernel's C++), the choice of i
 and the compile stage (NVRTC, or the lookup: of the specialization's record and its module, or of the module by the
 lowered code);
 on the GPU also when the native launcher was ready (built once per machine, in the background of the first call).
-Medians over the rounds. Writes $OUT/compile.json where OUT is set.
+Medians over the rounds; `--events` adds each case's stages in order (start, length, thread) in its median rounds.
+Writes $OUT/compile.json where OUT is set.
 """
 from __future__ import annotations
 
@@ -87,24 +88,33 @@ def _first_call(case: str, gpu: bool):
 
 
 class _Stages:
-    """Seconds spent in each stage of tkpy's first call, and the NVRTC runs (the stages' functions wrapped)."""
+    """Seconds spent in each stage of tkpy's first call, the NVRTC runs, and every stage's (thread, start, seconds)
+    from `start` on (the stages' functions wrapped; the disk cache's and the records' stores, the module loads and
+    the background compile's start too, as events only)."""
 
     def __init__(self):
+        import tkpy.runtime as runtime
         from tkpy.codegen import emit
         from tkpy.frontend import kernel, spec_records
-        from tkpy.runtime import nvrtc
+        from tkpy.runtime import background, cache, nvrtc, records
 
         self.seconds = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "nvrtc": 0.0, "prelude": 0.0}
         self.nvrtc_runs = []
+        self.events = []
+        self.start = None               # set when the first call starts: events before it are not kept
         self._wrap(kernel.Kernel, "_traced", "trace")
         self._wrap(kernel.Traced, "lower", "lower")
         self._wrap(kernel.Lowered, "compile", "compile")
-        self._wrap(spec_records, "find", "compile")     # a specialization record's lookup and its module's
+        self._wrap(spec_records, "find", "compile", "record lookup")    # a specialization record's and its module's
         self._wrap(emit.KernelCode, "source", "prelude")  # the source NVRTC compiles: the prelude helpers chosen
+        for module, name in ((runtime, "load_kernel"), (cache, "store"), (records, "store"), (background, "start")):
+            self._wrap(module, name, None, f"{module.__name__.rsplit('.', 1)[-1]}.{name}")
         run = nvrtc._run_nvrtc
 
         def counted(source, name, opts, arch):
+            began = time.perf_counter()
             out = run(source, name, opts, arch)
+            self._event(f"nvrtc {name}", began)
             background = threading.current_thread() is not threading.main_thread()
             self.nvrtc_runs.append({"kernel": name, "seconds": out[3], "source_bytes": len(source),
                                     "background": background})
@@ -113,7 +123,7 @@ class _Stages:
             return out
         nvrtc._run_nvrtc = counted
 
-    def _wrap(self, cls, name: str, stage: str) -> None:
+    def _wrap(self, cls, name: str, stage: str | None, label: str | None = None) -> None:
         method = getattr(cls, name)
 
         def timed(*args, **kwargs):
@@ -121,9 +131,15 @@ class _Stages:
             try:
                 return method(*args, **kwargs)
             finally:
-                if threading.current_thread() is threading.main_thread():    # (the first call's, not background)
+                if stage and threading.current_thread() is threading.main_thread():    # (not the background's)
                     self.seconds[stage] += time.perf_counter() - start
+                self._event(label or stage or name, start)
         setattr(cls, name, timed)
+
+    def _event(self, what: str, began: float) -> None:
+        if self.start is not None and began >= self.start:
+            self.events.append((what, threading.current_thread().name[:24], round(1e3 * (began - self.start), 1),
+                                round(1e3 * (time.perf_counter() - began), 1)))
 
 
 def _nvrtc_alone(case: str) -> dict:
@@ -172,6 +188,7 @@ def child(case: str) -> dict:
     from tkpy.frontend.kernel import compile_only
 
     start, cpu = time.perf_counter(), time.process_time()
+    stages.start = start
     if gpu:
         call()
         torch.cuda.synchronize()
@@ -185,7 +202,8 @@ def child(case: str) -> dict:
            "nvrtc_s": stages.seconds["nvrtc"], "tuned_ready_s": time.perf_counter() - start,
            "nvrtc_runs": [r for r in stages.nvrtc_runs if not r["background"]],
            "background_runs": [r for r in stages.nvrtc_runs if r["background"]],
-           **{f"{k}_s": v for k, v in stages.seconds.items() if k != "nvrtc"}}
+           **{f"{k}_s": v for k, v in stages.seconds.items() if k != "nvrtc"},
+           "events": [e for e in stages.events if e[2] <= 1e3 * first_s]}
     if gpu:
         from tkpy.runtime import native
 
@@ -268,6 +286,19 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def timelines(results: dict) -> str:
+    """Each case's stages in its median cold and warm rounds, in order: start and length (ms from the call's start),
+    on which thread (`--events`)."""
+    lines = []
+    for case, r in results.items():
+        for which in ("cold", "warm"):
+            if r[which] and r[which][0].get("events"):
+                lines.append(f"{case}, {which} (ms from the call's start: stage, thread, start, length):")
+                lines += [f"  {what:<40} {thread:<24} {at:8.1f} {length:8.1f}"
+                          for what, thread, at, length in sorted(_middle(r[which])["events"], key=lambda e: e[2])]
+    return "\n".join(lines)
+
+
 def summary(results: dict) -> list[str]:
     """One line per case (gpu_check's summary)."""
     out = []
@@ -283,6 +314,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--events", action="store_true", help="also each case's stages in order (timelines)")
     parser.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -294,6 +326,8 @@ def main(argv=None) -> dict:
         parser.error(f"unknown cases {unknown}; the cases are {', '.join(CASES)}")
     results = run(cases, args.rounds)
     print(table(results))
+    if args.events:
+        print(timelines(results))
     if OUT:
         (OUT / "compile.json").write_text(json.dumps(results, indent=1))
     return results
