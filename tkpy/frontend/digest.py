@@ -3,8 +3,9 @@
 A kernel's IR is a function of the call's specialization key (contiguity, constexprs, debug settings) and of: its
 Python function and what that reaches (code, closure cells, defaults, the globals its code names, the attributes it
 names of the user's modules), its @tk.kernel options and parameter specs, tkpy's own files, and the Python version.
-`value_digest(kernel)` digests the kernel's part; `tkpy._source_tree.tree_digest()` tkpy's files (each one's path, size and
-modification time: what Python's own bytecode cache checks), so that an edit of tkpy or of its kernels is a new digest.
+`value_digest(kernel)` digests the kernel's part; `tkpy._source_tree.tree_digest()` tkpy's files (each one's path,
+size and modification time: what Python's own bytecode cache checks), so that an edit of tkpy or of its kernels is a
+new digest.
 
 A user's function whose code names `environ` or `getenv` adds the whole environment (a switch read while tracing),
 one that names what reads the GPU (`get_device_properties`, `multi_processor_count`, `sm_count`, ...) the current

@@ -221,7 +221,8 @@ class Kernel:
         if found is not None:
             from ..runtime import warn_on_spills
             warn_on_spills(found.module.resources, found.module.kernel_name)
-            recorded = Compiled(found.module, found.facts, relower=lambda: self._relowered(key, relower, found.identity))
+            recorded = Compiled(found.module, found.facts,
+                                relower=lambda: self._relowered(key, relower, found.identity))
             return recorded
         compiled = relower().compile()
         spec_records.keep(self, key, compiled)
