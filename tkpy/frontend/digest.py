@@ -10,6 +10,7 @@ new digest.
 A user's function whose code names `environ` or `getenv` adds the whole environment (a switch read while tracing),
 one that names what reads the GPU (`get_device_properties`, `multi_processor_count`, `sm_count`, ...) the current
 GPU's name, SM count and compute capability.
+
 Values are digested by content: numbers, strings, containers, dtypes, dataclasses, enums, functions (their code and
 its file's size and modification time, closure cells, defaults, and the globals the code names), classes (their
 namespace), other objects (their class and attributes); tkpy's own module-level functions and classes, and the
