@@ -45,12 +45,10 @@ class Undigestable(Exception):
 def value_digest(value) -> str | None:
     """sha256 (hex) of `value` and what it reaches (a tk.Kernel: what its trace depends on besides the call and
     tkpy's files; a specialization's constexprs), or None (undigestable)."""
-    digest = _Digest()
     try:
-        digest.add(value)
+        return _sub_digest(value)
     except (Undigestable, RecursionError):
         return None
-    return digest.hash.hexdigest()
 
 
 def _top_module(name: str) -> str:
@@ -284,7 +282,7 @@ class _Digest:
                 self.put(f.name)
                 self.add(getattr(value, f.name))
             return
-        if module in _BY_NAME or module == "tkpy" and not hasattr(value, "__dict__"):
+        if module in _BY_NAME:
             raise Undigestable(f"a {kind.__module__}.{kind.__qualname__}")
         state = getattr(value, "__dict__", None)
         if state is None:
@@ -313,7 +311,7 @@ def _names(code) -> set:
 
 
 def _sub_digest(value) -> str:
-    """A set member's own digest (set order is not stable across processes)."""
+    """`value`'s own digest (Undigestable raised): a set member's (set order is not stable across processes)."""
     digest = _Digest()
     digest.add(value)
     return digest.hash.hexdigest()

@@ -216,24 +216,25 @@ class Kernel:
         def relower() -> Lowered:
             return self._traced(key, constexprs).lower()
 
+        rkey = spec_records.record_key(self, key)
         recorded = None
-        found = spec_records.find(self, key, lambda: recorded.lowered.source)    # (the module's source, if asked)
+        found = spec_records.find(rkey, key[0], lambda: recorded.lowered.source)    # (the module's source, if asked)
         if found is not None:
             from ..runtime import warn_on_spills
             warn_on_spills(found.module.resources, found.module.kernel_name)
             recorded = Compiled(found.module, found.facts,
-                                relower=lambda: self._relowered(key, relower, found.identity))
+                                relower=lambda: self._relowered(rkey, relower, found.identity))
             return recorded
         compiled = relower().compile()
-        spec_records.keep(self, key, compiled)
+        spec_records.keep(rkey, compiled)
         return compiled
 
-    def _relowered(self, key: tuple, relower, identity: str) -> Lowered:
+    def _relowered(self, rkey: str, relower, identity: str) -> Lowered:
         """A recorded specialization's Lowered, made when its IR or source is asked for; a record whose code is not
         what the kernel lowers to now is dropped with a warning (its key missed something the trace reads)."""
         lowered = relower()
         if lowered.code.identity != identity:
-            spec_records.drop(self, key)
+            spec_records.drop(rkey)
             spec_records.stale_warning(self.name)
         return lowered
 

@@ -13,8 +13,7 @@ is never compiled.
 tuned() within runtime.background.refusing_waits(), so that a kernel missing from both caches raises
 CompilePending instead of running NVRTC; then it makes quick() and runs tuned() again on a background thread (which
 compiles) once the caller has launched the quick plan (runtime.background.start_after_launch), returning quick()'s
-plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op
-may keep.
+plan meanwhile. It returns (plan, final): final when the plan is tuned()'s, which the op may keep.
 
 The quick kernel computes the same function with other tiles or schedules, so its results can differ from the
 tuned kernel's in the last bits (a float sum in another order). Where that matters, the tuned kernel is waited for:

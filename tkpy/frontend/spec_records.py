@@ -35,7 +35,6 @@ from .digest import value_digest
 
 KIND = "specialization"
 ENV = "TKPY_SPEC_RECORDS"
-_DTYPES = {d.name: d for d in (dtypes.bf16, dtypes.fp16, dtypes.f32, *dtypes.INT_DTYPES, *dtypes.FP8_DTYPES)}
 
 
 @dataclass(frozen=True)
@@ -92,15 +91,15 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def find(kernel, key: tuple, source) -> Optional[Found]:
-    """The recorded specialization, its module loaded from the disk cache (`source()` makes the module's source if
-    it is asked for), or None (no record, or its module is gone)."""
-    rkey = record_key(kernel, key)
+def find(rkey: Optional[str], contiguous: tuple, source) -> Optional[Found]:
+    """The specialization recorded under `rkey` (record_key's; None: none), of tensors `contiguous` as its key says,
+    its module loaded from the disk cache (`source()` makes the module's source if it is asked for), or None (no
+    record, or its module is gone)."""
     payload = records.load(KIND, rkey) if rkey is not None else None
     if payload is None:
         return None
     try:
-        facts = _facts(payload, key)
+        facts = _facts(payload, contiguous)
         name, module_key, identity = payload["kernel"], payload["module"], payload["identity"]
     except (KeyError, TypeError, ValueError):
         return None
@@ -108,9 +107,9 @@ def find(kernel, key: tuple, source) -> Optional[Found]:
     return Found(module, facts, identity) if module is not None else None
 
 
-def keep(kernel, key: tuple, compiled) -> None:
-    """Record a specialization just compiled (`compiled`: a Compiled with its Lowered), where it is recordable."""
-    rkey = record_key(kernel, key)
+def keep(rkey: Optional[str], compiled) -> None:
+    """Record a specialization just compiled (`compiled`: a Compiled with its Lowered) under `rkey` (record_key's;
+    None: not recordable)."""
     if rkey is None:
         return
     f, lowered = compiled.facts, compiled.lowered
@@ -120,9 +119,8 @@ def keep(kernel, key: tuple, compiled) -> None:
         "shared_bytes": f.shared_bytes, "slots": [_slot_json(s) for s in f.slots]})
 
 
-def drop(kernel, key: tuple) -> None:
+def drop(rkey: Optional[str]) -> None:
     """Forget a record found stale (its code no longer the recorded one's)."""
-    rkey = record_key(kernel, key)
     if rkey is not None:
         records.remove(KIND, rkey)
 
@@ -133,10 +131,10 @@ def stale_warning(kernel_name: str) -> None:
                   "trace depends on: please report it", RuntimeWarning, stacklevel=3)
 
 
-def _facts(payload: dict, key: tuple) -> LaunchFacts:
+def _facts(payload: dict, contiguous: tuple) -> LaunchFacts:
     cluster = payload["cluster"]
     return LaunchFacts(int(payload["threads"]), tuple(cluster) if cluster else None, bool(payload["dependent_launch"]),
-                       int(payload["shared_bytes"]), tuple(_slot(s) for s in payload["slots"]), all(key[0]))
+                       int(payload["shared_bytes"]), tuple(_slot(s) for s in payload["slots"]), all(contiguous))
 
 
 def _slot_json(slot: Slot) -> list:
@@ -151,5 +149,5 @@ def _slot(item: list) -> Slot:
     cname, ctype, kind, source = item
     if source[0] == "tmap":
         st = source[2]
-        source = [source[0], source[1], ST(_DTYPES[st["dtype"]], st["rows"], st["cols"], st["swizzle"])]
+        source = [source[0], source[1], ST(dtypes.BY_NAME[st["dtype"]], st["rows"], st["cols"], st["swizzle"])]
     return Slot(cname, ctype, kind, tuple(source))

@@ -70,7 +70,6 @@ def start_after_launch(job: Callable[[], None], name: str) -> threading.Thread:
     if events is None:
         events = _launch_waits.events = []
     events.append(launch)
-
     timeout = LAUNCH_WAIT_S
 
     def after_the_launch():

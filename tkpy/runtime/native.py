@@ -287,7 +287,8 @@ def _call(ref: weakref.WeakMethod) -> None:
 def on_load(method) -> None:
     """Call the bound `method()` once the extension is loaded: now, on this thread, if it is; else from the
     background thread that loads it (begun here, if none has), when it has the extension. Never where it cannot be
-    had, nor under TKPY_NATIVE_LAUNCH=0 (logged). The method is held weakly: a kernel that is gone is not kept alive for it."""
+    had, nor under TKPY_NATIVE_LAUNCH=0 (logged). The method is held weakly: a kernel that is gone is not kept alive
+    for it."""
     if not enabled():
         _unavailable(f"{ENV}=0")
         return

@@ -274,23 +274,20 @@ def compile_cuda(
     version = nvrtc_version()
     key = _cache.cache_key(identity, kernel_name, tuple(opts), version, arch)
 
-    if use_memo:
-        hit = _memo.get(key)
-        if hit is not None:
-            return hit
-    mod = _from_disk(key, source, kernel_name, arch)
+    mod = cached_module(key, kernel_name, source, arch)
     if mod is None and loaded_version() != version:    # a stale record of the version: the library says
         key = _cache.cache_key(identity, kernel_name, tuple(opts), loaded_version(), arch)
-        mod = _from_disk(key, source, kernel_name, arch)
-    if mod is None and background.waits_refused():
+        mod = cached_module(key, kernel_name, source, arch)
+    if mod is not None:
+        return mod
+    if background.waits_refused():
         raise background.CompilePending(kernel_name)
-    if mod is None:
-        with _cache.entry_lock(key):  # one compile per key across processes
-            mod = _from_disk(key, source, kernel_name, arch)  # another process may have just written it
-            if mod is None:
-                mod = _compile(source if isinstance(source, str) else source(), kernel_name, opts, arch, key)
-                _cache.store(key, kernel_name=kernel_name, cubin=mod.cubin, ptx=mod.ptx, log=mod.log,
-                             compile_seconds=mod.compile_seconds)
+    with _cache.entry_lock(key):  # one compile per key across processes
+        mod = _from_disk(key, source, kernel_name, arch)  # another process may have just written it
+        if mod is None:
+            mod = _compile(source if isinstance(source, str) else source(), kernel_name, opts, arch, key)
+            _cache.store(key, kernel_name=kernel_name, cubin=mod.cubin, ptx=mod.ptx, log=mod.log,
+                         compile_seconds=mod.compile_seconds)
     if use_memo:
         with _memo_lock:
             _memo[key] = replace(mod, from_cache=True)
@@ -304,8 +301,8 @@ def fast_compile_options() -> tuple[str, ...]:
 
 def cached_module(key: str, kernel_name: str, source: Callable[[], str], arch: str = "sm_90a") -> CompiledModule | None:
     """The module compile_cuda stored under cache key `key` (from the in-process memo, else the disk cache), or
-    None: what a specialization record (frontend/spec_records.py) names, found without the code that determines the
-    key. `source` makes the module's source if it is asked for."""
+    None: compile_cuda's lookup, and what a specialization record (frontend/spec_records.py) names, found without
+    the code that determines the key. `source` makes the module's source if it is asked for."""
     if not _cache.cache_enabled():
         return None
     hit = _memo.get(key)
@@ -366,5 +363,5 @@ def clear_memo() -> None:
         _memo.clear()
 
 
-__all__ = ["CompiledModule", "FAST_COMPILE_OPTIONS", "cached_module", "compile_cuda", "fast_compile_options", "loaded_version", "nvrtc_version", "find_python_origin", "clear_memo",
-           "BASE_OPTIONS"]
+__all__ = ["CompiledModule", "FAST_COMPILE_OPTIONS", "cached_module", "compile_cuda", "fast_compile_options",
+           "loaded_version", "nvrtc_version", "find_python_origin", "clear_memo", "BASE_OPTIONS"]

@@ -58,18 +58,20 @@ TILE_DTYPES = (bf16, fp16, f32)
 MMA_INPUT_DTYPES = (bf16, fp16)
 FP8_DTYPES = (fp8e4m3, fp8e5m2)
 FP8_MAX = {"fp8e4m3": 448.0, "fp8e5m2": 57344.0}   # the largest finite values (where satfinite clamps)
+ALL_DTYPES = (bf16, fp16, f32, *INT_DTYPES, *FP8_DTYPES)
+BY_NAME = {dt.name: dt for dt in ALL_DTYPES}
 
 
 def named_like(x) -> DType | None:
     """The tkpy dtype that torch dtype `x` (torch.float32, ...) is, by name (for the errors of a torch dtype given
     where tkpy's is expected), else None; without importing torch."""
     text = str(x)
-    return next((dt for dt in (bf16, fp16, f32, *INT_DTYPES, *FP8_DTYPES) if text == f"torch.{dt.torch_name}"), None)
+    return next((dt for dt in ALL_DTYPES if text == f"torch.{dt.torch_name}"), None)
 
 
 def from_torch(torch_dtype) -> DType:
     """The tkpy dtype of a torch dtype, or a clear error."""
-    for dt in (bf16, fp16, f32, *INT_DTYPES, *FP8_DTYPES):
+    for dt in ALL_DTYPES:
         if dt.torch == torch_dtype:
             return dt
     raise TypeError(f"tkpy has no element type for torch dtype {torch_dtype}; supported: bf16, fp16, f32, "
