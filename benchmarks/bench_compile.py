@@ -11,6 +11,7 @@ makes the inputs and then times the first call alone:
   row         a trivial row kernel: y = x + 1 over a 16 x 128 fp32 tile a warp
   floor       NVRTC alone on a one-line kernel with tkpy's options (the library loaded before)
   prelude     NVRTC alone on the row kernel's source with the whole prelude instead of the helpers it uses
+  quick       the quick first-call kernels' speed (below)
 On a cold cache attention() and matmul() run a quick kernel first while the tuned one compiles in the background
 (tk.QuickFirstCall): the table says when the tuned kernels were ready and what compiled in the background.
 On a Hopper GPU the call is the whole first call (trace, lowering, compile or disk-cache lookup, module load, launch,
@@ -21,6 +22,8 @@ the trace (with the IR passes), the lowering (the kernel's C++), the choice of i
 and the compile stage (NVRTC, or the lookup: of the specialization's record and its module, or of the module by the
 lowered code);
 on the GPU also when the native launcher was ready (built once per machine, in the background of the first call).
+The case `quick` (GPU only) is no first call: it times the quick first-call kernels of attention and matmul against
+the tuned kernels they stand in for (GPU time, medians of CUDA-graph replays, in pairs).
 Medians over the rounds; `--events` adds each case's stages in order (start, length, thread) in its median rounds.
 Writes $OUT/compile.json where OUT is set.
 """
@@ -39,8 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
-CASES = ("attention", "matmul", "softmax", "row", "floor", "prelude")
+CASES = ("attention", "matmul", "softmax", "row", "floor", "prelude", "quick")
 NVRTC_ONLY = ("floor", "prelude")       # cases that time NVRTC alone (no first call, no warm run)
+NO_FIRST_CALL = NVRTC_ONLY + ("quick",)
 FLOOR = 'extern "C" __global__ void floor_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n'
 ROWS = 8192
 
@@ -166,6 +170,32 @@ def _nvrtc_alone(case: str) -> dict:
             "nvrtc_runs": runs}
 
 
+def _quick_speeds() -> dict:
+    """{op: (quick kernel ms, tuned kernel ms)} at attention's and matmul's shapes above: the kernels a cold first call
+    runs while the tuned ones compile (attention_forward's QUICK_FIRST_CALL plan, gemm's QUICK_BLOCK_N tiles)."""
+    import torch
+
+    from benchmarks.timing import paired_ms
+    from tkpy.kernels import attention_forward, gemm
+    from tkpy.kernels.gemm_policy import QUICK_BLOCK_N
+
+    bf16 = torch.bfloat16
+    q, k, v = (torch.randn(16, 16, 4096, 128, device="cuda", dtype=bf16) for _ in range(3))
+    o = torch.empty_like(q)
+    plan = attention_forward._ForwardPlan(("bench_compile",), q, k, False, False)
+    quick, tuned = (plan._choose(q, k, v, o, None, None, options) for options in (plan.quick_options, {}))
+    speeds = {"attention": paired_ms(lambda: quick.launch(q, k, v, o, None, plan.default_scale),
+                                     lambda: tuned.launch(q, k, v, o, None, plan.default_scale))}
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=bf16) for _ in range(2))
+    c = torch.empty_like(a)
+    quick, tuned = (gemm._plan(a, b, c, (), bf16, False, None, None, None, block_n, None, False)
+                    for block_n in (QUICK_BLOCK_N, None))
+    for launch in (quick, tuned):
+        launch.compile(a, b, c, ())
+    speeds["matmul"] = paired_ms(lambda: quick(a, b, c, ()), lambda: tuned(a, b, c, ()))
+    return speeds
+
+
 def child(case: str) -> dict:
     """One measurement in this (new) process: the first call of `case`."""
     start = time.perf_counter()
@@ -181,6 +211,9 @@ def child(case: str) -> dict:
     if case in NVRTC_ONLY:
         return {"case": case, "gpu": gpu, "import_s": imported, "import_tkpy_s": imported - torch_s,
                 **_nvrtc_alone(case)}
+    if case == "quick":
+        return {"case": case, "gpu": gpu, "import_s": imported, "import_tkpy_s": imported - torch_s,
+                "speeds": _quick_speeds() if gpu else {}}
     stages = _Stages()
     call = _first_call(case, gpu)
     if gpu:
@@ -231,7 +264,7 @@ def run(cases=CASES, rounds: int = 3) -> dict:
         for case in cases:
             with tempfile.TemporaryDirectory(prefix="tkpy-bench-compile-") as cache_dir:
                 results[case]["cold"].append(measure(case, cache_dir))
-                if case not in NVRTC_ONLY:
+                if case not in NO_FIRST_CALL:
                     results[case]["warm"].append(measure(case, cache_dir))
     return results
 
@@ -255,6 +288,8 @@ def table(results: dict) -> str:
              f"{'wall':>7} "
              f"{'cpu':>6} {'trace':>6} {'lower':>6} {'lookup':>6} {'other':>6} | NVRTC runs (s, source KB)"]
     for case, r in results.items():
+        if case == "quick":
+            continue
         cold, warm = r["cold"], r["warm"]
         med = {k: _median(cold, f"{k}_s") for k in ("first", "first_cpu", "nvrtc", "trace", "lower", "compile",
                                                     "prelude")}
@@ -281,6 +316,10 @@ def table(results: dict) -> str:
             lines.append(f"  {case}: quick first call; the tuned kernels ready {_median(r['cold'], 'tuned_ready_s'):.3f}"
                          " s after its start (background NVRTC: " + ", ".join(f"{x['kernel']} {x['seconds']:.3f} s"
                                                                                for x in background) + ")")
+    for op in results.get("quick", {"cold": [{}]})["cold"][0].get("speeds", {}):
+        quick, tuned = (statistics.median(x["speeds"][op][i] for x in results["quick"]["cold"]) for i in (0, 1))
+        lines.append(f"  {op}: the quick first-call kernel {quick:.3f} ms, the tuned one {tuned:.3f} ms: "
+                     f"{tuned / quick:.2f}x its speed")
     lines.append(f"imports before the first call (torch, tkpy.kernels): {_median(rows, 'import_s'):.2f} s, of which "
                  f"tkpy.kernels (after torch) {1e3 * _median(rows, 'import_tkpy_s'):.0f} ms")
     return "\n".join(lines)
@@ -303,6 +342,10 @@ def summary(results: dict) -> list[str]:
     """One line per case (gpu_check's summary)."""
     out = []
     for case, r in results.items():
+        if case == "quick":
+            out += [f"quick {op:<10} {tuned / quick:.2f}x the tuned kernel's speed"
+                    for op, (quick, tuned) in r["cold"][0].get("speeds", {}).items()]
+            continue
         line = f"first call {case:<10} cold {_median(r['cold'], 'first_s'):6.3f} s (NVRTC {_median(r['cold'], 'nvrtc_s'):.3f} s)"
         if r["warm"]:
             line += f", warm {1e3 * _median(r['warm'], 'first_s'):6.1f} ms"

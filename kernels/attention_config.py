@@ -38,8 +38,7 @@ class AttentionConfig:
     next task's Q load is issued in a task's first step, behind its S, instead of at its start; False there: name
     "_qloadatstart".
     fast_division=False: the task loops' index math by C++'s division, not by divisors made once (tk.kernel's
-    option); name "_cdiv". fast_compile=True: compiled at NVRTC's fast-compile level (tk.kernel's option; the quick
-    first-call kernel); name "_fastcompile".
+    option); name "_cdiv".
     stale_shift (default at STALE_SHIFT's head dims): a step after a
     task's first computes P = exp2(S * scale_log2 - shift) on the running shift as S arrives, without this tile's
     row max, and leaves O's scale, so P may exceed 1; where some row's sum of the step's P passes
@@ -112,7 +111,6 @@ class AttentionConfig:
     stale_shift: bool | None = None
     next_q_in_step: bool | None = None
     fast_division: bool = True
-    fast_compile: bool = False
     # derived: the options resolved (the tuned head dim whose settings d takes, the defaults, and the choices)
     family: int = field(**_DERIVED)
     turns: bool = field(**_DERIVED)                 # pingpong (never with one consumer warpgroup)
@@ -236,5 +234,4 @@ class AttentionConfig:
             + ("" if self.skips == self.skips_by_default else "_skip" if self.skips else "_noskip") \
             + ("" if self.lse else "_nolse") \
             + ("" if self.stale == self.stale_default else "_stale" if self.stale else "_maxfirst") \
-            + ("_qloadatstart" if self.in_step_default and not self.q_load_in_step else "") \
-            + ("_fastcompile" if self.fast_compile else "")
+            + ("_qloadatstart" if self.in_step_default and not self.q_load_in_step else "")

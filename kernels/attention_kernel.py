@@ -85,7 +85,7 @@ def _attention(config: AttentionConfig):
 
     @tk.lcf(consumer_warpgroups=groups, stages=stages, persistent=True, name=config.name, cluster=cluster,
             producer_registers=producer_registers, consumer_registers=consumer_registers,
-            fast_division=fast_division, fast_compile=c.fast_compile, turns=pingpong, task_loads=TASK_LOADS[q_ahead, next_q_in_step, q_preload],
+            fast_division=fast_division, turns=pingpong, task_loads=TASK_LOADS[q_ahead, next_q_in_step, q_preload],
             **rings, **scheduler)
     class Attention:
         Q: tk.gl[dtype, "B", "H", "N", d]

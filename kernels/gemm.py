@@ -109,11 +109,10 @@ class _Call:
         self.launch = self.quick = None     # the plan, once compiled; on a cold cache a quick one meanwhile
 
     def _planned(self, a, b, c, extras, bias, scale, quick: bool = False):
-        """_plan's launch for these operands (if `quick`, QUICK_BLOCK_N-wide tiles at NVRTC's fast-compile level),
-        its kernels compiled."""
+        """_plan's launch for these operands (QUICK_BLOCK_N-wide tiles if `quick`), its kernels compiled."""
         activation, block_n, split_k, deterministic = self.options
         launch = _plan(a, b, c, extras, self.out_dtype, self.b_transposed, bias, scale, activation,
-                       QUICK_BLOCK_N if quick else block_n, split_k, deterministic, fast_compile=quick)
+                       QUICK_BLOCK_N if quick else block_n, split_k, deterministic)
         launch.compile(a, b, c, extras)
         return launch
 
@@ -164,13 +163,11 @@ class _Call:
         return result
 
 
-def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, block_n, split_k, deterministic,
-          fast_compile: bool = False):
+def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, block_n, split_k, deterministic):
     """How to run one shape and combination: a callable (a, b, c, extras) launching the kernel(s): the product in
     tiles of block_n_for's width (or block_n's); with split_k > 1 (SPLIT_BLOCK_N-wide tiles unless block_n says
     otherwise) the split product into a workspace and the reduction that applies the epilogue
-    (kernels/gemm_splitk.py). fast_compile: the direct product's kernel at NVRTC's fast-compile level (the quick
-    first call's)."""
+    (kernels/gemm_splitk.py)."""
     (m, _), n = a.shape, c.shape[1]
     dtype, out, bias_dtype = DTYPES[a.dtype], DTYPES[out_dtype], None if bias is None else DTYPES[bias.dtype]
     if split_k is not None and split_k > 1:
@@ -179,7 +176,7 @@ def _plan(a, b, c, extras, out_dtype, b_transposed, bias, scale, activation, blo
         reduce = reduce_kernel(split_k if deterministic else 1, out, bias_dtype, scale is not None, activation)
         return SplitPlan(matmul_template(config), reduce, split_k, deterministic, m, n)
     config = MatmulConfig(dtype, out, b_transposed, bias_dtype, scale is not None, activation,
-                          block_n or block_n_for(m, n, multiprocessors(a)), fast_compile=fast_compile)
+                          block_n or block_n_for(m, n, multiprocessors(a)))
     return _direct(matmul_template(config), (a, b, c) + extras)
 
 

@@ -51,8 +51,7 @@ class MatmulConfig(_Tiles):
       gemm_splitk.reduce_kernel;
     - stages: input stages (None: STAGES[block_n], resolved at construction, so that configs of the same kernel
       compare equal); output_stages: pieces of C in shared memory at a time (e.g. 3 input and 4 output stages hold
-      a whole 128 x 256 bf16 tile). The template checks that the stages fit in shared memory;
-    - fast_compile: compiled at NVRTC's fast-compile level (tk.kernel's option; the quick first-call kernel).
+      a whole 128 x 256 bf16 tile). The template checks that the stages fit in shared memory.
     `name` is the kernel's: "matmul" for the defaults, else the options spelled out."""
 
     dtype: object = bf16
@@ -65,14 +64,13 @@ class MatmulConfig(_Tiles):
     split: str | None = None
     stages: int | None = None
     output_stages: int = OUTPUT_STAGES
-    fast_compile: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in INPUTS:
             raise ValueError(f"matmul: A and B must be bf16 or fp16 (fp8: MatmulFP8Config), got {self.dtype!r}")
         if self.bias is not None and self.bias not in DTYPES.values():
             raise ValueError(f"matmul: the bias must be bf16, fp16 or fp32 (or None), got {self.bias!r}")
-        for option in ("b_transposed", "scale", "fast_compile"):
+        for option in ("b_transposed", "scale"):
             if getattr(self, option) not in (True, False):
                 raise ValueError(f"matmul: {option} must be True or False, got {getattr(self, option)!r}")
         if self.activation is not None and self.activation not in ACTIVATIONS:
@@ -92,8 +90,7 @@ class MatmulConfig(_Tiles):
                 self.bias is not None and f"bias_{self.bias.name}", self.scale and "scale", self.activation,
                 f"n{self.block_n}", self.split and f"splitk_{self.split}",
                 self.stages != STAGES[self.block_n] and f"{self.stages}stages",
-                self.output_stages != OUTPUT_STAGES and f"{self.output_stages}out",
-                self.fast_compile and "fastcompile"]
+                self.output_stages != OUTPUT_STAGES and f"{self.output_stages}out"]
         return "matmul_" + "_".join(t for t in tags if t)
 
 

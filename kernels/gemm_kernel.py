@@ -87,7 +87,7 @@ def matmul_steps(config: MatmulConfig) -> type:
 def lcsf_options(config: MatmulConfig, name: str | None = None) -> dict:
     """The LCSF template's options for the GEMMs of `config` (`name`: the kernel's, config.name by default)."""
     return dict(consumer_warpgroups=2, stages=config.stages, output_stages=config.output_stages, persistent=True,
-                name=name or config.name, fast_compile=config.fast_compile,
+                name=name or config.name,
                 scheduler=tk.templates.SplitK(lambda g: g.splits) if config.split else None)
 
 

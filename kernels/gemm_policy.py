@@ -36,6 +36,8 @@ OUTPUT_STAGES = 2                   # pieces of C in shared memory at a time, TM
 SPLIT_BLOCK_N = 256                 # the tile width of a split-K product unless block_n is given
 # Variants that measured slower and left the kernel (RESULTS.md keeps them).
 SLOWER_VARIANTS = {
+    "the quick first-call kernel at NVRTC's fast-compile level (-Ofc=mid)": "RESULTS.md runs 299-300: 24 "
+        "against 490 TFLOP/s at 4096^3",
     "the epilogue's masked stores straight from the registers (the LCF template)": "RESULTS.md runs 19 and 63: "
         "388 / 664 / 644 / 729 TFLOP/s against 435 / 718 / 684 / 726 at 2048^3, 4096^3, 8192^3 and 2048 x 8192 x "
         "8192 (run 19); 0.755x cuBLAS against 0.897x at 1024^3 in 64-wide tiles (run 63)",

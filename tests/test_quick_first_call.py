@@ -44,43 +44,6 @@ def cold(monkeypatch, tmp_path):
     clear_memo()
 
 
-def test_fast_compile_adds_nvrtcs_fast_compile_level(monkeypatch, cold):
-    """fast_compile=True compiles with FAST_COMPILE_OPTIONS (another module: the options key the cache), where this
-    NVRTC takes them; anything but a bool is refused."""
-    options = []
-    real = nvrtc._run_nvrtc
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", lambda source, name, opts, arch: options.append(opts) or real(
-        source, name, opts, arch))
-    x = torch.empty(64, 64)
-    plain = plus(1.0, "fast_compile_test").compile(x, x).module
-    fast = tk.kernel(warps=1, name="fast_compile_test", fast_compile=True)(plus(1.0, "x").fn).compile(x, x).module
-    assert fast.key != plain.key and not fast.from_cache
-    assert not set(nvrtc.FAST_COMPILE_OPTIONS) & set(options[0])
-    assert set(options[1]) - set(options[0]) == set(nvrtc.fast_compile_options())
-    if nvrtc.nvrtc_version() >= nvrtc.FAST_COMPILE_SINCE:
-        assert nvrtc.fast_compile_options() == nvrtc.FAST_COMPILE_OPTIONS
-    with pytest.raises(ValueError, match="fast_compile must be True or False"):
-        tk.kernel(warps=1, fast_compile=1)(plus(1.0, "x").fn)
-
-
-def test_the_quick_kernels_compile_fast_and_the_tuned_ones_not():
-    """attention()'s and matmul()'s quick first-call kernels are compiled at the fast-compile level (RESULTS.md run
-    297), their tuned kernels as usual."""
-    from tkpy.kernels.attention_config import AttentionConfig
-    from tkpy.kernels.attention_kernel import _attention
-    from tkpy.kernels.attention_policy import quick_first_call_options
-    from tkpy.kernels.gemm_config import MatmulConfig
-    from tkpy.kernels.gemm_kernel import matmul_template
-    from tkpy.kernels.gemm_policy import QUICK_BLOCK_N
-
-    quick = _attention(AttentionConfig(d=128, **quick_first_call_options(128, 2, 1))).kernel
-    tuned = _attention(AttentionConfig(d=128)).kernel
-    assert quick.fast_compile and quick.name.endswith("_fastcompile") and not tuned.fast_compile
-    quick = matmul_template(MatmulConfig(block_n=QUICK_BLOCK_N, fast_compile=True)).kernel
-    assert quick.fast_compile and quick.name.endswith("_fastcompile")
-    assert not matmul_template(MatmulConfig()).kernel.fast_compile
-
-
 def plans(tag: str):
     """(tuned, quick): functions compiling kernels tuned_TAG / quick_TAG for a 64 x 64 input and returning names."""
     x = torch.empty(64, 64)

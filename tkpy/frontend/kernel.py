@@ -41,8 +41,7 @@ class Kernel:
     """A traced-on-demand tile kernel. Call as `k[grid](*args)`; inspect with `.source(*args)` etc."""
 
     def __init__(self, fn, warps: int, name: Optional[str] = None, cluster=None, blocks_per_sm: Optional[int] = None,
-                 fast_division: bool = False, debug: Optional[bool] = None, specs=None, dependent_launch: bool = True,
-                 fast_compile: bool = False):
+                 fast_division: bool = False, debug: Optional[bool] = None, specs=None, dependent_launch: bool = True):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
         if blocks_per_sm not in (None, 1, 2, 3, 4):
@@ -52,9 +51,6 @@ class Kernel:
         if not isinstance(dependent_launch, bool):
             raise ValueError(f"dependent_launch must be True or False, got {dependent_launch!r}")
         self.dependent_launch = dependent_launch    # False: never launched with PDL (True: as TKPY_DEPENDENT_LAUNCH)
-        if not isinstance(fast_compile, bool):
-            raise ValueError(f"fast_compile must be True or False, got {fast_compile!r}")
-        self.fast_compile = fast_compile            # True: NVRTC's fast-compile level (FAST_COMPILE_OPTIONS)
         if debug not in (None, True, False):
             raise ValueError(f"debug must be True, False or None (as TKPY_DEBUG says), got {debug!r}")
         self.debug = debug                          # debug mode (runtime/debug.py): True, False, None = TKPY_DEBUG
@@ -89,8 +85,7 @@ class Kernel:
     def options(self) -> dict:
         """The options of @tk.kernel this kernel was made with."""
         return dict(warps=self.warps, name=self.name, cluster=self.cluster, blocks_per_sm=self.blocks_per_sm,
-                    fast_division=self.fast_division, debug=self.debug, dependent_launch=self.dependent_launch,
-                    fast_compile=self.fast_compile)
+                    fast_division=self.fast_division, debug=self.debug, dependent_launch=self.dependent_launch)
 
     def variant(self, **changes) -> "Kernel":
         """The same function as a kernel with some of @tk.kernel's options changed (`warps=8`, `cluster=2`, ...),
@@ -501,10 +496,9 @@ class Lowered:
 
     def compile(self) -> "Compiled":
         """Compiled by NVRTC, or found in the disk cache by the code's identity (a hit makes no source)."""
-        from ..runtime import compile_cuda, fast_compile_options, warn_on_spills
+        from ..runtime import compile_cuda, warn_on_spills
 
-        options = fast_compile_options() if self.traced.kernel.fast_compile else ()
-        module = compile_cuda(lambda: self.source, self.traced.ir.name, identity=self.code.identity, options=options)
+        module = compile_cuda(lambda: self.source, self.traced.ir.name, identity=self.code.identity)
         warn_on_spills(module.resources, self.traced.ir.name)
         facts = spec_records.LaunchFacts.of(self.traced.ir, self.slots, self.traced.key[0])
         return Compiled(module, facts, lowered=self)
@@ -604,8 +598,7 @@ def _cluster3(cluster) -> Optional[tuple[int, int, int]]:
 
 
 def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None, blocks_per_sm: Optional[int] = None,
-           fast_division: bool = False, debug: Optional[bool] = None, dependent_launch: bool = True,
-           fast_compile: bool = False):
+           fast_division: bool = False, debug: Optional[bool] = None, dependent_launch: bool = True):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (..4) compiles it
     to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
@@ -622,15 +615,11 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
     which lists what stays unbounded: setmaxnreg). dependent_launch=False: launched without programmatic dependent
     launch whatever TKPY_DEPENDENT_LAUNCH says (tkpy/runtime/dependent_launch.py): the kernel starts once the one
     before it on the stream has ended, and the one after it may still start early (e.g. a small kernel between two
-    large ones: cross-entropy's prologue, RESULTS.md runs 282-283). fast_compile=True: compiled at NVRTC's
-    fast-compile level (`-Ofc=mid`, NVRTC 12.8 and later; runtime/nvrtc.py FAST_COMPILE_OPTIONS), about a quarter less
-    compile time for a kernel that may run slower: the quick first-call kernels (tk.QuickFirstCall), which run only
-    until the tuned kernel has compiled (RESULTS.md run 297)."""
+    large ones: cross-entropy's prologue, RESULTS.md runs 282-283)."""
     if fn is None:
         return lambda f: Kernel(f, warps, name, cluster, blocks_per_sm, fast_division, debug,
-                                dependent_launch=dependent_launch, fast_compile=fast_compile)
+                                dependent_launch=dependent_launch)
     if not callable(fn):
         raise ArgumentError(f"@tk.kernel takes its options by name: @tk.kernel(warps={fn!r}), not @tk.kernel({fn!r})",
                             user_loc())
-    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug, dependent_launch=dependent_launch,
-                  fast_compile=fast_compile)
+    return Kernel(fn, warps, name, cluster, blocks_per_sm, fast_division, debug, dependent_launch=dependent_launch)

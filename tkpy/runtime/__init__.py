@@ -20,7 +20,7 @@ from .driver import (
 )
 from .errors import CompileError, DriverError, NoGPUError, SpillWarning, TkpyRuntimeError
 from .launching import Launcher, LoadedKernel, launch, load_function, load_kernel, make_launch_config
-from .nvrtc import CompiledModule, cached_module, clear_memo, compile_cuda, fast_compile_options, nvrtc_version
+from .nvrtc import CompiledModule, cached_module, clear_memo, compile_cuda, nvrtc_version
 from .params import PARAM_KINDS, ParamBuffer
 from .resources import Resources, parse_ptxas_log, warn_on_spills
 
@@ -47,7 +47,6 @@ __all__ = [
     "current_stream_handle",
     "device_attribute",
     "device_context",
-    "fast_compile_options",
     "find_nvdisasm",
     "gpu_available",
     "launch",

@@ -28,10 +28,6 @@ from .resources import Resources, parse_ptxas_log
 #: own cache of cubins (~/.nv/ComputeCache, NVRTC 12.9 and later) off: a cubin it reuses comes with no ptxas report,
 #: and tkpy's disk cache keeps the cubin with its report instead.
 BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-lineinfo", "-Xptxas=-v", "--no-cache")
-#: NVRTC's fast-compile level (12.8 and later), for kernels compiled with fast_compile=True: "mid" took 23% off the
-#: quick attention kernel's compile on the H200 host, "max" added 28% (RESULTS.md run 297).
-FAST_COMPILE_OPTIONS: tuple[str, ...] = ("-Ofc=mid",)
-FAST_COMPILE_SINCE = (12, 8)
 
 
 @dataclass(frozen=True)
@@ -294,11 +290,6 @@ def compile_cuda(
     return mod
 
 
-def fast_compile_options() -> tuple[str, ...]:
-    """FAST_COMPILE_OPTIONS where this NVRTC takes them, else none (an older one compiles as usual)."""
-    return FAST_COMPILE_OPTIONS if nvrtc_version() >= FAST_COMPILE_SINCE else ()
-
-
 def cached_module(key: str, kernel_name: str, source: Callable[[], str], arch: str = "sm_90a") -> CompiledModule | None:
     """The module compile_cuda stored under cache key `key` (from the in-process memo, else the disk cache), or
     None: compile_cuda's lookup, and what a specialization record (frontend/spec_records.py) names, found without
@@ -363,5 +354,5 @@ def clear_memo() -> None:
         _memo.clear()
 
 
-__all__ = ["CompiledModule", "FAST_COMPILE_OPTIONS", "cached_module", "compile_cuda", "fast_compile_options",
-           "loaded_version", "nvrtc_version", "find_python_origin", "clear_memo", "BASE_OPTIONS"]
+__all__ = ["CompiledModule", "cached_module", "compile_cuda", "loaded_version", "nvrtc_version", "find_python_origin",
+           "clear_memo", "BASE_OPTIONS"]

@@ -99,7 +99,7 @@ class LCF:
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
                  scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
                  fast_division: bool = False, turns: bool = False, task_loads: str = "start",
-                 fast_compile: bool = False, definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
+                 definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
                 raise TypeError(f"an {self.kind} class needs a `{method}` method; {cls.__name__} has none")
@@ -165,7 +165,7 @@ class LCF:
         self.kernel = Kernel(self._body(), warps=4 * consumer_warpgroups + producer_warps,
                              name=name or cls.__name__.lower(), cluster=(cluster, 1, 1) if cluster > 1 else None,
                              blocks_per_sm=blocks_per_sm if blocks_per_sm > 1 else None,
-                             fast_division=fast_division, fast_compile=fast_compile)
+                             fast_division=fast_division)
 
     def _check_late(self, cls, stages: int, late_stages: Optional[int]) -> int:
         """The late ring's stage count (0 without late_inputs), after checking the class's late declarations."""
@@ -623,12 +623,12 @@ def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages:
         persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
         scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-        fast_division: bool = False, turns: bool = False, task_loads: str = "start", fast_compile: bool = False):
+        fast_division: bool = False, turns: bool = False, task_loads: str = "start"):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring and docs/templates.md."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
                    scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm, fast_division=fast_division,
-                   turns=turns, task_loads=task_loads, fast_compile=fast_compile)
+                   turns=turns, task_loads=task_loads)
     return decorator(LCF, sys._getframe(1), cls, options)

@@ -142,14 +142,13 @@ def lcsf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, output_stag
          late_stages: Optional[int] = None, persistent: bool = True, group: int = 8, cluster: int = 1,
          cluster_along: str = "rows", producer_warps: int = 4,
          producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
-         scheduler: Optional[Grouped] = None, name: Optional[str] = None, fast_division: bool = False,
-         fast_compile: bool = False):
+         scheduler: Optional[Grouped] = None, name: Optional[str] = None, fast_division: bool = False):
     """Class decorator: `@tk.lcsf(consumer_warpgroups=2, stages=4, output_stages=2)`; see the module docstring
-    (fast_division, fast_compile: as LCF's)."""
+    (fast_division: as LCF's)."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, output_stages=output_stages,
                    late_stages=late_stages,
                    persistent=persistent, group=group, cluster=cluster, cluster_along=cluster_along,
                    producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
-                   scheduler=scheduler, name=name, fast_division=fast_division, fast_compile=fast_compile)
+                   scheduler=scheduler, name=name, fast_division=fast_division)
     return decorator(LCSF, sys._getframe(1), cls, options)
