@@ -7,8 +7,8 @@ Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with 
 causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or tkpy.kernels.attention_forward._launch with those
 options, e.g. pingpong=False overlap=False; then SDPA cuDNN, and with --flash SDPA flash), attention_bwd B H N D
 causal(0/1) [--only-sdpa] [--flash] (tkpy's attention_backward, then SDPA's backward under cuDNN and flash), rotary B S
-HQ HK D (tkpy's rotary, then torch.compile's), rms_norm|layer_norm ROWS WIDTH (tkpy's, then torch.compile's). Each
-runs 3 times after building its inputs.
+HQ HK D (tkpy's rotary, then torch.compile's), rms_norm|layer_norm ROWS WIDTH (tkpy's, then torch.compile's), memory OP fwd|bwd|f+b [ROWS WIDTH] (tkpy's memory-bound
+ops, MEMORY_OPS, memory_case). Each runs 3 times after building its inputs.
 """
 from __future__ import annotations
 
@@ -98,9 +98,64 @@ def main(argv: list[str]) -> None:
             ours(x, (width,), w)
         for _ in range(3):
             compiled(x, w)
+    elif what == "memory":
+        memory_case(*dims)
     else:
         raise SystemExit(f"unknown case {what!r}")
     torch.cuda.synchronize()
+
+
+MEMORY_OPS = ("copy", "rms", "rms+residual", "layer", "layer+residual", "softmax", "softmax_f32", "swiglu", "geglu",
+              "rotary", "cross_entropy")
+
+
+def memory_case(op: str, direction: str = "fwd", rows: str = "16384", width: str = "4096") -> None:
+    """tkpy's memory-bound op `op` on rows x width bf16 inputs (rotary: q (4, 4096, 32, 128) and k of 8 heads), 3
+    times: its forward ("fwd"), or after one forward its backward through autograd ("bwd"; cross_entropy "f+b": the
+    forward writing the gradient, and the backward); "copy" is y = x * 1 (torch's elementwise kernel)."""
+    import torch
+
+    from tkpy import kernels
+    rows, width = int(rows), int(width)
+    dtype = torch.float32 if op == "softmax_f32" else torch.bfloat16
+    make = lambda *shape: torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=direction != "fwd")  # noqa
+    if op == "copy":
+        x, y = make(rows, width).detach(), torch.empty(rows, width, device="cuda", dtype=dtype)
+        run = lambda: (torch.mul(x, 1.0, out=y),)  # noqa: E731   (a kernel: copy_ of one dtype is a memcpy)
+        inputs = ()
+    elif op == "rotary":
+        q, k = make(4, 4096, 32, 128), make(4, 4096, 8, 128)
+        cos, sin = (torch.randn(4096, 64, device="cuda") for _ in range(2))
+        inputs, run = (q, k), lambda: kernels.rotary(q, k, cos, sin)
+    elif op == "cross_entropy":
+        x, t = make(rows, width), torch.randint(0, width, (rows,), device="cuda")
+        inputs, run = (x,), lambda: (kernels.cross_entropy(x, t),)
+    elif op in ("swiglu", "geglu"):
+        g, u = make(rows, width), make(rows, width)
+        inputs, run = (g, u), lambda: (getattr(kernels, op)(g, u),)
+    elif op.startswith("softmax"):
+        x = make(rows, width)
+        inputs, run = (x,), lambda: (kernels.softmax(x),)
+    else:
+        x, w, b = make(rows, width), make(width), make(width)
+        r = make(rows, width) if "residual" in op else None
+        if op.startswith("rms"):
+            inputs, run = (x, w) + ((r,) if r is not None else ()), lambda: kernels.rms_norm(x, (width,), w, 1e-6,
+                                                                                              residual=r)
+        else:
+            inputs = (x, w, b) + ((r,) if r is not None else ())
+            run = lambda: kernels.layer_norm(x, (width,), w, b, 1e-5, residual=r)  # noqa: E731
+    if direction == "fwd" or op == "cross_entropy" and direction == "f+b":
+        for _ in range(3):
+            out = run()
+            if direction == "f+b":
+                torch.autograd.grad(out[0], inputs)
+        return
+    outputs = run()
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    grads = [torch.randn_like(y) for y in outputs]
+    for _ in range(3):
+        torch.autograd.grad(outputs, inputs, grads, retain_graph=True)
 
 
 def eager_rotary(q, k, cos, sin):
