@@ -1,16 +1,19 @@
-"""The row kernels' splits swept on the GPU: the evidence behind kernels/cross_entropy_policy.py's and
-kernels/norm_policy.py's tables (RESULTS.md runs 274-275).
+"""The row kernels' splits swept on the GPU: the evidence behind kernels/cross_entropy_policy.py's,
+kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274-275, 305+).
 
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,8192]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096]
 
-For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that
-the config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its
-launches timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and
-with the gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each
-with the residual) forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the copy
-bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width together
-(the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
+For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that the
+config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its launches
+timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and with the
+gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
+residual) forward and backward at 2^26 elements; swiglu and geglu forward and backward at 2^26 elements of gate and of
+up, over their PieceSplit fields (chunks a piece, warps a block, blocks an SM: GLU_SPLITS). Prints, per case, the
+policy's fraction of the copy bandwidth measured in the same run and the best five splits, then the split best for all
+the cases of a width together (the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json
+where OUT is set.
 """
 from __future__ import annotations
 
@@ -143,16 +146,57 @@ def norms(width: int) -> dict:
     return cases
 
 
+GLU_SPLITS = [dict(chunks=c, warps=w, blocks_per_sm=b)          # (at most 64 warps an SM)
+              for c in (1, 2, 4) for w in (4, 8, 16) for b in (1, 2, 3, 4, 6, 8) if w * b <= 64]
+
+
+def glu(width: int) -> dict:
+    """{case: {split: fraction of the copy}} of swiglu and geglu, each way, at `width` (the launch alone)."""
+    import torch
+
+    from benchmarks import bench_memory_bound as bench
+    from tkpy.kernels import glu as op
+    from tkpy.kernels.glu_policy import config_for
+    from tkpy.tune.parallel import run_all
+    rows = ELEMENTS // width
+    gate, up, dout = (torch.randn(rows, width, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    dgate, dup = torch.empty_like(gate), torch.empty_like(gate)
+    copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
+    name = lambda o: f"k{o['chunks']}w{o['warps']}b{o['blocks_per_sm']}"  # noqa: E731
+    cases = {}
+    for activation in ("silu", "gelu"):
+        for direction in ("forward", "backward"):
+            def launch_of(o, activation=activation, direction=direction):
+                if direction == "forward":
+                    return lambda: op.forward(activation, gate, up, dgate, o)
+                return lambda: op.backward(activation, dout, gate, up, dgate, dup, o)
+            tried = {name(o): o for o in GLU_SPLITS}
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ran = run_all([launch_of(o) for o in tried.values()], f"{activation} {direction}", keep=(Exception,))
+                live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
+                nbytes = rows * width * 2 * (3 if direction == "forward" else 5)
+                got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+            case = f"{activation} {direction} {width}"
+            report(case, got, name(vars(config_for(activation, direction, width, "bf16"))),
+                   f"of {len(tried)} (copy {copy:.0f} GB/s)")
+            cases[case] = got
+    return cases
+
+
+GROUPS = {"cross-entropy": cross_entropy, "norms": norms, "glu": glu}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("group", choices=("cross-entropy", "norms"))
+    parser.add_argument("group", choices=tuple(GROUPS))
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "f32"), help="cross-entropy's logits")
     parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
     a = parser.parse_args()
-    default = "4096" if a.group == "norms" else "512,1024,2048,4096,8192,16384,32768,65536,131072,262144"
+    default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
     results = {}
     for width in (int(w) for w in (a.widths or default).split(",")):
-        cases = cross_entropy(width, a.dtype) if a.group == "cross-entropy" else norms(width)
+        cases = cross_entropy(width, a.dtype) if a.group == "cross-entropy" else GROUPS[a.group](width)
         score, name = best_for_all(cases)
         print(f"## width {width}: best for all {len(cases)} cases together {name} "
               f"({score:.3f} of each case's best at least)", flush=True)

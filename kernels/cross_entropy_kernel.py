@@ -10,7 +10,8 @@ Forward, for each row of logits x with target class t (a block, or a cluster of 
 the target is read first (a row ahead); an ignored row (t == ignore_index, and the rows past the last) reads no
 logits, stores a zero gradient and a zero loss (0 / divisor for "mean": NaN where every row is ignored, as torch's 0 /
 0). Otherwise: x (fp32, -inf past the row's end; x[t] and w[t] read as scalars, from L1/L2, in flight meanwhile) -> m
-= max over the row's warps -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place -> others = the
+= max over the row's warps -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place (as exp2(x
+log2 e - m log2 e)) -> others = the
 sum of e but e[t] (and sum x) over the row in one reduction -> s = others + e[t], lse = m + log(s). With n = share
 w[t] (share: 1, or 1 / the mean's divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1)
 and q = share eps / V: loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_j) (W = sum w, or V and sum x without
@@ -35,6 +36,7 @@ from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig, PrologueC
 from . import row_split as split
 from .row_split import block_partial, piece_place, piece_tasks, placeholder, row_max, row_sum, sum_partials
 
+LN2 = math.log(2.0)
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 
 
@@ -144,17 +146,17 @@ def forward_kernel(c: CrossEntropyConfig):
                     xs = tk.let(tk.sum(v * wv) if weighted else tk.sum(v), "xs")
                     if c.ragged:
                         tk.right_fill(v, v, n - first, -math.inf)
-                m = tk.let(row_max(c, v), "m")
-                tk.map(v, lambda x: tk.exp(x - m), v)
+                shift = tk.let(row_max(c, v) * tk.LOG2E, "shift")     # m log2 e: e = 2^(x log2 e - shift), an FFMA
+                tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - shift), v)
+                et = tk.let(tk.exp2(xt * tk.LOG2E - shift), "e_target")      # (as the piece's e[t])
                 # The sum leaves out e[t], added after: 1 - p[t] = others / s holds its digits where p[t] is near 1.
                 tk.index_fill(v, v, t - first, 0.0)
                 if c.smoothing:
                     others, sum_x = row_sum(c, v, xs)
                 else:
                     others = row_sum(c, v)
-                et = tk.let(tk.exp(xt - m), "e_target")
                 s = tk.let(others + et, "s")
-                r = tk.let(m + tk.log(s), "r")
+                r = tk.let((shift + tk.log2(s)) * LN2, "r")         # m + log(s)
                 ok = tk.var(1.0, "ok")                       # NaN for a target outside the classes
                 with tk.if_((t < 0) | (t >= n)):
                     tk.assign(ok, math.nan)

@@ -12,8 +12,9 @@ layer: mean, then var = mean((h - mean)^2) from the registers (two passes over t
 mean) rstd w + b. Backward, from h, dy, the saved statistics: xhat = (h - mean) rstd, g = dy w;
 rms: dx = rstd (g - xhat mean(g xhat)); layer: dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ the gradient of
 residual_out); each warp adds dy xhat (and dy) of its rows into registers, and writes them once, after its last row,
-into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up: no second pass over
-the rows.
+into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up in one launch for
+the weight and the bias (blocks on every SM, each a slice of the workspace's rows, the last of a column's adding the
+slices' sums): no second pass over the rows.
 
 Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
@@ -21,15 +22,15 @@ Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's)
 import functools
 
 import tkpy as tk
-from tkpy import bf16, f32, fp16
+from tkpy import bf16, f32, fp16, i32
 
 from . import row_split as split
 from .norm_config import NormConfig
 from .row_split import CHUNK, placeholder
 
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
-SUM_WARPS = 32                        # column_sums: warps a block (one 256-column chunk), each adding rows
-SUM_UNROLL = 4                        # ... this many rows a step, their loads in flight together
+SUM_WARPS = 8                         # column_sums: warps a block (256 columns of a slice of the rows), each adding
+SUM_UNROLL = 4                        # rows, this many a step, their loads in flight together
 
 
 @functools.cache
@@ -110,7 +111,8 @@ def _load_affine(c: NormConfig, w, b, weight, bias, part):
 @functools.cache
 def backward_kernel(c: NormConfig):
     """dx (+ the gradient of residual_out) and the weight's (bias's) partial sums, one workspace row per row group
-    of the grid (cluster_index * rows_per_block + the group's place in the block)."""
+    of the grid (cluster_index * rows_per_block + the group's place in the block); block 0 zeroes column_sums'
+    ticket."""
     dt, n, piece = DTYPES[c.dtype], c.width, c.piece
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
@@ -122,8 +124,13 @@ def backward_kernel(c: NormConfig):
                       weight: tk.gl[wt, n] if c.weight else placeholder(wt),
                       mean: tk.gl[f32, "R"] if layer else placeholder(f32), rstd: tk.gl[f32, "R"], dx: rows,
                       dweight: partials if c.weight else placeholder(f32),
-                      dbias: partials if c.bias else placeholder(f32)):
+                      dbias: partials if c.bias else placeholder(f32),
+                      ticket: tk.gl[i32, "C"] if c.weight else placeholder(i32)):
         part = tk.let(split.part_of(c), "part")
+        if c.weight:                                         # column_sums' counters, 0 before it runs
+            with tk.if_((tk.block_idx.x == 0) & (tk.warp_id() == 0)):
+                for i in tk.range(0, ticket.cols):
+                    tk.store(ticket, 0, (i,))
         xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
         d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
         if c.weight:
@@ -186,29 +193,74 @@ def backward_kernel(c: NormConfig):
 
 
 @functools.cache
-def column_sums_kernel(width: int, out_dtype: str):
-    """out[j] = sum over rows i of partials[i, j] (fp32, written as out_dtype): the weight's (bias's) gradient from
-    the backward's partial sums. A block takes 256 columns; its warps add every SUM_WARPS-th row, SUM_UNROLL rows
-    a step, then meet in shared memory, where warp 0 adds their sums in order (the same bits every run)."""
+def column_sums_kernel(width: int, out_dtype: str, tensors: int, sliced: bool):
+    """out[t][j] = sum over rows i of partials[t, i, j] (fp32, written as out_dtype) for each of the `tensors` (the
+    weight's and the bias's gradients from the backward's partial sums, one launch; out_bias a placeholder for one). A
+    block (x: 256 columns, y: a slice of the rows, z: the tensor) adds rows y, y + S, y + 2 S, ... (S = the grid's y,
+    slices), its warps every SUM_WARPS-th of those, SUM_UNROLL loads in flight a warp; they meet in shared memory, where
+    warp 0 adds their sums in order. `sliced` (S > 1, so that the rows are read by blocks on every SM, not by one block
+    a 256 columns on a few: an SM reads ~40 GB/s from L2): each block writes its sum into row y of `second`, and the
+    last of a column chunk's S blocks to finish (tk.last_block, its warps together) adds the S sums in order. The same
+    bits every run. `ticket` (T x the chunks int32 counters) must be 0: the backward zeroes it."""
     ot = DTYPES[out_dtype]
+    chunks = -(-width // CHUNK)
 
-    @tk.kernel(warps=SUM_WARPS, name=f"norm_column_sums_{width}_{out_dtype}")
-    def norm_column_sums(partials: tk.gl[f32, "P", width], out: tk.gl[ot, width]):
-        col = tk.block_idx.x
+    name = f"norm_column_sums_{width}_{out_dtype}_t{tensors}" + ("_sliced" if sliced else "")
+
+    @tk.kernel(warps=SUM_WARPS, name=name)
+    def norm_column_sums(partials: tk.gl[f32, tensors, "P", width], out_weight: tk.gl[ot, width],
+                         out_bias: tk.gl[ot, width] if tensors == 2 else placeholder(ot),
+                         second: tk.gl[f32, tensors, "S", width] if sliced else placeholder(f32),
+                         ticket: tk.gl[i32, "C"] if sliced else placeholder(i32)):
+        col, part, tensor = tk.block_idx.x, tk.block_idx.y, tk.block_idx.z
+        slices = tk.grid_dim.y
         acc = tk.rv(f32, CHUNK, "contig")
         t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(SUM_UNROLL)]
         sums = tk.sv(f32, CHUNK, count=SUM_WARPS)
         tk.zero(acc)
-        for step in tk.range(0, tk.cdiv(partials.rows, SUM_WARPS * SUM_UNROLL)):
-            for u in range(SUM_UNROLL):                      # (the loads first: in flight together)
-                tk.load(t[u], partials, ((step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id(), col), fill=0.0)
+        for step in tk.range(0, tk.cdiv(tk.cdiv(partials.rows, slices), SUM_WARPS * SUM_UNROLL)):
+            for u in range(SUM_UNROLL):                      # (the loads first: in flight together; 0 past the rows)
+                i = (step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id()
+                tk.load(t[u], partials, (tensor, part + i * slices, col), fill=0.0)
             for u in range(SUM_UNROLL):
                 tk.add(acc, acc, t[u])
-        tk.store(sums[tk.warp_id()], acc)
-        tk.sync()
+        _block_sum(acc, t[0], sums)
         with tk.if_(tk.warp_id() == 0):
-            for i in range(1, SUM_WARPS):
-                tk.load(t[0], sums[i])
-                tk.add(acc, acc, t[0])
-            tk.store(out, acc, (col,), masked=True)
+            if sliced:
+                tk.store(second, acc, (tensor, part, col), masked=True)
+            else:
+                _store_out(out_weight, out_bias if tensors == 2 else None, acc, tensor, col)
+        if sliced:
+            with tk.last_block(ticket, tensor * chunks + col, arrivals=slices, whole_block=True):
+                tk.zero(acc)
+                for step in tk.range(0, tk.cdiv(slices, SUM_WARPS * SUM_UNROLL)):
+                    for u in range(SUM_UNROLL):
+                        tk.load(t[u], second, (tensor, (step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id(), col),
+                                fill=0.0)
+                    for u in range(SUM_UNROLL):
+                        tk.add(acc, acc, t[u])
+                _block_sum(acc, t[0], sums)
+                with tk.if_(tk.warp_id() == 0):
+                    _store_out(out_weight, out_bias if tensors == 2 else None, acc, tensor, col)
     return norm_column_sums
+
+
+def _store_out(out_weight, out_bias, acc, tensor, col) -> None:
+    """The sum of the weight's (tensor 0) or the bias's (1; None: none) gradient."""
+    if out_bias is None:
+        tk.store(out_weight, acc, (col,), masked=True)
+        return
+    with tk.if_(tensor == 0):
+        tk.store(out_weight, acc, (col,), masked=True)
+    with tk.else_():
+        tk.store(out_bias, acc, (col,), masked=True)
+
+
+def _block_sum(acc, scratch, sums) -> None:
+    """acc of warp 0 = the sum of every warp's acc, added in warp order (one block barrier)."""
+    tk.store(sums[tk.warp_id()], acc)
+    tk.sync()
+    with tk.if_(tk.warp_id() == 0):
+        for i in range(1, SUM_WARPS):
+            tk.load(scratch, sums[i])
+            tk.add(acc, acc, scratch)

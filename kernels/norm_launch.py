@@ -12,7 +12,7 @@ from . import norm_kernel as body
 from .norm_config import MAX_WIDTH, MIN_WIDTH
 from .norm_policy import config_for
 from .op_support import check_device
-from .row_split import CHUNK, grid, placeholder_tensor
+from .row_split import CHUNK, INTERPRETER_SMS, grid, placeholder_tensor
 from .tensor_layout import cdiv, row_view as _rows, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -113,12 +113,11 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool,
     carries dres, the gradient of residual_out (None: none); dweight / dbias empty without a weight / bias_grad.
     `options`: as forward's."""
     width = checked_backward(kind, dy, dres, x, weight, mean, rstd, shape)
-    stats = statistics_shape(x, shape)
     dx = x.new_empty(x.shape)
-    empty = x.new_empty(0, dtype=weight.dtype if weight is not None else torch.float32)
-    dweight = x.new_empty(shape, dtype=weight.dtype) if weight is not None else empty
-    dbias = x.new_empty(shape, dtype=weight.dtype) if weight is not None and bias_grad else empty
     rows = dx.numel() // width
+    tensors = (weight is not None) + (weight is not None and bias_grad)     # the gradients column_sums finishes
+    dtype = weight.dtype if weight is not None else torch.float32
+    dweight, dbias = (x.new_empty(shape if i < tensors else 0, dtype=dtype) for i in range(2))
     if rows == 0:
         return dx, dweight.zero_(), dbias.zero_()
     c = config_for(kind, "backward", width, DTYPES[x.dtype], _dtype(weight), weight is not None and bias_grad,
@@ -126,31 +125,47 @@ def backward(kind: str, dy, dres, x, weight, mean, rstd, shape, bias_grad: bool,
     kernel = body.backward_kernel(c)
     f32 = placeholder_tensor(torch.float32, x.device)
     # The weight's partial-sum workspaces are sized by the grid, which the occupancy query sizes from the kernel:
-    # a one-row workspace stands in for that query (the kernel declares them gl<f32, P, width>).
+    # a one-row workspace stands in for that query (the kernel declares them gl<f32, P, width>), as a placeholder
+    # does for column_sums' ticket.
     workspace = x.new_empty(1, width, dtype=torch.float32) if weight is not None else f32
     args = [_rows(dy, width), _rows(dres, width) if dres is not None else placeholder_tensor(x.dtype, x.device),
             _rows(x, width), _vector(weight, x, weight), mean.reshape(rows) if kind == "layer" else f32,
-            rstd.reshape(rows).contiguous(), dx.view(rows, width), workspace,
-            workspace if bias_grad else f32]
+            rstd.reshape(rows).contiguous(), dx.view(rows, width), workspace, workspace if bias_grad else f32,
+            placeholder_tensor(torch.int32, x.device)]
     blocks = grid(kernel, c, rows, args)
-    parts = blocks // c.cluster * c.rows_per_block          # a workspace row per row group of the grid
-    if weight is not None:
-        args[7] = x.new_empty(parts, width, dtype=torch.float32)
-        if bias_grad:
-            args[8] = x.new_empty(parts, width, dtype=torch.float32)
+    if tensors:
+        parts = blocks // c.cluster * c.rows_per_block      # a workspace row per row group of the grid
+        partials = x.new_empty(tensors, parts, width, dtype=torch.float32)
+        slices = column_slices(parts, width, tensors, x)
+        ticket = x.new_empty(max(4, tensors * cdiv(width, CHUNK)), dtype=torch.int32)   # (zeroed by the backward)
+        args[7:10] = partials[0], partials[1] if bias_grad else f32, ticket
     kernel[(blocks,)](*args)
-    if weight is not None:
-        column_sums(args[7], dweight.view(width))
-        if bias_grad:
-            column_sums(args[8], dbias.view(width))
+    if tensors:
+        column_sums(partials, (dweight, dbias)[:tensors], slices, ticket)
     return dx, dweight, dbias
 
 
-def column_sums(partials: torch.Tensor, out: torch.Tensor) -> None:
-    """out = partials.sum(0) (fp32 sums in a fixed order, written in out's dtype)."""
-    width = partials.shape[1]
-    kernel = body.column_sums_kernel(width, WEIGHT_DTYPES[out.dtype])
-    kernel[(cdiv(width, CHUNK),)](partials, out)
+SLICE_ROWS = 16                 # column_sums: workspace rows a slice of a column chunk's at least (2 a warp)
+MOST_SLICES = 32                # ... and slices at most (the last block adds their sums: one load a lane a warp)
+
+
+def column_slices(parts: int, width: int, tensors: int, x: torch.Tensor) -> int:
+    """Slices of the workspace's rows column_sums takes apart: enough blocks for two an SM."""
+    from tkpy.templates import multiprocessors
+    sms = multiprocessors(x) if x.is_cuda else INTERPRETER_SMS
+    return max(1, min(MOST_SLICES, cdiv(parts, SLICE_ROWS), cdiv(2 * sms, cdiv(width, CHUNK) * tensors)))
+
+
+def column_sums(partials: torch.Tensor, outs: tuple, slices: int, ticket: torch.Tensor) -> None:
+    """outs[t] = partials[t].sum(0) (fp32 sums in a fixed order, written in the outputs' dtype), partials (T, P,
+    width), in `slices` slices of the rows (ticket: T x the column chunks zeroed int32 counters, slices > 1)."""
+    tensors, _, width = partials.shape
+    kernel = body.column_sums_kernel(width, WEIGHT_DTYPES[outs[0].dtype], tensors, slices > 1)
+    second = partials.new_empty(tensors, slices, width) if slices > 1 else placeholder_tensor(torch.float32,
+                                                                                              partials.device)
+    rows = [o.view(width) for o in outs] + [placeholder_tensor(outs[0].dtype, partials.device)] * (2 - tensors)
+    kernel[(cdiv(width, CHUNK), slices, tensors)](
+        partials, *rows, second, ticket if slices > 1 else placeholder_tensor(torch.int32, partials.device))
 
 
 def _vector(t, x, weight) -> torch.Tensor:

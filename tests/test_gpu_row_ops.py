@@ -2,7 +2,8 @@
 groups of a block's warps and clusters of 2 to 8 blocks, against float64 torch on every element, with the outputs
 poisoned; the same bits from every warp of a group (the stored x - mean is the same whichever warp wrote it); a row
 softmax whose statistics merge in one exchange (tk.block / tk.cluster.merge_softmax); int scalar loads of int32 and
-int64 tensors and int stores into them, and scalar partials in group reductions, as the interpreter checks them."""
+int64 tensors and int stores into them, scalar partials in group reductions, and a vector's index_fill in each
+layout, as the interpreter checks them."""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,9 @@ import torch
 import row_kernels
 from gpu_util import requires_gpu
 import tkpy as tk
+from tkpy import bf16, f32
 from test_row_ops import (DTYPES, check_int_scalar_loads, check_int_scalar_stores, check_row_softmax, check_row_stats,
-                          check_scalar_partials, softmax_input)
+                          check_scalar_partials, check_vector_index_fill, softmax_input, VECTOR_LAYOUTS)
 
 pytestmark = requires_gpu
 
@@ -57,3 +59,9 @@ def test_int_scalar_stores(dtype):
 
 def test_scalar_partials_reduce_with_vectors():
     check_scalar_partials(device="cuda")
+
+
+@pytest.mark.parametrize("layout", VECTOR_LAYOUTS)
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+def test_vector_index_fill_in_every_layout(dtype, layout):
+    check_vector_index_fill(dtype, layout, device="cuda")

@@ -140,7 +140,7 @@ def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, kind, reach):
     """No zero gradient is materialized (autograd's fill of the statistics' and residual_out's gradients, rows x width,
     where the loss leaves them out): torch.autograd.grad of the residual variant runs the backward operator and
     nothing else of torch's (a detach), and the operator its kernels: the backward kernel, with the residual's term
-    only where residual_out is in the loss, and the column sums of the weight's (and bias's) gradient; with y out of
+    only where residual_out is in the loss, and one column sums of the weight's (and bias's) gradient; with y out of
     the loss, nothing."""
     x, r = (gpu_util.rand(6, 512, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(2))
     w, b = (gpu_util.rand(512, dtype=torch.bfloat16, device="cpu").requires_grad_() for _ in range(2))
@@ -156,7 +156,32 @@ def test_the_backward_is_its_kernels_and_no_fill(monkeypatch, kind, reach):
         return
     backward, *sums = calls.launches
     assert backward.startswith(f"{kind}_norm_bwd") and ("residual" in backward) == (reach == "both"), backward
-    assert sums == ["norm_column_sums_512_bf16"] * (2 if kind == "layer" else 1), calls.launches
+    assert len(sums) == 1 and sums[0].startswith(f"norm_column_sums_512_bf16_t{2 if kind == 'layer' else 1}"), sums
+
+
+def check_column_sums(tensors: int, parts: int, width: int, slices: int, device: str) -> torch.Tensor:
+    """norm_launch.column_sums of random fp32 partials against float64 sums on every element (the outputs and the
+    second level's workspace poisoned, the ticket's counters zeroed as the backward leaves them); the gradients
+    concatenated."""
+    partials = torch.randn(tensors, parts, width, device=device) * 3 + 1
+    outs = tuple(torch.full((width,), float("nan"), device=device, dtype=torch.bfloat16) for _ in range(tensors))
+    ticket = torch.zeros(tensors * -(-width // 256), dtype=torch.int32, device=device)
+    norm_launch.column_sums(partials, outs, slices, ticket)
+    want = partials.double().sum(1)
+    got = torch.stack([o.double() for o in outs])
+    bound = 2 ** -8 * want.abs() + 1e-5 * partials.double().abs().sum(1)   # (bf16's rounding, fp32's sums)
+    assert ((got - want).abs() <= bound).all(), ((got - want).abs() - bound).max()
+    if slices > 1:
+        assert (ticket == 0).all()                                          # (the last blocks set them back)
+    return got
+
+
+@pytest.mark.parametrize("tensors", [1, 2])
+@pytest.mark.parametrize("parts, width, slices", [(37, 512, 1), (37, 512, 3), (64, 1000, 5), (5, 256, 8)])
+def test_column_sums_match_float64_in_slices(tensors, parts, width, slices):
+    """The weight's and bias's gradients from the backward's partials in one launch, the rows read in slices whose
+    sums the last block of each column chunk adds (more slices than rows too)."""
+    check_column_sums(tensors, parts, width, slices, "cpu")
 
 
 @pytest.mark.parametrize("options", [
@@ -303,7 +328,8 @@ def test_the_policys_fullest_kernels_compile_without_spills(direction, width):
     if direction == "forward":
         kernel, args = norm_kernel.forward_kernel(c), (x, x, w, w, x, x, st, st, 1e-5)
     else:
-        kernel, args = norm_kernel.backward_kernel(c), (x, x, x, w, st, st, x, part, part)
+        ticket = torch.empty(8, dtype=torch.int32)
+        kernel, args = norm_kernel.backward_kernel(c), (x, x, x, w, st, st, x, part, part, ticket)
     r = kernel.resources(*args)
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 

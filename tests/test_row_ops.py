@@ -192,6 +192,55 @@ def test_vector_masks_by_index():
     assert "tk::index_fill(w, v, n, value * 2);" in k.source(x, y, 300, 1.25) and k.resources(x, y, 300, 1.0).found
 
 
+VECTOR_LAYOUTS = {"contig": 512, "ortho": 64, "align": 64, "naive": 64}    # layout -> length (the last three replicate)
+
+
+def index_fill_places(n: int) -> tuple:
+    return (0, 1, 7, 8, n // 2 - 1, n // 2, n * 3 // 5, n - 1, -1, n, 5000)   # (the last three: nothing changes)
+
+
+@functools.cache
+def index_fill_kernel(dtype, layout: str):
+    """y[i] = x with element index_fill_places(n)[i] set to value + i, in place (even i) or into another vector (odd
+    i), for a vector of VECTOR_LAYOUTS[layout] values of `dtype` in `layout` (the prelude's vector index_fill: the lane
+    holding the index writes its one slot)."""
+    n = VECTOR_LAYOUTS[layout]
+    places = index_fill_places(n)
+
+    @tk.kernel(warps=1, name=f"index_fill_{dtype}_{layout}")
+    def k(x: tk.gl[dtype, n], y: tk.gl[dtype, len(places), n], value: float):
+        for i, at in enumerate(places):
+            v, w = tk.rv(dtype, n, layout), tk.rv(dtype, n, layout)
+            tk.load(v, x, (0,))
+            dst = v if i % 2 == 0 else w
+            tk.index_fill(dst, v, at, value + i)
+            tk.store(y, dst, (i, 0))
+    return k
+
+
+def check_vector_index_fill(dtype, layout: str, device="cpu"):
+    """Every element of each fill against torch's, the output poisoned first."""
+    tdt, n = {bf16: torch.bfloat16, f32: torch.float32}[dtype], VECTOR_LAYOUTS[layout]
+    places = index_fill_places(n)
+    x = torch.randn(n, device=device).to(tdt)
+    y = torch.full((len(places), n), float("nan"), device=device).to(tdt)
+    kernel = index_fill_kernel(dtype, layout)
+    (kernel if device != "cpu" else kernel.interpret)[(1,)](x, y, 3.5)
+    want = x.expand(len(places), n).clone()
+    for i, at in enumerate(places):
+        if 0 <= at < n:
+            want[i, at] = 3.5 + i
+    assert torch.equal(y, want), [i for i in range(len(places)) if not torch.equal(y[i], want[i])]
+    if device == "cpu":
+        assert kernel.resources(x, y, 1.0).found
+
+
+@pytest.mark.parametrize("layout", VECTOR_LAYOUTS)
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+def test_vector_index_fill_in_every_layout(dtype, layout):
+    check_vector_index_fill(dtype, layout)
+
+
 @functools.cache
 def int_loads_kernel(dtype):
     """Each of 8 int tk.vars from an int32 or int64 tensor (fill -5 past its end) used as an index of a float tensor

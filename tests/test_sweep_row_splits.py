@@ -1,12 +1,13 @@
 """benchmarks/sweep_row_splits.py's CPU parts: the splits it tries stay within a lane's and an SM's limits and the
-configs take them; the split best for several cases together is the one whose worst ratio to each case's best is
+configs take them (the gated activations' every one); the split best for several cases together is the one whose worst ratio to each case's best is
 largest."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.sweep_row_splits import best_for_all, split_name, splits
+from benchmarks.sweep_row_splits import GLU_SPLITS, best_for_all, split_name, splits
 from tkpy.kernels.cross_entropy_policy import forward_config
+from tkpy.kernels.glu_policy import config_for as glu_config
 
 
 @pytest.mark.parametrize("width", [512, 4096, 50257, 262144])
@@ -33,3 +34,11 @@ def test_the_best_split_for_all_cases_maximizes_its_worst_ratio():
     cases = {"a": {"x": 1.0, "y": 0.9, "z": 0.5}, "b": {"x": 0.5, "y": 0.95, "z": 1.0}}
     score, name = best_for_all(cases)
     assert name == "y" and score == pytest.approx(0.9)
+
+
+def test_the_glu_splits_are_configs_within_an_sm():
+    assert len(GLU_SPLITS) > 20 and all(o["warps"] * o["blocks_per_sm"] <= 64 for o in GLU_SPLITS)
+    for o in GLU_SPLITS:
+        for direction in ("forward", "backward"):
+            c = glu_config("gelu", direction, 4096, "bf16", **o)
+            assert (c.chunks, c.warps, c.blocks_per_sm) == (o["chunks"], o["warps"], o["blocks_per_sm"])

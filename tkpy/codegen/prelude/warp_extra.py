@@ -335,6 +335,25 @@ template <typename D, typename S> __device__ __forceinline__ void left_fill(D& d
     mask(d, s, [=](int, int c) { return c >= col; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void index_fill(D& d, const S& s, int col, float val) {
     mask(d, s, [=](int, int c) { return c != col; }, val); }
+// A vector's index_fill: the lane holding `col` finds its slot (per_chunk compares) and writes that one value down a
+// binary tree of branches on the slot, rather than a compare and a select for each of its values.
+template <int LO, int HI, typename T, int N, typename L>
+__device__ __forceinline__ void set_slot(rv<T, N, L>& v, int slot, float val) {
+    constexpr int per_chunk = rv<T, N, L>::per_chunk;
+    if constexpr (HI - LO <= 8) {          // (a leaf: compares and selects)
+        _Pragma("unroll") for (int i = LO; i < HI; i++) if (slot == i) v.set(i / per_chunk, i % per_chunk, val);
+    } else if (slot < (LO + HI) / 2) set_slot<LO, (LO + HI) / 2>(v, slot, val);
+    else set_slot<(LO + HI) / 2, HI>(v, slot, val);
+}
+template <typename TD, typename TS, int N, typename L>
+__device__ __forceinline__ void index_fill(rv<TD, N, L>& d, const rv<TS, N, L>& s, int col, float val) {
+    constexpr int len = rv<TD, N, L>::chunk_len, per_chunk = rv<TD, N, L>::per_chunk;
+    if ((const void*)&d != (const void*)&s) copy(d, s);
+    const int chunk = col >= 0 ? col / len : N, at = col - chunk * len, ln = lane();
+    int slot = -1;
+    _Pragma("unroll") for (int k = 0; k < per_chunk; k++) if (vec_idx<L>(ln, k) == at) slot = chunk * per_chunk + k;
+    if (chunk < N && slot >= 0) set_slot<0, N * per_chunk>(d, slot, val);
+}
 template <typename D, typename S> __device__ __forceinline__ void lower_fill(D& d, const S& s, int row, float val) {
     mask(d, s, [=](int r, int) { return r < row; }, val); }
 template <typename D, typename S> __device__ __forceinline__ void upper_fill(D& d, const S& s, int row, float val) {
