@@ -2,9 +2,9 @@
 256 elements), the warps a block and blocks an SM of the persistent grid. Each table row carries its evidence;
 tests/test_glu.py records the choices.
 
-The aim, as the norms' (kernels/norm_policy.py): 16 fp32 values a lane a vector (the backward holds gate, up, dout
-and a temporary), enough bytes in flight an SM to cover the memory latency (8 warps x 2 blocks x 3 vectors x 16 B x
-512 elements ~ 48 KB), narrow rows in pieces no wider than they are (fewer idle lanes)."""
+The aim, as the norms' (kernels/norm_policy.py): enough bytes in flight an SM to cover the memory latency, narrow
+rows in pieces no wider than they are (fewer idle lanes). Swept (benchmarks/sweep_row_splits.py glu): three blocks
+an SM of 8 warps (16 fp32 values a lane a vector) beat the register fit's two."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -15,8 +15,11 @@ from .row_split import CHUNK
 
 FIT = ("untimed: 16 fp32 values a lane a vector, ~48 KB in flight an SM; no spills (NVRTC, tests/test_glu.py); to "
        "be timed by bench_memory_bound.py")
+SWEPT = ("RESULTS.md run 305 (H200, 16384 x 4096 bf16, 36 splits): 0.99/0.94/0.85/0.91 of the copy (silu fwd/bwd, "
+         "gelu fwd/bwd; 2 chunks x 8 warps x 2 blocks 0.94/0.91/0.86/0.84; the best for all four, 1 x 16 x 3, "
+         "0.97/0.94/0.88/0.92, spills gelu_tanh's backward at its 40-register cap)")
 # width up to (None: any) -> (chunks, warps, blocks_per_sm)
-TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 2), FIT)))
+TABLE = ((256, Row((1, 8, 4), FIT)), (None, Row((2, 8, 3), SWEPT)))
 
 
 def config_for(activation: str, direction: str, width: int, dtype: str, **forced) -> GluConfig:
