@@ -4,13 +4,15 @@ kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,8192]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096]
 
 For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that the
 config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its launches
 timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and with the
 gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
 residual) forward and backward at 2^26 elements; swiglu and geglu forward and backward at 2^26 elements of gate and of
-up, over their PieceSplit fields (chunks a piece, warps a block, blocks an SM: GLU_SPLITS). Prints, per case, the
+up, over their PieceSplit fields (chunks a piece, warps a block, blocks an SM: GLU_SPLITS); softmax forward and
+backward at 2^26 elements. Prints, per case, the
 policy's fraction of the copy bandwidth measured in the same run and the best five splits, then the split best for all
 the cases of a width together (the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json
 where OUT is set.
@@ -184,19 +186,53 @@ def glu(width: int) -> dict:
     return cases
 
 
-GROUPS = {"cross-entropy": cross_entropy, "norms": norms, "glu": glu}
+def softmax(width: int, dtype: str) -> dict:
+    """{case: {split: fraction of the copy}} of softmax forward and backward at `width` (the launch alone; 2^26
+    elements; the splits of at most 32 values a lane, y in registers)."""
+    import torch
+
+    from benchmarks import bench_memory_bound as bench
+    from tkpy.kernels import softmax_op
+    from tkpy.kernels.softmax_policy import config_for
+    from tkpy.tune.parallel import run_all
+    rows = ELEMENTS // width
+    x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype])) * 3
+    dy, y = torch.randn_like(x), softmax_op.forward(x)
+    copy = bench.copy_gbps({}, rows, width, x.dtype)
+    cases = {}
+    for direction in ("forward", "backward"):
+        def launch_of(o, direction=direction):
+            if direction == "forward":
+                return lambda: softmax_op.forward(x, o)
+            return lambda: softmax_op.backward(dy, y, o)
+        policy = config_for(direction, width, dtype)
+        tried = {split_name(o): o for o in splits(width, most_values=32)}
+        tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ran = run_all([launch_of(o) for o in tried.values()], f"softmax {direction}", keep=(Exception,))
+            live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
+            nbytes = bench.softmax_bytes(direction, rows, width, x.element_size())
+            got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+        case = f"softmax {dtype} {direction} {width}"
+        report(case, got, split_name(vars(policy)), f"of {len(tried)} (copy {copy:.0f} GB/s)")
+        cases[case] = got
+    return cases
+
+
+GROUPS = {"cross-entropy": cross_entropy, "norms": norms, "glu": glu, "softmax": softmax}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("group", choices=tuple(GROUPS))
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "f32"), help="cross-entropy's logits")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "f32"), help="cross-entropy's logits, softmax's x")
     parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
     a = parser.parse_args()
     default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
     results = {}
     for width in (int(w) for w in (a.widths or default).split(",")):
-        cases = cross_entropy(width, a.dtype) if a.group == "cross-entropy" else GROUPS[a.group](width)
+        cases = GROUPS[a.group](width, a.dtype) if a.group in ("cross-entropy", "softmax") else GROUPS[a.group](width)
         score, name = best_for_all(cases)
         print(f"## width {width}: best for all {len(cases)} cases together {name} "
               f"({score:.3f} of each case's best at least)", flush=True)

@@ -42,3 +42,12 @@ def test_the_glu_splits_are_configs_within_an_sm():
         for direction in ("forward", "backward"):
             c = glu_config("gelu", direction, 4096, "bf16", **o)
             assert (c.chunks, c.warps, c.blocks_per_sm) == (o["chunks"], o["warps"], o["blocks_per_sm"])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_the_softmax_splits_are_configs(dtype):
+    from tkpy.kernels.softmax_policy import config_for
+    tried = splits(4096, most_values=32)
+    for o in tried:
+        for direction in ("forward", "backward"):
+            assert split_name(vars(config_for(direction, 4096, dtype, **o))) == split_name(o)
