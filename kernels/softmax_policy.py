@@ -9,8 +9,9 @@ row's loads in flight), and the widest rows spread over a cluster of 8 blocks at
 262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
 with prefetch (only up to 4096: at 32 values a lane NVRTC spills), and one chunk of fp32 products; backward rows
-past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block
-clusters past 128k are beyond the portable 8). blocks_per_sm is the launch bounds' minimum (the register cap).
+past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a
+block's 16 warps hold, as Quack does (its 16-block clusters past 128k are beyond the portable 8). Swept at 4096
+(benchmarks/sweep_row_splits.py softmax): fewer warps a row with more values a lane, and more rows a block. blocks_per_sm is the launch bounds' minimum (the register cap).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from .softmax_config import SoftmaxConfig
 
 FIT = ("register fit, unmeasured: the table's register cap holds the kernel without spills (NVRTC, "
        "tests/test_softmax_op.py); to be timed by bench_memory_bound.py --variants")
+SWEPT = ("RESULTS.md run 306 (H200, 16384 x 4096, {}): the best of 32 splits, {} of the copy (the register fit's "
+         "{})")
 TILE_WIDTH = 128             # rows up to this wide: the tile kernels
 TILE = Row((64,), "the softmax example's tiling (4 warps of 16 rows, a block per 64 rows): 2035 GB/s at 524288 x 128 "
                   "bf16 (RESULTS.md run 256); not compared with the split kernels yet")
@@ -33,7 +36,7 @@ SPLIT = {
         (512, Row((1, 8, 1, 4, True, False), FIT)),        # a warp a row, 8 rows a block, 32 warps an SM
         (1024, Row((2, 4, 1, 4, True, False), FIT)),
         (2048, Row((4, 2, 1, 4, True, False), FIT)),
-        (4096, Row((8, 1, 1, 4, True, False), FIT)),
+        (4096, Row((4, 4, 1, 1, True, False), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
         (8192, Row((16, 1, 1, 2, True, False), FIT)),
         (16384, Row((16, 1, 1, 1, True, False), FIT)),     # 32 values a lane, the next row's in flight
         (32768, Row((16, 1, 2, 1, True, False), FIT)),     # clusters of 2, 4, 8 blocks a row
@@ -45,7 +48,7 @@ SPLIT = {
         (512, Row((1, 8, 1, 3, True, False), FIT)),        # (the next row's fp32 too: 24 warps an SM)
         (1024, Row((2, 4, 1, 3, True, False), FIT)),
         (2048, Row((4, 2, 1, 3, True, False), FIT)),
-        (4096, Row((8, 1, 1, 3, True, False), FIT)),
+        (4096, Row((4, 2, 1, 2, False, False), SWEPT.format("fp32", 0.87, 0.84))),  # (no room for the next row's)
         (8192, Row((16, 1, 1, 2, True, False), FIT)),
         (16384, Row((16, 1, 1, 1, True, False), FIT)),
         (32768, Row((16, 1, 2, 1, True, False), FIT)),
@@ -57,7 +60,7 @@ SPLIT = {
         (512, Row((1, 8, 1, 4, False, False), FIT)),       # (fp16 with the next row's: spills at 80 registers)
         (1024, Row((2, 4, 1, 3, True, False), FIT)),
         (2048, Row((4, 2, 1, 3, True, False), FIT)),
-        (4096, Row((8, 1, 1, 3, True, False), FIT)),
+        (4096, Row((8, 2, 1, 1, True, False), SWEPT.format("bf16", 0.99, 0.96))),
         (8192, Row((16, 1, 1, 2, False, False), FIT)),     # (the next row's too at 64 registers: spills)
         (16384, Row((16, 1, 1, 1, False, False), FIT)),    # (... at 128, beside a ragged row's masked copies: spills)
         (32768, Row((16, 1, 2, 1, False, False), FIT)),    # (the cluster's reduction and the next row's: spills)
@@ -69,7 +72,7 @@ SPLIT = {
         (512, Row((1, 8, 1, 4, False, False), FIT)),       # fp32 y and dy: no room for the next row's
         (1024, Row((2, 4, 1, 4, False, False), FIT)),
         (2048, Row((4, 2, 1, 4, False, False), FIT)),
-        (4096, Row((8, 1, 1, 4, False, False), FIT)),
+        (4096, Row((8, 1, 1, 4, False, False), SWEPT.format("fp32", 0.92, 0.92))),
         (8192, Row((16, 1, 1, 2, False, False), FIT)),
         (16384, Row((16, 1, 1, 1, False, False), FIT)),
         (32768, Row((16, 1, 2, 1, False, False), FIT)),
