@@ -26,6 +26,12 @@ SWEPT_4096 = {     # RESULTS.md run 274 (H200, 16384 x 4096 bf16): the best of 3
 }
 SWEPT_16384 = ("RESULTS.md run 275 (H200, 4096 x 16384 bf16, forward): 0.93/0.89/0.91/0.90 of the copy (rms, "
                "rms+residual, layer, layer+residual; FIT's cluster of 2 0.81/0.96/0.77/0.94)")
+SWEPT_8192 = {     # RESULTS.md run 311 (H200, 8192 x 8192 bf16): the best of 16 splits for all four norms together
+    "forward": "run 311: 0.95/0.90/0.93/0.91 of the copy (rms, rms+residual, layer, layer+residual; the register "
+               "fit's 16 warps a row 0.81/0.96/0.80/0.95)",
+    "backward": "run 311: 0.72/0.91/0.68/0.84 of the copy (the register fit's 0.70/0.91/0.65/0.77; rms alone: 0.89 "
+                "at 8 warps x 2 blocks an SM without the prefetch)",
+}
 # width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), forward; a row takes as many
 # of its warps as cover it in pieces of about row_split.PIECE elements (row_split.warps_for: fewer for a width below
 # the table row's limit)
@@ -34,7 +40,7 @@ FORWARD = (
     (1024, Row((2, 4, 1, 2, True), FIT)),
     (2048, Row((4, 2, 1, 2, True), FIT)),
     (4096, Row((4, 1, 1, 2, True), SWEPT_4096["forward"])),
-    (8192, Row((16, 1, 1, 1, True), FIT)),
+    (8192, Row((8, 2, 1, 1, True), SWEPT_8192["forward"])),
     (16384, Row((16, 1, 1, 1, True), SWEPT_16384)),   # 16 warps of 32 values a lane (FIT's cluster of 2 behind)
     (32768, Row((16, 1, 4, 1, True), FIT)),    # clusters: 16 warps of 4 or 8 blocks a row
     (65536, Row((16, 1, 8, 1, True), FIT)),
@@ -44,8 +50,8 @@ BACKWARD = (                                   # (no prefetch but where swept)
     (1024, Row((2, 4, 1, 2, False), FIT)),
     (2048, Row((4, 2, 1, 2, False), FIT)),
     (4096, Row((8, 2, 1, 1, True), SWEPT_4096["backward"])),
-    (8192, Row((16, 1, 1, 1, False), FIT)),
-    (16384, Row((16, 1, 2, 1, False), FIT)),   # (run 275: this cluster of 2 ahead of 16 warps alone, 0.61-0.89)
+    (8192, Row((8, 1, 1, 1, True), SWEPT_8192["backward"])),
+    (16384, Row((16, 1, 2, 1, False), FIT)),   # (runs 275, 311: this cluster of 2 ahead of 16 warps alone, 0.61-0.89)
     (32768, Row((16, 1, 4, 1, False), FIT)),
     (65536, Row((16, 1, 8, 1, False), FIT)),
 )
