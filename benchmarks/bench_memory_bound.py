@@ -236,6 +236,9 @@ def implementations(ours, eager, compiled: bool) -> dict:
 
     impls = {"tkpy": ours, "eager": eager}
     if compiled:
+        # Each case's eager function shares its code with the other cases': without the reset, dynamo's
+        # recompile limit (8 a code object) leaves the later cases running eagerly under the "compile" name.
+        torch._dynamo.reset()
         impls["compile"] = torch.compile(eager, dynamic=False)
     return impls
 
