@@ -127,7 +127,8 @@ def norms(width: int) -> dict:
     from tkpy.kernels.norm_policy import config_for
     from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
-    options = {split_name(o): o for o in splits(width, clusters=(1,), most_values=32)}
+    clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
+    options = {split_name(o): o for o in splits(width, clusters=clusters, most_values=32)}
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
     for op in bench.OPS:
