@@ -10,12 +10,12 @@ For each width, every split of the RowSplit fields (warps a row, rows a block, c
 config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its launches
 timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and with the
 gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
-residual) forward and backward at 2^26 elements; swiglu and geglu forward and backward at 2^26 elements of gate and of
-up, over their PieceSplit fields (chunks a piece, warps a block, blocks an SM: GLU_SPLITS); softmax forward and
-backward at 2^26 elements. Prints, per case, the
-policy's fraction of the copy bandwidth measured in the same run and the best five splits, then the split best for all
-the cases of a width together (the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json
-where OUT is set.
+residual) forward and backward at 2^26 elements, also with the rows in flight through shared memory (STAGES) where a
+split has no prefetch; swiglu and geglu forward and backward at 2^26 elements of gate and of up, over their PieceSplit
+fields (chunks a piece, warps a block, blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements. Prints,
+per case, the policy's fraction of the copy bandwidth measured in the same run and the best five splits, then the split
+best for all the cases of a width together (the largest smallest ratio to each case's best); writes
+$OUT/sweep_<group>_<dtype>.json where OUT is set.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ELEMENTS = 1 << 26
 SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch")
 LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
+STAGES = (2, 3)                 # the norms' rows in flight through shared memory (NormConfig.stages) the sweep tries
 
 
 def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1]) -> list[dict]:
@@ -128,7 +129,11 @@ def norms(width: int) -> dict:
     from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
     clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
-    options = {split_name(o): o for o in splits(width, clusters=clusters, most_values=32)}
+    options = {}
+    for o in splits(width, clusters=clusters, most_values=32):
+        options[split_name(o)] = o
+        if not o["prefetch"]:                                     # the next rows through shared memory instead
+            options.update({f"{split_name(o)}st{k}": {**o, "stages": k} for k in STAGES})
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
     for op in bench.OPS:
@@ -136,7 +141,8 @@ def norms(width: int) -> dict:
             launch_of = bench.norm_launch_of(op, direction, rows, width)
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
-            tried = {**options, split_name(vars(policy)): {f: getattr(policy, f) for f in SPLIT_FIELDS}}
+            policy_name = split_name(vars(policy)) + (f"st{policy.stages}" if policy.stages else "")
+            tried = {**options, policy_name: {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ran = run_all([launch_of(o) for o in tried.values()], f"{op} {direction}", keep=(Exception,))
@@ -144,7 +150,7 @@ def norms(width: int) -> dict:
                 nbytes = bench.bytes_of(op, direction, rows, width)
                 got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
             case = f"{op} {direction} {width}"
-            report(case, got, split_name(vars(policy)), f"of {len(tried)} (copy {copy:.0f} GB/s)")
+            report(case, got, policy_name, f"of {len(tried)} (copy {copy:.0f} GB/s)")
             cases[case] = got
     return cases
 

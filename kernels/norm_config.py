@@ -14,6 +14,7 @@ DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16")                   # the input's and outputs' types
 WEIGHT_DTYPES = (None, "bf16", "fp16", "f32")
 MIN_WIDTH, MAX_WIDTH = 256, 65536
+STAGES = (0, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,9 @@ class NormConfig(RowSplit):
     How: the RowSplit fields (keyword-only: warps_per_row, rows_per_block, cluster, blocks_per_sm), each warp holding
     a piece of a row in a contig vector. `prefetch`: the next row's x and residual (backward: x and dy) load while
     the current row is reduced and written.
-    `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2)."""
+    `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2).
+    `stages` (2 to 4; 0: none): the next rows' loads (x and the residual; backward: x and dy) in flight through
+    shared memory instead (row_split.StagedRows), that many rows ahead."""
 
     kind: str
     direction: str
@@ -40,6 +43,7 @@ class NormConfig(RowSplit):
     residual: bool = False
     prefetch: bool = False
     weight_in_registers: bool = True
+    stages: int = 0
 
     def __post_init__(self) -> None:
         fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES)
@@ -48,11 +52,15 @@ class NormConfig(RowSplit):
         if self.bias and (self.kind != "layer" or self.weight is None):
             fail("a bias needs a layer norm with a weight")
         self.check_split(fail)
+        if self.stages not in STAGES:
+            fail(f"stages must be one of {STAGES}, got {self.stages!r}")
+        if self.stages and self.prefetch:
+            fail("stages (the next rows through shared memory) is instead of the prefetch (the next row in registers)")
 
     @property
     def name(self) -> str:
         tags = [f"{self.kind}_norm", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width),
                 self.weight and f"w{self.weight}", self.bias and "bias", self.residual and "residual",
-                self.split_name, self.prefetch and "prefetch",
+                self.split_name, self.prefetch and "prefetch", self.stages and f"st{self.stages}",
                 not self.weight_in_registers and self.weight and "wl2"]
         return "_".join(t for t in tags if t)

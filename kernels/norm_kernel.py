@@ -57,9 +57,16 @@ def forward_kernel(c: NormConfig):
         if c.prefetch:
             ahead, ahead_res = tk.rv(dt, piece, "contig"), tk.rv(dt, piece, "contig") if c.residual else None
             _load_row(c, ahead, ahead_res, x, residual, split.row_of(c, split.first_step(c)), part)
+        if c.stages:                                         # the next rows through shared memory instead
+            staged = split.StagedRows(c, (x, residual) if c.residual else (x,), c.stages)
+            staged.start(part)
         for step in split.steps(c, x.rows):
             row = split.row_of(c, step)
-            if c.prefetch:                                   # this row's loads were issued a row ago
+            if c.stages:
+                staged.take((v, h) if c.residual else (v,), step, part)
+                if c.residual:
+                    tk.add(h, h, v)
+            elif c.prefetch:                                 # this row's loads were issued a row ago
                 if c.residual:
                     tk.add(h, ahead, ahead_res)
                 else:
@@ -146,11 +153,16 @@ def backward_kernel(c: NormConfig):
             first = split.row_of(c, split.first_step(c))
             tk.load(ahead[0], x, (first, part), fill=0.0)
             tk.load(ahead[1], dy, (first, part), fill=0.0)
+        if c.stages:                                         # ... or the next rows', through shared memory
+            staged = split.StagedRows(c, (x, dy), c.stages)
+            staged.start(part)
         for step in split.steps(c, x.rows):
             row = split.row_of(c, step)
             if c.residual:                                   # (issued first: in flight through the reduction)
                 tk.load(d, dres, (row, part), fill=0.0)
-            if c.prefetch:
+            if c.stages:
+                staged.take((xhat, g), step, part)
+            elif c.prefetch:
                 tk.copy(xhat, ahead[0])
                 tk.copy(g, ahead[1])
                 following = split.row_of(c, step + split.stride(c))

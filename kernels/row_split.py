@@ -13,6 +13,7 @@ reduction.
 
     RowSplit                                         the split's fields checked and its derived sizes (configs)
     part_of, row_of, first_step, stride, steps       the layout inside a kernel (at trace time)
+    StagedRows                                       the next rows in flight through shared memory (cp.async)
     scope, row_sum, row_max                          a row's reductions over its warps (and blocks)
     placeholder, placeholder_tensor                  tensors a config does not have
     warps_for, grid_for, grid                        the policy's and the launch's arithmetic
@@ -143,6 +144,41 @@ def row_sum(c: RowSplit, *values):
 def row_max(c: RowSplit, *vectors):
     """The largest elements of the vectors over a row's warps (and blocks)."""
     return scope(c).amax(*vectors, warps=c.warps_per_row)
+
+
+class StagedRows:
+    """The next `stages` rows' pieces of some tensors (of one dtype) in flight through shared memory, a ring of
+    `stages` slots a warp and tensor filled by cp.async (tk.load_async: no registers held, so more bytes in flight
+    than a register prefetch's one row). `start(part)` before the row loop issues the first `stages` rows; `take(...)`
+    at the top of each step waits for this row's copies, loads them into the vectors and issues the row `stages`
+    steps on into the freed slots. Rows past the last read as 0. One cp.async group a tensor and row, so the wait
+    leaves the later rows' in flight."""
+
+    def __init__(self, c: RowSplit, tensors: tuple, stages: int):
+        self.c, self.tensors, self.stages = c, tensors, stages
+        self.ring = tk.sv(tensors[0].type.dtype, c.piece, count=c.warps * stages * len(tensors))
+        self.turn = tk.var(0, "turn")                   # steps taken: the slot of this step's row is turn % stages
+
+    def _slot(self, stage, t: int):
+        return (tk.warp_id() * self.stages + stage) * len(self.tensors) + t
+
+    def _issue(self, stage, row, part) -> None:
+        for t, g in enumerate(self.tensors):
+            tk.load_async(self.ring[self._slot(stage, t)], g, (row, part), masked=True)
+
+    def start(self, part) -> None:
+        for k in range(self.stages):
+            self._issue(k, row_of(self.c, first_step(self.c) + k * stride(self.c)), part)
+
+    def take(self, vectors, step, part) -> None:
+        stage = tk.let(self.turn % self.stages, "stage")
+        tk.load_async_wait(len(self.tensors) * (self.stages - 1))
+        tk.warp_sync()                                  # (the other lanes' copies)
+        for t, v in enumerate(vectors):
+            tk.load(v, self.ring[self._slot(stage, t)])
+        tk.warp_sync()                                  # (every lane's reads before the slots refill)
+        self._issue(stage, row_of(self.c, step + self.stages * stride(self.c)), part)
+        self.turn += 1
 
 
 # -- tensors a config does not have ---------------------------------------------------------------------------------

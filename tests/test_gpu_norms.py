@@ -52,6 +52,8 @@ def test_the_outputs_the_loss_reaches(kind, width, reach):
 @pytest.mark.parametrize("options", [
     dict(prefetch=False), dict(prefetch=True), dict(weight_in_registers=False), dict(blocks_per_sm=1),
     dict(warps_per_row=4, rows_per_block=2, cluster=2),
+    dict(prefetch=False, stages=2), dict(prefetch=False, stages=4),
+    dict(warps_per_row=4, rows_per_block=2, cluster=2, prefetch=False, stages=3),
 ])
 @pytest.mark.parametrize("width", [4096, 6000])
 @pytest.mark.parametrize("kind", ["rms", "layer"])

@@ -189,7 +189,9 @@ def test_column_sums_match_float64_in_slices(tensors, parts, width, slices):
     dict(warps_per_row=1, rows_per_block=2, cluster=4),        # 4 blocks of one warp a row
     dict(warps_per_row=4, rows_per_block=1, prefetch=False, weight_in_registers=False),
     dict(warps_per_row=2, rows_per_block=3, prefetch=True),
-], ids=["cluster2", "cluster4", "no-prefetch-weight-from-l2", "prefetch"])
+    dict(warps_per_row=2, rows_per_block=2, prefetch=False, stages=2),
+    dict(warps_per_row=1, rows_per_block=2, cluster=2, prefetch=False, stages=3),
+], ids=["cluster2", "cluster4", "no-prefetch-weight-from-l2", "prefetch", "stages2", "cluster2-stages3"])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_cluster_and_other_splits(kind, options):
     check(kind, 7, 1000, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, options=options)
