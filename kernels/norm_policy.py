@@ -19,10 +19,13 @@ from .row_split import warps_for
 
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
-SWEPT_4096 = {     # RESULTS.md run 274 (H200, 16384 x 4096 bf16): the best of 37 splits for all four norms together
+SWEPT_4096 = {     # RESULTS.md runs 274, 312 (H200, 16384 x 4096 bf16): the best of 37 (64) splits for all four norms
     "forward": "run 274: 0.94/0.98/0.90/0.96 of the copy (rms, rms+residual, layer, layer+residual; the register "
                "fit's 8 warps a row 0.93/0.96/0.82/0.95)",
-    "backward": "run 274: 0.84/1.09/0.76/0.97 of the copy (the register fit's 0.78/1.02/0.73/0.88)",
+    "backward": "run 312: x and dy 2 rows ahead through shared memory, 4 warps a row; layer norm 0.85 of the copy "
+                "(run 274's 8 warps x 2 rows with the register prefetch 0.78), rms not in the sweep's printed best; "
+                "the sweep's best for all eight cases, the same at 3 blocks an SM (rms 0.85 or more, layer 0.87), "
+                "spills the fullest variant at its 168 registers (NVRTC 13.5)",
 }
 SWEPT_16384 = ("RESULTS.md run 275 (H200, 4096 x 16384 bf16, forward): 0.93/0.89/0.91/0.90 of the copy (rms, "
                "rms+residual, layer, layer+residual; FIT's cluster of 2 0.81/0.96/0.77/0.94)")
@@ -32,28 +35,28 @@ SWEPT_8192 = {     # RESULTS.md run 311 (H200, 8192 x 8192 bf16): the best of 16
     "backward": "run 311: 0.72/0.91/0.68/0.84 of the copy (the register fit's 0.70/0.91/0.65/0.77; rms alone: 0.89 "
                 "at 8 warps x 2 blocks an SM without the prefetch)",
 }
-# width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), forward; a row takes as many
-# of its warps as cover it in pieces of about row_split.PIECE elements (row_split.warps_for: fewer for a width below
-# the table row's limit)
+# width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch, stages: the next rows through
+# shared memory, NormConfig.stages), forward; a row takes as many of its warps as cover it in pieces of about
+# row_split.PIECE elements (row_split.warps_for: fewer for a width below the table row's limit)
 FORWARD = (
-    (512, Row((1, 8, 1, 2, True), FIT)),       # a warp a row (up to 16 values a lane), 8 rows a block
-    (1024, Row((2, 4, 1, 2, True), FIT)),
-    (2048, Row((4, 2, 1, 2, True), FIT)),
-    (4096, Row((4, 1, 1, 2, True), SWEPT_4096["forward"])),
-    (8192, Row((8, 2, 1, 1, True), SWEPT_8192["forward"])),
-    (16384, Row((16, 1, 1, 1, True), SWEPT_16384)),   # 16 warps of 32 values a lane (FIT's cluster of 2 behind)
-    (32768, Row((16, 1, 4, 1, True), FIT)),    # clusters: 16 warps of 4 or 8 blocks a row
-    (65536, Row((16, 1, 8, 1, True), FIT)),
+    (512, Row((1, 8, 1, 2, True, 0), FIT)),    # a warp a row (up to 16 values a lane), 8 rows a block
+    (1024, Row((2, 4, 1, 2, True, 0), FIT)),
+    (2048, Row((4, 2, 1, 2, True, 0), FIT)),
+    (4096, Row((4, 1, 1, 2, True, 0), SWEPT_4096["forward"])),
+    (8192, Row((8, 2, 1, 1, True, 0), SWEPT_8192["forward"])),
+    (16384, Row((16, 1, 1, 1, True, 0), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster of 2 behind)
+    (32768, Row((16, 1, 4, 1, True, 0), FIT)),  # clusters: 16 warps of 4 or 8 blocks a row
+    (65536, Row((16, 1, 8, 1, True, 0), FIT)),
 )
 BACKWARD = (                                   # (no prefetch but where swept)
-    (512, Row((1, 8, 1, 2, False), FIT)),
-    (1024, Row((2, 4, 1, 2, False), FIT)),
-    (2048, Row((4, 2, 1, 2, False), FIT)),
-    (4096, Row((8, 2, 1, 1, True), SWEPT_4096["backward"])),
-    (8192, Row((8, 1, 1, 1, True), SWEPT_8192["backward"])),
-    (16384, Row((16, 1, 2, 1, False), FIT)),   # (runs 275, 311: this cluster of 2 ahead of 16 warps alone, 0.61-0.89)
-    (32768, Row((16, 1, 4, 1, False), FIT)),
-    (65536, Row((16, 1, 8, 1, False), FIT)),
+    (512, Row((1, 8, 1, 2, False, 0), FIT)),
+    (1024, Row((2, 4, 1, 2, False, 0), FIT)),
+    (2048, Row((4, 2, 1, 2, False, 0), FIT)),
+    (4096, Row((4, 1, 1, 2, False, 2), SWEPT_4096["backward"])),
+    (8192, Row((8, 1, 1, 1, True, 0), SWEPT_8192["backward"])),
+    (16384, Row((16, 1, 2, 1, False, 0), FIT)),  # (runs 275, 311: this cluster of 2 ahead of 16 warps alone)
+    (32768, Row((16, 1, 4, 1, False, 0), FIT)),
+    (65536, Row((16, 1, 8, 1, False, 0), FIT)),
 )
 
 
@@ -66,9 +69,12 @@ def split_for(direction: str, width: int) -> Row:
 def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | None, bias: bool,
                residual: bool, **forced) -> NormConfig:
     """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
-    that override the table's, e.g. for the benchmark's variants)."""
-    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = split_for(direction, width).value
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch,
+    that override the table's, e.g. for the benchmark's variants; forcing the prefetch without `stages` takes none,
+    the table's stages being instead of a prefetch)."""
+    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch, stages = split_for(direction, width).value
+    if forced.get("prefetch") and "stages" not in forced:
+        forced = {**forced, "stages": 0}
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, stages=stages,
                    warps_per_row=warps_for(width, most_warps, cluster), rows_per_block=rows_per_block, cluster=cluster,
                    blocks_per_sm=blocks_per_sm)
     return replace(c, **forced) if forced else c
