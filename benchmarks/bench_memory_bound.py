@@ -372,10 +372,11 @@ def norm_launch_of(op: str, direction: str, rows: int, width: int):
         h = (x + residual) if residual is not None else x
         _, _, mean, rstd = norm_launch.forward(kind, h, [width], w, bias, None, 1e-5)
 
+    dres = torch.randn_like(dy) if residual is not None else None      # (its own tensor: not dy again, from L2)
+
     def launch_of(options):
         if direction == "backward":
-            return lambda: norm_launch.backward(kind, dy, dy if residual is not None else None, h, w, mean, rstd,
-                                                [width], kind == "layer", options)
+            return lambda: norm_launch.backward(kind, dy, dres, h, w, mean, rstd, [width], kind == "layer", options)
         return lambda: norm_launch.forward(kind, x, [width], w, bias, residual, 1e-5, options)
     return launch_of
 
