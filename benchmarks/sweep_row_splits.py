@@ -9,13 +9,13 @@ kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274
 For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that the
 config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its launches
 timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and with the
-gradient (spilling splits skipped), over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
-residual) forward and backward at 2^26 elements, also with the rows in flight through shared memory (STAGES) where a
-split has no prefetch; swiglu and geglu forward and backward at 2^26 elements of gate and of up, over their PieceSplit
-fields (chunks a piece, warps a block, blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements. Prints,
-per case, the policy's fraction of the copy bandwidth measured in the same run and the best five splits, then the split
-best for all the cases of a width together (the largest smallest ratio to each case's best); writes
-$OUT/sweep_<group>_<dtype>.json where OUT is set.
+gradient, also with the rows through shared memory (STAGES) where a split has no prefetch (spilling splits skipped),
+over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the residual) forward and backward at 2^26
+elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch; swiglu and geglu
+forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
+blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the
+copy bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width
+together (the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ELEMENTS = 1 << 26
 SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch")
 LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
-STAGES = (2, 3)                 # the norms' rows in flight through shared memory (NormConfig.stages) the sweep tries
+STAGES = (2, 3)                 # rows in flight through shared memory (the norms' and cross-entropy's `stages`) tried
 
 
 def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1]) -> list[dict]:
@@ -49,6 +49,22 @@ def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1])
                 continue
             out.append(dict(warps_per_row=s, rows_per_block=g, cluster=c, blocks_per_sm=b, prefetch=prefetch))
     return out
+
+
+def staged_too(tried: list[dict]) -> dict:
+    """name -> split of each split, and of each without the prefetch with the next rows through shared memory
+    instead (the configs' `stages`, STAGES of them)."""
+    out = {}
+    for o in tried:
+        out[split_name(o)] = o
+        if not o["prefetch"]:
+            out.update({f"{split_name(o)}st{k}": {**o, "stages": k} for k in STAGES})
+    return out
+
+
+def config_name(c) -> str:
+    """A config's split as staged_too names it."""
+    return split_name(vars(c)) + (f"st{c.stages}" if c.stages else "")
 
 
 def split_name(o: dict) -> str:
@@ -90,9 +106,9 @@ def cross_entropy(width: int, dtype: str) -> dict:
     cases = {}
     for grad in (False, True):
         configs = {}
-        for o in splits(width):
+        for name, o in staged_too(splits(width)).items():
             try:
-                configs[split_name(o)] = (o, forward_config(width, dtype, "mean", grad, False, None, **o))
+                configs[name] = (o, forward_config(width, dtype, "mean", grad, False, None, **o))
             except ValueError:
                 pass
         # The forward kernel's arguments as the op's occupancy query passes them (placeholders for the prologue's
@@ -114,7 +130,7 @@ def cross_entropy(width: int, dtype: str) -> dict:
             got[name] = x.numel() * x.element_size() * (2 if grad else 1) / ms / 1e6 / copy
         case = f"cross_entropy {dtype} {width} {'with the gradient' if grad else 'loss alone'}"
         policy = forward_config(width, dtype, "mean", grad, False, None)
-        report(case, got, split_name(vars(policy)), f"of {len(configs)} (copy {copy:.0f} GB/s)")
+        report(case, got, config_name(policy), f"of {len(configs)} (copy {copy:.0f} GB/s)")
         cases[case] = got
     return cases
 
@@ -129,11 +145,7 @@ def norms(width: int) -> dict:
     from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
     clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
-    options = {}
-    for o in splits(width, clusters=clusters, most_values=32):
-        options[split_name(o)] = o
-        if not o["prefetch"]:                                     # the next rows through shared memory instead
-            options.update({f"{split_name(o)}st{k}": {**o, "stages": k} for k in STAGES})
+    options = staged_too(splits(width, clusters=clusters, most_values=32))
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
     for op in bench.OPS:
@@ -141,8 +153,7 @@ def norms(width: int) -> dict:
             launch_of = bench.norm_launch_of(op, direction, rows, width)
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
-            policy_name = split_name(vars(policy)) + (f"st{policy.stages}" if policy.stages else "")
-            tried = {**options, policy_name: {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
+            tried = {**options, config_name(policy): {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ran = run_all([launch_of(o) for o in tried.values()], f"{op} {direction}", keep=(Exception,))
@@ -150,7 +161,7 @@ def norms(width: int) -> dict:
                 nbytes = bench.bytes_of(op, direction, rows, width)
                 got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
             case = f"{op} {direction} {width}"
-            report(case, got, policy_name, f"of {len(tried)} (copy {copy:.0f} GB/s)")
+            report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
             cases[case] = got
     return cases
 

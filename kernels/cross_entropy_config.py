@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .op_support import config_checks
-from .row_split import PieceSplit, RowSplit
+from .row_split import PieceSplit, RowSplit, check_stages
 
 DTYPES = ("bf16", "fp16", "f32")            # the logits' (and their gradient's) type
 WEIGHT_DTYPES = (None, *DTYPES)             # the per-class weights' (None: none)
@@ -83,8 +83,9 @@ class CrossEntropyConfig(RowSplit):
     How: the RowSplit fields (keyword-only), each warp holding a piece of a row in a contig fp32 vector; the row's
     max and its sum of exponentials (and of x, with smoothing) reduce over the row's warps (and cluster), two
     reductions a row. `prefetch`: the next row's logits load (in their dtype) while the current row is reduced and
-    written. A cluster takes one row at a time (rows_per_block 1): an ignored row skips the reductions, which the
-    whole cluster meets in."""
+    written; `stages` (2 to 4) instead: the next rows' through shared memory (row_split.StagedRows), an ignored
+    row's read as nothing. A cluster takes one row at a time (rows_per_block 1): an ignored row skips the
+    reductions, which the whole cluster meets in."""
 
     width: int
     dtype: str = "bf16"
@@ -93,12 +94,14 @@ class CrossEntropyConfig(RowSplit):
     smoothing: bool = False
     weight: str | None = None
     prefetch: bool = False
+    stages: int = 0
 
     def __post_init__(self) -> None:
         fail = config_checks(self, dtype=DTYPES, reduction=REDUCTIONS, weight=WEIGHT_DTYPES)
         if not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
             fail(f"width (the classes) must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         self.check_split(fail)
+        check_stages(self, fail)
         if self.weight and self.smoothing and self.piece // 32 > MAX_WEIGHTED_SMOOTHING:
             fail(f"with weights and smoothing a piece holds at most {MAX_WEIGHTED_SMOOTHING} values a lane (the "
                  f"weights' piece lies in registers too), got {self.piece // 32}")
@@ -110,7 +113,8 @@ class CrossEntropyConfig(RowSplit):
     def name(self) -> str:
         tags = ["cross_entropy_fwd", self.dtype, str(self.width), self.reduction, self.grad and "grad",
                 self.smoothing and "smoothing", self.weight and f"w{self.weight}", self.split_name,
-                self.blocks_per_sm > 1 and f"b{self.blocks_per_sm}", self.prefetch and "prefetch"]
+                self.blocks_per_sm > 1 and f"b{self.blocks_per_sm}", self.prefetch and "prefetch",
+                self.stages and f"st{self.stages}"]
         return "_".join(t for t in tags if t)
 
 

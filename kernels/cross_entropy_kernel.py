@@ -110,6 +110,15 @@ def forward_kernel(c: CrossEntropyConfig):
             ahead, t_after = tk.rv(dt, piece, "contig"), tk.var(0, "t_after")
             tk.load(t_after, target, (split.row_of(c, split.first_step(c) + split.stride(c)),), fill=ignore_index)
             _load_unless_ignored(ahead, logits, split.row_of(c, split.first_step(c)), part, t_next, ignore_index, fill)
+        if c.stages:                   # the next rows through shared memory; an ignored row's read as nothing
+            staged = split.StagedRows(c, (logits,), c.stages)
+            firsts = [tk.var(0, "t_issued") for _ in range(c.stages)]
+            for k, t_k in enumerate(firsts):
+                tk.load(t_k, target, (split.row_of(c, split.first_step(c) + k * split.stride(c)),), fill=ignore_index)
+            staged.start(part, [t_k == ignore_index for t_k in firsts])
+            t_issue = tk.var(0, "t_issue")                   # the target of the row the next step issues
+            tk.load(t_issue, target, (split.row_of(c, split.first_step(c) + c.stages * split.stride(c)),),
+                    fill=ignore_index)
         if mean:                                             # (the first loads in flight meanwhile)
             share = tk.let(1.0 / sum_partials(divisor), "share")     # a row's share of the mean (inf for no rows)
         else:
@@ -126,6 +135,12 @@ def forward_kernel(c: CrossEntropyConfig):
                 tk.load(t_after, target, (split.row_of(c, step + 2 * split.stride(c)),), fill=ignore_index)
             else:
                 tk.load(t_next, target, (split.row_of(c, step + split.stride(c)),), fill=ignore_index)
+            if c.stages:                                     # (0 past the row's end: -inf for the max below)
+                staged.take((v,), step, part, t_issue == ignore_index)
+                tk.load(t_issue, target, (split.row_of(c, step + (c.stages + 1) * split.stride(c)),),
+                        fill=ignore_index)
+                if c.ragged and not c.smoothing:
+                    tk.right_fill(v, v, n - first, -math.inf)
             with tk.if_(t == ignore_index):                  # (and the rows past the last): no logits read
                 if c.grad:
                     tk.zero(v)
@@ -135,7 +150,7 @@ def forward_kernel(c: CrossEntropyConfig):
                         tk.store(loss, 0.0, (row,), masked=True)
                     tk.store(lse, 0.0, (row,), masked=True)
             with tk.else_():
-                if not c.prefetch:
+                if not c.prefetch and not c.stages:
                     tk.load(v, logits, (row, part), fill=fill)
                 xt = tk.var(0.0, "xt")                       # (from L1/L2, in flight through the reductions; a
                 tk.load(xt, logits, (row, t), fill=0.0)      # target past the row: NaN below)

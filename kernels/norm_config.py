@@ -7,14 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .op_support import config_checks
-from .row_split import RowSplit
+from .row_split import RowSplit, check_stages
 
 KINDS = ("rms", "layer")
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16")                   # the input's and outputs' types
 WEIGHT_DTYPES = (None, "bf16", "fp16", "f32")
 MIN_WIDTH, MAX_WIDTH = 256, 65536
-STAGES = (0, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,7 @@ class NormConfig(RowSplit):
         if self.bias and (self.kind != "layer" or self.weight is None):
             fail("a bias needs a layer norm with a weight")
         self.check_split(fail)
-        if self.stages not in STAGES:
-            fail(f"stages must be one of {STAGES}, got {self.stages!r}")
-        if self.stages and self.prefetch:
-            fail("stages (the next rows through shared memory) is instead of the prefetch (the next row in registers)")
+        check_stages(self, fail)
 
     @property
     def name(self) -> str:

@@ -13,7 +13,7 @@ reduction.
 
     RowSplit                                         the split's fields checked and its derived sizes (configs)
     part_of, row_of, first_step, stride, steps       the layout inside a kernel (at trace time)
-    StagedRows                                       the next rows in flight through shared memory (cp.async)
+    StagedRows, check_stages                         the next rows in flight through shared memory (cp.async)
     scope, row_sum, row_max                          a row's reductions over its warps (and blocks)
     placeholder, placeholder_tensor                  tensors a config does not have
     warps_for, grid_for, grid                        the policy's and the launch's arithmetic
@@ -146,13 +146,26 @@ def row_max(c: RowSplit, *vectors):
     return scope(c).amax(*vectors, warps=c.warps_per_row)
 
 
+STAGES = (0, 2, 3, 4)                       # a config's `stages`: rows ahead through shared memory (0: none)
+
+
+def check_stages(c, fail) -> None:
+    """fail(reason) unless c.stages (StagedRows' rows ahead, instead of c.prefetch's one row in registers) is one of
+    STAGES, without the prefetch."""
+    if c.stages not in STAGES:
+        fail(f"stages must be one of {STAGES}, got {c.stages!r}")
+    if c.stages and c.prefetch:
+        fail("stages (the next rows through shared memory) is instead of the prefetch (the next row in registers)")
+
+
 class StagedRows:
     """The next `stages` rows' pieces of some tensors (of one dtype) in flight through shared memory, a ring of
     `stages` slots a warp and tensor filled by cp.async (tk.load_async: no registers held, so more bytes in flight
     than a register prefetch's one row). `start(part)` before the row loop issues the first `stages` rows; `take(...)`
     at the top of each step waits for this row's copies, loads them into the vectors and issues the row `stages`
-    steps on into the freed slots. Rows past the last read as 0. One cp.async group a tensor and row, so the wait
-    leaves the later rows' in flight."""
+    steps on into the freed slots. Rows past the last read as 0, and so does a row whose `skip` (a runtime bool of
+    the issued row: cross-entropy's ignored targets) is true, with no bytes read. One cp.async group a tensor and
+    row, so the wait leaves the later rows' in flight."""
 
     def __init__(self, c: RowSplit, tensors: tuple, stages: int):
         self.c, self.tensors, self.stages = c, tensors, stages
@@ -162,22 +175,31 @@ class StagedRows:
     def _slot(self, stage, t: int):
         return (tk.warp_id() * self.stages + stage) * len(self.tensors) + t
 
-    def _issue(self, stage, row, part) -> None:
+    def _issue(self, stage, row, part, skip) -> None:
+        if skip is not None:                            # (past the last row: the copies read nothing)
+            read = tk.var(0, "read")
+            tk.assign(read, row)
+            with tk.if_(skip):
+                tk.assign(read, self.tensors[0].rows)
+            row = read
         for t, g in enumerate(self.tensors):
             tk.load_async(self.ring[self._slot(stage, t)], g, (row, part), masked=True)
 
-    def start(self, part) -> None:
+    def start(self, part, skips=None) -> None:
+        """`skips`: None, or each first row's skip."""
         for k in range(self.stages):
-            self._issue(k, row_of(self.c, first_step(self.c) + k * stride(self.c)), part)
+            self._issue(k, row_of(self.c, first_step(self.c) + k * stride(self.c)), part,
+                        None if skips is None else skips[k])
 
-    def take(self, vectors, step, part) -> None:
+    def take(self, vectors, step, part, skip=None) -> None:
+        """`skip`: the skip of the row this step issues (`stages` steps on), or None."""
         stage = tk.let(self.turn % self.stages, "stage")
         tk.load_async_wait(len(self.tensors) * (self.stages - 1))
         tk.warp_sync()                                  # (the other lanes' copies)
         for t, v in enumerate(vectors):
             tk.load(v, self.ring[self._slot(stage, t)])
         tk.warp_sync()                                  # (every lane's reads before the slots refill)
-        self._issue(stage, row_of(self.c, step + self.stages * stride(self.c)), part)
+        self._issue(stage, row_of(self.c, step + self.stages * stride(self.c)), part, skip)
         self.turn += 1
 
 

@@ -11,7 +11,8 @@ fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y 
 with prefetch (only up to 4096: at 32 values a lane NVRTC spills), and one chunk of fp32 products; backward rows
 past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a
 block's 16 warps hold, as Quack does (its 16-block clusters past 128k are beyond the portable 8). Swept at 4096
-(benchmarks/sweep_row_splits.py softmax): fewer warps a row with more values a lane, and more rows a block. blocks_per_sm is the launch bounds' minimum (the register cap).
+(benchmarks/sweep_row_splits.py softmax): fewer warps a row with more values a lane, and more rows a block.
+blocks_per_sm is the launch bounds' minimum (the register cap).
 """
 from __future__ import annotations
 

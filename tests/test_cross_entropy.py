@@ -284,7 +284,9 @@ def test_two_calls_give_the_same_bits_and_leave_the_ticket_at_zero(monkeypatch, 
     dict(warps_per_row=1, rows_per_block=1, cluster=4, prefetch=False),  # 4 blocks of one warp a row
     dict(warps_per_row=4, rows_per_block=1, prefetch=False),
     dict(warps_per_row=2, rows_per_block=3, prefetch=True),              # 3 rows a block of 2 warps each
-], ids=["cluster2-prefetch", "cluster4", "block-no-prefetch", "rows-prefetch"])
+    dict(warps_per_row=2, rows_per_block=2, prefetch=False, stages=2),   # the next rows through shared memory
+    dict(warps_per_row=1, rows_per_block=1, cluster=2, prefetch=False, stages=3),
+], ids=["cluster2-prefetch", "cluster4", "block-no-prefetch", "rows-prefetch", "stages2", "cluster2-stages3"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_cluster_and_other_splits(options, smoothing):
     check(11, 1500, torch.bfloat16, "mean", smoothing, grad_scale=0.5, options=options, ignored=(1, 4, 5))

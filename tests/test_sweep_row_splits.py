@@ -1,6 +1,6 @@
 """benchmarks/sweep_row_splits.py's CPU parts: the splits it tries stay within a lane's and an SM's limits and the
-configs take them (the gated activations' every one); the split best for several cases together is the one whose worst ratio to each case's best is
-largest."""
+configs take them (the gated activations' every one, the staged ones by their names); the split best for several
+cases together is the one whose worst ratio to each case's best is largest."""
 from __future__ import annotations
 
 import pytest
@@ -51,3 +51,16 @@ def test_the_softmax_splits_are_configs(dtype):
     for o in tried:
         for direction in ("forward", "backward"):
             assert split_name(vars(config_for(direction, 4096, dtype, **o))) == split_name(o)
+
+
+def test_staged_splits_are_named_as_the_configs_and_taken_by_them():
+    from benchmarks.sweep_row_splits import config_name, staged_too
+    tried = staged_too(splits(4096))
+    staged = [n for n in tried if "st" in n]
+    assert staged and all(not tried[n]["prefetch"] for n in staged)
+    for name, o in tried.items():
+        try:
+            c = forward_config(4096, "bf16", "mean", True, False, None, **o)
+        except ValueError:
+            continue
+        assert config_name(c) == name
