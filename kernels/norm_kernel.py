@@ -211,7 +211,7 @@ def column_sums_kernel(width: int, out_dtype: str, tensors: int, sliced: bool):
     block (x: 256 columns, y: a slice of the rows, z: the tensor) adds rows y, y + S, y + 2 S, ... (S = the grid's y,
     slices), its warps every SUM_WARPS-th of those, SUM_UNROLL loads in flight a warp; they meet in shared memory, where
     warp 0 adds their sums in order. `sliced` (S > 1, so that the rows are read by blocks on every SM, not by one block
-    a 256 columns on a few: an SM reads ~40 GB/s from L2): each block writes its sum into row y of `second`, and the
+    a 256 columns on a few: a narrow row's backward leaves thousands of partial rows): each block writes its sum into row y of `second`, and the
     last of a column chunk's S blocks to finish (tk.last_block, its warps together) adds the S sums in order. The same
     bits every run. `ticket` (T x the chunks int32 counters) must be 0: the backward zeroes it."""
     ot = DTYPES[out_dtype]
