@@ -46,9 +46,7 @@ VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False,
 SOFTMAX_OPS = {"softmax": "bfloat16", "softmax f32": "float32"}      # op -> the tensors' torch dtype
 SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 # SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
-SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False, stages=0),
-            "2 rows ahead in shared memory": dict(prefetch=False, stages=2),
-            "3 rows ahead in shared memory": dict(prefetch=False, stages=3),
+SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
                     "1 block/SM": dict(blocks_per_sm=1), "2 blocks/SM": dict(blocks_per_sm=2),
                     "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False)}
 # ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
