@@ -15,7 +15,8 @@ elements, also with the rows in flight through shared memory (STAGES) where a sp
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the
 copy bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width
-together (the largest smallest ratio to each case's best); writes $OUT/sweep_<group>_<dtype>.json where OUT is set.
+together (the largest smallest ratio to each case's best), and for each direction's; writes
+$OUT/sweep_<group>_<dtype>.json where OUT is set, after each width.
 """
 from __future__ import annotations
 
@@ -251,13 +252,19 @@ def main() -> None:
     results = {}
     for width in (int(w) for w in (a.widths or default).split(",")):
         cases = GROUPS[a.group](width, a.dtype) if a.group in ("cross-entropy", "softmax") else GROUPS[a.group](width)
+        for direction in ("forward", "backward"):        # (the norms', the GLUs' and softmax's tables are by direction)
+            one_way = {case: got for case, got in cases.items() if f" {direction} " in case}
+            if one_way and len(one_way) < len(cases):
+                score, name = best_for_all(one_way)
+                print(f"## width {width} {direction}: best for its {len(one_way)} cases together {name} "
+                      f"({score:.3f} of each case's best at least)", flush=True)
         score, name = best_for_all(cases)
         print(f"## width {width}: best for all {len(cases)} cases together {name} "
               f"({score:.3f} of each case's best at least)", flush=True)
         results.update(cases)
-    if os.environ.get("OUT"):
-        path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}.json"
-        path.write_text(json.dumps(results, indent=1))
+        if os.environ.get("OUT"):                        # (after each width: a cut-short run keeps the widths done)
+            path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}.json"
+            path.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
