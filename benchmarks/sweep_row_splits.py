@@ -136,6 +136,20 @@ def cross_entropy(width: int, dtype: str) -> dict:
     return cases
 
 
+def timed_splits(tried: dict, launch_of, nbytes: int, copy: float, what: str) -> dict:
+    """{split: fraction of the copy} of each split (name -> options) of launch_of(options), each compiled first in
+    parallel threads (those that fail left out), then timed alone."""
+    import torch
+
+    from benchmarks import bench_memory_bound as bench
+    from tkpy.tune.parallel import run_all
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ran = run_all([launch_of(o) for o in tried.values()], what, keep=(Exception,))
+        live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
+        return {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+
+
 def norms(width: int) -> dict:
     """{case: {split: fraction of the copy}} of the four norms, each way, at `width` (launches alone, as
     bench_memory_bound.py's variants)."""
@@ -143,7 +157,6 @@ def norms(width: int) -> dict:
 
     from benchmarks import bench_memory_bound as bench
     from tkpy.kernels.norm_policy import config_for
-    from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
     clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
     options = staged_too(splits(width, clusters=clusters, most_values=32))
@@ -155,12 +168,7 @@ def norms(width: int) -> dict:
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
             tried = {**options, config_name(policy): {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ran = run_all([launch_of(o) for o in tried.values()], f"{op} {direction}", keep=(Exception,))
-                live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
-                nbytes = bench.bytes_of(op, direction, rows, width)
-                got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+            got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
             cases[case] = got
@@ -178,7 +186,6 @@ def glu(width: int) -> dict:
     from benchmarks import bench_memory_bound as bench
     from tkpy.kernels import glu as op
     from tkpy.kernels.glu_policy import config_for
-    from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
     gate, up, dout = (torch.randn(rows, width, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     dgate, dup = torch.empty_like(gate), torch.empty_like(gate)
@@ -192,12 +199,8 @@ def glu(width: int) -> dict:
                     return lambda: op.forward(activation, gate, up, dgate, o)
                 return lambda: op.backward(activation, dout, gate, up, dgate, dup, o)
             tried = {name(o): o for o in GLU_SPLITS}
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ran = run_all([launch_of(o) for o in tried.values()], f"{activation} {direction}", keep=(Exception,))
-                live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
-                nbytes = rows * width * 2 * (3 if direction == "forward" else 5)
-                got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+            nbytes = rows * width * 2 * (3 if direction == "forward" else 5)
+            got = timed_splits(tried, launch_of, nbytes, copy, f"{activation} {direction}")
             case = f"{activation} {direction} {width}"
             report(case, got, name(vars(config_for(activation, direction, width, "bf16"))),
                    f"of {len(tried)} (copy {copy:.0f} GB/s)")
@@ -213,7 +216,6 @@ def softmax(width: int, dtype: str) -> dict:
     from benchmarks import bench_memory_bound as bench
     from tkpy.kernels import softmax_op
     from tkpy.kernels.softmax_policy import config_for
-    from tkpy.tune.parallel import run_all
     rows = ELEMENTS // width
     x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype])) * 3
     dy, y = torch.randn_like(x), softmax_op.forward(x)
@@ -227,12 +229,8 @@ def softmax(width: int, dtype: str) -> dict:
         policy = config_for(direction, width, dtype)
         tried = {split_name(o): o for o in splits(width, most_values=32)}
         tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ran = run_all([launch_of(o) for o in tried.values()], f"softmax {direction}", keep=(Exception,))
-            live = {n: o for (n, o), result in zip(tried.items(), ran) if not isinstance(result, Exception)}
-            nbytes = bench.softmax_bytes(direction, rows, width, x.element_size())
-            got = {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
+        got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
+                           f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
         report(case, got, split_name(vars(policy)), f"of {len(tried)} (copy {copy:.0f} GB/s)")
         cases[case] = got

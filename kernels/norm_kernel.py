@@ -211,9 +211,10 @@ def column_sums_kernel(width: int, out_dtype: str, tensors: int, sliced: bool):
     block (x: 256 columns, y: a slice of the rows, z: the tensor) adds rows y, y + S, y + 2 S, ... (S = the grid's y,
     slices), its warps every SUM_WARPS-th of those, SUM_UNROLL loads in flight a warp; they meet in shared memory, where
     warp 0 adds their sums in order. `sliced` (S > 1, so that the rows are read by blocks on every SM, not by one block
-    a 256 columns on a few: a narrow row's backward leaves thousands of partial rows): each block writes its sum into row y of `second`, and the
-    last of a column chunk's S blocks to finish (tk.last_block, its warps together) adds the S sums in order. The same
-    bits every run. `ticket` (T x the chunks int32 counters) must be 0: the backward zeroes it."""
+    a 256 columns on a few: a narrow row's backward leaves thousands of partial rows): each block writes its sum into
+    row y of `second`, and the last of a column chunk's S blocks to finish (tk.last_block, its warps together) adds the
+    S sums in order. The same bits every run. `ticket` (T x the chunks int32 counters) must be 0: the backward zeroes
+    it."""
     ot = DTYPES[out_dtype]
     chunks = -(-width // CHUNK)
 
@@ -229,32 +230,33 @@ def column_sums_kernel(width: int, out_dtype: str, tensors: int, sliced: bool):
         acc = tk.rv(f32, CHUNK, "contig")
         t = [tk.rv(f32, CHUNK, "contig", name=f"t{u}") for u in range(SUM_UNROLL)]
         sums = tk.sv(f32, CHUNK, count=SUM_WARPS)
-        tk.zero(acc)
-        for step in tk.range(0, tk.cdiv(tk.cdiv(partials.rows, slices), SUM_WARPS * SUM_UNROLL)):
-            for u in range(SUM_UNROLL):                      # (the loads first: in flight together; 0 past the rows)
-                i = (step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id()
-                tk.load(t[u], partials, (tensor, part + i * slices, col), fill=0.0)
-            for u in range(SUM_UNROLL):
-                tk.add(acc, acc, t[u])
-        _block_sum(acc, t[0], sums)
+        bias_out = out_bias if tensors == 2 else None
+        _add_rows(acc, t, sums, partials, tensor, col, part, slices, tk.cdiv(partials.rows, slices))
         with tk.if_(tk.warp_id() == 0):
             if sliced:
                 tk.store(second, acc, (tensor, part, col), masked=True)
             else:
-                _store_out(out_weight, out_bias if tensors == 2 else None, acc, tensor, col)
+                _store_out(out_weight, bias_out, acc, tensor, col)
         if sliced:
             with tk.last_block(ticket, tensor * chunks + col, arrivals=slices, whole_block=True):
-                tk.zero(acc)
-                for step in tk.range(0, tk.cdiv(slices, SUM_WARPS * SUM_UNROLL)):
-                    for u in range(SUM_UNROLL):
-                        tk.load(t[u], second, (tensor, (step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id(), col),
-                                fill=0.0)
-                    for u in range(SUM_UNROLL):
-                        tk.add(acc, acc, t[u])
-                _block_sum(acc, t[0], sums)
+                _add_rows(acc, t, sums, second, tensor, col, 0, 1, slices)
                 with tk.if_(tk.warp_id() == 0):
-                    _store_out(out_weight, out_bias if tensors == 2 else None, acc, tensor, col)
+                    _store_out(out_weight, bias_out, acc, tensor, col)
     return norm_column_sums
+
+
+def _add_rows(acc, t, sums, g, tensor, col, first, stride, count) -> None:
+    """acc of warp 0 = the sum of rows first, first + stride, ... (count of them; 0 past g's rows) of g's tensor
+    `tensor`, column chunk `col`: each warp every SUM_WARPS-th row, SUM_UNROLL loads in flight together (the
+    vectors t), the warps' sums added in warp order (sums: their shared slots)."""
+    tk.zero(acc)
+    for step in tk.range(0, tk.cdiv(count, SUM_WARPS * SUM_UNROLL)):
+        for u in range(SUM_UNROLL):                          # (the loads first: in flight together)
+            i = (step * SUM_UNROLL + u) * SUM_WARPS + tk.warp_id()
+            tk.load(t[u], g, (tensor, first + i * stride, col), fill=0.0)
+        for u in range(SUM_UNROLL):
+            tk.add(acc, acc, t[u])
+    _block_sum(acc, t[0], sums)
 
 
 def _store_out(out_weight, out_bias, acc, tensor, col) -> None:
