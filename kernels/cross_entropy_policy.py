@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig, PrologueConfig
 from .op_support import Row
-from .row_split import CHUNK, warps_for
+from .row_split import CHUNK, warps_for, without_table_stages
 
 
 FIT = ("register fit, unmeasured: the register cap of this many blocks an SM holds the variant with smoothing, fp32 "
@@ -26,55 +26,59 @@ FIT = ("register fit, unmeasured: the register cap of this many blocks an SM hol
        "by bench_memory_bound.py")
 SWEPT = ("RESULTS.md run 274 (H200, mean, 2^26 logits): the best of 4-60 splits for the loss alone and with the "
          "gradient together ({}; the former table's {})")
-# classes up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch), per logits dtype ("16-bit":
+# classes up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch, stages: the next rows
+# through shared memory instead, CrossEntropyConfig.stages), per logits dtype ("16-bit":
 # bf16 and fp16, whose prefetch takes half the registers); a row takes as many of its warps as cover it in pieces of
 # about row_split.PIECE elements (row_split.warps_for: fewer for a vocabulary below the row's limit). Swept: few
 # warps a row, each holding up to 64 values a lane, and no clusters below 64k classes beat the 16-value pieces of
 # wide blocks and clusters by 10-40% (more bytes in flight a warp, fewer barriers a row). LOSS_ONLY: the prefetch
 # without the gradient only (with it the prefetch has no registers).
+STAGED_4096 = ("RESULTS.md run 313 (H200, mean, 2^26 logits): the logits 2 rows ahead through shared memory "
+               "(stages) at 3 blocks an SM, the best of 104 splits for the loss alone and with the gradient together "
+               "(0.73/0.86 of the copy; run 274's register prefetch at 4 blocks an SM 0.71/0.81 in the same run)")
 SWEPT_F32 = SWEPT.replace("run 274 (H200,", "run 275 (H200, fp32,")
 LOSS_ONLY = "loss only"
 FORWARD = {
     "16-bit": (
-        (512, Row((1, 16, 1, 2, True), SWEPT.format("0.68/0.82 of the copy", "0.66/0.76"))),   # a warp a row
-        (1024, Row((1, 8, 1, 3, True), SWEPT.format("0.83/0.89", "0.64/0.72"))),
-        (2048, Row((1, 4, 1, 4, True), SWEPT.format("0.86/0.88", "0.64/0.70"))),               # 64 values a lane
-        (4096, Row((2, 2, 1, 4, True), SWEPT.format("0.80/0.86", "0.58/0.62"))),
-        (8192, Row((4, 1, 1, 3, True), SWEPT.format("0.75/0.83", "0.58/0.62"))),
-        (16384, Row((8, 1, 1, 2, True), SWEPT.format("0.70/0.76", "0.28/0.35"))),
-        (32768, Row((8, 1, 2, 2, True), SWEPT.format("0.62/0.70", "0.25/0.32"))),
-        (65536, Row((4, 1, 8, 3, True), SWEPT.format("0.59/0.66", "0.22/0.29"))),             # clusters of 8
+        (512, Row((1, 16, 1, 2, True, 0), SWEPT.format("0.68/0.82 of the copy", "0.66/0.76"))),   # a warp a row
+        (1024, Row((1, 8, 1, 3, True, 0), SWEPT.format("0.83/0.89", "0.64/0.72"))),
+        (2048, Row((1, 4, 1, 4, True, 0), SWEPT.format("0.86/0.88", "0.64/0.70"))),               # 64 values a lane
+        (4096, Row((2, 2, 1, 3, False, 2), STAGED_4096)),                  # 2 rows ahead through shared memory
+        (8192, Row((4, 1, 1, 3, True, 0), SWEPT.format("0.75/0.83", "0.58/0.62"))),
+        (16384, Row((8, 1, 1, 2, True, 0), SWEPT.format("0.70/0.76", "0.28/0.35"))),
+        (32768, Row((8, 1, 2, 2, True, 0), SWEPT.format("0.62/0.70", "0.25/0.32"))),
+        (65536, Row((4, 1, 8, 3, True, 0), SWEPT.format("0.59/0.66", "0.22/0.29"))),             # clusters of 8
         # (the prefetch, 0.87/0.94, spills under NVRTC 13.x)
-        (131072, Row((8, 1, 8, 2, False), SWEPT.format("0.74/0.82 of a slower copy", "0.55/0.63"))),
-        (262144, Row((16, 1, 8, 1, LOSS_ONLY), SWEPT.format("0.76/0.65", "0.66/0.65"))),     # 64 values a lane
+        (131072, Row((8, 1, 8, 2, False, 0), SWEPT.format("0.74/0.82 of a slower copy", "0.55/0.63"))),
+        (262144, Row((16, 1, 8, 1, LOSS_ONLY, 0), SWEPT.format("0.76/0.65", "0.66/0.65"))),     # 64 values a lane
     ),
     # fp32 logits (RESULTS.md run 275, swept at 1024, 4096, 16384 and 65536 classes): their prefetch takes twice
     # the registers, and without it more blocks an SM win
     "f32": (
-        (1024, Row((1, 4, 1, 4, True), SWEPT_F32.format("0.99/0.90", "0.95/0.76"))),
-        (4096, Row((2, 2, 1, 2, False), SWEPT_F32.format("0.98/0.86", "0.85/0.69"))),
-        (16384, Row((4, 1, 2, 4, False), SWEPT_F32.format("0.99/0.82", "0.49/0.47"))),
-        (65536, Row((4, 1, 8, 4, False), SWEPT_F32.format("1.50/1.19 of a slower copy", "0.61/0.57"))),
-        (131072, Row((16, 1, 8, 1, False), FIT)),  # 32 fp32 values a lane and as many ahead: past the cap
-        (262144, Row((16, 1, 8, 1, False), FIT)),
+        (1024, Row((1, 4, 1, 4, True, 0), SWEPT_F32.format("0.99/0.90", "0.95/0.76"))),
+        (4096, Row((2, 2, 1, 2, False, 0), SWEPT_F32.format("0.98/0.86", "0.85/0.69"))),
+        (16384, Row((4, 1, 2, 4, False, 0), SWEPT_F32.format("0.99/0.82", "0.49/0.47"))),
+        (65536, Row((4, 1, 8, 4, False, 0), SWEPT_F32.format("1.50/1.19 of a slower copy", "0.61/0.57"))),
+        (131072, Row((16, 1, 8, 1, False, 0), FIT)),  # 32 fp32 values a lane and as many ahead: past the cap
+        (262144, Row((16, 1, 8, 1, False, 0), FIT)),
     ),
 }
 # Weights with smoothing hold the weights' piece in registers beside the row's (at most 32 values a lane), one block
 # an SM: the register fit's 16-value pieces, the prefetch up to WEIGHTED_PREFETCH classes (16-bit logits; fp32's
 # from 8192 classes on: 32 fp32 values a lane and as many ahead spill at 8 warps).
 _WEIGHTED_16_BIT = (
-    (512, Row((1, 8, 1, 2, True), FIT)),           # a warp a row (up to 16 values a lane), 8 rows a block
-    (1024, Row((2, 4, 1, 2, True), FIT)),
-    (2048, Row((4, 2, 1, 2, True), FIT)),
-    (4096, Row((8, 1, 1, 2, True), FIT)),
-    (8192, Row((8, 1, 1, 2, True), FIT)),          # 32 values a lane (16 warps: ptxas took 64 registers, spilled)
-    (16384, Row((16, 1, 2, 1, True), FIT)),        # clusters: 16 warps of 2, 4 or 8 blocks a row
-    (32768, Row((16, 1, 4, 1, True), FIT)),
-    (65536, Row((16, 1, 8, 1, True), FIT)),
-    (131072, Row((16, 1, 8, 1, True), FIT)),       # 32 values a lane
-    (262144, Row((16, 1, 8, 1, False), FIT)),      # (refused: cross_entropy_config.WEIGHTED_SMOOTHING_CLASSES)
+    (512, Row((1, 8, 1, 2, True, 0), FIT)),           # a warp a row (up to 16 values a lane), 8 rows a block
+    (1024, Row((2, 4, 1, 2, True, 0), FIT)),
+    (2048, Row((4, 2, 1, 2, True, 0), FIT)),
+    (4096, Row((8, 1, 1, 2, True, 0), FIT)),
+    (8192, Row((8, 1, 1, 2, True, 0), FIT)),          # 32 values a lane (16 warps: ptxas took 64 registers, spilled)
+    (16384, Row((16, 1, 2, 1, True, 0), FIT)),        # clusters: 16 warps of 2, 4 or 8 blocks a row
+    (32768, Row((16, 1, 4, 1, True, 0), FIT)),
+    (65536, Row((16, 1, 8, 1, True, 0), FIT)),
+    (131072, Row((16, 1, 8, 1, True, 0), FIT)),       # 32 values a lane
+    (262144, Row((16, 1, 8, 1, False, 0), FIT)),      # (refused: cross_entropy_config.WEIGHTED_SMOOTHING_CLASSES)
 )
-_WEIGHTED_F32 = {8192: Row((16, 1, 1, 1, True), FIT), 131072: Row((16, 1, 8, 1, False), FIT)}   # fp32's others
+_WEIGHTED_F32 = {8192: Row((16, 1, 1, 1, True, 0), FIT), 131072: Row((16, 1, 8, 1, False, 0), FIT)}   # fp32's others
 WEIGHTED_SMOOTHING = {
     "16-bit": _WEIGHTED_16_BIT,
     "f32": tuple((limit, _WEIGHTED_F32.get(limit, row)) for limit, row in _WEIGHTED_16_BIT),
@@ -104,18 +108,19 @@ def forward_config(width: int, dtype: str, reduction: str, grad: bool, smoothing
     """The forward kernel a call runs: what it computes and the table's split for its width (`forced`:
     CrossEntropyConfig fields over the table's, e.g. the benchmark's variants)."""
     weighted_smoothing = bool(weight and smoothing)
-    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch = forward_split(width, dtype, weighted_smoothing).value
+    split = forward_split(width, dtype, weighted_smoothing).value
+    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch, stages = split
     prefetch = (not grad) if prefetch == LOSS_ONLY else prefetch
     if weighted_smoothing:          # the weights' piece (and w x) in registers beside the row's
         blocks_per_sm = 1
         prefetch = prefetch and width <= WEIGHTED_PREFETCH
-    c = CrossEntropyConfig(width, dtype, reduction, grad, smoothing, weight, prefetch,
+    c = CrossEntropyConfig(width, dtype, reduction, grad, smoothing, weight, prefetch, stages,
                            warps_per_row=warps_for(width, most_warps, cluster),
                            rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm)
     if (smoothing or weight) and c.values_per_lane > FULL_LANE:     # (see FULL_LANE_WARPS)
         blocks = max(1, min(c.blocks_per_sm, FULL_LANE_WARPS // c.warps))
         c = replace(c, blocks_per_sm=blocks, prefetch=c.prefetch and c.warps * blocks <= FULL_LANE_WARPS)
-    return replace(c, **forced) if forced else c
+    return replace(c, **without_table_stages(forced)) if forced else c
 
 
 def prologue_config(reduction: str, weight: str | None = None, **forced) -> PrologueConfig:

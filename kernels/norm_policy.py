@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .norm_config import NormConfig
 from .op_support import Row
-from .row_split import warps_for
+from .row_split import warps_for, without_table_stages
 
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
@@ -35,6 +35,21 @@ SWEPT_8192 = {     # RESULTS.md run 311 (H200, 8192 x 8192 bf16): the best of 16
     "backward": "run 311: 0.72/0.91/0.68/0.84 of the copy (the register fit's 0.70/0.91/0.65/0.77; rms alone: 0.89 "
                 "at 8 warps x 2 blocks an SM without the prefetch)",
 }
+SWEPT_WIDE = {     # RESULTS.md run 314 (H200, 2^26 bf16 elements): the best of 27-64 splits for all four norms
+    "forward 32768": "run 314: 0.86/0.89/0.86/0.89 of the copy (rms, rms+residual, layer, layer+residual; the "
+                     "register fit's 16 warps x 4 blocks with the prefetch 0.78/0.94/0.69/0.92)",
+    "forward 65536": "run 314: 0.86/0.84/0.86/0.85 of the copy (the register fit's 16 warps x 8 blocks "
+                     "0.75/0.93/0.58/0.90; the best for all four, 8 warps x 8 blocks at 2 blocks an SM with the "
+                     "prefetch, 0.91/0.89/0.85/0.84, spills the fullest variant)",
+    "backward 8192": "run 314: 0.84/0.93/0.75/0.85 of the copy (run 311's 8 warps with the register prefetch "
+                     "0.72/0.86/0.68/0.82 in the same run)",
+    "backward 16384": "runs 311, 314: 0.66/0.83/0.61/0.70 of the copy, the best of the 5 splits that fit (16 warps "
+                      "alone with 2 rows ahead: rms 0.78, layer 0.53)",
+    "backward 32768": "run 314: 0.73/0.83/0.68/0.80 of the copy (the register fit's 16 warps x 4 blocks "
+                      "0.60/0.76/0.54/0.68)",
+    "backward 65536": "run 314: 0.71/0.83/0.69/0.77 of the copy (the register fit's 16 warps x 8 blocks "
+                      "0.57/0.72/0.50/0.64)",
+}
 # width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch, stages: the next rows through
 # shared memory, NormConfig.stages), forward; a row takes as many of its warps as cover it in pieces of about
 # row_split.PIECE elements (row_split.warps_for: fewer for a width below the table row's limit)
@@ -45,18 +60,18 @@ FORWARD = (
     (4096, Row((4, 1, 1, 2, True, 0), SWEPT_4096["forward"])),
     (8192, Row((8, 2, 1, 1, True, 0), SWEPT_8192["forward"])),
     (16384, Row((16, 1, 1, 1, True, 0), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster of 2 behind)
-    (32768, Row((16, 1, 4, 1, True, 0), FIT)),  # clusters: 16 warps of 4 or 8 blocks a row
-    (65536, Row((16, 1, 8, 1, True, 0), FIT)),
+    (32768, Row((16, 1, 2, 1, False, 2), SWEPT_WIDE["forward 32768"])),   # clusters of 2 blocks, 2 rows ahead
+    (65536, Row((16, 1, 4, 1, False, 2), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 rows ahead
 )
 BACKWARD = (                                   # (no prefetch but where swept)
     (512, Row((1, 8, 1, 2, False, 0), FIT)),
     (1024, Row((2, 4, 1, 2, False, 0), FIT)),
     (2048, Row((4, 2, 1, 2, False, 0), FIT)),
     (4096, Row((4, 1, 1, 2, False, 2), SWEPT_4096["backward"])),
-    (8192, Row((8, 1, 1, 1, True, 0), SWEPT_8192["backward"])),
-    (16384, Row((16, 1, 2, 1, False, 0), FIT)),  # (runs 275, 311: this cluster of 2 ahead of 16 warps alone)
-    (32768, Row((16, 1, 4, 1, False, 0), FIT)),
-    (65536, Row((16, 1, 8, 1, False, 0), FIT)),
+    (8192, Row((16, 1, 1, 1, False, 2), SWEPT_WIDE["backward 8192"])),
+    (16384, Row((16, 1, 2, 1, False, 0), SWEPT_WIDE["backward 16384"])),
+    (32768, Row((8, 1, 4, 1, False, 2), SWEPT_WIDE["backward 32768"])),    # x and dy 2 rows ahead: all 4 clusters
+    (65536, Row((8, 1, 8, 1, False, 2), SWEPT_WIDE["backward 65536"])),
 )
 
 
@@ -72,9 +87,7 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     that override the table's, e.g. for the benchmark's variants; forcing the prefetch without `stages` takes none,
     the table's stages being instead of a prefetch)."""
     most_warps, rows_per_block, cluster, blocks_per_sm, prefetch, stages = split_for(direction, width).value
-    if forced.get("prefetch") and "stages" not in forced:
-        forced = {**forced, "stages": 0}
     c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, stages=stages,
                    warps_per_row=warps_for(width, most_warps, cluster), rows_per_block=rows_per_block, cluster=cluster,
                    blocks_per_sm=blocks_per_sm)
-    return replace(c, **forced) if forced else c
+    return replace(c, **without_table_stages(forced)) if forced else c

@@ -158,6 +158,12 @@ def check_stages(c, fail) -> None:
         fail("stages (the next rows through shared memory) is instead of the prefetch (the next row in registers)")
 
 
+def without_table_stages(forced: dict) -> dict:
+    """Config fields `forced` over a policy table's: where they force the prefetch without `stages`, with stages=0
+    too (a table's stages are instead of the prefetch, check_stages)."""
+    return {**forced, "stages": 0} if forced.get("prefetch") and "stages" not in forced else forced
+
+
 class StagedRows:
     """The next `stages` rows' pieces of some tensors (of one dtype) in flight through shared memory, a ring of
     `stages` slots a warp and tensor filled by cp.async (tk.load_async: no registers held, so more bytes in flight
