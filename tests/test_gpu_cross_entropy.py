@@ -56,7 +56,7 @@ def test_row_counts(rows, width):
 
 VARIANT_OPTIONS = [dict(prefetch=False), dict(prefetch=True), dict(blocks_per_sm=1),
                    dict(warps_per_row=4, rows_per_block=1, cluster=2), dict(warps_per_row=2, rows_per_block=4),
-                   dict(prefetch=False, stages=2), dict(prefetch=False, stages=4, blocks_per_sm=2),
+                   dict(prefetch=False, stages=2), dict(prefetch=False, stages=4, blocks_per_sm=1),
                    dict(warps_per_row=4, rows_per_block=1, cluster=2, prefetch=False, stages=3)]
 LANE_LIMIT = 64 * 32          # elements a warp's piece holds at most (CrossEntropyConfig: 64 values a lane)
 
