@@ -13,10 +13,11 @@ gradient, also with the rows through shared memory (STAGES) where a split has no
 over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the residual) forward and backward at 2^26
 elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch; swiglu and geglu
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
-blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements. Prints, per case, the policy's fraction of the
-copy bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width
-together (the largest smallest ratio to each case's best), and for each direction's; writes
-$OUT/sweep_<group>_<dtype>.json where OUT is set, after each width.
+blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
+(persistent=False) where a split has no prefetch. Prints, per case, the policy's fraction of the copy bandwidth
+measured in the same run and the best five splits, then the split best for all the cases of a width together (the
+largest smallest ratio to each case's best), and for each direction's; writes $OUT/sweep_<group>_<dtype>.json where
+OUT is set, after each width.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ELEMENTS = 1 << 26
-SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch")
+SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch", "persistent")
 LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
 STAGES = (2, 3)                 # rows in flight through shared memory (the norms' and cross-entropy's `stages`) tried
 
@@ -48,18 +49,31 @@ def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1])
             warps = s * g
             if (c > 1 and g != 1) or warps not in (4, 8, 16) or b * warps > 48 or (b > 2 and warps == 16):
                 continue
-            out.append(dict(warps_per_row=s, rows_per_block=g, cluster=c, blocks_per_sm=b, prefetch=prefetch))
+            out.append(dict(warps_per_row=s, rows_per_block=g, cluster=c, blocks_per_sm=b, prefetch=prefetch,
+                            persistent=True))
     return out
 
 
 def staged_too(tried: list[dict]) -> dict:
     """name -> split of each split, and of each without the prefetch with the next rows through shared memory
-    instead (the configs' `stages`, STAGES of them)."""
+    instead (the configs' `stages`, STAGES of them; the others with none, whatever the policy's table has)."""
+    out = {}
+    for o in tried:
+        out[split_name(o)] = {**o, "stages": 0}
+        if not o["prefetch"]:
+            out.update({f"{split_name(o)}st{k}": {**o, "stages": k} for k in STAGES})
+    return out
+
+
+def one_step_too(tried: list[dict]) -> dict:
+    """name -> split of each split, and of each without the prefetch as a grid of every row group too (softmax's
+    `persistent=False`)."""
     out = {}
     for o in tried:
         out[split_name(o)] = o
         if not o["prefetch"]:
-            out.update({f"{split_name(o)}st{k}": {**o, "stages": k} for k in STAGES})
+            twin = {**o, "persistent": False}
+            out[split_name(twin)] = twin
     return out
 
 
@@ -69,8 +83,10 @@ def config_name(c) -> str:
 
 
 def split_name(o: dict) -> str:
-    """s<warps a row>g<rows a block>c<cluster>b<blocks an SM>p<prefetch>."""
-    return f"s{o['warps_per_row']}g{o['rows_per_block']}c{o['cluster']}b{o['blocks_per_sm']}p{int(o['prefetch'])}"
+    """s<warps a row>g<rows a block>c<cluster>b<blocks an SM>p<prefetch>, and n where not persistent (a block a row
+    group)."""
+    return (f"s{o['warps_per_row']}g{o['rows_per_block']}c{o['cluster']}b{o['blocks_per_sm']}p{int(o['prefetch'])}"
+            + ("" if o.get("persistent", True) else "n"))
 
 
 def best_for_all(cases: dict) -> tuple:
@@ -227,7 +243,7 @@ def softmax(width: int, dtype: str) -> dict:
                 return lambda: softmax_op.forward(x, o)
             return lambda: softmax_op.backward(dy, y, o)
         policy = config_for(direction, width, dtype)
-        tried = {split_name(o): o for o in splits(width, most_values=32)}
+        tried = one_step_too(splits(width, most_values=32))
         tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")

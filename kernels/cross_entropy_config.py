@@ -102,6 +102,8 @@ class CrossEntropyConfig(RowSplit):
             fail(f"width (the classes) must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         self.check_split(fail)
         check_stages(self, fail)
+        if not self.persistent:
+            fail("the loss's partial sums are one a block, at most MAX_PARTIALS: persistent only")
         if self.weight and self.smoothing and self.piece // 32 > MAX_WEIGHTED_SMOOTHING:
             fail(f"with weights and smoothing a piece holds at most {MAX_WEIGHTED_SMOOTHING} values a lane (the "
                  f"weights' piece lies in registers too), got {self.piece // 32}")

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig, PrologueConfig
 from .op_support import Row
-from .row_split import CHUNK, warps_for, without_table_stages
+from .row_split import CHUNK, over_table, warps_for
 
 
 FIT = ("register fit, unmeasured: the register cap of this many blocks an SM holds the variant with smoothing, fp32 "
@@ -120,7 +120,7 @@ def forward_config(width: int, dtype: str, reduction: str, grad: bool, smoothing
     if (smoothing or weight) and c.values_per_lane > FULL_LANE:     # (see FULL_LANE_WARPS)
         blocks = max(1, min(c.blocks_per_sm, FULL_LANE_WARPS // c.warps))
         c = replace(c, blocks_per_sm=blocks, prefetch=c.prefetch and c.warps * blocks <= FULL_LANE_WARPS)
-    return replace(c, **without_table_stages(forced)) if forced else c
+    return over_table(c, forced)
 
 
 def prologue_config(reduction: str, weight: str | None = None, **forced) -> PrologueConfig:

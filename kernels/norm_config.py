@@ -52,6 +52,8 @@ class NormConfig(RowSplit):
             fail("a bias needs a layer norm with a weight")
         self.check_split(fail)
         check_stages(self, fail)
+        if self.direction == "backward" and not self.persistent:
+            fail("the backward's weight and bias sums take a workspace row a row group of the grid: persistent only")
 
     @property
     def name(self) -> str:

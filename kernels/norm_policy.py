@@ -11,11 +11,10 @@ blocks as the GPU runs at once (the occupancy queries), at least that many an SM
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 from .norm_config import NormConfig
 from .op_support import Row
-from .row_split import warps_for, without_table_stages
+from .row_split import over_table, warps_for
 
 FIT = ("untimed: the register cap of this many blocks an SM holds the fullest variant (layer norm, weight, bias, "
        "residual) without spills (NVRTC, tests/test_norms.py); to be timed by bench_memory_bound.py --variants")
@@ -90,4 +89,4 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, stages=stages,
                    warps_per_row=warps_for(width, most_warps, cluster), rows_per_block=rows_per_block, cluster=cluster,
                    blocks_per_sm=blocks_per_sm)
-    return replace(c, **without_table_stages(forced)) if forced else c
+    return over_table(c, forced)

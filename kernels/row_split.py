@@ -26,7 +26,7 @@ needs the total, after the launch or in its last block (tk.last_block), in one o
 where float atomics would add in the order the blocks happen to finish.
 """
 # (No `from __future__ import annotations`: the kernels' bodies call these while they are traced.)
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tkpy as tk
 
@@ -46,12 +46,15 @@ class RowSplit:
     config's): each row split over `warps_per_row` warps of a block and `cluster` blocks of a cluster, each warp
     holding a piece of `piece` elements (width / (warps_per_row * cluster) rounded up to 256); a block holds
     `rows_per_block` rows at a time and loops over the rows (a persistent grid of `blocks_per_sm` blocks an SM, the
-    launch bounds' minimum)."""
+    launch bounds' minimum). `persistent=False`: a block (cluster) for every row group instead, each taking one step
+    and the GPU's block scheduler handing them out (no row ahead to prefetch; the softmax backward's rows measured
+    4-9% faster so, RESULTS.md run 317)."""
 
     warps_per_row: int = 1
     rows_per_block: int = 4
     cluster: int = 1
     blocks_per_sm: int = 1
+    persistent: bool = True
 
     def check_split(self, fail) -> None:
         """fail(reason) where the split cannot run (each config calls it from its __post_init__)."""
@@ -69,6 +72,11 @@ class RowSplit:
         if self.values_per_lane > MAX_VALUES_PER_LANE:
             fail(f"a piece of {self.piece} elements is {self.values_per_lane} values a lane, more than "
                  f"{MAX_VALUES_PER_LANE}: more warps a row or a larger cluster")
+        if not isinstance(self.persistent, bool):
+            fail(f"persistent must be a bool, got {self.persistent!r}")
+        if not self.persistent and (getattr(self, "prefetch", False) or getattr(self, "stages", 0)):
+            fail("the rows ahead (prefetch, stages) are the persistent loop's: a grid of every row group "
+                 "(persistent=False) takes one step a block")
 
     @property
     def warps(self) -> int:
@@ -95,8 +103,9 @@ class RowSplit:
 
     @property
     def split_name(self) -> str:
-        """The split's part of a kernel's name: s<warps a row>g<rows a block>c<cluster>."""
-        return f"s{self.warps_per_row}g{self.rows_per_block}c{self.cluster}"
+        """The split's part of a kernel's name: s<warps a row>g<rows a block>c<cluster>, _onestep where not
+        persistent."""
+        return f"s{self.warps_per_row}g{self.rows_per_block}c{self.cluster}{'' if self.persistent else '_onestep'}"
 
     def kernel_options(self) -> dict:
         """@tk.kernel's warps, cluster and blocks_per_sm for the split."""
@@ -158,10 +167,21 @@ def check_stages(c, fail) -> None:
         fail("stages (the next rows through shared memory) is instead of the prefetch (the next row in registers)")
 
 
-def without_table_stages(forced: dict) -> dict:
-    """Config fields `forced` over a policy table's: where they force the prefetch without `stages`, with stages=0
-    too (a table's stages are instead of the prefetch, check_stages)."""
-    return {**forced, "stages": 0} if forced.get("prefetch") and "stages" not in forced else forced
+def over_table(c, forced: dict):
+    """Config `c` (a policy table's choice) with the fields `forced` over it. Forcing rows ahead (the prefetch,
+    stages) takes the persistent loop they need too, forcing the prefetch takes the table's stages away (each is
+    instead of the other, check_stages), and forcing persistent=False the table's rows ahead; unless those are
+    forced as well."""
+    if not forced:
+        return c
+    implied = {}
+    if forced.get("prefetch") or forced.get("stages"):
+        implied["persistent"] = True
+    if (forced.get("prefetch") or forced.get("persistent") is False) and hasattr(c, "stages"):
+        implied["stages"] = 0
+    if forced.get("persistent") is False:
+        implied["prefetch"] = False
+    return replace(c, **{**implied, **forced})
 
 
 class StagedRows:
@@ -271,9 +291,10 @@ def warps_for(width: int, most: int, cluster: int) -> int:
 
 def grid_for(c: RowSplit, rows: int, resident: int) -> int:
     """Blocks of the persistent grid: clusters enough for every row group, at most what `resident` blocks hold (what
-    the GPU runs at once: op_support.resident_blocks, from the occupancy queries)."""
+    the GPU runs at once: op_support.resident_blocks, from the occupancy queries); not c.persistent: every row
+    group's."""
     groups = -(-rows // c.rows_per_block)
-    return max(1, min(groups, resident // c.cluster)) * c.cluster
+    return max(1, min(groups, resident // c.cluster) if c.persistent else groups) * c.cluster
 
 
 def grid(kernel, c: RowSplit, rows: int, args) -> int:

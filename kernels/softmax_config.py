@@ -25,9 +25,10 @@ class SoftmaxConfig(RowSplit):
     `rows_per_block` / 16 warps a block, a block per `rows_per_block` rows (kernels/row_softmax.py): narrow rows.
     Otherwise a row is split over `warps_per_row` warps of a block and `cluster` blocks (the RowSplit fields,
     keyword-only; kernels/row_split.py: each warp a contig piece, 16-byte copies), `rows_per_block` rows a block at a
-    time, a persistent grid of `blocks_per_sm` blocks an SM; `prefetch`: the next row's loads in flight while a row
-    is reduced and written; `stage` (backward): y passes through shared memory a chunk at a time, dy alone in
-    registers (fp32 rows whose y and dy together would pass the registers)."""
+    time, a persistent grid of `blocks_per_sm` blocks an SM (or a block a row group: `persistent=False`);
+    `prefetch`: the next row's loads in flight while a row is reduced and written; `stage` (backward): y passes
+    through shared memory a chunk at a time, dy alone in registers (fp32 rows whose y and dy together would pass the
+    registers)."""
 
     direction: str
     width: int

@@ -17,10 +17,9 @@ blocks_per_sm is the launch bounds' minimum (the register cap).
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
 from .op_support import Row
-from .row_split import warps_for
+from .row_split import over_table, warps_for
 from .softmax_config import SoftmaxConfig
 
 FIT = ("register fit, unmeasured: the table's register cap holds the kernel without spills (NVRTC, "
@@ -30,56 +29,68 @@ SWEPT = ("RESULTS.md run 306 (H200, 16384 x 4096, {}): the best of 32 splits, {}
 TILE_WIDTH = 128             # rows up to this wide: the tile kernels
 TILE = Row((64,), "the softmax example's tiling (4 warps of 16 rows, a block per 64 rows): 2035 GB/s at 524288 x 128 "
                   "bf16 (RESULTS.md run 256); not compared with the split kernels yet")
+ONE_STEP = {     # RESULTS.md run 317 (H200, 2^26 elements): the split without its prefetch, a block a row group
+    # (persistent=False), against the persistent policy in the same run (fraction of the copy)
+    "16-bit backward": "run 317 (bf16): 1.04/1.05/1.05 of the copy at 512/1024/4096 (the persistent policy's "
+                       "0.96/0.97/1.00; run 306's split at 4096); 2048 between, unmeasured",
+    "f32 backward": "run 317: 1.04/0.95 of the copy at 1024/4096 (the persistent policy's 0.97/0.93; run 306's split "
+                    "at 4096); 512 and 2048 unmeasured",
+    "f32 forward": "run 317: 0.99/0.90 of the copy at 1024/4096 (the persistent policy's 0.92/0.88; run 306's split "
+                   "at 4096); 512 and 2048 unmeasured",
+    "bf16 forward 512": "run 317: without the prefetch 0.93 of the copy (the register fit's prefetch 0.89; a block a "
+                        "row group 0.92)",
+}
 # (direction, bytes an element) -> ((width up to, Row((most warps a row, rows_per_block, cluster, blocks_per_sm,
-# prefetch, stage))), ...). A width takes as many of its warps as pieces of row_split.PIECE elements cover it.
+# prefetch, stage, persistent))), ...). A width takes as many of its warps as pieces of row_split.PIECE elements
+# cover it.
 SPLIT = {
     ("forward", 2): (
-        (512, Row((1, 8, 1, 4, True, False), FIT)),        # a warp a row, 8 rows a block, 32 warps an SM
-        (1024, Row((2, 4, 1, 4, True, False), FIT)),
-        (2048, Row((4, 2, 1, 4, True, False), FIT)),
-        (4096, Row((4, 4, 1, 1, True, False), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
-        (8192, Row((16, 1, 1, 2, True, False), FIT)),
-        (16384, Row((16, 1, 1, 1, True, False), FIT)),     # 32 values a lane, the next row's in flight
-        (32768, Row((16, 1, 2, 1, True, False), FIT)),     # clusters of 2, 4, 8 blocks a row
-        (65536, Row((16, 1, 4, 1, True, False), FIT)),
-        (131072, Row((16, 1, 8, 1, True, False), FIT)),
-        (262144, Row((16, 1, 8, 1, False, False), FIT)),   # 64 values a lane
+        (512, Row((1, 8, 1, 4, False, False, True), ONE_STEP["bf16 forward 512"])),   # a warp a row, 8 rows a block
+        (1024, Row((2, 4, 1, 4, True, False, True), FIT)),
+        (2048, Row((4, 2, 1, 4, True, False, True), FIT)),
+        (4096, Row((4, 4, 1, 1, True, False, True), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
+        (8192, Row((16, 1, 1, 2, True, False, True), FIT)),
+        (16384, Row((16, 1, 1, 1, True, False, True), FIT)),     # 32 values a lane, the next row's in flight
+        (32768, Row((16, 1, 2, 1, True, False, True), FIT)),     # clusters of 2, 4, 8 blocks a row
+        (65536, Row((16, 1, 4, 1, True, False, True), FIT)),
+        (131072, Row((16, 1, 8, 1, True, False, True), FIT)),
+        (262144, Row((16, 1, 8, 1, False, False, True), FIT)),   # 64 values a lane
     ),
     ("forward", 4): (
-        (512, Row((1, 8, 1, 3, True, False), FIT)),        # (the next row's fp32 too: 24 warps an SM)
-        (1024, Row((2, 4, 1, 3, True, False), FIT)),
-        (2048, Row((4, 2, 1, 3, True, False), FIT)),
-        (4096, Row((4, 2, 1, 2, False, False), SWEPT.format("fp32", 0.87, 0.84))),  # (no room for the next row's)
-        (8192, Row((16, 1, 1, 2, True, False), FIT)),
-        (16384, Row((16, 1, 1, 1, True, False), FIT)),
-        (32768, Row((16, 1, 2, 1, True, False), FIT)),
-        (65536, Row((16, 1, 4, 1, True, False), FIT)),
-        (131072, Row((16, 1, 8, 1, True, False), FIT)),
-        (262144, Row((16, 1, 8, 1, False, False), FIT)),
+        (512, Row((1, 8, 1, 3, False, False, False), ONE_STEP["f32 forward"])),      # a block a row group
+        (1024, Row((2, 4, 1, 3, False, False, False), ONE_STEP["f32 forward"])),
+        (2048, Row((4, 2, 1, 3, False, False, False), ONE_STEP["f32 forward"])),
+        (4096, Row((4, 2, 1, 2, False, False, False), ONE_STEP["f32 forward"])),     # (run 306's split)
+        (8192, Row((16, 1, 1, 2, True, False, True), FIT)),
+        (16384, Row((16, 1, 1, 1, True, False, True), FIT)),
+        (32768, Row((16, 1, 2, 1, True, False, True), FIT)),
+        (65536, Row((16, 1, 4, 1, True, False, True), FIT)),
+        (131072, Row((16, 1, 8, 1, True, False, True), FIT)),
+        (262144, Row((16, 1, 8, 1, False, False, True), FIT)),
     ),
     ("backward", 2): (
-        (512, Row((1, 8, 1, 4, False, False), FIT)),       # (fp16 with the next row's: spills at 80 registers)
-        (1024, Row((2, 4, 1, 3, True, False), FIT)),
-        (2048, Row((4, 2, 1, 3, True, False), FIT)),
-        (4096, Row((8, 2, 1, 1, True, False), SWEPT.format("bf16", 0.99, 0.96))),
-        (8192, Row((16, 1, 1, 2, False, False), FIT)),     # (the next row's too at 64 registers: spills)
-        (16384, Row((16, 1, 1, 1, False, False), FIT)),    # (... at 128, beside a ragged row's masked copies: spills)
-        (32768, Row((16, 1, 2, 1, False, False), FIT)),    # (the cluster's reduction and the next row's: spills)
-        (65536, Row((16, 1, 4, 1, False, False), FIT)),
-        (131072, Row((16, 1, 8, 1, False, False), FIT)),
-        (262144, Row((16, 1, 8, 1, False, True), FIT)),    # y and dy in registers (64 packed a lane) spill
+        (512, Row((1, 8, 1, 4, False, False, False), ONE_STEP["16-bit backward"])),  # a block a row group
+        (1024, Row((2, 4, 1, 3, False, False, False), ONE_STEP["16-bit backward"])),
+        (2048, Row((4, 2, 1, 3, False, False, False), ONE_STEP["16-bit backward"])),
+        (4096, Row((8, 2, 1, 1, False, False, False), ONE_STEP["16-bit backward"])),  # (run 306's split)
+        (8192, Row((16, 1, 1, 2, False, False, True), FIT)),     # (the next row's too at 64 registers: spills)
+        (16384, Row((16, 1, 1, 1, False, False, True), FIT)),    # (... at 128, beside a ragged row's copies: spills)
+        (32768, Row((16, 1, 2, 1, False, False, True), FIT)),    # (the cluster's reduction and the next row's: spills)
+        (65536, Row((16, 1, 4, 1, False, False, True), FIT)),
+        (131072, Row((16, 1, 8, 1, False, False, True), FIT)),
+        (262144, Row((16, 1, 8, 1, False, True, True), FIT)),    # y and dy in registers (64 packed a lane) spill
     ),
     ("backward", 4): (
-        (512, Row((1, 8, 1, 4, False, False), FIT)),       # fp32 y and dy: no room for the next row's
-        (1024, Row((2, 4, 1, 4, False, False), FIT)),
-        (2048, Row((4, 2, 1, 4, False, False), FIT)),
-        (4096, Row((8, 1, 1, 4, False, False), SWEPT.format("fp32", 0.92, 0.92))),
-        (8192, Row((16, 1, 1, 2, False, False), FIT)),
-        (16384, Row((16, 1, 1, 1, False, False), FIT)),
-        (32768, Row((16, 1, 2, 1, False, False), FIT)),
-        (65536, Row((16, 1, 4, 1, False, False), FIT)),
-        (131072, Row((16, 1, 8, 1, False, False), FIT)),
-        (262144, Row((16, 1, 8, 1, False, True), FIT)),    # y through shared memory: 128 KB a block
+        (512, Row((1, 8, 1, 4, False, False, False), ONE_STEP["f32 backward"])),     # a block a row group
+        (1024, Row((2, 4, 1, 4, False, False, False), ONE_STEP["f32 backward"])),
+        (2048, Row((4, 2, 1, 4, False, False, False), ONE_STEP["f32 backward"])),
+        (4096, Row((8, 1, 1, 4, False, False, False), ONE_STEP["f32 backward"])),    # (run 306's split)
+        (8192, Row((16, 1, 1, 2, False, False, True), FIT)),
+        (16384, Row((16, 1, 1, 1, False, False, True), FIT)),
+        (32768, Row((16, 1, 2, 1, False, False, True), FIT)),
+        (65536, Row((16, 1, 4, 1, False, False, True), FIT)),
+        (131072, Row((16, 1, 8, 1, False, False, True), FIT)),
+        (262144, Row((16, 1, 8, 1, False, True, True), FIT)),    # y through shared memory: 128 KB a block
     ),
 }
 SIZES = {"bf16": 2, "fp16": 2, "f32": 4}
@@ -100,8 +111,8 @@ def config_for(direction: str, width: int, dtype: str, **forced) -> SoftmaxConfi
     if row is TILE:
         c = SoftmaxConfig(direction, width, dtype, tile=True, rows_per_block=row.value[0])
     else:
-        most, rows_per_block, cluster, blocks_per_sm, prefetch, stage = row.value
+        most, rows_per_block, cluster, blocks_per_sm, prefetch, stage, persistent = row.value
         c = SoftmaxConfig(direction, width, dtype, prefetch=prefetch, stage=stage,
                           warps_per_row=warps_for(width, most, cluster), rows_per_block=rows_per_block,
-                          cluster=cluster, blocks_per_sm=blocks_per_sm)
-    return replace(c, **forced) if forced else c
+                          cluster=cluster, blocks_per_sm=blocks_per_sm, persistent=persistent)
+    return over_table(c, forced)

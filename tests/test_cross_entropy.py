@@ -440,6 +440,13 @@ def test_bad_inputs_are_explained_before_any_kernel_runs(call, error, match):
         call()
 
 
+def test_the_forward_is_persistent_only():
+    """The loss's partials are one a block of the persistent grid (at most MAX_PARTIALS): no grid of every row
+    group."""
+    with pytest.raises(ValueError, match="persistent only"):
+        cross_entropy_policy.forward_config(4096, "bf16", "mean", True, False, persistent=False)
+
+
 @pytest.mark.parametrize("grad", [False, True])       # the direct call and the operator
 def test_cpu_tensors_need_the_interpreter(monkeypatch, grad):
     monkeypatch.delenv("TKPY_INTERPRET")

@@ -292,6 +292,15 @@ def test_bad_inputs_are_explained_before_any_kernel_runs(call, error, match):
         call()
 
 
+def test_a_grid_of_every_row_group_is_the_forwards_only():
+    """persistent=False (a block a row group) over the table's rows ahead; the backward's column sums take a
+    workspace row a row group of the persistent grid, so it refuses."""
+    c = norm_policy.config_for("layer", "forward", 4096, "bf16", "bf16", True, True, persistent=False)
+    assert (c.persistent, c.prefetch, c.stages) == (False, False, 0) and "_onestep" in c.name
+    with pytest.raises(ValueError, match="persistent only"):
+        norm_policy.config_for("rms", "backward", 4096, "bf16", "bf16", False, False, persistent=False)
+
+
 @pytest.mark.parametrize("grad", [False, True])       # the direct call and the operator
 def test_cpu_tensors_need_the_interpreter(monkeypatch, grad):
     monkeypatch.delenv("TKPY_INTERPRET")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+from dataclasses import replace
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import gpu_util
 from tkpy import bf16, f32, fp16
-from tkpy.kernels import softmax_kernel, softmax_op, softmax_policy
+from tkpy.kernels import row_split, softmax_kernel, softmax_op, softmax_policy
 from tkpy.kernels.row_softmax import softmax_backward_rows_factory, softmax_rows_factory
 from tkpy.kernels.softmax_op import softmax, softmax_backward
 
@@ -234,11 +235,25 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, grad):
     (dict(tile=True, width=200, dtype="f32", direction="backward", rows_per_block=64), "rows of up to 128"),
     (dict(width=65536, warps_per_row=4, cluster=2), "values a lane, more than 64"),
     (dict(cluster=3), "cluster must be one of"),
+    (dict(warps_per_row=8, persistent=False, prefetch=True), "the persistent loop's"),
+    (dict(warps_per_row=8, persistent=1), "persistent must be a bool"),
 ])
 def test_configs_check_themselves(options, match):
     fields = {**dict(direction="backward", width=4096), **options}
     with pytest.raises(ValueError, match=match):
         softmax_policy.SoftmaxConfig(**fields)
+
+
+def test_a_grid_of_every_row_group_and_forcing_rows_ahead():
+    """persistent=False: a block (cluster) a row group, past what runs at once; forcing the prefetch over such a
+    table row takes the persistent loop back (its rows ahead need it)."""
+    c = softmax_policy.config_for("backward", 4096, "bf16")
+    assert not c.persistent and "_onestep" in c.name
+    assert row_split.grid_for(c, 1001, resident=8) == -(-1001 // c.rows_per_block)
+    persistent = softmax_policy.config_for("backward", 4096, "bf16", prefetch=True)
+    assert persistent.persistent and row_split.grid_for(persistent, 1001, resident=8) == 8
+    clustered = replace(c, warps_per_row=1, cluster=2, rows_per_block=2)
+    assert row_split.grid_for(clustered, 7, resident=4) == 8          # (4 row groups, a cluster of 2 each)
 
 
 # -- the policy ---------------------------------------------------------------------------------------------------
