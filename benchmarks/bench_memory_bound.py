@@ -51,7 +51,13 @@ SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetc
                     "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False)}
 # ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
 SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
-                         "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True)}
+                         "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True),
+                         "2 rows a warp (packed)": dict(tile=False, packed=2, rows_per_block=8, blocks_per_sm=4,
+                                                        prefetch=True),
+                         "4 rows a warp (packed)": dict(tile=False, packed=4, rows_per_block=4, blocks_per_sm=4,
+                                                        prefetch=True),
+                         "4 rows a warp (packed), a block a row group": dict(tile=False, packed=4, rows_per_block=4,
+                                                                              blocks_per_sm=4, persistent=False)}
 
 
 def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only: str | None = None) -> list[dict]:

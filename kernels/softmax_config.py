@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .op_support import config_checks
-from .row_split import RowSplit
+from .row_split import CHUNK, RowSplit
 
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16", "f32")            # the input's and output's type (the statistics are fp32)
@@ -14,6 +14,7 @@ MAX_WIDTH = 262144
 TILE_ROWS = 16                              # rows a warp of the tile kernels: one register tile's
 TILE_WIDTH = 256                            # the tile kernels' widest rows; fp32 backward's (two fp32 tiles of 16 x 256
 TILE_FP32_BACKWARD = 128                    # would pass a thread's 255 registers)
+PACKED_WIDTHS = (8, 16, 32, 64, 128)        # rows that pack several to a warp's piece (tk.segment_sum's sizes)
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,10 @@ class SoftmaxConfig(RowSplit):
     time, a persistent grid of `blocks_per_sm` blocks an SM (or a block a row group: `persistent=False`);
     `prefetch`: the next row's loads in flight while a row is reduced and written; `stage` (backward): y passes
     through shared memory a chunk at a time, dy alone in registers (fp32 rows whose y and dy together would pass the
-    registers)."""
+    registers). `packed` (rows of 8 to 128 elements, a power of two): a warp's piece holds that many consecutive
+    rows (`packed` x `width` elements, whole 256-element chunks), each reduced over its own lanes (tk.segment_max,
+    tk.segment_sum): a warp a piece, its lanes' 16-byte copies all of them a row's, where a row of 128 fills only half
+    a chunk."""
 
     direction: str
     width: int
@@ -36,6 +40,7 @@ class SoftmaxConfig(RowSplit):
     tile: bool = False
     prefetch: bool = False
     stage: bool = False
+    packed: int = 0
 
     def __post_init__(self) -> None:
         fail = config_checks(self, direction=DIRECTIONS, dtype=DTYPES)
@@ -43,10 +48,23 @@ class SoftmaxConfig(RowSplit):
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         if self.stage and (self.direction != "backward" or self.prefetch):
             fail("stage is the backward's (y through shared memory), without prefetch")
+        if self.packed:
+            self._check_packed(fail)
         if self.tile:
             self._check_tile(fail)
         else:
             self.check_split(fail)
+
+    def _check_packed(self, fail) -> None:
+        if not isinstance(self.packed, int) or isinstance(self.packed, bool) or self.packed < 2:
+            fail(f"packed (rows a warp's piece holds) must be an int of at least 2, got {self.packed!r}")
+        if self.width not in PACKED_WIDTHS:
+            fail(f"packed rows are {PACKED_WIDTHS} elements wide (whole lanes of a 256-element chunk each), got "
+                 f"{self.width}")
+        if self.packed * self.width % CHUNK:
+            fail(f"packed rows fill whole 256-element chunks: {self.packed} rows of {self.width} do not")
+        if (self.tile, self.warps_per_row, self.cluster, self.stage) != (False, 1, 1, False):
+            fail("packed rows are a warp's: no tile, warps_per_row, cluster or stage")
 
     def _check_tile(self, fail) -> None:
         if (self.warps_per_row, self.cluster, self.prefetch, self.stage) != (1, 1, False, False):
@@ -65,6 +83,15 @@ class SoftmaxConfig(RowSplit):
         return self.rows_per_block // TILE_ROWS if self.tile else self.warps_per_row * self.rows_per_block
 
     @property
+    def piece(self) -> int:
+        return self.packed * self.width if self.packed else super().piece
+
+    @property
+    def packed_width(self) -> int:
+        """The kernel's rows: `packed` of the caller's each where packed."""
+        return self.packed * self.width if self.packed else self.width
+
+    @property
     def tile_width(self) -> int:
         """The tile kernels' register tile width: the row rounded up to 16 columns."""
         return -(-self.width // 16) * 16
@@ -72,6 +99,7 @@ class SoftmaxConfig(RowSplit):
     @property
     def name(self) -> str:
         how = [f"tile{self.rows_per_block}"] if self.tile else [self.split_name, f"b{self.blocks_per_sm}",
-                                                               self.prefetch and "prefetch", self.stage and "stage"]
+                                                               self.prefetch and "prefetch", self.stage and "stage",
+                                                               self.packed and f"packed{self.packed}"]
         tags = ["softmax", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width), *how]
         return "_".join(t for t in tags if t)

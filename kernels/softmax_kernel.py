@@ -28,14 +28,16 @@ DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
 
 @functools.cache
 def forward_kernel(c: SoftmaxConfig):
-    """y = softmax(x) over rows of c.width elements."""
+    """y = softmax(x) over rows of c.width elements (packed: c.packed of them a kernel row)."""
     dt, piece = DTYPES[c.dtype], c.piece
-    rows = tk.gl[dt, "R", c.width]
+    rows = tk.gl[dt, "R", c.packed_width]
 
     @tk.kernel(**c.kernel_options(), name=c.name)
     def softmax_forward(x: rows, y: rows):
         part = tk.let(split.part_of(c), "part")
         v = tk.rv(f32, piece, "contig")                       # the row's piece: x, then e, then y
+        if c.packed:                                          # each row's max, then its sum, in each of its elements
+            stats = tk.rv(f32, piece, "contig", name="stats")
         if c.prefetch:                                        # the next row's x, in flight a row ahead
             ahead = tk.rv(dt, piece, "contig")
             tk.load(ahead, x, (split.row_of(c, split.first_step(c)), part), fill=-math.inf)
@@ -46,21 +48,34 @@ def forward_kernel(c: SoftmaxConfig):
                 tk.load(ahead, x, (split.row_of(c, step + split.stride(c)), part), fill=-math.inf)
             else:
                 tk.load(v, x, (row, part), fill=-math.inf)
-            m = tk.amax(v)
-            shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")   # (a piece of -inf only: e = 0)
-            tk.map(v, lambda a: tk.exp2(a * tk.LOG2E - shift), v)
-            top, total = split.scope(c).merge_softmax(m, tk.sum(v), warps=c.warps_per_row)   # (one warp: m, s)
-            tk.mul(v, v, tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale"))
+            if c.packed:
+                _packed_rows_softmax(v, stats, c.width)
+            else:
+                m = tk.amax(v)
+                shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")   # (a piece of -inf only: e = 0)
+                tk.map(v, lambda a: tk.exp2(a * tk.LOG2E - shift), v)
+                top, total = split.scope(c).merge_softmax(m, tk.sum(v), warps=c.warps_per_row)   # (one warp: m, s)
+                tk.mul(v, v, tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale"))
             tk.store(y, v, (row, part), masked=True)
     return softmax_forward
+
+
+def _packed_rows_softmax(v, stats, width: int) -> None:
+    """v = softmax of each row of `width` elements packed in it (stats: a vector of v's shape for each row's max and
+    sum). A row of -inf only gives NaN (as torch), a row past the tensor's end (its fill, -inf) too, never stored."""
+    tk.segment_max(stats, v, width)
+    tk.map(v, lambda a, m: tk.exp2((a - m) * tk.LOG2E), v, stats)
+    tk.segment_sum(stats, v, width)
+    tk.map(v, lambda e, s: e / s, v, stats)
 
 
 @functools.cache
 def backward_kernel(c: SoftmaxConfig):
     """dx = y * (dy - rowsum(dy * y)) over rows of c.width elements. A warp's piece is held as vectors of a chunk
-    each (segments), so that the fp32 products of y and dy take one chunk's registers, added up segment by segment."""
+    each (segments), so that the fp32 products of y and dy take one chunk's registers, added up segment by segment
+    (packed: c.packed rows a kernel row, whole ones a chunk, each chunk's rows summed on their own)."""
     dt, segments = DTYPES[c.dtype], c.piece // CHUNK
-    rows = tk.gl[dt, "R", c.width]
+    rows = tk.gl[dt, "R", c.packed_width]
 
     @tk.kernel(**c.kernel_options(), name=c.name)
     def softmax_backward(dy: rows, y: rows, dx: rows):
@@ -91,20 +106,33 @@ def backward_kernel(c: SoftmaxConfig):
             if c.stage:
                 tk.load_async_wait(0)
                 tk.warp_sync()                               # (the other lanes' copies)
-            for k in range(segments):
-                if c.stage:
-                    tk.load(ys[k], staged[tk.warp_id() * segments + k])
-                if k == 0:
+            if c.packed:
+                for k in range(segments):
                     tk.map(p, lambda d, y_: d * y_, g[k], ys[k])
-                else:
-                    tk.map(p, lambda q, d, y_: q + d * y_, p, g[k], ys[k])
-            s = tk.let(split.row_sum(c, p), "s")
-            for k in range(segments):
-                if c.stage:
-                    tk.load(ys[k], staged[tk.warp_id() * segments + k])
-                tk.map(g[k], lambda d, y_: y_ * (d - s), g[k], ys[k])
-                tk.store(dx, g[k], (row, part * segments + k), masked=True)
+                    tk.segment_sum(p, p, c.width)
+                    tk.map(g[k], lambda d, y_, s: y_ * (d - s), g[k], ys[k], p)
+                    tk.store(dx, g[k], (row, part * segments + k), masked=True)
+            else:
+                _row_backward(c, g, ys, p, staged if c.stage else None, dx, row, part, segments)
     return softmax_backward
+
+
+def _row_backward(c: SoftmaxConfig, g, ys, p, staged, dx, row, part, segments: int) -> None:
+    """dx = y * (dy - s) of a row split over warps: s = the row's sum of dy * y (p, added over the segments), y read
+    again from `staged` (shared memory) where the rows are staged."""
+    for k in range(segments):
+        if staged is not None:
+            tk.load(ys[k], staged[tk.warp_id() * segments + k])
+        if k == 0:
+            tk.map(p, lambda d, y_: d * y_, g[k], ys[k])
+        else:
+            tk.map(p, lambda q, d, y_: q + d * y_, p, g[k], ys[k])
+    s = tk.let(split.row_sum(c, p), "s")
+    for k in range(segments):
+        if staged is not None:
+            tk.load(ys[k], staged[tk.warp_id() * segments + k])
+        tk.map(g[k], lambda d, y_: y_ * (d - s), g[k], ys[k])
+        tk.store(dx, g[k], (row, part * segments + k), masked=True)
 
 
 def _load_segments(vectors, tensors, row, part, segments: int) -> None:

@@ -19,7 +19,7 @@ from . import row_split as split
 from . import softmax_kernel as body
 from .op_support import check_device, define, direct_call_ok
 from .softmax_config import MAX_WIDTH
-from .softmax_policy import config_for
+from .softmax_policy import config_for, tile_config
 from .tensor_layout import cdiv, padded_copy, padded_like, tma_ready
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f32"}
@@ -89,9 +89,11 @@ def _launch(direction: str, inputs, out: torch.Tensor, width: int, options: dict
     if out.numel() == 0:
         return
     c = config_for(direction, width, DTYPES[out.dtype], **(options or {}))
-    rows = out.view(-1, width)
+    if c.packed and out.numel() // width % c.packed:           # (rows that do not fill whole packed ones)
+        c = tile_config(direction, width, c.dtype)
+    rows = out.view(-1, c.packed_width)                         # (packed: c.packed rows a kernel row)
     dst = rows if tma_ready(rows) else padded_like(rows)
-    args = (*(_readable(x.reshape(-1, width)) for x in inputs), dst)
+    args = (*(_readable(x.reshape(-1, c.packed_width)) for x in inputs), dst)
     if c.tile:
         factory = row_softmax.softmax_rows_factory if direction == "forward" else \
             row_softmax.softmax_backward_rows_factory

@@ -103,13 +103,19 @@ def choice(direction: str, width: int, dtype: str) -> Row:
     return next(row for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
 
 
+def tile_config(direction: str, width: int, dtype: str) -> SoftmaxConfig:
+    """The tile kernels' config for rows of `width` (up to TILE_WIDTH: the policy's, and what packed rows fall back to
+    where the rows do not fill whole packed ones)."""
+    return SoftmaxConfig(direction, width, dtype, tile=True, rows_per_block=TILE.value[0])
+
+
 @functools.cache
 def config_for(direction: str, width: int, dtype: str, **forced) -> SoftmaxConfig:
     """The kernel a call runs (`forced`: SoftmaxConfig fields over the table's, e.g. for the benchmark's variants and
     the tests); made once a call's arguments (it is on every launch's path)."""
     row = choice(direction, width, dtype)
     if row is TILE:
-        c = SoftmaxConfig(direction, width, dtype, tile=True, rows_per_block=row.value[0])
+        c = tile_config(direction, width, dtype)
     else:
         most, rows_per_block, cluster, blocks_per_sm, prefetch, stage, persistent = row.value
         c = SoftmaxConfig(direction, width, dtype, prefetch=prefetch, stage=stage,

@@ -14,7 +14,8 @@ from gpu_util import requires_gpu
 import tkpy as tk
 from tkpy import bf16, f32
 from test_row_ops import (DTYPES, check_int_scalar_loads, check_int_scalar_stores, check_row_softmax, check_row_stats,
-                          check_scalar_partials, check_vector_index_fill, softmax_input, VECTOR_LAYOUTS)
+                          check_scalar_partials, check_segment_reductions, check_vector_index_fill, softmax_input,
+                          VECTOR_LAYOUTS)
 
 pytestmark = requires_gpu
 
@@ -65,3 +66,9 @@ def test_scalar_partials_reduce_with_vectors():
 @pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
 def test_vector_index_fill_in_every_layout(dtype, layout):
     check_vector_index_fill(dtype, layout, device="cuda")
+
+
+@pytest.mark.parametrize("size", [8, 16, 32, 64, 128, 256])
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+def test_segment_reductions_of_contig_vectors(dtype, size):
+    check_segment_reductions(dtype, size, 512, device="cuda")

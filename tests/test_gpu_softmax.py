@@ -53,6 +53,18 @@ def test_variants(width, variant, dtype):
           backward_options={**defaults, **backward_options})
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("width,packed,rows", [(128, 2, 5000), (128, 4, 20000), (64, 8, 8000), (8, 32, 3200),
+                                               (128, 4, 4099)])
+def test_packed_rows(width, packed, rows, persistent, dtype):
+    """Rows of 8 to 128 several to a warp's piece (the last case a row short of whole packed ones: the tile
+    kernels), persistent with the next piece in flight and a block a row group."""
+    options = dict(tile=False, warps_per_row=1, rows_per_block=4, blocks_per_sm=4, packed=packed,
+                   prefetch=persistent, persistent=persistent)
+    check((rows, width), dtype, device="cuda", forward_options=options, backward_options=options)
+
+
 @pytest.mark.parametrize("width", [40, 3000, 100000])
 def test_rows_of_minus_infinity(width):
     x = rand(64, width, dtype=torch.float32)

@@ -242,6 +242,59 @@ def test_vector_index_fill_in_every_layout(dtype, layout):
 
 
 @functools.cache
+def segment_kernel(dtype, size: int, length: int):
+    """Each row of x (length elements, a contig vector of that dtype) as segments of `size`: y = each segment's
+    max and sum (fp32), dst being the source for the max (in place) and another vector for the sum."""
+    @tk.kernel(warps=2, name=f"segments_{dtype}_{size}_{length}")
+    def k(x: tk.gl[dtype, "R", length], top: tk.gl[f32, "R", length], total: tk.gl[f32, "R", length]):
+        v, s = tk.rv(dtype, length, "contig"), tk.rv(f32, length, "contig")
+        row = tk.warp_id()
+        tk.load(v, x, (row, 0))
+        tk.segment_sum(s, v, size)
+        tk.store(total, s, (row, 0))
+        tk.segment_max(v, v, size)
+        tk.store(top, v, (row, 0))
+    return k
+
+
+def check_segment_reductions(dtype, size: int, length: int, device="cpu"):
+    """Every segment's max and sum against torch's (float64 sums), the outputs poisoned first."""
+    tdt = {bf16: torch.bfloat16, f32: torch.float32}[dtype]
+    x = (torch.randn(2, length, device=device) * 4).to(tdt)
+    top, total = (torch.full((2, length), float("nan"), device=device) for _ in range(2))
+    kernel = segment_kernel(dtype, size, length)
+    (kernel if device != "cpu" else kernel.interpret)[(1,)](x, top, total)
+    segments = x.double().reshape(2, -1, size)
+    want_top = segments.amax(-1, keepdim=True).expand_as(segments).reshape(2, length)
+    want_total = segments.sum(-1, keepdim=True).expand_as(segments).reshape(2, length)
+    assert torch.equal(top.double(), want_top.to(tdt).double())         # (a max is one of its elements)
+    torch.testing.assert_close(total.double(), want_total, rtol=1e-6, atol=1e-5 * size)
+    if device == "cpu":
+        r = kernel.resources(x, top, total)
+        assert r.found and not r.spills, r.summary()
+
+
+@pytest.mark.parametrize("size", [8, 16, 32, 64, 128, 256])
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+def test_segment_reductions_of_contig_vectors(dtype, size):
+    check_segment_reductions(dtype, size, 512)
+
+
+@pytest.mark.parametrize("body,match", [
+    (lambda v, w: tk.segment_sum(v, v, 512), "size must be one of"),
+    (lambda v, w: tk.segment_max(v, v, 4), "size must be one of"),
+    (lambda v, w: tk.segment_sum(w, v, 128), "differ in length"),
+    (lambda v, w: tk.segment_sum(tk.rv(f32, 256, "naive"), v, 128), "must be a contig vector"),
+])
+def test_segment_reduction_mistakes_are_explained(body, match):
+    @tk.kernel(warps=1, name="bad_segments")
+    def k(x: tk.gl[f32, 1, 256]):
+        body(tk.rv(f32, 256, "contig"), tk.rv(f32, 512, "contig"))
+    with pytest.raises(tk.TraceError, match=match):
+        k.interpret[(1,)](torch.zeros(1, 256))
+
+
+@functools.cache
 def int_loads_kernel(dtype):
     """Each of 8 int tk.vars from an int32 or int64 tensor (fill -5 past its end) used as an index of a float tensor
     where it is one, else stored clamped to +-1000 (int64 values past int32's range saturate)."""

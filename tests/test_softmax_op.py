@@ -117,6 +117,28 @@ def test_cluster_and_other_splits(split, dtype):
     check((7, 1500), dtype, forward_options=forward_options, backward_options=backward_options)
 
 
+# (width, rows a warp's piece, rows): rows of 8 to 128 packed several to a piece; the rows fill 7 kernel rows (the
+# last group of the 2-row blocks ragged), or not (a row short: the tile kernels take them)
+PACKED = [(128, 2, 14), (128, 4, 28), (64, 8, 56), (32, 8, 56), (16, 16, 112), (8, 32, 224), (128, 4, 27)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("width,packed,rows", PACKED, ids=lambda v: str(v))
+def test_packed_rows(width, packed, rows, prefetch, dtype):
+    options = dict(tile=False, warps_per_row=1, rows_per_block=2, blocks_per_sm=1, packed=packed, prefetch=prefetch)
+    check((rows, width), dtype, forward_options=options, backward_options=options)
+
+
+def test_packed_rows_of_minus_infinity_give_nan():
+    x = rand(8, 64, dtype=torch.float32, device="cpu")
+    x[3] = -float("inf")
+    x[5, :7] = -float("inf")
+    y = softmax_op.forward(x, dict(tile=False, warps_per_row=1, rows_per_block=2, packed=4))
+    assert y[3].isnan().all() and not y[torch.arange(8) != 3].isnan().any()
+    torch.testing.assert_close(y, torch.softmax(x.double(), -1).float(), equal_nan=True)
+
+
 def test_rows_of_minus_infinity_give_nan_as_torch():
     """-inf elements (masked scores) give 0; a row of -inf only gives NaN, as torch (0 / 0), in either kernel."""
     for width in (40, 1000):
@@ -237,6 +259,10 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, grad):
     (dict(cluster=3), "cluster must be one of"),
     (dict(warps_per_row=8, persistent=False, prefetch=True), "the persistent loop's"),
     (dict(warps_per_row=8, persistent=1), "persistent must be a bool"),
+    (dict(width=100, packed=2), "packed rows are"),
+    (dict(width=64, packed=2), "fill whole 256-element chunks"),
+    (dict(width=128, packed=2, warps_per_row=2), "packed rows are a warp's"),
+    (dict(width=128, packed=True), "packed .* must be an int of at least 2"),
 ])
 def test_configs_check_themselves(options, match):
     fields = {**dict(direction="backward", width=4096), **options}
@@ -306,6 +332,22 @@ def test_widest_tile_rows_compile_without_spills(dtype, width):
                          (softmax_backward_rows_factory(dtype), (x, x, x, backward_width))):
         r = kernel.resources(*args)
         assert r.found and r.spill_stores == r.spill_loads == 0, (kernel.name, r.summary())
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("dtype", ["fp16", "f32"])
+def test_the_benchmarks_packed_kernels_compile_without_spills(direction, dtype):
+    """NVRTC: bench_memory_bound.py's packed variants of 128-element rows (4 a piece: 16 values a lane, the next
+    piece's in flight) at their register caps."""
+    from benchmarks import bench_memory_bound as bench
+
+    for name, options in bench.SOFTMAX_TILE_VARIANTS.items():
+        if options.get("packed"):
+            c = softmax_policy.config_for(direction, 128, dtype, **options)
+            x = torch.empty(64, c.packed_width, dtype=gpu_util.TORCH[dtype])
+            kernel = (softmax_kernel.forward_kernel if direction == "forward" else softmax_kernel.backward_kernel)(c)
+            r = kernel.resources(*([x] * (2 if direction == "forward" else 3)))
+            assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 
 
 def test_the_benchmarks_bytes_and_variants():

@@ -18,6 +18,12 @@ def emit_vec_reduce(em, op):
     yield f"{dst.name} = tk::vec_{op.attrs['fn']}({v.name});"
 
 
+@emits("segment_reduce")
+def emit_segment_reduce(em, op):
+    dst, src = op.args
+    yield f"tk::segment_reduce<{op.attrs['size']}>({dst.name}, {src.name}, tk::op_{op.attrs['fn']}{{}});"
+
+
 def _coords(coord) -> str:
     return ", ".join(render(c) for c in coord)
 

@@ -25,6 +25,16 @@ def vec_reduce(warp, op):
     warp.env[dst.name] = to_f32(lookup(REDUCE, op.attrs["fn"], op).reduce(warp.read(v), dtype=np.float32))
 
 
+@semantics("segment_reduce", attrs=("fn", "size"))
+def segment_reduce(warp, op):
+    """Each segment of `size` consecutive elements reduced, into each of its elements."""
+    dst, src = op.args
+    x = np.asarray(warp.read(src), dtype=np.float32)
+    segments = x.reshape(*x.shape[:-1], -1, op.attrs["size"])
+    reduced = lookup(REDUCE, op.attrs["fn"], op).reduce(segments, axis=-1, dtype=np.float32)
+    warp.write(dst, np.broadcast_to(reduced[..., None], segments.shape).reshape(x.shape))
+
+
 def _element(warp, g, coord, what: str, op, masked: bool):
     """The (1, 1) box of element `coord` of global tensor `g`, or None where a masked access falls outside its
     rows or columns (as the prelude's in_bounds)."""

@@ -4,7 +4,7 @@ from .memory import load, store, store_add, load_async, load_async_wait, Scope
 from .elementwise import (fill, zero, one, neg_infty, pos_infty, copy,
                           exp, exp2, log, log2, abs, relu, neg, add, sub, mul, div, max, min,
                           sqrt, rsqrt, sigmoid, tanh, pow, log1p, erf)
-from .vector_reduce import sum, amax, amin  # noqa: A004 - tk.sum, as torch.sum
+from .vector_reduce import sum, amax, amin, segment_max, segment_sum  # noqa: A004 - tk.sum, as torch.sum
 from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_sum, col_prod,
                      add_row, sub_row, mul_row, div_row, add_col, sub_col, mul_col, div_col)
 from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt

@@ -37,7 +37,7 @@ from ..ir.core import SharedRef, Var
 from ..ir.expr import Expr, as_expr
 from ..ir.protocol import MAX_NAMED_BARRIER
 from ..tiles.dtypes import f32
-from ._checks import emit, fail, operand, register_vector, scalar
+from ._checks import describe, emit, fail, operand, register_vector, scalar
 from .declare import sv
 from .scalar_memory import store_scalar_remote
 from .sync import sync
@@ -229,4 +229,36 @@ def amax(*vectors, name: str = "max"):
 def amin(*vectors, name: str = "min"):
     """The smallest element of each register vector over the calling warp (see tk.sum)."""
     return warp_reduce("min", vectors, name)
+
+
+SEGMENTS = (8, 16, 32, 64, 128, 256)        # a contig vector's segment sizes: within a chunk, whole lanes each
+
+
+def segment_sum(dst, src, size: int):
+    """dst[i] = the sum of src's elements in i's segment of `size` consecutive ones, for contig vectors: rows
+    narrower than a warp's 256-element chunk packed several to a vector (two rows of 128 a chunk), each reduced on
+    its own, as tk.sum reduces a whole vector. fp32 math, dtype converted; dst may be src. `size`: a power of two
+    from 8 to 256 (a lane's 8 values of a chunk lie in one segment, whose size / 8 lanes combine by xor shuffles)."""
+    return _segment_reduce("sum", dst, src, size)
+
+
+def segment_max(dst, src, size: int):
+    """dst[i] = the largest of src's elements in i's segment of `size` consecutive ones (see tk.segment_sum; NaN is
+    ignored, as fmaxf does)."""
+    return _segment_reduce("max", dst, src, size)
+
+
+def _segment_reduce(fn: str, dst, src, size):
+    what = f"tk.segment_{fn}"
+    d, s = register_vector(dst, f"{what} destination"), register_vector(src, f"{what} source")
+    for v in (d, s):
+        if v.type.layout != "contig":
+            fail(f"{what}: {describe(v)} must be a contig vector (tk.rv(dtype, n, \"contig\")), whose lanes hold 8 "
+                 "consecutive elements")
+    if d.type.length != s.type.length:
+        fail(f"{what}: {describe(d)} and {describe(s)} differ in length")
+    if size not in SEGMENTS or isinstance(size, bool):
+        fail(f"{what}: size must be one of {SEGMENTS} (segments of whole lanes within a 256-element chunk), got "
+             f"{size!r}")
+    return emit("segment_reduce", d, s, fn=fn, size=size)
 

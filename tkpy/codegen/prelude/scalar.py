@@ -29,6 +29,22 @@ __device__ __forceinline__ float vec_reduce(const rv<T, N, L>& v, F f) {
     return r;
 }
 
+// f over each segment of S consecutive elements of a contig vector, into each of its elements (narrow rows packed
+// several to a vector, tk.segment_sum): a lane's 8 values of a chunk lie in one segment (S >= 8), a tree of them,
+// then xor shuffles across the segment's S / 8 lanes.
+template <int S, typename F, typename TD, typename TS, int N>
+__device__ __forceinline__ void segment_reduce(rv<TD, N, contig_l>& dst, const rv<TS, N, contig_l>& src, F f) {
+    _Pragma("unroll") for (int c = 0; c < N; c++) {
+        float acc[8];
+        _Pragma("unroll") for (int k = 0; k < 8; k++) acc[k] = src.get(c, k);
+        _Pragma("unroll") for (int step = 1; step < 8; step *= 2)
+        _Pragma("unroll") for (int k = 0; k + step < 8; k += 2 * step) acc[k] = f(acc[k], acc[k + step]);
+        float r = acc[0];
+        _Pragma("unroll") for (int m = 1; m < S / 8; m <<= 1) r = f(r, __shfl_xor_sync(0xffffffffu, r, m));
+        _Pragma("unroll") for (int k = 0; k < 8; k += 2) dst.set_pair(c, k, r, r);
+    }
+}
+
 template <typename V> __device__ __forceinline__ float vec_sum(const V& v) { return vec_reduce(v, op_sum{}); }
 template <typename V> __device__ __forceinline__ float vec_max(const V& v) { return vec_reduce(v, op_max{}); }
 template <typename V> __device__ __forceinline__ float vec_min(const V& v) { return vec_reduce(v, op_min{}); }
