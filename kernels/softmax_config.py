@@ -84,7 +84,7 @@ class SoftmaxConfig(RowSplit):
 
     @property
     def piece(self) -> int:
-        return self.packed * self.width if self.packed else super().piece
+        return self.packed_width if self.packed else super().piece
 
     @property
     def packed_width(self) -> int:

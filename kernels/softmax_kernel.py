@@ -10,7 +10,8 @@ s = rowsum(dy * y): y and dy held in their dtype (16-bit ones as packed pairs), 
 row (one reduction), dx computed in fp32 and rounded once; a warp's piece as vectors of a chunk each, so that the
 fp32 products take one chunk's registers. With `stage`, y goes into shared memory by cp.async (no registers on the
 way) and is read from there a chunk at a time, dy alone staying in registers: rows of 262144 fp32 elements hold 128 KB
-of each an SM.
+of each an SM. With `packed`, rows of 8 to 128 elements lie several to a warp's piece (a kernel row of packed x width
+elements), each one's max and sums taken over its own lanes (tk.segment_max, tk.segment_sum: vectors, no scalars).
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools

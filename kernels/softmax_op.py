@@ -84,8 +84,9 @@ def backward(dy: torch.Tensor, y: torch.Tensor, options: dict | None = None) -> 
 
 
 def _launch(direction: str, inputs, out: torch.Tensor, width: int, options: dict | None) -> None:
-    """The kernel over the rows of `inputs` (each as (rows, width)) into `out` (a new contiguous tensor): the tile
-    kernels a block per rows_per_block rows, the split ones a persistent grid; no launch for no rows."""
+    """The kernel over the rows of `inputs` (each as (rows, width); packed: (rows / packed, packed * width)) into
+    `out` (a new contiguous tensor): the tile kernels a block per rows_per_block rows, the split ones a persistent
+    grid or a block a row group; no launch for no rows."""
     if out.numel() == 0:
         return
     c = config_for(direction, width, DTYPES[out.dtype], **(options or {}))
