@@ -14,7 +14,8 @@ over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
 elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch; swiglu and geglu
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
-(persistent=False) where a split has no prefetch. Prints, per case, the policy's fraction of the copy bandwidth
+(persistent=False) where a split has no prefetch, and rows of 8 to 128 elements as the tile kernels against packed
+rows (packed_splits). Prints, per case, the policy's fraction of the copy bandwidth
 measured in the same run and the best five splits, then the split best for all the cases of a width together (the
 largest smallest ratio to each case's best), and for each direction's; writes $OUT/sweep_<group>_<dtype>.json where
 OUT is set, after each width.
@@ -243,14 +244,35 @@ def softmax(width: int, dtype: str) -> dict:
                 return lambda: softmax_op.forward(x, o)
             return lambda: softmax_op.backward(dy, y, o)
         policy = config_for(direction, width, dtype)
-        tried = one_step_too(splits(width, most_values=32))
-        tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
+        if policy.tile:                                  # (narrow rows: the tile kernels against packed rows)
+            tried = {"tile": {}, **packed_splits(width)}
+        else:
+            tried = one_step_too(splits(width, most_values=32))
+            tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
-        report(case, got, split_name(vars(policy)), f"of {len(tried)} (copy {copy:.0f} GB/s)")
+        report(case, got, "tile" if policy.tile else split_name(vars(policy)),
+               f"of {len(tried)} (copy {copy:.0f} GB/s)")
         cases[case] = got
     return cases
+
+
+def packed_splits(width: int) -> dict:
+    """name -> SoftmaxConfig fields of the packed splits tried at `width` (rows of 8 to 128 elements): 1, 2 or 4
+    chunks of rows a warp's piece (up to 32 values a lane), 4 or 8 warps a block, 1, 2 or 4 blocks an SM, the
+    prefetch or not, a block a row group too."""
+    from tkpy.kernels.row_split import CHUNK
+    out = {}
+    for chunks, g, b in itertools.product((1, 2, 4), (4, 8), (1, 2, 4)):
+        packed = chunks * CHUNK // width
+        if packed < 2 or chunks * 8 > 32:
+            continue
+        base = dict(tile=False, packed=packed, warps_per_row=1, rows_per_block=g, blocks_per_sm=b)
+        for prefetch, persistent in ((True, True), (False, True), (False, False)):
+            o = {**base, "prefetch": prefetch, "persistent": persistent}
+            out[f"k{packed}" + split_name({**o, "cluster": 1})] = o
+    return out
 
 
 GROUPS = {"cross-entropy": cross_entropy, "norms": norms, "glu": glu, "softmax": softmax}

@@ -64,3 +64,14 @@ def test_staged_splits_are_named_as_the_configs_and_taken_by_them():
         except ValueError:
             continue
         assert config_name(c) == name
+
+
+@pytest.mark.parametrize("width", [8, 32, 128])
+def test_the_packed_splits_are_taken_by_the_softmax_configs(width):
+    """Narrow rows: each packed split a config of its own (by name), within 32 values a lane, both directions."""
+    from benchmarks.sweep_row_splits import packed_splits
+    from tkpy.kernels.softmax_policy import config_for
+    tried = packed_splits(width)
+    configs = {config_for(d, width, dtype, **o) for o in tried.values() for d in ("forward", "backward")
+               for dtype in ("bf16", "f32")}
+    assert len(configs) == 4 * len(tried) and all(c.packed and c.values_per_lane <= 32 for c in configs)
