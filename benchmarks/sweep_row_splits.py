@@ -192,8 +192,8 @@ def norms(width: int) -> dict:
     return cases
 
 
-GLU_SPLITS = [dict(chunks=c, warps=w, blocks_per_sm=b)          # (at most 64 warps an SM)
-              for c in (1, 2, 4) for w in (4, 8, 16) for b in (1, 2, 3, 4, 6, 8) if w * b <= 64]
+GLU_SPLITS = [dict(chunks=c, warps=w, blocks_per_sm=b, persistent=p)     # (at most 64 warps an SM; p: persistent)
+              for c in (1, 2, 4) for w in (4, 8, 16) for b in (1, 2, 3, 4, 6, 8) for p in (True, False) if w * b <= 64]
 
 
 def glu(width: int) -> dict:
@@ -207,7 +207,7 @@ def glu(width: int) -> dict:
     gate, up, dout = (torch.randn(rows, width, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     dgate, dup = torch.empty_like(gate), torch.empty_like(gate)
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
-    name = lambda o: f"k{o['chunks']}w{o['warps']}b{o['blocks_per_sm']}"  # noqa: E731
+    name = lambda o: f"k{o['chunks']}w{o['warps']}b{o['blocks_per_sm']}{'' if o['persistent'] else 'n'}"  # noqa: E731
     cases = {}
     for activation in ("silu", "gelu"):
         for direction in ("forward", "backward"):

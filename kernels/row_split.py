@@ -314,11 +314,12 @@ class PieceSplit:
     """How an elementwise kernel's warps take the rows (a config's fields, after what it computes; `width` is the
     config's): a row is cut into pieces of `chunks` x 256 elements (contig vectors, 16-byte copies), one (row,
     piece) a warp at a time; the `warps` warps of each of the blocks (`blocks_per_sm` an SM) loop over them, a
-    persistent grid (piece_tasks)."""
+    persistent grid (piece_tasks); `persistent=False`: a warp for every task instead, one each (as RowSplit's)."""
 
     chunks: int = 2
     warps: int = 8
     blocks_per_sm: int = 2
+    persistent: bool = True
 
     def check_split(self, fail, most_chunks: int = MAX_CHUNKS) -> None:
         """fail(reason) where the split cannot run (each config calls it from its __post_init__)."""
@@ -328,6 +329,8 @@ class PieceSplit:
             value = getattr(self, option)
             if not isinstance(value, int) or not 1 <= value <= most:
                 fail(f"{option} must be an int from 1 to {most}, got {value!r}")
+        if not isinstance(self.persistent, bool):
+            fail(f"persistent must be a bool, got {self.persistent!r}")
 
     @property
     def piece(self) -> int:
@@ -341,7 +344,7 @@ class PieceSplit:
 
     @property
     def split_name(self) -> str:
-        return f"p{self.chunks}w{self.warps}b{self.blocks_per_sm}"
+        return f"p{self.chunks}w{self.warps}b{self.blocks_per_sm}{'' if self.persistent else '_onestep'}"
 
 
 def piece_tasks(c: PieceSplit, rows):
@@ -357,5 +360,7 @@ def piece_place(c: PieceSplit, task):
 
 
 def piece_grid(c: PieceSplit, rows: int, resident: int) -> int:
-    """Blocks of an elementwise kernel's persistent grid: enough warps for every (row, piece), at most `resident`."""
-    return max(1, min(-(-rows * c.pieces // c.warps), resident))
+    """Blocks of an elementwise kernel's persistent grid: enough warps for every (row, piece), at most `resident`
+    (not c.persistent: no more than that)."""
+    blocks = -(-rows * c.pieces // c.warps)
+    return max(1, min(blocks, resident) if c.persistent else blocks)

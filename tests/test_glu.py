@@ -80,6 +80,7 @@ def test_one_tensor_of_gate_and_up(activation):
 def test_narrow_rows_and_other_splits():
     check("silu", (9, 40), torch.float16)                                    # one masked chunk a row
     check("gelu", (4, 768), torch.bfloat16, options=dict(chunks=1, warps=3, blocks_per_sm=1))
+    check("silu", (5, 1000), torch.bfloat16, options=dict(chunks=2, warps=2, persistent=False))   # a warp a task
 
 
 def test_opcheck_of_the_operators():

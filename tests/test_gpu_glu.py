@@ -17,3 +17,10 @@ pytestmark = requires_gpu
 def test_across_widths(activation, width, dtype):
     check(activation, (max(3, min(4000, 2 ** 21 // width)), width), dtype, device="cuda")
     check(activation, (3, 7, width), dtype, packed=True, device="cuda")
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+@pytest.mark.parametrize("width", [1000, 4096])
+def test_a_warp_a_task(activation, width):
+    """persistent=False: a warp for every (row, piece), no loop (the sweep's one-step splits)."""
+    check(activation, (3000, width), torch.bfloat16, device="cuda", options=dict(chunks=2, warps=8, persistent=False))

@@ -41,7 +41,7 @@ def test_the_glu_splits_are_configs_within_an_sm():
     for o in GLU_SPLITS:
         for direction in ("forward", "backward"):
             c = glu_config("gelu", direction, 4096, "bf16", **o)
-            assert (c.chunks, c.warps, c.blocks_per_sm) == (o["chunks"], o["warps"], o["blocks_per_sm"])
+            assert (c.chunks, c.warps, c.blocks_per_sm, c.persistent) == tuple(o.values())
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
