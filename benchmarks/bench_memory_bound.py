@@ -108,7 +108,9 @@ ROTARY_VARIANTS = {"2 chunks": dict(chunks=2), "8 chunks, 2 blocks/SM": dict(chu
                    "2 positions, 2 blocks/SM": dict(positions=2, blocks_per_sm=2), "2 blocks/SM": dict(blocks_per_sm=2),
                    "3 blocks/SM": dict(blocks_per_sm=3), "16 warps x 2 blocks": dict(warps=16, blocks_per_sm=2),
                    "4 warps x 4 blocks": dict(warps=4),
-                   "1 chunk, 16 warps x 4 blocks (full occupancy)": dict(chunks=1, warps=16)}
+                   "1 chunk, 16 warps x 4 blocks (full occupancy)": dict(chunks=1, warps=16),
+                   "a warp a position (one step)": dict(persistent=False),
+                   "2 positions a warp (one step)": dict(positions=2, persistent=False)}
 
 
 def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict:

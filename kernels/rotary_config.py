@@ -28,7 +28,7 @@ class RotaryConfig:
     where head_dim divides 256, a position's row of heads x head_dim elements in pieces (`piece` elements); else
     groups of `group(heads)` heads (at most 256 elements, a chunk each, masked past the group); `chunks` chunks of
     such vectors at a time. The `warps` warps of each of the blocks (`blocks_per_sm` an SM) loop over the positions, a
-    persistent grid."""
+    persistent grid; `persistent=False`: a warp for every group of positions instead, one each."""
 
     head_dim: int
     rotary_dim: int
@@ -42,6 +42,7 @@ class RotaryConfig:
     positions: int = 1
     warps: int = 8
     blocks_per_sm: int = 4
+    persistent: bool = True
 
     def __post_init__(self) -> None:
         fail = config_checks(self, dtype=DTYPES, table=TABLE_DTYPES)
@@ -56,6 +57,8 @@ class RotaryConfig:
                 fail(f"{option} must be a positive int{f' up to {most}' if most else ''}, got {value!r}")
         if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or not 1 <= self.chunks <= MAX_CHUNKS:
             fail(f"chunks must be an int from 1 to {MAX_CHUNKS}, got {self.chunks!r}")
+        if not isinstance(self.persistent, bool):
+            fail(f"persistent must be a bool, got {self.persistent!r}")
 
     @property
     def angles(self) -> int:
@@ -102,4 +105,5 @@ class RotaryConfig:
     def name(self) -> str:
         return (f"rotary_{'gptj' if self.interleaved else 'neox'}{'_inv' if self.inverse else ''}_{self.dtype}_"
                 f"t{self.table}_d{self.head_dim}r{self.rotary_dim}_h{self.heads_q}k{self.heads_k}_"
-                f"c{self.chunks}p{self.positions}w{self.warps}b{self.blocks_per_sm}")
+                f"c{self.chunks}p{self.positions}w{self.warps}b{self.blocks_per_sm}"
+                f"{'' if self.persistent else '_onestep'}")

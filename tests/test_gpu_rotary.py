@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gpu_util import requires_gpu
-from test_rotary import check
+from test_rotary import check, check_one_step_grid
 
 pytestmark = requires_gpu
 
@@ -36,3 +36,7 @@ def test_head_counts(heads_q, heads_k):
 @pytest.mark.parametrize("head_dim", [128, 96])
 def test_strided_and_transposed_inputs(layout, head_dim):
     check(2, 257, 16, 4, head_dim, head_dim, layout=layout, device="cuda")
+
+
+def test_a_warp_for_every_group_of_positions():
+    check_one_step_grid(device="cuda")

@@ -154,6 +154,23 @@ POLICY = {
 }
 
 
+def check_one_step_grid(device="cpu"):
+    """persistent=False (a warp for every group of positions, no loop), both ways, on poisoned outputs."""
+    cos, sin = tables(40, 64, device=device)
+    q, k = (gpu_util.rand(2, 37, h, 128, dtype=torch.bfloat16, device=device) for h in (4, 2))
+    for positions in (1, 2):
+        for inverse in (False, True):
+            outs = [gpu_util.poisoned(*t.shape, dtype=torch.bfloat16, device=device) for t in (q, k)]
+            rotary_module.launch(q, k, cos, sin, False, 1, inverse, *outs,
+                                 options=dict(persistent=False, positions=positions))
+            for x, out in zip((q, k), outs):
+                assert_close(out, reference(x, cos, sin, False, 1, inverse=inverse), "one step")
+
+
+def test_a_warp_for_every_group_of_positions():
+    check_one_step_grid()
+
+
 def test_the_policys_choices_and_their_kernels():
     """The choices are the record's; each compiles (NVRTC) without spills under its register cap."""
     for (d, r, hq, hk), name in POLICY.items():
