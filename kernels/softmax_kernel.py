@@ -65,7 +65,7 @@ def _packed_rows_softmax(v, stats, width: int) -> None:
     """v = softmax of each row of `width` elements packed in it (stats: a vector of v's shape for each row's max and
     sum). A row of -inf only gives NaN (as torch), a row past the tensor's end (its fill, -inf) too, never stored."""
     tk.segment_max(stats, v, width)
-    tk.map(v, lambda a, m: tk.exp2((a - m) * tk.LOG2E), v, stats)
+    tk.map(v, lambda a, m: tk.exp2(a * tk.LOG2E - m * tk.LOG2E), v, stats)      # (an FFMA: m's product one a row)
     tk.segment_sum(stats, v, width)
     tk.map(v, lambda e, s: e / s, v, stats)
 
