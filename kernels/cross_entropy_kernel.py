@@ -18,7 +18,10 @@ and q = share eps / V: loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_
 weights), gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (1 - eps) n more, written as q W e[t] /
 s - (1 - eps) n others / s - q w[t] (tk.index_fill: the one element of the piece holding t), whose digits hold where
 p[t] is near 1 (e[t] a - n would cancel). Without smoothing: loss n (lse - x[t]), gradient e n / s, -n others / s at
-t.
+t; and the max and the sums in one exchange where a row spans warps: each warp's own max m_w and sum of exp(x - m_w)
+but at t, merged (tk.block.merge_softmax / tk.cluster.merge_softmax) into m and others, each warp's e rescaled by
+exp(m_w - m) with the gradient's factor (an ignored row's warps meet too, keeping every warp's count of exchanges the
+same: the reductions' buffers alternate by it).
 The loss: "none" writes each row's in the logits' dtype; "mean" and "sum" add each block's rows' in loop order, write
 the block's sum to its partial, and the last block to finish (tk.last_block) adds the partials in block order and
 writes the loss in the logits' dtype (for the mean times 0 x share more: NaN over no rows, torch's 0 / 0).
@@ -142,6 +145,10 @@ def forward_kernel(c: CrossEntropyConfig):
                 if c.ragged and not c.smoothing:
                     tk.right_fill(v, v, n - first, -math.inf)
             with tk.if_(t == ignore_index):                  # (and the rows past the last): no logits read
+                if _merges(c) and c.rows_per_block > 1:
+                    # The block's reductions alternate buffers by their count, the same in every warp at the
+                    # loss's block sum: an ignored row's warps meet once, as a counted row's do.
+                    split.scope(c).merge_softmax(-math.inf, 0.0, warps=c.warps_per_row)
                 if c.grad:
                     tk.zero(v)
                     tk.store(dlogits, v, (row, part), masked=True)
@@ -161,15 +168,16 @@ def forward_kernel(c: CrossEntropyConfig):
                     xs = tk.let(tk.sum(v * wv) if weighted else tk.sum(v), "xs")
                     if c.ragged:
                         tk.right_fill(v, v, n - first, -math.inf)
-                shift = tk.let(row_max(c, v) * tk.LOG2E, "shift")     # m log2 e: e = 2^(x log2 e - shift), an FFMA
-                tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - shift), v)
-                et = tk.let(tk.exp2(xt * tk.LOG2E - shift), "e_target")      # (as the piece's e[t])
-                # The sum leaves out e[t], added after: 1 - p[t] = others / s holds its digits where p[t] is near 1.
-                tk.index_fill(v, v, t - first, 0.0)
-                if c.smoothing:
+                if c.smoothing:                              # the row's max, then its sums (two exchanges)
+                    shift = tk.let(row_max(c, v) * tk.LOG2E, "shift")     # m log2 e: e = 2^(x log2 e - shift)
+                    tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - shift), v)
+                    # The sum leaves out e[t], added after: 1 - p[t] = others / s keeps its digits where p[t] ~ 1.
+                    tk.index_fill(v, v, t - first, 0.0)
                     others, sum_x = row_sum(c, v, xs)
-                else:
-                    others = row_sum(c, v)
+                    rescale = None
+                else:                                        # each warp's max and sum merged in one exchange
+                    shift, others, rescale = _merged_statistics(c, v, t - first)
+                et = tk.let(tk.exp2(xt * tk.LOG2E - shift), "e_target")      # (as the piece's e[t])
                 s = tk.let(others + et, "s")
                 r = tk.let((shift + tk.log2(s)) * LN2, "r")         # m + log(s)
                 ok = tk.var(1.0, "ok")                       # NaN for a target outside the classes
@@ -200,8 +208,8 @@ def forward_kernel(c: CrossEntropyConfig):
                     elif c.smoothing:
                         tk.map(v, lambda e: e * a - q, v)
                         at_target = (q * total_w * et - (1.0 - smoothing) * nll * others) / s - q
-                    else:
-                        tk.mul(v, v, a)
+                    else:                                    # (e relative to this warp's max: rescaled)
+                        tk.mul(v, v, tk.let(a * rescale, "a_rescaled") if rescale is not None else a)
                         at_target = -nll * others / s
                     tk.index_fill(v, v, t - first, at_target)
                     tk.store(dlogits, v, (row, part), masked=True)
@@ -211,6 +219,27 @@ def forward_kernel(c: CrossEntropyConfig):
                 total = sum_partials(partials)
                 tk.store(loss, total + 0.0 * share if mean else total, (0,))
     return cross_entropy_forward
+
+
+def _merged_statistics(c: CrossEntropyConfig, v, target_col):
+    """(m log2 e, the sum of exp(x - m) over the row but at the target, the factor that takes v to exp(x - m)) for
+    the row's max m, with v's x replaced by each warp's own exp(x - m_w) (0 at the target): each warp's max and sum
+    merged in one exchange (tk.block.merge_softmax / tk.cluster.merge_softmax), where the max and then the sum took
+    two. The factor is None for a row in one warp (m_w is m)."""
+    m = tk.amax(v)
+    local = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "local_shift")   # (a piece of -inf only: e = 0)
+    tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - local), v)
+    tk.index_fill(v, v, target_col, 0.0)         # (e[t] left out: 1 - p[t] = others / s keeps its digits)
+    if not _merges(c):
+        return local, tk.sum(v), None
+    top, others = split.scope(c).merge_softmax(m, tk.sum(v), warps=c.warps_per_row)
+    shift = tk.let(top * tk.LOG2E, "shift")
+    return shift, others, tk.let(tk.exp2(local - shift), "rescale")
+
+
+def _merges(c: CrossEntropyConfig) -> bool:
+    """Whether a row's statistics are merged over several warps in one exchange (no smoothing, a row split)."""
+    return not c.smoothing and c.warps_per_row * c.cluster > 1
 
 
 def _load_unless_ignored(v, logits, row, part, t, ignore_index, fill):
