@@ -80,12 +80,17 @@ def forward_kernel(c: NormConfig):
             if c.residual:
                 tk.store(residual_out, h, (row, part), masked=True)
                 tk.copy(v, h)
-            if layer:
+            if layer and c.warps_per_row * c.cluster > 1:   # the mean and the centred sum in one exchange
+                mu, squares = _merged_moments(c, v, part)
+            elif layer:
                 mu = tk.let(split.row_sum(c, v) * (1.0 / n), "mu")
                 tk.sub(v, v, mu)
                 if c.ragged:                                 # (elements past the row's end: 0 - mu)
                     tk.right_fill(v, v, n - part * piece, 0.0)
-            r = tk.let(tk.rsqrt(split.row_sum(c, v * v) * (1.0 / n) + eps), "r")
+                squares = tk.sum(v * v)
+            else:
+                squares = split.row_sum(c, v * v)
+            r = tk.let(tk.rsqrt(squares * (1.0 / n) + eps), "r")
             if c.weight:
                 if not c.weight_in_registers:
                     _load_affine(c, w, b, weight, bias, part)
@@ -101,6 +106,25 @@ def forward_kernel(c: NormConfig):
                 if layer:
                     tk.store(mean, mu, (row,), masked=True)
     return norm_forward
+
+
+def _merged_moments(c: NormConfig, v, part):
+    """(the row's mean, the sum over the row of (x - mean)^2), v becoming x - mean: each warp's sum and sum of squared
+    deviations from its own mean merged in one exchange (tk.block.merge_variance / tk.cluster.merge_variance, Chan's)
+    where the mean and then the centred sum took two."""
+    n, piece = c.width, c.piece
+    if c.ragged:                                     # (a piece past the row's end holds fewer, or none)
+        count = tk.let(tk.call("min", tk.call("max", n - part * piece, 0), piece) * 1.0, "count")
+    else:
+        count = float(piece)
+    total = tk.let(tk.sum(v), "piece_total")
+    local = tk.let(total / tk.call("max", count, 1.0), "piece_mean")
+    tk.sub(v, v, local)
+    if c.ragged:                                     # (elements past the row's end: 0 - the piece's mean)
+        tk.right_fill(v, v, n - part * piece, 0.0)
+    mu, squares = split.scope(c).merge_variance(total, tk.sum(v * v), count, warps=c.warps_per_row)
+    tk.sub(v, v, tk.let(mu - local, "shift"))
+    return tk.let(mu, "mu"), squares
 
 
 def _load_row(c: NormConfig, v, r, x, residual, row, part):

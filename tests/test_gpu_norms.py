@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpu_util import compiled_grads_match_eager, rand, requires_gpu
-from test_norms import REACH, check, check_column_sums
+from test_norms import REACH, check, check_column_sums, check_a_mean_far_from_zero
 from tkpy.kernels import layer_norm, rms_norm
 
 pytestmark = requires_gpu
@@ -124,3 +124,7 @@ def test_column_sums_match_float64_in_slices(tensors, parts, width, slices):
         torch.manual_seed(0)
         runs.append(check_column_sums(tensors, parts, width, slices, "cuda"))
     assert torch.equal(*runs)
+
+
+def test_a_mean_far_from_zero():
+    check_a_mean_far_from_zero(device="cuda")

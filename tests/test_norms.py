@@ -197,6 +197,24 @@ def test_cluster_and_other_splits(kind, options):
     check(kind, 7, 1000, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, options=options)
 
 
+def check_a_mean_far_from_zero(device="cpu"):
+    """Rows of mean 300 and deviation ~1 over several warps (a ragged last piece; with 8 warps, 4 of them past the
+    row's end, of count 0): the variance merged from each warp's centred sum (Chan's) keeps its digits where the sum
+    of squares minus the squared sum would lose them."""
+    x = (gpu_util.rand(9, 1000, dtype=torch.float32, device=device) + 300).to(torch.float16)
+    for options in (dict(warps_per_row=4, rows_per_block=1), dict(warps_per_row=8, rows_per_block=1),
+                    dict(warps_per_row=2, rows_per_block=1, cluster=2)):
+        y, _, mean, rstd = norm_launch.forward("layer", x, [1000], None, None, None, 1e-5, options)
+        x64 = x.double()
+        assert_close(mean, x64.mean(1), "mean")
+        assert_close(rstd, 1 / (x64.var(1, unbiased=False) + 1e-5).sqrt(), "rstd")
+        assert_close(y, F.layer_norm(x64, (1000,), eps=1e-5), "y")
+
+
+def test_a_mean_far_from_zero():
+    check_a_mean_far_from_zero()
+
+
 def test_rows_in_several_dims_and_strided_inputs():
     """normalized_shape of two dims (rows of their product), leading dims kept in the statistics, and an input whose
     rows are not 16-byte aligned (copied first)."""

@@ -79,9 +79,9 @@ def emit_reduce_slots(em, op):
            f"{a['rank_stride']}>({operand(s)}, {render(first)}, tk::op_{a['fn']}{{}}, {IDENTITY[a['fn']]});")
 
 
-@emits("merge_softmax_slots")
-def emit_merge_softmax_slots(em, op):
-    top, total, s, first = op.args
+@emits("merge_softmax_slots", "merge_variance_slots")
+def emit_merge_slots(em, op):
+    first_out, second_out, s, first = op.args
     a = op.attrs
-    yield (f"tk::merge_softmax_slots<{a['count']}, {a['group']}, {a['stride']}, {a['rank_stride']}>({operand(s)}, "
-           f"{render(first)}, {top.name}, {total.name});")
+    yield (f"tk::{op.name}<{a['count']}, {a['group']}, {a['stride']}, {a['rank_stride']}>({operand(s)}, "
+           f"{render(first)}, {first_out.name}, {second_out.name});")

@@ -151,6 +151,19 @@ def merge_softmax_slots(warp, op):
     warp.env[top.name], warp.env[total.name] = to_f32(best), to_f32(np.add.reduce(terms, dtype=np.float32))
 
 
+@semantics("merge_variance_slots", attrs=("count", "group", "stride", "rank_stride"))
+def merge_variance_slots(warp, op):
+    """The group's (sum, centred sum of squares, count) triples merged (Chan's): the mean of the sums over the counts,
+    and each centred sum plus d^2 / count (d = sum - count * mean; 0 for a count of 0), added, in fp32."""
+    mean, m2, ref, first = op.args
+    t, q, n = (_partials(warp, op, ref, first, k) for k in range(3))
+    mu = np.float32(np.add.reduce(t, dtype=np.float32) / np.add.reduce(n, dtype=np.float32))
+    d = (t - n * mu).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        terms = np.where(n > 0, q + d * d / n, np.float32(0.0)).astype(np.float32)
+    warp.env[mean.name], warp.env[m2.name] = to_f32(mu), to_f32(np.add.reduce(terms, dtype=np.float32))
+
+
 def _partials(warp, op, ref, first, offset: int) -> np.ndarray:
     """The group's `count` partial results at `offset` past each slot (see the prelude's reduce_slots for where each
     lies), as fp32."""

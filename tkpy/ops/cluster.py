@@ -7,7 +7,7 @@ from ..ir.expr import Expr
 from ._checks import emit, fail, scalar
 from .scalar_memory import store_scalar_remote
 from .sync_async import semaphore_ref
-from .vector_reduce import group_reduce, merge_softmax as _merge_softmax
+from .vector_reduce import group_reduce, merge_softmax as _merge_softmax, merge_variance as _merge_variance
 
 
 
@@ -83,3 +83,10 @@ def merge_softmax(m, s, *, warps: int | None = None, name: str = "softmax"):
     (see tk.cluster.sum), from each warp's max m and sum s of exp(x - m), in one exchange (see
     tk.block.merge_softmax)."""
     return _merge_softmax(m, s, "cluster", warps, name)
+
+
+def merge_variance(total, centered, count, *, warps: int | None = None, name: str = "moments"):
+    """The mean and M2 (the sum of squared deviations from it) of a row split over the cluster's groups of warps
+    (see tk.cluster.sum), from each warp's sum, centred sum of squares and count, in one exchange (see
+    tk.block.merge_variance)."""
+    return _merge_variance(total, centered, count, "cluster", warps, name)

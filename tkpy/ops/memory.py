@@ -15,7 +15,7 @@ from ..tiles.dtypes import f32
 from ..tiles.types import RT, RV, ST, SV
 from ._checks import describe, emit, fail, operand, same_shape, scalar, tile_coord
 from .scalar_memory import is_scalar_destination, is_scalar_value, load_scalar, store_scalar
-from .vector_reduce import group_reduce, merge_softmax
+from .vector_reduce import group_reduce, merge_softmax, merge_variance
 
 SCOPES = {"warp": 1, "warpgroup": 4, "block": None}  # warps taking part (None: all)
 
@@ -216,6 +216,14 @@ class Scope:
         warp of the group, over one barrier (a max and then a sum would take two). Each warp then scales its
         exp(x - m) by exp(m - M) / S for the softmax."""
         return merge_softmax(m, s, self._reducing(), warps, name)
+
+    def merge_variance(self, total, centered, count, *, warps: int | None = None, name: str = "moments"):
+        """The mean and the sum of squared deviations from it of a row split over a group of `warps` consecutive
+        warps (default: the block), from each warp's sum `total` of its piece, the sum `centered` of its squared
+        deviations from its own mean, and its element count `count`: (mean, M2), the same in every warp of the
+        group, over one barrier (the mean and then the centred sum would take two; a layer norm's variance is M2 /
+        n). Chan's merge: no cancellation where the mean is large."""
+        return merge_variance(total, centered, count, self._reducing(), warps, name)
 
     def _reducing(self) -> str:
         if self.name != "block":

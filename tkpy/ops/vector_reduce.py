@@ -93,6 +93,27 @@ def merge_softmax(m, s, scope: str, warps, name: str):
     return top, total
 
 
+def merge_variance(total, centered, count, scope: str, warps, name: str):
+    """The mean and the sum of squared deviations (M2) of a row split over a group of warps (as group_reduce's), from
+    each warp's own: `total` the sum of its piece's elements, `centered` the sum of their squared deviations from
+    its own mean total / count, `count` how many elements it holds (runtime float scalars). Returns (mean, M2), the
+    same bits in every warp of the group, in one exchange where the mean and then the centred sum would take two:
+    Chan's merge, M2 = sum of centered_j + d_j^2 / count_j with d_j = total_j - count_j mean, exact where the row's
+    mean is far from 0 (E[x^2] - E[x]^2 cancels)."""
+    ctx = current()
+    what = f"tk.{scope}.merge_variance"
+    partials = [scalar(total, f"{what}'s total"), scalar(centered, f"{what}'s centred sum"),
+                scalar(count, f"{what}'s count")]
+    group, blocks = _group_and_blocks(ctx, warps, what, scope)
+    if group * blocks == 1:
+        return partials[0] * (1.0 / partials[2]), partials[1]
+    state, first = _exchange(ctx, scope, group, blocks, partials)
+    mean, m2 = var(0.0, f"{name}_mean"), var(0.0, f"{name}_m2")
+    emit("merge_variance_slots", mean, m2, state.scratch, first, **_slots(ctx, group, blocks))
+    _next_buffer(state, scope)
+    return mean, m2
+
+
 def _group_and_blocks(ctx, warps, what: str, scope: str) -> tuple[int, int]:
     """(warps a group of the block, blocks the group spans), checked."""
     group = _group(ctx.warps, warps, what, scope)

@@ -171,6 +171,39 @@ __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int f
         total += m[q] == top ? t[q] : t[q] * op_exp2{}((m[q] - top) * 1.4426950408889634f);
     _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) total += __shfl_xor_sync(0xffffffffu, total, b);
 }
+
+// The mean and M2 (sum of squared deviations) of COUNT partial results merged (tk.block.merge_variance, Chan's):
+// partial j is a triple at the slot reduce_slots reads, the sum t_j of a piece of a row, the sum q_j of its squared
+// deviations from its own mean and its count n_j. mean = sum t_j / sum n_j (butterflies), then M2 = sum_j q_j +
+// d_j^2 / n_j, d_j = t_j - n_j mean (0 where n_j is 0), a butterfly: the same bits in every lane and warp.
+template <int COUNT, int GROUP, int STRIDE, int RANK_STRIDE, int N>
+__device__ __forceinline__ void merge_variance_slots(const sv<float, N>& s, int first, float& mean, float& m2) {
+    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
+    constexpr int Q = (COUNT + 31) / 32, SPAN = pow2 ? COUNT : 32;
+    const int ln = lane();
+    float t[Q], q[Q], n[Q], sum_t = 0.0f, sum_n = 0.0f;
+    _Pragma("unroll") for (int k = 0; k < Q; k++) {
+        const int j = pow2 ? (ln & (COUNT - 1)) : k * 32 + ln;
+        const int at = first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
+        const bool real = pow2 || j < COUNT;
+        t[k] = real ? load_scalar(s, at) : 0.0f;
+        q[k] = real ? load_scalar(s, at + 1) : 0.0f;
+        n[k] = real ? load_scalar(s, at + 2) : 0.0f;
+        sum_t += t[k];
+        sum_n += n[k];
+    }
+    _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) {
+        sum_t += __shfl_xor_sync(0xffffffffu, sum_t, b);
+        sum_n += __shfl_xor_sync(0xffffffffu, sum_n, b);
+    }
+    mean = sum_t / sum_n;
+    m2 = 0.0f;
+    _Pragma("unroll") for (int k = 0; k < Q; k++) {
+        const float d = t[k] - n[k] * mean;
+        m2 += n[k] > 0.0f ? q[k] + d * d / n[k] : 0.0f;
+    }
+    _Pragma("unroll") for (int b = 1; b < SPAN; b <<= 1) m2 += __shfl_xor_sync(0xffffffffu, m2, b);
+}
 """
 
 HELPERS = helpers(_SCALARS)
