@@ -15,6 +15,9 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
 
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
+    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare exp2_emulated=2[,stages=3] [--only ...]
+        (tkpy's backward with those AttentionBwdConfig fields against its default, timed in pairs, and the largest
+        relative difference of its gradients from the default's)
 """
 from __future__ import annotations
 
@@ -106,6 +109,47 @@ def case_row(b: int, h: int, hkv: int, n: int, d: int, causal: bool) -> dict:
     return row
 
 
+def compare(options: dict, only: str | None = None) -> list[dict]:
+    """TFLOP/s of tkpy's backward with AttentionBwdConfig fields `options` against its default on each case, timed
+    in pairs (timing.paired_ms), and the variant's largest relative difference from the default's gradients."""
+    import math
+
+    import torch
+
+    from benchmarks.timing import paired_ms
+    from tkpy.kernels import attention
+    from tkpy.kernels.attention_backward import _launch
+    from tkpy.kernels.attention_forward import causal_variant
+    print(f"{'case':>28} | {'default':>8} {'variant':>8} {'ratio':>6} | {'diff':>7}   (TFLOP/s; variant: {options})")
+    rows = []
+    for b, h, hkv, n, d, causal in CASES:
+        if only and causal != (only == "causal"):
+            continue
+        q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
+        k, v = (torch.randn(b, hkv, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        do = torch.randn_like(q)
+        with torch.no_grad():
+            o, lse = attention(q, k, v, causal=causal, return_lse=True)
+        grads = {name: tuple(torch.empty_like(x) for x in (q, k, v)) for name in ("default", "variant")}
+
+        def run(name, opts):
+            return lambda: _launch(do, q, k, v, o, lse, *grads[name], causal_variant(causal), 1 / math.sqrt(d),
+                                   options=opts)
+        t_default, t_variant = paired_ms(run("default", None), run("variant", options))
+        diff = max(((x.float() - y.float()).norm() / y.float().norm()).item()
+                   for x, y in zip(grads["variant"], grads["default"]))
+        flops = BACKWARD * 4 * b * h * n * n * d / (2 if causal else 1)
+        row = dict(b=b, h=h, hkv=hkv, n=n, d=d, causal=causal, default=flops / t_default / 1e9,
+                   variant=flops / t_variant / 1e9, ratio=t_default / t_variant, diff=diff)
+        rows.append(row)
+        label = f"B{b} H{h}/{hkv} N{n} D{d}{' causal' if causal else ''}"
+        print(f"{label:>28} | {row['default']:>8.1f} {row['variant']:>8.1f} {row['ratio']:>6.3f} | {diff:>7.1e}",
+              flush=True)
+        del q, k, v, do, o, lse, grads
+        torch.cuda.empty_cache()
+    return rows
+
+
 def forward_on_side_stream(forward):
     """forward()'s output, recorded on a stream of its own: its backward nodes then run on that stream, which a
     CUDA-graph capture can fork into and join (recorded on the default stream, the backward's launches there would
@@ -186,4 +230,10 @@ if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("causal", "noncausal"), default=None)
-    main(parser.parse_args().only)
+    parser.add_argument("--compare", default=None, help="FIELD=INT[,FIELD=INT]: AttentionBwdConfig fields against "
+                                                       "the default")
+    a = parser.parse_args()
+    if a.compare:
+        compare({f: int(x) for f, x in (kv.split("=") for kv in a.compare.split(","))}, a.only)
+    else:
+        main(a.only)
