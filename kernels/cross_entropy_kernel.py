@@ -10,18 +10,17 @@ Forward, for each row of logits x with target class t (a block, or a cluster of 
 the target is read first (a row ahead); an ignored row (t == ignore_index, and the rows past the last) reads no
 logits, stores a zero gradient and a zero loss (0 / divisor for "mean": NaN where every row is ignored, as torch's 0 /
 0). Otherwise: x (fp32, -inf past the row's end; x[t] and w[t] read as scalars, from L1/L2, in flight meanwhile) -> m
-= max over the row's warps -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place (as exp2(x
-log2 e - m log2 e)) -> others = the
-sum of e but e[t] (and sum x) over the row in one reduction -> s = others + e[t], lse = m + log(s). With n = share
+= the row's max -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place (as exp2(x log2 e - m
+log2 e)) -> others = the sum of e but e[t] (and sum x) over the row -> s = others + e[t], lse = m + log(s). With n = share
 w[t] (share: 1, or 1 / the mean's divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1)
 and q = share eps / V: loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_j) (W = sum w, or V and sum x without
 weights), gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (1 - eps) n more, written as q W e[t] /
 s - (1 - eps) n others / s - q w[t] (tk.index_fill: the one element of the piece holding t), whose digits hold where
 p[t] is near 1 (e[t] a - n would cancel). Without smoothing: loss n (lse - x[t]), gradient e n / s, -n others / s at
-t; and the max and the sums in one exchange where a row spans warps: each warp's own max m_w and sum of exp(x - m_w)
-but at t, merged (tk.block.merge_softmax / tk.cluster.merge_softmax) into m and others, each warp's e rescaled by
-exp(m_w - m) with the gradient's factor (an ignored row's warps meet too, keeping every warp's count of exchanges the
-same: the reductions' buffers alternate by it).
+t. Where a row spans warps, the max and the sums take one exchange: each warp's own max m_w, its sum of exp(x - m_w)
+but at t (and its sum of x) merged (tk.block.merge_softmax / tk.cluster.merge_softmax) into m, others (and sum x),
+each warp's e rescaled by exp(m_w - m) with the gradient's factor (an ignored row's warps meet too, keeping every
+warp's count of exchanges the same: the reductions' buffers alternate by it).
 The loss: "none" writes each row's in the logits' dtype; "mean" and "sum" add each block's rows' in loop order, write
 the block's sum to its partial, and the last block to finish (tk.last_block) adds the partials in block order and
 writes the loss in the logits' dtype (for the mean times 0 x share more: NaN over no rows, torch's 0 / 0).
@@ -37,7 +36,7 @@ from tkpy import bf16, f32, fp16, i32, i64
 
 from .cross_entropy_config import CrossEntropyConfig, GradScaleConfig, PrologueConfig
 from . import row_split as split
-from .row_split import block_partial, piece_place, piece_tasks, placeholder, row_max, row_sum, sum_partials
+from .row_split import block_partial, piece_place, piece_tasks, placeholder, row_sum, sum_partials
 
 LN2 = math.log(2.0)
 DTYPES = {"bf16": bf16, "fp16": fp16, "f32": f32}
@@ -168,15 +167,8 @@ def forward_kernel(c: CrossEntropyConfig):
                     xs = tk.let(tk.sum(v * wv) if weighted else tk.sum(v), "xs")
                     if c.ragged:
                         tk.right_fill(v, v, n - first, -math.inf)
-                if c.smoothing:                              # the row's max, then its sums (two exchanges)
-                    shift = tk.let(row_max(c, v) * tk.LOG2E, "shift")     # m log2 e: e = 2^(x log2 e - shift)
-                    tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - shift), v)
-                    # The sum leaves out e[t], added after: 1 - p[t] = others / s keeps its digits where p[t] ~ 1.
-                    tk.index_fill(v, v, t - first, 0.0)
-                    others, sum_x = row_sum(c, v, xs)
-                    rescale = None
-                else:                                        # each warp's max and sum merged in one exchange
-                    shift, others, rescale = _merged_statistics(c, v, t - first)
+                # each warp's max and sums (and sum of x) merged in one exchange
+                shift, others, rescale, *sum_x = _merged_statistics(c, v, t - first, (xs,) if c.smoothing else ())
                 et = tk.let(tk.exp2(xt * tk.LOG2E - shift), "e_target")      # (as the piece's e[t])
                 s = tk.let(others + et, "s")
                 r = tk.let((shift + tk.log2(s)) * LN2, "r")         # m + log(s)
@@ -187,7 +179,7 @@ def forward_kernel(c: CrossEntropyConfig):
                 if c.smoothing:
                     q = tk.let(share * smoothing * (1.0 / n) * ok, "q")               # the smoothing term's
                     total_w = weights if weighted else float(n)
-                    value = (1.0 - smoothing) * nll * (r - xt) + q * (total_w * r - sum_x)
+                    value = (1.0 - smoothing) * nll * (r - xt) + q * (total_w * r - sum_x[0])
                 else:
                     value = nll * (r - xt)
                 with tk.if_(part == 0):
@@ -198,9 +190,10 @@ def forward_kernel(c: CrossEntropyConfig):
                     tk.store(lse, r, (row,), masked=True)
                 if c.grad:                                   # gradient = e a - q w, at t less (1 - eps) nll more
                     if c.smoothing:
-                        a = tk.let(((1.0 - smoothing) * nll + q * total_w) / s, "a")
+                        a = ((1.0 - smoothing) * nll + q * total_w) / s
                     else:
-                        a = tk.let(nll / s, "a")
+                        a = nll / s
+                    a = tk.let(a * rescale if rescale is not None else a, "a")    # (v: e to this warp's max)
                     # at t: e[t] a - (1 - eps) nll - q w[t] = q W e[t] / s - (1 - eps) nll others / s - q w[t]
                     if c.smoothing and weighted:
                         tk.map(v, lambda e, w: e * a - q * w, v, wv)
@@ -208,8 +201,8 @@ def forward_kernel(c: CrossEntropyConfig):
                     elif c.smoothing:
                         tk.map(v, lambda e: e * a - q, v)
                         at_target = (q * total_w * et - (1.0 - smoothing) * nll * others) / s - q
-                    else:                                    # (e relative to this warp's max: rescaled)
-                        tk.mul(v, v, tk.let(a * rescale, "a_rescaled") if rescale is not None else a)
+                    else:
+                        tk.mul(v, v, a)
                         at_target = -nll * others / s
                     tk.index_fill(v, v, t - first, at_target)
                     tk.store(dlogits, v, (row, part), masked=True)
@@ -221,25 +214,26 @@ def forward_kernel(c: CrossEntropyConfig):
     return cross_entropy_forward
 
 
-def _merged_statistics(c: CrossEntropyConfig, v, target_col):
-    """(m log2 e, the sum of exp(x - m) over the row but at the target, the factor that takes v to exp(x - m)) for
-    the row's max m, with v's x replaced by each warp's own exp(x - m_w) (0 at the target): each warp's max and sum
-    merged in one exchange (tk.block.merge_softmax / tk.cluster.merge_softmax), where the max and then the sum took
-    two. The factor is None for a row in one warp (m_w is m)."""
+def _merged_statistics(c: CrossEntropyConfig, v, target_col, sums: tuple = ()):
+    """(m log2 e, the sum of exp(x - m) over the row but at the target, the factor that takes v to exp(x - m), and
+    `sums`' totals over the row) for the row's max m, with v's x replaced by each warp's own exp(x - m_w) (0 at the
+    target): each warp's max, sum and `sums` (float scalars: smoothing's sum of x) merged in one exchange
+    (tk.block.merge_softmax / tk.cluster.merge_softmax), where the max and then the sums took two. The factor is None
+    for a row in one warp (m_w is m)."""
     m = tk.amax(v)
     local = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "local_shift")   # (a piece of -inf only: e = 0)
     tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - local), v)
     tk.index_fill(v, v, target_col, 0.0)         # (e[t] left out: 1 - p[t] = others / s keeps its digits)
     if not _merges(c):
-        return local, tk.sum(v), None
-    top, others = split.scope(c).merge_softmax(m, tk.sum(v), warps=c.warps_per_row)
+        return (local, tk.sum(v), None, *sums)
+    top, others, *totals = split.scope(c).merge_softmax(m, tk.sum(v), *sums, warps=c.warps_per_row)
     shift = tk.let(top * tk.LOG2E, "shift")
-    return shift, others, tk.let(tk.exp2(local - shift), "rescale")
+    return (shift, others, tk.let(tk.exp2(local - shift), "rescale"), *totals)
 
 
 def _merges(c: CrossEntropyConfig) -> bool:
-    """Whether a row's statistics are merged over several warps in one exchange (no smoothing, a row split)."""
-    return not c.smoothing and c.warps_per_row * c.cluster > 1
+    """Whether a row's statistics are merged over several warps (a row split): one exchange a row."""
+    return c.warps_per_row * c.cluster > 1
 
 
 def _load_unless_ignored(v, logits, row, part, t, ignore_index, fill):

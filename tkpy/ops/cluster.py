@@ -78,11 +78,11 @@ def amin(*vectors, warps: int | None = None, name: str = "min"):
     return group_reduce("min", vectors, "cluster", warps, name)
 
 
-def merge_softmax(m, s, *, warps: int | None = None, name: str = "softmax"):
+def merge_softmax(m, s, *sums, warps: int | None = None, name: str = "softmax"):
     """The softmax statistics (the max M and the sum of exp(x - M)) of a row split over the cluster's groups of warps
-    (see tk.cluster.sum), from each warp's max m and sum s of exp(x - m), in one exchange (see
-    tk.block.merge_softmax)."""
-    return _merge_softmax(m, s, "cluster", warps, name)
+    (see tk.cluster.sum), from each warp's max m and sum s of exp(x - m), and up to two more sums, in one exchange
+    (see tk.block.merge_softmax)."""
+    return _merge_softmax(m, s, "cluster", warps, name, sums)
 
 
 def merge_variance(total, centered, count, *, warps: int | None = None, name: str = "moments"):

@@ -209,13 +209,14 @@ class Scope:
         """The smallest element of each vector over a group of warps (see sum)."""
         return group_reduce("min", vectors, self._reducing(), warps, name)
 
-    def merge_softmax(self, m, s, *, warps: int | None = None, name: str = "softmax"):
+    def merge_softmax(self, m, s, *sums, warps: int | None = None, name: str = "softmax"):
         """The softmax statistics of a row split over a group of `warps` consecutive warps (default: the block), from
         each warp's `m` (the max of its piece: -inf for a piece of -inf or masked elements only, whose `s` is 0) and
         `s` (its sum of exp(x - m)): (M, S), the row's max and the sum over the row of exp(x - M), the same in every
         warp of the group, over one barrier (a max and then a sum would take two). Each warp then scales its
-        exp(x - m) by exp(m - M) / S for the softmax."""
-        return merge_softmax(m, s, self._reducing(), warps, name)
+        exp(x - m) by exp(m - M) / S for the softmax. Up to two more float scalars a warp (`sums`) are summed over
+        the group in the same barrier, returned after (M, S)."""
+        return merge_softmax(m, s, self._reducing(), warps, name, sums)
 
     def merge_variance(self, total, centered, count, *, warps: int | None = None, name: str = "moments"):
         """The mean and the sum of squared deviations from it of a row split over a group of `warps` consecutive

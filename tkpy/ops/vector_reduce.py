@@ -74,23 +74,32 @@ def group_reduce(fn: str, vectors: tuple, scope: str, warps, name: str):
     return out[0] if len(out) == 1 else tuple(out)
 
 
-def merge_softmax(m, s, scope: str, warps, name: str):
+def merge_softmax(m, s, scope: str, warps, name: str, sums: tuple = ()):
     """The softmax statistics of a row split over a group of warps (as group_reduce's), from each warp's own: `m`
     the max of its piece and `s` the sum of exp(x - m) over it (runtime float scalars). Returns (the row's max M,
     the sum over the row of exp(x - M) = sum of s e^(m - M) over the warps), the same bits in every warp of the
     group, in one exchange (a barrier or a semaphore wait) where a max and then a sum would take two: the online
-    softmax's merge, as FlashAttention's split rows and Quack's cluster softmax do it."""
+    softmax's merge, as FlashAttention's split rows and Quack's cluster softmax do it. `sums`: up to
+    MAX_VALUES - 2 more float scalars a warp, summed over the group in the same exchange (returned after M and S)."""
     ctx = current()
     what = f"tk.{scope}.merge_softmax"
-    partials = [scalar(m, f"{what}'s max"), scalar(s, f"{what}'s sum")]
+    if len(sums) > MAX_VALUES - 2:
+        fail(f"{what}: at most {MAX_VALUES - 2} sums go along with the statistics, got {len(sums)}")
+    partials = [scalar(m, f"{what}'s max"), scalar(s, f"{what}'s sum"),
+                *(scalar(x, f"{what}'s other sum") for x in sums)]
     group, blocks = _group_and_blocks(ctx, warps, what, scope)
     if group * blocks == 1:
         return tuple(partials)
     state, first = _exchange(ctx, scope, group, blocks, partials)
     top, total = var(0.0, f"{name}_max"), var(0.0, f"{name}_sum")
-    emit("merge_softmax_slots", top, total, state.scratch, first, **_slots(ctx, group, blocks))
+    slots = _slots(ctx, group, blocks)
+    emit("merge_softmax_slots", top, total, state.scratch, first, **slots)
+    others = []
+    for k in range(len(sums)):                        # (their slots beside the statistics', read after the same wait)
+        others.append(var(0.0, f"{name}_sum{k + 1}"))
+        emit("reduce_slots", others[-1], state.scratch, first + 2 + k, fn="sum", **slots)
     _next_buffer(state, scope)
-    return top, total
+    return (top, total, *others)
 
 
 def merge_variance(total, centered, count, scope: str, warps, name: str):
