@@ -48,7 +48,8 @@ SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 
 # SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
 SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
                     "1 block/SM": dict(blocks_per_sm=1), "2 blocks/SM": dict(blocks_per_sm=2),
-                    "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False)}
+                    "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False),
+                    "2 rows ahead in shared memory": dict(stages=2), "a block a row group": dict(persistent=False)}
 # ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
 SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
                          "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True),
@@ -443,11 +444,12 @@ def softmax_row(op: str, direction: str, rows: int, width: int, compiled: bool, 
 
 def softmax_variants(direction: str, width: int, dtype: str) -> dict:
     """The variants --variants times for a case: the tile ones where the policy takes the tile kernels, else the
-    split ones (the staged y for the backward only)."""
+    split ones (the staged y for the backward only, the rows ahead through shared memory for the forward only)."""
     from tkpy.kernels import softmax_policy
     if softmax_policy.choice(direction, width, dtype) is softmax_policy.TILE:
         return SOFTMAX_TILE_VARIANTS
-    return {k: v for k, v in SOFTMAX_VARIANTS.items() if direction == "backward" or not v.get("stage")}
+    return {k: v for k, v in SOFTMAX_VARIANTS.items()
+            if not (v.get("stage") and direction == "forward") and not (v.get("stages") and direction == "backward")}
 
 
 def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:

@@ -14,11 +14,11 @@ over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
 elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch; swiglu and geglu
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
-(persistent=False) where a split has no prefetch, and rows of 8 to 128 elements as the tile kernels against packed
-rows (packed_splits). Prints, per case, the policy's fraction of the copy bandwidth
-measured in the same run and the best five splits, then the split best for all the cases of a width together (the
-largest smallest ratio to each case's best), and for each direction's; writes $OUT/sweep_<group>_<dtype>.json where
-OUT is set, after each width.
+(persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too), and
+rows of 8 to 128 elements as the tile kernels against packed rows (packed_splits). Prints, per case, the policy's
+fraction of the copy bandwidth measured in the same run and the best five splits, then the split best for all the
+cases of a width together (the largest smallest ratio to each case's best), and for each direction's; writes
+$OUT/sweep_<group>_<dtype>.json where OUT is set, after each width.
 """
 from __future__ import annotations
 
@@ -248,6 +248,8 @@ def softmax(width: int, dtype: str) -> dict:
             tried = {"tile": {}, **packed_splits(width)}
         else:
             tried = one_step_too(splits(width, most_values=32))
+            if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
+                tried.update({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]})
             tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")

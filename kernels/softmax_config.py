@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .op_support import config_checks
-from .row_split import CHUNK, RowSplit
+from .row_split import CHUNK, RowSplit, check_stages
 
 DIRECTIONS = ("forward", "backward")
 DTYPES = ("bf16", "fp16", "f32")            # the input's and output's type (the statistics are fp32)
@@ -29,7 +29,8 @@ class SoftmaxConfig(RowSplit):
     time, a persistent grid of `blocks_per_sm` blocks an SM (or a block a row group: `persistent=False`);
     `prefetch`: the next row's loads in flight while a row is reduced and written; `stage` (backward): y passes
     through shared memory a chunk at a time, dy alone in registers (fp32 rows whose y and dy together would pass the
-    registers). `packed` (rows of 8 to 128 elements, a power of two): a warp's piece holds that many consecutive
+    registers). `stages` (forward, 2 to 4, instead of the prefetch): the next rows' x through shared memory
+    (row_split.StagedRows: no registers held for them). `packed` (rows of 8 to 128 elements, a power of two): a warp's piece holds that many consecutive
     rows (`packed` x `width` elements, whole 256-element chunks), each reduced over its own lanes (tk.segment_max,
     tk.segment_sum): a warp a piece, its lanes' 16-byte copies all of them a row's, where a row of 128 fills only half
     a chunk."""
@@ -41,6 +42,7 @@ class SoftmaxConfig(RowSplit):
     prefetch: bool = False
     stage: bool = False
     packed: int = 0
+    stages: int = 0
 
     def __post_init__(self) -> None:
         fail = config_checks(self, direction=DIRECTIONS, dtype=DTYPES)
@@ -48,6 +50,9 @@ class SoftmaxConfig(RowSplit):
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         if self.stage and (self.direction != "backward" or self.prefetch):
             fail("stage is the backward's (y through shared memory), without prefetch")
+        check_stages(self, fail)
+        if self.stages and (self.direction != "forward" or self.tile):
+            fail("stages (the next rows through shared memory) is the split forward's")
         if self.packed:
             self._check_packed(fail)
         if self.tile:
@@ -100,6 +105,7 @@ class SoftmaxConfig(RowSplit):
     def name(self) -> str:
         how = [f"tile{self.rows_per_block}"] if self.tile else [self.split_name, f"b{self.blocks_per_sm}",
                                                                self.prefetch and "prefetch", self.stage and "stage",
-                                                               self.packed and f"packed{self.packed}"]
+                                                               self.packed and f"packed{self.packed}",
+                                                               self.stages and f"st{self.stages}"]
         tags = ["softmax", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width), *how]
         return "_".join(t for t in tags if t)

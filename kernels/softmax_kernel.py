@@ -42,9 +42,16 @@ def forward_kernel(c: SoftmaxConfig):
         if c.prefetch:                                        # the next row's x, in flight a row ahead
             ahead = tk.rv(dt, piece, "contig")
             tk.load(ahead, x, (split.row_of(c, split.first_step(c)), part), fill=-math.inf)
+        if c.stages:                                          # the next rows through shared memory instead
+            staged = split.StagedRows(c, (x,), c.stages)
+            staged.start(part)
         for step in split.steps(c, x.rows):
             row = split.row_of(c, step)
-            if c.prefetch:
+            if c.stages:                                      # (0 past the row's end: -inf for the max)
+                staged.take((v,), step, part)
+                if c.ragged:
+                    tk.right_fill(v, v, c.width - part * piece, -math.inf)
+            elif c.prefetch:
                 tk.copy(v, ahead)
                 tk.load(ahead, x, (split.row_of(c, step + split.stride(c)), part), fill=-math.inf)
             else:

@@ -40,6 +40,8 @@ VARIANTS = [
     (dict(SPLIT, blocks_per_sm=1), dict(SPLIT, stage=True, prefetch=False)),
     (dict(SPLIT, warps_per_row=4, rows_per_block=2, cluster=2), dict(SPLIT, warps_per_row=2, rows_per_block=2,
                                                                     cluster=4, prefetch=False)),
+    (dict(SPLIT, stages=2), dict(SPLIT, persistent=False)),
+    (dict(SPLIT, warps_per_row=2, rows_per_block=1, cluster=2, stages=3), dict(SPLIT)),
 ]
 
 

@@ -105,6 +105,8 @@ SPLITS = {
                                                                              prefetch=True)),
     "stage": (None, dict(warps_per_row=2, rows_per_block=2, stage=True, prefetch=False)),
     "stage-cluster2": (None, dict(warps_per_row=1, rows_per_block=2, cluster=2, stage=True, prefetch=False)),
+    "stages2": (dict(warps_per_row=2, rows_per_block=2, stages=2), None),          # the next rows through shared
+    "stages3-cluster2": (dict(warps_per_row=1, rows_per_block=1, cluster=2, stages=3), None),
 }
 
 

@@ -46,11 +46,14 @@ def test_the_glu_splits_are_configs_within_an_sm():
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 def test_the_softmax_splits_are_configs(dtype):
+    from benchmarks.sweep_row_splits import config_name, staged_too
     from tkpy.kernels.softmax_policy import config_for
     tried = splits(4096, most_values=32)
     for o in tried:
         for direction in ("forward", "backward"):
             assert split_name(vars(config_for(direction, 4096, dtype, **o))) == split_name(o)
+    for name, o in staged_too(tried).items():             # (the forward's rows ahead through shared memory)
+        assert config_name(config_for("forward", 4096, dtype, **o)) == name
 
 
 def test_staged_splits_are_named_as_the_configs_and_taken_by_them():
