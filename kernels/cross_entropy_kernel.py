@@ -11,8 +11,8 @@ the target is read first (a row ahead); an ignored row (t == ignore_index, and t
 logits, stores a zero gradient and a zero loss (0 / divisor for "mean": NaN where every row is ignored, as torch's 0 /
 0). Otherwise: x (fp32, -inf past the row's end; x[t] and w[t] read as scalars, from L1/L2, in flight meanwhile) -> m
 = the row's max -> (smoothing: each warp's sum of x, or of w x) -> e = exp(x - m) in place (as exp2(x log2 e - m
-log2 e)) -> others = the sum of e but e[t] (and sum x) over the row -> s = others + e[t], lse = m + log(s). With n = share
-w[t] (share: 1, or 1 / the mean's divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1)
+log2 e)) -> others = the sum of e but e[t] (and sum x) over the row -> s = others + e[t], lse = m + log(s). With n =
+share w[t] (share: 1, or 1 / the mean's divisor, a device scalar; w[t] 1 without weights; NaN for a target outside 0..V-1)
 and q = share eps / V: loss = (1 - eps) n (lse - x[t]) + q (W lse - sum_j w_j x_j) (W = sum w, or V and sum x without
 weights), gradient = e a - q w with a = ((1 - eps) n + q W) / s, and at t less (1 - eps) n more, written as q W e[t] /
 s - (1 - eps) n others / s - q w[t] (tk.index_fill: the one element of the piece holding t), whose digits hold where

@@ -30,10 +30,10 @@ class SoftmaxConfig(RowSplit):
     `prefetch`: the next row's loads in flight while a row is reduced and written; `stage` (backward): y passes
     through shared memory a chunk at a time, dy alone in registers (fp32 rows whose y and dy together would pass the
     registers). `stages` (forward, 2 to 4, instead of the prefetch): the next rows' x through shared memory
-    (row_split.StagedRows: no registers held for them). `packed` (rows of 8 to 128 elements, a power of two): a warp's piece holds that many consecutive
-    rows (`packed` x `width` elements, whole 256-element chunks), each reduced over its own lanes (tk.segment_max,
-    tk.segment_sum): a warp a piece, its lanes' 16-byte copies all of them a row's, where a row of 128 fills only half
-    a chunk."""
+    (row_split.StagedRows: no registers held for them). `packed` (rows of 8 to 128 elements, a power of two): a
+    warp's piece holds that many consecutive rows (`packed` x `width` elements, whole 256-element chunks), each
+    reduced over its own lanes (tk.segment_max, tk.segment_sum): a warp a piece, its lanes' 16-byte copies all of
+    them a row's, where a row of 128 fills only half a chunk."""
 
     direction: str
     width: int
