@@ -80,8 +80,9 @@ def forward_kernel(c: NormConfig):
             if c.residual:
                 tk.store(residual_out, h, (row, part), masked=True)
                 tk.copy(v, h)
+            shift = None                                     # (merged: v - shift is x - mean)
             if layer and c.warps_per_row * c.cluster > 1:   # the mean and the centred sum in one exchange
-                mu, squares = _merged_moments(c, v, part)
+                mu, squares, shift = _merged_moments(c, v, part)
             elif layer:
                 mu = tk.let(split.row_sum(c, v) * (1.0 / n), "mu")
                 tk.sub(v, v, mu)
@@ -91,15 +92,20 @@ def forward_kernel(c: NormConfig):
             else:
                 squares = split.row_sum(c, v * v)
             r = tk.let(tk.rsqrt(squares * (1.0 / n) + eps), "r")
+            if shift is not None:                            # (v - shift) r as one FFMA
+                shift_r = tk.let(shift * r, "shift_r")
+                normed = lambda v: v * r - shift_r  # noqa: E731
+            else:
+                normed = lambda v: v * r  # noqa: E731
             if c.weight:
                 if not c.weight_in_registers:
                     _load_affine(c, w, b, weight, bias, part)
                 if c.bias:
-                    tk.map(v, lambda v, w, b: v * r * w + b, v, w, b)
+                    tk.map(v, lambda v, w, b: normed(v) * w + b, v, w, b)
                 else:
-                    tk.map(v, lambda v, w: v * r * w, v, w)
+                    tk.map(v, lambda v, w: normed(v) * w, v, w)
             else:
-                tk.mul(v, v, r)
+                tk.map(v, normed, v)
             tk.store(y, v, (row, part), masked=True)
             with tk.if_(part == 0):                          # one warp a row writes its statistics
                 tk.store(rstd, r, (row,), masked=True)
@@ -109,9 +115,9 @@ def forward_kernel(c: NormConfig):
 
 
 def _merged_moments(c: NormConfig, v, part):
-    """(the row's mean, the sum over the row of (x - mean)^2), v becoming x - mean: each warp's sum and sum of squared
-    deviations from its own mean merged in one exchange (tk.block.merge_variance / tk.cluster.merge_variance, Chan's)
-    where the mean and then the centred sum took two."""
+    """(the row's mean, the sum over the row of (x - mean)^2, shift), v becoming x - the piece's own mean (x - mean =
+    v - shift): each warp's sum and sum of squared deviations from its own mean merged in one exchange
+    (tk.block.merge_variance / tk.cluster.merge_variance, Chan's) where the mean and then the centred sum took two."""
     n, piece = c.width, c.piece
     if c.ragged:                                     # (a piece past the row's end holds fewer, or none)
         count = tk.let(tk.call("min", tk.call("max", n - part * piece, 0), piece) * 1.0, "count")
@@ -123,8 +129,7 @@ def _merged_moments(c: NormConfig, v, part):
     if c.ragged:                                     # (elements past the row's end: 0 - the piece's mean)
         tk.right_fill(v, v, n - part * piece, 0.0)
     mu, squares = split.scope(c).merge_variance(total, tk.sum(v * v), count, warps=c.warps_per_row)
-    tk.sub(v, v, tk.let(mu - local, "shift"))
-    return tk.let(mu, "mu"), squares
+    return tk.let(mu, "mu"), squares, tk.let(mu - local, "shift")
 
 
 def _load_row(c: NormConfig, v, r, x, residual, row, part):
