@@ -144,7 +144,7 @@ def forward_kernel(c: CrossEntropyConfig):
                 if c.ragged and not c.smoothing:
                     tk.right_fill(v, v, n - first, -math.inf)
             with tk.if_(t == ignore_index):                  # (and the rows past the last): no logits read
-                if _merges(c) and c.rows_per_block > 1:
+                if c.pieces > 1 and c.rows_per_block > 1:
                     # The block's reductions alternate buffers by their count, the same in every warp at the
                     # loss's block sum: an ignored row's warps meet once, as a counted row's do.
                     split.scope(c).merge_softmax(-math.inf, 0.0, warps=c.warps_per_row)
@@ -224,16 +224,11 @@ def _merged_statistics(c: CrossEntropyConfig, v, target_col, sums: tuple = ()):
     local = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "local_shift")   # (a piece of -inf only: e = 0)
     tk.map(v, lambda x: tk.exp2(x * tk.LOG2E - local), v)
     tk.index_fill(v, v, target_col, 0.0)         # (e[t] left out: 1 - p[t] = others / s keeps its digits)
-    if not _merges(c):
+    if c.pieces == 1:
         return (local, tk.sum(v), None, *sums)
     top, others, *totals = split.scope(c).merge_softmax(m, tk.sum(v), *sums, warps=c.warps_per_row)
     shift = tk.let(top * tk.LOG2E, "shift")
     return (shift, others, tk.let(tk.exp2(local - shift), "rescale"), *totals)
-
-
-def _merges(c: CrossEntropyConfig) -> bool:
-    """Whether a row's statistics are merged over several warps (a row split): one exchange a row."""
-    return c.warps_per_row * c.cluster > 1
 
 
 def _load_unless_ignored(v, logits, row, part, t, ignore_index, fill):

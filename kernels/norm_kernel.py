@@ -81,7 +81,7 @@ def forward_kernel(c: NormConfig):
                 tk.store(residual_out, h, (row, part), masked=True)
                 tk.copy(v, h)
             shift = None                                     # (merged: v - shift is x - mean)
-            if layer and c.warps_per_row * c.cluster > 1:   # the mean and the centred sum in one exchange
+            if layer and c.pieces > 1:                       # the mean and the centred sum in one exchange
                 mu, squares, shift = _merged_moments(c, v, part)
             elif layer:
                 mu = tk.let(split.row_sum(c, v) * (1.0 / n), "mu")

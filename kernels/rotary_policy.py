@@ -35,5 +35,6 @@ def config_for(head_dim: int, rotary_dim: int, heads_q: int, heads_k: int, dtype
 def grid_for(c: RotaryConfig, rows: int, resident: int) -> int:
     """Blocks of the persistent grid: enough warps for every group of positions, at most `resident` blocks (not
     c.persistent: no more than that)."""
-    blocks = -(-(-(-rows // c.positions)) // c.warps)
+    tasks = -(-rows // c.positions)
+    blocks = -(-tasks // c.warps)
     return max(1, min(blocks, resident) if c.persistent else blocks)

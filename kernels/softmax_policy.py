@@ -103,6 +103,7 @@ def choice(direction: str, width: int, dtype: str) -> Row:
     return next(row for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
 
 
+@functools.cache
 def tile_config(direction: str, width: int, dtype: str) -> SoftmaxConfig:
     """The tile kernels' config for rows of `width` (up to TILE_WIDTH: the policy's, and what packed rows fall back to
     where the rows do not fill whole packed ones)."""

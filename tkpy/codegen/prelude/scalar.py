@@ -129,20 +129,32 @@ template <int RANKS, int N>
 __device__ __forceinline__ void store_scalar_every_rank_async(const sv<float, N>& s, int i, float v, semaphore* sem) {
     if (lane() < RANKS) store_cluster_async(s.ptr(i), lane(), v, sem); }
 
+// Where lane l's q-th of COUNT partial results lies (result j at first + (j / GROUP) * RANK_STRIDE + (j % GROUP) *
+// STRIDE) and whether there is one (`real`): a power of two of them, result l % COUNT; otherwise q * 32 + l, none past
+// COUNT. partial_span: the lanes a butterfly then combines (those COUNT, or the warp). The merges below read them so.
+template <int COUNT, int GROUP, int STRIDE, int RANK_STRIDE>
+__device__ __forceinline__ int partial_slot(int first, int q, bool& real) {
+    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
+    const int ln = lane(), j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
+    real = pow2 || j < COUNT;
+    return first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
+}
+template <int COUNT> __device__ __forceinline__ constexpr int partial_span() {
+    return COUNT <= 32 && (COUNT & (COUNT - 1)) == 0 ? COUNT : 32; }
+
 // f over COUNT partial results in shared memory, the same bits in every lane and every warp that reads them:
 // result j lies at first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE (GROUP warps' slots STRIDE apart, a
 // block's RANK_STRIDE apart). Lane l takes result l (a power of two of them: l % COUNT, and a butterfly over
 // those lanes; otherwise `identity` past COUNT and a butterfly over the warp; more than 32: several a lane).
 template <typename F, int COUNT, int GROUP, int STRIDE, int RANK_STRIDE, int N>
 __device__ __forceinline__ float reduce_slots(const sv<float, N>& s, int first, F f, float identity) {
-    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
-    const int ln = lane();
     float v = identity;
     _Pragma("unroll") for (int q = 0; q < (COUNT + 31) / 32; q++) {
-        const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
-        if (pow2 || j < COUNT) v = f(v, load_scalar(s, first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE));
+        bool real;
+        const int at = partial_slot<COUNT, GROUP, STRIDE, RANK_STRIDE>(first, q, real);
+        if (real) v = f(v, load_scalar(s, at));
     }
-    _Pragma("unroll") for (int m = 1; m < (pow2 ? COUNT : 32); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
+    _Pragma("unroll") for (int m = 1; m < partial_span<COUNT>(); m <<= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, m));
     return v;
 }
 
@@ -152,15 +164,12 @@ __device__ __forceinline__ float reduce_slots(const sv<float, N>& s, int first, 
 // same bits in every lane and warp. A term whose max is top's is s_j itself (also where both are -inf).
 template <int COUNT, int GROUP, int STRIDE, int RANK_STRIDE, int N>
 __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int first, float& top, float& total) {
-    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
-    constexpr int Q = (COUNT + 31) / 32, SPAN = pow2 ? COUNT : 32;
-    const int ln = lane();
+    constexpr int Q = (COUNT + 31) / 32, SPAN = partial_span<COUNT>();
     float m[Q], t[Q];
     top = -INFINITY;
     _Pragma("unroll") for (int q = 0; q < Q; q++) {
-        const int j = pow2 ? (ln & (COUNT - 1)) : q * 32 + ln;
-        const int at = first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
-        const bool real = pow2 || j < COUNT;
+        bool real;
+        const int at = partial_slot<COUNT, GROUP, STRIDE, RANK_STRIDE>(first, q, real);
         m[q] = real ? load_scalar(s, at) : -INFINITY;
         t[q] = real ? load_scalar(s, at + 1) : 0.0f;
         top = fmaxf(top, m[q]);
@@ -179,14 +188,11 @@ __device__ __forceinline__ void merge_softmax_slots(const sv<float, N>& s, int f
 // divisions are __fdividef's (2 ulp; IEEE division's subroutine cost the layer norm a quarter more instructions).
 template <int COUNT, int GROUP, int STRIDE, int RANK_STRIDE, int N>
 __device__ __forceinline__ void merge_variance_slots(const sv<float, N>& s, int first, float& mean, float& m2) {
-    constexpr bool pow2 = COUNT <= 32 && (COUNT & (COUNT - 1)) == 0;
-    constexpr int Q = (COUNT + 31) / 32, SPAN = pow2 ? COUNT : 32;
-    const int ln = lane();
+    constexpr int Q = (COUNT + 31) / 32, SPAN = partial_span<COUNT>();
     float t[Q], q[Q], n[Q], sum_t = 0.0f, sum_n = 0.0f;
     _Pragma("unroll") for (int k = 0; k < Q; k++) {
-        const int j = pow2 ? (ln & (COUNT - 1)) : k * 32 + ln;
-        const int at = first + (j / GROUP) * RANK_STRIDE + (j % GROUP) * STRIDE;
-        const bool real = pow2 || j < COUNT;
+        bool real;
+        const int at = partial_slot<COUNT, GROUP, STRIDE, RANK_STRIDE>(first, k, real);
         t[k] = real ? load_scalar(s, at) : 0.0f;
         q[k] = real ? load_scalar(s, at + 1) : 0.0f;
         n[k] = real ? load_scalar(s, at + 2) : 0.0f;
