@@ -52,13 +52,12 @@ SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetc
                     "2 rows ahead in shared memory": dict(stages=2), "a block a row group": dict(persistent=False)}
 # ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
 SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
-                         "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True),
-                         "2 rows a warp (packed)": dict(tile=False, packed=2, rows_per_block=8, blocks_per_sm=4,
-                                                        prefetch=True),
-                         "4 rows a warp (packed)": dict(tile=False, packed=4, rows_per_block=4, blocks_per_sm=4,
-                                                        prefetch=True),
-                         "4 rows a warp (packed), a block a row group": dict(tile=False, packed=4, rows_per_block=4,
-                                                                              blocks_per_sm=4, persistent=False)}
+                         "a warp a row": dict(tile=False, rows_per_block=8, blocks_per_sm=4, prefetch=True)}
+# ... where it packs rows (a chunk of whole rows a warp): the tile kernels, two chunks, the other grid, the prefetch
+SOFTMAX_PACKED_VARIANTS = {"the tile kernels": dict(tile=True, packed=0, rows_per_block=64, blocks_per_sm=1,
+                                                    persistent=True),
+                           "two chunks a warp": dict(packed=2), "the persistent grid": dict(persistent=True),
+                           "a block a row group": dict(persistent=False), "prefetch": dict(prefetch=True)}
 
 
 def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only: str | None = None) -> list[dict]:
@@ -103,15 +102,15 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only
 OTHER_OPS = ("swiglu", "geglu", "rotary")
 GLU_SHAPE = (16384, 4096)                         # (rows, width) of gate and of up
 ROTARY_SHAPE = (8, 2048)                          # (batch, seq) of q (32 heads) and k (8 heads) at head dim 128
-# rotary kernel variants (RotaryConfig fields over the policy's choice: 4 chunks, 1 position, 8 warps x 4 blocks)
+# rotary kernel variants (RotaryConfig fields over the policy's choice: 4 chunks, 1 position, 8 warps x 4 blocks, a
+# warp a position one each)
 # timed by --variants, for kernels/rotary_policy.py's table
 ROTARY_VARIANTS = {"2 chunks": dict(chunks=2), "8 chunks, 2 blocks/SM": dict(chunks=8, blocks_per_sm=2),
                    "2 positions, 2 blocks/SM": dict(positions=2, blocks_per_sm=2), "2 blocks/SM": dict(blocks_per_sm=2),
                    "3 blocks/SM": dict(blocks_per_sm=3), "16 warps x 2 blocks": dict(warps=16, blocks_per_sm=2),
                    "4 warps x 4 blocks": dict(warps=4),
                    "1 chunk, 16 warps x 4 blocks (full occupancy)": dict(chunks=1, warps=16),
-                   "a warp a position (one step)": dict(persistent=False),
-                   "2 positions a warp (one step)": dict(positions=2, persistent=False)}
+                   "the persistent grid": dict(persistent=True)}
 
 
 def other_row(op: str, direction: str, compiled: bool, copy_cache: dict) -> dict:
@@ -443,11 +442,15 @@ def softmax_row(op: str, direction: str, rows: int, width: int, compiled: bool, 
 
 
 def softmax_variants(direction: str, width: int, dtype: str) -> dict:
-    """The variants --variants times for a case: the tile ones where the policy takes the tile kernels, else the
-    split ones (the staged y for the backward only, the rows ahead through shared memory for the forward only)."""
+    """The variants --variants times for a case: the tile ones where the policy takes the tile kernels, the packed
+    ones where it packs rows, else the split ones (the staged y for the backward only, the rows ahead through shared memory for the forward only)."""
     from tkpy.kernels import softmax_policy
     if softmax_policy.choice(direction, width, dtype) is softmax_policy.TILE:
         return SOFTMAX_TILE_VARIANTS
+    if width in softmax_policy.PACKED_WIDTHS:               # ("two chunks": twice the policy's rows a warp)
+        packed = softmax_policy.config_for(direction, width, dtype).packed
+        return {k: {**v, "packed": 2 * packed} if k == "two chunks a warp" else v
+                for k, v in SOFTMAX_PACKED_VARIANTS.items()}
     return {k: v for k, v in SOFTMAX_VARIANTS.items()
             if not (v.get("stage") and direction == "forward") and not (v.get("stages") and direction == "backward")}
 

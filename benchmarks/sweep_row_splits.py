@@ -18,7 +18,7 @@ blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also a
 rows of 8 to 128 elements as the tile kernels against packed rows (packed_splits). Prints, per case, the policy's
 fraction of the copy bandwidth measured in the same run and the best five splits, then the split best for all the
 cases of a width together (the largest smallest ratio to each case's best), and for each direction's; writes
-$OUT/sweep_<group>_<dtype>.json where OUT is set, after each width.
+$OUT/sweep_<group>_<dtype>_<widths>.json where OUT is set, after each width.
 """
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ def softmax(width: int, dtype: str) -> dict:
 
     from benchmarks import bench_memory_bound as bench
     from tkpy.kernels import softmax_op
-    from tkpy.kernels.softmax_policy import config_for
+    from tkpy.kernels.softmax_policy import PACKED_WIDTHS, TILE_WIDTH, config_for
     rows = ELEMENTS // width
     x = torch.randn(rows, width, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype])) * 3
     dy, y = torch.randn_like(x), softmax_op.forward(x)
@@ -244,8 +244,9 @@ def softmax(width: int, dtype: str) -> dict:
                 return lambda: softmax_op.forward(x, o)
             return lambda: softmax_op.backward(dy, y, o)
         policy = config_for(direction, width, dtype)
-        if policy.tile:                                  # (narrow rows: the tile kernels against packed rows)
-            tried = {"tile": {}, **packed_splits(width)}
+        if width <= TILE_WIDTH:                          # (narrow rows: the tile kernels against packed rows)
+            tile = {"tile": bench.SOFTMAX_PACKED_VARIANTS["the tile kernels"]}
+            tried = {**tile, **(packed_splits(width) if width in PACKED_WIDTHS else {})}
         else:
             tried = one_step_too(splits(width, most_values=32))
             if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
@@ -254,8 +255,8 @@ def softmax(width: int, dtype: str) -> dict:
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
-        report(case, got, "tile" if policy.tile else split_name(vars(policy)),
-               f"of {len(tried)} (copy {copy:.0f} GB/s)")
+        policy_name = "tile" if policy.tile else f"k{policy.packed}" * bool(policy.packed) + split_name(vars(policy))
+        report(case, got, policy_name, f"of {len(tried)} (copy {copy:.0f} GB/s)")
         cases[case] = got
     return cases
 
@@ -301,7 +302,7 @@ def main() -> None:
               f"({score:.3f} of each case's best at least)", flush=True)
         results.update(cases)
         if os.environ.get("OUT"):                        # (after each width: a cut-short run keeps the widths done)
-            path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}.json"
+            path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}_{(a.widths or 'default').replace(',', '-')}.json"
             path.write_text(json.dumps(results, indent=1))
 
 

@@ -6,9 +6,10 @@ records the choices.
 The aim: 16-byte loads in flight to cover the memory latency (~30 KB an SM at 3.5 TB/s; here 4 chunks of 512 bytes
 a warp, 32 warps an SM: 64 KB) in few registers (x and rotate_half(x) in packed 16-bit pairs, 4 + 4 registers a
 chunk, and a position's tables, 8 + 8 fp32 values: ~60 registers at 4 chunks, the cap of 32 warps an SM being 64);
-narrow rows (a decoding step's few heads) take two positions at a time instead. Full occupancy (1 chunk, 16 warps x 4
-blocks: 32 registers, no spills) keeps one load a warp in flight, 32 KB an SM: bench_memory_bound.py --variants times
-it beside the table's choice."""
+narrow rows (a decoding step's few heads) take two positions at a time instead. Wide rows take a warp a position,
+one each (no persistent loop: measured faster, its warps' loads all in flight at once). Full occupancy (1 chunk, 16
+warps x 4 blocks: 32 registers, no spills) keeps one load a warp in flight, 32 KB an SM: bench_memory_bound.py
+--variants times it beside the table's choice."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,8 +18,12 @@ from .op_support import Row
 from .rotary_config import CHUNK, RotaryConfig
 
 FIT = "register fit, unmeasured: no spills (NVRTC, tests/test_rotary.py); to be timed by bench_memory_bound.py"
-# chunks of the wider of q's and k's rows, up to (None: any) -> (chunks, positions, warps, blocks_per_sm)
-TABLE = ((1, Row((1, 2, 8, 4), FIT)), (2, Row((2, 1, 8, 4), FIT)), (None, Row((4, 1, 8, 4), FIT)))
+ONE_STEP = ("RESULTS.md run 320 (H200, q (16384, 32, 128) and k (16384, 8, 128) bf16): a warp a position, one each "
+            "(persistent=False), 0.99/0.96 of the copy forward/backward (the persistent grid's 0.90/0.91; two "
+            "positions a warp spill)")
+# chunks of the wider of q's and k's rows, up to (None: any) -> (chunks, positions, warps, blocks_per_sm, persistent)
+TABLE = ((1, Row((1, 2, 8, 4, True), FIT)), (2, Row((2, 1, 8, 4, True), FIT)),
+         (None, Row((4, 1, 8, 4, False), ONE_STEP)))
 INTERPRETER_SMS = 2
 
 
@@ -26,9 +31,10 @@ def config_for(head_dim: int, rotary_dim: int, heads_q: int, heads_k: int, dtype
                interleaved: bool, inverse: bool = False, **forced) -> RotaryConfig:
     """The kernel a call runs (`forced`: RotaryConfig fields over the table's)."""
     wide = -(-max(heads_q, heads_k) * head_dim // CHUNK)
-    chunks, positions, warps, blocks_per_sm = next(row for limit, row in TABLE if limit is None or wide <= limit).value
+    chunks, positions, warps, blocks_per_sm, persistent = next(
+        row for limit, row in TABLE if limit is None or wide <= limit).value
     c = RotaryConfig(head_dim, rotary_dim, heads_q, heads_k, dtype, table, interleaved, inverse, chunks, positions,
-                     warps, blocks_per_sm)
+                     warps, blocks_per_sm, persistent)
     return replace(c, **forced) if forced else c
 
 

@@ -1,7 +1,9 @@
-"""The policy of the softmax kernels: rows up to TILE_WIDTH wide take the tile kernels (kernels/row_softmax.py: 16
-rows a warp in a register tile), wider ones a split of each row (kernels/softmax_kernel.py: warps a row, rows a block,
-blocks a cluster, blocks an SM, prefetch, stage) by direction, the dtype's size and the width. Each table row carries
-its evidence; tests/test_softmax_op.py keeps a golden record of the choices (tests/golden/softmax_policy.json).
+"""The policy of the softmax kernels: rows of PACKED_WIDTHS (8 to 128) elements are packed, a warp's chunk of 256
+elements several whole rows (kernels/softmax_kernel.py, tk.segment_sum); other rows up to TILE_WIDTH wide take the
+tile kernels (kernels/row_softmax.py: 16 rows a warp in a register tile), wider ones a split of each row
+(kernels/softmax_kernel.py: warps a row, rows a block, blocks a cluster, blocks an SM, prefetch, stage) by direction,
+the dtype's size and the width. Each table row carries its evidence; tests/test_softmax_op.py keeps a golden record
+of the choices (tests/golden/softmax_policy.json).
 
 The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most 16 fp32 values up to 8192 elements
 (enough warps an SM, 24-32, to keep ~30 KB of loads in flight), 32 up to 131072 (a block of 16 warps an SM, the next
@@ -10,7 +12,8 @@ row's loads in flight), and the widest rows spread over a cluster of 8 blocks at
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
 with prefetch (only up to 4096: at 32 values a lane NVRTC spills), and one chunk of fp32 products; backward rows
 past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a
-block's 16 warps hold, as Quack does (its 16-block clusters past 128k are beyond the portable 8). Swept at 4096
+block's 16 warps hold, as Quack does (its 16-block clusters past 128k are beyond the portable 8), and fp32 rows of
+16384 (swept: fewer warps a block, more blocks an SM). Swept at 4096
 (benchmarks/sweep_row_splits.py softmax): fewer warps a row with more values a lane, and more rows a block.
 blocks_per_sm is the launch bounds' minimum (the register cap).
 """
@@ -19,16 +22,27 @@ from __future__ import annotations
 import functools
 
 from .op_support import Row
-from .row_split import over_table, warps_for
-from .softmax_config import SoftmaxConfig
+from .row_split import CHUNK, over_table, warps_for
+from .softmax_config import PACKED_WIDTHS, SoftmaxConfig
 
 FIT = ("register fit, unmeasured: the table's register cap holds the kernel without spills (NVRTC, "
        "tests/test_softmax_op.py); to be timed by bench_memory_bound.py --variants")
 SWEPT = ("RESULTS.md run 306 (H200, 16384 x 4096, {}): the best of 32 splits, {} of the copy (the register fit's "
          "{})")
 TILE_WIDTH = 128             # rows up to this wide: the tile kernels
-TILE = Row((64,), "the softmax example's tiling (4 warps of 16 rows, a block per 64 rows): 2035 GB/s at 524288 x 128 "
-                  "bf16 (RESULTS.md run 256); not compared with the split kernels yet")
+TILE = Row((64,), "the softmax example's tiling (4 warps of 16 rows, a block per 64 rows): 0.49/0.71 of the copy "
+                  "forward/backward at 524288 x 128 bf16, 0.91 f32 backward (RESULTS.md run 320); rows of 1 to 128 "
+                  "elements other than PACKED_WIDTHS, and packed rows' remainders")
+PACKED_SWEPT = ("RESULTS.md run 320 (H200, 524288 x 128, {}): the best of 55 packed splits, {} (the tile kernels' {}); "
+                "narrower PACKED_WIDTHS the same shape, a warp's chunk CHUNK / width rows, unmeasured")
+# (direction, bytes an element) -> Row((rows_per_block, blocks_per_sm, persistent)) of packed rows: a warp's piece
+# one chunk of CHUNK / width whole rows, a warp a piece
+PACKED = {
+    ("forward", 2): Row((8, 4, False), PACKED_SWEPT.format("bf16", "0.98 of the copy", 0.49)),
+    ("forward", 4): Row((4, 4, True), PACKED_SWEPT.format("f32", "its number lost to a rewritten JSON", "(lost too)")),
+    ("backward", 2): Row((8, 4, False), PACKED_SWEPT.format("bf16", "1.04 of the copy", 0.71)),
+    ("backward", 4): Row((8, 4, False), PACKED_SWEPT.format("f32", "1.04 of the copy", 0.91)),
+}
 ONE_STEP = {     # RESULTS.md run 317 (H200, 2^26 elements): the split without its prefetch, a block a row group
     # (persistent=False), against the persistent policy in the same run (fraction of the copy)
     "16-bit backward": "run 317 (bf16): 1.04/1.05/1.05 of the copy at 512/1024/4096 (the persistent policy's "
@@ -40,6 +54,8 @@ ONE_STEP = {     # RESULTS.md run 317 (H200, 2^26 elements): the split without i
     "bf16 forward 512": "run 317: without the prefetch 0.93 of the copy (the register fit's prefetch 0.89; a block a "
                         "row group 0.92)",
 }
+F32_SWEPT = ("RESULTS.md run 320 (H200, 2^26 elements, f32): the best of {} splits, {} of the copy (the register fit's "
+             "{})")
 # (direction, bytes an element) -> ((width up to, Row((most warps a row, rows_per_block, cluster, blocks_per_sm,
 # prefetch, stage, persistent))), ...). A width takes as many of its warps as pieces of row_split.PIECE elements
 # cover it.
@@ -61,8 +77,8 @@ SPLIT = {
         (1024, Row((2, 4, 1, 3, False, False, False), ONE_STEP["f32 forward"])),
         (2048, Row((4, 2, 1, 3, False, False, False), ONE_STEP["f32 forward"])),
         (4096, Row((4, 2, 1, 2, False, False, False), ONE_STEP["f32 forward"])),     # (run 306's split)
-        (8192, Row((16, 1, 1, 2, True, False, True), FIT)),
-        (16384, Row((16, 1, 1, 1, True, False, True), FIT)),
+        (8192, Row((8, 1, 1, 1, False, False, False), F32_SWEPT.format(35, 0.87, 0.81))),  # a block a row
+        (16384, Row((8, 1, 2, 4, False, False, True), F32_SWEPT.format(95, 0.85, 0.71))),  # clusters of 2
         (32768, Row((16, 1, 2, 1, True, False, True), FIT)),
         (65536, Row((16, 1, 4, 1, True, False, True), FIT)),
         (131072, Row((16, 1, 8, 1, True, False, True), FIT)),
@@ -85,8 +101,8 @@ SPLIT = {
         (1024, Row((2, 4, 1, 4, False, False, False), ONE_STEP["f32 backward"])),
         (2048, Row((4, 2, 1, 4, False, False, False), ONE_STEP["f32 backward"])),
         (4096, Row((8, 1, 1, 4, False, False, False), ONE_STEP["f32 backward"])),    # (run 306's split)
-        (8192, Row((16, 1, 1, 2, False, False, True), FIT)),
-        (16384, Row((16, 1, 1, 1, False, False, True), FIT)),
+        (8192, Row((8, 1, 1, 3, False, False, False), F32_SWEPT.format(24, 0.92, 0.85))),  # a block a row
+        (16384, Row((4, 1, 8, 2, False, False, False), F32_SWEPT.format(60, 0.92, 0.83))),  # a cluster of 8 a row
         (32768, Row((16, 1, 2, 1, False, False, True), FIT)),
         (65536, Row((16, 1, 4, 1, False, False, True), FIT)),
         (131072, Row((16, 1, 8, 1, False, False, True), FIT)),
@@ -98,6 +114,8 @@ SIZES = {"bf16": 2, "fp16": 2, "f32": 4}
 
 def choice(direction: str, width: int, dtype: str) -> Row:
     """The table row for rows of `width` elements of `dtype`."""
+    if width in PACKED_WIDTHS:
+        return PACKED[direction, SIZES[dtype]]
     if width <= TILE_WIDTH:
         return TILE
     return next(row for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
@@ -117,6 +135,10 @@ def config_for(direction: str, width: int, dtype: str, **forced) -> SoftmaxConfi
     row = choice(direction, width, dtype)
     if row is TILE:
         c = tile_config(direction, width, dtype)
+    elif width in PACKED_WIDTHS:
+        rows_per_block, blocks_per_sm, persistent = row.value
+        c = SoftmaxConfig(direction, width, dtype, packed=CHUNK // width, rows_per_block=rows_per_block,
+                          blocks_per_sm=blocks_per_sm, persistent=persistent)
     else:
         most, rows_per_block, cluster, blocks_per_sm, prefetch, stage, persistent = row.value
         c = SoftmaxConfig(direction, width, dtype, prefetch=prefetch, stage=stage,

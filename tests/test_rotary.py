@@ -143,14 +143,14 @@ def test_positions_past_the_tables_are_refused():
 
 # The policy's choices: (head_dim, rotary_dim, heads_q, heads_k) -> the kernel's name (bf16, fp32 tables, neox)
 POLICY = {
-    (128, 128, 32, 8): "rotary_neox_bf16_tf32_d128r128_h32k8_c4p1w8b4",       # the benchmark's: pieces of 4 chunks
-    (64, 64, 32, 8): "rotary_neox_bf16_tf32_d64r64_h32k8_c4p1w8b4",           # pieces of 2 (k's row), 2 at once
-    (128, 64, 32, 1): "rotary_neox_bf16_tf32_d128r64_h32k1_c4p1w8b4",         # pieces of a chunk, 4 at once
-    (256, 256, 16, 16): "rotary_neox_bf16_tf32_d256r256_h16k16_c4p1w8b4",
-    (64, 64, 4, 1): "rotary_neox_bf16_tf32_d64r64_h4k1_c1p2w8b4",             # a chunk a row: 2 positions at once
+    (128, 128, 32, 8): "rotary_neox_bf16_tf32_d128r128_h32k8_c4p1w8b4_onestep",  # the benchmark's: pieces of 4 chunks
+    (64, 64, 32, 8): "rotary_neox_bf16_tf32_d64r64_h32k8_c4p1w8b4_onestep",  # pieces of 2 (k's row), 2 at once
+    (128, 64, 32, 1): "rotary_neox_bf16_tf32_d128r64_h32k1_c4p1w8b4_onestep",  # pieces of a chunk, 4 at once
+    (256, 256, 16, 16): "rotary_neox_bf16_tf32_d256r256_h16k16_c4p1w8b4_onestep",
+    (64, 64, 4, 1): "rotary_neox_bf16_tf32_d64r64_h4k1_c1p2w8b4",  # a chunk a row: 2 positions at once
     (128, 128, 4, 1): "rotary_neox_bf16_tf32_d128r128_h4k1_c2p1w8b4",
-    (96, 96, 32, 8): "rotary_neox_bf16_tf32_d96r96_h32k8_c4p1w8b4",           # groups of 2 heads, 4 at once
-    (80, 32, 32, 32): "rotary_neox_bf16_tf32_d80r32_h32k32_c4p1w8b4",
+    (96, 96, 32, 8): "rotary_neox_bf16_tf32_d96r96_h32k8_c4p1w8b4_onestep",  # groups of 2 heads, 4 at once
+    (80, 32, 32, 32): "rotary_neox_bf16_tf32_d80r32_h32k32_c4p1w8b4_onestep",
 }
 
 
