@@ -167,9 +167,9 @@ def timed_splits(tried: dict, launch_of, nbytes: int, copy: float, what: str) ->
         return {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
 
 
-def norms(width: int) -> dict:
-    """{case: {split: fraction of the copy}} of the four norms, each way, at `width` (launches alone, as
-    bench_memory_bound.py's variants)."""
+def norms(width: int, ops: tuple | None = None) -> dict:
+    """{case: {split: fraction of the copy}} of the four norms (or `ops` of them), each way, at `width` (launches
+    alone, as bench_memory_bound.py's variants)."""
     import torch
 
     from benchmarks import bench_memory_bound as bench
@@ -179,7 +179,7 @@ def norms(width: int) -> dict:
     options = staged_too(splits(width, clusters=clusters, most_values=32))
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
-    for op in bench.OPS:
+    for op in ops or bench.OPS:
         for direction in ("forward", "backward"):
             launch_of = bench.norm_launch_of(op, direction, rows, width)
             kind = "rms" if op.startswith("rms") else "layer"
@@ -285,12 +285,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("group", choices=tuple(GROUPS))
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "f32"), help="cross-entropy's logits, softmax's x")
+    parser.add_argument("--ops", default=None, help="norms: comma-separated of rms, rms+residual, layer, layer+residual")
     parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
     a = parser.parse_args()
     default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
     results = {}
     for width in (int(w) for w in (a.widths or default).split(",")):
-        cases = GROUPS[a.group](width, a.dtype) if a.group in ("cross-entropy", "softmax") else GROUPS[a.group](width)
+        if a.group in ("cross-entropy", "softmax"):
+            cases = GROUPS[a.group](width, a.dtype)
+        else:
+            cases = GROUPS[a.group](width, *([tuple(a.ops.split(","))] if a.ops and a.group == "norms" else []))
         for direction in ("forward", "backward"):        # (the norms', the GLUs' and softmax's tables are by direction)
             one_way = {case: got for case, got in cases.items() if f" {direction} " in case}
             if one_way and len(one_way) < len(cases):
