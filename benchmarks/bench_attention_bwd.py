@@ -15,7 +15,7 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
 
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare exp2_emulated=2[,stages=3] [--only ...]
+    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare stages=3[,dq_stages=1] [--only ...]
         (tkpy's backward with those AttentionBwdConfig fields against its default, timed in pairs, and the largest
         relative difference of its gradients from the default's)
 """

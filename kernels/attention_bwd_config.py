@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import DQ_TILES, EXP2_EMULATED, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
+from .attention_bwd_policy import DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -20,9 +20,7 @@ class AttentionBwdConfig:
     tile, its key tiles in order) instead of the main kernel's reduce-adds, whose order varies from run to run;
     its gradients are then bit-identical from run to run. Past D128 the dQ pass runs either way (dq_pass).
     `stages`: the main kernel's ring of (Q, dO) tiles (default MAIN_STAGES); `dq_kv` and `dq_stages`: the dQ pass's
-    key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES); `exp2_emulated`:
-    eighths of P's exponentials computed by tk.exp2's software exp2 on the FMA pipes (default EXP2_EMULATED: the
-    two warpgroups' exponentials meet at the MUFU in the same phase of each step).
+    key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -34,7 +32,6 @@ class AttentionBwdConfig:
     stages: int | None = None
     dq_kv: int | None = None
     dq_stages: int | None = None
-    exp2_emulated: int | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -42,7 +39,6 @@ class AttentionBwdConfig:
     stage_count: int = field(**_DERIVED)
     dq_kv_rows: int = field(**_DERIVED)
     dq_stage_count: int = field(**_DERIVED)
-    emulated_eighths: int = field(**_DERIVED)
 
     def __post_init__(self) -> None:
         d = self.d
@@ -61,16 +57,11 @@ class AttentionBwdConfig:
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
             if not isinstance(value, int) or not 1 <= value <= 8:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
-        emulated = EXP2_EMULATED.value[0] if self.exp2_emulated is None else self.exp2_emulated
-        if not isinstance(emulated, int) or isinstance(emulated, bool) or not 0 <= emulated <= 8:
-            raise ValueError(f"attention backward: exp2_emulated (eighths of P's exponentials by the software exp2) "
-                             f"must be 0..8, got {emulated!r}")
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
         for key, value in dict(family=family, dq_pass=not atomic_dq(d, self.deterministic), splits=splits_for(d),
-                               stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               emulated_eighths=emulated).items():
+                               stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -83,10 +74,7 @@ class AttentionBwdConfig:
         default_stages = MAIN_STAGES[self.family].value[0]
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
-            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") + self._emulated()
-
-    def _emulated(self) -> str:
-        return "" if self.emulated_eighths == EXP2_EMULATED.value[0] else f"_emu{self.emulated_eighths}"
+            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages")
 
     @property
     def dq_name(self) -> str:
@@ -94,4 +82,4 @@ class AttentionBwdConfig:
         kv, stages = DQ_TILES[self.family].value
         return f"attention_bwd_dq_d{self.d}" + self._suffix() \
             + ("" if self.dq_kv_rows == kv else f"_kv{self.dq_kv_rows}") \
-            + ("" if self.dq_stage_count == stages else f"_{self.dq_stage_count}stages") + self._emulated()
+            + ("" if self.dq_stage_count == stages else f"_{self.dq_stage_count}stages")

@@ -105,8 +105,7 @@ def _attention_bwd_dq(config: AttentionBwdConfig):
             tk.warpgroup.mm_ABt(st.probs, st.q[wg], inp.k)
             tk.warpgroup.mm_ABt(st.grads, st.do[wg], inp.v)
             tk.warpgroup.mma_async_wait()
-            tk.map(st.probs, lambda s, lse: tk.exp2(s * g.scale_log2 - lse, emulated=c.emulated_eighths / 8),
-                   st.probs, st.lse)
+            tk.map(st.probs, lambda s, lse: tk.exp2(s * g.scale_log2 - lse), st.probs, st.lse)
             if causal:
                 diagonal = st.diagonal - k * kv
                 with tk.if_(diagonal < kv - 1):     # this tile crosses the warp's diagonal

@@ -197,8 +197,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.load(lse, inp.lse)
             tk.warpgroup.mma_async_wait()
             tk.mark("S dP arrived")
-            tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l, emulated=c.emulated_eighths / 8), st.probs,
-                   lse)
+            tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
             if causal:
                 causal_mask(st.probs, st.key_row - tile * Q_TILE - g.offset)
             with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK

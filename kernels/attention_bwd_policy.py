@@ -48,9 +48,6 @@ UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attenti
 # (32 KB) and the dQ staging tiles (32 KB), all a block can have; D256: one stage of 64 KB beside K and V (128 KB).
 MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, level causal (RESULTS.md run 266)"),
                128: Row((2,), "the most that fit"), 256: Row((1,), "the most that fit")}
-# Eighths of P's exponentials by the software exp2 (tk.exp2's emulated): the forward's take 2-3 (RESULTS.md runs
-# 71, 186, 243); in the backward both warpgroups' 2 x 4096 a step meet at the MUFU (16 an SM and clock) together.
-EXP2_EMULATED = Row((0,), "none: untimed in the backward (bench_attention_bwd.py --compare exp2_emulated=2)")
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
 # 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
 DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}

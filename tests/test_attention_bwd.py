@@ -59,17 +59,15 @@ def check(grads, inputs, dtype, causal=False, scale=None, grad_lse=None):
         assert error <= TOL[dtype] / 2 * max(r.norm().item(), 5e-2 * t.norm().item()), (name, error, r.norm().item())
 
 
-def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None, options=None):
-    """The forward's output and lse, then the backward's launches into NaN-filled dq, dk, dv and workspaces
-    (`options`: AttentionBwdConfig fields over the policy's)."""
+def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None):
+    """The forward's output and lse, then the backward's launches into NaN-filled dq, dk, dv and workspaces."""
     o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True)
     grads = [gpu_util.poisoned(*x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v)]
     d = policy.native_dim(q.shape[3])
     atomic = policy.atomic_dq(d, deterministic)
     workspace = [w.fill_(float("nan")) for w in ab.workspaces(q.new_empty(*q.shape[:3], d), atomic)]
     scale = q.shape[3] ** -0.5 if scale is None else scale
-    ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace,
-               options)
+    ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace)
     return grads
 
 
@@ -93,15 +91,6 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype, scale
 def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     q, k, v, do = inputs(b, h, hkv, n, nk, d, dtype)
     check(backward(q, k, v, do, causal, scale), (q, k, v, do), dtype, causal, scale)
-
-
-@pytest.mark.parametrize("d,causal,deterministic", [(64, True, False), (128, False, True), (256, True, False)])
-def test_emulated_exponentials(d, causal, deterministic):
-    """3 of every 8 of P's exponentials by the software exp2 (exp2_emulated), in the main kernel and the dQ pass;
-    keys past N_k (lse_log2 = +inf rows: exp2(-inf) = 0 either way)."""
-    q, k, v, do = inputs(1, 2, 1, 70, 90, d, BF16)
-    grads = backward(q, k, v, do, causal, None, deterministic, options=dict(exp2_emulated=3))
-    check(grads, (q, k, v, do), BF16, causal)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -209,9 +198,6 @@ def test_checks_say_what_they_cannot_take():
         AttentionBwdConfig(48)
     with pytest.raises(ValueError, match="dq_kv"):
         AttentionBwdConfig(64, dq_kv=40)
-    with pytest.raises(ValueError, match="exp2_emulated .* must be 0..8"):
-        AttentionBwdConfig(64, exp2_emulated=9)
-    assert AttentionBwdConfig(128, exp2_emulated=2).name == "attention_bwd_d128_emu2"
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
@@ -270,13 +256,6 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
         compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
-@pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
-def test_emulated_exponentials_compile_without_spills(d, causal):
-    """The main kernel with 3 of 8 of P's exponentials by the software exp2: its FMA-pipe code within the registers."""
-    c = AttentionBwdConfig(d, tk.bf16, causal, exp2_emulated=3)
-    compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
-
-
 def test_small_kernels_compile_without_spills():
     for d in (64, 128, 256):
         x, rows, work = torch.empty(1, 2, 512, d, dtype=BF16), torch.empty(1, 2, 512), torch.empty(1, 2, 512, d)
@@ -310,15 +289,6 @@ def test_gpu_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
 def test_gpu_every_head_dim(d, causal):
     q, k, v, do = inputs(1, 4, 2, 300, 333, d, BF16, device="cuda")
     check(backward(q, k, v, do, causal, None), (q, k, v, do), BF16, causal)
-
-
-@gpu_util.on_gpu
-@pytest.mark.parametrize("emulated", [2, 3])
-@pytest.mark.parametrize("d,causal,deterministic", [(64, False, False), (128, True, False), (128, False, True)])
-def test_gpu_emulated_exponentials(d, causal, deterministic, emulated):
-    q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
-    grads = backward(q, k, v, do, causal, None, deterministic, options=dict(exp2_emulated=emulated))
-    check(grads, (q, k, v, do), BF16, causal)
 
 
 @gpu_util.on_gpu
