@@ -14,11 +14,12 @@ over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the
 elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch; swiglu and geglu
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
-(persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too), and
-rows of 8 to 128 elements as the tile kernels against packed rows (packed_splits). Prints, per case, the policy's
-fraction of the copy bandwidth measured in the same run and the best five splits, then the split best for all the
-cases of a width together (the largest smallest ratio to each case's best), and for each direction's; writes
-$OUT/sweep_<group>_<dtype>_<widths>.json where OUT is set, after each width.
+(persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too, and from
+STAGED_PIECE_WIDTH its piece of x there, `stage`: S), and rows of 8 to 128 elements as the tile kernels against
+packed rows (packed_splits). Prints, per case, the policy's fraction of the copy bandwidth measured in the same run
+and the best five splits, then the split best for all the cases of a width together (the largest smallest ratio to
+each case's best), and for each direction's; writes $OUT/sweep_<group>_<dtype>_<widths>.json where OUT is set, after
+each width.
 """
 from __future__ import annotations
 
@@ -251,14 +252,33 @@ def softmax(width: int, dtype: str) -> dict:
             tried = one_step_too(splits(width, most_values=32))
             if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
                 tried.update({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]})
-            tried.setdefault(split_name(vars(policy)), {f: getattr(policy, f) for f in SPLIT_FIELDS})
+            if direction == "forward" and width >= STAGED_PIECE_WIDTH:      # (x's piece in shared memory: `stage`)
+                tried.update({softmax_split_name(o): o for o in staged_pieces(width)})
+            tried.setdefault(softmax_split_name(vars(policy)),
+                             {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stages")})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
-        policy_name = "tile" if policy.tile else f"k{policy.packed}" * bool(policy.packed) + split_name(vars(policy))
+        policy_name = "tile" if policy.tile else f"k{policy.packed}" * bool(policy.packed) + softmax_split_name(
+            vars(policy))
         report(case, got, policy_name, f"of {len(tried)} (copy {copy:.0f} GB/s)")
         cases[case] = got
     return cases
+
+
+STAGED_PIECE_WIDTH = 32768      # softmax forwards from this wide: the splits with x's piece in shared memory too
+
+
+def staged_pieces(width: int) -> list[dict]:
+    """The softmax forward's splits with x's piece in shared memory (`stage`: up to 64 values a lane, a chunk in
+    registers), persistent and a block a row group."""
+    return [{**o, "prefetch": False, "stage": True, "stages": 0, "persistent": persistent}
+            for o in splits(width, most_values=64) if not o["prefetch"] for persistent in (True, False)]
+
+
+def softmax_split_name(o: dict) -> str:
+    """split_name, S where x's (the backward's y's) piece passes through shared memory, st<k> with k rows ahead."""
+    return split_name(o) + ("S" if o.get("stage") else "") + (f"st{o['stages']}" if o.get("stages") else "")
 
 
 def packed_splits(width: int) -> dict:
@@ -285,7 +305,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("group", choices=tuple(GROUPS))
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "f32"), help="cross-entropy's logits, softmax's x")
-    parser.add_argument("--ops", default=None, help="norms: comma-separated of rms, rms+residual, layer, layer+residual")
+    parser.add_argument("--ops", default=None,
+                        help="norms: comma-separated of rms, rms+residual, layer, layer+residual")
     parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
     a = parser.parse_args()
     default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
@@ -306,7 +327,8 @@ def main() -> None:
               f"({score:.3f} of each case's best at least)", flush=True)
         results.update(cases)
         if os.environ.get("OUT"):                        # (after each width: a cut-short run keeps the widths done)
-            path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}_{(a.widths or 'default').replace(',', '-')}.json"
+            widths = (a.widths or "default").replace(",", "-")
+            path = Path(os.environ["OUT"]) / f"sweep_{a.group}_{a.dtype}_{widths}.json"
             path.write_text(json.dumps(results, indent=1))
 
 

@@ -170,15 +170,16 @@ def check_stages(c, fail) -> None:
 def over_table(c, forced: dict):
     """Config `c` (a policy table's choice) with the fields `forced` over it. Forcing rows ahead (the prefetch,
     stages) takes the persistent loop they need too, forcing either takes the table's other away (each is instead of
-    the other, check_stages), and forcing persistent=False the table's rows ahead; unless those are forced as well."""
+    the other, check_stages), forcing persistent=False the table's rows ahead, and forcing a piece through shared
+    memory (softmax's `stage`) the rows ahead too; unless those are forced as well."""
     if not forced:
         return c
     implied = {}
     if forced.get("prefetch") or forced.get("stages"):
         implied["persistent"] = True
-    if (forced.get("prefetch") or forced.get("persistent") is False) and hasattr(c, "stages"):
+    if (forced.get("prefetch") or forced.get("persistent") is False or forced.get("stage")) and hasattr(c, "stages"):
         implied["stages"] = 0
-    if forced.get("stages") or forced.get("persistent") is False:
+    if forced.get("stages") or forced.get("persistent") is False or forced.get("stage"):
         implied["prefetch"] = False
     return replace(c, **{**implied, **forced})
 

@@ -27,9 +27,10 @@ class SoftmaxConfig(RowSplit):
     Otherwise a row is split over `warps_per_row` warps of a block and `cluster` blocks (the RowSplit fields,
     keyword-only; kernels/row_split.py: each warp a contig piece, 16-byte copies), `rows_per_block` rows a block at a
     time, a persistent grid of `blocks_per_sm` blocks an SM (or a block a row group: `persistent=False`);
-    `prefetch`: the next row's loads in flight while a row is reduced and written; `stage` (backward): y passes
+    `prefetch`: the next row's loads in flight while a row is reduced and written; `stage`: the backward's y passes
     through shared memory a chunk at a time, dy alone in registers (fp32 rows whose y and dy together would pass the
-    registers). `stages` (forward, 2 to 4, instead of the prefetch): the next rows' x through shared memory
+    registers), the forward's x the same way (a chunk in registers: several blocks an SM for the widest rows).
+    `stages` (forward, 2 to 4, instead of the prefetch): the next rows' x through shared memory
     (row_split.StagedRows: no registers held for them). `packed` (rows of 8 to 128 elements, a power of two): a
     warp's piece holds that many consecutive rows (`packed` x `width` elements, whole 256-element chunks), each
     reduced over its own lanes (tk.segment_max, tk.segment_sum): a warp a piece, its lanes' 16-byte copies all of
@@ -48,8 +49,8 @@ class SoftmaxConfig(RowSplit):
         fail = config_checks(self, direction=DIRECTIONS, dtype=DTYPES)
         if not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
-        if self.stage and (self.direction != "backward" or self.prefetch):
-            fail("stage is the backward's (y through shared memory), without prefetch")
+        if self.stage and (self.prefetch or self.stages):
+            fail("stage (the row's piece through shared memory) is without prefetch or stages")
         check_stages(self, fail)
         if self.stages and (self.direction != "forward" or self.tile):
             fail("stages (the next rows through shared memory) is the split forward's")

@@ -10,7 +10,8 @@ s = rowsum(dy * y): y and dy held in their dtype (16-bit ones as packed pairs), 
 row (one reduction), dx computed in fp32 and rounded once; a warp's piece as vectors of a chunk each, so that the
 fp32 products take one chunk's registers. With `stage`, y goes into shared memory by cp.async (no registers on the
 way) and is read from there a chunk at a time, dy alone staying in registers: rows of 262144 fp32 elements hold 128 KB
-of each an SM. With `packed`, rows of 8 to 128 elements lie several to a warp's piece (a kernel row of packed x width
+of each an SM; in the forward, x so (read three times a chunk at a time: the max, the sum, y), a block holding a chunk
+in registers. With `packed`, rows of 8 to 128 elements lie several to a warp's piece (a kernel row of packed x width
 elements), each one's max and sums taken over its own lanes (tk.segment_max, tk.segment_sum: vectors, no scalars).
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
@@ -36,6 +37,9 @@ def forward_kernel(c: SoftmaxConfig):
     @tk.kernel(**c.kernel_options(), name=c.name)
     def softmax_forward(x: rows, y: rows):
         part = tk.let(split.part_of(c), "part")
+        if c.stage:                                           # the piece in shared memory, a chunk in registers
+            _staged_forward(c, x, y, part)
+            return
         v = tk.rv(f32, piece, "contig")                       # the row's piece: x, then e, then y
         if c.packed:                                          # each row's max, then its sum, in each of its elements
             stats = tk.rv(f32, piece, "contig", name="stats")
@@ -66,6 +70,49 @@ def forward_kernel(c: SoftmaxConfig):
                 tk.mul(v, v, tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale"))
             tk.store(y, v, (row, part), masked=True)
     return softmax_forward
+
+
+def _staged_forward(c: SoftmaxConfig, x, y, part) -> None:
+    """The forward with each warp's piece of x in shared memory (cp.async, no registers on the way): three reads of
+    it a chunk at a time (loops, not unrolled: few registers), for the max, the sum of the exponentials and y (two
+    exponentials an element), so that a block holds only a chunk in registers and several blocks an SM keep their
+    rows' loads in flight."""
+    dt, segments = DTYPES[c.dtype], c.piece // CHUNK
+    staged = tk.sv(dt, CHUNK, count=c.warps * segments)
+    held = tk.rv(dt, CHUNK, "contig", name="held")            # a chunk of x
+    top_x = tk.rv(dt, CHUNK, "contig", name="top_x")          # the largest of each element's chunks
+    e = tk.rv(f32, CHUNK, "contig", name="e")                 # the exponentials' sums, then a chunk of y
+    base = tk.let(tk.warp_id() * segments, "base")
+
+    def chunk(vector, k) -> None:
+        """Chunk k of the piece into `vector`, -inf past the row's end (0 there from the copy)."""
+        tk.load(vector, staged[base + k])
+        if c.ragged:
+            tk.right_fill(vector, vector, c.width - (part * segments + k) * CHUNK, -math.inf)
+
+    for step in split.steps(c, x.rows):
+        row = split.row_of(c, step)
+        tk.warp_sync()                                        # (the last row's reads of `staged` are done)
+        for k in tk.range(segments):
+            tk.load_async(staged[base + k], x, (row, part * segments + k), masked=True)
+        tk.load_async_wait(0)
+        tk.warp_sync()                                        # (the other lanes' copies)
+        chunk(top_x, 0)
+        for k in tk.range(1, segments):
+            chunk(held, k)
+            tk.max(top_x, top_x, held)
+        m = tk.amax(top_x)
+        shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")       # (a piece of -inf only: e = 0)
+        tk.zero(e)
+        for k in tk.range(segments):
+            chunk(held, k)
+            tk.map(e, lambda t, a: t + tk.exp2(a * tk.LOG2E - shift), e, held)
+        top, total = split.scope(c).merge_softmax(m, tk.sum(e), warps=c.warps_per_row)
+        scale = tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale")
+        for k in tk.range(segments):
+            tk.load(held, staged[base + k])
+            tk.map(e, lambda a: tk.exp2(a * tk.LOG2E - shift) * scale, held)
+            tk.store(y, e, (row, part * segments + k), masked=True)
 
 
 def _packed_rows_softmax(v, stats, width: int) -> None:

@@ -41,6 +41,8 @@ VARIANTS = [
     (dict(SPLIT, warps_per_row=4, rows_per_block=2, cluster=2), dict(SPLIT, warps_per_row=2, rows_per_block=2,
                                                                     cluster=4, prefetch=False)),
     (dict(SPLIT, stages=2), dict(SPLIT, persistent=False)),
+    (dict(SPLIT, stage=True, prefetch=False, blocks_per_sm=2), dict(SPLIT, stage=True, prefetch=False,
+                                                                    persistent=False)),
     (dict(SPLIT, warps_per_row=2, rows_per_block=1, cluster=2, stages=3), dict(SPLIT)),
 ]
 
@@ -53,6 +55,23 @@ def test_variants(width, variant, dtype):
     defaults = dict(warps_per_row=max(1, min(16, width // 512)), rows_per_block=1 if width > 512 else 4)
     check((1000, width), dtype, device="cuda", forward_options={**defaults, **forward_options},
           backward_options={**defaults, **backward_options})
+
+
+# the forward's x through shared memory at the widest rows: a cluster of 8 blocks of 16 warps (64 values a lane at
+# 262144, 2 blocks an SM in bf16), of 4 at 65536; a ragged width
+STAGED_WIDE = [(262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=2)),
+               (200000, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
+               (65536, dict(warps_per_row=16, cluster=4, blocks_per_sm=2, persistent=False))]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("case", range(len(STAGED_WIDE)))
+def test_staged_forward_of_wide_rows(case, dtype):
+    width, split = STAGED_WIDE[case]
+    if dtype == torch.float32 and width > 131072:
+        split = dict(split, blocks_per_sm=1)              # (128 KB of fp32 a block)
+    options = dict(tile=False, rows_per_block=1, stage=True, prefetch=False, stages=0, **split)
+    check((37, width), dtype, device="cuda", forward_options=options, backward_options=dict(tile=False))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])

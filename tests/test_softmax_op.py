@@ -97,14 +97,16 @@ def test_forward_and_backward_match_float64_torch(shape, dtype):
 
 
 # forced splits: a row over 2 and over 4 blocks of a cluster, several rows a block of several warps, the prefetch
-# on and off, y staged through shared memory (in a cluster too)
+# on and off, x and y staged through shared memory (in a cluster too)
 SPLITS = {
     "cluster2": (dict(warps_per_row=2, rows_per_block=2, cluster=2), None),
     "cluster4": (dict(warps_per_row=1, rows_per_block=3, cluster=4, prefetch=True), None),
     "rows3": (dict(warps_per_row=2, rows_per_block=3, prefetch=False), dict(warps_per_row=2, rows_per_block=3,
                                                                              prefetch=True)),
-    "stage": (None, dict(warps_per_row=2, rows_per_block=2, stage=True, prefetch=False)),
-    "stage-cluster2": (None, dict(warps_per_row=1, rows_per_block=2, cluster=2, stage=True, prefetch=False)),
+    "stage": (dict(warps_per_row=2, rows_per_block=2, stage=True), dict(warps_per_row=2, rows_per_block=2,
+                                                                         stage=True, prefetch=False)),
+    "stage-cluster2": (dict(warps_per_row=1, rows_per_block=1, cluster=2, stage=True, persistent=False),
+                       dict(warps_per_row=1, rows_per_block=2, cluster=2, stage=True, prefetch=False)),
     "stages2": (dict(warps_per_row=2, rows_per_block=2, stages=2), None),          # the next rows through shared
     "stages3-cluster2": (dict(warps_per_row=1, rows_per_block=1, cluster=2, stages=3), None),
 }
@@ -253,7 +255,8 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, grad):
     (dict(direction="sideways"), "direction must be one of"),
     (dict(width=262145), "width must be an int from 1 to 262144"),
     (dict(dtype="f64"), "dtype must be one of"),
-    (dict(stage=True, direction="forward"), "stage is the backward's"),
+    (dict(stage=True, prefetch=True), "stage .* is without prefetch or stages"),
+    (dict(stage=True, direction="forward", stages=2), "stage .* is without prefetch or stages"),
     (dict(tile=True, cluster=2, rows_per_block=64), "a tile kernel takes whole rows in one warp"),
     (dict(tile=True, width=512, rows_per_block=64), "rows of up to 256"),
     (dict(tile=True, width=200, dtype="f32", direction="backward", rows_per_block=64), "rows of up to 128"),
@@ -322,6 +325,22 @@ def test_the_policys_kernels_compile_without_spills(direction, dtype, width):
     kernel = (softmax_kernel.forward_kernel if direction == "forward" else softmax_kernel.backward_kernel)(c)
     r = kernel.resources(*([x] * (2 if direction == "forward" else 3)))
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+
+
+@pytest.mark.parametrize("dtype,width,split", [
+    ("fp16", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=2)),
+    ("fp16", 131072, dict(warps_per_row=8, cluster=8, blocks_per_sm=4)),
+    ("f32", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
+    ("f32", 65536, dict(warps_per_row=8, cluster=4, blocks_per_sm=2)),
+])
+def test_the_staged_forwards_fit(dtype, width, split):
+    """NVRTC: the forward with x's piece in shared memory (stage), as the sweep tries it at the widest rows: no
+    spills at several blocks an SM (a chunk in registers), the piece's shared memory within an SM's for them all."""
+    c = softmax_policy.config_for("forward", width, dtype, tile=False, rows_per_block=1, stage=True, **split)
+    x = torch.empty(64, width, dtype=gpu_util.TORCH[dtype])
+    r = softmax_kernel.forward_kernel(c).resources(x, x)
+    assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+    assert c.piece * c.warps * gpu_util.TORCH[dtype].itemsize * c.blocks_per_sm <= 227 * 1024
 
 
 @pytest.mark.parametrize("dtype,width", [(bf16, 256), (fp16, 256), (f32, 256)])
