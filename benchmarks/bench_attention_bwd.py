@@ -15,7 +15,7 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
 
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare stages=3[,dq_stages=1] [--only ...]
+    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare dq_storer=1[,stages=3] [--only ...]
         (tkpy's backward with those AttentionBwdConfig fields against its default, timed in pairs, and the largest
         relative difference of its gradients from the default's)
 """
@@ -117,6 +117,7 @@ def compare(options: dict, only: str | None = None) -> list[dict]:
     import torch
 
     from benchmarks.timing import paired_ms
+    from tkpy.errors import TraceError
     from tkpy.kernels import attention
     from tkpy.kernels.attention_backward import _launch
     from tkpy.kernels.attention_forward import causal_variant
@@ -135,14 +136,18 @@ def compare(options: dict, only: str | None = None) -> list[dict]:
         def run(name, opts):
             return lambda: _launch(do, q, k, v, o, lse, *grads[name], causal_variant(causal), 1 / math.sqrt(d),
                                    options=opts)
-        t_default, t_variant = paired_ms(run("default", None), run("variant", options))
+        label = f"B{b} H{h}/{hkv} N{n} D{d}{' causal' if causal else ''}"
+        try:
+            t_default, t_variant = paired_ms(run("default", None), run("variant", options))
+        except (ValueError, TraceError) as refused:         # (a variant a case's kernels cannot take)
+            print(f"{label:>28} | refused: {str(refused).splitlines()[0]}", flush=True)
+            continue
         diff = max(((x.float() - y.float()).norm() / y.float().norm()).item()
                    for x, y in zip(grads["variant"], grads["default"]))
         flops = BACKWARD * 4 * b * h * n * n * d / (2 if causal else 1)
         row = dict(b=b, h=h, hkv=hkv, n=n, d=d, causal=causal, default=flops / t_default / 1e9,
                    variant=flops / t_variant / 1e9, ratio=t_default / t_variant, diff=diff)
         rows.append(row)
-        label = f"B{b} H{h}/{hkv} N{n} D{d}{' causal' if causal else ''}"
         print(f"{label:>28} | {row['default']:>8.1f} {row['variant']:>8.1f} {row['ratio']:>6.3f} | {diff:>7.1e}",
               flush=True)
         del q, k, v, do, o, lse, grads

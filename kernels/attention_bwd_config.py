@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
+from .attention_bwd_policy import DQ_STORER, DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -20,7 +20,10 @@ class AttentionBwdConfig:
     tile, its key tiles in order) instead of the main kernel's reduce-adds, whose order varies from run to run;
     its gradients are then bit-identical from run to run. Past D128 the dQ pass runs either way (dq_pass).
     `stages`: the main kernel's ring of (Q, dO) tiles (default MAIN_STAGES); `dq_kv` and `dq_stages`: the dQ pass's
-    key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES).
+    key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES); `dq_storer`: the
+    stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
+    warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
+    tiles; default DQ_STORER).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -32,6 +35,7 @@ class AttentionBwdConfig:
     stages: int | None = None
     dq_kv: int | None = None
     dq_stages: int | None = None
+    dq_storer: int | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -39,6 +43,7 @@ class AttentionBwdConfig:
     stage_count: int = field(**_DERIVED)
     dq_kv_rows: int = field(**_DERIVED)
     dq_stage_count: int = field(**_DERIVED)
+    storer_stages: int = field(**_DERIVED)       # the dQ storer's stages, 0 for none
 
     def __post_init__(self) -> None:
         d = self.d
@@ -57,11 +62,20 @@ class AttentionBwdConfig:
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
             if not isinstance(value, int) or not 1 <= value <= 8:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
+        storer = DQ_STORER[family].value[0] if self.dq_storer is None else self.dq_storer
+        if not isinstance(storer, int) or isinstance(storer, bool) or not 0 <= storer <= 4:
+            raise ValueError(f"attention backward: dq_storer (the dQ storer's stages, 0 for none) must be 0..4, got "
+                             f"{storer!r}")
+        dq_pass = not atomic_dq(d, self.deterministic)
+        if storer and dq_pass:
+            raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
+                             "deterministic); here the dQ pass computes dQ")
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
-        for key, value in dict(family=family, dq_pass=not atomic_dq(d, self.deterministic), splits=splits_for(d),
-                               stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages).items():
+        for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
+                               stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
+                               storer_stages=storer).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -74,7 +88,8 @@ class AttentionBwdConfig:
         default_stages = MAIN_STAGES[self.family].value[0]
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
-            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages")
+            + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
+            + ("" if self.storer_stages == DQ_STORER[self.family].value[0] else f"_storer{self.storer_stages}")
 
     @property
     def dq_name(self) -> str:

@@ -69,12 +69,14 @@ def _attention_bwd(config: AttentionBwdConfig):
     d, dtype, causal, splits = c.d, c.dtype, c.causal, c.splits
     dp = d // PIECES
     atomic = not c.dq_pass
+    storer = c.storer_stages if atomic else 0       # dQ's reduce-adds by the producer's storer warp
     outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
 
     producer_registers, consumer_registers = REGISTERS
+    storer_options = dict(step_output_stages=storer, step_output_writers=1) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
-            producer_registers=producer_registers, consumer_registers=consumer_registers)
+            producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
     class AttentionBwd:
         Q: tk.gl[dtype, "B", "H", "N", d]
         K: tk.gl[dtype, "B", "HKV", "NK", d]
@@ -92,6 +94,14 @@ def _attention_bwd(config: AttentionBwdConfig):
             offset: int                             # query i sees keys j <= i + offset
         inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES),
                       lse=shared(f32, Q_TILE), delta=shared(f32, Q_TILE))     # the step's rows of L and D
+        if storer:                                  # piece p of the step's dQ, for the storer warp
+            step_outputs = dict(dq=shared(f32, Q_TILE, dp, count=PIECES))
+
+            def store_step(self, g, task, out, k):
+                """The storer warp: the step's dQ pieces added into DQ (TMA reduce-adds)."""
+                b, h, tile = self.step_at(g, task, k)
+                for p in range(PIECES):
+                    tk.tma.store_add_async(g.DQ, out.dq[p], (b, h, tile, p))
 
         def tasks(self, g):
             """(key tiles * splits, batch * key/value heads)."""
@@ -152,7 +162,8 @@ def _attention_bwd(config: AttentionBwdConfig):
             st.dv = [tk.rt(f32, 16, dp, name="dv") for _ in range(outputs)]
             if atomic:
                 st.ds_tiles = tk.st(dtype, 64, Q_TILE, count=4)    # dS^T: [step parity * 2 + warpgroup]
-                st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
+                if not storer:
+                    st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
                 st.steps_done = tk.var(0, "steps_done")
                 # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them; in a window of them
                 # ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
@@ -231,19 +242,37 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
             tk.mark("dS of both there")
             with tk.if_(wg == 0):
-                self.dq_pieces(st, parity, b, h, tile)
+                if storer:
+                    self.dq_pieces_to_storer(st, parity)
+                else:
+                    self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
+
+        def dq_products(self, st, parity, p):
+            """dQ's column piece p of the step into st.dq's registers: dS K over both warpgroups' keys."""
+            for half in range(2):
+                mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
+                mm(st.dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
+            tk.warpgroup.mma_async_wait()
+            tk.mark("dQ piece arrived")
+
+        def dq_pieces_to_storer(self, st, parity):
+            """dQ's column pieces of the step, one after another, into a stage of the storer's ring (the first
+            piece's products before the wait for a free stage)."""
+            self.dq_products(st, parity, 0)
+            with st.step_output() as out:
+                for p in range(PIECES):
+                    if p:
+                        self.dq_products(st, parity, p)
+                    tk.warpgroup.store(out.dq[p], st.dq)
+                    tk.mark("dQ piece staged")
 
         def dq_pieces(self, st, parity, b, h, tile):
             """dQ's column pieces of the step, one after another in st.dq's registers (both at once: ptxas serialized
             the wgmmas for want of registers, C7512), each through staging tile p into DQ."""
             g, dq = st.g, st.dq
             for p in range(PIECES):
-                for half in range(2):
-                    mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
-                    mm(dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
-                tk.warpgroup.mma_async_wait()
-                tk.mark("dQ piece arrived")
+                self.dq_products(st, parity, p)
                 if p == 0:
                     with tk.if_(first_warp()):      # the staging tiles: the last step's reduce-adds have read them
                         tk.tma.store_async_wait(read_only=True)
@@ -266,7 +295,7 @@ def _attention_bwd(config: AttentionBwdConfig):
                 tk.warpgroup.store(g.DK, st.dk[i], (b, hkv, unit, p), masked=True)
                 tk.warpgroup.store(g.DV, st.dv[i], (b, hkv, unit, p), masked=True)
 
-        if atomic:
+        if atomic and not storer:
             def done(self, st):
                 """The last reduce-adds complete before the block exits."""
                 with tk.if_(first_warp()):

@@ -59,15 +59,17 @@ def check(grads, inputs, dtype, causal=False, scale=None, grad_lse=None):
         assert error <= TOL[dtype] / 2 * max(r.norm().item(), 5e-2 * t.norm().item()), (name, error, r.norm().item())
 
 
-def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None):
-    """The forward's output and lse, then the backward's launches into NaN-filled dq, dk, dv and workspaces."""
+def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None, options=None):
+    """The forward's output and lse, then the backward's launches into NaN-filled dq, dk, dv and workspaces
+    (`options`: AttentionBwdConfig fields over the policy's)."""
     o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True)
     grads = [gpu_util.poisoned(*x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v)]
     d = policy.native_dim(q.shape[3])
     atomic = policy.atomic_dq(d, deterministic)
     workspace = [w.fill_(float("nan")) for w in ab.workspaces(q.new_empty(*q.shape[:3], d), atomic)]
     scale = q.shape[3] ** -0.5 if scale is None else scale
-    ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace)
+    ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace,
+               options)
     return grads
 
 
@@ -91,6 +93,16 @@ CASES = [  # b, h, h_kv, n, n_k, d, causal, dtype, scale
 def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     q, k, v, do = inputs(b, h, hkv, n, nk, d, dtype)
     check(backward(q, k, v, do, causal, scale), (q, k, v, do), dtype, causal, scale)
+
+
+@pytest.mark.parametrize("d,causal,stages", [(64, True, 2), (128, False, 1), (128, True, 1)])
+def test_dq_through_the_storer_warp(d, causal, stages):
+    """dQ's pieces through a step-output ring of `stages` to the producer's storer warp (dq_storer), which issues
+    their reduce-adds: several tasks a block (the persistent loop), odd lengths, GQA. (D128's K, V, (Q, dO) ring and
+    dS^T leave room for one stage: two pass an SM's shared memory by 1 KB.)"""
+    q, k, v, do = inputs(1, 4, 2, 150, 300, d, BF16)
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
+    check(grads, (q, k, v, do), BF16, causal)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -198,6 +210,11 @@ def test_checks_say_what_they_cannot_take():
         AttentionBwdConfig(48)
     with pytest.raises(ValueError, match="dq_kv"):
         AttentionBwdConfig(64, dq_kv=40)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..4"):
+        AttentionBwdConfig(64, dq_storer=5)
+    assert AttentionBwdConfig(128, dq_storer=2).name == "attention_bwd_d128_storer2"
+    with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
+        AttentionBwdConfig(256, dq_storer=1)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
@@ -256,6 +273,13 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
         compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
+@pytest.mark.parametrize("d,causal,stages", [(64, False, 2), (64, True, 3), (128, True, 1), (128, False, 1)])
+def test_the_dq_storer_compiles_without_spills(d, causal, stages):
+    """The main kernel with its dQ through the storer warp: within the registers, its rings in shared memory."""
+    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages)
+    compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
+
+
 def test_small_kernels_compile_without_spills():
     for d in (64, 128, 256):
         x, rows, work = torch.empty(1, 2, 512, d, dtype=BF16), torch.empty(1, 2, 512), torch.empty(1, 2, 512, d)
@@ -289,6 +313,15 @@ def test_gpu_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
 def test_gpu_every_head_dim(d, causal):
     q, k, v, do = inputs(1, 4, 2, 300, 333, d, BF16, device="cuda")
     check(backward(q, k, v, do, causal, None), (q, k, v, do), BF16, causal)
+
+
+@gpu_util.on_gpu
+@pytest.mark.parametrize("d,causal,stages", [(64, False, 1), (64, False, 2), (64, True, 2), (128, False, 1),
+                                             (128, True, 1)])
+def test_gpu_dq_through_the_storer_warp(d, causal, stages):
+    q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
+    check(grads, (q, k, v, do), BF16, causal)
 
 
 @gpu_util.on_gpu

@@ -16,7 +16,8 @@ from tkpy import f32
 from tkpy import warmup
 from tkpy.frontend import kernel as kernel_module
 from tkpy.frontend.kernel import compile_only
-from tkpy.kernels.row_softmax import softmax_rows_factory
+from tkpy.kernels.softmax_kernel import forward_kernel
+from tkpy.kernels.softmax_policy import config_for
 from tkpy.kernels.warmup import OPS
 from tkpy.runtime import cache
 
@@ -46,19 +47,20 @@ def test_warmup_compiles_the_operators_kernels_into_the_cache(tmp_path, monkeypa
     assert first.returncode == 0, first.stderr
     head = first.stdout.splitlines()[0]
     assert head.startswith("tkpy warmup: ") and "0 already in" in head
-    for name in ("softmax_rows", "softmax_backward_rows", "matmul", "attention_fwd_d64"):
+    for name in ("softmax_fwd_bf16_64", "softmax_bwd_bf16_64", "matmul", "attention_fwd_d64"):
         assert f"\n  {name}" in first.stdout, first.stdout
     # The entry a launch on real tensors looks up is there (the meta tensors traced the same specialization).
     monkeypatch.setenv("TKPY_CACHE_DIR", str(tmp_path))
-    x = torch.empty(256, 64, dtype=torch.bfloat16)
-    key = softmax_rows_factory(tk.bf16).compile(x, x, 64).module.key
+    x = torch.empty(64, 256, dtype=torch.bfloat16)               # (256 rows of 64, packed 4 to a kernel row)
+    softmax = forward_kernel(config_for("forward", 64, "bf16"))
+    key = softmax.compile(x, x).module.key
     assert cache.load(key) is not None
     # ... and its specialization record: a deployment's first call neither traces nor lowers (a new kernel object,
     # as a new process has)
     traces = []
     trace = kernel_module.trace_kernel
     monkeypatch.setattr(kernel_module, "trace_kernel", lambda *a, **k: traces.append(a[1]) or trace(*a, **k))
-    assert softmax_rows_factory(tk.bf16).variant().compile(x, x, 64).module.key == key and traces == []
+    assert softmax.variant().compile(x, x).module.key == key and traces == []
     again = run("--file", str(_spec_file(tmp_path)), cache_dir=tmp_path)
     assert again.returncode == 0 and " 0 compiled " in again.stdout.splitlines()[0], again.stdout
 

@@ -57,6 +57,9 @@ after it loads them (attention's V); see late_ring.py.
 Per-task inputs (`task_inputs`, `load_task`, the `task_loads` parameter): tiles each consumer warpgroup loads once
 per task, e.g. attention's query rows; see task_inputs.py.
 
+Step outputs (`step_outputs`, `store_step`, `st.step_output()`, the `step_output_stages` and `step_output_writers`
+parameters): tiles consumers fill every step, stored by a warp of the producer warpgroup; see step_outputs.py.
+
 Parameters (decorator arguments, checked when the class is decorated): docs/templates.md, "LCF parameters".
 """
 from __future__ import annotations
@@ -78,6 +81,7 @@ from .common import (PRODUCER_REGISTERS, Concrete, Namespace, StageTiles, Task, 
                      runs_on_gpu, shared)
 from .late_ring import LateRing
 from .schedule import Grouped, SplitK, grouped_order
+from .step_outputs import StepOutputs
 from .task_inputs import TaskInputs
 from .warpgroups import Turns
 
@@ -99,6 +103,7 @@ class LCF:
                  producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
                  scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
                  fast_division: bool = False, turns: bool = False, task_loads: str = "start",
+                 step_output_stages: int = 2, step_output_writers: Optional[int] = None,
                  definition_locals: Optional[dict] = None, loc: Optional[Loc] = None):
         for method in self.methods:
             if not callable(getattr(cls, method, None)):
@@ -125,6 +130,10 @@ class LCF:
         self.consumers = consumer_warpgroups
         self.turns = turns
         self.task_inputs = TaskInputs(cls, self.user, consumer_warpgroups, task_loads)
+        self.step_outputs = StepOutputs(cls, consumer_warpgroups, step_output_stages, step_output_writers)
+        if self.step_outputs and (self.kind != "LCF" or producer_warps < 2):
+            raise ValueError(f"{cls.__name__}: step_outputs take warp 1 of the producer warpgroup for their storer: "
+                             f"an LCF template of 2+ producer_warps (this is {self.kind}, {producer_warps})")
         self.skips = callable(getattr(cls, "warpgroup_steps", None))
         self.stages = stages
         self.persistent = persistent
@@ -201,10 +210,11 @@ class LCF:
         """The rings of shared buffers, in declaration order: (what, specs, stages, parameter name)."""
         late = [("late_inputs", self.late_inputs, self.late_stages, "late_stages")] if self.late_inputs else []
         task = [self.task_inputs.ring()] if self.task_inputs else []
-        return [("inputs", self.inputs, self.stages, "stages")] + late + task
+        step = [self.step_outputs.ring()] if self.step_outputs else []
+        return [("inputs", self.inputs, self.stages, "stages")] + late + task + step
 
     def _semaphores(self) -> int:
-        return 2 * self.stages + 2 * self.late_stages + bool(self.finish_block)
+        return 2 * self.stages + 2 * self.late_stages + bool(self.finish_block) + self.step_outputs.semaphores()
 
     pipeline = None            # the Pipeline class that traces this template (set below)
     made_by = None             # (class, options, definition locals, loc) of the decorator that made it (decorator())
@@ -315,6 +325,7 @@ class Pipeline(LateRing):
             self.fin = StageTiles(declare_aliased(t.finish_block, next(iter(self.arrays.values())),
                                                   t.finish_offsets), t.finish_block, 0)
         self.declare_buffers()
+        self.step_ring = t.step_outputs.declare() if t.step_outputs else None
         self.arrived, self.finished = tk.semaphore(stages), tk.semaphore(stages)
         self.arrived.name, self.finished.name = "arrived", "finished"
         if t.late_inputs:
@@ -333,6 +344,8 @@ class Pipeline(LateRing):
                 tk.init_semaphore(element(self.late_finished, s), 4 * consumers * blocks)
             if t.finish_block:
                 tk.init_semaphore(self.finish_done, 4 * consumers)
+            if self.step_ring:
+                self.step_ring.init()
             self.init_semaphores()
         tk.cluster.sync() if blocks > 1 else tk.sync()
 
@@ -370,6 +383,8 @@ class Pipeline(LateRing):
                 tk.producer_registers(producer_registers)
             with if_(warp_id() == 4 * consumers):
                 self.producer()
+            if self.step_ring:
+                self.step_ring.storer(self, 4 * consumers + 1)
             self.other_producer_warps()
         with else_():                                                    # the consumers
             if consumer_registers is not None:
@@ -530,6 +545,8 @@ class Pipeline(LateRing):
         st.g = self.g                  # the kernel's parameters, for compute() and friends
         if t.task_inputs:
             t.task_inputs.declare(st)
+        if self.step_ring:
+            self.step_ring.attach(st)
         user.setup(st)
         if t.turns:
             st.turns = Turns(t.consumers)
@@ -623,12 +640,14 @@ def lcf(cls=None, *, consumer_warpgroups: int = 2, stages: int = 4, late_stages:
         persistent: bool = True, group: int = 8, cluster: int = 1, cluster_along: str = "rows", producer_warps: int = 4,
         producer_registers: Optional[int] = None, consumer_registers: Optional[int] = None,
         scheduler: Optional[Grouped] = None, name: Optional[str] = None, blocks_per_sm: int = 1,
-        fast_division: bool = False, turns: bool = False, task_loads: str = "start"):
+        fast_division: bool = False, turns: bool = False, task_loads: str = "start", step_output_stages: int = 2,
+        step_output_writers: Optional[int] = None):
     """Class decorator: `@tk.lcf(consumer_warpgroups=2, stages=4)`; see the module docstring and docs/templates.md."""
     options = dict(consumer_warpgroups=consumer_warpgroups, stages=stages, late_stages=late_stages,
                    persistent=persistent, group=group,
                    cluster=cluster, cluster_along=cluster_along, producer_warps=producer_warps,
                    producer_registers=producer_registers, consumer_registers=consumer_registers,
                    scheduler=scheduler, name=name, blocks_per_sm=blocks_per_sm, fast_division=fast_division,
-                   turns=turns, task_loads=task_loads)
+                   turns=turns, task_loads=task_loads, step_output_stages=step_output_stages,
+                   step_output_writers=step_output_writers)
     return decorator(LCF, sys._getframe(1), cls, options)
