@@ -23,7 +23,9 @@ class AttentionBwdConfig:
     key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES); `dq_storer`: the
     stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
-    tiles; default DQ_STORER).
+    tiles; default DQ_STORER); `dq_split` (with the storer): each warpgroup computes one of dQ's two column pieces
+    over the step's 128 keys, as FlashAttention-3's warpgroups do (else the first computes both while the second goes
+    on to its next step).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -36,6 +38,7 @@ class AttentionBwdConfig:
     dq_kv: int | None = None
     dq_stages: int | None = None
     dq_storer: int | None = None
+    dq_split: bool = False
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -67,6 +70,9 @@ class AttentionBwdConfig:
             raise ValueError(f"attention backward: dq_storer (the dQ storer's stages, 0 for none) must be 0..4, got "
                              f"{storer!r}")
         dq_pass = not atomic_dq(d, self.deterministic)
+        if self.dq_split not in (True, False) or (self.dq_split and not storer):
+            raise ValueError(f"attention backward: dq_split (a dQ column piece from each warpgroup) is True or False, "
+                             f"with dq_storer: got {self.dq_split!r} with dq_storer={storer}")
         if storer and dq_pass:
             raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
                              "deterministic); here the dQ pass computes dQ")
@@ -89,7 +95,8 @@ class AttentionBwdConfig:
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
-            + ("" if self.storer_stages == DQ_STORER[self.family].value[0] else f"_storer{self.storer_stages}")
+            + ("" if self.storer_stages == DQ_STORER[self.family].value[0] else f"_storer{self.storer_stages}") \
+            + ("_dqsplit" if self.dq_split else "")
 
     @property
     def dq_name(self) -> str:

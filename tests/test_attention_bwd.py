@@ -95,13 +95,15 @@ def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     check(backward(q, k, v, do, causal, scale), (q, k, v, do), dtype, causal, scale)
 
 
-@pytest.mark.parametrize("d,causal,stages", [(64, True, 2), (128, False, 1), (128, True, 1)])
-def test_dq_through_the_storer_warp(d, causal, stages):
+@pytest.mark.parametrize("d,causal,stages,split", [(64, True, 2, False), (128, False, 1, False), (128, True, 1, False),
+                                                   (64, False, 2, True), (128, True, 1, True)])
+def test_dq_through_the_storer_warp(d, causal, stages, split):
     """dQ's pieces through a step-output ring of `stages` to the producer's storer warp (dq_storer), which issues
-    their reduce-adds: several tasks a block (the persistent loop), odd lengths, GQA. (D128's K, V, (Q, dO) ring and
+    their reduce-adds (split: a column piece from each warpgroup): several tasks a block (the persistent loop), odd
+    lengths, GQA. (D128's K, V, (Q, dO) ring and
     dS^T leave room for one stage: two pass an SM's shared memory by 1 KB.)"""
     q, k, v, do = inputs(1, 4, 2, 150, 300, d, BF16)
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, dq_split=split))
     check(grads, (q, k, v, do), BF16, causal)
 
 
@@ -215,6 +217,8 @@ def test_checks_say_what_they_cannot_take():
     assert AttentionBwdConfig(128, dq_storer=2).name == "attention_bwd_d128_storer2"
     with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
         AttentionBwdConfig(256, dq_storer=1)
+    with pytest.raises(ValueError, match="dq_split .* with dq_storer"):
+        AttentionBwdConfig(64, dq_split=True)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
@@ -273,10 +277,11 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
         compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
-@pytest.mark.parametrize("d,causal,stages", [(64, False, 2), (64, True, 3), (128, True, 1), (128, False, 1)])
-def test_the_dq_storer_compiles_without_spills(d, causal, stages):
+@pytest.mark.parametrize("d,causal,stages,split", [(64, False, 2, False), (64, True, 3, False), (128, True, 1, False),
+                                                   (128, False, 1, False), (64, True, 2, True), (128, False, 1, True)])
+def test_the_dq_storer_compiles_without_spills(d, causal, stages, split):
     """The main kernel with its dQ through the storer warp: within the registers, its rings in shared memory."""
-    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages)
+    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages, dq_split=split)
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
@@ -316,11 +321,12 @@ def test_gpu_every_head_dim(d, causal):
 
 
 @gpu_util.on_gpu
-@pytest.mark.parametrize("d,causal,stages", [(64, False, 1), (64, False, 2), (64, True, 2), (128, False, 1),
-                                             (128, True, 1)])
-def test_gpu_dq_through_the_storer_warp(d, causal, stages):
+@pytest.mark.parametrize("d,causal,stages,split", [(64, False, 1, False), (64, False, 2, False), (64, True, 2, False),
+                                                   (128, False, 1, False), (128, True, 1, False), (64, True, 2, True),
+                                                   (128, False, 1, True), (128, True, 1, True)])
+def test_gpu_dq_through_the_storer_warp(d, causal, stages, split):
     q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, dq_split=split))
     check(grads, (q, k, v, do), BF16, causal)
 
 
