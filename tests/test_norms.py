@@ -332,8 +332,12 @@ WIDTHS = (256, 512, 768, 1000, 1024, 2048, 3072, 4096, 5120, 8192, 12288, 16384,
 
 
 def choices() -> dict:
-    return {f"{direction} {n}": norm_policy.config_for("layer", direction, n, "bf16", "bf16", True, True).name
-            for direction in ("forward", "backward") for n in WIDTHS}
+    fullest = {f"{direction} {n}": norm_policy.config_for("layer", direction, n, "bf16", "bf16", True, True).name
+               for direction in ("forward", "backward") for n in WIDTHS}
+    own = {f"{direction} {kind}{'+residual' * residual} {n}":
+           norm_policy.config_for(kind, direction, n, "bf16", "bf16", kind == "layer", residual).name
+           for direction, kind, residual, n in norm_policy.BY_NORM}      # (the norms' own rows)
+    return {**fullest, **own}
 
 
 def test_policy_choices_match_the_golden_record(monkeypatch):
@@ -359,6 +363,26 @@ def test_the_policys_fullest_kernels_compile_without_spills(direction, width):
     else:
         ticket = torch.empty(8, dtype=torch.int32)
         kernel, args = norm_kernel.backward_kernel(c), (x, x, x, w, st, st, x, part, part, ticket)
+    r = kernel.resources(*args)
+    assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+
+
+@pytest.mark.parametrize("direction,kind,residual,width", list(norm_policy.BY_NORM))
+def test_the_norms_own_rows_compile_without_spills(direction, kind, residual, width):
+    """NVRTC: the kernels of the rows one norm has of its own (norm_policy.BY_NORM), with the weight (and layer
+    norm's bias), at their register caps."""
+    from tkpy.kernels.row_split import placeholder_tensor
+
+    layer = kind == "layer"
+    c = norm_policy.config_for(kind, direction, width, "bf16", "bf16", layer, residual)
+    x, st = torch.empty(64, width, dtype=torch.bfloat16), torch.empty(64)
+    w, part = torch.empty(width, dtype=torch.bfloat16), torch.empty(8, width)
+    ticket = torch.empty(8, dtype=torch.int32)
+    res = x if residual else placeholder_tensor(torch.bfloat16, "cpu")
+    mean, bias = (st, part) if layer else (placeholder_tensor(torch.float32, "cpu"),) * 2
+    kernel = norm_kernel.backward_kernel(c) if direction == "backward" else norm_kernel.forward_kernel(c)
+    args = (x, res, x, w, mean, st, x, part, bias, ticket) if direction == "backward" else \
+        (x, res, w, w if layer else placeholder_tensor(torch.bfloat16, "cpu"), x, res, mean, st, 1e-5)
     r = kernel.resources(*args)
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 
