@@ -15,9 +15,9 @@ elements, also with the rows in flight through shared memory (STAGES) where a sp
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
 (persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too, and from
-STAGED_PIECE_WIDTH its piece of x there, `stage`: S), and rows of 8 to 128 elements as the tile kernels against
-packed rows (packed_splits). Prints, per case, the policy's fraction of the copy bandwidth measured in the same run
-and the best five splits, then the split best for all the cases of a width together (the largest smallest ratio to
+STAGED_PIECE_WIDTH its piece of x there, `stage`: S; the backward's of y and dy, SD), and rows of 8 to 128 elements
+as the tile kernels against packed rows (packed_splits). Prints, per case, the policy's fraction of the copy
+bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width together (the largest smallest ratio to
 each case's best), and for each direction's; writes $OUT/sweep_<group>_<dtype>_<widths>.json where OUT is set, after
 each width.
 """
@@ -252,10 +252,10 @@ def softmax(width: int, dtype: str) -> dict:
             tried = one_step_too(splits(width, most_values=32))
             if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
                 tried.update({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]})
-            if direction == "forward" and width >= STAGED_PIECE_WIDTH:      # (x's piece in shared memory: `stage`)
-                tried.update({softmax_split_name(o): o for o in staged_pieces(width)})
+            if width >= STAGED_PIECE_WIDTH:              # (x's, or y's and dy's, pieces in shared memory)
+                tried.update({softmax_split_name(o): o for o in staged_pieces(width, direction)})
             tried.setdefault(softmax_split_name(vars(policy)),
-                             {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stages")})
+                             {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stage_dy", "stages")})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
@@ -266,19 +266,22 @@ def softmax(width: int, dtype: str) -> dict:
     return cases
 
 
-STAGED_PIECE_WIDTH = 32768      # softmax forwards from this wide: the splits with x's piece in shared memory too
+STAGED_PIECE_WIDTH = 32768      # softmax from this wide: the splits with the pieces in shared memory too
 
 
-def staged_pieces(width: int) -> list[dict]:
-    """The softmax forward's splits with x's piece in shared memory (`stage`: up to 64 values a lane, a chunk in
-    registers), persistent and a block a row group."""
-    return [{**o, "prefetch": False, "stage": True, "stages": 0, "persistent": persistent}
+def staged_pieces(width: int, direction: str) -> list[dict]:
+    """The softmax splits with the pieces in shared memory (up to 64 values a lane, a chunk of each in registers):
+    forward x's (`stage`), backward y's and dy's (`stage_dy`); persistent and a block a row group."""
+    staged = dict(stage=True, stage_dy=True) if direction == "backward" else dict(stage=True)
+    return [{**o, **staged, "prefetch": False, "stages": 0, "persistent": persistent}
             for o in splits(width, most_values=64) if not o["prefetch"] for persistent in (True, False)]
 
 
 def softmax_split_name(o: dict) -> str:
-    """split_name, S where x's (the backward's y's) piece passes through shared memory, st<k> with k rows ahead."""
-    return split_name(o) + ("S" if o.get("stage") else "") + (f"st{o['stages']}" if o.get("stages") else "")
+    """split_name, S where x's (the backward's y's) piece passes through shared memory, SD where dy's does too,
+    st<k> with k rows ahead."""
+    return split_name(o) + ("S" if o.get("stage") else "") + ("D" if o.get("stage_dy") else "") \
+        + (f"st{o['stages']}" if o.get("stages") else "")
 
 
 def packed_splits(width: int) -> dict:

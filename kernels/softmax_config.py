@@ -29,7 +29,8 @@ class SoftmaxConfig(RowSplit):
     time, a persistent grid of `blocks_per_sm` blocks an SM (or a block a row group: `persistent=False`);
     `prefetch`: the next row's loads in flight while a row is reduced and written; `stage`: the backward's y passes
     through shared memory a chunk at a time, dy alone in registers (fp32 rows whose y and dy together would pass the
-    registers), the forward's x the same way (a chunk in registers: several blocks an SM for the widest rows).
+    registers), and with `stage_dy` dy too, the forward's x the same way (a chunk in registers: several blocks an SM
+    for the widest rows).
     `stages` (forward, 2 to 4, instead of the prefetch): the next rows' x through shared memory
     (row_split.StagedRows: no registers held for them). `packed` (rows of 8 to 128 elements, a power of two): a
     warp's piece holds that many consecutive rows (`packed` x `width` elements, whole 256-element chunks), each
@@ -42,6 +43,7 @@ class SoftmaxConfig(RowSplit):
     tile: bool = False
     prefetch: bool = False
     stage: bool = False
+    stage_dy: bool = False
     packed: int = 0
     stages: int = 0
 
@@ -51,6 +53,8 @@ class SoftmaxConfig(RowSplit):
             fail(f"width must be an int from 1 to {MAX_WIDTH}, got {self.width!r}")
         if self.stage and (self.prefetch or self.stages):
             fail("stage (the row's piece through shared memory) is without prefetch or stages")
+        if self.stage_dy not in (True, False) or self.stage_dy and (self.direction != "backward" or not self.stage):
+            fail(f"stage_dy (dy through shared memory too) is the backward's, with stage; got {self.stage_dy!r}")
         check_stages(self, fail)
         if self.stages and (self.direction != "forward" or self.tile):
             fail("stages (the next rows through shared memory) is the split forward's")
@@ -106,6 +110,7 @@ class SoftmaxConfig(RowSplit):
     def name(self) -> str:
         how = [f"tile{self.rows_per_block}"] if self.tile else [self.split_name, f"b{self.blocks_per_sm}",
                                                                self.prefetch and "prefetch", self.stage and "stage",
+                                                               self.stage_dy and "dy",
                                                                self.packed and f"packed{self.packed}",
                                                                self.stages and f"st{self.stages}"]
         tags = ["softmax", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width), *how]

@@ -10,9 +10,10 @@ s = rowsum(dy * y): y and dy held in their dtype (16-bit ones as packed pairs), 
 row (one reduction), dx computed in fp32 and rounded once; a warp's piece as vectors of a chunk each, so that the
 fp32 products take one chunk's registers. With `stage`, y goes into shared memory by cp.async (no registers on the
 way) and is read from there a chunk at a time, dy alone staying in registers: rows of 262144 fp32 elements hold 128 KB
-of each an SM; in the forward, x so (read three times a chunk at a time: the max, the sum, y), a block holding a chunk
-in registers. With `packed`, rows of 8 to 128 elements lie several to a warp's piece (a kernel row of packed x width
-elements), each one's max and sums taken over its own lanes (tk.segment_max, tk.segment_sum: vectors, no scalars).
+of each an SM; with `stage_dy` dy too (read twice a chunk at a time), and in the forward x (read three times: the max,
+the sum, y): a block holding a chunk in registers. With `packed`, rows of 8 to 128 elements lie several to a warp's
+piece (a kernel row of packed x width elements), each one's max and sums taken over its own lanes (tk.segment_max,
+tk.segment_sum: vectors, no scalars).
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
 import functools
@@ -135,6 +136,9 @@ def backward_kernel(c: SoftmaxConfig):
     @tk.kernel(**c.kernel_options(), name=c.name)
     def softmax_backward(dy: rows, y: rows, dx: rows):
         part = tk.let(split.part_of(c), "part")
+        if c.stage_dy:                                       # y's and dy's pieces in shared memory
+            _staged_backward(c, dy, y, dx, part)
+            return
         g = [tk.rv(dt, CHUNK, "contig", name="g") for _ in range(segments)]       # dy, then dx
         if c.stage:                          # each warp's y in shared memory (cp.async), read a segment at a time
             staged = tk.sv(dt, CHUNK, count=c.warps * segments)
@@ -170,6 +174,36 @@ def backward_kernel(c: SoftmaxConfig):
             else:
                 _row_backward(c, g, ys, p, staged if c.stage else None, dx, row, part, segments)
     return softmax_backward
+
+
+def _staged_backward(c: SoftmaxConfig, dy, y, dx, part) -> None:
+    """The backward with each warp's pieces of y and dy in shared memory (cp.async): two reads of them a chunk at a
+    time (loops), for the sum of dy * y and for dx, so that a block holds a chunk of each in registers and several
+    blocks an SM keep their rows' loads in flight."""
+    dt, segments = DTYPES[c.dtype], c.piece // CHUNK
+    staged = {t: tk.sv(dt, CHUNK, count=c.warps * segments) for t in ("dy", "y")}
+    d_, y_ = tk.rv(dt, CHUNK, "contig", name="held_dy"), tk.rv(dt, CHUNK, "contig", name="held_y")
+    p = tk.rv(f32, CHUNK, "contig", name="p")                # dy * y, added over the chunks, then a chunk of dx
+    base = tk.let(tk.warp_id() * segments, "base")
+    for step in split.steps(c, y.rows):
+        row = split.row_of(c, step)
+        tk.warp_sync()                                       # (the last row's reads of the pieces are done)
+        for k in tk.range(segments):                         # (0 past the rows and the row's end: adds nothing)
+            for t, tensor in (("dy", dy), ("y", y)):
+                tk.load_async(staged[t][base + k], tensor, (row, part * segments + k), masked=True)
+        tk.load_async_wait(0)
+        tk.warp_sync()                                       # (the other lanes' copies)
+        tk.zero(p)
+        for k in tk.range(segments):
+            tk.load(d_, staged["dy"][base + k])
+            tk.load(y_, staged["y"][base + k])
+            tk.map(p, lambda q, d, yy: q + d * yy, p, d_, y_)
+        s = tk.let(split.row_sum(c, p), "s")
+        for k in tk.range(segments):
+            tk.load(d_, staged["dy"][base + k])
+            tk.load(y_, staged["y"][base + k])
+            tk.map(p, lambda d, yy: yy * (d - s), d_, y_)
+            tk.store(dx, p, (row, part * segments + k), masked=True)
 
 
 def _row_backward(c: SoftmaxConfig, g, ys, p, staged, dx, row, part, segments: int) -> None:

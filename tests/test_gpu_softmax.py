@@ -43,6 +43,8 @@ VARIANTS = [
     (dict(SPLIT, stages=2), dict(SPLIT, persistent=False)),
     (dict(SPLIT, stage=True, prefetch=False, blocks_per_sm=2), dict(SPLIT, stage=True, prefetch=False,
                                                                     persistent=False)),
+    (dict(SPLIT, stage=True, prefetch=False, persistent=False), dict(SPLIT, stage=True, stage_dy=True,
+                                                                     prefetch=False, blocks_per_sm=2)),
     (dict(SPLIT, warps_per_row=2, rows_per_block=1, cluster=2, stages=3), dict(SPLIT)),
 ]
 
@@ -57,21 +59,25 @@ def test_variants(width, variant, dtype):
           backward_options={**defaults, **backward_options})
 
 
-# the forward's x through shared memory at the widest rows: a cluster of 8 blocks of 16 warps (64 values a lane at
-# 262144, 2 blocks an SM in bf16), of 4 at 65536; a ragged width
-STAGED_WIDE = [(262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=2)),
-               (200000, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
-               (65536, dict(warps_per_row=16, cluster=4, blocks_per_sm=2, persistent=False))]
+# x's piece through shared memory in the forward (stage), y's and dy's in the backward (stage_dy), at the widest
+# rows: a cluster of 8 blocks of 16 warps (64 values a lane at 262144), of 4 at 65536; a ragged width
+STAGED_WIDE = [(262144, dict(warps_per_row=16, cluster=8), (2, 1)),
+               (200000, dict(warps_per_row=16, cluster=8), (1, 1)),
+               (65536, dict(warps_per_row=16, cluster=4, persistent=False), (2, 1))]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("case", range(len(STAGED_WIDE)))
-def test_staged_forward_of_wide_rows(case, dtype):
-    width, split = STAGED_WIDE[case]
-    if dtype == torch.float32 and width > 131072:
-        split = dict(split, blocks_per_sm=1)              # (128 KB of fp32 a block)
-    options = dict(tile=False, rows_per_block=1, stage=True, prefetch=False, stages=0, **split)
-    check((37, width), dtype, device="cuda", forward_options=options, backward_options=dict(tile=False))
+def test_staged_kernels_of_wide_rows(case, dtype):
+    width, split, (forward_blocks, backward_blocks) = STAGED_WIDE[case]
+    if dtype == torch.float32 and width > 131072:       # (128 KB of fp32 a block: x; y and dy would pass the SM's)
+        forward_blocks, backward = 1, dict(tile=False)
+    else:
+        backward = dict(tile=False, rows_per_block=1, stage=True, stage_dy=True, prefetch=False, stages=0,
+                        blocks_per_sm=backward_blocks, **split)
+    forward = dict(tile=False, rows_per_block=1, stage=True, prefetch=False, stages=0, blocks_per_sm=forward_blocks,
+                   **split)
+    check((37, width), dtype, device="cuda", forward_options=forward, backward_options=backward)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])

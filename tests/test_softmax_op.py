@@ -107,6 +107,9 @@ SPLITS = {
                                                                          stage=True, prefetch=False)),
     "stage-cluster2": (dict(warps_per_row=1, rows_per_block=1, cluster=2, stage=True, persistent=False),
                        dict(warps_per_row=1, rows_per_block=2, cluster=2, stage=True, prefetch=False)),
+    "stage-dy": (None, dict(warps_per_row=2, rows_per_block=2, stage=True, stage_dy=True, prefetch=False)),
+    "stage-dy-cluster2": (None, dict(warps_per_row=1, rows_per_block=1, cluster=2, stage=True, stage_dy=True,
+                                     persistent=False)),
     "stages2": (dict(warps_per_row=2, rows_per_block=2, stages=2), None),          # the next rows through shared
     "stages3-cluster2": (dict(warps_per_row=1, rows_per_block=1, cluster=2, stages=3), None),
 }
@@ -257,6 +260,8 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, grad):
     (dict(dtype="f64"), "dtype must be one of"),
     (dict(stage=True, prefetch=True), "stage .* is without prefetch or stages"),
     (dict(stage=True, direction="forward", stages=2), "stage .* is without prefetch or stages"),
+    (dict(stage=True, stage_dy=True, direction="forward"), "stage_dy .* is the backward's, with stage"),
+    (dict(stage_dy=True), "stage_dy .* is the backward's, with stage"),
     (dict(tile=True, cluster=2, rows_per_block=64), "a tile kernel takes whole rows in one warp"),
     (dict(tile=True, width=512, rows_per_block=64), "rows of up to 256"),
     (dict(tile=True, width=200, dtype="f32", direction="backward", rows_per_block=64), "rows of up to 128"),
@@ -327,20 +332,28 @@ def test_the_policys_kernels_compile_without_spills(direction, dtype, width):
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 
 
-@pytest.mark.parametrize("dtype,width,split", [
-    ("fp16", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=2)),
-    ("fp16", 131072, dict(warps_per_row=8, cluster=8, blocks_per_sm=4)),
-    ("f32", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
-    ("f32", 65536, dict(warps_per_row=8, cluster=4, blocks_per_sm=2)),
+@pytest.mark.parametrize("direction,dtype,width,split", [
+    ("forward", "fp16", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=2)),
+    ("forward", "fp16", 131072, dict(warps_per_row=8, cluster=8, blocks_per_sm=4)),
+    ("forward", "f32", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
+    ("forward", "f32", 65536, dict(warps_per_row=8, cluster=4, blocks_per_sm=2)),
+    ("backward", "fp16", 262144, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
+    ("backward", "fp16", 131072, dict(warps_per_row=8, cluster=8, blocks_per_sm=2)),
+    ("backward", "f32", 131072, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
+    ("backward", "f32", 65536, dict(warps_per_row=8, cluster=8, blocks_per_sm=3)),
 ])
-def test_the_staged_forwards_fit(dtype, width, split):
-    """NVRTC: the forward with x's piece in shared memory (stage), as the sweep tries it at the widest rows: no
-    spills at several blocks an SM (a chunk in registers), the piece's shared memory within an SM's for them all."""
-    c = softmax_policy.config_for("forward", width, dtype, tile=False, rows_per_block=1, stage=True, **split)
+def test_the_staged_kernels_fit(direction, dtype, width, split):
+    """NVRTC: the forward with x's piece in shared memory (stage), the backward with y's and dy's (stage_dy), as the
+    sweep tries them at the widest rows: no spills at several blocks an SM (a chunk in registers), the pieces' shared
+    memory within an SM's for them all."""
+    tensors = 1 if direction == "forward" else 2
+    staged = dict(stage=True, stage_dy=True) if direction == "backward" else dict(stage=True)
+    c = softmax_policy.config_for(direction, width, dtype, tile=False, rows_per_block=1, **staged, **split)
     x = torch.empty(64, width, dtype=gpu_util.TORCH[dtype])
-    r = softmax_kernel.forward_kernel(c).resources(x, x)
+    kernel = (softmax_kernel.forward_kernel if direction == "forward" else softmax_kernel.backward_kernel)(c)
+    r = kernel.resources(*[x] * (1 + tensors))
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
-    assert c.piece * c.warps * gpu_util.TORCH[dtype].itemsize * c.blocks_per_sm <= 227 * 1024
+    assert tensors * c.piece * c.warps * gpu_util.TORCH[dtype].itemsize * c.blocks_per_sm <= 227 * 1024
 
 
 @pytest.mark.parametrize("dtype,width", [(bf16, 256), (fp16, 256), (f32, 256)])
