@@ -17,9 +17,9 @@ blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also a
 (persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too, and from
 STAGED_PIECE_WIDTH its piece of x there, `stage`: S; the backward's of y and dy, SD), and rows of 8 to 128 elements
 as the tile kernels against packed rows (packed_splits). Prints, per case, the policy's fraction of the copy
-bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width together (the largest smallest ratio to
-each case's best), and for each direction's; writes $OUT/sweep_<group>_<dtype>_<widths>.json where OUT is set, after
-each width.
+bandwidth measured in the same run and the best five splits, then the split best for all the cases of a width
+together (the largest smallest ratio to each case's best), and for each direction's; writes
+$OUT/sweep_<group>_<dtype>_<widths>.json where OUT is set, after each width.
 """
 from __future__ import annotations
 
