@@ -11,7 +11,8 @@ config takes and that keeps a lane's piece within its limits is compiled (in par
 timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kernel) for the loss alone and with the
 gradient, also with the rows through shared memory (STAGES) where a split has no prefetch (spilling splits skipped),
 over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the residual) forward and backward at 2^26
-elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch; swiglu and geglu
+elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch (and from
+STAGED_NORM_WIDTH the forward's pieces there, `stage`: S); swiglu and geglu
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
 (persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too, and from
@@ -186,6 +187,8 @@ def norms(width: int, ops: tuple | None = None) -> dict:
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
             tried = {**options, config_name(policy): {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
+            if direction == "forward" and width >= STAGED_NORM_WIDTH:      # (the pieces in shared memory: S)
+                tried.update({split_name(o) + "S": o for o in staged_pieces(width, direction, clusters=clusters)})
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
@@ -269,12 +272,17 @@ def softmax(width: int, dtype: str) -> dict:
 STAGED_PIECE_WIDTH = 32768      # softmax from this wide: the splits with the pieces in shared memory too
 
 
-def staged_pieces(width: int, direction: str) -> list[dict]:
-    """The softmax splits with the pieces in shared memory (up to 64 values a lane, a chunk of each in registers):
-    forward x's (`stage`), backward y's and dy's (`stage_dy`); persistent and a block a row group."""
+STAGED_NORM_WIDTH = 8192        # norm forwards from this wide: the splits with the pieces in shared memory too
+
+
+def staged_pieces(width: int, direction: str, clusters=(1, 2, 4, 8)) -> list[dict]:
+    """The splits with the pieces in shared memory (up to 64 values a lane, a chunk of each in registers): the
+    forward's x (and the norms' residual; `stage`), softmax's backward's y and dy (`stage_dy`); persistent and a
+    block a row group."""
     staged = dict(stage=True, stage_dy=True) if direction == "backward" else dict(stage=True)
     return [{**o, **staged, "prefetch": False, "stages": 0, "persistent": persistent}
-            for o in splits(width, most_values=64) if not o["prefetch"] for persistent in (True, False)]
+            for o in splits(width, clusters=clusters, most_values=64) if not o["prefetch"]
+            for persistent in (True, False)]
 
 
 def softmax_split_name(o: dict) -> str:

@@ -31,7 +31,9 @@ class NormConfig(RowSplit):
     the current row is reduced and written.
     `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2).
     `stages` (2 to 4; 0: none): the next rows' loads (x and the residual; backward: x and dy) in flight through
-    shared memory instead (row_split.StagedRows), that many rows ahead."""
+    shared memory instead (row_split.StagedRows), that many rows ahead. `stage` (forward): each row's pieces of x
+    and the residual through shared memory, read a chunk at a time, the weight's chunks from L1/L2 (not
+    weight_in_registers): a chunk in registers, several blocks an SM."""
 
     kind: str
     direction: str
@@ -43,6 +45,7 @@ class NormConfig(RowSplit):
     prefetch: bool = False
     weight_in_registers: bool = True
     stages: int = 0
+    stage: bool = False
 
     def __post_init__(self) -> None:
         fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES)
@@ -52,6 +55,10 @@ class NormConfig(RowSplit):
             fail("a bias needs a layer norm with a weight")
         self.check_split(fail)
         check_stages(self, fail)
+        pieces_in_registers = self.prefetch or self.stages or self.weight_in_registers and self.weight
+        if self.stage not in (True, False) or self.stage and (self.direction != "forward" or pieces_in_registers):
+            fail(f"stage (the row's pieces through shared memory) is the forward's, without prefetch, stages or "
+                 f"weight_in_registers; got {self.stage!r}")
         if self.direction == "backward" and not self.persistent:
             fail("the backward's weight and bias sums take a workspace row a row group of the grid: persistent only")
 
@@ -60,5 +67,5 @@ class NormConfig(RowSplit):
         tags = [f"{self.kind}_norm", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width),
                 self.weight and f"w{self.weight}", self.bias and "bias", self.residual and "residual",
                 self.split_name, self.prefetch and "prefetch", self.stages and f"st{self.stages}",
-                not self.weight_in_registers and self.weight and "wl2"]
+                self.stage and "stage", not self.weight_in_registers and self.weight and not self.stage and "wl2"]
         return "_".join(t for t in tags if t)

@@ -47,6 +47,9 @@ def forward_kernel(c: NormConfig):
                      bias: tk.gl[wt, n] if c.bias else placeholder(wt), y: tk.gl[dt, "R", n], residual_out: res,
                      mean: stat if layer else placeholder(f32), rstd: stat, eps: float):
         part = tk.let(split.part_of(c), "part")
+        if c.stage:                                          # the row's pieces in shared memory, a chunk in registers
+            _staged_forward(c, (x, residual, weight, bias, y, residual_out, mean, rstd), eps, part)
+            return
         v = tk.rv(f32, piece, "contig")                       # the row's piece: h, then h - mean, then y
         h = tk.rv(dt, piece, "contig") if c.residual else None  # x + residual, rounded as residual_out is
         if c.weight:                                         # (16-bit ones in packed pairs)
@@ -112,6 +115,92 @@ def forward_kernel(c: NormConfig):
                 if layer:
                     tk.store(mean, mu, (row,), masked=True)
     return norm_forward
+
+
+def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
+    """The forward with each warp's pieces of x (and the residual) in shared memory (cp.async, no registers on the
+    way), read a chunk at a time in loops: h = x + residual written out and kept there, the statistics (rms: the sum
+    of squares; layer: the piece's sum, then its squared deviations from the piece's mean, merged over the row as
+    _merged_moments does), then y with the weight's (bias's) chunk from L1/L2. A block holds a chunk of each in
+    registers, so that several blocks an SM keep their rows' loads in flight."""
+    x, residual, weight, bias, y, residual_out, mean, rstd = tensors
+    dt, n, piece, segments = DTYPES[c.dtype], c.width, c.piece, c.piece // CHUNK
+    wt = DTYPES[c.weight] if c.weight else dt
+    layer = c.kind == "layer"
+    staged_x = tk.sv(dt, CHUNK, count=c.warps * segments)     # x, then h
+    staged_res = tk.sv(dt, CHUNK, count=c.warps * segments) if c.residual else None
+    held, held_res = tk.rv(dt, CHUNK, "contig", name="held"), tk.rv(dt, CHUNK, "contig", name="held_res")
+    acc = tk.rv(f32, CHUNK, "contig", name="acc")             # the sums, then a chunk of y
+    deviation = tk.rv(f32, CHUNK, "contig", name="deviation") if layer else None      # h - the piece's mean
+    w = tk.rv(wt, CHUNK, "contig", name="w") if c.weight else None
+    b = tk.rv(wt, CHUNK, "contig", name="b") if c.bias else None
+    base = tk.let(tk.warp_id() * segments, "base")
+    for step in split.steps(c, x.rows):
+        row = split.row_of(c, step)
+        tk.warp_sync()                                       # (the last row's reads of the pieces are done)
+        for k in tk.range(segments):                         # (0 past the rows and the row's end)
+            tk.load_async(staged_x[base + k], x, (row, part * segments + k), masked=True)
+            if c.residual:
+                tk.load_async(staged_res[base + k], residual, (row, part * segments + k), masked=True)
+        tk.load_async_wait(0)
+        tk.warp_sync()                                       # (the other lanes' copies)
+        if c.residual:                                       # (each lane rewrites the elements it reads)
+            for k in tk.range(segments):
+                tk.load(held, staged_x[base + k])
+                tk.load(held_res, staged_res[base + k])
+                tk.add(held, held, held_res)
+                tk.store(residual_out, held, (row, part * segments + k), masked=True)
+                tk.store(staged_x[base + k], held)
+        tk.zero(acc)
+        for k in tk.range(segments):
+            tk.load(held, staged_x[base + k])
+            if layer:
+                tk.map(acc, lambda a, h: a + h, acc, held)
+            else:
+                tk.map(acc, lambda a, h: a + h * h, acc, held)
+        if layer:
+            if c.ragged:                                     # (a piece past the row's end holds fewer, or none)
+                count = tk.let(tk.call("min", tk.call("max", n - part * piece, 0), piece) * 1.0, "count")
+            else:
+                count = float(piece)
+            total = tk.let(tk.sum(acc), "piece_total")
+            local = tk.let(total / tk.call("max", count, 1.0), "piece_mean")
+            tk.zero(acc)
+            for k in tk.range(segments):                     # the squared deviations, 0 past the row's end
+                tk.load(held, staged_x[base + k])
+                tk.map(deviation, lambda h: h - local, held)
+                if c.ragged:
+                    tk.right_fill(deviation, deviation, n - (part * segments + k) * CHUNK, 0.0)
+                tk.map(acc, lambda a, d: a + d * d, acc, deviation)
+            if c.pieces > 1:
+                mu, squares = split.scope(c).merge_variance(total, tk.sum(acc), count, warps=c.warps_per_row)
+                mu = tk.let(mu, "mu")
+            else:
+                mu, squares = local, tk.sum(acc)
+        else:
+            squares = split.row_sum(c, acc)
+        r = tk.let(tk.rsqrt(squares * (1.0 / n) + eps), "r")
+        shift_r = tk.let(mu * r, "shift_r") if layer else None
+
+        def normed(h):
+            return h * r - shift_r if layer else h * r
+        for k in tk.range(segments):
+            col = part * segments + k
+            tk.load(held, staged_x[base + k])
+            if c.weight:
+                tk.load(w, weight, (col,), fill=0.0)
+                if c.bias:
+                    tk.load(b, bias, (col,), fill=0.0)
+                    tk.map(acc, lambda h, w_, b_: normed(h) * w_ + b_, held, w, b)
+                else:
+                    tk.map(acc, lambda h, w_: normed(h) * w_, held, w)
+            else:
+                tk.map(acc, normed, held)
+            tk.store(y, acc, (row, col), masked=True)
+        with tk.if_(part == 0):                              # one warp a row writes its statistics
+            tk.store(rstd, r, (row,), masked=True)
+            if layer:
+                tk.store(mean, mu, (row,), masked=True)
 
 
 def _merged_moments(c: NormConfig, v, part):

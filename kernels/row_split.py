@@ -171,7 +171,7 @@ def over_table(c, forced: dict):
     """Config `c` (a policy table's choice) with the fields `forced` over it. Forcing rows ahead (the prefetch,
     stages) takes the persistent loop they need too, forcing either takes the table's other away (each is instead of
     the other, check_stages), forcing persistent=False the table's rows ahead, and forcing a piece through shared
-    memory (softmax's `stage`) the rows ahead too; unless those are forced as well."""
+    memory (`stage`) the rows ahead too (and the norms' weight in registers); unless those are forced as well."""
     if not forced:
         return c
     implied = {}
@@ -181,6 +181,8 @@ def over_table(c, forced: dict):
         implied["stages"] = 0
     if forced.get("stages") or forced.get("persistent") is False or forced.get("stage"):
         implied["prefetch"] = False
+    if forced.get("stage") and hasattr(c, "weight_in_registers"):    # (the norms': a chunk of the weight at a time)
+        implied["weight_in_registers"] = False
     return replace(c, **{**implied, **forced})
 
 

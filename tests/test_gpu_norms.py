@@ -61,6 +61,22 @@ def test_variants(kind, width, options):
     check(kind, 1000, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options=options)
 
 
+# the forward's pieces through shared memory (stage) at the widths the sweep tries it, several blocks an SM; a
+# cluster; one step; a ragged width
+STAGED = [(16384, dict(warps_per_row=16, rows_per_block=1, blocks_per_sm=2)),
+          (32768, dict(warps_per_row=16, rows_per_block=1, cluster=2, blocks_per_sm=2, persistent=False)),
+          (65536, dict(warps_per_row=16, rows_per_block=1, cluster=4, blocks_per_sm=2)),
+          (6000, dict(warps_per_row=4, rows_per_block=2, blocks_per_sm=3))]
+
+
+@pytest.mark.parametrize("case", range(len(STAGED)))
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_forward_with_the_pieces_in_shared_memory(kind, case):
+    width, split = STAGED[case]
+    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda",
+          options=dict(split, stage=True), backward_options={})
+
+
 def test_the_benchmark_shape():
     for kind in ("rms", "layer"):
         check(kind, 16384, 4096, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda")

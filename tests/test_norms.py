@@ -63,9 +63,10 @@ def reference(kind, x, weight, bias, residual, eps, dy, dh):
 
 
 def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdtype=None, device="cpu",
-          options=None, reach=("y", "residual_out")):
+          options=None, reach=("y", "residual_out"), backward_options=None):
     """The norm and its gradients on fresh random inputs against reference(), every element; `reach`: the outputs
-    the loss uses (with `residual`; the gradients of the others are None, not zeros). (On CUDA a freed block of NaN is
+    the loss uses (with `residual`; the gradients of the others are None, not zeros); `options` forced configs of
+    both kernels (`backward_options` the backward's where they differ). (On CUDA a freed block of NaN is
     allocated first: the outputs reuse it, so an element no kernel writes shows up.)"""
     rand = lambda *s, dtype=dtype, low=-2, high=2: gpu_util.rand(*s, dtype=dtype, low=low, high=high,  # noqa: E731
                                                                  device=device)
@@ -91,7 +92,7 @@ def check(kind, rows, width, dtype, weight=True, bias=False, residual=False, wdt
         plain = [t.detach() if t is not None else None for t in (x, w, b, r)]
         y, h, mean, rstd = norm_launch.forward(kind, *plain[:1], [width], *plain[1:], eps, options)
         dx, dw, db = norm_launch.backward(kind, dy, dh, h if residual else plain[0], plain[1], mean, rstd, [width],
-                                          bias, options)
+                                          bias, options if backward_options is None else backward_options)
         grads = [dx, dw if weight else None, db if bias else None, dx if residual else None]
     y_ref, h_ref, *grad_refs = reference(kind, x, w, b, r, eps, dy, dh)
     assert_close(y.detach(), y_ref, "y")
@@ -197,13 +198,28 @@ def test_cluster_and_other_splits(kind, options):
     check(kind, 7, 1000, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, options=options)
 
 
+@pytest.mark.parametrize("options", [
+    dict(warps_per_row=2, rows_per_block=2, stage=True),                     # 2 rows a block, a ragged last piece
+    dict(warps_per_row=1, rows_per_block=1, cluster=2, stage=True, persistent=False),   # a cluster, one step
+    dict(warps_per_row=1, rows_per_block=3, stage=True),                     # a warp a row: no exchange
+], ids=["stage", "cluster2-stage-onestep", "warp-a-row-stage"])
+@pytest.mark.parametrize("kind,weight,residual", [("rms", True, True), ("layer", True, True), ("layer", True, False),
+                                                  ("rms", False, False)])
+def test_the_forward_with_the_pieces_in_shared_memory(kind, weight, residual, options):
+    """The forward's `stage` (x and the residual through shared memory, a chunk at a time): every norm form, the
+    backward the policy's."""
+    check(kind, 7, 1000, torch.bfloat16, weight=weight, bias=kind == "layer" and weight, residual=residual,
+          options=options, backward_options={})
+
+
 def check_a_mean_far_from_zero(device="cpu"):
     """Rows of mean 300 and deviation ~1 over several warps (a ragged last piece; with 8 warps, 4 of them past the
     row's end, of count 0): the variance merged from each warp's centred sum (Chan's) keeps its digits where the sum
     of squares minus the squared sum would lose them."""
     x = (gpu_util.rand(9, 1000, dtype=torch.float32, device=device) + 300).to(torch.float16)
     for options in (dict(warps_per_row=4, rows_per_block=1), dict(warps_per_row=8, rows_per_block=1),
-                    dict(warps_per_row=2, rows_per_block=1, cluster=2)):
+                    dict(warps_per_row=2, rows_per_block=1, cluster=2),
+                    dict(warps_per_row=4, rows_per_block=1, stage=True)):
         y, _, mean, rstd = norm_launch.forward("layer", x, [1000], None, None, None, 1e-5, options)
         x64 = x.double()
         assert_close(mean, x64.mean(1), "mean")
@@ -385,6 +401,22 @@ def test_the_norms_own_rows_compile_without_spills(direction, kind, residual, wi
         (x, res, w, w if layer else placeholder_tensor(torch.bfloat16, "cpu"), x, res, mean, st, 1e-5)
     r = kernel.resources(*args)
     assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+
+
+@pytest.mark.parametrize("width,split", [(16384, dict(warps_per_row=16, blocks_per_sm=2)),
+                                         (32768, dict(warps_per_row=16, cluster=2, blocks_per_sm=2)),
+                                         (65536, dict(warps_per_row=16, cluster=4, blocks_per_sm=2)),
+                                         (8192, dict(warps_per_row=8, blocks_per_sm=3))])
+def test_the_staged_forwards_fit(width, split):
+    """NVRTC: the fullest forward (layer norm, weight, bias, residual) with its pieces in shared memory (stage), as
+    the sweep tries it: no spills at several blocks an SM, x's and the residual's pieces within an SM's shared
+    memory for them all."""
+    c = norm_policy.config_for("layer", "forward", width, "bf16", "bf16", True, True, rows_per_block=1, stage=True,
+                               **split)
+    x, st, w = torch.empty(64, width, dtype=torch.bfloat16), torch.empty(64), torch.empty(width, dtype=torch.bfloat16)
+    r = norm_kernel.forward_kernel(c).resources(x, x, w, w, x, x, st, st, 1e-5)
+    assert r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+    assert 2 * c.piece * c.warps * 2 * c.blocks_per_sm <= 227 * 1024
 
 
 def test_the_benchmarks_functions_agree_and_count_the_bytes_once():
