@@ -52,6 +52,7 @@ def forward_kernel(c: NormConfig):
             return
         v = tk.rv(f32, piece, "contig")                       # the row's piece: h, then h - mean, then y
         h = tk.rv(dt, piece, "contig") if c.residual else None  # x + residual, rounded as residual_out is
+        w = b = None
         if c.weight:                                         # (16-bit ones in packed pairs)
             w = tk.rv(wt, piece, "contig")
             b = tk.rv(wt, piece, "contig") if c.bias else None
@@ -100,21 +101,29 @@ def forward_kernel(c: NormConfig):
                 normed = lambda v: v * r - shift_r  # noqa: E731
             else:
                 normed = lambda v: v * r  # noqa: E731
-            if c.weight:
-                if not c.weight_in_registers:
-                    _load_affine(c, w, b, weight, bias, part)
-                if c.bias:
-                    tk.map(v, lambda v, w, b: normed(v) * w + b, v, w, b)
-                else:
-                    tk.map(v, lambda v, w: normed(v) * w, v, w)
-            else:
-                tk.map(v, normed, v)
+            if c.weight and not c.weight_in_registers:
+                _load_affine(c, w, b, weight, bias, part)
+            _normalized(c, v, v, normed, w, b)
             tk.store(y, v, (row, part), masked=True)
-            with tk.if_(part == 0):                          # one warp a row writes its statistics
-                tk.store(rstd, r, (row,), masked=True)
-                if layer:
-                    tk.store(mean, mu, (row,), masked=True)
+            _store_statistics(c, rstd, mean, r, mu if layer else None, row, part)
     return norm_forward
+
+
+def _normalized(c: NormConfig, dst, src, normed, w, b) -> None:
+    """dst = normed(src) times the weight plus the bias, as the config has them."""
+    if c.bias:
+        tk.map(dst, lambda v, w_, b_: normed(v) * w_ + b_, src, w, b)
+    elif c.weight:
+        tk.map(dst, lambda v, w_: normed(v) * w_, src, w)
+    else:
+        tk.map(dst, normed, src)
+
+
+def _store_statistics(c: NormConfig, rstd, mean, r, mu, row, part) -> None:
+    with tk.if_(part == 0):                                  # one warp a row writes its statistics
+        tk.store(rstd, r, (row,), masked=True)
+        if c.kind == "layer":
+            tk.store(mean, mu, (row,), masked=True)
 
 
 def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
@@ -124,7 +133,7 @@ def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
     _merged_moments does), then y with the weight's (bias's) chunk from L1/L2. A block holds a chunk of each in
     registers, so that several blocks an SM keep their rows' loads in flight."""
     x, residual, weight, bias, y, residual_out, mean, rstd = tensors
-    dt, n, piece, segments = DTYPES[c.dtype], c.width, c.piece, c.piece // CHUNK
+    dt, n, segments = DTYPES[c.dtype], c.width, c.piece // CHUNK
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
     staged_x = tk.sv(dt, CHUNK, count=c.warps * segments)     # x, then h
@@ -159,12 +168,7 @@ def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
             else:
                 tk.map(acc, lambda a, h: a + h * h, acc, held)
         if layer:
-            if c.ragged:                                     # (a piece past the row's end holds fewer, or none)
-                count = tk.let(tk.call("min", tk.call("max", n - part * piece, 0), piece) * 1.0, "count")
-            else:
-                count = float(piece)
-            total = tk.let(tk.sum(acc), "piece_total")
-            local = tk.let(total / tk.call("max", count, 1.0), "piece_mean")
+            count, total, local = _piece_mean(c, tk.sum(acc), part)
             tk.zero(acc)
             for k in tk.range(segments):                     # the squared deviations, 0 past the row's end
                 tk.load(held, staged_x[base + k])
@@ -188,19 +192,20 @@ def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
             col = part * segments + k
             tk.load(held, staged_x[base + k])
             if c.weight:
-                tk.load(w, weight, (col,), fill=0.0)
-                if c.bias:
-                    tk.load(b, bias, (col,), fill=0.0)
-                    tk.map(acc, lambda h, w_, b_: normed(h) * w_ + b_, held, w, b)
-                else:
-                    tk.map(acc, lambda h, w_: normed(h) * w_, held, w)
-            else:
-                tk.map(acc, normed, held)
+                _load_affine(c, w, b, weight, bias, col)
+            _normalized(c, acc, held, normed, w, b)
             tk.store(y, acc, (row, col), masked=True)
-        with tk.if_(part == 0):                              # one warp a row writes its statistics
-            tk.store(rstd, r, (row,), masked=True)
-            if layer:
-                tk.store(mean, mu, (row,), masked=True)
+        _store_statistics(c, rstd, mean, r, mu if layer else None, row, part)
+
+
+def _piece_mean(c: NormConfig, total, part) -> tuple:
+    """(elements, sum, mean) of this warp's piece of the row, whose sum is `total`."""
+    if c.ragged:                                     # (a piece past the row's end holds fewer, or none)
+        count = tk.let(tk.call("min", tk.call("max", c.width - part * c.piece, 0), c.piece) * 1.0, "count")
+    else:
+        count = float(c.piece)
+    total = tk.let(total, "piece_total")
+    return count, total, tk.let(total / tk.call("max", count, 1.0), "piece_mean")
 
 
 def _merged_moments(c: NormConfig, v, part):
@@ -208,12 +213,7 @@ def _merged_moments(c: NormConfig, v, part):
     v - shift): each warp's sum and sum of squared deviations from its own mean merged in one exchange
     (tk.block.merge_variance / tk.cluster.merge_variance, Chan's) where the mean and then the centred sum took two."""
     n, piece = c.width, c.piece
-    if c.ragged:                                     # (a piece past the row's end holds fewer, or none)
-        count = tk.let(tk.call("min", tk.call("max", n - part * piece, 0), piece) * 1.0, "count")
-    else:
-        count = float(piece)
-    total = tk.let(tk.sum(v), "piece_total")
-    local = tk.let(total / tk.call("max", count, 1.0), "piece_mean")
+    count, total, local = _piece_mean(c, tk.sum(v), part)
     tk.sub(v, v, local)
     if c.ragged:                                     # (elements past the row's end: 0 - the piece's mean)
         tk.right_fill(v, v, n - part * piece, 0.0)
@@ -227,10 +227,11 @@ def _load_row(c: NormConfig, v, r, x, residual, row, part):
         tk.load(r, residual, (row, part), fill=0.0)
 
 
-def _load_affine(c: NormConfig, w, b, weight, bias, part):
-    tk.load(w, weight, (part,), fill=0.0)
+def _load_affine(c: NormConfig, w, b, weight, bias, index):
+    """The weight's (and bias's) vector `index` (in w's lengths: a warp's piece, or a chunk of it)."""
+    tk.load(w, weight, (index,), fill=0.0)
     if c.bias:
-        tk.load(b, bias, (part,), fill=0.0)
+        tk.load(b, bias, (index,), fill=0.0)
 
 
 @functools.cache
