@@ -26,7 +26,7 @@ def test_the_gemm_examples_comments_name_its_lines_and_mark_the_templates():
     a, b, c = (torch.empty(shape, dtype=torch.bfloat16) for shape in ((256, 384), (384, 512), (256, 512)))
     body = kernel_part(example.Matmul.kernel.source(a, b, c))
     origins = ORIGIN.findall(body)
-    assert {(template, file) for template, file, _ in origins} == {("", "gemm.py"), ("lcf", "lcf.py"),
+    assert {(template, file) for template, file, _ in origins} == {("", "gemm.py"), ("lcf", "pipeline.py"),
                                                                     ("lcf", "common.py"), ("lcf", "schedule.py")}
     lines = {int(line) for template, _, line in origins if not template}
     methods = {method: getattr(user, method) for method in ("tasks", "iters", "setup", "start", "finish")}

@@ -30,7 +30,7 @@ from .common import StageTiles, element
 
 
 class LateRing:
-    """The late ring's part of lcf.Pipeline (a mixin: the pipeline's arrays, semaphores, template and user)."""
+    """The late ring's part of pipeline.Pipeline (a mixin: the pipeline's arrays, semaphores, template and user)."""
 
     def late_stage_of(self, position, what: str = "late") -> tuple:
         """(stage, phase) of the late ring at ring position `position` (>= 0 where used)."""

@@ -34,7 +34,8 @@ from typing import Optional
 from .. import ops as tk
 from ..frontend.control import if_, let, range as tk_range, warp_id
 from .common import StageTiles, buffer_specs, declare_ring, element, positional_parameters
-from .lcf import LCF, Pipeline, decorator
+from .lcf import LCF, decorator
+from .pipeline import Pipeline
 from .schedule import Grouped
 
 
