@@ -42,13 +42,15 @@ VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False,
             "2 rows ahead in shared memory": dict(prefetch=False, stages=2),
             "3 rows ahead in shared memory": dict(prefetch=False, stages=3),
             "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
-            "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3)}
+            "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3),
+            "pieces in shared memory, 2 blocks/SM": dict(stage=True, blocks_per_sm=2)}     # (the forward's)
 SOFTMAX_OPS = {"softmax": "bfloat16", "softmax f32": "float32"}      # op -> the tensors' torch dtype
 SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 # SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
 SOFTMAX_VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False),
                     "1 block/SM": dict(blocks_per_sm=1), "2 blocks/SM": dict(blocks_per_sm=2),
-                    "4 blocks/SM": dict(blocks_per_sm=4), "y staged": dict(stage=True, prefetch=False),
+                    "4 blocks/SM": dict(blocks_per_sm=4), "x / y staged": dict(stage=True),
+                    "y and dy staged, 2 blocks/SM": dict(stage=True, stage_dy=True, blocks_per_sm=2),
                     "2 rows ahead in shared memory": dict(stages=2), "a block a row group": dict(persistent=False)}
 # ... where the policy takes the tile kernels: more warps a block, or the split kernels' warp a row
 SOFTMAX_TILE_VARIANTS = {"tile, 8 warps": dict(rows_per_block=128),
@@ -363,9 +365,10 @@ def backward_ms(name: str, op: str, fn, args, dy, width: int) -> float:
 
 
 def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
-    """GB/s of tkpy's kernel variants (VARIANTS, over the policy's choice) for one case, the forward or backward
-    launch alone."""
-    return variant_gbps(VARIANTS, nbytes, norm_launch_of(op, direction, rows, width))
+    """GB/s of tkpy's kernel variants (VARIANTS, over the policy's choice; the pieces in shared memory the
+    forward's only) for one case, the forward or backward launch alone."""
+    variants = {k: v for k, v in VARIANTS.items() if direction == "forward" or not v.get("stage")}
+    return variant_gbps(variants, nbytes, norm_launch_of(op, direction, rows, width))
 
 
 def norm_launch_of(op: str, direction: str, rows: int, width: int):
@@ -443,7 +446,8 @@ def softmax_row(op: str, direction: str, rows: int, width: int, compiled: bool, 
 
 def softmax_variants(direction: str, width: int, dtype: str) -> dict:
     """The variants --variants times for a case: the tile ones where the policy takes the tile kernels, the packed
-    ones where it packs rows, else the split ones (the staged y for the backward only, the rows ahead through shared memory for the forward only)."""
+    ones where it packs rows, else the split ones (dy staged for the backward only, the rows ahead through shared
+    memory for the forward only)."""
     from tkpy.kernels import softmax_policy
     if softmax_policy.choice(direction, width, dtype) is softmax_policy.TILE:
         return SOFTMAX_TILE_VARIANTS
@@ -452,7 +456,7 @@ def softmax_variants(direction: str, width: int, dtype: str) -> dict:
         return {k: {**v, "packed": 2 * packed} if k == "two chunks a warp" else v
                 for k, v in SOFTMAX_PACKED_VARIANTS.items()}
     return {k: v for k, v in SOFTMAX_VARIANTS.items()
-            if not (v.get("stage") and direction == "forward") and not (v.get("stages") and direction == "backward")}
+            if not (v.get("stage_dy") and direction == "forward") and not (v.get("stages") and direction == "backward")}
 
 
 def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
