@@ -81,8 +81,8 @@ def one_step_too(tried: list[dict]) -> dict:
 
 
 def config_name(c) -> str:
-    """A config's split as staged_too names it."""
-    return split_name(vars(c)) + (f"st{c.stages}" if c.stages else "")
+    """A config's split as staged_too (and staged_pieces) names it."""
+    return staged_split_name(vars(c))
 
 
 def split_name(o: dict) -> str:
@@ -188,7 +188,7 @@ def norms(width: int, ops: tuple | None = None) -> dict:
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
             tried = {**options, config_name(policy): {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
             if direction == "forward" and width >= STAGED_NORM_WIDTH:      # (the pieces in shared memory: S)
-                tried.update({split_name(o) + "S": o for o in staged_pieces(width, direction, clusters=clusters)})
+                tried.update({staged_split_name(o): o for o in staged_pieces(width, direction, clusters=clusters)})
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
@@ -256,14 +256,13 @@ def softmax(width: int, dtype: str) -> dict:
             if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
                 tried.update({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]})
             if width >= STAGED_PIECE_WIDTH:              # (x's, or y's and dy's, pieces in shared memory)
-                tried.update({softmax_split_name(o): o for o in staged_pieces(width, direction)})
-            tried.setdefault(softmax_split_name(vars(policy)),
+                tried.update({staged_split_name(o): o for o in staged_pieces(width, direction)})
+            tried.setdefault(config_name(policy),
                              {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stage_dy", "stages")})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
-        policy_name = "tile" if policy.tile else f"k{policy.packed}" * bool(policy.packed) + softmax_split_name(
-            vars(policy))
+        policy_name = "tile" if policy.tile else f"k{policy.packed}" * bool(policy.packed) + config_name(policy)
         report(case, got, policy_name, f"of {len(tried)} (copy {copy:.0f} GB/s)")
         cases[case] = got
     return cases
@@ -285,7 +284,7 @@ def staged_pieces(width: int, direction: str, clusters=(1, 2, 4, 8)) -> list[dic
             for persistent in (True, False)]
 
 
-def softmax_split_name(o: dict) -> str:
+def staged_split_name(o: dict) -> str:
     """split_name, S where x's (the backward's y's) piece passes through shared memory, SD where dy's does too,
     st<k> with k rows ahead."""
     return split_name(o) + ("S" if o.get("stage") else "") + ("D" if o.get("stage_dy") else "") \

@@ -127,42 +127,33 @@ def _store_statistics(c: NormConfig, rstd, mean, r, mu, row, part) -> None:
 
 
 def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
-    """The forward with each warp's pieces of x (and the residual) in shared memory (cp.async, no registers on the
-    way), read a chunk at a time in loops: h = x + residual written out and kept there, the statistics (rms: the sum
-    of squares; layer: the piece's sum, then its squared deviations from the piece's mean, merged over the row as
-    _merged_moments does), then y with the weight's (bias's) chunk from L1/L2. A block holds a chunk of each in
-    registers, so that several blocks an SM keep their rows' loads in flight."""
+    """The forward with each warp's pieces of x (and the residual) in shared memory (row_split.SharedPieces), read a
+    chunk at a time in loops: h = x + residual written out and kept there, the statistics (rms: the sum of squares;
+    layer: the piece's sum, then its squared deviations from the piece's mean, merged over the row as
+    _merged_moments does), then y with the weight's (bias's) chunk from L1/L2."""
     x, residual, weight, bias, y, residual_out, mean, rstd = tensors
-    dt, n, segments = DTYPES[c.dtype], c.width, c.piece // CHUNK
+    dt, n = DTYPES[c.dtype], c.width
     wt = DTYPES[c.weight] if c.weight else dt
     layer = c.kind == "layer"
-    staged_x = tk.sv(dt, CHUNK, count=c.warps * segments)     # x, then h
-    staged_res = tk.sv(dt, CHUNK, count=c.warps * segments) if c.residual else None
+    pieces = split.SharedPieces(c, (x, residual) if c.residual else (x,))        # x's (then h's), the residual's
     held, held_res = tk.rv(dt, CHUNK, "contig", name="held"), tk.rv(dt, CHUNK, "contig", name="held_res")
     acc = tk.rv(f32, CHUNK, "contig", name="acc")             # the sums, then a chunk of y
     deviation = tk.rv(f32, CHUNK, "contig", name="deviation") if layer else None      # h - the piece's mean
     w = tk.rv(wt, CHUNK, "contig", name="w") if c.weight else None
     b = tk.rv(wt, CHUNK, "contig", name="b") if c.bias else None
-    base = tk.let(tk.warp_id() * segments, "base")
     for step in split.steps(c, x.rows):
         row = split.row_of(c, step)
-        tk.warp_sync()                                       # (the last row's reads of the pieces are done)
-        for k in tk.range(segments):                         # (0 past the rows and the row's end)
-            tk.load_async(staged_x[base + k], x, (row, part * segments + k), masked=True)
-            if c.residual:
-                tk.load_async(staged_res[base + k], residual, (row, part * segments + k), masked=True)
-        tk.load_async_wait(0)
-        tk.warp_sync()                                       # (the other lanes' copies)
+        pieces.load(row, part)                               # (0 past the rows and the row's end)
         if c.residual:                                       # (each lane rewrites the elements it reads)
-            for k in tk.range(segments):
-                tk.load(held, staged_x[base + k])
-                tk.load(held_res, staged_res[base + k])
+            for k in tk.range(pieces.segments):
+                tk.load(held, pieces.chunk(0, k))
+                tk.load(held_res, pieces.chunk(1, k))
                 tk.add(held, held, held_res)
-                tk.store(residual_out, held, (row, part * segments + k), masked=True)
-                tk.store(staged_x[base + k], held)
+                tk.store(residual_out, held, (row, pieces.col(part, k)), masked=True)
+                tk.store(pieces.chunk(0, k), held)
         tk.zero(acc)
-        for k in tk.range(segments):
-            tk.load(held, staged_x[base + k])
+        for k in tk.range(pieces.segments):
+            tk.load(held, pieces.chunk(0, k))
             if layer:
                 tk.map(acc, lambda a, h: a + h, acc, held)
             else:
@@ -170,11 +161,11 @@ def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
         if layer:
             count, total, local = _piece_mean(c, tk.sum(acc), part)
             tk.zero(acc)
-            for k in tk.range(segments):                     # the squared deviations, 0 past the row's end
-                tk.load(held, staged_x[base + k])
+            for k in tk.range(pieces.segments):              # the squared deviations, 0 past the row's end
+                tk.load(held, pieces.chunk(0, k))
                 tk.map(deviation, lambda h: h - local, held)
                 if c.ragged:
-                    tk.right_fill(deviation, deviation, n - (part * segments + k) * CHUNK, 0.0)
+                    tk.right_fill(deviation, deviation, n - pieces.col(part, k) * CHUNK, 0.0)
                 tk.map(acc, lambda a, d: a + d * d, acc, deviation)
             if c.pieces > 1:
                 mu, squares = split.scope(c).merge_variance(total, tk.sum(acc), count, warps=c.warps_per_row)
@@ -188,9 +179,9 @@ def _staged_forward(c: NormConfig, tensors, eps, part) -> None:
 
         def normed(h):
             return h * r - shift_r if layer else h * r
-        for k in tk.range(segments):
-            col = part * segments + k
-            tk.load(held, staged_x[base + k])
+        for k in tk.range(pieces.segments):
+            col = pieces.col(part, k)
+            tk.load(held, pieces.chunk(0, k))
             if c.weight:
                 _load_affine(c, w, b, weight, bias, col)
             _normalized(c, acc, held, normed, w, b)

@@ -14,6 +14,7 @@ reduction.
     RowSplit                                         the split's fields checked and its derived sizes (configs)
     part_of, row_of, first_step, stride, steps       the layout inside a kernel (at trace time)
     StagedRows, check_stages                         the next rows in flight through shared memory (cp.async)
+    SharedPieces                                     a row's pieces in shared memory, read a chunk at a time
     scope, row_sum, row_max                          a row's reductions over its warps (and blocks)
     placeholder, placeholder_tensor                  tensors a config does not have
     warps_for, grid_for, grid                        the policy's and the launch's arithmetic
@@ -184,6 +185,33 @@ def over_table(c, forced: dict):
     if forced.get("stage") and hasattr(c, "weight_in_registers"):    # (the norms': a chunk of the weight at a time)
         implied["weight_in_registers"] = False
     return replace(c, **{**implied, **forced})
+
+
+class SharedPieces:
+    """This warp's pieces of a row of some tensors (of one dtype) in shared memory (the configs' `stage`), copied by
+    cp.async (no registers on the way) and read back a chunk at a time, so that a block holds a chunk of each in
+    registers and several blocks an SM keep their rows' loads in flight. `load(row, part)` waits until the warp is
+    done reading the last row's, copies this row's (0 past the rows and the row's end) and waits for them;
+    `chunk(i, k)` is chunk k (a tk.range index) of tensor i's piece, `col(part, k)` its column in CHUNKs."""
+
+    def __init__(self, c: RowSplit, tensors: tuple):
+        self.tensors, self.segments = tensors, c.piece // CHUNK
+        self.slots = [tk.sv(t.type.dtype, CHUNK, count=c.warps * self.segments) for t in tensors]
+        self.base = tk.let(tk.warp_id() * self.segments, "base")
+
+    def load(self, row, part) -> None:
+        tk.warp_sync()                                   # (the last row's reads of the pieces are done)
+        for k in tk.range(self.segments):
+            for slots, tensor in zip(self.slots, self.tensors):
+                tk.load_async(slots[self.base + k], tensor, (row, self.col(part, k)), masked=True)
+        tk.load_async_wait(0)
+        tk.warp_sync()                                   # (the other lanes' copies)
+
+    def chunk(self, i: int, k):
+        return self.slots[i][self.base + k]
+
+    def col(self, part, k):
+        return part * self.segments + k
 
 
 class StagedRows:

@@ -74,46 +74,40 @@ def forward_kernel(c: SoftmaxConfig):
 
 
 def _staged_forward(c: SoftmaxConfig, x, y, part) -> None:
-    """The forward with each warp's piece of x in shared memory (cp.async, no registers on the way): three reads of
-    it a chunk at a time (loops, not unrolled: few registers), for the max, the sum of the exponentials and y (two
-    exponentials an element), so that a block holds only a chunk in registers and several blocks an SM keep their
-    rows' loads in flight."""
-    dt, segments = DTYPES[c.dtype], c.piece // CHUNK
-    staged = tk.sv(dt, CHUNK, count=c.warps * segments)
+    """The forward with each warp's piece of x in shared memory (row_split.SharedPieces): three reads of it a chunk
+    at a time (loops, not unrolled: few registers), for the max, the sum of the exponentials and y (two exponentials
+    an element)."""
+    dt = DTYPES[c.dtype]
+    pieces = split.SharedPieces(c, (x,))
     held = tk.rv(dt, CHUNK, "contig", name="held")            # a chunk of x
     top_x = tk.rv(dt, CHUNK, "contig", name="top_x")          # the largest of each element's chunks
     e = tk.rv(f32, CHUNK, "contig", name="e")                 # the exponentials' sums, then a chunk of y
-    base = tk.let(tk.warp_id() * segments, "base")
 
     def chunk(vector, k) -> None:
         """Chunk k of the piece into `vector`, -inf past the row's end (0 there from the copy)."""
-        tk.load(vector, staged[base + k])
+        tk.load(vector, pieces.chunk(0, k))
         if c.ragged:
-            tk.right_fill(vector, vector, c.width - (part * segments + k) * CHUNK, -math.inf)
+            tk.right_fill(vector, vector, c.width - pieces.col(part, k) * CHUNK, -math.inf)
 
     for step in split.steps(c, x.rows):
         row = split.row_of(c, step)
-        tk.warp_sync()                                        # (the last row's reads of `staged` are done)
-        for k in tk.range(segments):
-            tk.load_async(staged[base + k], x, (row, part * segments + k), masked=True)
-        tk.load_async_wait(0)
-        tk.warp_sync()                                        # (the other lanes' copies)
+        pieces.load(row, part)
         chunk(top_x, 0)
-        for k in tk.range(1, segments):
+        for k in tk.range(1, pieces.segments):
             chunk(held, k)
             tk.max(top_x, top_x, held)
         m = tk.amax(top_x)
         shift = tk.let(tk.call("max", m * tk.LOG2E, -tk.FLT_MAX), "shift")       # (a piece of -inf only: e = 0)
         tk.zero(e)
-        for k in tk.range(segments):
+        for k in tk.range(pieces.segments):
             chunk(held, k)
             tk.map(e, lambda t, a: t + tk.exp2(a * tk.LOG2E - shift), e, held)
         top, total = split.scope(c).merge_softmax(m, tk.sum(e), warps=c.warps_per_row)
         scale = tk.let(tk.exp2(shift - top * tk.LOG2E) / total, "scale")
-        for k in tk.range(segments):
-            tk.load(held, staged[base + k])
+        for k in tk.range(pieces.segments):
+            tk.load(held, pieces.chunk(0, k))
             tk.map(e, lambda a: tk.exp2(a * tk.LOG2E - shift) * scale, held)
-            tk.store(y, e, (row, part * segments + k), masked=True)
+            tk.store(y, e, (row, pieces.col(part, k)), masked=True)
 
 
 def _packed_rows_softmax(v, stats, width: int) -> None:
@@ -177,33 +171,26 @@ def backward_kernel(c: SoftmaxConfig):
 
 
 def _staged_backward(c: SoftmaxConfig, dy, y, dx, part) -> None:
-    """The backward with each warp's pieces of y and dy in shared memory (cp.async): two reads of them a chunk at a
-    time (loops), for the sum of dy * y and for dx, so that a block holds a chunk of each in registers and several
-    blocks an SM keep their rows' loads in flight."""
-    dt, segments = DTYPES[c.dtype], c.piece // CHUNK
-    staged = {t: tk.sv(dt, CHUNK, count=c.warps * segments) for t in ("dy", "y")}
+    """The backward with each warp's pieces of dy and y in shared memory (row_split.SharedPieces): two reads of them
+    a chunk at a time (loops), for the sum of dy * y and for dx."""
+    dt = DTYPES[c.dtype]
+    pieces = split.SharedPieces(c, (dy, y))
     d_, y_ = tk.rv(dt, CHUNK, "contig", name="held_dy"), tk.rv(dt, CHUNK, "contig", name="held_y")
     p = tk.rv(f32, CHUNK, "contig", name="p")                # dy * y, added over the chunks, then a chunk of dx
-    base = tk.let(tk.warp_id() * segments, "base")
     for step in split.steps(c, y.rows):
         row = split.row_of(c, step)
-        tk.warp_sync()                                       # (the last row's reads of the pieces are done)
-        for k in tk.range(segments):                         # (0 past the rows and the row's end: adds nothing)
-            for t, tensor in (("dy", dy), ("y", y)):
-                tk.load_async(staged[t][base + k], tensor, (row, part * segments + k), masked=True)
-        tk.load_async_wait(0)
-        tk.warp_sync()                                       # (the other lanes' copies)
+        pieces.load(row, part)                               # (0 past the rows and the row's end: adds nothing)
         tk.zero(p)
-        for k in tk.range(segments):
-            tk.load(d_, staged["dy"][base + k])
-            tk.load(y_, staged["y"][base + k])
+        for k in tk.range(pieces.segments):
+            tk.load(d_, pieces.chunk(0, k))
+            tk.load(y_, pieces.chunk(1, k))
             tk.map(p, lambda q, d, yy: q + d * yy, p, d_, y_)
         s = tk.let(split.row_sum(c, p), "s")
-        for k in tk.range(segments):
-            tk.load(d_, staged["dy"][base + k])
-            tk.load(y_, staged["y"][base + k])
+        for k in tk.range(pieces.segments):
+            tk.load(d_, pieces.chunk(0, k))
+            tk.load(y_, pieces.chunk(1, k))
             tk.map(p, lambda d, yy: yy * (d - s), d_, y_)
-            tk.store(dx, p, (row, part * segments + k), masked=True)
+            tk.store(dx, p, (row, pieces.col(part, k)), masked=True)
 
 
 def _row_backward(c: SoftmaxConfig, g, ys, p, staged, dx, row, part, segments: int) -> None:
