@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import DQ_STORER, DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, splits_for, tuned
+from .attention_bwd_policy import DQ_STORER_FITS, DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, dq_storer_for, splits_for, tuned
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -23,9 +23,7 @@ class AttentionBwdConfig:
     key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES); `dq_storer`: the
     stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
-    tiles; default DQ_STORER); `dq_split` (with the storer): each warpgroup computes one of dQ's two column pieces
-    over the step's 128 keys, as FlashAttention-3's warpgroups do (else the first computes both while the second goes
-    on to its next step).
+    tiles; default DQ_STORER).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -38,7 +36,6 @@ class AttentionBwdConfig:
     dq_kv: int | None = None
     dq_stages: int | None = None
     dq_storer: int | None = None
-    dq_split: bool = False
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -65,17 +62,16 @@ class AttentionBwdConfig:
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
             if not isinstance(value, int) or not 1 <= value <= 8:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
-        storer = DQ_STORER[family].value[0] if self.dq_storer is None else self.dq_storer
-        if not isinstance(storer, int) or isinstance(storer, bool) or not 0 <= storer <= 4:
-            raise ValueError(f"attention backward: dq_storer (the dQ storer's stages, 0 for none) must be 0..4, got "
-                             f"{storer!r}")
         dq_pass = not atomic_dq(d, self.deterministic)
-        if self.dq_split not in (True, False) or (self.dq_split and not storer):
-            raise ValueError(f"attention backward: dq_split (a dQ column piece from each warpgroup) is True or False, "
-                             f"with dq_storer: got {self.dq_split!r} with dq_storer={storer}")
+        storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
         if storer and dq_pass:
             raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
                              "deterministic); here the dQ pass computes dQ")
+        fits = DQ_STORER_FITS[family]
+        if not isinstance(storer, int) or isinstance(storer, bool) or not 0 <= storer <= fits:
+            raise ValueError(f"attention backward: dq_storer (the dQ storer's stages, 0 for none) must be 0..{fits} "
+                             f"at head dim {d} (what shared memory holds beside the main kernel's tiles), got "
+                             f"{storer!r}")
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
@@ -95,8 +91,7 @@ class AttentionBwdConfig:
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
-            + ("" if self.storer_stages == DQ_STORER[self.family].value[0] else f"_storer{self.storer_stages}") \
-            + ("_dqsplit" if self.dq_split else "")
+            + ("" if self.storer_stages == dq_storer_for(self.family, self.dq_pass) else f"_storer{self.storer_stages}")
 
     @property
     def dq_name(self) -> str:

@@ -20,8 +20,8 @@ step's dQ over the task's 128 keys, dQ = dS K (dS^T from shared memory as wgmma'
 a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece into the fp32 workspace
 DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
 dtype. With `dq_storer` the pieces go through the template's step-output ring to a storer warp of the producer
-warpgroup, which issues the reduce-adds (and with `dq_split` each warpgroup computes one piece, as FlashAttention-3's
-do). Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+warpgroup, which issues the reduce-adds (D64; a dQ column piece from each warpgroup, as FlashAttention-3's do, measured
+1-5% slower than the first warpgroup's both, RESULTS.md run 325). Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -72,11 +72,10 @@ def _attention_bwd(config: AttentionBwdConfig):
     dp = d // PIECES
     atomic = not c.dq_pass
     storer = c.storer_stages if atomic else 0       # dQ's reduce-adds by the producer's storer warp
-    split_dq = storer and c.dq_split                # ... of a column piece from each warpgroup
     outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
 
     producer_registers, consumer_registers = REGISTERS
-    storer_options = dict(step_output_stages=storer, step_output_writers=2 if split_dq else 1) if storer else {}
+    storer_options = dict(step_output_stages=storer, step_output_writers=1) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
@@ -244,16 +243,11 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.mark("dS stored")
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
             tk.mark("dS of both there")
-            if split_dq:                            # each warpgroup its own column piece
-                self.dq_products(st, parity, wg)
-                with st.step_output() as out:
-                    tk.warpgroup.store(out.dq[wg], st.dq)
-            else:
-                with tk.if_(wg == 0):
-                    if storer:
-                        self.dq_pieces_to_storer(st, parity)
-                    else:
-                        self.dq_pieces(st, parity, b, h, tile)
+            with tk.if_(wg == 0):
+                if storer:
+                    self.dq_pieces_to_storer(st, parity)
+                else:
+                    self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
 
         def dq_products(self, st, parity, p):

@@ -50,8 +50,22 @@ MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, 
                128: Row((2,), "the most that fit"), 256: Row((1,), "the most that fit")}
 # The main kernel's dQ storer (AttentionBwdConfig.dq_storer): its stages, 0 for none (FlashAttention-3 hands dQ's
 # reduce-adds to a warp of its producer warpgroup so). D128 has room for one stage of 32 KB beside K, V, the (Q, dO)
-# ring and dS^T (two pass the 227 KB by 1 KB); D64 for up to 3.
-DQ_STORER = {d: Row((0,), "none: untimed (bench_attention_bwd.py --compare dq_storer=1)") for d in (64, 128, 256)}
+# ring and dS^T (two pass the 227 KB by 1 KB); D64 for up to 3 (DQ_STORER_FITS).
+DQ_STORER = {
+    64: Row((1,), "RESULTS.md runs 324-325 (bench_attention_bwd.py --compare dq_storer=1): 1.08x the first "
+                  "warpgroup's own reduce-adds at B16 H16 N4096 non-causal, 1.12x causal"),
+    128: Row((0,), "runs 324-325: level (0.98-1.03x the first warpgroup's own reduce-adds at N1024-16384, 0.96-0.98x GQA "
+                   "H32/8)"),
+    256: Row((0,), "the dQ pass computes dQ"),
+}
+DQ_STORER_FITS = {64: 3, 128: 1, 256: 0}
+
+
+def dq_storer_for(family: int, dq_pass: bool) -> int:
+    """The dQ storer's default stages: DQ_STORER's, none where the dQ pass computes dQ."""
+    return 0 if dq_pass else DQ_STORER[family].value[0]
+
+
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
 # 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
 DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}

@@ -50,38 +50,49 @@ SWEPT_WIDE = {     # RESULTS.md run 314 (H200, 2^26 bf16 elements): the best of 
                       "0.57/0.72/0.50/0.64)",
 }
 # width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch, stages: the next rows through
-# shared memory, NormConfig.stages), forward; a row takes as many of its warps as cover it in pieces of about
+# shared memory, NormConfig.stages; stage: the row's pieces through shared memory, NormConfig.stage; persistent),
+# forward; a row takes as many of its warps as cover it in pieces of about
 # row_split.PIECE elements (row_split.warps_for: fewer for a width below the table row's limit)
 FORWARD = (
-    (512, Row((1, 8, 1, 2, True, 0), FIT)),    # a warp a row (up to 16 values a lane), 8 rows a block
-    (1024, Row((2, 4, 1, 2, True, 0), FIT)),
-    (2048, Row((4, 2, 1, 2, True, 0), FIT)),
-    (4096, Row((4, 1, 1, 2, True, 0), SWEPT_4096["forward"])),
-    (8192, Row((8, 2, 1, 1, True, 0), SWEPT_8192["forward"])),
-    (16384, Row((16, 1, 1, 1, True, 0), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster of 2 behind)
-    (32768, Row((16, 1, 2, 1, False, 2), SWEPT_WIDE["forward 32768"])),   # clusters of 2 blocks, 2 rows ahead
-    (65536, Row((16, 1, 4, 1, False, 2), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 rows ahead
+    (512, Row((1, 8, 1, 2, True, 0, False, True), FIT)),    # a warp a row (up to 16 values a lane), 8 rows a block
+    (1024, Row((2, 4, 1, 2, True, 0, False, True), FIT)),
+    (2048, Row((4, 2, 1, 2, True, 0, False, True), FIT)),
+    (4096, Row((4, 1, 1, 2, True, 0, False, True), SWEPT_4096["forward"])),
+    (8192, Row((8, 2, 1, 1, True, 0, False, True), SWEPT_8192["forward"])),
+    (16384, Row((16, 1, 1, 1, True, 0, False, True), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster
+                                                                      # of 2 behind)
+    (32768, Row((16, 1, 2, 1, False, 2, False, True), SWEPT_WIDE["forward 32768"])),   # clusters of 2, 2 rows ahead
+    (65536, Row((16, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 rows ahead
 )
 BACKWARD = (                                   # (no prefetch but where swept)
-    (512, Row((1, 8, 1, 2, False, 0), FIT)),
-    (1024, Row((2, 4, 1, 2, False, 0), FIT)),
-    (2048, Row((4, 2, 1, 2, False, 0), FIT)),
-    (4096, Row((4, 1, 1, 2, False, 2), SWEPT_4096["backward"])),
-    (8192, Row((16, 1, 1, 1, False, 2), SWEPT_WIDE["backward 8192"])),
-    (16384, Row((16, 1, 2, 1, False, 0), SWEPT_WIDE["backward 16384"])),
-    (32768, Row((8, 1, 4, 1, False, 2), SWEPT_WIDE["backward 32768"])),    # x and dy 2 rows ahead: all 4 clusters
-    (65536, Row((8, 1, 8, 1, False, 2), SWEPT_WIDE["backward 65536"])),
+    (512, Row((1, 8, 1, 2, False, 0, False, True), FIT)),
+    (1024, Row((2, 4, 1, 2, False, 0, False, True), FIT)),
+    (2048, Row((4, 2, 1, 2, False, 0, False, True), FIT)),
+    (4096, Row((4, 1, 1, 2, False, 2, False, True), SWEPT_4096["backward"])),
+    (8192, Row((16, 1, 1, 1, False, 2, False, True), SWEPT_WIDE["backward 8192"])),
+    (16384, Row((16, 1, 2, 1, False, 0, False, True), SWEPT_WIDE["backward 16384"])),
+    (32768, Row((8, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["backward 32768"])),  # x and dy 2 rows ahead
+    (65536, Row((8, 1, 8, 1, False, 2, False, True), SWEPT_WIDE["backward 65536"])),
 )
 
 
 # (direction, kind, residual, the table row's width limit) -> Row: one norm's own row where its sweep beat the
 # four's by far
+SWEPT_326 = ("RESULTS.md run 326 (H200, 2^26 bf16 elements, rms and layer+residual swept): the best of {} splits, {} "
+             "of the copy (the four norms' row {})")
 BY_NORM = {
-    ("backward", "rms", False, 1024): Row((2, 4, 1, 2, False, 2), "RESULTS.md run 323 (H200, 65536 x 1024 bf16, 80 "
-                                      "splits): 2 rows ahead through shared memory, 0.94 of the copy (the four "
-                                      "norms' row 0.83; the best, a warp a row with the next row's in registers, "
-                                      "0.95, spills at its 3 blocks an SM under NVRTC 13.5; rms+residual 0.95 "
-                                      "with the four's row, run 322)"),
+    ("forward", "rms", False, 16384): Row((16, 1, 1, 1, False, 0, True, False), SWEPT_326.format(24, 0.95, 0.93)),
+    ("forward", "layer", True, 16384): Row((16, 1, 1, 1, False, 0, True, False), SWEPT_326.format(24, 0.92, 0.90)),
+    ("forward", "rms", False, 32768): Row((16, 1, 2, 1, True, 0, False, True), SWEPT_326.format(116, 0.93, 0.85)),
+    ("forward", "layer", True, 32768): Row((16, 1, 4, 1, True, 0, False, True), SWEPT_326.format(116, 0.91, 0.88)),
+    ("backward", "rms", False, 16384): Row((16, 1, 1, 1, False, 0, False, True), SWEPT_326.format(9, 0.81, 0.65)
+                                           + "; layer+residual's best is the four's row, 0.71, a block a row 0.36"),
+    ("backward", "rms", False, 1024): Row((2, 4, 1, 2, False, 2, False, True),
+                                          "RESULTS.md run 323 (H200, 65536 x 1024 bf16, 80 splits): 2 rows ahead "
+                                          "through shared memory, 0.94 of the copy (the four norms' row 0.83; the "
+                                          "best, a warp a row with the next row's in registers, 0.95, spills at its 3 "
+                                          "blocks an SM under NVRTC 13.5; rms+residual 0.95 with the four's row, run "
+                                          "322)"),
 }
 
 
@@ -97,9 +108,9 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
     that override the table's, e.g. for the benchmark's variants; forcing the prefetch without `stages` takes none,
     the table's stages being instead of a prefetch)."""
-    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch, stages = split_for(direction, width, kind,
-                                                                                     residual).value
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, stages=stages,
-                   warps_per_row=warps_for(width, most_warps, cluster), rows_per_block=rows_per_block, cluster=cluster,
-                   blocks_per_sm=blocks_per_sm)
+    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch, stages, stage, persistent = \
+        split_for(direction, width, kind, residual).value
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, stages=stages, stage=stage,
+                   weight_in_registers=not stage, warps_per_row=warps_for(width, most_warps, cluster),
+                   rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm, persistent=persistent)
     return over_table(c, forced)

@@ -172,12 +172,19 @@ def over_table(c, forced: dict):
     """Config `c` (a policy table's choice) with the fields `forced` over it. Forcing rows ahead (the prefetch,
     stages) takes the persistent loop they need too, forcing either takes the table's other away (each is instead of
     the other, check_stages), forcing persistent=False the table's rows ahead, and forcing a piece through shared
-    memory (`stage`) the rows ahead too (and the norms' weight in registers); unless those are forced as well."""
+    memory (`stage`) the rows ahead too (and the norms' weight in registers), forcing rows ahead the table's `stage`;
+    unless those are forced as well."""
     if not forced:
         return c
     implied = {}
     if forced.get("prefetch") or forced.get("stages"):
         implied["persistent"] = True
+        if getattr(c, "stage", False):              # (a piece through shared memory is instead of rows ahead)
+            implied["stage"] = False
+            if hasattr(c, "stage_dy"):
+                implied["stage_dy"] = False
+            if hasattr(c, "weight_in_registers"):
+                implied["weight_in_registers"] = True
     if (forced.get("prefetch") or forced.get("persistent") is False or forced.get("stage")) and hasattr(c, "stages"):
         implied["stages"] = 0
     if forced.get("stages") or forced.get("persistent") is False or forced.get("stage"):

@@ -10,8 +10,10 @@ The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most
 row's loads in flight), and the widest rows spread over a cluster of 8 blocks at 64 values a lane (no prefetch:
 262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
-with prefetch (only up to 4096: at 32 values a lane NVRTC spills), and one chunk of fp32 products; backward rows
-past 131072 keep y in shared memory (`stage`), dy alone in registers. Clusters only where a row is wider than a
+with prefetch, and one chunk of fp32 products. From 32768 on the sweeps (RESULTS.md runs 325-326) chose, by width,
+pieces through shared memory (`stage`: a chunk at a time in registers; the backward's y, with `stage_dy` dy too)
+or the next row's in registers; the table rows' `staged` counts the tensors staged (0 none, 1 x or y, 2 y and
+dy). Clusters only where a row is wider than a
 block's 16 warps hold, as Quack does (its 16-block clusters past 128k are beyond the portable 8), and fp32 rows of
 16384 (swept: fewer warps a block, more blocks an SM). Swept at 4096
 (benchmarks/sweep_row_splits.py softmax): fewer warps a row with more values a lane, and more rows a block.
@@ -56,60 +58,69 @@ ONE_STEP = {     # RESULTS.md run 317 (H200, 2^26 elements): the split without i
 }
 F32_SWEPT = ("RESULTS.md run 320 (H200, 2^26 elements, f32): the best of {} splits, {} of the copy (the register fit's "
              "{})")
+WIDE = ("RESULTS.md run {} (H200, 2^26 elements, {}): the best of {} splits, {} of the copy (the table's row before "
+        "{})")
 # (direction, bytes an element) -> ((width up to, Row((most warps a row, rows_per_block, cluster, blocks_per_sm,
-# prefetch, stage, persistent))), ...). A width takes as many of its warps as pieces of row_split.PIECE elements
+# prefetch, staged, persistent))), ...). A width takes as many of its warps as pieces of row_split.PIECE elements
 # cover it.
 SPLIT = {
     ("forward", 2): (
-        (512, Row((1, 8, 1, 4, False, False, True), ONE_STEP["bf16 forward 512"])),   # a warp a row, 8 rows a block
-        (1024, Row((2, 4, 1, 4, True, False, True), FIT)),
-        (2048, Row((4, 2, 1, 4, True, False, True), FIT)),
-        (4096, Row((4, 4, 1, 1, True, False, True), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
-        (8192, Row((16, 1, 1, 2, True, False, True), FIT)),
-        (16384, Row((16, 1, 1, 1, True, False, True), FIT)),     # 32 values a lane, the next row's in flight
-        (32768, Row((16, 1, 2, 1, True, False, True), FIT)),     # clusters of 2, 4, 8 blocks a row
-        (65536, Row((16, 1, 4, 1, True, False, True), FIT)),
-        (131072, Row((16, 1, 8, 1, True, False, True), FIT)),
-        (262144, Row((16, 1, 8, 1, False, False, True), FIT)),   # 64 values a lane
+        (512, Row((1, 8, 1, 4, False, 0, True), ONE_STEP["bf16 forward 512"])),   # a warp a row, 8 rows a block
+        (1024, Row((2, 4, 1, 4, True, 0, True), FIT)),
+        (2048, Row((4, 2, 1, 4, True, 0, True), FIT)),
+        (4096, Row((4, 4, 1, 1, True, 0, True), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
+        (8192, Row((16, 1, 1, 2, True, 0, True), FIT)),
+        (16384, Row((16, 1, 1, 1, True, 0, True), FIT)),     # 32 values a lane, the next row's in flight
+        (32768, Row((16, 1, 1, 1, False, 1, False), WIDE.format(326, "bf16", 132, 0.95, 0.90))),  # a block a row
+        (65536, Row((16, 1, 4, 1, True, 0, True), WIDE.format(326, "bf16", 76, "within 1% of", "the same"))),
+        (131072, Row((16, 1, 8, 2, True, 0, True), WIDE.format(325, "bf16", 26, 0.87, 0.77))),
+        (262144, Row((16, 1, 8, 1, False, 1, False), WIDE.format(325, "bf16", 5, 0.79, 0.55))),
     ),
     ("forward", 4): (
-        (512, Row((1, 8, 1, 3, False, False, False), ONE_STEP["f32 forward"])),      # a block a row group
-        (1024, Row((2, 4, 1, 3, False, False, False), ONE_STEP["f32 forward"])),
-        (2048, Row((4, 2, 1, 3, False, False, False), ONE_STEP["f32 forward"])),
-        (4096, Row((4, 2, 1, 2, False, False, False), ONE_STEP["f32 forward"])),     # (run 306's split)
-        (8192, Row((8, 1, 1, 1, False, False, False), F32_SWEPT.format(35, 0.87, 0.81))),  # a block a row
-        (16384, Row((8, 1, 2, 4, False, False, True), F32_SWEPT.format(95, 0.85, 0.71))),  # clusters of 2
-        (32768, Row((16, 1, 2, 1, True, False, True), FIT)),
-        (65536, Row((16, 1, 4, 1, True, False, True), FIT)),
-        (131072, Row((16, 1, 8, 1, True, False, True), FIT)),
-        (262144, Row((16, 1, 8, 1, False, False, True), FIT)),
+        (512, Row((1, 8, 1, 3, False, 0, False), ONE_STEP["f32 forward"])),      # a block a row group
+        (1024, Row((2, 4, 1, 3, False, 0, False), ONE_STEP["f32 forward"])),
+        (2048, Row((4, 2, 1, 3, False, 0, False), ONE_STEP["f32 forward"])),
+        (4096, Row((4, 2, 1, 2, False, 0, False), ONE_STEP["f32 forward"])),     # (run 306's split)
+        (8192, Row((8, 1, 1, 1, False, 0, False), F32_SWEPT.format(35, 0.87, 0.81))),  # a block a row
+        (16384, Row((8, 1, 2, 4, False, 0, True), F32_SWEPT.format(95, 0.85, 0.71))),  # clusters of 2
+        (32768, Row((16, 1, 2, 1, True, 0, True), FIT)),
+        (65536, Row((8, 1, 8, 2, False, 1, True), WIDE.format(326, "f32", 67, 0.79, 0.69))),
+        (131072, Row((8, 1, 8, 2, False, 1, True), WIDE.format(326, "f32", 20, 0.74, 0.63))),
+        (262144, Row((16, 1, 8, 1, False, 0, True), FIT)),
     ),
     ("backward", 2): (
-        (512, Row((1, 8, 1, 4, False, False, False), ONE_STEP["16-bit backward"])),  # a block a row group
-        (1024, Row((2, 4, 1, 3, False, False, False), ONE_STEP["16-bit backward"])),
-        (2048, Row((4, 2, 1, 3, False, False, False), ONE_STEP["16-bit backward"])),
-        (4096, Row((8, 2, 1, 1, False, False, False), ONE_STEP["16-bit backward"])),  # (run 306's split)
-        (8192, Row((16, 1, 1, 2, False, False, True), FIT)),     # (the next row's too at 64 registers: spills)
-        (16384, Row((16, 1, 1, 1, False, False, True), FIT)),    # (... at 128, beside a ragged row's copies: spills)
-        (32768, Row((16, 1, 2, 1, False, False, True), FIT)),    # (the cluster's reduction and the next row's: spills)
-        (65536, Row((16, 1, 4, 1, False, False, True), FIT)),
-        (131072, Row((16, 1, 8, 1, False, False, True), FIT)),
-        (262144, Row((16, 1, 8, 1, False, True, True), FIT)),    # y and dy in registers (64 packed a lane) spill
+        (512, Row((1, 8, 1, 4, False, 0, False), ONE_STEP["16-bit backward"])),  # a block a row group
+        (1024, Row((2, 4, 1, 3, False, 0, False), ONE_STEP["16-bit backward"])),
+        (2048, Row((4, 2, 1, 3, False, 0, False), ONE_STEP["16-bit backward"])),
+        (4096, Row((8, 2, 1, 1, False, 0, False), ONE_STEP["16-bit backward"])),  # (run 306's split)
+        (8192, Row((16, 1, 1, 2, False, 0, True), FIT)),     # (the next row's too at 64 registers: spills)
+        (16384, Row((16, 1, 1, 1, False, 0, True), FIT)),    # (... at 128, beside a ragged row's copies: spills)
+        (32768, Row((16, 1, 1, 1, False, 2, False), WIDE.format(326, "bf16", 96, "1.00", 0.97))),  # a block a row
+        (65536, Row((8, 1, 8, 2, True, 0, True), WIDE.format(326, "bf16", 56, 0.98, 0.92))),
+        (131072, Row((16, 1, 8, 1, True, 0, True), WIDE.format(325, "bf16", 18, 0.995, 0.88))),
+        (262144, Row((16, 1, 8, 1, False, 1, True), WIDE.format(325, "bf16", 3, 0.77, "the same; y and dy staged "
+                                                                                      "0.65"))),
     ),
     ("backward", 4): (
-        (512, Row((1, 8, 1, 4, False, False, False), ONE_STEP["f32 backward"])),     # a block a row group
-        (1024, Row((2, 4, 1, 4, False, False, False), ONE_STEP["f32 backward"])),
-        (2048, Row((4, 2, 1, 4, False, False, False), ONE_STEP["f32 backward"])),
-        (4096, Row((8, 1, 1, 4, False, False, False), ONE_STEP["f32 backward"])),    # (run 306's split)
-        (8192, Row((8, 1, 1, 3, False, False, False), F32_SWEPT.format(24, 0.92, 0.85))),  # a block a row
-        (16384, Row((4, 1, 8, 2, False, False, False), F32_SWEPT.format(60, 0.92, 0.83))),  # a cluster of 8 a row
-        (32768, Row((16, 1, 2, 1, False, False, True), FIT)),
-        (65536, Row((16, 1, 4, 1, False, False, True), FIT)),
-        (131072, Row((16, 1, 8, 1, False, False, True), FIT)),
-        (262144, Row((16, 1, 8, 1, False, True, True), FIT)),    # y through shared memory: 128 KB a block
+        (512, Row((1, 8, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),     # a block a row group
+        (1024, Row((2, 4, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),
+        (2048, Row((4, 2, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),
+        (4096, Row((8, 1, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),    # (run 306's split)
+        (8192, Row((8, 1, 1, 3, False, 0, False), F32_SWEPT.format(24, 0.92, 0.85))),  # a block a row
+        (16384, Row((4, 1, 8, 2, False, 0, False), F32_SWEPT.format(60, 0.92, 0.83))),  # a cluster of 8 a row
+        (32768, Row((16, 1, 2, 1, False, 0, True), FIT)),
+        (65536, Row((8, 1, 8, 2, False, 0, True), WIDE.format(326, "f32", 44, 0.85, 0.77))),
+        (131072, Row((8, 1, 8, 1, False, 2, True), WIDE.format(326, "f32", 10, 0.75, 0.71))),
+        (262144, Row((16, 1, 8, 1, False, 1, True), FIT)),    # y through shared memory: 128 KB a block
     ),
 }
 SIZES = {"bf16": 2, "fp16": 2, "f32": 4}
+# (direction, the table row's width limit) -> Row: fp16's own where the 16-bit row spills for fp16 (its conversions)
+FP16 = {
+    ("forward", 131072): Row((16, 1, 8, 1, True, 0, True), "the 16-bit row's 2 blocks an SM (64 registers) spill 4 "
+                                                           "bytes for fp16 under NVRTC 13.5; 1 block (bf16's 0.77 of "
+                                                           "the copy, run 325), fp16 unmeasured"),
+}
 
 
 def choice(direction: str, width: int, dtype: str) -> Row:
@@ -118,7 +129,8 @@ def choice(direction: str, width: int, dtype: str) -> Row:
         return PACKED[direction, SIZES[dtype]]
     if width <= TILE_WIDTH:
         return TILE
-    return next(row for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
+    limit, row = next((limit, row) for limit, row in SPLIT[direction, SIZES[dtype]] if width <= limit)
+    return FP16.get((direction, limit), row) if dtype == "fp16" else row
 
 
 @functools.cache
@@ -140,8 +152,8 @@ def config_for(direction: str, width: int, dtype: str, **forced) -> SoftmaxConfi
         c = SoftmaxConfig(direction, width, dtype, packed=CHUNK // width, rows_per_block=rows_per_block,
                           blocks_per_sm=blocks_per_sm, persistent=persistent)
     else:
-        most, rows_per_block, cluster, blocks_per_sm, prefetch, stage, persistent = row.value
-        c = SoftmaxConfig(direction, width, dtype, prefetch=prefetch, stage=stage,
+        most, rows_per_block, cluster, blocks_per_sm, prefetch, staged, persistent = row.value
+        c = SoftmaxConfig(direction, width, dtype, prefetch=prefetch, stage=staged >= 1, stage_dy=staged == 2,
                           warps_per_row=warps_for(width, most, cluster), rows_per_block=rows_per_block,
                           cluster=cluster, blocks_per_sm=blocks_per_sm, persistent=persistent)
     return over_table(c, forced)
