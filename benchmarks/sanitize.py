@@ -1,6 +1,6 @@
 """compute-sanitizer over every public kernel at small shapes, on every path: memcheck, racecheck and synccheck.
 
-    PYTHONPATH=. python3 benchmarks/sanitize.py [--tools memcheck,racecheck,synccheck] [--only NAME_SUBSTRING]
+    PYTHONPATH=. python3 benchmarks/sanitize.py [--tools memcheck,racecheck,synccheck] [--only NAME_SUBSTRING[,...]]
 
 Each tool runs this file's cases (`--cases`) in one process under `compute-sanitizer --tool T`; the kernels are
 compiled once beforehand into a shared cache directory, so the tools time launches only. Prints each tool's error
@@ -78,6 +78,16 @@ def cases() -> dict:
     for width in (256, 1000, 4096, 12288):     # a warp a row, groups of warps (ragged), a block, a cluster of 2
         for kind in ("rms", "layer"):
             out[f"{kind}_norm {width} + residual, backward"] = lambda k=kind, n=width: norm(k, n)
+    out["rms_norm 16384, pieces through shared memory"] = lambda: rms_norm(r(5, 16384), 16384, r(16384))
+    out["layer_norm 16384 + residual, pieces through shared memory"] = lambda: layer_norm(
+        r(5, 16384), 16384, r(16384), r(16384), residual=r(5, 16384))
+
+    def softmax_both(rows, width, dtype):      # forward and backward of a wide row's split
+        x = r(rows, width, dtype=dtype).requires_grad_()
+        (softmax(x) * r(rows, width, dtype=dtype)).float().sum().backward()
+    for width, dtype in ((32768, torch.bfloat16), (65536, torch.bfloat16), (131072, torch.float32),
+                         (262144, torch.bfloat16)):     # pieces through shared memory (x; y, dy), clusters, prefetch
+        out[f"softmax wide {width} {dtype} + backward"] = lambda n=width, t=dtype: softmax_both(3, n, t)
     from tkpy.kernels import rotary
 
     def rope(heads_q, heads_k, head_dim, rotary_dim, interleaved, seq=37):   # forward and backward (the inverse)
@@ -94,7 +104,7 @@ def cases() -> dict:
 def run_cases(only: str | None) -> int:
     import torch
     for name, call in cases().items():
-        if only and only not in name:
+        if only and not any(part in name for part in only.split(",")):
             continue
         call()
         torch.cuda.synchronize()
@@ -125,7 +135,7 @@ def run_stopping_after(command: list, env: dict, seconds: float) -> tuple[str, i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tools", default=",".join(TOOLS))
-    parser.add_argument("--only", default=None, help="run only the cases whose name contains this")
+    parser.add_argument("--only", default=None, help="run only the cases whose name contains this (or one of these, comma-separated)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per tool before it is stopped")
     parser.add_argument("--cases", action="store_true", help="(run the cases in this process: what each tool runs)")
     args = parser.parse_args()
