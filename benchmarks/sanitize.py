@@ -135,7 +135,8 @@ def run_stopping_after(command: list, env: dict, seconds: float) -> tuple[str, i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tools", default=",".join(TOOLS))
-    parser.add_argument("--only", default=None, help="run only the cases whose name contains this (or one of these, comma-separated)")
+    parser.add_argument("--only", default=None,
+                        help="run only the cases whose name contains this (or one of these, comma-separated)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per tool before it is stopped")
     parser.add_argument("--cases", action="store_true", help="(run the cases in this process: what each tool runs)")
     args = parser.parse_args()
