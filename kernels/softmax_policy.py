@@ -10,7 +10,7 @@ The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most
 row's loads in flight), and the widest rows spread over a cluster of 8 blocks at 64 values a lane (no prefetch:
 262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
-with prefetch, and one chunk of fp32 products. From 32768 on the sweeps (RESULTS.md runs 325-326) chose, by width,
+with prefetch, and one chunk of fp32 products. From 32768 on the sweeps (RESULTS.md runs 325-328) chose, by width,
 pieces through shared memory (`stage`: a chunk at a time in registers; the backward's y, with `stage_dy` dy too)
 or the next row's in registers; the table rows' `staged` counts the tensors staged (0 none, 1 x or y, 2 y and
 dy). Clusters only where a row is wider than a
@@ -66,7 +66,7 @@ WIDE = ("RESULTS.md run {} (H200, 2^26 elements, {}): the best of {} splits, {} 
 SPLIT = {
     ("forward", 2): (
         (512, Row((1, 8, 1, 4, False, 0, True), ONE_STEP["bf16 forward 512"])),   # a warp a row, 8 rows a block
-        (1024, Row((2, 4, 1, 4, True, 0, True), FIT)),
+        (1024, Row((1, 8, 1, 4, False, 0, False), WIDE.format(328, "bf16", 100, 0.95, 0.92))),   # a warp a row
         (2048, Row((4, 2, 1, 4, True, 0, True), FIT)),
         (4096, Row((4, 4, 1, 1, True, 0, True), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
         (8192, Row((16, 1, 1, 2, True, 0, True), FIT)),
@@ -83,7 +83,7 @@ SPLIT = {
         (4096, Row((4, 2, 1, 2, False, 0, False), ONE_STEP["f32 forward"])),     # (run 306's split)
         (8192, Row((8, 1, 1, 1, False, 0, False), F32_SWEPT.format(35, 0.87, 0.81))),  # a block a row
         (16384, Row((8, 1, 2, 4, False, 0, True), F32_SWEPT.format(95, 0.85, 0.71))),  # clusters of 2
-        (32768, Row((16, 1, 2, 1, True, 0, True), FIT)),
+        (32768, Row((8, 1, 4, 4, False, 0, True), WIDE.format(328, "f32", 123, 0.82, 0.72))),
         (65536, Row((8, 1, 8, 2, False, 1, True), WIDE.format(326, "f32", 67, 0.79, 0.69))),
         (131072, Row((8, 1, 8, 2, False, 1, True), WIDE.format(326, "f32", 20, 0.74, 0.63))),
         (262144, Row((16, 1, 8, 1, False, 0, True), FIT)),
@@ -108,7 +108,7 @@ SPLIT = {
         (4096, Row((8, 1, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),    # (run 306's split)
         (8192, Row((8, 1, 1, 3, False, 0, False), F32_SWEPT.format(24, 0.92, 0.85))),  # a block a row
         (16384, Row((4, 1, 8, 2, False, 0, False), F32_SWEPT.format(60, 0.92, 0.83))),  # a cluster of 8 a row
-        (32768, Row((16, 1, 2, 1, False, 0, True), FIT)),
+        (32768, Row((4, 1, 8, 3, True, 0, True), WIDE.format(328, "f32", 84, 0.88, 0.79))),   # clusters of 8
         (65536, Row((8, 1, 8, 2, False, 0, True), WIDE.format(326, "f32", 44, 0.85, 0.77))),
         (131072, Row((8, 1, 8, 1, False, 2, True), WIDE.format(326, "f32", 10, 0.75, 0.71))),
         (262144, Row((16, 1, 8, 1, False, 1, True), FIT)),    # y through shared memory: 128 KB a block
