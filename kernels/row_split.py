@@ -198,19 +198,27 @@ class SharedPieces:
     """This warp's pieces of a row of some tensors (of one dtype) in shared memory (the configs' `stage`), copied by
     cp.async (no registers on the way) and read back a chunk at a time, so that a block holds a chunk of each in
     registers and several blocks an SM keep their rows' loads in flight. `load(row, part)` waits until the warp is
-    done reading the last row's, copies this row's (0 past the rows and the row's end) and waits for them;
-    `chunk(i, k)` is chunk k (a tk.range index) of tensor i's piece, `col(part, k)` its column in CHUNKs."""
+    done reading the last row's, copies this row's (0 past the rows and the row's end) and waits for them: `start`
+    and `wait`, between which a kernel may load other tensors into registers; `chunk(i, k)` is chunk k (an int or a
+    tk.range index) of tensor i's piece, `col(part, k)` its column in CHUNKs."""
 
     def __init__(self, c: RowSplit, tensors: tuple):
         self.tensors, self.segments = tensors, c.piece // CHUNK
-        self.slots = [tk.sv(t.type.dtype, CHUNK, count=c.warps * self.segments) for t in tensors]
+        self.slots = [tk.sv(t.type.dtype, CHUNK, count=c.warps * self.segments, name=f"pieces_of_{t.name}")
+                      for t in tensors]
         self.base = tk.let(tk.warp_id() * self.segments, "base")
 
     def load(self, row, part) -> None:
+        self.start(row, part)
+        self.wait()
+
+    def start(self, row, part) -> None:
         tk.warp_sync()                                   # (the last row's reads of the pieces are done)
         for k in tk.range(self.segments):
             for slots, tensor in zip(self.slots, self.tensors):
                 tk.load_async(slots[self.base + k], tensor, (row, self.col(part, k)), masked=True)
+
+    def wait(self) -> None:
         tk.load_async_wait(0)
         tk.warp_sync()                                   # (the other lanes' copies)
 

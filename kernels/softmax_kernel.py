@@ -134,8 +134,8 @@ def backward_kernel(c: SoftmaxConfig):
             _staged_backward(c, dy, y, dx, part)
             return
         g = [tk.rv(dt, CHUNK, "contig", name="g") for _ in range(segments)]       # dy, then dx
-        if c.stage:                          # each warp's y in shared memory (cp.async), read a segment at a time
-            staged = tk.sv(dt, CHUNK, count=c.warps * segments)
+        staged = split.SharedPieces(c, (y,)) if c.stage else None     # each warp's y in shared memory, a segment
+        if c.stage:                                                      # at a time in registers
             ys = [tk.rv(dt, CHUNK, "contig", name="held")] * segments
         else:
             ys = [tk.rv(dt, CHUNK, "contig", name="y") for _ in range(segments)]
@@ -146,9 +146,7 @@ def backward_kernel(c: SoftmaxConfig):
         for step in split.steps(c, y.rows):
             row = split.row_of(c, step)
             if c.stage:
-                tk.warp_sync()                               # (the last row's reads of `staged` are done)
-                for k in range(segments):
-                    tk.load_async(staged[tk.warp_id() * segments + k], y, (row, part * segments + k), masked=True)
+                staged.start(row, part)                      # (in flight with dy's loads)
             if c.prefetch:
                 for k in range(segments):
                     tk.copy(g[k], ahead[0][k])
@@ -157,8 +155,7 @@ def backward_kernel(c: SoftmaxConfig):
             else:                                            # (0 past the rows and the row's end: adds nothing)
                 _load_segments([g] if c.stage else [g, ys], (dy, y), row, part, segments)
             if c.stage:
-                tk.load_async_wait(0)
-                tk.warp_sync()                               # (the other lanes' copies)
+                staged.wait()
             if c.packed:
                 for k in range(segments):
                     tk.map(p, lambda d, y_: d * y_, g[k], ys[k])
@@ -166,7 +163,7 @@ def backward_kernel(c: SoftmaxConfig):
                     tk.map(g[k], lambda d, y_, s: y_ * (d - s), g[k], ys[k], p)
                     tk.store(dx, g[k], (row, part * segments + k), masked=True)
             else:
-                _row_backward(c, g, ys, p, staged if c.stage else None, dx, row, part, segments)
+                _row_backward(c, g, ys, p, staged, dx, row, part, segments)
     return softmax_backward
 
 
@@ -195,10 +192,10 @@ def _staged_backward(c: SoftmaxConfig, dy, y, dx, part) -> None:
 
 def _row_backward(c: SoftmaxConfig, g, ys, p, staged, dx, row, part, segments: int) -> None:
     """dx = y * (dy - s) of a row split over warps: s = the row's sum of dy * y (p, added over the segments), y read
-    again from `staged` (shared memory) where the rows are staged."""
+    again from `staged` (row_split.SharedPieces) where the rows are staged."""
     for k in range(segments):
         if staged is not None:
-            tk.load(ys[k], staged[tk.warp_id() * segments + k])
+            tk.load(ys[k], staged.chunk(0, k))
         if k == 0:
             tk.map(p, lambda d, y_: d * y_, g[k], ys[k])
         else:
@@ -206,7 +203,7 @@ def _row_backward(c: SoftmaxConfig, g, ys, p, staged, dx, row, part, segments: i
     s = tk.let(split.row_sum(c, p), "s")
     for k in range(segments):
         if staged is not None:
-            tk.load(ys[k], staged[tk.warp_id() * segments + k])
+            tk.load(ys[k], staged.chunk(0, k))
         tk.map(g[k], lambda d, y_: y_ * (d - s), g[k], ys[k])
         tk.store(dx, g[k], (row, part * segments + k), masked=True)
 

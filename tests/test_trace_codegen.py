@@ -65,6 +65,26 @@ def test_register_tiles_take_a_name_made_unique():
     assert str(line_of(badly_named, 'name="2nd"')) in str(e.value)
 
 
+def test_shared_tiles_and_vectors_take_a_name_too():
+    """tk.st and tk.sv take name= as tk.rt does (row_split.SharedPieces names its arrays after their tensors)."""
+    def round_trip(x):                                  # (a helper's locals name nothing: the kernel's do)
+        tile, _ = tk.st(f32, 16, 64, name="staging"), tk.sv(f32, 64, count=2, name="sums")
+        tk.load(tile, x, (0, 0))
+        tk.store(x, tile, (0, 0))
+
+    @tk.kernel(warps=4)
+    def named(x: tk.gl[f32, 16, 64]):
+        round_trip(x)
+    src = named.source(torch.empty(16, 64))
+    assert re.search(r"tk::st<float, 16, 64[^>]*> staging\{", src) and re.search(r"> sums\{", src)
+
+    @tk.kernel(warps=4)
+    def badly_named(x: tk.gl[f32, 16, 64]):
+        tk.sv(f32, 64, name="a b")
+    with pytest.raises(tk.TraceError, match="tk.sv needs an identifier"):
+        badly_named.trace(torch.empty(16, 64))
+
+
 def test_names_cxx_reserves_take_a_suffix():
     """A name given directly that C++ reserves (tk.rt(name="do"), a template buffer `do`, as attention's backward's
     dO tiles) becomes do_ in the generated code, which compiles."""

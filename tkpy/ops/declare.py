@@ -43,17 +43,17 @@ def rv(dtype: DType, length: int, layout: str = "ortho", name: str | None = None
     return _named(current().declare(_make(RV, dtype, length, layout), "v"), name, "tk.rv")
 
 
-def st(dtype: DType, rows: int, cols: int, count: int = 1, swizzle: int = -1) -> Var:
+def st(dtype: DType, rows: int, cols: int, count: int = 1, swizzle: int = -1, name: str | None = None) -> Var:
     """A shared tile (one per block), or an array of `count` of them indexed as s[i].
-    The swizzle (0/32/64/128 bytes) is chosen from the row width unless given."""
+    The swizzle (0/32/64/128 bytes) is chosen from the row width unless given. `name`: see _named."""
     if not isinstance(count, int) or count < 1:
         fail(f"st count must be a positive int, got {count!r}")
-    return current().declare(_make(ST, dtype, rows, cols, swizzle), "s", count)
+    return _named(current().declare(_make(ST, dtype, rows, cols, swizzle), "s", count), name, "tk.st")
 
 
-def sv(dtype: DType, length: int, count: int = 1) -> Var:
-    """A shared vector (one per block), or an array of `count`."""
-    return current().declare(_make(SV, dtype, length), "sv", count)
+def sv(dtype: DType, length: int, count: int = 1, name: str | None = None) -> Var:
+    """A shared vector (one per block), or an array of `count`. `name`: see _named."""
+    return _named(current().declare(_make(SV, dtype, length), "sv", count), name, "tk.sv")
 
 
 def col_vec(tile, dtype: DType | None = None, name: str | None = None) -> Var:
