@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import DQ_STORER_FITS, DQ_TILES, MAIN_STAGES, MAX_DIM, atomic_dq, dq_storer_for, splits_for, tuned
+from .attention_bwd_policy import (DQ_STORER_FITS, DQ_STORER_FITS_128_ROWS, DQ_TILES, MAX_DIM, Q_ROWS,
+                                   WIDE_STEP_DIMS, atomic_dq, dq_storer_for, main_stages_for, splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -23,7 +24,8 @@ class AttentionBwdConfig:
     key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES); `dq_storer`: the
     stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
-    tiles; default DQ_STORER).
+    tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup
+    then computing dQ's 64 rows of its own half of the step's queries through the storer (default Q_ROWS).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -36,6 +38,7 @@ class AttentionBwdConfig:
     dq_kv: int | None = None
     dq_stages: int | None = None
     dq_storer: int | None = None
+    q_rows: int | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -44,6 +47,7 @@ class AttentionBwdConfig:
     dq_kv_rows: int = field(**_DERIVED)
     dq_stage_count: int = field(**_DERIVED)
     storer_stages: int = field(**_DERIVED)       # the dQ storer's stages, 0 for none
+    step_rows: int = field(**_DERIVED)           # the main kernel's query rows a step
 
     def __post_init__(self) -> None:
         d = self.d
@@ -56,7 +60,13 @@ class AttentionBwdConfig:
             if getattr(self, option) not in (True, False):
                 raise ValueError(f"attention backward: {option} must be True or False, got {getattr(self, option)!r}")
         family = tuned(d)
-        stages = self.stages or MAIN_STAGES[family].value[0]
+        step_rows = self.q_rows or Q_ROWS.value[0]
+        if step_rows not in (64, 128) or step_rows == 128 and family not in WIDE_STEP_DIMS:
+            raise ValueError(f"attention backward: q_rows (query rows a step of the main kernel) is 64, or 128 at "
+                             f"head dims up to {max(WIDE_STEP_DIMS)} (the registers), got {self.q_rows!r} at head "
+                             f"dim {d}")
+        wide = step_rows == 128
+        stages = self.stages or main_stages_for(family, step_rows)
         default_kv, default_dq_stages = DQ_TILES[family].value
         dq_kv, dq_stages = self.dq_kv or default_kv, self.dq_stages or default_dq_stages
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
@@ -67,7 +77,10 @@ class AttentionBwdConfig:
         if storer and dq_pass:
             raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
                              "deterministic); here the dQ pass computes dQ")
-        fits = DQ_STORER_FITS[family]
+        fits = DQ_STORER_FITS_128_ROWS if wide else DQ_STORER_FITS[family]
+        if wide and not dq_pass and not storer:
+            raise ValueError("attention backward: q_rows=128 hands dQ to the storer warp (each warpgroup its 64 "
+                             "rows): give dq_storer=1")
         if not isinstance(storer, int) or isinstance(storer, bool) or not 0 <= storer <= fits:
             raise ValueError(f"attention backward: dq_storer (the dQ storer's stages, 0 for none) must be 0..{fits} "
                              f"at head dim {d} (what shared memory holds beside the main kernel's tiles), got "
@@ -77,7 +90,7 @@ class AttentionBwdConfig:
                              f"from 16 to 256, got {dq_kv!r}")
         for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               storer_stages=storer).items():
+                               storer_stages=storer, step_rows=step_rows).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -86,12 +99,15 @@ class AttentionBwdConfig:
     @property
     def name(self) -> str:
         """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
-        dQ at a head dim where the main kernel would, and the stages where not the default."""
-        default_stages = MAIN_STAGES[self.family].value[0]
+        dQ at a head dim where the main kernel would, the stages, storer stages and query rows a step where not the
+        default."""
+        default_stages = main_stages_for(self.family, self.step_rows)
+        default_storer = dq_storer_for(self.family, self.dq_pass)
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
-            + ("" if self.storer_stages == dq_storer_for(self.family, self.dq_pass) else f"_storer{self.storer_stages}")
+            + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
+            + ("" if self.step_rows == Q_ROWS.value[0] else f"_q{self.step_rows}")
 
     @property
     def dq_name(self) -> str:

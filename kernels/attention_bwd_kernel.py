@@ -2,11 +2,12 @@
 
 A task is a tile of KEY_ROWS = 128 keys of one (batch, key/value head): two consumer warpgroups own 64 keys each and
 load their K and V rows into shared memory at the task's start. The producer streams, through the template's ring,
-the (Q, dO) tiles of 64 query rows that see those keys, with those rows' L and D (TMA-loaded shared vectors): every query tile of every query head of the key/value head
+the (Q, dO) tiles of 64 (config.q_rows: 128) query rows that see those keys, with those rows' L and D (TMA-loaded
+shared vectors): every query tile of every query head of the key/value head
 (GQA/MQA: dK and dV summed over them in registers), causal ones from the first tile some row of which sees a key of
 the task. Per step a warpgroup computes, transposed so that its own keys are the rows (wgmma's M),
 
-    S^T = K Q^T, dP^T = V dO^T                                   (fp32, 16 x 64 per warp)
+    S^T = K Q^T, dP^T = V dO^T                                   (fp32, 16 x 64 or 16 x 128 per warp)
     P^T = exp2(S^T * scale_log2 - lse_log2)                       (lse_log2 per query: the prep kernel's L)
     dS^T = P^T * (dP^T - D)                                       (D = rowsum(dO * O) per query: the prep's D)
     dV += P^T dO, dK += dS^T Q                                    (P^T and dS^T from registers as wgmma's A)
@@ -21,7 +22,9 @@ a time, while the second goes on to its next step (as ThunderKittens does); it a
 DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
 dtype. With `dq_storer` the pieces go through the template's step-output ring to a storer warp of the producer
 warpgroup, which issues the reduce-adds (D64; a dQ column piece from each warpgroup, as FlashAttention-3's do, measured
-1-5% slower than the first warpgroup's both, RESULTS.md run 325). Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+1-5% slower than the first warpgroup's both, RESULTS.md run 325; at 128 query rows a step, `q_rows`, each
+warpgroup computes dQ's 64 rows of its own half of them, as FlashAttention-3's do at D64). Otherwise the dQ pass
+computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -36,7 +39,7 @@ from tkpy import call, f32
 from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
-from .attention_bwd_policy import KEY_ROWS, Q_TILE, REGISTERS, task_group
+from .attention_bwd_policy import KEY_ROWS, REGISTERS, task_group
 from .tensor_layout import cdiv
 
 PIECES = 2                          # column pieces of d / 2 in which the main kernel holds K, V, Q and dO
@@ -73,9 +76,15 @@ def _attention_bwd(config: AttentionBwdConfig):
     atomic = not c.dq_pass
     storer = c.storer_stages if atomic else 0       # dQ's reduce-adds by the producer's storer warp
     outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
+    rows = c.step_rows                              # query rows a step
+    halves = rows // 64                             # 2: each warpgroup computes dQ's 64 rows of its half of them
 
     producer_registers, consumer_registers = REGISTERS
-    storer_options = dict(step_output_stages=storer, step_output_writers=1) if storer else {}
+    def band(vectors, m):
+        """The step's 64-query band m of its L or D rows (a vector, or one of an array of them at 128 rows)."""
+        return vectors if halves == 1 else vectors[m]
+
+    storer_options = dict(step_output_stages=storer, step_output_writers=halves) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
@@ -94,16 +103,17 @@ def _attention_bwd(config: AttentionBwdConfig):
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
-        inputs = dict(q=shared(dtype, Q_TILE, dp, count=PIECES), do=shared(dtype, Q_TILE, dp, count=PIECES),
-                      lse=shared(f32, Q_TILE), delta=shared(f32, Q_TILE))     # the step's rows of L and D
-        if storer:                                  # piece p of the step's dQ, for the storer warp
-            step_outputs = dict(dq=shared(f32, Q_TILE, dp, count=PIECES))
+        inputs = dict(q=shared(dtype, rows, dp, count=PIECES), do=shared(dtype, rows, dp, count=PIECES),
+                      lse=shared(f32, 64, count=halves), delta=shared(f32, 64, count=halves))  # the rows' L and D
+        if storer:                                  # piece p of the step's dQ (of 64-row half m: m * PIECES + p)
+            step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * halves))
 
             def store_step(self, g, task, out, k):
                 """The storer warp: the step's dQ pieces added into DQ (TMA reduce-adds)."""
                 b, h, tile = self.step_at(g, task, k)
-                for p in range(PIECES):
-                    tk.tma.store_add_async(g.DQ, out.dq[p], (b, h, tile, p))
+                for m in range(halves):
+                    for p in range(PIECES):
+                        tk.tma.store_add_async(g.DQ, out.dq[m * PIECES + p], (b, h, tile * halves + m, p))
 
         def tasks(self, g):
             """(key tiles * splits, batch * key/value heads)."""
@@ -115,13 +125,13 @@ def _attention_bwd(config: AttentionBwdConfig):
 
         @staticmethod
         def q_tiles(g):
-            return cdiv(g.Q.rows, Q_TILE)
+            return cdiv(g.Q.rows, rows)
 
         def first_tile(self, g, task):
             """The first query tile a row of which sees a key of the task (causal; 0 otherwise)."""
             if not causal:
                 return 0
-            return call("max", 0, (self.key_tile(task) * KEY_ROWS - g.offset) // Q_TILE)
+            return call("max", 0, (self.key_tile(task) * KEY_ROWS - g.offset) // rows)
 
         def per_head(self, g, task):
             """The task's query tiles of each query head."""
@@ -146,8 +156,9 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):                 # rows past N arrive as zeros
                 tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
                 tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
-            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
-            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
+            for m in range(halves):
+                tk.tma.load_async(band(inp.lse, m), g.L, (b, h, tile * halves + m), arrived)
+                tk.tma.load_async(band(inp.delta, m), g.D, (b, h, tile * halves + m), arrived)
 
         def setup(self, st):
             # the task's K and V: warpgroup w's 64 rows, piece p, at w * PIECES + p
@@ -158,18 +169,17 @@ def _attention_bwd(config: AttentionBwdConfig):
             with tk.if_(first_warp()):
                 tk.init_semaphore(st.kv_arrived[tk.warpgroup.id()], 1)
             tk.named_sync(KV_FREE, 8)               # (each warpgroup waits on the other's semaphore too)
-            st.probs = tk.rt(f32, 16, Q_TILE)       # S^T, then P^T, then (atomic, dp = 64) dQ's piece
-            st.grads = tk.rt(f32, 16, Q_TILE)       # dP^T, then dS^T
             st.dk = [tk.rt(f32, 16, dp, name="dk") for _ in range(outputs)]
             st.dv = [tk.rt(f32, 16, dp, name="dv") for _ in range(outputs)]
             if atomic:
-                st.ds_tiles = tk.st(dtype, 64, Q_TILE, count=4)    # dS^T: [step parity * 2 + warpgroup]
+                st.ds_tiles = tk.st(dtype, 64, rows, count=4)      # dS^T: [step parity * 2 + warpgroup]
                 if not storer:
-                    st.dq_tiles = tk.st(f32, Q_TILE, dp, count=PIECES)     # piece p of the step's dQ
+                    st.dq_tiles = tk.st(f32, rows, dp, count=PIECES)       # piece p of the step's dQ
                 st.steps_done = tk.var(0, "steps_done")
-                # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them; in a window of them
-                # ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
-                st.dq = st.probs if dp == Q_TILE else tk.rt(f32, 16, dp)
+                # dQ's piece in P^T's registers (P^T is in p_low by then) where it fills them (compute); in a window
+                # of them ptxas serialized the wgmmas (C7511, D64 causal): a tile of its own there
+                if dp != rows:
+                    st.dq = tk.rt(f32, 16, dp, name="dq")
 
         def start(self, st, task):
             g, wg = st.g, tk.warpgroup.id()
@@ -199,6 +209,11 @@ def _attention_bwd(config: AttentionBwdConfig):
         def compute(self, st, inp, k):
             g, wg = st.g, tk.warpgroup.id()
             b, h, tile = self.step_at(g, st.task, k)
+            # a step's own tiles (declared in the step, so that they are dead once converted for dV and dK)
+            st.probs = tk.rt(f32, 16, rows, name="probs")   # S^T, then P^T, then (atomic, dp = 64) dQ's piece
+            st.grads = tk.rt(f32, 16, rows, name="grads")   # dP^T, then dS^T
+            if atomic and dp == rows:
+                st.dq = st.probs
             for p in range(PIECES):                 # S^T = K Q^T and dP^T = V dO^T, over the pieces
                 mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
                 mm(st.probs, st.k[wg * PIECES + p], inp.q[p])
@@ -206,20 +221,31 @@ def _attention_bwd(config: AttentionBwdConfig):
                 mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
                 mm(st.grads, st.v[wg * PIECES + p], inp.do[p])
             tk.mark("S dP issued")                  # (timeline marks: no code unless TKPY_TIMELINE=1)
-            lse = tk.row_vec(st.probs, name="lse")      # (read while the products run)
-            tk.load(lse, inp.lse)
+            # the step's 64-query bands of S^T and dP^T (at 128 rows a step, each band with its own lse and D
+            # vectors: the whole row's two would pass the registers beside S^T, dP^T, dK and dV)
+            bands = [(st.probs, st.grads)] if halves == 1 else \
+                [(st.probs.subtile(16, 64, (0, m)), st.grads.subtile(16, 64, (0, m))) for m in range(halves)]
+            if halves == 1:
+                lse = tk.row_vec(st.probs, name="lse")  # (read while the products run)
+                tk.load(lse, inp.lse)
             tk.warpgroup.mma_async_wait()
             tk.mark("S dP arrived")
-            tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
+            for m, (probs, _) in enumerate(bands):
+                if halves > 1:
+                    lse = tk.row_vec(probs, name="lse")
+                    tk.load(lse, band(inp.lse, m))
+                tk.map(probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), probs, lse)
             if causal:
-                causal_mask(st.probs, st.key_row - tile * Q_TILE - g.offset)
+                causal_mask(st.probs, st.key_row - tile * rows - g.offset)
             with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
                 tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
-            delta = tk.row_vec(st.probs, name="delta")
-            tk.load(delta, inp.delta)
-            tk.map(st.grads, lambda p, dp, dd: p * (dp - dd), st.probs, st.grads, delta)
-            p_low, ds_low = tk.rt(dtype, 16, Q_TILE, name="p_low"), tk.rt(dtype, 16, Q_TILE, name="ds_low")
-            tk.copy(p_low, st.probs)
+            for m, (probs, grads) in enumerate(bands):
+                delta = tk.row_vec(probs, name="delta")
+                tk.load(delta, band(inp.delta, m))
+                tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
+            p_low = tk.rt(dtype, 16, rows, name="p_low")
+            tk.copy(p_low, st.probs)                # (P^T's fp32 registers free from here: 128 rows need them)
+            ds_low = tk.rt(dtype, 16, rows, name="ds_low")
             tk.copy(ds_low, st.grads)
             tk.mark("dS computed")
             for i, p in enumerate(self.pieces_out(st)):
@@ -243,30 +269,35 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.mark("dS stored")
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
             tk.mark("dS of both there")
-            with tk.if_(wg == 0):
-                if storer:
-                    self.dq_pieces_to_storer(st, parity)
-                else:
-                    self.dq_pieces(st, parity, b, h, tile)
+            if halves == 2:                         # each warpgroup dQ's rows of its half of the queries
+                self.dq_pieces_to_storer(st, parity, wg)
+            else:
+                with tk.if_(wg == 0):
+                    if storer:
+                        self.dq_pieces_to_storer(st, parity, 0)
+                    else:
+                        self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
 
-        def dq_products(self, st, parity, p):
-            """dQ's column piece p of the step into st.dq's registers: dS K over both warpgroups' keys."""
+        def dq_products(self, st, parity, p, m=0):
+            """dQ's column piece p of the step (of its 64-row half m of the queries) into st.dq's registers: dS K
+            over both warpgroups' keys."""
             for half in range(2):
                 mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
-                mm(st.dq, st.ds_tiles[parity * 2 + half], st.k[half * PIECES + p])
+                ds_t = st.ds_tiles[parity * 2 + half]
+                mm(st.dq, ds_t if halves == 1 else ds_t.subtile(64, 64, (0, m)), st.k[half * PIECES + p])
             tk.warpgroup.mma_async_wait()
             tk.mark("dQ piece arrived")
 
-        def dq_pieces_to_storer(self, st, parity):
-            """dQ's column pieces of the step, one after another, into a stage of the storer's ring (the first
-            piece's products before the wait for a free stage)."""
-            self.dq_products(st, parity, 0)
+        def dq_pieces_to_storer(self, st, parity, m):
+            """dQ's column pieces of the step (of its half m of the queries), one after another, into a stage of the
+            storer's ring (the first piece's products before the wait for a free stage)."""
+            self.dq_products(st, parity, 0, m)
             with st.step_output() as out:
                 for p in range(PIECES):
                     if p:
-                        self.dq_products(st, parity, p)
-                    tk.warpgroup.store(out.dq[p], st.dq)
+                        self.dq_products(st, parity, p, m)
+                    tk.warpgroup.store(out.dq[m * PIECES + p], st.dq)
                     tk.mark("dQ piece staged")
 
         def dq_pieces(self, st, parity, b, h, tile):

@@ -19,7 +19,6 @@ from .tensor_layout import cdiv
 TUNED_DIMS = (64, 128, 256)         # head dims whose rows below were chosen; others take the next one up's (tuned)
 MAX_DIM = 256
 KEY_ROWS = 128                      # keys per task of the main kernel: 64 per consumer warpgroup (wgmma M)
-Q_TILE = 64                         # query rows per step of the main kernel (S^T's N)
 DQ_TASK_ROWS = 128                  # query rows per task of the dQ pass: 64 per consumer warpgroup
 LSE_ROWS = 128                      # the row vectors' (lse, D) and dQ workspace's rows are N rounded up to this
 ATOMIC_DQ_DIMS = 128                # the head dims up to which the main kernel accumulates dQ itself
@@ -48,17 +47,32 @@ UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attenti
 # (32 KB) and the dQ staging tiles (32 KB), all a block can have; D256: one stage of 64 KB beside K and V (128 KB).
 MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, level causal (RESULTS.md run 266)"),
                128: Row((2,), "the most that fit"), 256: Row((1,), "the most that fit")}
+# Main kernel: query rows a step (AttentionBwdConfig.q_rows). 128 (FlashAttention-3's 128 x 128 steps at D64) halves
+# the steps a task and so their fixed costs (the waits, the barrier, the stage hand-offs), the tensor work a step
+# doubled; D64 only (S^T and dP^T take 64 registers a thread each, beside dK's and dV's 32).
+Q_ROWS = Row((64,), "128 untimed (bench_attention_bwd.py --compare q_rows=128)")
+WIDE_STEP_DIMS = (64,)              # the head-dim families that may take 128 (D128's dK and dV would not fit beside)
+# D64's ring at 128 query rows: 32 KB a stage beside K and V (32 KB), dS^T (64 KB) and the storer's stage (32 KB)
+MAIN_STAGES_128_ROWS = Row((2,), "the most that fit")
+
+
+def main_stages_for(family: int, step_rows: int) -> int:
+    """The main kernel's default ring stages at head-dim family `family`, `step_rows` query rows a step."""
+    return (MAIN_STAGES_128_ROWS if step_rows == 128 else MAIN_STAGES[family]).value[0]
+
+
 # The main kernel's dQ storer (AttentionBwdConfig.dq_storer): its stages, 0 for none (FlashAttention-3 hands dQ's
 # reduce-adds to a warp of its producer warpgroup so). D128 has room for one stage of 32 KB beside K, V, the (Q, dO)
 # ring and dS^T (two pass the 227 KB by 1 KB); D64 for up to 3 (DQ_STORER_FITS).
 DQ_STORER = {
     64: Row((1,), "RESULTS.md runs 324-325 (bench_attention_bwd.py --compare dq_storer=1): 1.08x the first "
                   "warpgroup's own reduce-adds at B16 H16 N4096 non-causal, 1.12x causal"),
-    128: Row((0,), "runs 324-325: level (0.98-1.03x the first warpgroup's own reduce-adds at N1024-16384, 0.96-0.98x GQA "
-                   "H32/8)"),
+    128: Row((0,), "runs 324-325: level (0.98-1.03x the first warpgroup's own reduce-adds at N1024-16384, "
+                   "0.96-0.98x GQA H32/8)"),
     256: Row((0,), "the dQ pass computes dQ"),
 }
 DQ_STORER_FITS = {64: 3, 128: 1, 256: 0}
+DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
 
 
 def dq_storer_for(family: int, dq_pass: bool) -> int:

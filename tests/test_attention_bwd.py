@@ -106,6 +106,18 @@ def test_dq_through_the_storer_warp_or_not(d, causal, stages):
     check(grads, (q, k, v, do), BF16, causal)
 
 
+@pytest.mark.parametrize("causal,n,nk,hkv", [(False, 150, 300, 2), (True, 300, 150, 1), ("bottom_right", 200, 333, 4)])
+def test_128_query_rows_a_step(causal, n, nk, hkv):
+    """D64's main kernel at 128 query rows a step (q_rows=128; each warpgroup dQ's rows of its half of them through
+    the storer): partial query and key tiles, GQA and MQA, both causal corners; and the deterministic dQ pass beside
+    it (the main kernel without dQ)."""
+    q, k, v, do = inputs(1, 4, hkv, n, nk, 64, BF16)
+    check(backward(q, k, v, do, causal, None, options=dict(q_rows=128)), (q, k, v, do), BF16, causal)
+    if causal is True:
+        check(backward(q, k, v, do, causal, None, deterministic=True, options=dict(q_rows=128)), (q, k, v, do), BF16,
+              causal)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_keys_past_nk_contribute_nothing_where_their_p_would_overflow(deterministic):
     """Every score about -256 (q's first column 128, k's 2, the others' products small; scale -1): lse_log2 about
@@ -218,6 +230,16 @@ def test_checks_say_what_they_cannot_take():
     assert AttentionBwdConfig(64, dq_storer=2).name == "attention_bwd_d64_storer2"
     assert AttentionBwdConfig(64, dq_storer=0).name == "attention_bwd_d64_storer0"
     assert AttentionBwdConfig(64, deterministic=True).storer_stages == 0      # (the dQ pass's dQ)
+    with pytest.raises(ValueError, match="q_rows .* is 64, or 128 at head dims up to 64"):
+        AttentionBwdConfig(128, q_rows=128)
+    with pytest.raises(ValueError, match="q_rows .* is 64"):
+        AttentionBwdConfig(64, q_rows=96)
+    with pytest.raises(ValueError, match="q_rows=128 hands dQ to the storer warp"):
+        AttentionBwdConfig(64, q_rows=128, dq_storer=0)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..1 at head dim 64"):
+        AttentionBwdConfig(64, q_rows=128, dq_storer=2)
+    wide = AttentionBwdConfig(64, q_rows=128)
+    assert (wide.name, wide.stage_count, wide.storer_stages) == ("attention_bwd_d64_q128", 2, 1)
     with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
         AttentionBwdConfig(256, dq_storer=1)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
@@ -287,6 +309,21 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_128_row_step_compiles(causal):
+    """D64 at 128 query rows a step: the consumers within their 240 registers, the wgmmas asynchronous. The
+    non-causal kernel's producer warpgroup (24 registers, the extra L and D loads of a step) spills blockIdx.x, 4
+    bytes once a task; the causal one does not (NVRTC 13.5)."""
+    c = AttentionBwdConfig(64, tk.bf16, causal, q_rows=128)
+    args = kernel_args(64, causal, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.SpillWarning)
+        r = _attention_bwd(c).kernel.resources(*args)
+    assert r.spill_stores <= (0 if causal else 4) and r.stack_frame <= (0 if causal else 8), r
+    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16", _attention_bwd(c).kernel.sass(*args))) >= 2   # S^T, dP^T
+
+
 def test_small_kernels_compile_without_spills():
     for d in (64, 128, 256):
         x, rows, work = torch.empty(1, 2, 512, d, dtype=BF16), torch.empty(1, 2, 512), torch.empty(1, 2, 512, d)
@@ -329,6 +366,14 @@ def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages):
     q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
     grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
     check(grads, (q, k, v, do), BF16, causal)
+
+
+@gpu_util.on_gpu
+@pytest.mark.parametrize("causal,n,nk,hkv", [(False, 1000, 1100, 2), (True, 1000, 1100, 2),
+                                             ("bottom_right", 777, 1500, 1), (False, 4096, 4096, 4)])
+def test_gpu_128_query_rows_a_step(causal, n, nk, hkv):
+    q, k, v, do = inputs(2, 4, hkv, n, nk, 64, BF16, device="cuda")
+    check(backward(q, k, v, do, causal, None, options=dict(q_rows=128)), (q, k, v, do), BF16, causal)
 
 
 @gpu_util.on_gpu
