@@ -80,9 +80,17 @@ def _attention_bwd(config: AttentionBwdConfig):
     halves = rows // 64                             # 2: each warpgroup computes dQ's 64 rows of its half of them
 
     producer_registers, consumer_registers = REGISTERS
-    def band(vectors, m):
-        """The step's 64-query band m of its L or D rows (a vector, or one of an array of them at 128 rows)."""
-        return vectors if halves == 1 else vectors[m]
+    def band(vector, m):
+        """The step's 64-query band m of its L or D rows (the whole vector at 64 rows a step)."""
+        return vector if halves == 1 else vector.subvec(64, m)
+
+    def band_rows(tile, m):
+        """Rows of the step's 64-query band m of a Q or dO tile."""
+        return tile if halves == 1 else tile.subtile(64, tile.type.cols, (m, 0))
+
+    def band_cols(tile, m):
+        """Columns of the step's 64-query band m of a dS^T tile."""
+        return tile if halves == 1 else tile.subtile(64, 64, (0, m))
 
     storer_options = dict(step_output_stages=storer, step_output_writers=halves) if storer else {}
 
@@ -104,7 +112,7 @@ def _attention_bwd(config: AttentionBwdConfig):
         if causal:
             offset: int                             # query i sees keys j <= i + offset
         inputs = dict(q=shared(dtype, rows, dp, count=PIECES), do=shared(dtype, rows, dp, count=PIECES),
-                      lse=shared(f32, 64, count=halves), delta=shared(f32, 64, count=halves))  # the rows' L and D
+                      lse=shared(f32, rows), delta=shared(f32, rows))     # the step's rows of L and D
         if storer:                                  # piece p of the step's dQ (of 64-row half m: m * PIECES + p)
             step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * halves))
 
@@ -156,9 +164,8 @@ def _attention_bwd(config: AttentionBwdConfig):
             for p in range(PIECES):                 # rows past N arrive as zeros
                 tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
                 tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
-            for m in range(halves):
-                tk.tma.load_async(band(inp.lse, m), g.L, (b, h, tile * halves + m), arrived)
-                tk.tma.load_async(band(inp.delta, m), g.D, (b, h, tile * halves + m), arrived)
+            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
+            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
 
         def setup(self, st):
             # the task's K and V: warpgroup w's 64 rows, piece p, at w * PIECES + p
@@ -239,32 +246,35 @@ def _attention_bwd(config: AttentionBwdConfig):
                 causal_mask(st.probs, st.key_row - tile * rows - g.offset)
             with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
                 tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
+            lows = []                               # each band's P^T and dS^T in the dtype, wgmma's A of dV and dK
             for m, (probs, grads) in enumerate(bands):
                 delta = tk.row_vec(probs, name="delta")
                 tk.load(delta, band(inp.delta, m))
                 tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
-            p_low = tk.rt(dtype, 16, rows, name="p_low")
-            tk.copy(p_low, st.probs)                # (P^T's fp32 registers free from here: 128 rows need them)
-            ds_low = tk.rt(dtype, 16, rows, name="ds_low")
-            tk.copy(ds_low, st.grads)
-            tk.mark("dS computed")
-            for i, p in enumerate(self.pieces_out(st)):
-                tk.warpgroup.mma_AB(st.dv[i], p_low, inp.do[p])
-                tk.warpgroup.mma_AB(st.dk[i], ds_low, inp.q[p])
+                p_low = tk.rt(dtype, 16, 64, name="p_low")
+                tk.copy(p_low, probs)               # (the band's fp32 P^T and dS^T dead from here: 128 rows need it)
+                ds_low = tk.rt(dtype, 16, 64, name="ds_low")
+                tk.copy(ds_low, grads)
+                tk.mark("dS computed")
+                for i, p in enumerate(self.pieces_out(st)):     # over the band's queries
+                    tk.warpgroup.mma_AB(st.dv[i], p_low, band_rows(inp.do[p], m))
+                    tk.warpgroup.mma_AB(st.dk[i], ds_low, band_rows(inp.q[p], m))
+                lows.append(ds_low)
             tk.mark("dV dK issued")
             if atomic:
-                self.dq_step(st, ds_low, b, h, tile)
+                self.dq_step(st, lows, b, h, tile)
             tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
             tk.mark("dV dK done")
 
-        def dq_step(self, st, ds_low, b, h, tile):
+        def dq_step(self, st, ds_lows, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
             goes on to its next step (with a column piece each, both warpgroups waited on the dQ in every step: 1-5%
             slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 266; dQ added from the registers by
             tk.store_add's red.global.add, a column piece each or each warpgroup's own keys: 0.74-0.80x and 0.54-0.66x
             cuDNN where this runs 0.80-0.91x, run 290)."""
             wg, parity = tk.warpgroup.id(), st.steps_done % 2
-            tk.warpgroup.store(st.ds_tiles[parity * 2 + wg], ds_low)
+            for m, ds_low in enumerate(ds_lows):   # (each 64-query band's columns)
+                tk.warpgroup.store(band_cols(st.ds_tiles[parity * 2 + wg], m), ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
             tk.mark("dS stored")
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
@@ -284,8 +294,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             over both warpgroups' keys."""
             for half in range(2):
                 mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
-                ds_t = st.ds_tiles[parity * 2 + half]
-                mm(st.dq, ds_t if halves == 1 else ds_t.subtile(64, 64, (0, m)), st.k[half * PIECES + p])
+                mm(st.dq, band_cols(st.ds_tiles[parity * 2 + half], m), st.k[half * PIECES + p])
             tk.warpgroup.mma_async_wait()
             tk.mark("dQ piece arrived")
 

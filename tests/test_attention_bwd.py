@@ -311,17 +311,11 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_128_row_step_compiles(causal):
-    """D64 at 128 query rows a step: the consumers within their 240 registers, the wgmmas asynchronous. The
-    non-causal kernel's producer warpgroup (24 registers, the extra L and D loads of a step) spills blockIdx.x, 4
-    bytes once a task; the causal one does not (NVRTC 13.5)."""
+    """D64 at 128 query rows a step: within the consumers' 240 registers (S^T and dP^T of 128 queries, converted
+    for dV and dK a 64-query band at a time), the wgmmas asynchronous, S^T and dP^T 128 wide."""
     c = AttentionBwdConfig(64, tk.bf16, causal, q_rows=128)
-    args = kernel_args(64, causal, True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", tk.SpillWarning)
-        r = _attention_bwd(c).kernel.resources(*args)
-    assert r.spill_stores <= (0 if causal else 4) and r.stack_frame <= (0 if causal else 8), r
-    assert not any("Performance Loss" in w for w in r.warnings), r.warnings
-    assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16", _attention_bwd(c).kernel.sass(*args))) >= 2   # S^T, dP^T
+    sass = compiled_clean(_attention_bwd(c).kernel, kernel_args(64, causal, True))
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16", sass)) >= 2                 # S^T, dP^T
 
 
 def test_small_kernels_compile_without_spills():

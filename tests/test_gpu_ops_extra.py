@@ -1,5 +1,5 @@
 """The rest of the warp-level vocabulary against torch on the GPU: layout swaps and transposes, vector
-layouts, shared vectors, subtiles, masks, tk.map, operators, bounds-checked and cp.async copies,
+layouts, shared vectors and their subvecs, subtiles, masks, tk.map, operators, bounds-checked and cp.async copies,
 mma_ABt / AtB / AtBt.
 
 Each test builds a `Case` (kernel, grid, arguments and a check against torch) for any device: the
@@ -199,6 +199,45 @@ def shared_vector_case(dt, scope, device="cuda") -> Case:
 @pytest.mark.parametrize("dt,scope", SHARED_VECTOR_PARAMS)
 def test_shared_vectors(dt, scope):
     shared_vector_case(dt, scope).run()
+
+
+# -- subvecs: windows of shared vectors (static slices, runtime indices), read and written ------------------
+@functools.cache
+def subvec_kernel(dt):
+    @tk.kernel(warps=2, name=f"subvecs_{dt}")
+    def k(x: tk.gl[DT[dt], "R", 128], y: tk.gl[DT[dt], "R", 128]):
+        s_in, s_out = tk.sv(DT[dt], 128, count=2), tk.sv(DT[dt], 128, count=2)
+        w, row = tk.warp_id(), tk.block_idx.x * 2 + tk.warp_id()
+        tk.load(s_in[w], x, (row, 0))
+        tk.warp_sync()
+        v = tk.rv(DT[dt], 64, "align")
+        for half in range(2):                                   # a static slice in, a runtime window out
+            tk.load(v, s_in[w][half * 64:(half + 1) * 64])
+            tk.mul(v, v, float(half + 2))
+            tk.store(s_out[w].subvec(64, (w + half) % 2), v)
+        tk.warp_sync()
+        tk.store(y, s_out[w], (row, 0))
+    return k
+
+
+def subvec_case(dt, device="cuda") -> Case:
+    x = rand(4, 128, dtype=TORCH[dt], device=device)
+    y = poisoned(*x.shape, dtype=TORCH[dt], device=device)
+
+    def check():
+        ref = torch.empty_like(x)
+        for row in range(4):
+            for half in range(2):
+                dest = (row % 2 + half) % 2
+                ref[row, dest * 64:(dest + 1) * 64] = (x[row, half * 64:(half + 1) * 64].double() * (half + 2)).to(
+                    x.dtype)
+        assert torch.equal(y, ref)
+    return Case(subvec_kernel(dt), (2,), (x, y), check)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+def test_subvecs(dt):
+    subvec_case(dt).run()
 
 
 # -- subtiles: shared windows (nested, runtime coordinates, every swizzle) and register row windows -----
@@ -646,7 +685,8 @@ def test_mma_variants(name, dt, m, n, k):
 
 # Every case above, for tests/test_warp_ops_cpu.py: (builder, parameter lists).
 ALL_CASES = [(swap_case, SWAP_PARAMS), (transpose_case, TRANSPOSE_PARAMS), (vector_layout_case, VECTOR_PARAMS),
-             (shared_vector_case, SHARED_VECTOR_PARAMS), (subtile_case, SUBTILE_PARAMS), (mask_case, MASK_PARAMS),
+             (shared_vector_case, SHARED_VECTOR_PARAMS), (subvec_case, [("bf16",), ("f32",)]),
+             (subtile_case, SUBTILE_PARAMS), (mask_case, MASK_PARAMS),
              (map_case, MAP_PARAMS), (map_broadcast_case, MAP_BROADCAST_PARAMS),
              (exp2_emulated_case, EXP2_EMULATED_PARAMS),
              (operators_case, [("row",), ("col",)]), (masked_case, MASKED_PARAMS),

@@ -117,13 +117,15 @@ def float_operand(e: Expr) -> str:
 
 def view_decl(v: Var) -> str:
     """A subtile: a reference to rows (or to base tiles of one 16-row band) of a register tile, or a shared
-    tile addressed inside another."""
+    tile addressed inside another (a shared vector's subvec: elements of another)."""
     t, base = v.type, operand(v.view.base)
     if isinstance(t, RT):
         if t.cols == v.view.base.type.cols:
             return f"auto& {v.name} = tk::subtile_inplace<{t.rows}>({base}, {render(v.view.row)});"
         return (f"auto& {v.name} = tk::subtile_inplace<{t.rows}, {t.cols}>({base}, {render(v.view.row)}, "
                 f"{render(v.view.col)});")
+    if isinstance(t, SV):
+        return f"const auto {v.name} = tk::subvec<{t.length}>({base}, {render(v.view.col)});"
     return f"const auto {v.name} = tk::subtile<{t.rows}, {t.cols}>({base}, {render(v.view.row)}, {render(v.view.col)});"
 
 

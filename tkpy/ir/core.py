@@ -63,6 +63,10 @@ class Var(Traced):
         """The rows x cols window at `coord` (in units of the window) of this tile: see tk.subtile."""
         return _syntax("subtile")(self, rows, cols, coord)
 
+    def subvec(self, length: int, index=0) -> "Var":
+        """The `length` elements at `index` (in units of the window) of this shared vector: see tk.subvec."""
+        return _syntax("subvec")(self, length, index)
+
     def _operator(fn: str):  # noqa: N805 - builds the arithmetic dunders below
         def op(self, *other):
             return _syntax("operator")(fn, self, *other)
@@ -115,6 +119,9 @@ class SharedRef:
 
     def subtile(self, rows: int, cols: int, coord=(0, 0)) -> Var:
         return _syntax("subtile")(self, rows, cols, coord)
+
+    def subvec(self, length: int, index=0) -> Var:
+        return _syntax("subvec")(self, length, index)
 
     def __getitem__(self, index) -> Var:
         return _syntax("slice")(self, index)

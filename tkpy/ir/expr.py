@@ -39,7 +39,8 @@ TILE_SYNTAX: dict[str, Callable] = {}
 
 
 def tile_syntax(name: str):
-    """Decorator: install `fn` as what the syntax `name` ('operator', 'slice', 'subtile' or 'foreign') does."""
+    """Decorator: install `fn` as what the syntax `name` ('operator', 'slice', 'subtile', 'subvec' or 'foreign')
+    does."""
     def install(fn):
         TILE_SYNTAX[name] = fn
         return fn

@@ -10,7 +10,7 @@ from .reduce import (row_max, row_min, row_sum, row_prod, col_max, col_min, col_
 from .mma import mma_AB, mma_ABt, mma_AtB, mma_AtBt
 from .layout import swap_layout, swap_pairs, transpose
 from .rotary import load_rotary_table, rotate_half
-from .views import subtile
+from .views import subtile, subvec
 from .maps import map, broadcast_row, broadcast_col
 from . import foreign  # noqa: F401 - installs what Python's math, numpy and torch functions do to traced values
 from .softmax import OnlineSoftmax, online_softmax, online_softmax_stale

@@ -10,13 +10,16 @@ coordinates (r, c), in units of the window, as ThunderKittens' `subtile_inplace`
 - Shared tiles: any window whose rows are a multiple of 16 and, for a swizzled tile, whose
   columns are a multiple of the swizzle panel; the coordinate may be a runtime value. Such a
   window starts on a whole swizzle atom and panel, so it keeps the viewed tile's address function.
+- Shared vectors: `v.subvec(length, i)` (or `tk.subvec`, `v[64:128]`), the `length` elements at index `i` in
+  units of the window (a multiple of 16 elements, as an sv's length; `i` may be a runtime value), as
+  ThunderKittens' `subvec`: e.g. a band of a step's per-row statistics loaded by one TMA copy.
 """
 from __future__ import annotations
 
 from ..frontend.context import current, user_loc
 from ..ir.core import Decl, SharedRef, Var, View, tile_syntax
 from ..ir.expr import Const
-from ..tiles.types import RT, ST
+from ..tiles.types import RT, ST, SV
 from ._checks import describe, fail, operand, scalar
 
 
@@ -43,11 +46,32 @@ def subtile(tile, rows: int, cols: int, coord=(0, 0)) -> Var:
     return _declare(view_type, base, r, c)
 
 
+@tile_syntax("subvec")
+def subvec(vector, length: int, index=0) -> Var:
+    """The `length` elements at `index` (in units of the window: elements index * length on) of a shared vector."""
+    base = operand(vector, "subvec")
+    t = base.type
+    if not isinstance(t, SV):
+        fail(f"subvec: expected a shared vector, got {describe(base)} (tiles take subtile)")
+    if not isinstance(length, int) or isinstance(length, bool) or length <= 0 or length % 16 or length > t.length:
+        fail(f"subvec: length must be a positive multiple of 16 up to the vector's {t.length}, got {length!r}")
+    i = scalar(index, "subvec index")
+    if isinstance(i, Const) and not 0 <= i.value * length <= t.length - length:
+        fail(f"subvec: index {i.value} puts the {length}-element window outside {describe(base)}")
+    return _declare(SV(t.dtype, length), base, scalar(0, "subvec row"), i)
+
+
 @tile_syntax("slice")
 def slice_tile(tile, index) -> Var:
-    """`t[r0:r1]` or `t[r0:r1, c0:c1]` (static, in elements): the subtile that range covers."""
+    """`t[r0:r1]` or `t[r0:r1, c0:c1]` (static, in elements): the subtile that range covers; `v[i0:i1]` of a shared
+    vector its subvec."""
     base = operand(tile, "subtile")
     t = base.type
+    if isinstance(t, SV) and isinstance(index, slice):
+        start, stop, step = index.indices(t.length)
+        if step != 1 or stop <= start or start % (stop - start):
+            fail(f"subvec: the slice {start}:{stop} must be a step-1 range starting at a multiple of its length")
+        return subvec(base, stop - start, start // (stop - start))
     index = index if isinstance(index, tuple) else (index,)
     if len(index) > 2 or not all(isinstance(s, slice) for s in index):
         fail(f"{describe(tile)} is indexed by one or two slices of static ints, a subtile (t[16:32], t[0:16, 32:64]); "

@@ -282,6 +282,10 @@ __device__ __forceinline__ rt<T, 1, SC / 16, L>& subtile_inplace(rt<T, H, W, L>&
 template <int RS, int CS, typename T, int R, int C, int SWZ, int PR, int PC>
 __device__ __forceinline__ st<T, RS, CS, SWZ, PR, PC> subtile(const st<T, R, C, SWZ, PR, PC>& s, int r, int c) {
     return {s.base + s.offset(r * RS, c * CS)}; }
+// Elements [idx * M, (idx + 1) * M) of a shared vector (ThunderKittens' subvec).
+template <int M, typename T, int N>
+__device__ __forceinline__ sv<T, M> subvec(const sv<T, N>& v, int idx) {
+    return {v.base + idx * sv<T, M>::bytes}; }
 """
 
 _MASKS = r"""
