@@ -1,8 +1,9 @@
 """Why a memory-bound kernel falls short of the copy: Nsight Compute's counters for tkpy's memory-bound ops
 (profile_cases.py's memory cases), a copy of the same bytes beside them.
 
-    python3 benchmarks/ncu_memory.py [OP:DIR ...] [--rows R --width W]
-        OP: profile_cases.MEMORY_OPS; DIR: fwd, bwd (cross_entropy: fwd, f+b); default: every op each way
+    python3 benchmarks/ncu_memory.py [OP:DIR[:ROWSxWIDTH][:compile] ...] [--rows R --width W]
+        OP: profile_cases.MEMORY_OPS; DIR: fwd, bwd (cross_entropy: fwd, f+b); default: every op each way; a case's
+        own shape over --rows/--width; compile: torch.compile's kernels for the case instead of tkpy's (the peer)
 
 For each kernel of each case (its last launch): GPU time, the DRAM bytes read and written and the rate, DRAM
 throughput as ncu rates it (% of the peak it sustains), issue slots used (% of the SMs' peak while active: near
@@ -48,11 +49,21 @@ def default_cases() -> list[str]:
                                                       ("fwd", "f+b") if op == "cross_entropy" else ("fwd", "bwd"))]
 
 
+def case_of(case: str, rows: int, width: int) -> tuple:
+    """(op, direction, rows, width, implementation) of OP:DIR[:ROWSxWIDTH][:compile]."""
+    op, direction, *rest = case.split(":")
+    impl = "compile" if rest and rest[-1] == "compile" else "tkpy"
+    shape = [part for part in rest if part != "compile"]
+    if shape:
+        rows, width = (int(n) for n in shape[0].split("x"))
+    return op, direction, rows, width, impl
+
+
 def profile_case(case: str, rows: int, width: int) -> list[dict]:
     """One row per kernel name the case launched (its last launch)."""
-    op, direction = case.split(":")
+    op, direction, rows, width, impl = case_of(case, rows, width)
     command = [sys.executable, str(Path(__file__).with_name("profile_cases.py")), "memory", op, direction, str(rows),
-               str(width)]
+               str(width), impl]
     options = [opt for s in SECTIONS for opt in ("--section", s)] + ["--metrics", ",".join(METRICS), "-k", KERNELS,
                                                                      "--launch-count", "200"]
     text = ncu.profile(options, command, ["--page", "raw"])

@@ -7,8 +7,9 @@ Cases: gemm M N K nn|nt [block_n=64 ...] (tkpy matmul, then cuBLAS: filter with 
 causal(0/1) [key=value ...] [--only-sdpa] [--flash] (tkpy: attention(), or tkpy.kernels.attention_forward._launch with those
 options, e.g. pingpong=False overlap=False; then SDPA cuDNN, and with --flash SDPA flash), attention_bwd B H N D
 causal(0/1) [--only-sdpa] [--flash] (tkpy's attention_backward, then SDPA's backward under cuDNN and flash), rotary B S
-HQ HK D (tkpy's rotary, then torch.compile's), rms_norm|layer_norm ROWS WIDTH (tkpy's, then torch.compile's), memory OP fwd|bwd|f+b [ROWS WIDTH] (tkpy's memory-bound
-ops, MEMORY_OPS, memory_case). Each runs 3 times after building its inputs.
+HQ HK D (tkpy's rotary, then torch.compile's), rms_norm|layer_norm ROWS WIDTH (tkpy's, then torch.compile's),
+memory OP fwd|bwd|f+b [ROWS WIDTH [compile]] (tkpy's memory-bound ops, MEMORY_OPS, memory_case; or torch.compile's).
+Each runs 3 times after building its inputs.
 """
 from __future__ import annotations
 
@@ -109,13 +110,17 @@ MEMORY_OPS = ("copy", "rms", "rms+residual", "layer", "layer+residual", "softmax
               "rotary", "cross_entropy")
 
 
-def memory_case(op: str, direction: str = "fwd", rows: str = "16384", width: str = "4096") -> None:
+def memory_case(op: str, direction: str = "fwd", rows: str = "16384", width: str = "4096", impl: str = "tkpy") -> None:
     """tkpy's memory-bound op `op` on rows x width bf16 inputs (rotary: q (4, 4096, 32, 128) and k of 8 heads), 3
     times: its forward ("fwd"), or after one forward its backward through autograd ("bwd"; cross_entropy "f+b": the
-    forward writing the gradient, and the backward); "copy" is y = x * 1 (torch's elementwise kernel)."""
+    forward writing the gradient, and the backward); "copy" is y = x * 1 (torch's elementwise kernel). impl
+    "compile": torch.compile of torch's own function instead (norms, softmax, the GLUs, cross-entropy), the peer
+    the benchmark compares with."""
     import torch
 
-    from tkpy import kernels
+    if impl == "compile" and op in ("copy", "rotary"):
+        raise SystemExit(f"memory {op}: no compiled peer here (profile_cases.py rotary ... times torch.compile's)")
+    ops = compiled_peers() if impl == "compile" else tkpy_kernels
     rows, width = int(rows), int(width)
     dtype = torch.float32 if op == "softmax_f32" else torch.bfloat16
     make = lambda *shape: torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=direction != "fwd")  # noqa
@@ -126,25 +131,25 @@ def memory_case(op: str, direction: str = "fwd", rows: str = "16384", width: str
     elif op == "rotary":
         q, k = make(4, 4096, 32, 128), make(4, 4096, 8, 128)
         cos, sin = (torch.randn(4096, 64, device="cuda") for _ in range(2))
-        inputs, run = (q, k), lambda: kernels.rotary(q, k, cos, sin)
+        inputs, run = (q, k), lambda: ops.rotary(q, k, cos, sin)
     elif op == "cross_entropy":
         x, t = make(rows, width), torch.randint(0, width, (rows,), device="cuda")
-        inputs, run = (x,), lambda: (kernels.cross_entropy(x, t),)
+        inputs, run = (x,), lambda: (ops.cross_entropy(x, t),)
     elif op in ("swiglu", "geglu"):
         g, u = make(rows, width), make(rows, width)
-        inputs, run = (g, u), lambda: (getattr(kernels, op)(g, u),)
+        inputs, run = (g, u), lambda: (getattr(ops, op)(g, u),)
     elif op.startswith("softmax"):
         x = make(rows, width)
-        inputs, run = (x,), lambda: (kernels.softmax(x),)
+        inputs, run = (x,), lambda: (ops.softmax(x),)
     else:
         x, w, b = make(rows, width), make(width), make(width)
         r = make(rows, width) if "residual" in op else None
         if op.startswith("rms"):
-            inputs, run = (x, w) + ((r,) if r is not None else ()), lambda: kernels.rms_norm(x, (width,), w, 1e-6,
-                                                                                              residual=r)
+            inputs, run = (x, w) + ((r,) if r is not None else ()), lambda: ops.rms_norm(x, (width,), w, 1e-6,
+                                                                                          residual=r)
         else:
             inputs = (x, w, b) + ((r,) if r is not None else ())
-            run = lambda: kernels.layer_norm(x, (width,), w, b, 1e-5, residual=r)  # noqa: E731
+            run = lambda: ops.layer_norm(x, (width,), w, b, 1e-5, residual=r)  # noqa: E731
     if direction == "fwd" or op == "cross_entropy" and direction == "f+b":
         for _ in range(3):
             out = run()
@@ -158,8 +163,30 @@ def memory_case(op: str, direction: str = "fwd", rows: str = "16384", width: str
         torch.autograd.grad(outputs, inputs, grads, retain_graph=True)
 
 
+def compiled_peers():
+    """torch.compile of torch's functions, under the names memory_case calls tkpy's by."""
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    def rms_norm(x, shape, w, eps, residual=None):
+        h = x + residual if residual is not None else x
+        return (F.rms_norm(h, shape, w, eps), h) if residual is not None else F.rms_norm(h, shape, w, eps)
+
+    def layer_norm(x, shape, w, b, eps, residual=None):
+        h = x + residual if residual is not None else x
+        return (F.layer_norm(h, shape, w, b, eps), h) if residual is not None else F.layer_norm(h, shape, w, b, eps)
+
+    functions = dict(rms_norm=rms_norm, layer_norm=layer_norm, softmax=lambda x: torch.softmax(x, -1),
+                     swiglu=lambda g, u: F.silu(g) * u, geglu=lambda g, u: F.gelu(g) * u,
+                     cross_entropy=lambda x, t: F.cross_entropy(x.float(), t))
+    return types.SimpleNamespace(**{name: torch.compile(fn, dynamic=False) for name, fn in functions.items()})
+
+
 def eager_rotary(q, k, cos, sin):
     """GPT-NeoX rotary in torch ops (what torch.compile fuses), for the profiler's comparison."""
+    import torch
     c, s = (t[None, :, None, :].float() for t in (cos, sin))
     def rot(x):
         a, b = x.float().chunk(2, -1)
