@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_STORER_FITS, DQ_STORER_FITS_128_ROWS, DQ_TILES, MAX_DIM, Q_ROWS,
+from .attention_bwd_policy import (DQ_STORER_FITS, DQ_STORER_FITS_128_ROWS, DQ_TILES, MAX_DIM, STEP_ROWS,
                                    WIDE_STEP_DIMS, atomic_dq, dq_storer_for, main_stages_for, splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
@@ -25,7 +25,7 @@ class AttentionBwdConfig:
     stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
     tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup
-    then computing dQ's 64 rows of its own half of the step's queries through the storer (default Q_ROWS).
+    then computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -60,7 +60,7 @@ class AttentionBwdConfig:
             if getattr(self, option) not in (True, False):
                 raise ValueError(f"attention backward: {option} must be True or False, got {getattr(self, option)!r}")
         family = tuned(d)
-        step_rows = self.q_rows or Q_ROWS.value[0]
+        step_rows = self.q_rows or STEP_ROWS[family].value[0]
         if step_rows not in (64, 128) or step_rows == 128 and family not in WIDE_STEP_DIMS:
             raise ValueError(f"attention backward: q_rows (query rows a step of the main kernel) is 64, or 128 at "
                              f"head dims up to {max(WIDE_STEP_DIMS)} (the registers), got {self.q_rows!r} at head "
@@ -107,7 +107,7 @@ class AttentionBwdConfig:
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
-            + ("" if self.step_rows == Q_ROWS.value[0] else f"_q{self.step_rows}")
+            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}")
 
     @property
     def dq_name(self) -> str:

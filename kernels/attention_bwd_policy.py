@@ -50,8 +50,10 @@ MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, 
 # Main kernel: query rows a step (AttentionBwdConfig.q_rows). 128 (FlashAttention-3's 128 x 128 steps at D64) halves
 # the steps a task and so their fixed costs (the waits, the barrier, the stage hand-offs), the tensor work a step
 # doubled; D64 only (S^T and dP^T take 64 registers a thread each, beside dK's and dV's 32).
-Q_ROWS = Row((64,), "128 untimed (bench_attention_bwd.py --compare q_rows=128)")
-WIDE_STEP_DIMS = (64,)              # the head-dim families that may take 128 (D128's dK and dV would not fit beside)
+STEP_ROWS = {64: Row((64,), "128 untimed (bench_attention_bwd.py --compare q_rows=128)"),
+             128: Row((64,), "128 would not fit: S^T and dP^T of 128 queries (128 registers) beside dK and dV (128)"),
+             256: Row((64,), "128 would not fit (as D128)")}
+WIDE_STEP_DIMS = (64,)              # the head-dim families that may take 128
 # D64's ring at 128 query rows: 32 KB a stage beside K and V (32 KB), dS^T (64 KB) and the storer's stage (32 KB)
 MAIN_STAGES_128_ROWS = Row((2,), "the most that fit")
 
