@@ -21,10 +21,10 @@ step's dQ over the task's 128 keys, dQ = dS K (dS^T from shared memory as wgmma'
 a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece into the fp32 workspace
 DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
 dtype. With `dq_storer` the pieces go through the template's step-output ring to a storer warp of the producer
-warpgroup, which issues the reduce-adds (D64; a dQ column piece from each warpgroup, as FlashAttention-3's do, measured
-1-5% slower than the first warpgroup's both, RESULTS.md run 325; at 128 query rows a step, `q_rows`, each
-warpgroup computes dQ's 64 rows of its own half of them, as FlashAttention-3's do at D64). Otherwise the dQ pass
-computes dQ (attention_bwd_dq_kernel).
+warpgroup, which issues the reduce-adds (D64; `dq_split`: a dQ column piece from each warpgroup, as
+FlashAttention-3's do, 1-5% slower than the first warpgroup's both through a one-stage ring, RESULTS.md run 325; at
+128 query rows a step, `q_rows`, each warpgroup computes dQ's 64 rows of its own half of them, as FlashAttention-3's
+do at D64). Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -78,6 +78,7 @@ def _attention_bwd(config: AttentionBwdConfig):
     outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
     rows = c.step_rows                              # query rows a step
     halves = rows // 64                             # 2: each warpgroup computes dQ's 64 rows of its half of them
+    split_dq = storer and c.dq_split                # each warpgroup a column piece of dQ (64 rows a step)
 
     producer_registers, consumer_registers = REGISTERS
     def band(vector, m):
@@ -92,7 +93,8 @@ def _attention_bwd(config: AttentionBwdConfig):
         """Columns of the step's 64-query band m of a dS^T tile."""
         return tile if halves == 1 else tile.subtile(64, 64, (0, m))
 
-    storer_options = dict(step_output_stages=storer, step_output_writers=halves) if storer else {}
+    writers = 2 if halves == 2 or split_dq else 1   # the consumer warpgroups that fill each step's dQ stage
+    storer_options = dict(step_output_stages=storer, step_output_writers=writers) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
@@ -281,6 +283,10 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.mark("dS of both there")
             if halves == 2:                         # each warpgroup dQ's rows of its half of the queries
                 self.dq_pieces_to_storer(st, parity, wg)
+            elif split_dq:                          # each warpgroup its own column piece
+                self.dq_products(st, parity, wg)
+                with st.step_output() as out:
+                    tk.warpgroup.store(out.dq[wg], st.dq)
             else:
                 with tk.if_(wg == 0):
                     if storer:

@@ -95,14 +95,14 @@ def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     check(backward(q, k, v, do, causal, scale), (q, k, v, do), dtype, causal, scale)
 
 
-@pytest.mark.parametrize("d,causal,stages", [(64, True, 2), (64, False, 0), (128, False, 1), (128, True, 1)])
-def test_dq_through_the_storer_warp_or_not(d, causal, stages):
+@pytest.mark.parametrize("d,causal,stages,split", [(64, True, 2, False), (64, False, 0, False), (128, False, 2, False),
+                                                   (128, True, 1, False), (64, False, 3, True), (128, True, 2, True)])
+def test_dq_through_the_storer_warp_or_not(d, causal, stages, split):
     """dQ's pieces through a step-output ring of `stages` to the producer's storer warp (dq_storer; D64's default
-    1), which issues their reduce-adds, or (0) by the first consumer warpgroup itself: several tasks a block (the
-    persistent loop), odd lengths, GQA. (D128's K, V, (Q, dO) ring and dS^T leave room for one stage: two pass an
-    SM's shared memory by 1 KB.)"""
+    1), which issues their reduce-adds, or (0) by the first consumer warpgroup itself; with dq_split a column piece
+    from each warpgroup: several tasks a block (the persistent loop), odd lengths, GQA."""
     q, k, v, do = inputs(1, 4, 2, 150, 300, d, BF16)
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, dq_split=split))
     check(grads, (q, k, v, do), BF16, causal)
 
 
@@ -225,8 +225,13 @@ def test_checks_say_what_they_cannot_take():
         AttentionBwdConfig(64, dq_kv=40)
     with pytest.raises(ValueError, match="dq_storer .* must be 0..3 at head dim 64"):
         AttentionBwdConfig(64, dq_storer=4)
-    with pytest.raises(ValueError, match="dq_storer .* must be 0..1 at head dim 128"):
-        AttentionBwdConfig(128, dq_storer=2)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..2 at head dim 128"):
+        AttentionBwdConfig(128, dq_storer=3)
+    with pytest.raises(ValueError, match="dq_split .* with dq_storer and 64 query rows"):
+        AttentionBwdConfig(64, dq_storer=0, dq_split=True)
+    with pytest.raises(ValueError, match="dq_split .* with dq_storer and 64 query rows"):
+        AttentionBwdConfig(64, q_rows=128, dq_split=True)
+    assert AttentionBwdConfig(128, dq_storer=2, dq_split=True).name == "attention_bwd_d128_storer2_dqsplit"
     assert AttentionBwdConfig(64, dq_storer=2).name == "attention_bwd_d64_storer2"
     assert AttentionBwdConfig(64, dq_storer=0).name == "attention_bwd_d64_storer0"
     assert AttentionBwdConfig(64, deterministic=True).storer_stages == 0      # (the dQ pass's dQ)
@@ -300,12 +305,13 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
         compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
-@pytest.mark.parametrize("d,causal,stages", [(64, False, 2), (64, True, 3), (64, False, 0), (128, True, 1),
-                                             (128, False, 1)])
-def test_the_dq_storer_compiles_without_spills(d, causal, stages):
-    """The main kernel with its dQ through the storer warp (or not, 0): within the registers, its rings in shared
-    memory."""
-    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages)
+@pytest.mark.parametrize("d,causal,stages,split", [(64, False, 2, False), (64, True, 3, False), (64, False, 0, False),
+                                                   (128, True, 1, False), (128, False, 2, False), (64, True, 3, True),
+                                                   (128, False, 2, True)])
+def test_the_dq_storer_compiles_without_spills(d, causal, stages, split):
+    """The main kernel with its dQ through the storer warp (or not, 0; dq_split: a piece from each warpgroup):
+    within the registers, its rings in shared memory."""
+    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages, dq_split=split)
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
@@ -354,11 +360,12 @@ def test_gpu_every_head_dim(d, causal):
 
 
 @gpu_util.on_gpu
-@pytest.mark.parametrize("d,causal,stages", [(64, False, 0), (64, True, 0), (64, False, 2), (64, True, 3),
-                                             (128, False, 1), (128, True, 1)])
-def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages):
+@pytest.mark.parametrize("d,causal,stages,split", [(64, False, 0, False), (64, True, 0, False), (64, False, 2, False),
+                                                   (64, True, 3, False), (128, False, 1, False), (128, True, 2, False),
+                                                   (64, False, 3, True), (128, True, 2, True)])
+def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages, split):
     q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages))
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, dq_split=split))
     check(grads, (q, k, v, do), BF16, causal)
 
 

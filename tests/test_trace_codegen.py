@@ -133,6 +133,23 @@ def test_shared_tiles_are_aligned_for_their_swizzle():
     assert ir.shared_bytes == 1536 + 64
 
 
+def test_semaphores_are_planned_after_the_tiles():
+    """Semaphores (8 bytes each) take their words after every tile and vector, so that a swizzled tile declared
+    after them does not wait for the next 1024-byte boundary."""
+    @tk.kernel(warps=1)
+    def k(x: tk.gl[bf16, "R", 64]):
+        first = tk.st(bf16, 16, 64)                   # 2 KB, 1024-byte alignment
+        ready = tk.semaphore(2)
+        second = tk.st(bf16, 16, 64)
+        tk.init_semaphore(ready[0], 1)
+        tk.load(first, x, (0, 0))
+        tk.load(second, x, (0, 0))
+    ir = k.trace(X64).ir
+    by_name = {v.name: offset for v, offset in ir.shared_offsets.items()}
+    assert (by_name["first"], by_name["second"], by_name["ready"]) == (0, 2048, 4096)
+    assert ir.shared_bytes == 4096 + 16
+
+
 def test_runtime_loop_and_branch_codegen():
     @tk.kernel(warps=2)
     def k(x: tk.gl[f32, "R", 16], n: int, s: float):

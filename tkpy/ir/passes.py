@@ -3,7 +3,7 @@ of global tensors copied whole."""
 from __future__ import annotations
 
 from ..errors import TraceError
-from ..tiles.types import RT, RV
+from ..tiles.types import RT, RV, Semaphore
 from .core import (GLOBAL_TILE_OPS, TMA_TILE_OPS, Assign, Decl, For, GlobalVar, If, KernelIR, Let, Op, PeerRef, SharedRef, Var,
                    walk)
 from .expr import Const, Expr, Sym, cdiv, free_symbols
@@ -109,12 +109,17 @@ def _check_syms(e: Expr, syms: set, stmt) -> None:
 
 
 def plan_shared(kernel: KernelIR) -> None:
-    """Give each shared tile a byte offset (aligned as its swizzle needs) and check the total."""
+    """Give each shared tile a byte offset (aligned as its swizzle needs) and check the total: tiles and vectors in
+    the order declared, then the semaphores, so that their 8-byte words do not leave up to 1016 bytes of padding
+    before the next 1024-aligned tile each (2 KB of attention's backward at D128: its second dQ storer stage)."""
     offset = 0
     offsets = {}
     limit = shared_limit(kernel.blocks_per_sm)
-    for s in walk(kernel.body):
-        if isinstance(s, Decl) and s.var.is_shared and s.var.view is None and s.var.alias is not None:
+    declared = [s for s in walk(kernel.body) if isinstance(s, Decl) and s.var.is_shared and s.var.view is None]
+    in_order = [s for s in declared if not isinstance(s.var.type, Semaphore)] + \
+        [s for s in declared if isinstance(s.var.type, Semaphore)]
+    for s in in_order:
+        if s.var.alias is not None:
             base, at = s.var.alias           # storage reused (e.g. a template's finish block over its stages)
             t = s.var.type
             start = offsets[base] + at
@@ -122,7 +127,7 @@ def plan_shared(kernel: KernelIR) -> None:
                 raise TraceError(f"`{s.var.name}` ({t}, x{s.var.count}) placed at byte {start} is misaligned or "
                                  f"reaches past the {offset} bytes declared before it", s.loc)
             offsets[s.var] = start
-        elif isinstance(s, Decl) and s.var.is_shared and s.var.view is None:
+        else:
             t = s.var.type
             offset = cdiv(offset, t.alignment) * t.alignment
             offsets[s.var] = offset
