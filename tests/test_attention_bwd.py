@@ -223,8 +223,8 @@ def test_checks_say_what_they_cannot_take():
         AttentionBwdConfig(48)
     with pytest.raises(ValueError, match="dq_kv"):
         AttentionBwdConfig(64, dq_kv=40)
-    with pytest.raises(ValueError, match="dq_storer .* must be 0..3 at head dim 64"):
-        AttentionBwdConfig(64, dq_storer=4)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..4 at head dim 64"):
+        AttentionBwdConfig(64, dq_storer=5)
     with pytest.raises(ValueError, match="dq_storer .* must be 0..2 at head dim 128"):
         AttentionBwdConfig(128, dq_storer=3)
     with pytest.raises(ValueError, match="dq_split .* with dq_storer and 64 query rows"):
