@@ -80,7 +80,6 @@ def _attention_bwd(config: AttentionBwdConfig):
     halves = rows // 64                             # 2: each warpgroup computes dQ's 64 rows of its half of them
     split_dq = storer and c.dq_split                # each warpgroup a column piece of dQ (64 rows a step)
 
-    producer_registers, consumer_registers = REGISTERS
     def band(vector, m):
         """The step's 64-query band m of its L or D rows (the whole vector at 64 rows a step)."""
         return vector if halves == 1 else vector.subvec(64, m)
@@ -93,6 +92,7 @@ def _attention_bwd(config: AttentionBwdConfig):
         """Columns of the step's 64-query band m of a dS^T tile."""
         return tile if halves == 1 else tile.subtile(64, 64, (0, m))
 
+    producer_registers, consumer_registers = REGISTERS
     writers = 2 if halves == 2 or split_dq else 1   # the consumer warpgroups that fill each step's dQ stage
     storer_options = dict(step_output_stages=storer, step_output_writers=writers) if storer else {}
 
@@ -248,13 +248,13 @@ def _attention_bwd(config: AttentionBwdConfig):
                 causal_mask(st.probs, st.key_row - tile * rows - g.offset)
             with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
                 tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
-            lows = []                               # each band's P^T and dS^T in the dtype, wgmma's A of dV and dK
+            lows = []                               # each band's dS^T in the dtype, for dQ
             for m, (probs, grads) in enumerate(bands):
                 delta = tk.row_vec(probs, name="delta")
                 tk.load(delta, band(inp.delta, m))
                 tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
                 p_low = tk.rt(dtype, 16, 64, name="p_low")
-                tk.copy(p_low, probs)               # (the band's fp32 P^T and dS^T dead from here: 128 rows need it)
+                tk.copy(p_low, probs)               # (the band's fp32 P^T dead from here: 128 rows need it)
                 ds_low = tk.rt(dtype, 16, 64, name="ds_low")
                 tk.copy(ds_low, grads)
                 tk.mark("dS computed")
