@@ -13,11 +13,11 @@ fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y 
 with prefetch, and one chunk of fp32 products. From 32768 on the sweeps (RESULTS.md runs 325-328) chose, by width,
 pieces through shared memory (`stage`: a chunk at a time in registers; the backward's y, with `stage_dy` dy too)
 or the next row's in registers; the table rows' `staged` counts the tensors staged (0 none, 1 x or y, 2 y and
-dy). Clusters only where a row is wider than a
-block's 16 warps hold, as Quack does (its 16-block clusters past 128k are beyond the portable 8), and fp32 rows of
-16384 (swept: fewer warps a block, more blocks an SM). Swept at 4096
-(benchmarks/sweep_row_splits.py softmax): fewer warps a row with more values a lane, and more rows a block.
-blocks_per_sm is the launch bounds' minimum (the register cap).
+dy). Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block clusters past
+128k are beyond the portable 8), or where the sweeps chose them (fp32 rows of 16384 and 32768, bf16 backward
+65536: fewer warps a block, more blocks an SM). Swept at 4096 (benchmarks/sweep_row_splits.py softmax): fewer warps
+a row with more values a lane, and more rows a block. blocks_per_sm is the launch bounds' minimum (the register
+cap).
 """
 from __future__ import annotations
 
