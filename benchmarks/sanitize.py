@@ -66,15 +66,19 @@ def cases() -> dict:
     out["attention backward D128 deterministic"] = lambda: attention(
         r(1, 2, 300, 128).requires_grad_(), r(1, 2, 400, 128).requires_grad_(), r(1, 2, 400, 128).requires_grad_(),
         causal=True, deterministic=True).sum().backward()
-    def backward_with(options, causal):        # the backward's launches with AttentionBwdConfig fields (variants)
+    def backward_with(options, causal, d=64):  # the backward's launches with AttentionBwdConfig fields (variants)
         from tkpy.kernels.attention_backward import _launch
         from tkpy.kernels.attention_forward import causal_variant
-        q, k, v = r(1, 4, 300, 64), r(1, 2, 333, 64), r(1, 2, 333, 64)
+        q, k, v = r(1, 4, 300, d), r(1, 2, 333, d), r(1, 2, 333, d)
         o, lse = attention(q, k, v, causal=causal, return_lse=True)
         grads = [torch.empty_like(x) for x in (q, k, v)]
-        _launch(torch.randn_like(q), q, k, v, o, lse, *grads, causal_variant(causal), 0.125, options=options)
-    for causal in (False, True):
-        out[f"attention backward D64 q_rows=128 causal={causal}"] = lambda c=causal: backward_with(dict(q_rows=128), c)
+        _launch(torch.randn_like(q), q, k, v, o, lse, *grads, causal_variant(causal), d ** -0.5, options=options)
+    variants = {"q_rows=128": (64, dict(q_rows=128)), "dq_own_keys": (64, dict(dq_storer=2, dq_own_keys=True)),
+                "dq_split": (64, dict(dq_storer=3, dq_split=True)), "D128 dq_storer=2": (128, dict(dq_storer=2))}
+    for name, (d, options) in variants.items():
+        for causal in (False, True):
+            out[f"attention backward D{d} {name} causal={causal}"] = \
+                lambda o=options, c=causal, dim=d: backward_with(o, c, dim)
     out["attention D64 fp16 3 warpgroups"] = lambda: attention(r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16),
                                                              r(2, 4, 576, 64, dtype=torch.float16), causal=True)

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_STORER_FITS, DQ_STORER_FITS_128_ROWS, DQ_TILES, MAX_DIM, STEP_ROWS,
-                                   WIDE_STEP_DIMS, atomic_dq, dq_storer_for, main_stages_for, splits_for, tuned)
+from .attention_bwd_policy import (DQ_STORER_FITS, DQ_STORER_FITS_128_ROWS, DQ_STORER_FITS_OWN_KEYS, DQ_TILES,
+                                   MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_for, main_stages_for,
+                                   splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -26,8 +27,10 @@ class AttentionBwdConfig:
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
     tiles; default DQ_STORER); `dq_split` (with the storer): each warpgroup computes one of dQ's two column pieces
     over the step's 128 keys, as FlashAttention-3's warpgroups do (else the first computes both while the second
-    goes on to its next step); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup
-    then computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS).
+    goes on to its next step); `dq_own_keys` (with the storer): each warpgroup computes dQ over its own 64 keys
+    and the storer adds both (twice the reduce-adds, no wait for the other warpgroup's dS^T); `q_rows`: the main
+    kernel's query rows a step, 64 or (D64) 128, each warpgroup then computing dQ's 64 rows of its own half of the
+    step's queries through the storer (default STEP_ROWS).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -42,6 +45,7 @@ class AttentionBwdConfig:
     dq_storer: int | None = None
     q_rows: int | None = None
     dq_split: bool = False
+    dq_own_keys: bool = False
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -84,7 +88,12 @@ class AttentionBwdConfig:
             raise ValueError(f"attention backward: dq_split (a dQ column piece from each warpgroup) is True or False, "
                              f"with dq_storer and 64 query rows a step: got {self.dq_split!r} with dq_storer={storer}, "
                              f"q_rows={step_rows}")
-        fits = DQ_STORER_FITS_128_ROWS if wide else DQ_STORER_FITS[family]
+        if self.dq_own_keys not in (True, False) or self.dq_own_keys and (not storer or wide or self.dq_split):
+            raise ValueError(f"attention backward: dq_own_keys (each warpgroup's dQ over its own keys) is True or "
+                             f"False, with dq_storer, 64 query rows a step and no dq_split: got {self.dq_own_keys!r} "
+                             f"with dq_storer={storer}, q_rows={step_rows}, dq_split={self.dq_split}")
+        fits = DQ_STORER_FITS_128_ROWS if wide else DQ_STORER_FITS_OWN_KEYS[family] if self.dq_own_keys else \
+            DQ_STORER_FITS[family]
         if wide and not dq_pass and not storer:
             raise ValueError("attention backward: q_rows=128 hands dQ to the storer warp (each warpgroup its 64 "
                              "rows): give dq_storer=1")
@@ -115,7 +124,7 @@ class AttentionBwdConfig:
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_dqsplit" if self.dq_split else "")
+            + ("_dqsplit" if self.dq_split else "") + ("_ownkeys" if self.dq_own_keys else "")
 
     @property
     def dq_name(self) -> str:

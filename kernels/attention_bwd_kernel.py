@@ -79,6 +79,8 @@ def _attention_bwd(config: AttentionBwdConfig):
     rows = c.step_rows                              # query rows a step
     halves = rows // 64                             # 2: each warpgroup computes dQ's 64 rows of its half of them
     split_dq = storer and c.dq_split                # each warpgroup a column piece of dQ (64 rows a step)
+    own_keys = storer and c.dq_own_keys             # each warpgroup dQ over its own 64 keys, added on its own
+    parts = 2 if halves == 2 or own_keys else 1     # 64-row dQ blocks a step hands the storer (of halves, or of keys)
 
     def band(vector, m):
         """The step's 64-query band m of its L or D rows (the whole vector at 64 rows a step)."""
@@ -93,7 +95,7 @@ def _attention_bwd(config: AttentionBwdConfig):
         return tile if halves == 1 else tile.subtile(64, 64, (0, m))
 
     producer_registers, consumer_registers = REGISTERS
-    writers = 2 if halves == 2 or split_dq else 1   # the consumer warpgroups that fill each step's dQ stage
+    writers = 2 if parts == 2 or split_dq else 1    # the consumer warpgroups that fill each step's dQ stage
     storer_options = dict(step_output_stages=storer, step_output_writers=writers) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
@@ -115,15 +117,16 @@ def _attention_bwd(config: AttentionBwdConfig):
             offset: int                             # query i sees keys j <= i + offset
         inputs = dict(q=shared(dtype, rows, dp, count=PIECES), do=shared(dtype, rows, dp, count=PIECES),
                       lse=shared(f32, rows), delta=shared(f32, rows))     # the step's rows of L and D
-        if storer:                                  # piece p of the step's dQ (of 64-row half m: m * PIECES + p)
-            step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * halves))
+        if storer:                                  # piece p of the step's dQ block m at m * PIECES + p
+            step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * parts))
 
             def store_step(self, g, task, out, k):
                 """The storer warp: the step's dQ pieces added into DQ (TMA reduce-adds)."""
                 b, h, tile = self.step_at(g, task, k)
-                for m in range(halves):
+                for m in range(parts):
+                    rows_at = tile * halves + m if halves == 2 else tile    # (own keys: both blocks the same rows)
                     for p in range(PIECES):
-                        tk.tma.store_add_async(g.DQ, out.dq[m * PIECES + p], (b, h, tile * halves + m, p))
+                        tk.tma.store_add_async(g.DQ, out.dq[m * PIECES + p], (b, h, rows_at, p))
 
         def tasks(self, g):
             """(key tiles * splits, batch * key/value heads)."""
@@ -204,7 +207,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             for acc in st.dk + st.dv:
                 tk.zero(acc)
             st.key_row = tk.let(self.key_tile(task) * KEY_ROWS + wg * 64 + tk.warp_id() % 4 * 16, "key_row")
-            if atomic:                              # dQ's products read both warpgroups' K
+            if atomic and not own_keys:             # dQ's products read both warpgroups' K
                 for other in range(2):
                     tk.wait(st.kv_arrived[other], st.tasks_done % 2)
             else:
@@ -279,10 +282,15 @@ def _attention_bwd(config: AttentionBwdConfig):
                 tk.warpgroup.store(band_cols(st.ds_tiles[parity * 2 + wg], m), ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
             tk.mark("dS stored")
+            if own_keys:                            # dQ over this warpgroup's keys: no wait for the other
+                own_sync()                          # (its 4 warps' rows there)
+                self.dq_pieces_to_storer(st, parity, wg, keys=(wg,))
+                st.steps_done += 1
+                return
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
             tk.mark("dS of both there")
             if halves == 2:                         # each warpgroup dQ's rows of its half of the queries
-                self.dq_pieces_to_storer(st, parity, wg)
+                self.dq_pieces_to_storer(st, parity, wg, m=wg)
             elif split_dq:                          # each warpgroup its own column piece
                 self.dq_products(st, parity, wg)
                 with st.step_output() as out:
@@ -295,24 +303,25 @@ def _attention_bwd(config: AttentionBwdConfig):
                         self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
 
-        def dq_products(self, st, parity, p, m=0):
+        def dq_products(self, st, parity, p, m=0, keys=(0, 1)):
             """dQ's column piece p of the step (of its 64-row half m of the queries) into st.dq's registers: dS K
-            over both warpgroups' keys."""
-            for half in range(2):
-                mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
+            over the keys of warpgroups `keys` (both, or one's own)."""
+            for i, half in enumerate(keys):
+                mm = tk.warpgroup.mm_AtB if i == 0 else tk.warpgroup.mma_AtB
                 mm(st.dq, band_cols(st.ds_tiles[parity * 2 + half], m), st.k[half * PIECES + p])
             tk.warpgroup.mma_async_wait()
             tk.mark("dQ piece arrived")
 
-        def dq_pieces_to_storer(self, st, parity, m):
-            """dQ's column pieces of the step (of its half m of the queries), one after another, into a stage of the
-            storer's ring (the first piece's products before the wait for a free stage)."""
-            self.dq_products(st, parity, 0, m)
+        def dq_pieces_to_storer(self, st, parity, part, m=0, keys=(0, 1)):
+            """dQ's column pieces of the step (of its query half m, over the keys of warpgroups `keys`), one after
+            another, into block `part` of a stage of the storer's ring (the first piece's products before the wait
+            for a free stage)."""
+            self.dq_products(st, parity, 0, m, keys)
             with st.step_output() as out:
                 for p in range(PIECES):
                     if p:
-                        self.dq_products(st, parity, p, m)
-                    tk.warpgroup.store(out.dq[m * PIECES + p], st.dq)
+                        self.dq_products(st, parity, p, m, keys)
+                    tk.warpgroup.store(out.dq[part * PIECES + p], st.dq)
                     tk.mark("dQ piece staged")
 
         def dq_pieces(self, st, parity, b, h, tile):

@@ -75,6 +75,7 @@ DQ_STORER = {
     256: Row((0,), "the dQ pass computes dQ"),
 }
 DQ_STORER_FITS = {64: 4, 128: 2, 256: 0}
+DQ_STORER_FITS_OWN_KEYS = {64: 2, 128: 1, 256: 0}     # each warpgroup's own dQ (dq_own_keys): stages twice the size
 DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
 
 

@@ -95,14 +95,17 @@ def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     check(backward(q, k, v, do, causal, scale), (q, k, v, do), dtype, causal, scale)
 
 
-@pytest.mark.parametrize("d,causal,stages,split", [(64, True, 2, False), (64, False, 0, False), (128, False, 2, False),
-                                                   (128, True, 1, False), (64, False, 3, True), (128, True, 2, True)])
-def test_dq_through_the_storer_warp_or_not(d, causal, stages, split):
+@pytest.mark.parametrize("d,causal,stages,how", [(64, True, 2, None), (64, False, 0, None), (128, False, 2, None),
+                                                 (128, True, 1, None), (64, False, 3, "dq_split"),
+                                                 (128, True, 2, "dq_split"), (64, True, 2, "dq_own_keys"),
+                                                 (128, False, 1, "dq_own_keys")])
+def test_dq_through_the_storer_warp_or_not(d, causal, stages, how):
     """dQ's pieces through a step-output ring of `stages` to the producer's storer warp (dq_storer; D64's default
     1), which issues their reduce-adds, or (0) by the first consumer warpgroup itself; with dq_split a column piece
-    from each warpgroup: several tasks a block (the persistent loop), odd lengths, GQA."""
+    from each warpgroup, with dq_own_keys each warpgroup's dQ over its own keys: several tasks a block (the
+    persistent loop), odd lengths, GQA."""
     q, k, v, do = inputs(1, 4, 2, 150, 300, d, BF16)
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, dq_split=split))
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, **({how: True} if how else {})))
     check(grads, (q, k, v, do), BF16, causal)
 
 
@@ -232,6 +235,11 @@ def test_checks_say_what_they_cannot_take():
     with pytest.raises(ValueError, match="dq_split .* with dq_storer and 64 query rows"):
         AttentionBwdConfig(64, q_rows=128, dq_split=True)
     assert AttentionBwdConfig(128, dq_storer=2, dq_split=True).name == "attention_bwd_d128_storer2_dqsplit"
+    with pytest.raises(ValueError, match="dq_own_keys .* with dq_storer, 64 query rows a step and no dq_split"):
+        AttentionBwdConfig(64, dq_own_keys=True, dq_split=True)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..2 at head dim 64"):
+        AttentionBwdConfig(64, dq_storer=3, dq_own_keys=True)
+    assert AttentionBwdConfig(64, dq_own_keys=True).name == "attention_bwd_d64_ownkeys"
     assert AttentionBwdConfig(64, dq_storer=2).name == "attention_bwd_d64_storer2"
     assert AttentionBwdConfig(64, dq_storer=0).name == "attention_bwd_d64_storer0"
     assert AttentionBwdConfig(64, deterministic=True).storer_stages == 0      # (the dQ pass's dQ)
@@ -305,13 +313,14 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
         compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
-@pytest.mark.parametrize("d,causal,stages,split", [(64, False, 2, False), (64, True, 3, False), (64, False, 0, False),
-                                                   (128, True, 1, False), (128, False, 2, False), (64, True, 3, True),
-                                                   (128, False, 2, True)])
-def test_the_dq_storer_compiles_without_spills(d, causal, stages, split):
-    """The main kernel with its dQ through the storer warp (or not, 0; dq_split: a piece from each warpgroup):
-    within the registers, its rings in shared memory."""
-    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages, dq_split=split)
+@pytest.mark.parametrize("d,causal,stages,how", [(64, False, 2, None), (64, True, 3, None), (64, False, 0, None),
+                                                 (128, True, 1, None), (128, False, 2, None), (64, True, 3, "dq_split"),
+                                                 (128, False, 2, "dq_split"), (64, True, 2, "dq_own_keys"),
+                                                 (128, False, 1, "dq_own_keys")])
+def test_the_dq_storer_compiles_without_spills(d, causal, stages, how):
+    """The main kernel with its dQ through the storer warp (or not, 0; dq_split: a piece from each warpgroup;
+    dq_own_keys: each warpgroup's keys): within the registers, its rings in shared memory."""
+    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages, **({how: True} if how else {}))
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
@@ -360,12 +369,14 @@ def test_gpu_every_head_dim(d, causal):
 
 
 @gpu_util.on_gpu
-@pytest.mark.parametrize("d,causal,stages,split", [(64, False, 0, False), (64, True, 0, False), (64, False, 2, False),
-                                                   (64, True, 3, False), (128, False, 1, False), (128, True, 2, False),
-                                                   (64, False, 3, True), (128, True, 2, True)])
-def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages, split):
+@pytest.mark.parametrize("d,causal,stages,how", [(64, False, 0, None), (64, True, 0, None), (64, False, 2, None),
+                                                 (64, True, 3, None), (128, False, 1, None), (128, True, 2, None),
+                                                 (64, False, 3, "dq_split"), (128, True, 2, "dq_split"),
+                                                 (64, False, 2, "dq_own_keys"), (64, True, 1, "dq_own_keys"),
+                                                 (128, True, 1, "dq_own_keys")])
+def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages, how):
     q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, dq_split=split))
+    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, **({how: True} if how else {})))
     check(grads, (q, k, v, do), BF16, causal)
 
 
