@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_STORER_FITS, DQ_STORER_FITS_128_ROWS, DQ_STORER_FITS_OWN_KEYS, DQ_TILES,
-                                   MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_for, main_stages_for,
-                                   splits_for, tuned)
+from .attention_bwd_policy import (DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
+                                   dq_storer_for, main_stages_for, splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -92,8 +91,7 @@ class AttentionBwdConfig:
             raise ValueError(f"attention backward: dq_own_keys (each warpgroup's dQ over its own keys) is True or "
                              f"False, with dq_storer, 64 query rows a step and no dq_split: got {self.dq_own_keys!r} "
                              f"with dq_storer={storer}, q_rows={step_rows}, dq_split={self.dq_split}")
-        fits = DQ_STORER_FITS_128_ROWS if wide else DQ_STORER_FITS_OWN_KEYS[family] if self.dq_own_keys else \
-            DQ_STORER_FITS[family]
+        fits = dq_storer_fits(family, step_rows, self.dq_own_keys)
         if wide and not dq_pass and not storer:
             raise ValueError("attention backward: q_rows=128 hands dQ to the storer warp (each warpgroup its 64 "
                              "rows): give dq_storer=1")

@@ -273,7 +273,8 @@ def _attention_bwd(config: AttentionBwdConfig):
 
         def dq_step(self, st, ds_lows, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
-            goes on to its next step (with a column piece each, both warpgroups waited on the dQ in every step: 1-5%
+            goes on to its next step (or as the config's dq_own_keys, q_rows, dq_split share it; with a column piece
+            each, both warpgroups waited on the dQ in every step: 1-5%
             slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 266; dQ added from the registers by
             tk.store_add's red.global.add, a column piece each or each warpgroup's own keys: 0.74-0.80x and 0.54-0.66x
             cuDNN where this runs 0.80-0.91x, run 290)."""
@@ -284,12 +285,12 @@ def _attention_bwd(config: AttentionBwdConfig):
             tk.mark("dS stored")
             if own_keys:                            # dQ over this warpgroup's keys: no wait for the other
                 own_sync()                          # (its 4 warps' rows there)
+            else:
+                tk.named_sync(DS_READY, 8)          # both halves there; the other parity's reads (two steps ago) done
+                tk.mark("dS of both there")
+            if own_keys:
                 self.dq_pieces_to_storer(st, parity, wg, keys=(wg,))
-                st.steps_done += 1
-                return
-            tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
-            tk.mark("dS of both there")
-            if halves == 2:                         # each warpgroup dQ's rows of its half of the queries
+            elif halves == 2:                       # each warpgroup dQ's rows of its half of the queries
                 self.dq_pieces_to_storer(st, parity, wg, m=wg)
             elif split_dq:                          # each warpgroup its own column piece
                 self.dq_products(st, parity, wg)

@@ -79,6 +79,13 @@ DQ_STORER_FITS_OWN_KEYS = {64: 2, 128: 1, 256: 0}     # each warpgroup's own dQ 
 DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
 
 
+def dq_storer_fits(family: int, step_rows: int, own_keys: bool) -> int:
+    """The most dQ storer stages shared memory holds beside the main kernel's tiles."""
+    if step_rows == 128:
+        return DQ_STORER_FITS_128_ROWS
+    return (DQ_STORER_FITS_OWN_KEYS if own_keys else DQ_STORER_FITS)[family]
+
+
 def dq_storer_for(family: int, dq_pass: bool) -> int:
     """The dQ storer's default stages: DQ_STORER's, none where the dQ pass computes dQ."""
     return 0 if dq_pass else DQ_STORER[family].value[0]

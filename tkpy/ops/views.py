@@ -68,26 +68,25 @@ def slice_tile(tile, index) -> Var:
     base = operand(tile, "subtile")
     t = base.type
     if isinstance(t, SV) and isinstance(index, slice):
-        start, stop, step = index.indices(t.length)
-        if step != 1 or stop <= start or start % (stop - start):
-            fail(f"subvec: the slice {start}:{stop} must be a step-1 range starting at a multiple of its length")
-        return subvec(base, stop - start, start // (stop - start))
+        return subvec(base, *_window(index, t.length, "subvec: the", ""))
     index = index if isinstance(index, tuple) else (index,)
     if len(index) > 2 or not all(isinstance(s, slice) for s in index):
         fail(f"{describe(tile)} is indexed by one or two slices of static ints, a subtile (t[16:32], t[0:16, 32:64]); "
              f"got [{', '.join(map(str, index))}]: a tile's elements are not addressable one by one (tk.map computes "
              "each, tk.fill sets them all, the masks tk.tril / tk.right_fill / ... those past a boundary)")
     index = index + (slice(None),) * (2 - len(index))
-    shape, coord = [], []
-    for s, full, what in zip(index, (t.rows, t.cols), ("rows", "cols")):
-        start, stop, step = s.indices(full)
-        n = stop - start
-        if step != 1 or n <= 0 or start % n:
-            fail(f"subtile: the {what} slice {start}:{stop} must be a step-1 range starting at a multiple of "
-                 "its length (a subtile coordinate)")
-        shape.append(n)
-        coord.append(start // n)
-    return subtile(base, shape[0], shape[1], tuple(coord))
+    (rows, r), (cols, c) = (_window(s, full, f"subtile: the {what}", " (a subtile coordinate)")
+                            for s, full, what in zip(index, (t.rows, t.cols), ("rows", "cols")))
+    return subtile(base, rows, cols, (r, c))
+
+
+def _window(s: slice, full: int, what: str, why: str) -> tuple:
+    """(length, index in units of the length) of the static slice `s` of `full` elements."""
+    start, stop, step = s.indices(full)
+    n = stop - start
+    if step != 1 or n <= 0 or start % n:
+        fail(f"{what} slice {start}:{stop} must be a step-1 range starting at a multiple of its length{why}")
+    return n, start // n
 
 
 def _register_view(t: RT, rows: int, cols: int, r, c) -> RT:
