@@ -73,8 +73,8 @@ def cases() -> dict:
         o, lse = attention(q, k, v, causal=causal, return_lse=True)
         grads = [torch.empty_like(x) for x in (q, k, v)]
         _launch(torch.randn_like(q), q, k, v, o, lse, *grads, causal_variant(causal), d ** -0.5, options=options)
-    variants = {"q_rows=128": (64, dict(q_rows=128)), "dq_own_keys": (64, dict(dq_storer=2, dq_own_keys=True)),
-                "dq_split": (64, dict(dq_storer=3, dq_split=True)), "D128 dq_storer=2": (128, dict(dq_storer=2))}
+    variants = {"q_rows=64": (64, dict(q_rows=64)), "q_rows=64 dq_storer=3": (64, dict(q_rows=64, dq_storer=3)),
+                "D128 dq_storer=2": (128, dict(dq_storer=2))}
     for name, (d, options) in variants.items():
         for causal in (False, True):
             out[f"attention backward D{d} {name} causal={causal}"] = \

@@ -24,12 +24,8 @@ class AttentionBwdConfig:
     key/value rows per tile (a multiple of 16 up to 256) and its ring's stages (default DQ_TILES); `dq_storer`: the
     stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
-    tiles; default DQ_STORER); `dq_split` (with the storer): each warpgroup computes one of dQ's two column pieces
-    over the step's 128 keys, as FlashAttention-3's warpgroups do (else the first computes both while the second
-    goes on to its next step); `dq_own_keys` (with the storer): each warpgroup computes dQ over its own 64 keys
-    and the storer adds both (twice the reduce-adds, no wait for the other warpgroup's dS^T); `q_rows`: the main
-    kernel's query rows a step, 64 or (D64) 128, each warpgroup then computing dQ's 64 rows of its own half of the
-    step's queries through the storer (default STEP_ROWS).
+    tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup then
+    computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -43,8 +39,6 @@ class AttentionBwdConfig:
     dq_stages: int | None = None
     dq_storer: int | None = None
     q_rows: int | None = None
-    dq_split: bool = False
-    dq_own_keys: bool = False
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -83,15 +77,7 @@ class AttentionBwdConfig:
         if storer and dq_pass:
             raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
                              "deterministic); here the dQ pass computes dQ")
-        if self.dq_split not in (True, False) or self.dq_split and (not storer or wide):
-            raise ValueError(f"attention backward: dq_split (a dQ column piece from each warpgroup) is True or False, "
-                             f"with dq_storer and 64 query rows a step: got {self.dq_split!r} with dq_storer={storer}, "
-                             f"q_rows={step_rows}")
-        if self.dq_own_keys not in (True, False) or self.dq_own_keys and (not storer or wide or self.dq_split):
-            raise ValueError(f"attention backward: dq_own_keys (each warpgroup's dQ over its own keys) is True or "
-                             f"False, with dq_storer, 64 query rows a step and no dq_split: got {self.dq_own_keys!r} "
-                             f"with dq_storer={storer}, q_rows={step_rows}, dq_split={self.dq_split}")
-        fits = dq_storer_fits(family, step_rows, self.dq_own_keys)
+        fits = dq_storer_fits(family, step_rows)
         if wide and not dq_pass and not storer:
             raise ValueError("attention backward: q_rows=128 hands dQ to the storer warp (each warpgroup its 64 "
                              "rows): give dq_storer=1")
@@ -114,15 +100,14 @@ class AttentionBwdConfig:
     def name(self) -> str:
         """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
         dQ at a head dim where the main kernel would, the stages, storer stages and query rows a step where not the
-        default, "_dqsplit"."""
+        default."""
         default_stages = main_stages_for(self.family, self.step_rows)
         default_storer = dq_storer_for(self.family, self.dq_pass)
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
-            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_dqsplit" if self.dq_split else "") + ("_ownkeys" if self.dq_own_keys else "")
+            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}")
 
     @property
     def dq_name(self) -> str:

@@ -21,10 +21,10 @@ step's dQ over the task's 128 keys, dQ = dS K (dS^T from shared memory as wgmma'
 a time, while the second goes on to its next step (as ThunderKittens does); it adds each piece into the fp32 workspace
 DQ with a TMA reduce-add (FlashAttention-3's way); the convert kernel (attention_bwd_prep) scales it into the input
 dtype. With `dq_storer` the pieces go through the template's step-output ring to a storer warp of the producer
-warpgroup, which issues the reduce-adds (D64; `dq_split`: a dQ column piece from each warpgroup, as
-FlashAttention-3's do, 1-5% slower than the first warpgroup's both through a one-stage ring, RESULTS.md run 325; at
-128 query rows a step, `q_rows`, each warpgroup computes dQ's 64 rows of its own half of them, as FlashAttention-3's
-do at D64). Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
+warpgroup, which issues the reduce-adds (D64, whose steps are of 128 query rows, `q_rows`: each warpgroup computes
+dQ's 64 rows of its own half of them, as FlashAttention-3's do at D64; a dQ column piece from each warpgroup over
+64-row steps measured 0.91-1.03x the first warpgroup's both, and each warpgroup's dQ over its own keys 0.90x,
+RESULTS.md runs 325 and 332). Otherwise the dQ pass computes dQ (attention_bwd_dq_kernel).
 
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
@@ -78,9 +78,6 @@ def _attention_bwd(config: AttentionBwdConfig):
     outputs = PIECES // splits                      # column pieces of dK and dV a task accumulates
     rows = c.step_rows                              # query rows a step
     halves = rows // 64                             # 2: each warpgroup computes dQ's 64 rows of its half of them
-    split_dq = storer and c.dq_split                # each warpgroup a column piece of dQ (64 rows a step)
-    own_keys = storer and c.dq_own_keys             # each warpgroup dQ over its own 64 keys, added on its own
-    parts = 2 if halves == 2 or own_keys else 1     # 64-row dQ blocks a step hands the storer (of halves, or of keys)
 
     def band(vector, m):
         """The step's 64-query band m of its L or D rows (the whole vector at 64 rows a step)."""
@@ -95,8 +92,8 @@ def _attention_bwd(config: AttentionBwdConfig):
         return tile if halves == 1 else tile.subtile(64, 64, (0, m))
 
     producer_registers, consumer_registers = REGISTERS
-    writers = 2 if parts == 2 or split_dq else 1    # the consumer warpgroups that fill each step's dQ stage
-    storer_options = dict(step_output_stages=storer, step_output_writers=writers) if storer else {}
+    # the consumer warpgroups that fill each step's dQ stage: each its half's block, or the first the one block
+    storer_options = dict(step_output_stages=storer, step_output_writers=halves) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
@@ -117,16 +114,15 @@ def _attention_bwd(config: AttentionBwdConfig):
             offset: int                             # query i sees keys j <= i + offset
         inputs = dict(q=shared(dtype, rows, dp, count=PIECES), do=shared(dtype, rows, dp, count=PIECES),
                       lse=shared(f32, rows), delta=shared(f32, rows))     # the step's rows of L and D
-        if storer:                                  # piece p of the step's dQ block m at m * PIECES + p
-            step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * parts))
+        if storer:                                  # piece p of the step's dQ rows m at m * PIECES + p
+            step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * halves))
 
             def store_step(self, g, task, out, k):
                 """The storer warp: the step's dQ pieces added into DQ (TMA reduce-adds)."""
                 b, h, tile = self.step_at(g, task, k)
-                for m in range(parts):
-                    rows_at = tile * halves + m if halves == 2 else tile    # (own keys: both blocks the same rows)
+                for m in range(halves):
                     for p in range(PIECES):
-                        tk.tma.store_add_async(g.DQ, out.dq[m * PIECES + p], (b, h, rows_at, p))
+                        tk.tma.store_add_async(g.DQ, out.dq[m * PIECES + p], (b, h, tile * halves + m, p))
 
         def tasks(self, g):
             """(key tiles * splits, batch * key/value heads)."""
@@ -207,7 +203,7 @@ def _attention_bwd(config: AttentionBwdConfig):
             for acc in st.dk + st.dv:
                 tk.zero(acc)
             st.key_row = tk.let(self.key_tile(task) * KEY_ROWS + wg * 64 + tk.warp_id() % 4 * 16, "key_row")
-            if atomic and not own_keys:             # dQ's products read both warpgroups' K
+            if atomic:                              # dQ's products read both warpgroups' K
                 for other in range(2):
                     tk.wait(st.kv_arrived[other], st.tasks_done % 2)
             else:
@@ -273,7 +269,7 @@ def _attention_bwd(config: AttentionBwdConfig):
 
         def dq_step(self, st, ds_lows, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second
-            goes on to its next step (or as the config's dq_own_keys, q_rows, dq_split share it; with a column piece
+            goes on to its next step (at 128 query rows a step each warpgroup its half's rows; with a column piece
             each, both warpgroups waited on the dQ in every step: 1-5%
             slower at D64 and D128, 11% with D64's four stages; RESULTS.md run 266; dQ added from the registers by
             tk.store_add's red.global.add, a column piece each or each warpgroup's own keys: 0.74-0.80x and 0.54-0.66x
@@ -283,19 +279,10 @@ def _attention_bwd(config: AttentionBwdConfig):
                 tk.warpgroup.store(band_cols(st.ds_tiles[parity * 2 + wg], m), ds_low)
             tk.fence_proxy_async()                  # (wgmma reads it through the async proxy)
             tk.mark("dS stored")
-            if own_keys:                            # dQ over this warpgroup's keys: no wait for the other
-                own_sync()                          # (its 4 warps' rows there)
-            else:
-                tk.named_sync(DS_READY, 8)          # both halves there; the other parity's reads (two steps ago) done
-                tk.mark("dS of both there")
-            if own_keys:
-                self.dq_pieces_to_storer(st, parity, wg, keys=(wg,))
-            elif halves == 2:                       # each warpgroup dQ's rows of its half of the queries
+            tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
+            tk.mark("dS of both there")
+            if halves == 2:                         # each warpgroup dQ's rows of its half of the queries
                 self.dq_pieces_to_storer(st, parity, wg, m=wg)
-            elif split_dq:                          # each warpgroup its own column piece
-                self.dq_products(st, parity, wg)
-                with st.step_output() as out:
-                    tk.warpgroup.store(out.dq[wg], st.dq)
             else:
                 with tk.if_(wg == 0):
                     if storer:
@@ -304,24 +291,23 @@ def _attention_bwd(config: AttentionBwdConfig):
                         self.dq_pieces(st, parity, b, h, tile)
             st.steps_done += 1
 
-        def dq_products(self, st, parity, p, m=0, keys=(0, 1)):
+        def dq_products(self, st, parity, p, m=0):
             """dQ's column piece p of the step (of its 64-row half m of the queries) into st.dq's registers: dS K
-            over the keys of warpgroups `keys` (both, or one's own)."""
-            for i, half in enumerate(keys):
-                mm = tk.warpgroup.mm_AtB if i == 0 else tk.warpgroup.mma_AtB
+            over both warpgroups' keys."""
+            for half in range(2):
+                mm = tk.warpgroup.mm_AtB if half == 0 else tk.warpgroup.mma_AtB
                 mm(st.dq, band_cols(st.ds_tiles[parity * 2 + half], m), st.k[half * PIECES + p])
             tk.warpgroup.mma_async_wait()
             tk.mark("dQ piece arrived")
 
-        def dq_pieces_to_storer(self, st, parity, part, m=0, keys=(0, 1)):
-            """dQ's column pieces of the step (of its query half m, over the keys of warpgroups `keys`), one after
-            another, into block `part` of a stage of the storer's ring (the first piece's products before the wait
-            for a free stage)."""
-            self.dq_products(st, parity, 0, m, keys)
+        def dq_pieces_to_storer(self, st, parity, part, m=0):
+            """dQ's column pieces of the step (of its query half m), one after another, into block `part` of a stage
+            of the storer's ring (the first piece's products before the wait for a free stage)."""
+            self.dq_products(st, parity, 0, m)
             with st.step_output() as out:
                 for p in range(PIECES):
                     if p:
-                        self.dq_products(st, parity, p, m, keys)
+                        self.dq_products(st, parity, p, m)
                     tk.warpgroup.store(out.dq[part * PIECES + p], st.dq)
                     tk.mark("dQ piece staged")
 

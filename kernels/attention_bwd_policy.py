@@ -50,7 +50,8 @@ MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, 
 # Main kernel: query rows a step (AttentionBwdConfig.q_rows). 128 (FlashAttention-3's 128 x 128 steps at D64) halves
 # the steps a task and so their fixed costs (the waits, the barrier, the stage hand-offs), the tensor work a step
 # doubled; D64 only (S^T and dP^T take 64 registers a thread each, beside dK's and dV's 32).
-STEP_ROWS = {64: Row((64,), "128 untimed (bench_attention_bwd.py --compare q_rows=128)"),
+STEP_ROWS = {64: Row((128,), "RESULTS.md runs 332-333 (bench_attention_bwd.py --compare q_rows=128, B16 H16 N4096): "
+                             "1.034x and 1.041x 64 rows non-causal, 1.021x and 1.025x causal (in pairs)"),
              128: Row((64,), "128 would not fit: S^T and dP^T of 128 queries (128 registers) beside dK and dV (128)"),
              256: Row((64,), "128 would not fit (as D128)")}
 WIDE_STEP_DIMS = (64,)              # the head-dim families that may take 128
@@ -69,21 +70,21 @@ def main_stages_for(family: int, step_rows: int) -> int:
 # (DQ_STORER_FITS).
 DQ_STORER = {
     64: Row((1,), "RESULTS.md runs 324-325 (bench_attention_bwd.py --compare dq_storer=1): 1.08x the first "
-                  "warpgroup's own reduce-adds at B16 H16 N4096 non-causal, 1.12x causal"),
+                  "warpgroup's own reduce-adds at B16 H16 N4096 non-causal, 1.12x causal; two stages level with "
+                  "one at 64 query rows (runs 332-333: 1.025x, then 0.976x non-causal, 0.981x causal); at 128 "
+                  "rows one is all that fits"),
     128: Row((0,), "runs 324-325, one stage: level (0.98-1.03x the first warpgroup's own reduce-adds at "
-                   "N1024-16384, 0.96-0.98x GQA H32/8); two untimed"),
+                   "N1024-16384, 0.96-0.98x GQA H32/8); two stages (runs 332-333): 1.03x non-causal at N4096, "
+                   "0.96x causal, level at N1024, N16384 and GQA"),
     256: Row((0,), "the dQ pass computes dQ"),
 }
 DQ_STORER_FITS = {64: 4, 128: 2, 256: 0}
-DQ_STORER_FITS_OWN_KEYS = {64: 2, 128: 1, 256: 0}     # each warpgroup's own dQ (dq_own_keys): stages twice the size
 DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
 
 
-def dq_storer_fits(family: int, step_rows: int, own_keys: bool) -> int:
+def dq_storer_fits(family: int, step_rows: int) -> int:
     """The most dQ storer stages shared memory holds beside the main kernel's tiles."""
-    if step_rows == 128:
-        return DQ_STORER_FITS_128_ROWS
-    return (DQ_STORER_FITS_OWN_KEYS if own_keys else DQ_STORER_FITS)[family]
+    return DQ_STORER_FITS_128_ROWS if step_rows == 128 else DQ_STORER_FITS[family]
 
 
 def dq_storer_for(family: int, dq_pass: bool) -> int:

@@ -95,25 +95,20 @@ def test_gradients_match_float64(b, h, hkv, n, nk, d, causal, dtype, scale):
     check(backward(q, k, v, do, causal, scale), (q, k, v, do), dtype, causal, scale)
 
 
-@pytest.mark.parametrize("d,causal,stages,how", [(64, True, 2, None), (64, False, 0, None), (128, False, 2, None),
-                                                 (128, True, 1, None), (64, False, 3, "dq_split"),
-                                                 (128, True, 2, "dq_split"), (64, True, 2, "dq_own_keys"),
-                                                 (128, False, 1, "dq_own_keys")])
-def test_dq_through_the_storer_warp_or_not(d, causal, stages, how):
-    """dQ's pieces through a step-output ring of `stages` to the producer's storer warp (dq_storer; D64's default
-    1), which issues their reduce-adds, or (0) by the first consumer warpgroup itself; with dq_split a column piece
-    from each warpgroup, with dq_own_keys each warpgroup's dQ over its own keys: several tasks a block (the
-    persistent loop), odd lengths, GQA."""
+@pytest.mark.parametrize("d,causal,stages", [(64, True, 2), (64, False, 0), (128, False, 2), (128, True, 1)])
+def test_dq_through_the_storer_warp_or_not(d, causal, stages):
+    """dQ's pieces at 64 query rows a step through a step-output ring of `stages` to the producer's storer warp
+    (dq_storer), which issues their reduce-adds, or (0) by the first consumer warpgroup itself: several tasks a
+    block (the persistent loop), odd lengths, GQA."""
     q, k, v, do = inputs(1, 4, 2, 150, 300, d, BF16)
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, **({how: True} if how else {})))
-    check(grads, (q, k, v, do), BF16, causal)
+    check(backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, q_rows=64)), (q, k, v, do), BF16, causal)
 
 
 @pytest.mark.parametrize("causal,n,nk,hkv", [(False, 150, 300, 2), (True, 300, 150, 1), ("bottom_right", 200, 333, 4)])
 def test_128_query_rows_a_step(causal, n, nk, hkv):
-    """D64's main kernel at 128 query rows a step (q_rows=128; each warpgroup dQ's rows of its half of them through
-    the storer): partial query and key tiles, GQA and MQA, both causal corners; and the deterministic dQ pass beside
-    it (the main kernel without dQ)."""
+    """D64's main kernel at 128 query rows a step (its default, q_rows=128; each warpgroup dQ's rows of its half of
+    them through the storer): partial query and key tiles, GQA and MQA, both causal corners; and the deterministic
+    dQ pass beside it (the main kernel without dQ)."""
     q, k, v, do = inputs(1, 4, hkv, n, nk, 64, BF16)
     check(backward(q, k, v, do, causal, None, options=dict(q_rows=128)), (q, k, v, do), BF16, causal)
     if causal is True:
@@ -227,21 +222,16 @@ def test_checks_say_what_they_cannot_take():
     with pytest.raises(ValueError, match="dq_kv"):
         AttentionBwdConfig(64, dq_kv=40)
     with pytest.raises(ValueError, match="dq_storer .* must be 0..4 at head dim 64"):
-        AttentionBwdConfig(64, dq_storer=5)
+        AttentionBwdConfig(64, dq_storer=5, q_rows=64)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..1 at head dim 64"):
+        AttentionBwdConfig(64, dq_storer=2)                             # (at 128 query rows a step)
     with pytest.raises(ValueError, match="dq_storer .* must be 0..2 at head dim 128"):
         AttentionBwdConfig(128, dq_storer=3)
-    with pytest.raises(ValueError, match="dq_split .* with dq_storer and 64 query rows"):
-        AttentionBwdConfig(64, dq_storer=0, dq_split=True)
-    with pytest.raises(ValueError, match="dq_split .* with dq_storer and 64 query rows"):
-        AttentionBwdConfig(64, q_rows=128, dq_split=True)
-    assert AttentionBwdConfig(128, dq_storer=2, dq_split=True).name == "attention_bwd_d128_storer2_dqsplit"
-    with pytest.raises(ValueError, match="dq_own_keys .* with dq_storer, 64 query rows a step and no dq_split"):
-        AttentionBwdConfig(64, dq_own_keys=True, dq_split=True)
-    with pytest.raises(ValueError, match="dq_storer .* must be 0..2 at head dim 64"):
-        AttentionBwdConfig(64, dq_storer=3, dq_own_keys=True)
-    assert AttentionBwdConfig(64, dq_own_keys=True).name == "attention_bwd_d64_ownkeys"
-    assert AttentionBwdConfig(64, dq_storer=2).name == "attention_bwd_d64_storer2"
-    assert AttentionBwdConfig(64, dq_storer=0).name == "attention_bwd_d64_storer0"
+    with pytest.raises(ValueError, match="q_rows=128 hands dQ to the storer warp"):
+        AttentionBwdConfig(64, dq_storer=0)
+    assert AttentionBwdConfig(64, dq_storer=2, q_rows=64).name == "attention_bwd_d64_storer2_q64"
+    assert AttentionBwdConfig(64, dq_storer=0, q_rows=64).name == "attention_bwd_d64_storer0_q64"
+    assert AttentionBwdConfig(64).name == "attention_bwd_d64"
     assert AttentionBwdConfig(64, deterministic=True).storer_stages == 0      # (the dQ pass's dQ)
     with pytest.raises(ValueError, match="q_rows .* is 64, or 128 at head dims up to 64"):
         AttentionBwdConfig(128, q_rows=128)
@@ -251,21 +241,22 @@ def test_checks_say_what_they_cannot_take():
         AttentionBwdConfig(64, q_rows=128, dq_storer=0)
     with pytest.raises(ValueError, match="dq_storer .* must be 0..1 at head dim 64"):
         AttentionBwdConfig(64, q_rows=128, dq_storer=2)
-    wide = AttentionBwdConfig(64, q_rows=128)
-    assert (wide.name, wide.stage_count, wide.storer_stages) == ("attention_bwd_d64_q128", 2, 1)
+    narrow = AttentionBwdConfig(64, q_rows=64)
+    assert (narrow.name, narrow.stage_count, narrow.storer_stages) == ("attention_bwd_d64_q64", 4, 1)
     with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
         AttentionBwdConfig(256, dq_storer=1)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
 
-POLICY = {  # head dim, deterministic -> (kernel names, dQ pass, splits)
-    (64, False): ("attention_bwd_d64", False, 1),
-    (128, False): ("attention_bwd_d128", False, 1),
-    (128, True): ("attention_bwd_d128_nodq attention_bwd_dq_d128", True, 1),
-    (96, False): ("attention_bwd_d96", False, 1),
-    (256, False): ("attention_bwd_d256 attention_bwd_dq_d256", True, 2),
-    (160, False): ("attention_bwd_d160 attention_bwd_dq_d160", True, 2),
+POLICY = {  # head dim, deterministic -> (kernel names, dQ pass, splits, query rows a step, ring stages, storer's)
+    (64, False): ("attention_bwd_d64", False, 1, 128, 2, 1),
+    (64, True): ("attention_bwd_d64_nodq attention_bwd_dq_d64", True, 1, 128, 2, 0),
+    (128, False): ("attention_bwd_d128", False, 1, 64, 2, 0),
+    (128, True): ("attention_bwd_d128_nodq attention_bwd_dq_d128", True, 1, 64, 2, 0),
+    (96, False): ("attention_bwd_d96", False, 1, 64, 2, 0),
+    (256, False): ("attention_bwd_d256 attention_bwd_dq_d256", True, 2, 64, 1, 0),
+    (160, False): ("attention_bwd_d160 attention_bwd_dq_d160", True, 2, 64, 1, 0),
 }
 
 
@@ -274,7 +265,7 @@ def test_policy_choices(d, deterministic):
     """A golden record of the policy's choices: the kernels each head dim runs."""
     c = AttentionBwdConfig(d, tk.bf16, False, deterministic)
     names = c.name + (" " + c.dq_name if c.dq_pass else "")
-    assert (names, c.dq_pass, c.splits) == POLICY[d, deterministic]
+    assert (names, c.dq_pass, c.splits, c.step_rows, c.stage_count, c.storer_stages) == POLICY[d, deterministic]
     assert [policy.native_dim(x) for x in (16, 48, 80, 112, 144, 240, 256)] == [32, 64, 96, 128, 160, 256, 256]
 
 
@@ -313,14 +304,12 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
         compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
-@pytest.mark.parametrize("d,causal,stages,how", [(64, False, 2, None), (64, True, 3, None), (64, False, 0, None),
-                                                 (128, True, 1, None), (128, False, 2, None), (64, True, 3, "dq_split"),
-                                                 (128, False, 2, "dq_split"), (64, True, 2, "dq_own_keys"),
-                                                 (128, False, 1, "dq_own_keys")])
-def test_the_dq_storer_compiles_without_spills(d, causal, stages, how):
-    """The main kernel with its dQ through the storer warp (or not, 0; dq_split: a piece from each warpgroup;
-    dq_own_keys: each warpgroup's keys): within the registers, its rings in shared memory."""
-    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages, **({how: True} if how else {}))
+@pytest.mark.parametrize("d,causal,stages", [(64, False, 2), (64, True, 3), (64, False, 0), (128, True, 1),
+                                             (128, False, 2)])
+def test_the_dq_storer_compiles_without_spills(d, causal, stages):
+    """The main kernel at 64 query rows a step with its dQ through the storer warp (or not, 0): within the
+    registers, its rings in shared memory."""
+    c = AttentionBwdConfig(d, tk.bf16, causal, dq_storer=stages, q_rows=64)
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
@@ -369,15 +358,11 @@ def test_gpu_every_head_dim(d, causal):
 
 
 @gpu_util.on_gpu
-@pytest.mark.parametrize("d,causal,stages,how", [(64, False, 0, None), (64, True, 0, None), (64, False, 2, None),
-                                                 (64, True, 3, None), (128, False, 1, None), (128, True, 2, None),
-                                                 (64, False, 3, "dq_split"), (128, True, 2, "dq_split"),
-                                                 (64, False, 2, "dq_own_keys"), (64, True, 1, "dq_own_keys"),
-                                                 (128, True, 1, "dq_own_keys")])
-def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages, how):
+@pytest.mark.parametrize("d,causal,stages", [(64, False, 0), (64, True, 0), (64, False, 2), (64, True, 3),
+                                             (64, False, 1), (128, False, 1), (128, True, 2)])
+def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages):
     q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
-    grads = backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, **({how: True} if how else {})))
-    check(grads, (q, k, v, do), BF16, causal)
+    check(backward(q, k, v, do, causal, None, options=dict(dq_storer=stages, q_rows=64)), (q, k, v, do), BF16, causal)
 
 
 @gpu_util.on_gpu

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import tkpy as tk
 from tkpy import f32
 from tkpy.codegen import emit, generate, prelude
-from tkpy.runtime import cache, clear_memo, compile_cuda, nvrtc, nvrtc_record
+from tkpy.runtime import cache, clear_memo, compile_cuda, native, nvrtc, nvrtc_record
 
 from gpu_util import on_gpu
 from test_runtime import _isolated_cache  # noqa: F401 - autouse: each test its own empty disk cache and memo
@@ -197,7 +197,10 @@ def test_gpu_a_warm_first_call_imports_nothing_of_tkpy_or_the_driver(tmp_path):
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert all(r["err"] < 1e-2 for r in runs), runs
     bindings = ("cuda.bindings.driver", "cuda.bindings.nvrtc")
-    late = [m for m in runs[1]["imported"] if m.startswith("tkpy") or m in bindings]
+    # The native launcher's extension is imported by the load thread that the first launch begins (native.on_load),
+    # which may run before the snapshot: it is not the call's import (runs 308 and 331 under 16 pytest workers).
+    late = [m for m in runs[1]["imported"]
+            if (m.startswith("tkpy") and m != native.MODULE_NAME) or m in bindings]
     assert late == [], runs[1]["imported"]
 
 
