@@ -4,6 +4,9 @@
     python3 benchmarks/ncu_memory.py [OP:DIR[:ROWSxWIDTH][:compile] ...] [--rows R --width W]
         OP: profile_cases.MEMORY_OPS; DIR: fwd, bwd (cross_entropy: fwd, f+b); default: every op each way; a case's
         own shape over --rows/--width; compile: torch.compile's kernels for the case instead of tkpy's (the peer)
+    python3 benchmarks/ncu_memory.py --gaps memory_bound.json [--below 0.9]
+        every case of a bench_memory_bound.py table below that fraction of the copy or behind torch.compile: tkpy's
+        kernels, and compile's where it is ahead (gap_cases)
 
 For each kernel of each case (its last launch): GPU time, the DRAM bytes read and written and the rate, DRAM
 throughput as ncu rates it (% of the peak it sustains), issue slots used (% of the SMs' peak while active: near
@@ -59,6 +62,21 @@ def case_of(case: str, rows: int, width: int) -> tuple:
     return op, direction, rows, width, impl
 
 
+def gap_cases(table_rows: list[dict], below: float = 0.9) -> list[str]:
+    """The cases of bench_memory_bound.py's rows (its JSON) where tkpy's GB/s is below `below` of the copy or below
+    torch.compile's, the latter with their compile twins (the peer's kernels beside tkpy's)."""
+    directions = {"forward": "fwd", "backward": "bwd", "forward+backward": "f+b"}
+    cases = []
+    for r in table_rows:
+        compiled = r.get("compile")
+        if not (r["tkpy"] < below * r["copy"] or compiled and r["tkpy"] < compiled):
+            continue
+        op = r["op"].replace(" ", "_")
+        case = f"{op}:{directions[r['direction']]}" + ("" if op == "rotary" else f":{r['rows']}x{r['width']}")
+        cases += [case] + ([f"{case}:compile"] if compiled and r["tkpy"] < compiled else [])
+    return cases
+
+
 def profile_case(case: str, rows: int, width: int) -> list[dict]:
     """One row per kernel name the case launched (its last launch)."""
     op, direction, rows, width, impl = case_of(case, rows, width)
@@ -111,7 +129,12 @@ def main(argv: list[str]) -> list[dict]:
         rows_ = int(argv[argv.index("--rows") + 1])
     if "--width" in argv:
         width = int(argv[argv.index("--width") + 1])
-    cases = [a for a in argv if ":" in a] or default_cases()
+    if "--gaps" in argv:
+        below = float(argv[argv.index("--below") + 1]) if "--below" in argv else 0.9
+        cases = gap_cases(json.loads(Path(argv[argv.index("--gaps") + 1]).read_text()), below)
+        print(f"{len(cases)} cases: {' '.join(cases)}", flush=True)
+    else:
+        cases = [a for a in argv if ":" in a] or default_cases()
     rows = []
     for case in cases:
         try:

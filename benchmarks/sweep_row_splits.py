@@ -2,7 +2,8 @@
 kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274-275, 305+).
 
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,8192]
-    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096] [--ops rms,layer] [--directions forward]
+        [--weight-from-l2]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096]
 
@@ -38,19 +39,25 @@ ELEMENTS = 1 << 26
 SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch", "persistent")
 LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
 STAGES = (2, 3)                 # rows in flight through shared memory (the norms' and cross-entropy's `stages`) tried
+WARPS_AN_SM = 64                # the most warps an SM the splits take (Hopper's 2048 threads: 32 registers a thread)
+# Lanes of fewer values (down to FEW_VALUES) only where an SM holds MANY_WARPS or more: torch.compile's f32 softmax
+# backward at 2048 elements holds 55 warps an SM of 32 registers, tkpy's 32 of 48 (RESULTS.md run 334)
+FEW_VALUES, MANY_WARPS = 8, 48
 
 
 def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1]) -> list[dict]:
-    """The RowSplit fields tried at `width`: lanes of LANE_VALUES values, blocks of 4, 8 or 16 warps, at most 48
-    warps an SM, clusters only past 8192 elements."""
+    """The RowSplit fields tried at `width`: lanes of LANE_VALUES values (FEW_VALUES at MANY_WARPS an SM), blocks of
+    4, 8 or 16 warps, 1-4, 6 or 8 of them an SM up to WARPS_AN_SM warps, clusters only past 8192 elements."""
     out = []
     for s, c in itertools.product((1, 2, 4, 8, 16), clusters):
         values = -(-width // (s * c * 256)) * 256 // 32
-        if values > most_values or (values < LANE_VALUES[0] and (s > 1 or c > 1)) or (c > 1 and width <= 8192):
+        few = values < LANE_VALUES[0] and (s > 1 or c > 1)
+        if values > most_values or (few and values < FEW_VALUES) or (c > 1 and width <= 8192):
             continue
-        for g, b, prefetch in itertools.product((1, 2, 4, 8, 16), (1, 2, 3, 4), (True, False)):
+        for g, b, prefetch in itertools.product((1, 2, 4, 8, 16), (1, 2, 3, 4, 6, 8), (True, False)):
             warps = s * g
-            if (c > 1 and g != 1) or warps not in (4, 8, 16) or b * warps > 48 or (b > 2 and warps == 16):
+            if (c > 1 and g != 1) or warps not in (4, 8, 16) or b * warps > WARPS_AN_SM \
+                    or (few and b * warps < MANY_WARPS):
                 continue
             out.append(dict(warps_per_row=s, rows_per_block=g, cluster=c, blocks_per_sm=b, prefetch=prefetch,
                             persistent=True))
@@ -66,6 +73,13 @@ def staged_too(tried: list[dict]) -> dict:
         if not o["prefetch"]:
             out.update({f"{split_name(o)}st{k}": {**o, "stages": k} for k in STAGES})
     return out
+
+
+def weight_from_l2_too(tried: dict) -> dict:
+    """tried, and each split of it with the norms' weight read once a row from L1/L2 instead of held in registers
+    (weight_in_registers=False: the registers it frees take more blocks an SM, e.g. rms at 1024 elements 79 -> 55
+    with the prefetch; RESULTS.md run 334), W in its name."""
+    return {**tried, **{f"{name}W": {**o, "weight_in_registers": False} for name, o in tried.items()}}
 
 
 def one_step_too(tried: list[dict]) -> dict:
@@ -169,9 +183,10 @@ def timed_splits(tried: dict, launch_of, nbytes: int, copy: float, what: str) ->
         return {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
 
 
-def norms(width: int, ops: tuple | None = None) -> dict:
-    """{case: {split: fraction of the copy}} of the four norms (or `ops` of them), each way, at `width` (launches
-    alone, as bench_memory_bound.py's variants)."""
+def norms(width: int, ops: tuple | None = None, directions=("forward", "backward"), weight_from_l2=False) -> dict:
+    """{case: {split: fraction of the copy}} of the four norms (or `ops` of them), each way (or `directions`), at
+    `width` (launches alone, as bench_memory_bound.py's variants); weight_from_l2: each split with the weight from
+    L1/L2 too (weight_from_l2_too)."""
     import torch
 
     from benchmarks import bench_memory_bound as bench
@@ -179,14 +194,17 @@ def norms(width: int, ops: tuple | None = None) -> dict:
     rows = ELEMENTS // width
     clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
     options = staged_too(splits(width, clusters=clusters, most_values=32))
+    if weight_from_l2:
+        options = weight_from_l2_too(options)
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
     for op in ops or bench.OPS:
-        for direction in ("forward", "backward"):
+        for direction in directions:
             launch_of = bench.norm_launch_of(op, direction, rows, width)
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
-            tried = {**options, config_name(policy): {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stages",)}}
+            tried = {**options, config_name(policy): {f: getattr(policy, f)
+                                                      for f in SPLIT_FIELDS + ("stages", "weight_in_registers")}}
             if direction == "forward" and width >= STAGED_NORM_WIDTH:      # (the pieces in shared memory: S)
                 tried.update({staged_split_name(o): o for o in staged_pieces(width, direction, clusters=clusters)})
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
@@ -288,7 +306,8 @@ def staged_split_name(o: dict) -> str:
     """split_name, S where x's (the backward's y's) piece passes through shared memory, SD where dy's does too,
     st<k> with k rows ahead."""
     return split_name(o) + ("S" if o.get("stage") else "") + ("D" if o.get("stage_dy") else "") \
-        + (f"st{o['stages']}" if o.get("stages") else "")
+        + (f"st{o['stages']}" if o.get("stages") else "") \
+        + ("W" if o.get("weight_in_registers") is False and not o.get("stage") else "")
 
 
 def packed_splits(width: int) -> dict:
@@ -318,14 +337,20 @@ def main() -> None:
     parser.add_argument("--ops", default=None,
                         help="norms: comma-separated of rms, rms+residual, layer, layer+residual")
     parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
+    parser.add_argument("--directions", default="forward,backward", help="norms: forward, backward or both")
+    parser.add_argument("--weight-from-l2", action="store_true",
+                        help="norms: each split with the weight read from L1/L2 a row too (W)")
     a = parser.parse_args()
     default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
     results = {}
     for width in (int(w) for w in (a.widths or default).split(",")):
         if a.group in ("cross-entropy", "softmax"):
             cases = GROUPS[a.group](width, a.dtype)
+        elif a.group == "norms":
+            cases = norms(width, tuple(a.ops.split(",")) if a.ops else None, tuple(a.directions.split(",")),
+                          a.weight_from_l2)
         else:
-            cases = GROUPS[a.group](width, *([tuple(a.ops.split(","))] if a.ops and a.group == "norms" else []))
+            cases = GROUPS[a.group](width)
         for direction in ("forward", "backward"):        # (the norms', the GLUs' and softmax's tables are by direction)
             one_way = {case: got for case, got in cases.items() if f" {direction} " in case}
             if one_way and len(one_way) < len(cases):

@@ -17,7 +17,7 @@ def test_the_splits_stay_within_a_lane_and_an_sm(width):
     for o in tried:
         pieces = o["warps_per_row"] * o["cluster"]
         values = -(-width // (pieces * 256)) * 256 // 32
-        assert values <= 64 and o["warps_per_row"] * o["rows_per_block"] * o["blocks_per_sm"] <= 48, o
+        assert values <= 64 and o["warps_per_row"] * o["rows_per_block"] * o["blocks_per_sm"] <= 64, o
         assert o["cluster"] == 1 or o["rows_per_block"] == 1, o
     accepted = 0
     for o in tried:
@@ -54,6 +54,21 @@ def test_the_softmax_splits_are_configs(dtype):
             assert split_name(vars(config_for(direction, 4096, dtype, **o))) == split_name(o)
     for name, o in staged_too(tried).items():             # (the forward's rows ahead through shared memory)
         assert config_name(config_for("forward", 4096, dtype, **o)) == name
+
+
+def test_the_norm_splits_with_the_weight_from_l2_are_named_as_the_configs():
+    """weight_from_l2_too: a W twin of every split (rows ahead through shared memory too), each a norm config of
+    that name, the weight read a row at a time; the policy's own name carries no W."""
+    from benchmarks.sweep_row_splits import config_name, staged_too, weight_from_l2_too
+    from tkpy.kernels.norm_policy import config_for
+    base = staged_too(splits(2048, most_values=32))
+    tried = weight_from_l2_too(base)
+    assert len(tried) == 2 * len(base) and all(f"{n}W" in tried for n in base)
+    for name, o in tried.items():
+        for direction in ("forward", "backward"):
+            c = config_for("layer", direction, 2048, "bf16", "bf16", True, True, **o)
+            assert config_name(c) == name and c.weight_in_registers == (not name.endswith("W")), (name, c.name)
+    assert not config_name(config_for("rms", "forward", 2048, "bf16", "bf16", False, False)).endswith("W")
 
 
 def test_staged_splits_are_named_as_the_configs_and_taken_by_them():

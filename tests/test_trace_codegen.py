@@ -607,3 +607,18 @@ def test_launch_bounds_state_the_blocks_an_sm_asked_for(blocks_per_sm, bounds):
         tk.store(x, v * 2.0, (tk.warp_id(), 0))
 
     assert f'extern "C" __global__ void {bounds}' in k.source(torch.empty(13, 256))
+
+
+def test_blocks_per_sm_is_what_an_sm_holds():
+    """blocks_per_sm up to the SM's 64 resident warps (8 blocks of 8 warps: __launch_bounds__(256, 8), 32 registers
+    a thread); past them, or not an int, a ValueError naming the most."""
+    @tk.kernel(warps=8, blocks_per_sm=8)
+    def k(x: tk.gl[f32, "R", 256]):
+        v = tk.rv(f32, 256, "contig")
+        tk.load(v, x, (tk.warp_id(), 0))
+        tk.store(x, v * 2.0, (tk.warp_id(), 0))
+
+    assert 'extern "C" __global__ void __launch_bounds__(256, 8)' in k.source(torch.empty(8, 256))
+    for bad in (9, 0, True, 2.0):
+        with pytest.raises(ValueError, match="blocks_per_sm must be an int from 1 to 8 for 8 warps a block"):
+            tk.kernel(warps=8, blocks_per_sm=bad)(k.fn)

@@ -35,6 +35,7 @@ from .once import Once
 from .tracer import trace_kernel
 
 MAX_WARPS = 32
+MAX_WARPS_AN_SM = 64                # Hopper's resident warps an SM (2048 threads): the most blocks_per_sm can ask
 
 
 class Kernel:
@@ -44,8 +45,11 @@ class Kernel:
                  fast_division: bool = False, debug: Optional[bool] = None, specs=None, dependent_launch: bool = True):
         if not isinstance(warps, int) or not 1 <= warps <= MAX_WARPS:
             raise ValueError(f"warps must be an int in 1..{MAX_WARPS}, got {warps!r}")
-        if blocks_per_sm not in (None, 1, 2, 3, 4):
-            raise ValueError(f"blocks_per_sm must be 1..4 (or None: not stated), got {blocks_per_sm!r}")
+        if blocks_per_sm is not None and (not isinstance(blocks_per_sm, int) or isinstance(blocks_per_sm, bool)
+                                          or not 1 <= blocks_per_sm * warps <= MAX_WARPS_AN_SM):
+            raise ValueError(f"blocks_per_sm must be an int from 1 to {MAX_WARPS_AN_SM // warps} for {warps} warps a "
+                             f"block (an SM holds {MAX_WARPS_AN_SM} warps), or None (not stated); got "
+                             f"{blocks_per_sm!r}")
         self.blocks_per_sm = blocks_per_sm          # None: __launch_bounds__ states no minimum (ptxas chooses)
         self.fast_division = fast_division
         if not isinstance(dependent_launch, bool):
