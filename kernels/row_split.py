@@ -345,8 +345,8 @@ def grid_for(c: RowSplit, rows: int, resident: int) -> int:
 def grid(kernel, c: RowSplit, rows: int, args) -> int:
     """The persistent grid of `kernel` (config `c`) over `rows` rows of args[0]: as many blocks (clusters) as the GPU
     runs at once, or INTERPRETER_SMS SMs' worth in the interpreter (a few blocks, each looping over several row
-    groups)."""
-    return grid_for(c, rows, resident_blocks(kernel, c, args, INTERPRETER_SMS))
+    groups; not c.persistent: every row group's, no occupancy asked)."""
+    return grid_for(c, rows, resident_blocks(kernel, c, args, INTERPRETER_SMS) if c.persistent else 0)
 
 
 # -- elementwise kernels: (row, piece) tasks --------------------------------------------------------------------------

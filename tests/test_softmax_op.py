@@ -292,6 +292,18 @@ def test_a_grid_of_every_row_group_and_forcing_rows_ahead():
     assert row_split.grid_for(clustered, 7, resident=4) == 8          # (4 row groups, a cluster of 2 each)
 
 
+def test_a_grid_of_every_row_group_asks_no_occupancy(monkeypatch):
+    """row_split.grid: persistent=False needs no occupancy query (what runs at once does not size its grid)."""
+    def refuse(*args):
+        raise AssertionError("asked the occupancy")
+
+    monkeypatch.setattr(row_split, "resident_blocks", refuse)
+    c = softmax_policy.config_for("backward", 4096, "bf16")
+    assert not c.persistent and row_split.grid(None, c, 1001, []) == -(-1001 // c.rows_per_block)
+    with pytest.raises(AssertionError, match="asked the occupancy"):
+        row_split.grid(None, softmax_policy.config_for("backward", 4096, "bf16", prefetch=True), 1001, [])
+
+
 # -- the policy ---------------------------------------------------------------------------------------------------
 
 WIDTHS = (1, 100, 128, 129, 256, 512, 1000, 1024, 2048, 4096, 5000, 8192, 16384, 32768, 50257, 65536, 131072, 200000,
