@@ -16,6 +16,7 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare dq_storer=1[,stages=3] [--only ...]
+        [--deterministic]
         (tkpy's backward with those AttentionBwdConfig fields against its default, timed in pairs, and the largest
         relative difference of its gradients from the default's)
 """
@@ -109,9 +110,10 @@ def case_row(b: int, h: int, hkv: int, n: int, d: int, causal: bool) -> dict:
     return row
 
 
-def compare(options: dict, only: str | None = None) -> list[dict]:
+def compare(options: dict, only: str | None = None, deterministic: bool = False) -> list[dict]:
     """TFLOP/s of tkpy's backward with AttentionBwdConfig fields `options` against its default on each case, timed
-    in pairs (timing.paired_ms), and the variant's largest relative difference from the default's gradients."""
+    in pairs (timing.paired_ms), and the variant's largest relative difference from the default's gradients; both
+    deterministic=True where asked (the dQ pass's)."""
     import math
 
     import torch
@@ -121,7 +123,8 @@ def compare(options: dict, only: str | None = None) -> list[dict]:
     from tkpy.kernels import attention
     from tkpy.kernels.attention_backward import _launch
     from tkpy.kernels.attention_forward import causal_variant
-    print(f"{'case':>28} | {'default':>8} {'variant':>8} {'ratio':>6} | {'diff':>7}   (TFLOP/s; variant: {options})")
+    print(f"{'case':>28} | {'default':>8} {'variant':>8} {'ratio':>6} | {'diff':>7}   (TFLOP/s; variant: {options}"
+          f"{', deterministic' if deterministic else ''})")
     rows = []
     for b, h, hkv, n, d, causal in CASES:
         if only and causal != (only == "causal"):
@@ -135,7 +138,7 @@ def compare(options: dict, only: str | None = None) -> list[dict]:
 
         def run(name, opts):
             return lambda: _launch(do, q, k, v, o, lse, *grads[name], causal_variant(causal), 1 / math.sqrt(d),
-                                   options=opts)
+                                   deterministic, options=opts)
         label = f"B{b} H{h}/{hkv} N{n} D{d}{' causal' if causal else ''}"
         try:
             t_default, t_variant = paired_ms(run("default", None), run("variant", options))
@@ -237,8 +240,9 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=("causal", "noncausal"), default=None)
     parser.add_argument("--compare", default=None, help="FIELD=INT[,FIELD=INT]: AttentionBwdConfig fields against "
                                                        "the default")
+    parser.add_argument("--deterministic", action="store_true", help="--compare: both deterministic=True")
     a = parser.parse_args()
     if a.compare:
-        compare({f: int(x) for f, x in (kv.split("=") for kv in a.compare.split(","))}, a.only)
+        compare({f: int(x) for f, x in (kv.split("=") for kv in a.compare.split(","))}, a.only, a.deterministic)
     else:
         main(a.only)
