@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
-                                   dq_storer_for, main_stages_for, splits_for, tuned)
+from .attention_bwd_policy import (COLUMN_HALVES, DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
+                                   dq_storer_fits, dq_storer_for, halves_fit, main_stages_for, splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -25,7 +25,10 @@ class AttentionBwdConfig:
     stages (1..4) of a step-output ring through which the main kernel's dQ pieces go to a storer warp of the producer
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
     tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup then
-    computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS).
+    computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS);
+    `column_halves` (head dims past 128 in multiples of 64, not deterministic): the kernel of
+    attention_bwd_halves_kernel, both consumer warpgroups on a task's 64 keys, each dK, dV and dQ of a column half,
+    and no dQ pass (default COLUMN_HALVES).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -39,6 +42,7 @@ class AttentionBwdConfig:
     dq_stages: int | None = None
     dq_storer: int | None = None
     q_rows: int | None = None
+    column_halves: bool | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -48,6 +52,7 @@ class AttentionBwdConfig:
     dq_stage_count: int = field(**_DERIVED)
     storer_stages: int = field(**_DERIVED)       # the dQ storer's stages, 0 for none
     step_rows: int = field(**_DERIVED)           # the main kernel's query rows a step
+    halves: bool = field(**_DERIVED)             # the main kernel is attention_bwd_halves_kernel's
 
     def __post_init__(self) -> None:
         d = self.d
@@ -72,8 +77,19 @@ class AttentionBwdConfig:
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
             if not isinstance(value, int) or not 1 <= value <= 8:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
-        dq_pass = not atomic_dq(d, self.deterministic)
+        halves = COLUMN_HALVES[family].value[0] and halves_fit(d, self.deterministic) \
+            if self.column_halves is None else self.column_halves
+        if halves not in (True, False) or halves and not halves_fit(d, self.deterministic) or halves and wide:
+            raise ValueError(f"attention backward: column_halves (both warpgroups on a task's keys, a column half "
+                             f"each) is True or False, True only at head dims past 128 in multiples of 64, not "
+                             f"deterministic, 64 query rows a step; got {self.column_halves!r} at head dim {d}"
+                             f"{' deterministic' if self.deterministic else ''}")
+        halves = bool(halves)
+        dq_pass = not atomic_dq(d, self.deterministic) and not halves
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
+        if storer and halves:
+            raise ValueError("attention backward: dq_storer is the main kernel's (head dims up to 128); "
+                             "column_halves adds dQ from its consumer warpgroups")
         if storer and dq_pass:
             raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
                              "deterministic); here the dQ pass computes dQ")
@@ -88,9 +104,9 @@ class AttentionBwdConfig:
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
-        for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
+        for key, value in dict(family=family, dq_pass=dq_pass, splits=1 if halves else splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               storer_stages=storer, step_rows=step_rows).items():
+                               storer_stages=storer, step_rows=step_rows, halves=halves).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -100,14 +116,15 @@ class AttentionBwdConfig:
     def name(self) -> str:
         """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
         dQ at a head dim where the main kernel would, the stages, storer stages and query rows a step where not the
-        default."""
+        default, "_halves" for the kernel by column halves where it is not the default."""
         default_stages = main_stages_for(self.family, self.step_rows)
         default_storer = dq_storer_for(self.family, self.dq_pass)
         return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
-            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}")
+            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
+            + ("_halves" if self.halves and not COLUMN_HALVES[self.family].value[0] else "")
 
     @property
     def dq_name(self) -> str:

@@ -92,6 +92,19 @@ def dq_storer_for(family: int, dq_pass: bool) -> int:
     return 0 if dq_pass else DQ_STORER[family].value[0]
 
 
+# The kernel by column halves past D128 (AttentionBwdConfig.column_halves, attention_bwd_halves_kernel): five products
+# a step where the split tasks and the dQ pass compute nine; one (Q, dO) stage (K, V, the stage, P^T and dS^T by
+# parity and each warpgroup's dQ staging tile: 192 KB).
+COLUMN_HALVES = {64: Row((False,), "head dims up to 128 take the main kernel's dQ"),
+                 128: Row((False,), "as D64"),
+                 256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)")}
+
+
+def halves_fit(d: int, deterministic: bool) -> bool:
+    """Whether the kernel by column halves takes head dim `d`: past 128, quarters of d a multiple of 16."""
+    return d > ATOMIC_DQ_DIMS and d % 64 == 0 and not deterministic
+
+
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
 # 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
 DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}

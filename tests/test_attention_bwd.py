@@ -65,7 +65,7 @@ def backward(q, k, v, do, causal, scale, deterministic=False, grad_lse=None, opt
     o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True)
     grads = [gpu_util.poisoned(*x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v)]
     d = policy.native_dim(q.shape[3])
-    atomic = policy.atomic_dq(d, deterministic)
+    atomic = not AttentionBwdConfig(d, deterministic=deterministic, **(options or {})).dq_pass
     workspace = [w.fill_(float("nan")) for w in ab.workspaces(q.new_empty(*q.shape[:3], d), atomic)]
     scale = q.shape[3] ** -0.5 if scale is None else scale
     ab._launch(do, q, k, v, o, lse, *grads, causal_variant(causal), scale, deterministic, grad_lse, workspace,
@@ -114,6 +114,15 @@ def test_128_query_rows_a_step(causal, n, nk, hkv):
     if causal is True:
         check(backward(q, k, v, do, causal, None, deterministic=True, options=dict(q_rows=128)), (q, k, v, do), BF16,
               causal)
+
+
+@pytest.mark.parametrize("d,causal,n,nk,h,hkv", [(256, False, 100, 150, 2, 1), (256, True, 150, 100, 4, 2),
+                                                (192, "bottom_right", 70, 200, 2, 1)])
+def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
+    """Past D128 with column_halves: both warpgroups on a task's 64 keys, a column half of dK, dV and dQ each, dQ by
+    reduce-adds (no dQ pass): partial query and key tiles, GQA and MQA, both causal corners."""
+    q, k, v, do = inputs(1, h, hkv, n, nk, d, BF16)
+    check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -245,6 +254,14 @@ def test_checks_say_what_they_cannot_take():
     assert (narrow.name, narrow.stage_count, narrow.storer_stages) == ("attention_bwd_d64_q64", 4, 1)
     with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
         AttentionBwdConfig(256, dq_storer=1)
+    halves = AttentionBwdConfig(256, column_halves=True)
+    assert (halves.name, halves.dq_pass, halves.splits, halves.stage_count) == ("attention_bwd_d256_halves", False, 1, 1)
+    for bad in (dict(d=160, column_halves=True), dict(d=128, column_halves=True),
+                dict(d=256, column_halves=True, deterministic=True), dict(d=256, column_halves="yes")):
+        with pytest.raises(ValueError, match="column_halves .* past 128 in multiples of 64, not deterministic"):
+            AttentionBwdConfig(**bad)
+    with pytest.raises(ValueError, match="column_halves adds dQ from its consumer warpgroups"):
+        AttentionBwdConfig(256, column_halves=True, dq_storer=1)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
@@ -313,6 +330,17 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
+@pytest.mark.parametrize("d,causal", [(256, False), (256, True), (192, True)])
+def test_the_kernel_by_column_halves_compiles_without_spills(d, causal):
+    """column_halves: within the consumers' 240 registers, S^T and dP^T of 32 queries (HGMMA 64x32), dV, dK and dQ
+    pieces of d / 4 columns, dQ by TMA reduce-adds."""
+    from tkpy.kernels.attention_bwd_halves_kernel import _attention_bwd_halves
+    c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True)
+    sass = compiled_clean(_attention_bwd_halves(c).kernel, kernel_args(d, causal, True))
+    assert "UTMAREDG" in sass and re.search(r"HGMMA\.64x32x16\.F32\.BF16", sass)
+    assert re.search(rf"HGMMA\.64x{d // 4}x16\.F32\.BF16", sass)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_128_row_step_compiles(causal):
     """D64 at 128 query rows a step: within the consumers' 240 registers (S^T and dP^T of 128 queries, converted
@@ -371,6 +399,15 @@ def test_gpu_dq_through_the_storer_warp_or_not(d, causal, stages):
 def test_gpu_128_query_rows_a_step(causal, n, nk, hkv):
     q, k, v, do = inputs(2, 4, hkv, n, nk, 64, BF16, device="cuda")
     check(backward(q, k, v, do, causal, None, options=dict(q_rows=128)), (q, k, v, do), BF16, causal)
+
+
+@gpu_util.on_gpu
+@pytest.mark.parametrize("d,causal,n,nk,hkv", [(256, False, 1000, 1100, 2), (256, True, 1000, 1100, 2),
+                                              (256, "bottom_right", 777, 1500, 1), (192, False, 2048, 2048, 4),
+                                              (256, True, 4096, 4096, 4)])
+def test_gpu_the_kernel_by_column_halves(d, causal, n, nk, hkv):
+    q, k, v, do = inputs(2, 4, hkv, n, nk, d, BF16, device="cuda")
+    check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
 
 
 @gpu_util.on_gpu

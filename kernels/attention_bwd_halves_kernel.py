@@ -1,0 +1,204 @@
+"""Attention backward past D128 without the dQ pass (AttentionBwdConfig.column_halves): a task per 64-key tile, both
+consumer warpgroups on its keys, each computing the column half of dK, dV and dQ that is its own.
+
+Each step (64 queries): each warpgroup computes S^T = K Q^T and dP^T = V dO^T for 32 of the queries (wgmma N = 32,
+FlashAttention-3's split of S and dP between its warpgroups), P^T and dS^T from them in fp32, and writes its 32
+columns of each in the dtype into shared tiles (two of each, by step parity: one barrier a step). Then each computes
+over all 64 queries dV += P^T dO and dK += dS^T Q for its column half (both operands from shared memory), and dQ = dS K
+for its half a 64-column piece at a time, each piece added into the fp32 workspace DQ by a TMA reduce-add. That is
+five products of 64 x 64 x d a step for the two warpgroups, where the split tasks and the dQ pass
+(attention_bwd_kernel's splits = 2, attention_bwd_dq_kernel) compute nine: S and dP three times.
+
+K, V, Q and dO are held in four column pieces of d / 4; the warpgroup w's half is pieces 2w and 2w + 1.
+"""
+from __future__ import annotations
+
+import functools
+
+import tkpy as tk
+from tkpy import call, f32
+from tkpy.templates import shared
+
+from .attention_bwd_config import AttentionBwdConfig
+from .attention_bwd_kernel import DS_READY, KV_FREE, causal_mask, first_warp, own_sync
+from .attention_bwd_policy import REGISTERS, task_group
+from .tensor_layout import cdiv
+
+QUARTERS = 4                        # column pieces of d / 4 in which the kernel holds K, V, Q and dO
+ROWS = 64                           # keys a task, queries a step
+HALF = ROWS // 2                    # the queries of a step whose S^T and dP^T each warpgroup computes
+
+
+@functools.cache
+def _attention_bwd_halves(config: AttentionBwdConfig):
+    """The LCF kernel of attention's backward by column halves (a tk.lcf template) for `config`, cached."""
+    c = config
+    d, dtype, causal = c.d, c.dtype, c.causal
+    dq = d // QUARTERS
+    producer_registers, consumer_registers = REGISTERS
+
+    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
+            producer_registers=producer_registers, consumer_registers=consumer_registers)
+    class AttentionBwdHalves:
+        Q: tk.gl[dtype, "B", "H", "N", d]
+        K: tk.gl[dtype, "B", "HKV", "NK", d]
+        V: tk.gl[dtype, "B", "HKV", "NK", d]
+        DO: tk.gl[dtype, "B", "H", "N", d]
+        L: tk.gl[f32, "B", "H", "NQ"]               # lse * log2(e) per query row, +inf past N (the prep kernel's)
+        D: tk.gl[f32, "B", "H", "NQ"]               # rowsum(dO * O) per query row, 0 past N
+        DK: tk.gl[dtype, "B", "HKV", "NK", d]
+        DV: tk.gl[dtype, "B", "HKV", "NK", d]
+        DQ: tk.gl[f32, "B", "H", "NQ", d]           # dQ / scale accumulated (zeroed by the prep kernel)
+        scale_log2: float                           # softmax scale * log2(e), any sign
+        scale: float
+        if causal:
+            offset: int                             # query i sees keys j <= i + offset
+        inputs = dict(q=shared(dtype, ROWS, dq, count=QUARTERS), do=shared(dtype, ROWS, dq, count=QUARTERS),
+                      lse=shared(f32, ROWS), delta=shared(f32, ROWS))
+
+        def tasks(self, g):
+            """(key tiles, batch * key/value heads)."""
+            return cdiv(g.K.rows, ROWS), g.K.batch * g.K.depth
+
+        @staticmethod
+        def q_tiles(g):
+            return cdiv(g.Q.rows, ROWS)
+
+        def first_tile(self, g, task):
+            """The first query tile a row of which sees a key of the task (causal; 0 otherwise)."""
+            if not causal:
+                return 0
+            return call("max", 0, (task.row * ROWS - g.offset) // ROWS)
+
+        def per_head(self, g, task):
+            """The task's query tiles of each query head."""
+            return call("max", 0, self.q_tiles(g) - self.first_tile(g, task)) if causal else self.q_tiles(g)
+
+        if causal:
+            def iters(self, g, task):
+                return g.Q.depth // g.K.depth * self.per_head(g, task)
+        else:
+            def iters(self, g):
+                return g.Q.depth // g.K.depth * self.q_tiles(g)
+
+        def step_at(self, g, task, k):
+            """(batch, query head, query tile) of the task's step k: the key/value head's query heads in turn."""
+            per_head = self.per_head(g, task)
+            b, hkv = task.col // g.K.depth, task.col % g.K.depth
+            return b, hkv * (g.Q.depth // g.K.depth) + k // per_head, self.first_tile(g, task) + k % per_head
+
+        def load(self, g, task, inp, k, arrived):
+            b, h, tile = self.step_at(g, task, k)
+            tk.tma.expect(arrived, inp)
+            for p in range(QUARTERS):               # rows past N arrive as zeros
+                tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
+                tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
+            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
+            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
+
+        def setup(self, st):
+            st.k = tk.st(dtype, ROWS, dq, count=QUARTERS, name="k")
+            st.v = tk.st(dtype, ROWS, dq, count=QUARTERS, name="v")
+            st.kv_arrived = tk.semaphore(1)
+            st.tasks_done = tk.var(0, "tasks_done")
+            with tk.if_((tk.warpgroup.id() == 0) & first_warp()):
+                tk.init_semaphore(st.kv_arrived[0], 1)
+            tk.named_sync(KV_FREE, 8)               # (the second warpgroup waits on the first's semaphore)
+            st.dk = [tk.rt(f32, 16, dq, name="dk") for _ in range(2)]     # this warpgroup's half: 2 pieces
+            st.dv = [tk.rt(f32, 16, dq, name="dv") for _ in range(2)]
+            # P^T and dS^T (keys x queries) by step parity, 64-byte swizzled: each warpgroup's 32 query columns
+            # a whole swizzle panel
+            st.p_tiles = tk.st(dtype, ROWS, ROWS, count=2, swizzle=64, name="p_tiles")
+            st.ds_tiles = tk.st(dtype, ROWS, ROWS, count=2, swizzle=64, name="ds_tiles")
+            st.dq_tiles = tk.st(f32, ROWS, dq, count=2, name="dq_tiles")      # each warpgroup's dQ piece
+            st.dq = tk.rt(f32, 16, dq, name="dq")
+            st.steps_done = tk.var(0, "steps_done")
+
+        def start(self, st, task):
+            g = st.g
+            b, hkv = task.col // g.K.depth, task.col % g.K.depth
+            tk.named_sync(KV_FREE, 8)               # the last task's reads of K and V are done
+            with tk.if_((tk.warpgroup.id() == 0) & first_warp()):
+                tk.tma.expect(st.kv_arrived[0], st.k, st.v)
+                for p in range(QUARTERS):           # rows past NK arrive as zeros
+                    tk.tma.load_async(st.k[p], g.K, (b, hkv, task.row, p), st.kv_arrived[0])
+                    tk.tma.load_async(st.v[p], g.V, (b, hkv, task.row, p), st.kv_arrived[0])
+            for acc in st.dk + st.dv:
+                tk.zero(acc)
+            st.key_row = tk.let(task.row * ROWS + tk.warp_id() % 4 * 16, "key_row")
+            tk.wait(st.kv_arrived[0], st.tasks_done % 2)
+            st.tasks_done += 1
+
+        def compute(self, st, inp, k):
+            g, wg = st.g, tk.warpgroup.id()
+            b, h, tile = self.step_at(g, st.task, k)
+            parity = st.steps_done % 2
+            probs = tk.rt(f32, 16, HALF, name="probs")  # S^T of this warpgroup's 32 queries, then P^T
+            grads = tk.rt(f32, 16, HALF, name="grads")  # dP^T, then dS^T
+            for p in range(QUARTERS):
+                mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
+                mm(probs, st.k[p], inp.q[p].subtile(HALF, dq, (wg, 0)))
+            for p in range(QUARTERS):
+                mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
+                mm(grads, st.v[p], inp.do[p].subtile(HALF, dq, (wg, 0)))
+            lse = tk.row_vec(probs, name="lse")     # (read while the products run)
+            tk.load(lse, inp.lse.subvec(HALF, wg))
+            tk.warpgroup.mma_async_wait()
+            tk.map(probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), probs, lse)
+            if causal:
+                causal_mask(probs, st.key_row - tile * ROWS - wg * HALF - g.offset)
+            with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
+                tk.lower_fill(probs, probs, g.K.rows - st.key_row, 0.0)
+            delta = tk.row_vec(probs, name="delta")
+            tk.load(delta, inp.delta.subvec(HALF, wg))
+            tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
+            p_low = tk.rt(dtype, 16, HALF, name="p_low")
+            tk.copy(p_low, probs)
+            ds_low = tk.rt(dtype, 16, HALF, name="ds_low")
+            tk.copy(ds_low, grads)
+            p_tile, ds_tile = st.p_tiles[parity], st.ds_tiles[parity]
+            tk.warpgroup.store(p_tile.subtile(ROWS, HALF, (0, wg)), p_low)
+            tk.warpgroup.store(ds_tile.subtile(ROWS, HALF, (0, wg)), ds_low)
+            tk.fence_proxy_async()                  # (wgmma reads them through the async proxy)
+            tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
+            for i in range(2):                      # over all 64 queries, this warpgroup's column half
+                p = 2 * wg + i
+                tk.warpgroup.mma_AB(st.dv[i], p_tile, inp.do[p])
+                tk.warpgroup.mma_AB(st.dk[i], ds_tile, inp.q[p])
+            self.dq_pieces(st, ds_tile, b, h, tile)
+            tk.warpgroup.mma_async_wait()
+            st.steps_done += 1
+
+        def dq_pieces(self, st, ds_tile, b, h, tile):
+            """dQ = dS K over the task's keys for this warpgroup's two column pieces, each through its staging tile
+            into DQ by a TMA reduce-add (the last piece's reads of the tile waited for first)."""
+            g, wg = st.g, tk.warpgroup.id()
+            for i in range(2):
+                p = 2 * wg + i
+                tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[p])
+                tk.warpgroup.mma_async_wait()
+                with tk.if_(first_warp()):          # the staging tile: the last reduce-add has read it
+                    tk.tma.store_async_wait(read_only=True)
+                own_sync()
+                staging = st.dq_tiles[wg]
+                tk.warpgroup.store(staging, st.dq)
+                tk.fence_proxy_async()
+                own_sync()
+                with tk.if_(first_warp()):
+                    tk.tma.store_add_async(g.DQ, staging, (b, h, tile, p))
+                    tk.tma.store_commit_group()
+
+        def finish(self, g, st, task):
+            b, hkv = task.col // g.K.depth, task.col % g.K.depth
+            for i in range(2):
+                p = 2 * tk.warpgroup.id() + i
+                tk.mul(st.dk[i], st.dk[i], g.scale)
+                tk.warpgroup.store(g.DK, st.dk[i], (b, hkv, task.row, p), masked=True)
+                tk.warpgroup.store(g.DV, st.dv[i], (b, hkv, task.row, p), masked=True)
+
+        def done(self, st):
+            """The last reduce-adds complete before the block exits."""
+            with tk.if_(first_warp()):
+                tk.tma.store_async_wait()
+
+    return AttentionBwdHalves
