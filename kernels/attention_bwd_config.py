@@ -79,10 +79,10 @@ class AttentionBwdConfig:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
         halves = COLUMN_HALVES[family].value[0] and halves_fit(d, self.deterministic) \
             if self.column_halves is None else self.column_halves
-        if halves not in (True, False) or halves and not halves_fit(d, self.deterministic) or halves and wide:
+        if halves not in (True, False) or halves and not halves_fit(d, self.deterministic):
             raise ValueError(f"attention backward: column_halves (both warpgroups on a task's keys, a column half "
                              f"each) is True or False, True only at head dims past 128 in multiples of 64, not "
-                             f"deterministic, 64 query rows a step; got {self.column_halves!r} at head dim {d}"
+                             f"deterministic; got {self.column_halves!r} at head dim {d}"
                              f"{' deterministic' if self.deterministic else ''}")
         halves = bool(halves)
         dq_pass = not atomic_dq(d, self.deterministic) and not halves
@@ -114,17 +114,16 @@ class AttentionBwdConfig:
 
     @property
     def name(self) -> str:
-        """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes
-        dQ at a head dim where the main kernel would, the stages, storer stages and query rows a step where not the
-        default, "_halves" for the kernel by column halves where it is not the default."""
+        """The main kernel's name: attention_bwd_d<d> (attention_bwd_halves_d<d> for the kernel by column halves),
+        the dtype and causality, "_nodq" where the dQ pass computes dQ at a head dim where the main kernel would, the
+        stages, storer stages and query rows a step where not the default."""
         default_stages = main_stages_for(self.family, self.step_rows)
         default_storer = dq_storer_for(self.family, self.dq_pass)
-        return f"attention_bwd_d{self.d}" + self._suffix() \
+        return f"attention_bwd{'_halves' if self.halves else ''}_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
-            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_halves" if self.halves and not COLUMN_HALVES[self.family].value[0] else "")
+            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}")
 
     @property
     def dq_name(self) -> str:

@@ -255,7 +255,8 @@ def test_checks_say_what_they_cannot_take():
     with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
         AttentionBwdConfig(256, dq_storer=1)
     halves = AttentionBwdConfig(256, column_halves=True)
-    assert (halves.name, halves.dq_pass, halves.splits, halves.stage_count) == ("attention_bwd_d256_halves", False, 1, 1)
+    assert (halves.name, halves.dq_pass, halves.splits, halves.stage_count) == \
+        ("attention_bwd_halves_d256", False, 1, 1)
     for bad in (dict(d=160, column_halves=True), dict(d=128, column_halves=True),
                 dict(d=256, column_halves=True, deterministic=True), dict(d=256, column_halves="yes")):
         with pytest.raises(ValueError, match="column_halves .* past 128 in multiples of 64, not deterministic"):
