@@ -161,32 +161,33 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             tk.warpgroup.store(ds_tile.subtile(ROWS, HALF, (0, wg)), ds_low)
             tk.fence_proxy_async()                  # (wgmma reads them through the async proxy)
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
+            # dQ's first piece issued first, so that its staging and reduce-add overlap dV's and dK's products
+            tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[2 * wg])
             for i in range(2):                      # over all 64 queries, this warpgroup's column half
                 p = 2 * wg + i
                 tk.warpgroup.mma_AB(st.dv[i], p_tile, inp.do[p])
                 tk.warpgroup.mma_AB(st.dk[i], ds_tile, inp.q[p])
-            self.dq_pieces(st, ds_tile, b, h, tile)
+            tk.warpgroup.mma_async_wait(4)          # (dQ's first piece; dV's and dK's four still in flight)
+            self.dq_piece_out(st, 0, b, h, tile)
+            tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[2 * wg + 1])
             tk.warpgroup.mma_async_wait()
+            self.dq_piece_out(st, 1, b, h, tile)
             st.steps_done += 1
 
-        def dq_pieces(self, st, ds_tile, b, h, tile):
-            """dQ = dS K over the task's keys for this warpgroup's two column pieces, each through its staging tile
-            into DQ by a TMA reduce-add (the last piece's reads of the tile waited for first)."""
+        def dq_piece_out(self, st, i, b, h, tile):
+            """This warpgroup's dQ piece i (of dQ = dS K over the task's keys, in st.dq) through its staging tile into
+            DQ by a TMA reduce-add (the last piece's reads of the tile waited for first)."""
             g, wg = st.g, tk.warpgroup.id()
-            for i in range(2):
-                p = 2 * wg + i
-                tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[p])
-                tk.warpgroup.mma_async_wait()
-                with tk.if_(first_warp()):          # the staging tile: the last reduce-add has read it
-                    tk.tma.store_async_wait(read_only=True)
-                own_sync()
-                staging = st.dq_tiles[wg]
-                tk.warpgroup.store(staging, st.dq)
-                tk.fence_proxy_async()
-                own_sync()
-                with tk.if_(first_warp()):
-                    tk.tma.store_add_async(g.DQ, staging, (b, h, tile, p))
-                    tk.tma.store_commit_group()
+            with tk.if_(first_warp()):          # the staging tile: the last reduce-add has read it
+                tk.tma.store_async_wait(read_only=True)
+            own_sync()
+            staging = st.dq_tiles[wg]
+            tk.warpgroup.store(staging, st.dq)
+            tk.fence_proxy_async()
+            own_sync()
+            with tk.if_(first_warp()):
+                tk.tma.store_add_async(g.DQ, staging, (b, h, tile, 2 * wg + i))
+                tk.tma.store_commit_group()
 
         def finish(self, g, st, task):
             b, hkv = task.col // g.K.depth, task.col % g.K.depth
