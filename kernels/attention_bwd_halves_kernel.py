@@ -143,7 +143,7 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
                 mm(grads, st.v[p], inp.do[p].subtile(HALF, dq, (wg, 0)))
             lse = tk.row_vec(probs, name="lse")     # (read while the products run)
             tk.load(lse, inp.lse.subvec(HALF, wg))
-            tk.warpgroup.mma_async_wait()
+            tk.warpgroup.mma_async_wait(QUARTERS)   # S^T's: P^T computed while dP^T's products run
             tk.map(probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), probs, lse)
             if causal:
                 causal_mask(probs, st.key_row - tile * ROWS - wg * HALF - g.offset)
@@ -151,6 +151,7 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
                 tk.lower_fill(probs, probs, g.K.rows - st.key_row, 0.0)
             delta = tk.row_vec(probs, name="delta")
             tk.load(delta, inp.delta.subvec(HALF, wg))
+            tk.warpgroup.mma_async_wait()
             tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
             p_low = tk.rt(dtype, 16, HALF, name="p_low")
             tk.copy(p_low, probs)
