@@ -26,9 +26,9 @@ class AttentionBwdConfig:
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
     tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup then
     computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS);
-    `column_halves` (head dims past 128 in multiples of 64, not deterministic): the kernel of
-    attention_bwd_halves_kernel, both consumer warpgroups on a task's 64 keys, each dK, dV and dQ of a column half,
-    and no dQ pass (default COLUMN_HALVES).
+    `column_halves` (the D128 and D256 families where their column pieces are multiples of 16, not deterministic):
+    the kernel of attention_bwd_halves_kernel, both consumer warpgroups on a task's keys, each dK, dV and dQ of a
+    column half, and no dQ pass (default COLUMN_HALVES).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -81,15 +81,14 @@ class AttentionBwdConfig:
             if self.column_halves is None else self.column_halves
         if halves not in (True, False) or halves and not halves_fit(d, self.deterministic):
             raise ValueError(f"attention backward: column_halves (both warpgroups on a task's keys, a column half "
-                             f"each) is True or False, True only at head dims past 128 in multiples of 64, not "
+                             f"each) is True or False, True only at head dims 96, 128, 192 and 256, not "
                              f"deterministic; got {self.column_halves!r} at head dim {d}"
                              f"{' deterministic' if self.deterministic else ''}")
         halves = bool(halves)
         dq_pass = not atomic_dq(d, self.deterministic) and not halves
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
         if storer and halves:
-            raise ValueError("attention backward: dq_storer is the main kernel's (head dims up to 128); "
-                             "column_halves adds dQ from its consumer warpgroups")
+            raise ValueError("attention backward: column_halves adds dQ from its consumer warpgroups (no dQ storer)")
         if storer and dq_pass:
             raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
                              "deterministic); here the dQ pass computes dQ")

@@ -1,15 +1,18 @@
-"""Attention backward past D128 without the dQ pass (AttentionBwdConfig.column_halves): a task per 64-key tile, both
-consumer warpgroups on its keys, each computing the column half of dK, dV and dQ that is its own.
+"""Attention backward with both consumer warpgroups on a task's keys, each computing the column half of dK, dV and dQ
+that is its own (AttentionBwdConfig.column_halves; D128 and D256 families): a task per 128-key tile at D128, per
+64-key tile past it; dQ by reduce-adds at every head dim, no dQ pass.
 
-Each step (64 queries): each warpgroup computes S^T = K Q^T and dP^T = V dO^T for 32 of the queries (wgmma N = 32,
-FlashAttention-3's split of S and dP between its warpgroups), P^T and dS^T from them in fp32, and writes its 32
-columns of each in the dtype into shared tiles (two of each, by step parity: one barrier a step). Then each computes
-over all 64 queries dV += P^T dO and dK += dS^T Q for its column half (both operands from shared memory), and dQ = dS K
-for its half a 64-column piece at a time, each piece added into the fp32 workspace DQ by a TMA reduce-add. That is
-five products of 64 x 64 x d a step for the two warpgroups, where the split tasks and the dQ pass
-(attention_bwd_kernel's splits = 2, attention_bwd_dq_kernel) compute nine: S and dP three times.
+Each step (64 queries): each warpgroup computes S^T = K Q^T and dP^T = V dO^T of the task's keys for 32 of the
+queries (wgmma N = 32, FlashAttention-3's split of S and dP between its warpgroups), P^T and dS^T from them in fp32,
+and writes its 32 columns of each in the dtype into shared tiles (two of each, by step parity: one barrier a step).
+Then each computes over all 64 queries dV += P^T dO and dK += dS^T Q for its column half (both operands from shared
+memory), and dQ = dS K for its half a column piece at a time, each piece added into the fp32 workspace DQ by a TMA
+reduce-add. The two warpgroups' work is the same, where attention_bwd_kernel's first warpgroup computes the whole
+dQ at D128 (3 to the second's 2 products of 64 x 64 x 128 a step), and past D128 its split tasks and the dQ pass
+compute S and dP three times (nine products of 64 x 64 x d per 64 keys and queries where this computes five).
 
-K, V, Q and dO are held in four column pieces of d / 4; the warpgroup w's half is pieces 2w and 2w + 1.
+K, V, Q and dO are held in column pieces (two of d / 2 at D128, four of d / 4 past it); warpgroup w's half is its
+own run of them.
 """
 from __future__ import annotations
 
@@ -24,9 +27,14 @@ from .attention_bwd_kernel import DS_READY, KV_FREE, causal_mask, first_warp, ow
 from .attention_bwd_policy import REGISTERS, task_group
 from .tensor_layout import cdiv
 
-QUARTERS = 4                        # column pieces of d / 4 in which the kernel holds K, V, Q and dO
-ROWS = 64                           # keys a task, queries a step
+ROWS = 64                           # queries a step; keys of a wgmma M tile
 HALF = ROWS // 2                    # the queries of a step whose S^T and dP^T each warpgroup computes
+
+
+def shape(family: int) -> tuple[int, int]:
+    """(column pieces of K, V, Q and dO, 64-key M tiles a task) at head-dim family `family`: D128's two pieces and
+    128 keys, past it four and 64 keys (the registers: dK's and dV's halves are 128 a thread either way)."""
+    return (2, 2) if family == 128 else (4, 1)
 
 
 @functools.cache
@@ -34,7 +42,9 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
     """The LCF kernel of attention's backward by column halves (a tk.lcf template) for `config`, cached."""
     c = config
     d, dtype, causal = c.d, c.dtype, c.causal
-    dq = d // QUARTERS
+    pieces, units = shape(c.family)
+    piece, own = d // pieces, pieces // 2           # columns a piece; pieces of each warpgroup's half
+    keys = units * ROWS                             # keys a task
     producer_registers, consumer_registers = REGISTERS
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
@@ -53,12 +63,12 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
-        inputs = dict(q=shared(dtype, ROWS, dq, count=QUARTERS), do=shared(dtype, ROWS, dq, count=QUARTERS),
+        inputs = dict(q=shared(dtype, ROWS, piece, count=pieces), do=shared(dtype, ROWS, piece, count=pieces),
                       lse=shared(f32, ROWS), delta=shared(f32, ROWS))
 
         def tasks(self, g):
             """(key tiles, batch * key/value heads)."""
-            return cdiv(g.K.rows, ROWS), g.K.batch * g.K.depth
+            return cdiv(g.K.rows, keys), g.K.batch * g.K.depth
 
         @staticmethod
         def q_tiles(g):
@@ -68,7 +78,7 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             """The first query tile a row of which sees a key of the task (causal; 0 otherwise)."""
             if not causal:
                 return 0
-            return call("max", 0, (task.row * ROWS - g.offset) // ROWS)
+            return call("max", 0, (task.row * keys - g.offset) // ROWS)
 
         def per_head(self, g, task):
             """The task's query tiles of each query head."""
@@ -90,28 +100,29 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
         def load(self, g, task, inp, k, arrived):
             b, h, tile = self.step_at(g, task, k)
             tk.tma.expect(arrived, inp)
-            for p in range(QUARTERS):               # rows past N arrive as zeros
+            for p in range(pieces):                 # rows past N arrive as zeros
                 tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
                 tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
             tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
             tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
 
         def setup(self, st):
-            st.k = tk.st(dtype, ROWS, dq, count=QUARTERS, name="k")
-            st.v = tk.st(dtype, ROWS, dq, count=QUARTERS, name="v")
+            st.k = tk.st(dtype, keys, piece, count=pieces, name="k")
+            st.v = tk.st(dtype, keys, piece, count=pieces, name="v")
             st.kv_arrived = tk.semaphore(1)
             st.tasks_done = tk.var(0, "tasks_done")
             with tk.if_((tk.warpgroup.id() == 0) & first_warp()):
                 tk.init_semaphore(st.kv_arrived[0], 1)
             tk.named_sync(KV_FREE, 8)               # (the second warpgroup waits on the first's semaphore)
-            st.dk = [tk.rt(f32, 16, dq, name="dk") for _ in range(2)]     # this warpgroup's half: 2 pieces
-            st.dv = [tk.rt(f32, 16, dq, name="dv") for _ in range(2)]
+            # this warpgroup's half of dK and dV: [key tile m][its piece i]
+            st.dk = [[tk.rt(f32, 16, piece, name="dk") for _ in range(own)] for _ in range(units)]
+            st.dv = [[tk.rt(f32, 16, piece, name="dv") for _ in range(own)] for _ in range(units)]
             # P^T and dS^T (keys x queries) by step parity, 64-byte swizzled: each warpgroup's 32 query columns
             # a whole swizzle panel
-            st.p_tiles = tk.st(dtype, ROWS, ROWS, count=2, swizzle=64, name="p_tiles")
-            st.ds_tiles = tk.st(dtype, ROWS, ROWS, count=2, swizzle=64, name="ds_tiles")
-            st.dq_tiles = tk.st(f32, ROWS, dq, count=2, name="dq_tiles")      # each warpgroup's dQ piece
-            st.dq = tk.rt(f32, 16, dq, name="dq")
+            st.p_tiles = tk.st(dtype, keys, ROWS, count=2, swizzle=64, name="p_tiles")
+            st.ds_tiles = tk.st(dtype, keys, ROWS, count=2, swizzle=64, name="ds_tiles")
+            st.dq_tiles = tk.st(f32, ROWS, piece, count=2, name="dq_tiles")   # each warpgroup's dQ piece
+            st.dq = tk.rt(f32, 16, piece, name="dq")
             st.steps_done = tk.var(0, "steps_done")
 
         def start(self, st, task):
@@ -120,12 +131,13 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             tk.named_sync(KV_FREE, 8)               # the last task's reads of K and V are done
             with tk.if_((tk.warpgroup.id() == 0) & first_warp()):
                 tk.tma.expect(st.kv_arrived[0], st.k, st.v)
-                for p in range(QUARTERS):           # rows past NK arrive as zeros
+                for p in range(pieces):             # rows past NK arrive as zeros
                     tk.tma.load_async(st.k[p], g.K, (b, hkv, task.row, p), st.kv_arrived[0])
                     tk.tma.load_async(st.v[p], g.V, (b, hkv, task.row, p), st.kv_arrived[0])
             for acc in st.dk + st.dv:
-                tk.zero(acc)
-            st.key_row = tk.let(task.row * ROWS + tk.warp_id() % 4 * 16, "key_row")
+                for tile in acc:
+                    tk.zero(tile)
+            st.key_row = tk.let(task.row * keys + tk.warp_id() % 4 * 16, "key_row")    # (of key tile 0)
             tk.wait(st.kv_arrived[0], st.tasks_done % 2)
             st.tasks_done += 1
 
@@ -133,53 +145,59 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             g, wg = st.g, tk.warpgroup.id()
             b, h, tile = self.step_at(g, st.task, k)
             parity = st.steps_done % 2
-            probs = tk.rt(f32, 16, HALF, name="probs")  # S^T of this warpgroup's 32 queries, then P^T
-            grads = tk.rt(f32, 16, HALF, name="grads")  # dP^T, then dS^T
-            for p in range(QUARTERS):
-                mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
-                mm(probs, st.k[p], inp.q[p].subtile(HALF, dq, (wg, 0)))
-            for p in range(QUARTERS):
-                mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
-                mm(grads, st.v[p], inp.do[p].subtile(HALF, dq, (wg, 0)))
-            lse = tk.row_vec(probs, name="lse")     # (read while the products run)
+            # S^T, then P^T, and dP^T, then dS^T, of key tile m for this warpgroup's 32 queries
+            probs = [tk.rt(f32, 16, HALF, name="probs") for _ in range(units)]
+            grads = [tk.rt(f32, 16, HALF, name="grads") for _ in range(units)]
+            for products, kv, qdo in ((probs, st.k, inp.q), (grads, st.v, inp.do)):
+                for m in range(units):
+                    for p in range(pieces):
+                        mm = tk.warpgroup.mm_ABt if p == 0 else tk.warpgroup.mma_ABt
+                        mm(products[m], kv[p].subtile(ROWS, piece, (m, 0)), qdo[p].subtile(HALF, piece, (wg, 0)))
+            lse = tk.row_vec(probs[0], name="lse")  # (read while the products run)
             tk.load(lse, inp.lse.subvec(HALF, wg))
-            tk.warpgroup.mma_async_wait(QUARTERS)   # S^T's: P^T computed while dP^T's products run
-            tk.map(probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), probs, lse)
-            if causal:
-                causal_mask(probs, st.key_row - tile * ROWS - wg * HALF - g.offset)
-            with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
-                tk.lower_fill(probs, probs, g.K.rows - st.key_row, 0.0)
-            delta = tk.row_vec(probs, name="delta")
+            delta = tk.row_vec(probs[0], name="delta")
             tk.load(delta, inp.delta.subvec(HALF, wg))
-            tk.warpgroup.mma_async_wait()
-            tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
-            p_low = tk.rt(dtype, 16, HALF, name="p_low")
-            tk.copy(p_low, probs)
-            ds_low = tk.rt(dtype, 16, HALF, name="ds_low")
-            tk.copy(ds_low, grads)
+            tk.warpgroup.mma_async_wait(units * pieces)     # S^T's: P^T computed while dP^T's products run
             p_tile, ds_tile = st.p_tiles[parity], st.ds_tiles[parity]
-            tk.warpgroup.store(p_tile.subtile(ROWS, HALF, (0, wg)), p_low)
-            tk.warpgroup.store(ds_tile.subtile(ROWS, HALF, (0, wg)), ds_low)
+            for m in range(units):
+                key_row = st.key_row + m * ROWS
+                tk.map(probs[m], lambda s, l: tk.exp2(s * g.scale_log2 - l), probs[m], lse)
+                if causal:
+                    causal_mask(probs[m], key_row - tile * ROWS - wg * HALF - g.offset)
+                with tk.if_(key_row + 16 > g.K.rows):   # keys past NK
+                    tk.lower_fill(probs[m], probs[m], g.K.rows - key_row, 0.0)
+                p_low = tk.rt(dtype, 16, HALF, name="p_low")
+                tk.copy(p_low, probs[m])
+                tk.warpgroup.store(p_tile.subtile(ROWS, HALF, (m, wg)), p_low)
+            tk.warpgroup.mma_async_wait()
+            for m in range(units):
+                tk.map(grads[m], lambda p, dp, dd: p * (dp - dd), probs[m], grads[m], delta)
+                ds_low = tk.rt(dtype, 16, HALF, name="ds_low")
+                tk.copy(ds_low, grads[m])
+                tk.warpgroup.store(ds_tile.subtile(ROWS, HALF, (m, wg)), ds_low)
             tk.fence_proxy_async()                  # (wgmma reads them through the async proxy)
             tk.named_sync(DS_READY, 8)              # both halves there; the other parity's reads (two steps ago) done
             # dQ's first piece issued first, so that its staging and reduce-add overlap dV's and dK's products
-            tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[2 * wg])
-            for i in range(2):                      # over all 64 queries, this warpgroup's column half
-                p = 2 * wg + i
-                tk.warpgroup.mma_AB(st.dv[i], p_tile, inp.do[p])
-                tk.warpgroup.mma_AB(st.dk[i], ds_tile, inp.q[p])
-            tk.warpgroup.mma_async_wait(4)          # (dQ's first piece; dV's and dK's four still in flight)
+            tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[own * wg])
+            for m in range(units):                  # over all 64 queries, this warpgroup's column half
+                for i in range(own):
+                    p = own * wg + i
+                    tk.warpgroup.mma_AB(st.dv[m][i], p_tile.subtile(ROWS, ROWS, (m, 0)), inp.do[p])
+                    tk.warpgroup.mma_AB(st.dk[m][i], ds_tile.subtile(ROWS, ROWS, (m, 0)), inp.q[p])
+            tk.warpgroup.mma_async_wait(2 * units * own)    # (dQ's first piece; dV's and dK's still in flight)
             self.dq_piece_out(st, 0, b, h, tile)
-            tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[2 * wg + 1])
+            for i in range(1, own):
+                tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[own * wg + i])
+                tk.warpgroup.mma_async_wait()
+                self.dq_piece_out(st, i, b, h, tile)
             tk.warpgroup.mma_async_wait()
-            self.dq_piece_out(st, 1, b, h, tile)
             st.steps_done += 1
 
         def dq_piece_out(self, st, i, b, h, tile):
             """This warpgroup's dQ piece i (of dQ = dS K over the task's keys, in st.dq) through its staging tile into
             DQ by a TMA reduce-add (the last piece's reads of the tile waited for first)."""
             g, wg = st.g, tk.warpgroup.id()
-            with tk.if_(first_warp()):          # the staging tile: the last reduce-add has read it
+            with tk.if_(first_warp()):              # the staging tile: the last reduce-add has read it
                 tk.tma.store_async_wait(read_only=True)
             own_sync()
             staging = st.dq_tiles[wg]
@@ -187,16 +205,17 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             tk.fence_proxy_async()
             own_sync()
             with tk.if_(first_warp()):
-                tk.tma.store_add_async(g.DQ, staging, (b, h, tile, 2 * wg + i))
+                tk.tma.store_add_async(g.DQ, staging, (b, h, tile, own * wg + i))
                 tk.tma.store_commit_group()
 
         def finish(self, g, st, task):
             b, hkv = task.col // g.K.depth, task.col % g.K.depth
-            for i in range(2):
-                p = 2 * tk.warpgroup.id() + i
-                tk.mul(st.dk[i], st.dk[i], g.scale)
-                tk.warpgroup.store(g.DK, st.dk[i], (b, hkv, task.row, p), masked=True)
-                tk.warpgroup.store(g.DV, st.dv[i], (b, hkv, task.row, p), masked=True)
+            for m in range(units):
+                for i in range(own):
+                    p = own * tk.warpgroup.id() + i
+                    tk.mul(st.dk[m][i], st.dk[m][i], g.scale)
+                    tk.warpgroup.store(g.DK, st.dk[m][i], (b, hkv, task.row * units + m, p), masked=True)
+                    tk.warpgroup.store(g.DV, st.dv[m][i], (b, hkv, task.row * units + m, p), masked=True)
 
         def done(self, st):
             """The last reduce-adds complete before the block exits."""

@@ -92,17 +92,20 @@ def dq_storer_for(family: int, dq_pass: bool) -> int:
     return 0 if dq_pass else DQ_STORER[family].value[0]
 
 
-# The kernel by column halves past D128 (AttentionBwdConfig.column_halves, attention_bwd_halves_kernel): five products
-# a step where the split tasks and the dQ pass compute nine; one (Q, dO) stage (K, V, the stage, P^T and dS^T by
-# parity and each warpgroup's dQ staging tile: 192 KB).
-COLUMN_HALVES = {64: Row((False,), "head dims up to 128 take the main kernel's dQ"),
-                 128: Row((False,), "as D64"),
+# The kernel by column halves (AttentionBwdConfig.column_halves, attention_bwd_halves_kernel): the warpgroups' work
+# the same (D128: 2.5 products of 64 x 64 x 128 a step each where the main kernel's first computes 3), past D128 five
+# products a step where the split tasks and the dQ pass compute nine. Shared memory: D128 2 (Q, dO) stages beside K,
+# V (64 KB), P^T and dS^T by parity (64 KB) and the dQ staging tiles (32 KB); D256 one (192 KB in all).
+COLUMN_HALVES = {64: Row((False,), "its pieces of 32 columns: not built for"),
+                 128: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)"),
                  256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)")}
 
 
 def halves_fit(d: int, deterministic: bool) -> bool:
-    """Whether the kernel by column halves takes head dim `d`: past 128, quarters of d a multiple of 16."""
-    return d > ATOMIC_DQ_DIMS and d % 64 == 0 and not deterministic
+    """Whether the kernel by column halves takes head dim `d`: the D128 and D256 families, its column pieces (halves
+    of d at D128, quarters past it) a multiple of 16 (wgmma's K), not deterministic (dQ by reduce-adds)."""
+    family = tuned(d)
+    return family in (128, 256) and d // (2 if family == 128 else 4) % 16 == 0 and not deterministic
 
 
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take

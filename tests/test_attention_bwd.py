@@ -117,10 +117,11 @@ def test_128_query_rows_a_step(causal, n, nk, hkv):
 
 
 @pytest.mark.parametrize("d,causal,n,nk,h,hkv", [(256, False, 100, 150, 2, 1), (256, True, 150, 100, 4, 2),
-                                                (192, "bottom_right", 70, 200, 2, 1)])
+                                                (192, "bottom_right", 70, 200, 2, 1), (128, False, 150, 300, 4, 2),
+                                                (128, True, 200, 130, 2, 1), (96, "bottom_right", 70, 260, 2, 2)])
 def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
-    """Past D128 with column_halves: both warpgroups on a task's 64 keys, a column half of dK, dV and dQ each, dQ by
-    reduce-adds (no dQ pass): partial query and key tiles, GQA and MQA, both causal corners."""
+    """column_halves: both warpgroups on a task's keys (128 at D128, 64 past it), a column half of dK, dV and dQ
+    each, dQ by reduce-adds (no dQ pass): partial query and key tiles, GQA and MQA, both causal corners."""
     q, k, v, do = inputs(1, h, hkv, n, nk, d, BF16)
     check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
 
@@ -257,12 +258,13 @@ def test_checks_say_what_they_cannot_take():
     halves = AttentionBwdConfig(256, column_halves=True)
     assert (halves.name, halves.dq_pass, halves.splits, halves.stage_count) == \
         ("attention_bwd_halves_d256", False, 1, 1)
-    for bad in (dict(d=160, column_halves=True), dict(d=128, column_halves=True),
+    assert AttentionBwdConfig(128, column_halves=True).name == "attention_bwd_halves_d128"
+    for bad in (dict(d=160, column_halves=True), dict(d=64, column_halves=True), dict(d=224, column_halves=True),
                 dict(d=256, column_halves=True, deterministic=True), dict(d=256, column_halves="yes")):
-        with pytest.raises(ValueError, match="column_halves .* past 128 in multiples of 64, not deterministic"):
+        with pytest.raises(ValueError, match="column_halves .* only at head dims 96, 128, 192 and 256, not determ"):
             AttentionBwdConfig(**bad)
     with pytest.raises(ValueError, match="column_halves adds dQ from its consumer warpgroups"):
-        AttentionBwdConfig(256, column_halves=True, dq_storer=1)
+        AttentionBwdConfig(128, column_halves=True, dq_storer=1)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
@@ -331,15 +333,15 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
-@pytest.mark.parametrize("d,causal", [(256, False), (256, True), (192, True)])
+@pytest.mark.parametrize("d,causal", [(256, False), (256, True), (192, True), (128, False), (128, True), (96, False)])
 def test_the_kernel_by_column_halves_compiles_without_spills(d, causal):
     """column_halves: within the consumers' 240 registers, S^T and dP^T of 32 queries (HGMMA 64x32), dV, dK and dQ
-    pieces of d / 4 columns, dQ by TMA reduce-adds."""
+    in pieces of d / 2 (D128) or d / 4 columns, dQ by TMA reduce-adds."""
     from tkpy.kernels.attention_bwd_halves_kernel import _attention_bwd_halves
     c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True)
     sass = compiled_clean(_attention_bwd_halves(c).kernel, kernel_args(d, causal, True))
     assert "UTMAREDG" in sass and re.search(r"HGMMA\.64x32x16\.F32\.BF16", sass)
-    assert re.search(rf"HGMMA\.64x{d // 4}x16\.F32\.BF16", sass)
+    assert re.search(rf"HGMMA\.64x{d // (2 if d <= 128 else 4)}x16\.F32\.BF16", sass)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -405,7 +407,9 @@ def test_gpu_128_query_rows_a_step(causal, n, nk, hkv):
 @gpu_util.on_gpu
 @pytest.mark.parametrize("d,causal,n,nk,hkv", [(256, False, 1000, 1100, 2), (256, True, 1000, 1100, 2),
                                               (256, "bottom_right", 777, 1500, 1), (192, False, 2048, 2048, 4),
-                                              (256, True, 4096, 4096, 4)])
+                                              (256, True, 4096, 4096, 4), (128, False, 1000, 1100, 2),
+                                              (128, True, 4096, 4096, 4), (128, "bottom_right", 777, 1500, 1),
+                                              (96, True, 1000, 1100, 2)])
 def test_gpu_the_kernel_by_column_halves(d, causal, n, nk, hkv):
     q, k, v, do = inputs(2, 4, hkv, n, nk, d, BF16, device="cuda")
     check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
