@@ -73,10 +73,10 @@ def cases() -> dict:
         o, lse = attention(q, k, v, causal=causal, return_lse=True)
         grads = [torch.empty_like(x) for x in (q, k, v)]
         _launch(torch.randn_like(q), q, k, v, o, lse, *grads, causal_variant(causal), d ** -0.5, options=options)
-    variants = {"q_rows=64": (64, dict(q_rows=64)), "q_rows=64 dq_storer=3": (64, dict(q_rows=64, dq_storer=3)),
-                "D128 dq_storer=2": (128, dict(dq_storer=2)), "D256 column_halves": (256, dict(column_halves=True)),
-                "D128 column_halves": (128, dict(column_halves=True))}
-    for name, (d, options) in variants.items():
+    variants = [("q_rows=64", 64, dict(q_rows=64)), ("q_rows=64 dq_storer=3", 64, dict(q_rows=64, dq_storer=3)),
+                ("dq_storer=2", 128, dict(dq_storer=2)), ("column_halves", 256, dict(column_halves=True)),
+                ("column_halves", 128, dict(column_halves=True))]
+    for name, d, options in variants:
         for causal in (False, True):
             out[f"attention backward D{d} {name} causal={causal}"] = \
                 lambda o=options, c=causal, dim=d: backward_with(o, c, dim)
