@@ -23,6 +23,7 @@ from tkpy.templates import shared
 from .attention_bwd_config import AttentionBwdConfig
 from .attention_bwd_kernel import first_warp, own_sync
 from .attention_bwd_policy import DQ_TASK_ROWS, task_group
+from .attention_bwd_steps import tensor_inputs
 from .tensor_layout import cdiv
 
 
@@ -34,13 +35,7 @@ def _attention_bwd_dq(config: AttentionBwdConfig):
 
     @tk.lcf(consumer_warpgroups=2, stages=c.dq_stage_count, persistent=True, name=c.dq_name,
             group=task_group(causal))
-    class AttentionBwdDq:
-        Q: tk.gl[dtype, "B", "H", "N", d]
-        K: tk.gl[dtype, "B", "HKV", "NK", d]
-        V: tk.gl[dtype, "B", "HKV", "NK", d]
-        DO: tk.gl[dtype, "B", "H", "N", d]
-        L: tk.gl[f32, "B", "H", "NQ"]               # lse * log2(e) per query row, +inf past N (the prep kernel's)
-        D: tk.gl[f32, "B", "H", "NQ"]               # rowsum(dO * O) per query row, 0 past N
+    class AttentionBwdDq(tensor_inputs(dtype, d)):
         DQ: tk.gl[dtype, "B", "H", "N", d]
         scale_log2: float                           # softmax scale * log2(e), any sign
         scale: float

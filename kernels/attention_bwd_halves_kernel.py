@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 
 import tkpy as tk
-from tkpy import call, f32
-from tkpy.templates import shared
+from tkpy import f32
 
 from .attention_bwd_config import AttentionBwdConfig
 from .attention_bwd_kernel import DS_READY, KV_FREE, causal_mask, first_warp, own_sync
 from .attention_bwd_policy import REGISTERS, task_group
+from .attention_bwd_steps import key_task_steps
 from .tensor_layout import cdiv
 
 ROWS = 64                           # queries a step; keys of a wgmma M tile
@@ -49,62 +49,20 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers)
-    class AttentionBwdHalves:
-        Q: tk.gl[dtype, "B", "H", "N", d]
-        K: tk.gl[dtype, "B", "HKV", "NK", d]
-        V: tk.gl[dtype, "B", "HKV", "NK", d]
-        DO: tk.gl[dtype, "B", "H", "N", d]
-        L: tk.gl[f32, "B", "H", "NQ"]               # lse * log2(e) per query row, +inf past N (the prep kernel's)
-        D: tk.gl[f32, "B", "H", "NQ"]               # rowsum(dO * O) per query row, 0 past N
-        DK: tk.gl[dtype, "B", "HKV", "NK", d]
-        DV: tk.gl[dtype, "B", "HKV", "NK", d]
+    class AttentionBwdHalves(key_task_steps(dtype, d, causal, ROWS, pieces)):
         DQ: tk.gl[f32, "B", "H", "NQ", d]           # dQ / scale accumulated (zeroed by the prep kernel)
         scale_log2: float                           # softmax scale * log2(e), any sign
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
-        inputs = dict(q=shared(dtype, ROWS, piece, count=pieces), do=shared(dtype, ROWS, piece, count=pieces),
-                      lse=shared(f32, ROWS), delta=shared(f32, ROWS))
 
         def tasks(self, g):
             """(key tiles, batch * key/value heads)."""
             return cdiv(g.K.rows, keys), g.K.batch * g.K.depth
 
         @staticmethod
-        def q_tiles(g):
-            return cdiv(g.Q.rows, ROWS)
-
-        def first_tile(self, g, task):
-            """The first query tile a row of which sees a key of the task (causal; 0 otherwise)."""
-            if not causal:
-                return 0
-            return call("max", 0, (task.row * keys - g.offset) // ROWS)
-
-        def per_head(self, g, task):
-            """The task's query tiles of each query head."""
-            return call("max", 0, self.q_tiles(g) - self.first_tile(g, task)) if causal else self.q_tiles(g)
-
-        if causal:
-            def iters(self, g, task):
-                return g.Q.depth // g.K.depth * self.per_head(g, task)
-        else:
-            def iters(self, g):
-                return g.Q.depth // g.K.depth * self.q_tiles(g)
-
-        def step_at(self, g, task, k):
-            """(batch, query head, query tile) of the task's step k: the key/value head's query heads in turn."""
-            per_head = self.per_head(g, task)
-            b, hkv = task.col // g.K.depth, task.col % g.K.depth
-            return b, hkv * (g.Q.depth // g.K.depth) + k // per_head, self.first_tile(g, task) + k % per_head
-
-        def load(self, g, task, inp, k, arrived):
-            b, h, tile = self.step_at(g, task, k)
-            tk.tma.expect(arrived, inp)
-            for p in range(pieces):                 # rows past N arrive as zeros
-                tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
-                tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
-            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
-            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
+        def first_key(task):
+            return task.row * keys
 
         def setup(self, st):
             st.k = tk.st(dtype, keys, piece, count=pieces, name="k")

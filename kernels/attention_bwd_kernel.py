@@ -35,11 +35,12 @@ from __future__ import annotations
 import functools
 
 import tkpy as tk
-from tkpy import call, f32
+from tkpy import f32
 from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
 from .attention_bwd_policy import KEY_ROWS, REGISTERS, task_group
+from .attention_bwd_steps import key_task_steps
 from .tensor_layout import cdiv
 
 PIECES = 2                          # column pieces of d / 2 in which the main kernel holds K, V, Q and dO
@@ -97,23 +98,13 @@ def _attention_bwd(config: AttentionBwdConfig):
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
             producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
-    class AttentionBwd:
-        Q: tk.gl[dtype, "B", "H", "N", d]
-        K: tk.gl[dtype, "B", "HKV", "NK", d]
-        V: tk.gl[dtype, "B", "HKV", "NK", d]
-        DO: tk.gl[dtype, "B", "H", "N", d]
-        L: tk.gl[f32, "B", "H", "NQ"]               # lse * log2(e) per query row, +inf past N (the prep kernel's)
-        D: tk.gl[f32, "B", "H", "NQ"]               # rowsum(dO * O) per query row, 0 past N
-        DK: tk.gl[dtype, "B", "HKV", "NK", d]
-        DV: tk.gl[dtype, "B", "HKV", "NK", d]
+    class AttentionBwd(key_task_steps(dtype, d, causal, rows, PIECES)):
         if atomic:
             DQ: tk.gl[f32, "B", "H", "NQ", d]       # dQ / scale accumulated (zeroed by the prep kernel)
         scale_log2: float                           # softmax scale * log2(e), any sign
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
-        inputs = dict(q=shared(dtype, rows, dp, count=PIECES), do=shared(dtype, rows, dp, count=PIECES),
-                      lse=shared(f32, rows), delta=shared(f32, rows))     # the step's rows of L and D
         if storer:                                  # piece p of the step's dQ rows m at m * PIECES + p
             step_outputs = dict(dq=shared(f32, 64, dp, count=PIECES * halves))
 
@@ -132,41 +123,8 @@ def _attention_bwd(config: AttentionBwdConfig):
         def key_tile(task):
             return task.row // splits if splits > 1 else task.row
 
-        @staticmethod
-        def q_tiles(g):
-            return cdiv(g.Q.rows, rows)
-
-        def first_tile(self, g, task):
-            """The first query tile a row of which sees a key of the task (causal; 0 otherwise)."""
-            if not causal:
-                return 0
-            return call("max", 0, (self.key_tile(task) * KEY_ROWS - g.offset) // rows)
-
-        def per_head(self, g, task):
-            """The task's query tiles of each query head."""
-            return call("max", 0, self.q_tiles(g) - self.first_tile(g, task)) if causal else self.q_tiles(g)
-
-        if causal:
-            def iters(self, g, task):
-                return g.Q.depth // g.K.depth * self.per_head(g, task)
-        else:
-            def iters(self, g):
-                return g.Q.depth // g.K.depth * self.q_tiles(g)
-
-        def step_at(self, g, task, k):
-            """(batch, query head, query tile) of the task's step k: the key/value head's query heads in turn."""
-            per_head = self.per_head(g, task)
-            b, hkv = task.col // g.K.depth, task.col % g.K.depth
-            return b, hkv * (g.Q.depth // g.K.depth) + k // per_head, self.first_tile(g, task) + k % per_head
-
-        def load(self, g, task, inp, k, arrived):
-            b, h, tile = self.step_at(g, task, k)
-            tk.tma.expect(arrived, inp)
-            for p in range(PIECES):                 # rows past N arrive as zeros
-                tk.tma.load_async(inp.q[p], g.Q, (b, h, tile, p), arrived)
-                tk.tma.load_async(inp.do[p], g.DO, (b, h, tile, p), arrived)
-            tk.tma.load_async(inp.lse, g.L, (b, h, tile), arrived)
-            tk.tma.load_async(inp.delta, g.D, (b, h, tile), arrived)
+        def first_key(self, task):
+            return self.key_tile(task) * KEY_ROWS
 
         def setup(self, st):
             # the task's K and V: warpgroup w's 64 rows, piece p, at w * PIECES + p
