@@ -28,7 +28,9 @@ class AttentionBwdConfig:
     computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS);
     `column_halves` (the D128 and D256 families where their column pieces are multiples of 16, not deterministic):
     the kernel of attention_bwd_halves_kernel, both consumer warpgroups on a task's keys, each dK, dV and dQ of a
-    column half, and no dQ pass (default COLUMN_HALVES).
+    column half, and no dQ pass (default COLUMN_HALVES); `dq_red` (with column_halves): dQ added from the
+    registers by red.global.add instead of TMA reduce-adds from staging tiles, whose 32 KB then let D256 take a
+    second (Q, dO) stage (stages=2).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -43,6 +45,7 @@ class AttentionBwdConfig:
     dq_storer: int | None = None
     q_rows: int | None = None
     column_halves: bool | None = None
+    dq_red: bool = False
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -85,6 +88,9 @@ class AttentionBwdConfig:
                              f"deterministic; got {self.column_halves!r} at head dim {d}"
                              f"{' deterministic' if self.deterministic else ''}")
         halves = bool(halves)
+        if self.dq_red not in (True, False) or self.dq_red and not halves:
+            raise ValueError(f"attention backward: dq_red (dQ by red.global.add from the registers) is True or False, "
+                             f"True with column_halves; got {self.dq_red!r} with column_halves={halves}")
         dq_pass = not atomic_dq(d, self.deterministic) and not halves
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
         if storer and halves:
@@ -122,7 +128,8 @@ class AttentionBwdConfig:
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
-            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}")
+            + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
+            + ("_red" if self.dq_red else "")
 
     @property
     def dq_name(self) -> str:

@@ -79,7 +79,8 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             # a whole swizzle panel
             st.p_tiles = tk.st(dtype, keys, ROWS, count=2, swizzle=64, name="p_tiles")
             st.ds_tiles = tk.st(dtype, keys, ROWS, count=2, swizzle=64, name="ds_tiles")
-            st.dq_tiles = tk.st(f32, ROWS, piece, count=2, name="dq_tiles")   # each warpgroup's dQ piece
+            if not c.dq_red:
+                st.dq_tiles = tk.st(f32, ROWS, piece, count=2, name="dq_tiles")   # each warpgroup's dQ piece
             st.dq = tk.rt(f32, 16, piece, name="dq")
             st.steps_done = tk.var(0, "steps_done")
 
@@ -152,9 +153,13 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             st.steps_done += 1
 
         def dq_piece_out(self, st, i, b, h, tile):
-            """This warpgroup's dQ piece i (of dQ = dS K over the task's keys, in st.dq) through its staging tile into
-            DQ by a TMA reduce-add (the last piece's reads of the tile waited for first)."""
+            """This warpgroup's dQ piece i (of dQ = dS K over the task's keys, in st.dq) into DQ: through its staging
+            tile by a TMA reduce-add (the last piece's reads of the tile waited for first), or (dq_red) from the
+            registers by red.global.add."""
             g, wg = st.g, tk.warpgroup.id()
+            if c.dq_red:
+                tk.warpgroup.store_add(g.DQ, st.dq, (b, h, tile, own * wg + i))
+                return
             with tk.if_(first_warp()):              # the staging tile: the last reduce-add has read it
                 tk.tma.store_async_wait(read_only=True)
             own_sync()
@@ -175,9 +180,10 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
                     tk.warpgroup.store(g.DK, st.dk[m][i], (b, hkv, task.row * units + m, p), masked=True)
                     tk.warpgroup.store(g.DV, st.dv[m][i], (b, hkv, task.row * units + m, p), masked=True)
 
-        def done(self, st):
-            """The last reduce-adds complete before the block exits."""
-            with tk.if_(first_warp()):
-                tk.tma.store_async_wait()
+        if not c.dq_red:
+            def done(self, st):
+                """The last reduce-adds complete before the block exits."""
+                with tk.if_(first_warp()):
+                    tk.tma.store_async_wait()
 
     return AttentionBwdHalves

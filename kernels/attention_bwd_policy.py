@@ -95,7 +95,8 @@ def dq_storer_for(family: int, dq_pass: bool) -> int:
 # The kernel by column halves (AttentionBwdConfig.column_halves, attention_bwd_halves_kernel): the warpgroups' work
 # the same (D128: 2.5 products of 64 x 64 x 128 a step each where the main kernel's first computes 3), past D128 five
 # products a step where the split tasks and the dQ pass compute nine. Shared memory: D128 2 (Q, dO) stages beside K,
-# V (64 KB), P^T and dS^T by parity (64 KB) and the dQ staging tiles (32 KB); D256 one (192 KB in all).
+# V (64 KB), P^T and dS^T by parity (64 KB) and the dQ staging tiles (32 KB); D256 one (192 KB in all), or two with
+# dq_red (no staging tiles: 224 KB).
 COLUMN_HALVES = {64: Row((False,), "its pieces of 32 columns: not built for"),
                  128: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)"),
                  256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)")}

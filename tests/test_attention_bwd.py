@@ -121,9 +121,13 @@ def test_128_query_rows_a_step(causal, n, nk, hkv):
                                                 (128, True, 200, 130, 2, 1), (96, "bottom_right", 70, 260, 2, 2)])
 def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
     """column_halves: both warpgroups on a task's keys (128 at D128, 64 past it), a column half of dK, dV and dQ
-    each, dQ by reduce-adds (no dQ pass): partial query and key tiles, GQA and MQA, both causal corners."""
+    each, dQ by reduce-adds (no dQ pass): partial query and key tiles, GQA and MQA, both causal corners; at D256
+    also dQ by red.global.add from the registers with two stages (dq_red)."""
     q, k, v, do = inputs(1, h, hkv, n, nk, d, BF16)
     check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
+    if d == 256:
+        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_red=True, stages=2)),
+              (q, k, v, do), BF16, causal)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -265,6 +269,10 @@ def test_checks_say_what_they_cannot_take():
             AttentionBwdConfig(**bad)
     with pytest.raises(ValueError, match="column_halves adds dQ from its consumer warpgroups"):
         AttentionBwdConfig(128, column_halves=True, dq_storer=1)
+    assert AttentionBwdConfig(256, column_halves=True, dq_red=True, stages=2).name == \
+        "attention_bwd_halves_d256_2stages_red"
+    with pytest.raises(ValueError, match="dq_red .* True with column_halves"):
+        AttentionBwdConfig(128, dq_red=True)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
@@ -333,14 +341,17 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
-@pytest.mark.parametrize("d,causal", [(256, False), (256, True), (192, True), (128, False), (128, True), (96, False)])
-def test_the_kernel_by_column_halves_compiles_without_spills(d, causal):
+@pytest.mark.parametrize("d,causal,red", [(256, False, False), (256, True, False), (192, True, False),
+                                         (128, False, False), (128, True, False), (96, False, False),
+                                         (256, True, True)])
+def test_the_kernel_by_column_halves_compiles_without_spills(d, causal, red):
     """column_halves: within the consumers' 240 registers, S^T and dP^T of 32 queries (HGMMA 64x32), dV, dK and dQ
-    in pieces of d / 2 (D128) or d / 4 columns, dQ by TMA reduce-adds."""
+    in pieces of d / 2 (D128) or d / 4 columns, dQ by TMA reduce-adds (dq_red: by red.global.add, two stages)."""
     from tkpy.kernels.attention_bwd_halves_kernel import _attention_bwd_halves
-    c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True)
+    c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True, dq_red=red, stages=2 if red else None)
     sass = compiled_clean(_attention_bwd_halves(c).kernel, kernel_args(d, causal, True))
-    assert "UTMAREDG" in sass and re.search(r"HGMMA\.64x32x16\.F32\.BF16", sass)
+    assert ("UTMAREDG" in sass) != red and ("REDG.E.ADD.F32" in sass) == red
+    assert re.search(r"HGMMA\.64x32x16\.F32\.BF16", sass)
     assert re.search(rf"HGMMA\.64x{d // (2 if d <= 128 else 4)}x16\.F32\.BF16", sass)
 
 
@@ -413,6 +424,9 @@ def test_gpu_128_query_rows_a_step(causal, n, nk, hkv):
 def test_gpu_the_kernel_by_column_halves(d, causal, n, nk, hkv):
     q, k, v, do = inputs(2, 4, hkv, n, nk, d, BF16, device="cuda")
     check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
+    if d == 256:                            # (dQ by red.global.add, two stages)
+        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_red=True, stages=2)),
+              (q, k, v, do), BF16, causal)
 
 
 @gpu_util.on_gpu
