@@ -30,7 +30,7 @@ class AttentionBwdConfig:
     the kernel of attention_bwd_halves_kernel, both consumer warpgroups on a task's keys, each dK, dV and dQ of a
     column half, and no dQ pass (default COLUMN_HALVES); `dq_red` (with column_halves): dQ added from the
     registers by red.global.add instead of TMA reduce-adds from staging tiles, whose 32 KB then let D256 take a
-    second (Q, dO) stage (stages=2).
+    second (Q, dO) stage (stages=2); the halves kernel takes dq_storer too (one stage).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -93,12 +93,12 @@ class AttentionBwdConfig:
                              f"True with column_halves; got {self.dq_red!r} with column_halves={halves}")
         dq_pass = not atomic_dq(d, self.deterministic) and not halves
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
-        if storer and halves:
-            raise ValueError("attention backward: column_halves adds dQ from its consumer warpgroups (no dQ storer)")
+        if storer and self.dq_red:
+            raise ValueError("attention backward: dq_red adds dQ from the consumers' registers (no dQ storer)")
         if storer and dq_pass:
-            raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
-                             "deterministic); here the dQ pass computes dQ")
-        fits = dq_storer_fits(family, step_rows)
+            raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, or with "
+                             "column_halves; not deterministic); here the dQ pass computes dQ")
+        fits = dq_storer_fits(family, step_rows, halves)
         if wide and not dq_pass and not storer:
             raise ValueError("attention backward: q_rows=128 hands dQ to the storer warp (each warpgroup its 64 "
                              "rows): give dq_storer=1")

@@ -20,6 +20,7 @@ import functools
 
 import tkpy as tk
 from tkpy import f32
+from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
 from .attention_bwd_kernel import DS_READY, KV_FREE, causal_mask, first_warp, own_sync
@@ -45,16 +46,27 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
     pieces, units = shape(c.family)
     piece, own = d // pieces, pieces // 2           # columns a piece; pieces of each warpgroup's half
     keys = units * ROWS                             # keys a task
+    storer = c.storer_stages                        # dQ's reduce-adds by the producer's storer warp
     producer_registers, consumer_registers = REGISTERS
+    storer_options = dict(step_output_stages=storer, step_output_writers=2) if storer else {}
 
     @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
-            producer_registers=producer_registers, consumer_registers=consumer_registers)
+            producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
     class AttentionBwdHalves(key_task_steps(dtype, d, causal, ROWS, pieces)):
         DQ: tk.gl[f32, "B", "H", "NQ", d]           # dQ / scale accumulated (zeroed by the prep kernel)
         scale_log2: float                           # softmax scale * log2(e), any sign
         scale: float
         if causal:
             offset: int                             # query i sees keys j <= i + offset
+
+        if storer:                                  # the step's dQ piece p (warpgroup w's: own * w + i)
+            step_outputs = dict(dq=shared(f32, ROWS, piece, count=pieces))
+
+            def store_step(self, g, task, out, k):
+                """The storer warp: the step's dQ pieces added into DQ (TMA reduce-adds)."""
+                b, h, tile = self.step_at(g, task, k)
+                for p in range(pieces):
+                    tk.tma.store_add_async(g.DQ, out.dq[p], (b, h, tile, p))
 
         def tasks(self, g):
             """(key tiles, batch * key/value heads)."""
@@ -79,7 +91,7 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             # a whole swizzle panel
             st.p_tiles = tk.st(dtype, keys, ROWS, count=2, swizzle=64, name="p_tiles")
             st.ds_tiles = tk.st(dtype, keys, ROWS, count=2, swizzle=64, name="ds_tiles")
-            if not c.dq_red:
+            if not (c.dq_red or storer):
                 st.dq_tiles = tk.st(f32, ROWS, piece, count=2, name="dq_tiles")   # each warpgroup's dQ piece
             st.dq = tk.rt(f32, 16, piece, name="dq")
             st.steps_done = tk.var(0, "steps_done")
@@ -144,11 +156,19 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
                     tk.warpgroup.mma_AB(st.dv[m][i], p_tile.subtile(ROWS, ROWS, (m, 0)), inp.do[p])
                     tk.warpgroup.mma_AB(st.dk[m][i], ds_tile.subtile(ROWS, ROWS, (m, 0)), inp.q[p])
             tk.warpgroup.mma_async_wait(2 * units * own)    # (dQ's first piece; dV's and dK's still in flight)
-            self.dq_piece_out(st, 0, b, h, tile)
-            for i in range(1, own):
-                tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[own * wg + i])
-                tk.warpgroup.mma_async_wait()
-                self.dq_piece_out(st, i, b, h, tile)
+            if storer:
+                with st.step_output() as out:       # (a free stage waited for once the first piece is there)
+                    for i in range(own):
+                        if i:
+                            tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[own * wg + i])
+                            tk.warpgroup.mma_async_wait()
+                        tk.warpgroup.store(out.dq[own * wg + i], st.dq)
+            else:
+                self.dq_piece_out(st, 0, b, h, tile)
+                for i in range(1, own):
+                    tk.warpgroup.mm_AtB(st.dq, ds_tile, st.k[own * wg + i])
+                    tk.warpgroup.mma_async_wait()
+                    self.dq_piece_out(st, i, b, h, tile)
             tk.warpgroup.mma_async_wait()
             st.steps_done += 1
 
@@ -180,7 +200,7 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
                     tk.warpgroup.store(g.DK, st.dk[m][i], (b, hkv, task.row * units + m, p), masked=True)
                     tk.warpgroup.store(g.DV, st.dv[m][i], (b, hkv, task.row * units + m, p), masked=True)
 
-        if not c.dq_red:
+        if not (c.dq_red or storer):
             def done(self, st):
                 """The last reduce-adds complete before the block exits."""
                 with tk.if_(first_warp()):

@@ -82,8 +82,14 @@ DQ_STORER_FITS = {64: 4, 128: 2, 256: 0}
 DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
 
 
-def dq_storer_fits(family: int, step_rows: int) -> int:
-    """The most dQ storer stages shared memory holds beside the main kernel's tiles."""
+DQ_STORER_FITS_HALVES = 1                   # the kernel by column halves: a stage in its dQ staging tiles' room (D128
+                                            # 32 KB) or with 32 KB more (D256: 224 KB in all)
+
+
+def dq_storer_fits(family: int, step_rows: int, halves: bool) -> int:
+    """The most dQ storer stages shared memory holds beside the main kernel's (or the halves kernel's) tiles."""
+    if halves:
+        return DQ_STORER_FITS_HALVES
     return DQ_STORER_FITS_128_ROWS if step_rows == 128 else DQ_STORER_FITS[family]
 
 

@@ -128,6 +128,9 @@ def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
     if d == 256:
         check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_red=True, stages=2)),
               (q, k, v, do), BF16, causal)
+    if d in (128, 256):                     # dQ through the producer's storer warp
+        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_storer=1)), (q, k, v, do),
+              BF16, causal)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -267,8 +270,11 @@ def test_checks_say_what_they_cannot_take():
                 dict(d=256, column_halves=True, deterministic=True), dict(d=256, column_halves="yes")):
         with pytest.raises(ValueError, match="column_halves .* only at head dims 96, 128, 192 and 256, not determ"):
             AttentionBwdConfig(**bad)
-    with pytest.raises(ValueError, match="column_halves adds dQ from its consumer warpgroups"):
-        AttentionBwdConfig(128, column_halves=True, dq_storer=1)
+    with pytest.raises(ValueError, match="dq_red adds dQ from the consumers' registers"):
+        AttentionBwdConfig(256, column_halves=True, dq_red=True, dq_storer=1)
+    with pytest.raises(ValueError, match="dq_storer .* must be 0..1 at head dim 128"):
+        AttentionBwdConfig(128, column_halves=True, dq_storer=2)
+    assert AttentionBwdConfig(128, column_halves=True, dq_storer=1).name == "attention_bwd_halves_d128_storer1"
     assert AttentionBwdConfig(256, column_halves=True, dq_red=True, stages=2).name == \
         "attention_bwd_halves_d256_2stages_red"
     with pytest.raises(ValueError, match="dq_red .* True with column_halves"):
@@ -341,15 +347,20 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
-@pytest.mark.parametrize("d,causal,red", [(256, False, False), (256, True, False), (192, True, False),
-                                         (128, False, False), (128, True, False), (96, False, False),
-                                         (256, True, True)])
-def test_the_kernel_by_column_halves_compiles_without_spills(d, causal, red):
+RED = dict(dq_red=True, stages=2)
+
+
+@pytest.mark.parametrize("d,causal,options", [(256, False, {}), (256, True, {}), (192, True, {}), (128, False, {}),
+                                             (128, True, {}), (96, False, {}), (256, True, RED),
+                                             (128, True, dict(dq_storer=1)), (256, False, dict(dq_storer=1))])
+def test_the_kernel_by_column_halves_compiles_without_spills(d, causal, options):
     """column_halves: within the consumers' 240 registers, S^T and dP^T of 32 queries (HGMMA 64x32), dV, dK and dQ
-    in pieces of d / 2 (D128) or d / 4 columns, dQ by TMA reduce-adds (dq_red: by red.global.add, two stages)."""
+    in pieces of d / 2 (D128) or d / 4 columns, dQ by TMA reduce-adds (dq_red: by red.global.add, two stages;
+    dq_storer: through the storer warp)."""
     from tkpy.kernels.attention_bwd_halves_kernel import _attention_bwd_halves
-    c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True, dq_red=red, stages=2 if red else None)
+    c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True, **options)
     sass = compiled_clean(_attention_bwd_halves(c).kernel, kernel_args(d, causal, True))
+    red = options is RED
     assert ("UTMAREDG" in sass) != red and ("REDG.E.ADD.F32" in sass) == red
     assert re.search(r"HGMMA\.64x32x16\.F32\.BF16", sass)
     assert re.search(rf"HGMMA\.64x{d // (2 if d <= 128 else 4)}x16\.F32\.BF16", sass)
@@ -427,6 +438,9 @@ def test_gpu_the_kernel_by_column_halves(d, causal, n, nk, hkv):
     if d == 256:                            # (dQ by red.global.add, two stages)
         check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_red=True, stages=2)),
               (q, k, v, do), BF16, causal)
+    if d in (128, 256):                     # (dQ through the storer warp)
+        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_storer=1)), (q, k, v, do),
+              BF16, causal)
 
 
 @gpu_util.on_gpu
