@@ -77,7 +77,8 @@ def cases() -> dict:
                 ("dq_storer=2", 128, dict(dq_storer=2)), ("column_halves", 256, dict(column_halves=True)),
                 ("column_halves", 128, dict(column_halves=True)),
                 ("column_halves dq_red", 256, dict(column_halves=True, dq_red=True, stages=2)),
-                ("column_halves dq_storer=1", 128, dict(column_halves=True, dq_storer=1))]
+                ("column_halves dq_storer=1", 128, dict(column_halves=True, dq_storer=1)),
+                ("early_p", 128, dict(early_p=True))]
     for name, d, options in variants:
         for causal in (False, True):
             out[f"attention backward D{d} {name} causal={causal}"] = \

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (COLUMN_HALVES, DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
+from .attention_bwd_policy import (COLUMN_HALVES, DQ_TILES, EARLY_P, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
                                    dq_storer_fits, dq_storer_for, halves_fit, main_stages_for, splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
@@ -30,7 +30,9 @@ class AttentionBwdConfig:
     the kernel of attention_bwd_halves_kernel, both consumer warpgroups on a task's keys, each dK, dV and dQ of a
     column half, and no dQ pass (default COLUMN_HALVES); `dq_red` (with column_halves): dQ added from the
     registers by red.global.add instead of TMA reduce-adds from staging tiles, whose 32 KB then let D256 take a
-    second (Q, dO) stage (stages=2); the halves kernel takes dq_storer too (one stage).
+    second (Q, dO) stage (stages=2); the halves kernel takes dq_storer too (one stage); `early_p` (the main kernel
+    at 64 query rows a step): P^T computed and dV's products issued while dP^T's run, as FlashAttention-3 orders
+    them (default EARLY_P).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -46,6 +48,7 @@ class AttentionBwdConfig:
     q_rows: int | None = None
     column_halves: bool | None = None
     dq_red: bool = False
+    early_p: bool | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -56,6 +59,7 @@ class AttentionBwdConfig:
     storer_stages: int = field(**_DERIVED)       # the dQ storer's stages, 0 for none
     step_rows: int = field(**_DERIVED)           # the main kernel's query rows a step
     halves: bool = field(**_DERIVED)             # the main kernel is attention_bwd_halves_kernel's
+    p_first: bool = field(**_DERIVED)            # early_p's: P^T while dP^T's products run
 
     def __post_init__(self) -> None:
         d = self.d
@@ -88,6 +92,11 @@ class AttentionBwdConfig:
                              f"deterministic; got {self.column_halves!r} at head dim {d}"
                              f"{' deterministic' if self.deterministic else ''}")
         halves = bool(halves)
+        early_p = (EARLY_P[family].value[0] and not wide and not halves) if self.early_p is None else self.early_p
+        if early_p not in (True, False) or early_p and (wide or halves):
+            raise ValueError(f"attention backward: early_p (P^T while dP^T's products run) is True or False, True "
+                             f"for the main kernel at 64 query rows a step; got {self.early_p!r} with "
+                             f"q_rows={step_rows}, column_halves={halves}")
         if self.dq_red not in (True, False) or self.dq_red and not halves:
             raise ValueError(f"attention backward: dq_red (dQ by red.global.add from the registers) is True or False, "
                              f"True with column_halves; got {self.dq_red!r} with column_halves={halves}")
@@ -111,7 +120,8 @@ class AttentionBwdConfig:
                              f"from 16 to 256, got {dq_kv!r}")
         for key, value in dict(family=family, dq_pass=dq_pass, splits=1 if halves else splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               storer_stages=storer, step_rows=step_rows, halves=halves).items():
+                               storer_stages=storer, step_rows=step_rows, halves=halves,
+                               p_first=bool(early_p)).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -129,7 +139,10 @@ class AttentionBwdConfig:
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_red" if self.dq_red else "")
+            + ("_red" if self.dq_red else "") + ("_earlyp" if self.p_first != self._default_early_p() else "")
+
+    def _default_early_p(self) -> bool:
+        return EARLY_P[self.family].value[0] and self.step_rows == 64 and not self.halves
 
     @property
     def dq_name(self) -> str:

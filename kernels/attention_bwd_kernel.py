@@ -195,6 +195,12 @@ def _attention_bwd(config: AttentionBwdConfig):
             if halves == 1:
                 lse = tk.row_vec(st.probs, name="lse")  # (read while the products run)
                 tk.load(lse, inp.lse)
+            if c.p_first:
+                lows = self.early_p_step(st, inp, lse, tile)
+                if atomic:
+                    self.dq_step(st, lows, b, h, tile)
+                tk.warpgroup.mma_async_wait()
+                return
             tk.warpgroup.mma_async_wait()
             tk.mark("S dP arrived")
             for m, (probs, _) in enumerate(bands):
@@ -225,6 +231,34 @@ def _attention_bwd(config: AttentionBwdConfig):
                 self.dq_step(st, lows, b, h, tile)
             tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
             tk.mark("dV dK done")
+
+        def early_p_step(self, st, inp, lse, tile):
+            """config.early_p (64 query rows a step): P^T computed and dV's products issued while dP^T's run (the
+            wait for S^T's alone, FlashAttention-3's order), then dS^T and dK's; the step's dS^T in the dtype."""
+            g = st.g
+            tk.warpgroup.mma_async_wait(PIECES)     # S^T's (dP^T's in flight)
+            tk.mark("S arrived")
+            tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
+            if causal:
+                causal_mask(st.probs, st.key_row - tile * rows - g.offset)
+            with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
+                tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
+            p_low = tk.rt(dtype, 16, 64, name="p_low")
+            tk.copy(p_low, st.probs)
+            outputs = self.pieces_out(st)
+            for i, p in enumerate(outputs):
+                tk.warpgroup.mma_AB(st.dv[i], p_low, inp.do[p])
+            delta = tk.row_vec(st.probs, name="delta")
+            tk.load(delta, inp.delta)
+            tk.warpgroup.mma_async_wait(len(outputs))   # dP^T's (dV's in flight)
+            tk.mark("dP arrived")
+            tk.map(st.grads, lambda p, dp, dd: p * (dp - dd), st.probs, st.grads, delta)
+            ds_low = tk.rt(dtype, 16, 64, name="ds_low")
+            tk.copy(ds_low, st.grads)
+            for i, p in enumerate(outputs):
+                tk.warpgroup.mma_AB(st.dk[i], ds_low, inp.q[p])
+            tk.mark("dV dK issued")
+            return [ds_low]
 
         def dq_step(self, st, ds_lows, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second

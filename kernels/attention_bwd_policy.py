@@ -108,6 +108,13 @@ COLUMN_HALVES = {64: Row((False,), "its pieces of 32 columns: not built for"),
                  256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)")}
 
 
+# The main kernel's order at 64 query rows a step (AttentionBwdConfig.early_p): P^T computed and dV's products issued
+# while dP^T's run (FlashAttention-3's wait for S alone), or (False) both waited for first.
+EARLY_P = {64: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1,q_rows=64)"),
+           128: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1)"),
+           256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1)")}
+
+
 def halves_fit(d: int, deterministic: bool) -> bool:
     """Whether the kernel by column halves takes head dim `d`: the D128 and D256 families, its column pieces (halves
     of d at D128, quarters past it) a multiple of 16 (wgmma's K), not deterministic (dQ by reduce-adds)."""

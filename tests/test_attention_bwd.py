@@ -133,6 +133,21 @@ def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
               BF16, causal)
 
 
+EARLY_P_CASES = [(128, False, {}), (128, "bottom_right", dict(deterministic=True)), (64, True, dict(q_rows=64)),
+                 (256, True, {}), (64, False, dict(q_rows=64, dq_storer=0))]
+
+
+@pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
+def test_p_computed_while_dp_runs(d, causal, options):
+    """early_p: P^T and dV's products before the wait for dP^T (the main kernel at 64 query rows a step, with dQ by
+    the first warpgroup, the storer, the dQ pass, the split tasks): partial tiles, GQA, causal corners."""
+    options = dict(options)
+    deterministic = options.pop("deterministic", False)
+    q, k, v, do = inputs(1, 4, 2, 150, 170, d, BF16)
+    check(backward(q, k, v, do, causal, None, deterministic, options=dict(early_p=True, **options)), (q, k, v, do),
+          BF16, causal)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_keys_past_nk_contribute_nothing_where_their_p_would_overflow(deterministic):
     """Every score about -256 (q's first column 128, k's 2, the others' products small; scale -1): lse_log2 about
@@ -347,6 +362,14 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
 
 
+@pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
+def test_p_computed_while_dp_runs_compiles_without_spills(d, causal, options):
+    options = dict(options)
+    c = AttentionBwdConfig(d, tk.bf16, bool(causal), options.pop("deterministic", False), early_p=True, **options)
+    sass = compiled_clean(_attention_bwd(c).kernel, kernel_args(d, bool(causal), not c.dq_pass))
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" in sass or "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
+
+
 RED = dict(dq_red=True, stages=2)
 
 
@@ -441,6 +464,16 @@ def test_gpu_the_kernel_by_column_halves(d, causal, n, nk, hkv):
     if d in (128, 256):                     # (dQ through the storer warp)
         check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_storer=1)), (q, k, v, do),
               BF16, causal)
+
+
+@gpu_util.on_gpu
+@pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
+def test_gpu_p_computed_while_dp_runs(d, causal, options):
+    options = dict(options)
+    deterministic = options.pop("deterministic", False)
+    q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
+    check(backward(q, k, v, do, causal, None, deterministic, options=dict(early_p=True, **options)), (q, k, v, do),
+          BF16, causal)
 
 
 @gpu_util.on_gpu
