@@ -7,7 +7,8 @@ queries (wgmma N = 32, FlashAttention-3's split of S and dP between its warpgrou
 and writes its 32 columns of each in the dtype into shared tiles (two of each, by step parity: one barrier a step).
 Then each computes over all 64 queries dV += P^T dO and dK += dS^T Q for its column half (both operands from shared
 memory), and dQ = dS K for its half a column piece at a time, each piece added into the fp32 workspace DQ by a TMA
-reduce-add. The two warpgroups' work is the same, where attention_bwd_kernel's first warpgroup computes the whole
+reduce-add from the warpgroup's staging tile (dq_storer: through the step-output ring, by the producer's storer
+warp; dq_red: from the registers by red.global.add, no staging tiles). The two warpgroups' work is the same, where attention_bwd_kernel's first warpgroup computes the whole
 dQ at D128 (3 to the second's 2 products of 64 x 64 x 128 a step), and past D128 its split tasks and the dQ pass
 compute S and dP three times (nine products of 64 x 64 x d per 64 keys and queries where this computes five).
 
