@@ -30,6 +30,18 @@ def test_the_splits_stay_within_a_lane_and_an_sm(width):
     assert accepted
 
 
+def test_lanes_of_few_values_only_where_an_sm_holds_many_warps():
+    """Pieces under 16 values a lane (8 at 2048 elements over 8 warps) only at 48 warps an SM or more (6 or 8
+    blocks of 8), where torch.compile's softmax backward keeps its bytes in flight (RESULTS.md run 334)."""
+    from benchmarks.sweep_row_splits import MANY_WARPS
+    for width in (512, 2048):
+        few = [o for o in splits(width) if -(-width // (o["warps_per_row"] * 256)) * 256 // 32 < 16]
+        assert few and all(o["warps_per_row"] * o["rows_per_block"] * o["blocks_per_sm"] >= MANY_WARPS
+                           for o in few), width
+    assert {split_name(o) for o in splits(2048)} >= {"s8g1c1b6p1", "s8g1c1b8p0"}
+    assert "s8g1c1b4p0" not in {split_name(o) for o in splits(2048)}       # (8 values a lane at 32 warps an SM)
+
+
 def test_the_best_split_for_all_cases_maximizes_its_worst_ratio():
     cases = {"a": {"x": 1.0, "y": 0.9, "z": 0.5}, "b": {"x": 0.5, "y": 0.95, "z": 1.0}}
     score, name = best_for_all(cases)
