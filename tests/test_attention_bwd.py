@@ -133,6 +133,13 @@ def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
               BF16, causal)
 
 
+@pytest.mark.parametrize("d,causal,options", [(128, True, {}), (256, "bottom_right", dict(dq_storer=1))])
+def test_the_kernel_by_column_halves_in_fp16(d, causal, options):
+    q, k, v, do = inputs(1, 2, 1, 90, 140, d, FP16)
+    check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, **options)), (q, k, v, do), FP16,
+          causal)
+
+
 EARLY_P_CASES = [(128, False, {}), (128, "bottom_right", dict(deterministic=True)), (64, True, dict(q_rows=64)),
                  (256, True, {}), (64, False, dict(q_rows=64, dq_storer=0))]
 
