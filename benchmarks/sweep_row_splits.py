@@ -35,11 +35,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tkpy.frontend.kernel import MAX_WARPS_AN_SM  # noqa: E402
+
 ELEMENTS = 1 << 26
 SPLIT_FIELDS = ("warps_per_row", "rows_per_block", "cluster", "blocks_per_sm", "prefetch", "persistent")
 LANE_VALUES = (16, 64)          # a lane's piece the sweep tries: from this many values to this many
 STAGES = (2, 3)                 # rows in flight through shared memory (the norms' and cross-entropy's `stages`) tried
-WARPS_AN_SM = 64                # the most warps an SM the splits take (Hopper's 2048 threads: 32 registers a thread)
 # Lanes of fewer values (down to FEW_VALUES) only where an SM holds MANY_WARPS or more: torch.compile's f32 softmax
 # backward at 2048 elements holds 55 warps an SM of 32 registers, tkpy's 32 of 48 (RESULTS.md run 334)
 FEW_VALUES, MANY_WARPS = 8, 48
@@ -47,7 +48,7 @@ FEW_VALUES, MANY_WARPS = 8, 48
 
 def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1]) -> list[dict]:
     """The RowSplit fields tried at `width`: lanes of LANE_VALUES values (FEW_VALUES at MANY_WARPS an SM), blocks of
-    4, 8 or 16 warps, 1-4, 6 or 8 of them an SM up to WARPS_AN_SM warps, clusters only past 8192 elements."""
+    4, 8 or 16 warps, 1-4, 6 or 8 of them an SM up to the SM's MAX_WARPS_AN_SM, clusters only past 8192 elements."""
     out = []
     for s, c in itertools.product((1, 2, 4, 8, 16), clusters):
         values = -(-width // (s * c * 256)) * 256 // 32
@@ -56,7 +57,7 @@ def splits(width: int, clusters=(1, 2, 4, 8), most_values: int = LANE_VALUES[1])
             continue
         for g, b, prefetch in itertools.product((1, 2, 4, 8, 16), (1, 2, 3, 4, 6, 8), (True, False)):
             warps = s * g
-            if (c > 1 and g != 1) or warps not in (4, 8, 16) or b * warps > WARPS_AN_SM \
+            if (c > 1 and g != 1) or warps not in (4, 8, 16) or b * warps > MAX_WARPS_AN_SM \
                     or (few and b * warps < MANY_WARPS):
                 continue
             out.append(dict(warps_per_row=s, rows_per_block=g, cluster=c, blocks_per_sm=b, prefetch=prefetch,
@@ -78,7 +79,7 @@ def staged_too(tried: list[dict]) -> dict:
 def weight_from_l2_too(tried: dict) -> dict:
     """tried, and each split of it with the norms' weight read once a row from L1/L2 instead of held in registers
     (weight_in_registers=False: the registers it frees take more blocks an SM, e.g. rms at 1024 elements 79 -> 55
-    with the prefetch; RESULTS.md run 334), W in its name."""
+    with the prefetch under NVRTC), W in its name."""
     return {**tried, **{f"{name}W": {**o, "weight_in_registers": False} for name, o in tried.items()}}
 
 

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (COLUMN_HALVES, DQ_TILES, EARLY_P, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
-                                   dq_storer_fits, dq_storer_for, halves_fit, main_stages_for, splits_for, tuned)
+from .attention_bwd_policy import (COLUMN_HALVES, DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
+                                   dq_storer_fits, dq_storer_for, early_p_for, halves_fit, main_stages_for, splits_for,
+                                   tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -92,7 +93,7 @@ class AttentionBwdConfig:
                              f"deterministic; got {self.column_halves!r} at head dim {d}"
                              f"{' deterministic' if self.deterministic else ''}")
         halves = bool(halves)
-        early_p = (EARLY_P[family].value[0] and not wide and not halves) if self.early_p is None else self.early_p
+        early_p = early_p_for(family, step_rows, halves) if self.early_p is None else self.early_p
         if early_p not in (True, False) or early_p and (wide or halves):
             raise ValueError(f"attention backward: early_p (P^T while dP^T's products run) is True or False, True "
                              f"for the main kernel at 64 query rows a step; got {self.early_p!r} with "
@@ -139,10 +140,8 @@ class AttentionBwdConfig:
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_red" if self.dq_red else "") + ("_earlyp" if self.p_first != self._default_early_p() else "")
-
-    def _default_early_p(self) -> bool:
-        return EARLY_P[self.family].value[0] and self.step_rows == 64 and not self.halves
+            + ("_red" if self.dq_red else "") \
+            + ("_earlyp" if self.p_first != early_p_for(self.family, self.step_rows, self.halves) else "")
 
     @property
     def dq_name(self) -> str:

@@ -8,9 +8,10 @@ and writes its 32 columns of each in the dtype into shared tiles (two of each, b
 Then each computes over all 64 queries dV += P^T dO and dK += dS^T Q for its column half (both operands from shared
 memory), and dQ = dS K for its half a column piece at a time, each piece added into the fp32 workspace DQ by a TMA
 reduce-add from the warpgroup's staging tile (dq_storer: through the step-output ring, by the producer's storer
-warp; dq_red: from the registers by red.global.add, no staging tiles). The two warpgroups' work is the same, where attention_bwd_kernel's first warpgroup computes the whole
-dQ at D128 (3 to the second's 2 products of 64 x 64 x 128 a step), and past D128 its split tasks and the dQ pass
-compute S and dP three times (nine products of 64 x 64 x d per 64 keys and queries where this computes five).
+warp; dq_red: from the registers by red.global.add, no staging tiles). The two warpgroups' work is the same,
+where attention_bwd_kernel's first warpgroup computes the whole dQ at D128 (3 to the second's 2 products of
+64 x 64 x 128 a step), and past D128 its split tasks and the dQ pass compute S and dP three times (nine products
+of 64 x 64 x d per 64 keys and queries where this computes five).
 
 K, V, Q and dO are held in column pieces (two of d / 2 at D128, four of d / 4 past it); warpgroup w's half is its
 own run of them.
@@ -24,7 +25,7 @@ from tkpy import f32
 from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
-from .attention_bwd_kernel import DS_READY, KV_FREE, causal_mask, first_warp, own_sync
+from .attention_bwd_kernel import DS_READY, KV_FREE, first_warp, hide_keys, own_sync
 from .attention_bwd_policy import REGISTERS, task_group
 from .attention_bwd_steps import key_task_steps
 from .tensor_layout import cdiv
@@ -134,10 +135,7 @@ def _attention_bwd_halves(config: AttentionBwdConfig):
             for m in range(units):
                 key_row = st.key_row + m * ROWS
                 tk.map(probs[m], lambda s, l: tk.exp2(s * g.scale_log2 - l), probs[m], lse)
-                if causal:
-                    causal_mask(probs[m], key_row - tile * ROWS - wg * HALF - g.offset)
-                with tk.if_(key_row + 16 > g.K.rows):   # keys past NK
-                    tk.lower_fill(probs[m], probs[m], g.K.rows - key_row, 0.0)
+                hide_keys(probs[m], key_row, tile * ROWS + wg * HALF, g, causal)
                 p_low = tk.rt(dtype, 16, HALF, name="p_low")
                 tk.copy(p_low, probs[m])
                 tk.warpgroup.store(p_tile.subtile(ROWS, HALF, (m, wg)), p_low)

@@ -62,6 +62,15 @@ def first_warp():
     return tk.warp_id() % 4 == 0
 
 
+def hide_keys(probs, key_row, first_query, g, causal: bool) -> None:
+    """P^T = 0 where a key is hidden from a query: causal (causal_mask, diagonal key_row - first_query - g.offset)
+    and keys past N_k (key_row: the warp's first key; first_query: the tile's)."""
+    if causal:
+        causal_mask(probs, key_row - first_query - g.offset)
+    with tk.if_(key_row + 16 > g.K.rows):           # keys past NK
+        tk.lower_fill(probs, probs, g.K.rows - key_row, 0.0)
+
+
 def causal_mask(probs, diagonal) -> None:
     """Causal: P^T[r, c] = 0 where key row r is hidden from query column c, c < r + diagonal (diagonal: the warp's
     first key minus the tile's first query minus the offset), on the tiles the diagonal crosses."""
@@ -195,35 +204,38 @@ def _attention_bwd(config: AttentionBwdConfig):
             if halves == 1:
                 lse = tk.row_vec(st.probs, name="lse")  # (read while the products run)
                 tk.load(lse, inp.lse)
-            if c.p_first:
-                lows = self.early_p_step(st, inp, lse, tile)
-                if atomic:
-                    self.dq_step(st, lows, b, h, tile)
-                tk.warpgroup.mma_async_wait()
-                return
-            tk.warpgroup.mma_async_wait()
-            tk.mark("S dP arrived")
+            outputs = self.pieces_out(st)
+            # early_p: S^T's alone waited for (dP^T's in flight), P^T and dV's products before dP^T's wait
+            # (FlashAttention-3's order; config.p_first, 64 rows a step: one band)
+            tk.warpgroup.mma_async_wait(PIECES if c.p_first else 0)
+            tk.mark("S arrived" if c.p_first else "S dP arrived")
             for m, (probs, _) in enumerate(bands):
                 if halves > 1:
                     lse = tk.row_vec(probs, name="lse")
                     tk.load(lse, band(inp.lse, m))
                 tk.map(probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), probs, lse)
-            if causal:
-                causal_mask(st.probs, st.key_row - tile * rows - g.offset)
-            with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
-                tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
+            hide_keys(st.probs, st.key_row, tile * rows, g, causal)
             lows = []                               # each band's dS^T in the dtype, for dQ
             for m, (probs, grads) in enumerate(bands):
                 delta = tk.row_vec(probs, name="delta")
                 tk.load(delta, band(inp.delta, m))
+                if c.p_first:
+                    p_low = tk.rt(dtype, 16, 64, name="p_low")
+                    tk.copy(p_low, probs)
+                    for i, p in enumerate(outputs):
+                        tk.warpgroup.mma_AB(st.dv[i], p_low, inp.do[p])
+                    tk.warpgroup.mma_async_wait(len(outputs))   # dP^T's (dV's in flight)
+                    tk.mark("dP arrived")
                 tk.map(grads, lambda p, dp, dd: p * (dp - dd), probs, grads, delta)
-                p_low = tk.rt(dtype, 16, 64, name="p_low")
-                tk.copy(p_low, probs)               # (the band's fp32 P^T dead from here: 128 rows need it)
+                if not c.p_first:
+                    p_low = tk.rt(dtype, 16, 64, name="p_low")
+                    tk.copy(p_low, probs)           # (the band's fp32 P^T dead from here: 128 rows need it)
                 ds_low = tk.rt(dtype, 16, 64, name="ds_low")
                 tk.copy(ds_low, grads)
                 tk.mark("dS computed")
-                for i, p in enumerate(self.pieces_out(st)):     # over the band's queries
-                    tk.warpgroup.mma_AB(st.dv[i], p_low, band_rows(inp.do[p], m))
+                for i, p in enumerate(outputs):     # over the band's queries
+                    if not c.p_first:
+                        tk.warpgroup.mma_AB(st.dv[i], p_low, band_rows(inp.do[p], m))
                     tk.warpgroup.mma_AB(st.dk[i], ds_low, band_rows(inp.q[p], m))
                 lows.append(ds_low)
             tk.mark("dV dK issued")
@@ -231,34 +243,6 @@ def _attention_bwd(config: AttentionBwdConfig):
                 self.dq_step(st, lows, b, h, tile)
             tk.warpgroup.mma_async_wait()           # (dQ's products waited for in dq_step)
             tk.mark("dV dK done")
-
-        def early_p_step(self, st, inp, lse, tile):
-            """config.early_p (64 query rows a step): P^T computed and dV's products issued while dP^T's run (the
-            wait for S^T's alone, FlashAttention-3's order), then dS^T and dK's; the step's dS^T in the dtype."""
-            g = st.g
-            tk.warpgroup.mma_async_wait(PIECES)     # S^T's (dP^T's in flight)
-            tk.mark("S arrived")
-            tk.map(st.probs, lambda s, l: tk.exp2(s * g.scale_log2 - l), st.probs, lse)
-            if causal:
-                causal_mask(st.probs, st.key_row - tile * rows - g.offset)
-            with tk.if_(st.key_row + 16 > g.K.rows):    # keys past NK
-                tk.lower_fill(st.probs, st.probs, g.K.rows - st.key_row, 0.0)
-            p_low = tk.rt(dtype, 16, 64, name="p_low")
-            tk.copy(p_low, st.probs)
-            outputs = self.pieces_out(st)
-            for i, p in enumerate(outputs):
-                tk.warpgroup.mma_AB(st.dv[i], p_low, inp.do[p])
-            delta = tk.row_vec(st.probs, name="delta")
-            tk.load(delta, inp.delta)
-            tk.warpgroup.mma_async_wait(len(outputs))   # dP^T's (dV's in flight)
-            tk.mark("dP arrived")
-            tk.map(st.grads, lambda p, dp, dd: p * (dp - dd), st.probs, st.grads, delta)
-            ds_low = tk.rt(dtype, 16, 64, name="ds_low")
-            tk.copy(ds_low, st.grads)
-            for i, p in enumerate(outputs):
-                tk.warpgroup.mma_AB(st.dk[i], ds_low, inp.q[p])
-            tk.mark("dV dK issued")
-            return [ds_low]
 
         def dq_step(self, st, ds_lows, b, h, tile):
             """The step's dQ = dS K over both warpgroups' keys, added into DQ by the first warpgroup while the second

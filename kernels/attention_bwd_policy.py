@@ -80,8 +80,6 @@ DQ_STORER = {
 }
 DQ_STORER_FITS = {64: 4, 128: 2, 256: 0}
 DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
-
-
 DQ_STORER_FITS_HALVES = 1                   # the kernel by column halves: a stage in its dQ staging tiles' room (D128
                                             # 32 KB) or with 32 KB more (D256: 224 KB in all)
 
@@ -113,6 +111,11 @@ COLUMN_HALVES = {64: Row((False,), "its pieces of 32 columns: not built for"),
 EARLY_P = {64: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1,q_rows=64)"),
            128: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1)"),
            256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1)")}
+
+
+def early_p_for(family: int, step_rows: int, halves: bool) -> bool:
+    """early_p's default: EARLY_P's, for the main kernel at 64 query rows a step only."""
+    return EARLY_P[family].value[0] and step_rows == 64 and not halves
 
 
 def halves_fit(d: int, deterministic: bool) -> bool:

@@ -605,8 +605,8 @@ def kernel(fn=None, *, warps: int = 4, name: Optional[str] = None, cluster=None,
            fast_division: bool = False, debug: Optional[bool] = None, dependent_launch: bool = True):
     """Decorate a Python function as a tkpy kernel: `@tk.kernel(warps=4)`, optionally launched in
     clusters of blocks (`cluster=(2, 1, 1)`; the grid must be a multiple of it). blocks_per_sm=2 (up to the SM's
-    64 warps) compiles it to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that share of the register
-    file and of shared memory, which the shared-memory check holds it to; blocks_per_sm=1 states one block
+    64 warps) compiles it to run that many blocks an SM at once (`__launch_bounds__(threads, 2)`): each gets that
+    share of the register file and of shared memory, which the shared-memory check holds it to; blocks_per_sm=1 states one block
     (`__launch_bounds__(threads, 1)`: the whole register file's share of its threads; without it, ptxas may cap the
     registers lower, spilling, to fit a second block). fast_division=True: the divisions in
     loops by values fixed for the kernel (dimensions, the grid size) by divisors made once at its start
