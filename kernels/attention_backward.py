@@ -3,8 +3,7 @@ launch behind the torch operator `torch.ops.tkpy.attention_backward` (the attent
 kernels/attention_op.py): argument checks, head-dim padding, the workspaces and the four launches.
 
 The kernels: attention_bwd_prep's prep_kernel (lse in the log2 domain, D = rowsum(dO * O), the dQ workspace zeroed),
-attention_bwd_kernel's main kernel (dK, dV; and dQ by reduce-adds up to D128; past D128 with column_halves
-attention_bwd_halves_kernel's), then attention_bwd_prep's convert_kernel (dQ in the input dtype), or the dQ pass
+attention_bwd_kernel's main kernel (dK, dV; and dQ by reduce-adds up to D128), then attention_bwd_prep's convert_kernel (dQ in the input dtype), or the dQ pass
 (attention_bwd_dq_kernel: deterministic=True and past D128).
 Their options are attention_bwd_config.AttentionBwdConfig's, the choices attention_bwd_policy's.
 """
@@ -18,7 +17,6 @@ import torch.nn.functional as F
 
 from .attention_bwd_config import AttentionBwdConfig
 from .attention_bwd_dq_kernel import _attention_bwd_dq
-from .attention_bwd_halves_kernel import _attention_bwd_halves
 from .attention_bwd_kernel import _attention_bwd
 from .attention_bwd_policy import lse_rows, native_dim
 from .attention_bwd_prep import LOG2E, convert_kernel, prep_grid, prep_kernel
@@ -80,8 +78,7 @@ def _launch(grad_out, q, k, v, out, lse, dq, dk, dv, variant, scale: float, dete
     scalars = [scale * LOG2E, scale] + ([] if variant is None else [0 if variant == "top_left" else nk - n])
     padded = [torch.empty(b, x, m, run, dtype=q.dtype, device=q.device) for x, m in ((h, n), (hkv, nk), (hkv, nk))] \
         if run != d else [dq, dk, dv]
-    main = _attention_bwd_halves if config.halves else _attention_bwd
-    main(config)(q, k, v, grad_out, rows, delta, *padded[1:], *accumulator, *scalars)
+    _attention_bwd(config)(q, k, v, grad_out, rows, delta, *padded[1:], *accumulator, *scalars)
     if config.dq_pass:
         _attention_bwd_dq(config)(q, k, v, grad_out, rows, delta, padded[0], *scalars)
     else:

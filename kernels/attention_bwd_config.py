@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (COLUMN_HALVES, DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
-                                   dq_storer_fits, dq_storer_for, early_p_for, halves_fit, main_stages_for, splits_for,
-                                   tuned)
+from .attention_bwd_policy import (DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
+                                   dq_storer_for, early_p_for, main_stages_for, splits_for, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -27,13 +26,8 @@ class AttentionBwdConfig:
     warpgroup, which issues their reduce-adds (0: the first consumer warpgroup issues them itself from its staging
     tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup then
     computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS);
-    `column_halves` (the D128 and D256 families where their column pieces are multiples of 16, not deterministic):
-    the kernel of attention_bwd_halves_kernel, both consumer warpgroups on a task's keys, each dK, dV and dQ of a
-    column half, and no dQ pass (default COLUMN_HALVES); `dq_red` (with column_halves): dQ added from the
-    registers by red.global.add instead of TMA reduce-adds from staging tiles, whose 32 KB then let D256 take a
-    second (Q, dO) stage (stages=2); the halves kernel takes dq_storer too (one stage); `early_p` (the main kernel
-    at 64 query rows a step): P^T computed and dV's products issued while dP^T's run, as FlashAttention-3 orders
-    them (default EARLY_P).
+    `early_p` (at 64 query rows a step): P^T computed and dV's products issued while dP^T's run, as
+    FlashAttention-3 orders them (default EARLY_P).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -47,8 +41,6 @@ class AttentionBwdConfig:
     dq_stages: int | None = None
     dq_storer: int | None = None
     q_rows: int | None = None
-    column_halves: bool | None = None
-    dq_red: bool = False
     early_p: bool | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
@@ -59,7 +51,6 @@ class AttentionBwdConfig:
     dq_stage_count: int = field(**_DERIVED)
     storer_stages: int = field(**_DERIVED)       # the dQ storer's stages, 0 for none
     step_rows: int = field(**_DERIVED)           # the main kernel's query rows a step
-    halves: bool = field(**_DERIVED)             # the main kernel is attention_bwd_halves_kernel's
     p_first: bool = field(**_DERIVED)            # early_p's: P^T while dP^T's products run
 
     def __post_init__(self) -> None:
@@ -85,30 +76,16 @@ class AttentionBwdConfig:
         for option, value in (("stages", stages), ("dq_stages", dq_stages)):
             if not isinstance(value, int) or not 1 <= value <= 8:
                 raise ValueError(f"attention backward: {option} must be 1..8, got {value!r}")
-        halves = COLUMN_HALVES[family].value[0] and halves_fit(d, self.deterministic) \
-            if self.column_halves is None else self.column_halves
-        if halves not in (True, False) or halves and not halves_fit(d, self.deterministic):
-            raise ValueError(f"attention backward: column_halves (both warpgroups on a task's keys, a column half "
-                             f"each) is True or False, True only at head dims 96, 128, 192 and 256, not "
-                             f"deterministic; got {self.column_halves!r} at head dim {d}"
-                             f"{' deterministic' if self.deterministic else ''}")
-        halves = bool(halves)
-        early_p = early_p_for(family, step_rows, halves) if self.early_p is None else self.early_p
-        if early_p not in (True, False) or early_p and (wide or halves):
+        early_p = early_p_for(family, step_rows, self.causal) if self.early_p is None else self.early_p
+        if early_p not in (True, False) or early_p and wide:
             raise ValueError(f"attention backward: early_p (P^T while dP^T's products run) is True or False, True "
-                             f"for the main kernel at 64 query rows a step; got {self.early_p!r} with "
-                             f"q_rows={step_rows}, column_halves={halves}")
-        if self.dq_red not in (True, False) or self.dq_red and not halves:
-            raise ValueError(f"attention backward: dq_red (dQ by red.global.add from the registers) is True or False, "
-                             f"True with column_halves; got {self.dq_red!r} with column_halves={halves}")
-        dq_pass = not atomic_dq(d, self.deterministic) and not halves
+                             f"at 64 query rows a step; got {self.early_p!r} with q_rows={step_rows}")
+        dq_pass = not atomic_dq(d, self.deterministic)
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
-        if storer and self.dq_red:
-            raise ValueError("attention backward: dq_red adds dQ from the consumers' registers (no dQ storer)")
         if storer and dq_pass:
-            raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, or with "
-                             "column_halves; not deterministic); here the dQ pass computes dQ")
-        fits = dq_storer_fits(family, step_rows, halves)
+            raise ValueError("attention backward: dq_storer is the main kernel's dQ (head dims up to 128, not "
+                             "deterministic); here the dQ pass computes dQ")
+        fits = dq_storer_fits(family, step_rows)
         if wide and not dq_pass and not storer:
             raise ValueError("attention backward: q_rows=128 hands dQ to the storer warp (each warpgroup its 64 "
                              "rows): give dq_storer=1")
@@ -119,10 +96,9 @@ class AttentionBwdConfig:
         if not isinstance(dq_kv, int) or dq_kv % 16 or not 16 <= dq_kv <= 256:
             raise ValueError(f"attention backward: dq_kv (key rows per tile of the dQ pass) must be a multiple of 16 "
                              f"from 16 to 256, got {dq_kv!r}")
-        for key, value in dict(family=family, dq_pass=dq_pass, splits=1 if halves else splits_for(d),
+        for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               storer_stages=storer, step_rows=step_rows, halves=halves,
-                               p_first=bool(early_p)).items():
+                               storer_stages=storer, step_rows=step_rows, p_first=early_p).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -130,18 +106,17 @@ class AttentionBwdConfig:
 
     @property
     def name(self) -> str:
-        """The main kernel's name: attention_bwd_d<d> (attention_bwd_halves_d<d> for the kernel by column halves),
-        the dtype and causality, "_nodq" where the dQ pass computes dQ at a head dim where the main kernel would, the
-        stages, storer stages and query rows a step where not the default."""
+        """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes dQ
+        at a head dim where the main kernel would, the stages, storer stages, query rows a step and early_p where not
+        the default."""
         default_stages = main_stages_for(self.family, self.step_rows)
         default_storer = dq_storer_for(self.family, self.dq_pass)
-        return f"attention_bwd{'_halves' if self.halves else ''}_d{self.d}" + self._suffix() \
+        return f"attention_bwd_d{self.d}" + self._suffix() \
             + ("_nodq" if self.dq_pass and self.splits == 1 else "") \
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_red" if self.dq_red else "") \
-            + ("_earlyp" if self.p_first != early_p_for(self.family, self.step_rows, self.halves) else "")
+            + ("_earlyp" if self.p_first != early_p_for(self.family, self.step_rows, self.causal) else "")
 
     @property
     def dq_name(self) -> str:

@@ -80,14 +80,10 @@ DQ_STORER = {
 }
 DQ_STORER_FITS = {64: 4, 128: 2, 256: 0}
 DQ_STORER_FITS_128_ROWS = 1                 # D64 at 128 query rows: one stage of 32 KB (each warpgroup's 64 rows)
-DQ_STORER_FITS_HALVES = 1                   # the kernel by column halves: a stage in its dQ staging tiles' room (D128
-                                            # 32 KB) or with 32 KB more (D256: 224 KB in all)
 
 
-def dq_storer_fits(family: int, step_rows: int, halves: bool) -> int:
-    """The most dQ storer stages shared memory holds beside the main kernel's (or the halves kernel's) tiles."""
-    if halves:
-        return DQ_STORER_FITS_HALVES
+def dq_storer_fits(family: int, step_rows: int) -> int:
+    """The most dQ storer stages shared memory holds beside the main kernel's tiles."""
     return DQ_STORER_FITS_128_ROWS if step_rows == 128 else DQ_STORER_FITS[family]
 
 
@@ -96,33 +92,20 @@ def dq_storer_for(family: int, dq_pass: bool) -> int:
     return 0 if dq_pass else DQ_STORER[family].value[0]
 
 
-# The kernel by column halves (AttentionBwdConfig.column_halves, attention_bwd_halves_kernel): the warpgroups' work
-# the same (D128: 2.5 products of 64 x 64 x 128 a step each where the main kernel's first computes 3), past D128 five
-# products a step where the split tasks and the dQ pass compute nine. Shared memory: D128 2 (Q, dO) stages beside K,
-# V (64 KB), P^T and dS^T by parity (64 KB) and the dQ staging tiles (32 KB); D256 one (192 KB in all), or two with
-# dq_red (no staging tiles: 224 KB).
-COLUMN_HALVES = {64: Row((False,), "its pieces of 32 columns: not built for"),
-                 128: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)"),
-                 256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare column_halves=1)")}
-
-
 # The main kernel's order at 64 query rows a step (AttentionBwdConfig.early_p): P^T computed and dV's products issued
 # while dP^T's run (FlashAttention-3's wait for S alone), or (False) both waited for first.
-EARLY_P = {64: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1,q_rows=64)"),
-           128: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1)"),
-           256: Row((False,), UNTIMED + " (bench_attention_bwd.py --compare early_p=1)")}
+EARLY_P_RUN = ("RESULTS.md runs 335-336 (bench_attention_bwd.py --compare early_p=1, in pairs): causal {} at B16 H16 "
+               "N4096, N16384, N1024 and GQA H32/8; non-causal {}")
+# (non-causal, causal)
+EARLY_P = {64: Row((False, False), "D64 steps over 128 query rows (STEP_ROWS), which early_p does not take"),
+           128: Row((False, True), EARLY_P_RUN.format("1.043/1.011/1.045/1.013x", "0.992/0.972/0.993/0.996x")),
+           256: Row((False, False), "runs 335-336 (as D128's): B8 H16 N4096 D256 1.015x non-causal, 1.000x causal, "
+                                    "its gradients bit-identical: level")}
 
 
-def early_p_for(family: int, step_rows: int, halves: bool) -> bool:
+def early_p_for(family: int, step_rows: int, causal: bool) -> bool:
     """early_p's default: EARLY_P's, for the main kernel at 64 query rows a step only."""
-    return EARLY_P[family].value[0] and step_rows == 64 and not halves
-
-
-def halves_fit(d: int, deterministic: bool) -> bool:
-    """Whether the kernel by column halves takes head dim `d`: the D128 and D256 families, its column pieces (halves
-    of d at D128, quarters past it) a multiple of 16 (wgmma's K), not deterministic (dQ by reduce-adds)."""
-    family = tuned(d)
-    return family in (128, 256) and d // (2 if family == 128 else 4) % 16 == 0 and not deterministic
+    return EARLY_P[family].value[causal] and step_rows == 64
 
 
 # dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take

@@ -1,6 +1,6 @@
-"""What the backward's LCF kernels share (attention_bwd_kernel, attention_bwd_halves_kernel, attention_bwd_dq_kernel),
-as base classes of their template classes: the tensors they read, and a key tile task's walk over the query tiles of
-each query head of its key/value head."""
+"""What the backward's LCF kernels share (attention_bwd_kernel, attention_bwd_dq_kernel), as base classes of their
+template classes: the tensors they read, and a key tile task's walk over the query tiles of each query head of its
+key/value head."""
 from __future__ import annotations
 
 import tkpy as tk

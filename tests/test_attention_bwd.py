@@ -116,42 +116,20 @@ def test_128_query_rows_a_step(causal, n, nk, hkv):
               causal)
 
 
-@pytest.mark.parametrize("d,causal,n,nk,h,hkv", [(256, False, 100, 150, 2, 1), (256, True, 150, 100, 4, 2),
-                                                (192, "bottom_right", 70, 200, 2, 1), (128, False, 150, 300, 4, 2),
-                                                (128, True, 200, 130, 2, 1), (96, "bottom_right", 70, 260, 2, 2)])
-def test_the_kernel_by_column_halves(d, causal, n, nk, h, hkv):
-    """column_halves: both warpgroups on a task's keys (128 at D128, 64 past it), a column half of dK, dV and dQ
-    each, dQ by reduce-adds (no dQ pass): partial query and key tiles, GQA and MQA, both causal corners; at D256
-    also dQ by red.global.add from the registers with two stages (dq_red)."""
-    q, k, v, do = inputs(1, h, hkv, n, nk, d, BF16)
-    check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
-    if d == 256:
-        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_red=True, stages=2)),
-              (q, k, v, do), BF16, causal)
-    if d in (128, 256):                     # dQ through the producer's storer warp
-        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_storer=1)), (q, k, v, do),
-              BF16, causal)
-
-
-@pytest.mark.parametrize("d,causal,options", [(128, True, {}), (256, "bottom_right", dict(dq_storer=1))])
-def test_the_kernel_by_column_halves_in_fp16(d, causal, options):
-    q, k, v, do = inputs(1, 2, 1, 90, 140, d, FP16)
-    check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, **options)), (q, k, v, do), FP16,
-          causal)
-
-
-EARLY_P_CASES = [(128, False, {}), (128, "bottom_right", dict(deterministic=True)), (64, True, dict(q_rows=64)),
-                 (256, True, {}), (64, False, dict(q_rows=64, dq_storer=0))]
+EARLY_P_CASES = [(128, False, dict(early_p=True)), (128, "bottom_right", dict(early_p=True, deterministic=True)),
+                 (128, True, dict(early_p=False)), (64, True, dict(q_rows=64, early_p=True)),
+                 (256, True, dict(early_p=True)), (64, False, dict(q_rows=64, dq_storer=0, early_p=True))]
 
 
 @pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
 def test_p_computed_while_dp_runs(d, causal, options):
-    """early_p: P^T and dV's products before the wait for dP^T (the main kernel at 64 query rows a step, with dQ by
-    the first warpgroup, the storer, the dQ pass, the split tasks): partial tiles, GQA, causal corners."""
+    """early_p, each way from its default (True: P^T and dV's products before the wait for dP^T; the main kernel at
+    64 query rows a step, with dQ by the first warpgroup, the storer, the dQ pass, the split tasks): partial tiles,
+    GQA, causal corners."""
     options = dict(options)
     deterministic = options.pop("deterministic", False)
     q, k, v, do = inputs(1, 4, 2, 150, 170, d, BF16)
-    check(backward(q, k, v, do, causal, None, deterministic, options=dict(early_p=True, **options)), (q, k, v, do),
+    check(backward(q, k, v, do, causal, None, deterministic, options=options), (q, k, v, do),
           BF16, causal)
 
 
@@ -284,35 +262,19 @@ def test_checks_say_what_they_cannot_take():
     assert (narrow.name, narrow.stage_count, narrow.storer_stages) == ("attention_bwd_d64_q64", 4, 1)
     with pytest.raises(ValueError, match="dq_storer is the main kernel's dQ"):
         AttentionBwdConfig(256, dq_storer=1)
-    halves = AttentionBwdConfig(256, column_halves=True)
-    assert (halves.name, halves.dq_pass, halves.splits, halves.stage_count) == \
-        ("attention_bwd_halves_d256", False, 1, 1)
-    assert AttentionBwdConfig(128, column_halves=True).name == "attention_bwd_halves_d128"
-    for bad in (dict(d=160, column_halves=True), dict(d=64, column_halves=True), dict(d=224, column_halves=True),
-                dict(d=256, column_halves=True, deterministic=True), dict(d=256, column_halves="yes")):
-        with pytest.raises(ValueError, match="column_halves .* only at head dims 96, 128, 192 and 256, not determ"):
-            AttentionBwdConfig(**bad)
-    with pytest.raises(ValueError, match="dq_red adds dQ from the consumers' registers"):
-        AttentionBwdConfig(256, column_halves=True, dq_red=True, dq_storer=1)
-    with pytest.raises(ValueError, match="dq_storer .* must be 0..1 at head dim 128"):
-        AttentionBwdConfig(128, column_halves=True, dq_storer=2)
-    assert AttentionBwdConfig(128, column_halves=True, dq_storer=1).name == "attention_bwd_halves_d128_storer1"
-    assert AttentionBwdConfig(256, column_halves=True, dq_red=True, stages=2).name == \
-        "attention_bwd_halves_d256_2stages_red"
-    with pytest.raises(ValueError, match="dq_red .* True with column_halves"):
-        AttentionBwdConfig(128, dq_red=True)
     empty = ab.attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
     assert empty[0].shape == (1, 2, 0, 32) and not empty[1].any() and not empty[2].any()
 
 
-POLICY = {  # head dim, deterministic -> (kernel names, dQ pass, splits, query rows a step, ring stages, storer's)
-    (64, False): ("attention_bwd_d64", False, 1, 128, 2, 1),
-    (64, True): ("attention_bwd_d64_nodq attention_bwd_dq_d64", True, 1, 128, 2, 0),
-    (128, False): ("attention_bwd_d128", False, 1, 64, 2, 0),
-    (128, True): ("attention_bwd_d128_nodq attention_bwd_dq_d128", True, 1, 64, 2, 0),
-    (96, False): ("attention_bwd_d96", False, 1, 64, 2, 0),
-    (256, False): ("attention_bwd_d256 attention_bwd_dq_d256", True, 2, 64, 1, 0),
-    (160, False): ("attention_bwd_d160 attention_bwd_dq_d160", True, 2, 64, 1, 0),
+POLICY = {  # head dim, deterministic -> (kernel names, dQ pass, splits, query rows a step, ring stages, storer's,
+    # early_p non-causal and causal)
+    (64, False): ("attention_bwd_d64", False, 1, 128, 2, 1, (False, False)),
+    (64, True): ("attention_bwd_d64_nodq attention_bwd_dq_d64", True, 1, 128, 2, 0, (False, False)),
+    (128, False): ("attention_bwd_d128", False, 1, 64, 2, 0, (False, True)),
+    (128, True): ("attention_bwd_d128_nodq attention_bwd_dq_d128", True, 1, 64, 2, 0, (False, True)),
+    (96, False): ("attention_bwd_d96", False, 1, 64, 2, 0, (False, True)),
+    (256, False): ("attention_bwd_d256 attention_bwd_dq_d256", True, 2, 64, 1, 0, (False, False)),
+    (160, False): ("attention_bwd_d160 attention_bwd_dq_d160", True, 2, 64, 1, 0, (False, False)),
 }
 
 
@@ -321,7 +283,9 @@ def test_policy_choices(d, deterministic):
     """A golden record of the policy's choices: the kernels each head dim runs."""
     c = AttentionBwdConfig(d, tk.bf16, False, deterministic)
     names = c.name + (" " + c.dq_name if c.dq_pass else "")
-    assert (names, c.dq_pass, c.splits, c.step_rows, c.stage_count, c.storer_stages) == POLICY[d, deterministic]
+    early_p = tuple(AttentionBwdConfig(d, tk.bf16, causal, deterministic).p_first for causal in (False, True))
+    assert (names, c.dq_pass, c.splits, c.step_rows, c.stage_count, c.storer_stages, early_p) == \
+        POLICY[d, deterministic]
     assert [policy.native_dim(x) for x in (16, 48, 80, 112, 144, 240, 256)] == [32, 64, 96, 128, 160, 256, 256]
 
 
@@ -372,28 +336,9 @@ def test_the_dq_storer_compiles_without_spills(d, causal, stages):
 @pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
 def test_p_computed_while_dp_runs_compiles_without_spills(d, causal, options):
     options = dict(options)
-    c = AttentionBwdConfig(d, tk.bf16, bool(causal), options.pop("deterministic", False), early_p=True, **options)
+    c = AttentionBwdConfig(d, tk.bf16, bool(causal), options.pop("deterministic", False), **options)
     sass = compiled_clean(_attention_bwd(c).kernel, kernel_args(d, bool(causal), not c.dq_pass))
-    assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" in sass or "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
-
-
-RED = dict(dq_red=True, stages=2)
-
-
-@pytest.mark.parametrize("d,causal,options", [(256, False, {}), (256, True, {}), (192, True, {}), (128, False, {}),
-                                             (128, True, {}), (96, False, {}), (256, True, RED),
-                                             (128, True, dict(dq_storer=1)), (256, False, dict(dq_storer=1))])
-def test_the_kernel_by_column_halves_compiles_without_spills(d, causal, options):
-    """column_halves: within the consumers' 240 registers, S^T and dP^T of 32 queries (HGMMA 64x32), dV, dK and dQ
-    in pieces of d / 2 (D128) or d / 4 columns, dQ by TMA reduce-adds (dq_red: by red.global.add, two stages;
-    dq_storer: through the storer warp)."""
-    from tkpy.kernels.attention_bwd_halves_kernel import _attention_bwd_halves
-    c = AttentionBwdConfig(d, tk.bf16, causal, column_halves=True, **options)
-    sass = compiled_clean(_attention_bwd_halves(c).kernel, kernel_args(d, causal, True))
-    red = options is RED
-    assert ("UTMAREDG" in sass) != red and ("REDG.E.ADD.F32" in sass) == red
-    assert re.search(r"HGMMA\.64x32x16\.F32\.BF16", sass)
-    assert re.search(rf"HGMMA\.64x{d // (2 if d <= 128 else 4)}x16\.F32\.BF16", sass)
+    assert ("WARPGROUP.DEPBAR.LE gsb0, 0x2" in sass or "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass) == c.p_first
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -457,29 +402,12 @@ def test_gpu_128_query_rows_a_step(causal, n, nk, hkv):
 
 
 @gpu_util.on_gpu
-@pytest.mark.parametrize("d,causal,n,nk,hkv", [(256, False, 1000, 1100, 2), (256, True, 1000, 1100, 2),
-                                              (256, "bottom_right", 777, 1500, 1), (192, False, 2048, 2048, 4),
-                                              (256, True, 4096, 4096, 4), (128, False, 1000, 1100, 2),
-                                              (128, True, 4096, 4096, 4), (128, "bottom_right", 777, 1500, 1),
-                                              (96, True, 1000, 1100, 2)])
-def test_gpu_the_kernel_by_column_halves(d, causal, n, nk, hkv):
-    q, k, v, do = inputs(2, 4, hkv, n, nk, d, BF16, device="cuda")
-    check(backward(q, k, v, do, causal, None, options=dict(column_halves=True)), (q, k, v, do), BF16, causal)
-    if d == 256:                            # (dQ by red.global.add, two stages)
-        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_red=True, stages=2)),
-              (q, k, v, do), BF16, causal)
-    if d in (128, 256):                     # (dQ through the storer warp)
-        check(backward(q, k, v, do, causal, None, options=dict(column_halves=True, dq_storer=1)), (q, k, v, do),
-              BF16, causal)
-
-
-@gpu_util.on_gpu
 @pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
 def test_gpu_p_computed_while_dp_runs(d, causal, options):
     options = dict(options)
     deterministic = options.pop("deterministic", False)
     q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
-    check(backward(q, k, v, do, causal, None, deterministic, options=dict(early_p=True, **options)), (q, k, v, do),
+    check(backward(q, k, v, do, causal, None, deterministic, options=options), (q, k, v, do),
           BF16, causal)
 
 
