@@ -13,7 +13,7 @@ timed (CUDA-graph replays): cross-entropy's forward (mean: its prologue and kern
 gradient, also with the rows through shared memory (STAGES) where a split has no prefetch (spilling splits skipped),
 over 2^26 logits (at least 2048 rows); the four norms (rms, layer, each with the residual) forward and backward at 2^26
 elements, also with the rows in flight through shared memory (STAGES) where a split has no prefetch (and from
-STAGED_NORM_WIDTH the forward's pieces there, `stage`: S); swiglu and geglu
+STAGED_NORM_WIDTH the pieces there, `stage`: S); swiglu and geglu
 forward and backward at 2^26 elements of gate and of up, over their PieceSplit fields (chunks a piece, warps a block,
 blocks an SM: GLU_SPLITS); softmax forward and backward at 2^26 elements, also as a grid of every row group
 (persistent=False) where a split has no prefetch (the forward: with its next rows through shared memory too, and from
@@ -206,8 +206,9 @@ def norms(width: int, ops: tuple | None = None, directions=("forward", "backward
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
             tried = {**options, config_name(policy): {f: getattr(policy, f)
                                                       for f in SPLIT_FIELDS + ("stages", "weight_in_registers")}}
-            if direction == "forward" and width >= STAGED_NORM_WIDTH:      # (the pieces in shared memory: S)
-                tried.update({staged_split_name(o): o for o in staged_pieces(width, direction, clusters=clusters)})
+            if width >= STAGED_NORM_WIDTH[direction]:                       # (the pieces in shared memory: S)
+                tried.update({staged_split_name(o): o for o in staged_pieces(
+                    width, dict(stage=True), clusters, (True, False) if direction == "forward" else (True,))})
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
@@ -275,7 +276,8 @@ def softmax(width: int, dtype: str) -> dict:
             if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
                 tried.update({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]})
             if width >= STAGED_PIECE_WIDTH:              # (x's, or y's and dy's, pieces in shared memory)
-                tried.update({staged_split_name(o): o for o in staged_pieces(width, direction)})
+                staged = dict(stage=True, stage_dy=True) if direction == "backward" else dict(stage=True)
+                tried.update({staged_split_name(o): o for o in staged_pieces(width, staged)})
             tried.setdefault(config_name(policy),
                              {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stage_dy", "stages")})
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
@@ -290,17 +292,18 @@ def softmax(width: int, dtype: str) -> dict:
 STAGED_PIECE_WIDTH = 32768      # softmax from this wide: the splits with the pieces in shared memory too
 
 
-STAGED_NORM_WIDTH = 8192        # norm forwards from this wide: the splits with the pieces in shared memory too
+# norms from this wide (by direction): the splits with the pieces in shared memory too
+STAGED_NORM_WIDTH = {"forward": 8192, "backward": 2048}
 
 
-def staged_pieces(width: int, direction: str, clusters=(1, 2, 4, 8)) -> list[dict]:
-    """The splits with the pieces in shared memory (up to 64 values a lane, a chunk of each in registers): the
-    forward's x (and the norms' residual; `stage`), softmax's backward's y and dy (`stage_dy`); persistent and a
-    block a row group."""
-    staged = dict(stage=True, stage_dy=True) if direction == "backward" else dict(stage=True)
-    return [{**o, **staged, "prefetch": False, "stages": 0, "persistent": persistent}
+def staged_pieces(width: int, staged: dict, clusters=(1, 2, 4, 8), persistent=(True, False)) -> list[dict]:
+    """The splits with the pieces in shared memory (up to 64 values a lane, a chunk of each in registers), `staged`
+    their fields: the norms' x (and residual; the backward's dy and residual_out's gradient; `stage`), softmax's x,
+    or its backward's y and dy (`stage`, `stage_dy`); persistent and (where `persistent` has False) a block a row
+    group."""
+    return [{**o, **staged, "prefetch": False, "stages": 0, "persistent": p}
             for o in splits(width, clusters=clusters, most_values=64) if not o["prefetch"]
-            for persistent in (True, False)]
+            for p in persistent]
 
 
 def staged_split_name(o: dict) -> str:

@@ -31,9 +31,9 @@ class NormConfig(RowSplit):
     the current row is reduced and written.
     `weight_in_registers`: the weight's piece is loaded once before the row loop (else once a row, from L1/L2).
     `stages` (2 to 4; 0: none): the next rows' loads (x and the residual; backward: x and dy) in flight through
-    shared memory instead (row_split.StagedRows), that many rows ahead. `stage` (forward): each row's pieces of x
-    and the residual through shared memory, read a chunk at a time, the weight's chunks from L1/L2 (not
-    weight_in_registers): a chunk in registers, several blocks an SM."""
+    shared memory instead (row_split.StagedRows), that many rows ahead. `stage`: each row's pieces of x and the
+    residual (backward: x, dy and residual_out's gradient) through shared memory, read a chunk at a time, the
+    weight's chunks from L1/L2 (not weight_in_registers): a chunk in registers, several blocks an SM."""
 
     kind: str
     direction: str
@@ -56,8 +56,8 @@ class NormConfig(RowSplit):
         self.check_split(fail)
         check_stages(self, fail)
         pieces_in_registers = self.prefetch or self.stages or self.weight_in_registers and self.weight
-        if self.stage not in (True, False) or self.stage and (self.direction != "forward" or pieces_in_registers):
-            fail(f"stage (the row's pieces through shared memory) is the forward's, without prefetch, stages or "
+        if self.stage not in (True, False) or self.stage and pieces_in_registers:
+            fail(f"stage (the row's pieces through shared memory) is without prefetch, stages or "
                  f"weight_in_registers; got {self.stage!r}")
         if self.direction == "backward" and not self.persistent:
             fail("the backward's weight and bias sums take a workspace row a row group of the grid: persistent only")

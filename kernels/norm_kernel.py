@@ -16,6 +16,9 @@ into a row of an fp32 workspace (one row per row group of the grid), which colum
 the weight and the bias (blocks on every SM, each a slice of the workspace's rows, the last of a column's adding the
 slices' sums): no second pass over the rows.
 
+`stage` (both directions): each warp's pieces of the row through shared memory instead (row_split.SharedPieces),
+a chunk of each in registers at a time, so that more blocks an SM keep their rows' bytes in flight.
+
 Tensors a config does not have are 16-byte placeholders (kernels/row_split.py's) the body never reads.
 """
 # (No `from __future__ import annotations`: the kernels' annotations use their factory's arguments.)
@@ -248,6 +251,9 @@ def backward_kernel(c: NormConfig):
             with tk.if_((tk.block_idx.x == 0) & (tk.warp_id() == 0)):
                 for i in tk.range(0, ticket.cols):
                     tk.store(ticket, 0, (i,))
+        if c.stage:                                          # the row's pieces in shared memory, a chunk in registers
+            _staged_backward(c, (dy, dres, x, weight, mean, rstd, dx, dweight, dbias), part)
+            return
         xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
         d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
         if c.weight:
@@ -312,6 +318,88 @@ def backward_kernel(c: NormConfig):
             if c.bias:
                 tk.store(dbias, db, (slot, part), masked=True)
     return norm_backward
+
+
+def _staged_backward(c: NormConfig, tensors, part) -> None:
+    """The backward with each warp's pieces of x and dy (and residual_out's gradient) in shared memory
+    (row_split.SharedPieces), read a chunk at a time twice: first the weight's (bias's) partial sums and the row's
+    sums of the gradient of xhat (times xhat), then dx. The weight's chunks come from L1/L2; the chunk loops are
+    unrolled, so that each chunk of the partial sums has registers of its own."""
+    dy, dres, x, weight, mean, rstd, dx, dweight, dbias = tensors
+    dt, n = DTYPES[c.dtype], c.width
+    wt = DTYPES[c.weight] if c.weight else dt
+    layer = c.kind == "layer"
+    pieces = split.SharedPieces(c, (x, dy, dres) if c.residual else (x, dy))
+    chunks = range(pieces.segments)
+    held = tk.rv(dt, CHUNK, "contig", name="held")
+    xhat, g = tk.rv(f32, CHUNK, "contig", name="xhat"), tk.rv(f32, CHUNK, "contig", name="g")
+    sum_gx = tk.rv(f32, CHUNK, "contig", name="sum_gx")        # the row's sums of g * xhat (and of g) so far
+    sum_g = tk.rv(f32, CHUNK, "contig", name="sum_g") if layer else None
+    w = tk.rv(wt, CHUNK, "contig", name="w") if c.weight else None
+    dw = [tk.rv(f32, CHUNK, "contig", name=f"dw_{k}") for k in chunks] if c.weight else []
+    db = [tk.rv(f32, CHUNK, "contig", name=f"db_{k}") for k in chunks] if c.bias else []
+    for v in dw + db:
+        tk.zero(v)
+
+    def chunk_grads(k, r, mu) -> None:
+        """xhat and g (dy, then with the weight the gradient of xhat) of chunk k."""
+        tk.load(held, pieces.chunk(0, k))
+        if layer:
+            tk.map(xhat, lambda h: (h - mu) * r, held)
+        else:
+            tk.map(xhat, lambda h: h * r, held)
+        tk.load(held, pieces.chunk(1, k))
+        tk.copy(g, held)
+
+    for step in split.steps(c, x.rows):
+        row = split.row_of(c, step)
+        pieces.start(row, part)                              # (0 past the rows and the row's end)
+        r = tk.var(0.0, "r")
+        tk.load(r, rstd, (row,), fill=0.0)
+        mu = None
+        if layer:
+            mu = tk.var(0.0, "mu")
+            tk.load(mu, mean, (row,), fill=0.0)
+        pieces.wait()
+        tk.zero(sum_gx)
+        if layer:
+            tk.zero(sum_g)
+        for k in chunks:
+            chunk_grads(k, r, mu)
+            if c.weight:
+                tk.map(dw[k], lambda a, g, x: a + g * x, dw[k], g, xhat)
+                if c.bias:
+                    tk.add(db[k], db[k], g)
+                tk.load(w, weight, (pieces.col(part, k),), fill=0.0)
+                tk.mul(g, g, w)
+            tk.map(sum_gx, lambda a, g, x: a + g * x, sum_gx, g, xhat)
+            if layer:
+                tk.add(sum_g, sum_g, g)
+        if layer:
+            gx, gs = split.row_sum(c, sum_gx, sum_g)
+            a, s = tk.let(gx * (1.0 / n), "a"), tk.let(gs * (1.0 / n), "s")
+        else:
+            a, s = tk.let(split.row_sum(c, sum_gx) * (1.0 / n), "a"), None
+        for k in chunks:
+            col = pieces.col(part, k)
+            chunk_grads(k, r, mu)
+            if c.weight:
+                tk.load(w, weight, (col,), fill=0.0)
+                tk.mul(g, g, w)
+            if layer:
+                tk.map(g, lambda g, x: (g - x * a - s) * r, g, xhat)
+            else:
+                tk.map(g, lambda g, x: (g - x * a) * r, g, xhat)
+            if c.residual:
+                tk.load(held, pieces.chunk(2, k))
+                tk.add(g, g, held)
+            tk.store(dx, g, (row, col), masked=True)
+    if c.weight:
+        slot = tk.let(split.first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+        for k in chunks:
+            tk.store(dweight, dw[k], (slot, pieces.col(part, k)), masked=True)
+            if c.bias:
+                tk.store(dbias, db[k], (slot, pieces.col(part, k)), masked=True)
 
 
 @functools.cache

@@ -11,6 +11,7 @@ blocks as the GPU runs at once (the occupancy queries), at least that many an SM
 """
 from __future__ import annotations
 
+from typing import NamedTuple
 
 from .norm_config import NormConfig
 from .op_support import Row
@@ -63,30 +64,46 @@ SWEPT_WIDE = {     # RESULTS.md run 314 (H200, 2^26 bf16 elements): the best of 
 }
 SWEPT_2048 = ("RESULTS.md run 336 (H200, 32768 x 2048 bf16): the next row 2 rows ahead through shared memory, 0.93 "
               "of the copy, the best of 292 splits (FIT's 0.83; for rms 0.91 against FIT's 0.94, run 337)")
-# width up to -> (most warps a row, rows_per_block, cluster, blocks_per_sm, prefetch, stages: the next rows through
-# shared memory, NormConfig.stages; stage: the row's pieces through shared memory, NormConfig.stage; persistent),
-# forward; a row takes as many of its warps as cover it in pieces of about
-# row_split.PIECE elements (row_split.warps_for: fewer for a width below the table row's limit)
+
+
+class Split(NamedTuple):
+    """A table row's split: a row takes as many of its `most_warps` as cover it in pieces of about row_split.PIECE
+    elements (row_split.warps_for: fewer for a width below the table row's limit); `stages`: the next rows through
+    shared memory (NormConfig.stages); `stage`: the row's pieces through shared memory (NormConfig.stage, the
+    weight's chunks from L1/L2); `weight_l2`: the weight's piece read from L1/L2 a row, not held in registers
+    (NormConfig.weight_in_registers)."""
+    most_warps: int
+    rows_per_block: int
+    cluster: int
+    blocks_per_sm: int
+    prefetch: bool
+    stages: int
+    stage: bool
+    persistent: bool
+    weight_l2: bool = False
+
+
+# width up to -> Row(Split(...)), forward
 FORWARD = (
-    (512, Row((1, 8, 1, 2, True, 0, False, True), FIT)),    # a warp a row (up to 16 values a lane), 8 rows a block
-    (1024, Row((2, 4, 1, 2, True, 0, False, True), FIT)),
-    (2048, Row((4, 2, 1, 2, True, 0, False, True), FIT)),
-    (4096, Row((4, 1, 1, 2, True, 0, False, True), SWEPT_4096["forward"])),
-    (8192, Row((8, 1, 1, 1, False, 0, True, False), STAGED_8192)),     # a row's pieces through shared memory
-    (16384, Row((16, 1, 1, 1, True, 0, False, True), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster
+    (512, Row(Split(1, 8, 1, 2, True, 0, False, True), FIT)),    # a warp a row (up to 16 values a lane), 8 rows a block
+    (1024, Row(Split(2, 4, 1, 2, True, 0, False, True), FIT)),
+    (2048, Row(Split(4, 2, 1, 2, True, 0, False, True), FIT)),
+    (4096, Row(Split(4, 1, 1, 2, True, 0, False, True), SWEPT_4096["forward"])),
+    (8192, Row(Split(8, 1, 1, 1, False, 0, True, False), STAGED_8192)),     # a row's pieces through shared memory
+    (16384, Row(Split(16, 1, 1, 1, True, 0, False, True), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster
                                                                       # of 2 behind)
-    (32768, Row((16, 1, 2, 1, False, 2, False, True), SWEPT_WIDE["forward 32768"])),   # clusters of 2, 2 rows ahead
-    (65536, Row((16, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 rows ahead
+    (32768, Row(Split(16, 1, 2, 1, False, 2, False, True), SWEPT_WIDE["forward 32768"])),   # clusters of 2, 2 rows ahead
+    (65536, Row(Split(16, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 rows ahead
 )
 BACKWARD = (                                   # (no prefetch but where swept)
-    (512, Row((1, 8, 1, 2, False, 0, False, True), FIT)),
-    (1024, Row((2, 4, 1, 2, False, 2, False, True), SWEPT_1024["backward"])),   # 2 rows ahead
-    (2048, Row((4, 2, 1, 2, False, 0, False, True), FIT)),
-    (4096, Row((4, 1, 1, 2, False, 2, False, True), SWEPT_4096["backward"])),
-    (8192, Row((16, 1, 1, 1, False, 2, False, True), SWEPT_WIDE["backward 8192"])),
-    (16384, Row((16, 1, 2, 1, False, 0, False, True), SWEPT_WIDE["backward 16384"])),
-    (32768, Row((8, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["backward 32768"])),  # x and dy 2 rows ahead
-    (65536, Row((8, 1, 8, 1, False, 2, False, True), SWEPT_WIDE["backward 65536"])),
+    (512, Row(Split(1, 8, 1, 2, False, 0, False, True), FIT)),
+    (1024, Row(Split(2, 4, 1, 2, False, 2, False, True), SWEPT_1024["backward"])),   # 2 rows ahead
+    (2048, Row(Split(4, 2, 1, 2, False, 0, False, True), FIT)),
+    (4096, Row(Split(4, 1, 1, 2, False, 2, False, True), SWEPT_4096["backward"])),
+    (8192, Row(Split(16, 1, 1, 1, False, 2, False, True), SWEPT_WIDE["backward 8192"])),
+    (16384, Row(Split(16, 1, 2, 1, False, 0, False, True), SWEPT_WIDE["backward 16384"])),
+    (32768, Row(Split(8, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["backward 32768"])),  # x and dy 2 rows ahead
+    (65536, Row(Split(8, 1, 8, 1, False, 2, False, True), SWEPT_WIDE["backward 65536"])),
 )
 
 
@@ -95,20 +112,23 @@ BACKWARD = (                                   # (no prefetch but where swept)
 SWEPT_326 = ("RESULTS.md run 326 (H200, 2^26 bf16 elements, rms and layer+residual swept): the best of {} splits, {} "
              "of the copy (the four norms' row {})")
 BY_NORM = {
-    ("forward", "rms", False, 16384): Row((16, 1, 1, 1, False, 0, True, False), SWEPT_326.format(24, 0.95, 0.93)),
-    ("forward", "layer", True, 16384): Row((16, 1, 1, 1, False, 0, True, False), SWEPT_326.format(24, 0.92, 0.90)),
-    ("forward", "rms", True, 16384): Row((16, 1, 1, 1, False, 0, True, False),
+    ("forward", "rms", False, 16384): Row(Split(16, 1, 1, 1, False, 0, True, False), SWEPT_326.format(24, 0.95, 0.93)),
+    ("forward", "layer", True, 16384): Row(Split(16, 1, 1, 1, False, 0, True, False), SWEPT_326.format(24, 0.92, 0.90)),
+    ("forward", "rms", True, 16384): Row(Split(16, 1, 1, 1, False, 0, True, False),
                                          "RESULTS.md run 343 (H200, 4096 x 16384 bf16): the best of 34 splits, 0.96 "
                                          "of the copy (the four norms' row 0.90, which spills 32 bytes under NVRTC "
                                          "13.0)"),
-    ("forward", "layer", False, 8192): Row((8, 2, 1, 1, True, 0, False, True), SWEPT_8192["forward"]),
-    ("forward", "rms", False, 32768): Row((16, 1, 2, 1, True, 0, False, True), SWEPT_326.format(116, 0.93, 0.85)),
-    ("forward", "layer", True, 32768): Row((16, 1, 4, 1, True, 0, False, True), SWEPT_326.format(116, 0.91, 0.88)),
-    ("backward", "rms", False, 16384): Row((16, 1, 1, 1, False, 0, False, True), SWEPT_326.format(9, 0.81, 0.65)
+    ("forward", "layer", False, 8192): Row(Split(8, 2, 1, 1, True, 0, False, True), SWEPT_8192["forward"]),
+    ("forward", "rms", False, 32768): Row(Split(16, 1, 2, 1, True, 0, False, True), SWEPT_326.format(116, 0.93, 0.85)),
+    ("forward", "layer", True, 32768): Row(Split(16, 1, 4, 1, True, 0, False, True), SWEPT_326.format(116, 0.91, 0.88)),
+    ("backward", "rms", False, 16384): Row(Split(16, 1, 1, 1, False, 0, False, True), SWEPT_326.format(9, 0.81, 0.65)
                                            + "; layer+residual's best is the four's row, 0.71, a block a row 0.36"),
-    ("forward", "layer", False, 2048): Row((4, 1, 1, 2, False, 2, False, True), SWEPT_2048),
-    ("forward", "layer", False, 1024): Row((1, 8, 1, 2, True, 0, False, True), SWEPT_1024["layer forward"]),
-    ("backward", "layer", False, 1024): Row((1, 4, 1, 3, False, 2, False, True), SWEPT_1024["layer backward"]),
+    ("forward", "layer", False, 2048): Row(Split(4, 1, 1, 2, False, 2, False, True), SWEPT_2048),
+    ("forward", "rms", True, 1024): Row(Split(2, 8, 1, 1, True, 0, False, True, weight_l2=True),
+                                        "RESULTS.md run 337 (H200, 65536 x 1024 bf16): the weight from L1/L2 a row, "
+                                        "0.96 of the copy, the best of 292 splits (the four norms' row 0.94)"),
+    ("forward", "layer", False, 1024): Row(Split(1, 8, 1, 2, True, 0, False, True), SWEPT_1024["layer forward"]),
+    ("backward", "layer", False, 1024): Row(Split(1, 4, 1, 3, False, 2, False, True), SWEPT_1024["layer backward"]),
 }
 
 
@@ -124,9 +144,10 @@ def config_for(kind: str, direction: str, width: int, dtype: str, weight: str | 
     """The kernel a call runs: what it computes and the table's split for its width (`forced`: NormConfig fields
     that override the table's, e.g. for the benchmark's variants; forcing the prefetch without `stages` takes none,
     the table's stages being instead of a prefetch)."""
-    most_warps, rows_per_block, cluster, blocks_per_sm, prefetch, stages, stage, persistent = \
-        split_for(direction, width, kind, residual).value
-    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, prefetch, stages=stages, stage=stage,
-                   weight_in_registers=not stage, warps_per_row=warps_for(width, most_warps, cluster),
-                   rows_per_block=rows_per_block, cluster=cluster, blocks_per_sm=blocks_per_sm, persistent=persistent)
+    split = split_for(direction, width, kind, residual).value
+    c = NormConfig(kind, direction, width, dtype, weight, bias, residual, split.prefetch, stages=split.stages,
+                   stage=split.stage, weight_in_registers=not (split.stage or split.weight_l2),
+                   warps_per_row=warps_for(width, split.most_warps, split.cluster),
+                   rows_per_block=split.rows_per_block, cluster=split.cluster, blocks_per_sm=split.blocks_per_sm,
+                   persistent=split.persistent)
     return over_table(c, forced)

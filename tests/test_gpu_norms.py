@@ -77,6 +77,22 @@ def test_the_forward_with_the_pieces_in_shared_memory(kind, case):
           options=dict(split, stage=True), backward_options={})
 
 
+# the backward's pieces through shared memory (stage): a block's 16 warps, clusters of 2 and 8, 2 rows a block at a
+# ragged width
+STAGED_BACKWARD = [(8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2)),
+                   (16384, dict(warps_per_row=8, rows_per_block=1, cluster=2, blocks_per_sm=2)),
+                   (65536, dict(warps_per_row=8, rows_per_block=1, cluster=8, blocks_per_sm=2)),
+                   (3000, dict(warps_per_row=2, rows_per_block=2, blocks_per_sm=4))]
+
+
+@pytest.mark.parametrize("case", range(len(STAGED_BACKWARD)))
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_backward_with_the_pieces_in_shared_memory(kind, case):
+    width, split = STAGED_BACKWARD[case]
+    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options={},
+          backward_options=dict(split, stage=True))
+
+
 def test_the_benchmark_shape():
     for kind in ("rms", "layer"):
         check(kind, 16384, 4096, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda")

@@ -212,6 +212,21 @@ def test_the_forward_with_the_pieces_in_shared_memory(kind, weight, residual, op
           options=options, backward_options={})
 
 
+STAGED_BACKWARDS = [dict(warps_per_row=2, rows_per_block=2, stage=True),     # 2 rows a block, a ragged last piece
+                    dict(warps_per_row=1, rows_per_block=1, cluster=2, stage=True),   # a row over a cluster
+                    dict(warps_per_row=1, rows_per_block=3, stage=True)]      # a warp a row: no exchange
+
+
+@pytest.mark.parametrize("options", STAGED_BACKWARDS, ids=["stage", "cluster2-stage", "warp-a-row-stage"])
+@pytest.mark.parametrize("kind,weight,residual", [("rms", True, True), ("layer", True, True), ("layer", True, False),
+                                                  ("rms", False, False)])
+def test_the_backward_with_the_pieces_in_shared_memory(kind, weight, residual, options):
+    """The backward's `stage` (x, dy and residual_out's gradient through shared memory, two passes a chunk at a
+    time, each chunk's weight and bias partial sums its own): every norm form, the forward the policy's."""
+    check(kind, 7, 1000, torch.bfloat16, weight=weight, bias=kind == "layer" and weight, residual=residual,
+          options={}, backward_options=options)
+
+
 def check_a_mean_far_from_zero(device="cpu"):
     """Rows of mean 300 and deviation ~1 over several warps (a ragged last piece; with 8 warps, 4 of them past the
     row's end, of count 0): the variance merged from each warp's centred sum (Chan's) keeps its digits where the sum

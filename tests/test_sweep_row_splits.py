@@ -83,6 +83,19 @@ def test_the_norm_splits_with_the_weight_from_l2_are_named_as_the_configs():
     assert not config_name(config_for("rms", "forward", 2048, "bf16", "bf16", False, False)).endswith("W")
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_the_norm_splits_with_the_pieces_in_shared_memory_are_configs(direction):
+    """staged_pieces for the norms (`stage`; the backward persistent only): each a norm config of that name."""
+    from benchmarks.sweep_row_splits import config_name, staged_pieces
+    from tkpy.kernels.norm_policy import config_for
+    persistent = (True, False) if direction == "forward" else (True,)
+    tried = staged_pieces(8192, dict(stage=True), (1, 2), persistent)
+    assert tried and {o["persistent"] for o in tried} == set(persistent)
+    for o in tried:
+        c = config_for("layer", direction, 8192, "bf16", "bf16", True, True, **o)
+        assert c.stage and not c.weight_in_registers and config_name(c).endswith("S"), c.name
+
+
 def test_staged_splits_are_named_as_the_configs_and_taken_by_them():
     from benchmarks.sweep_row_splits import config_name, staged_too
     tried = staged_too(splits(4096))
