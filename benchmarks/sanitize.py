@@ -75,7 +75,8 @@ def cases() -> dict:
         _launch(torch.randn_like(q), q, k, v, o, lse, *grads, causal_variant(causal), d ** -0.5, options=options)
     variants = [("q_rows=64", 64, dict(q_rows=64)), ("q_rows=64 dq_storer=3", 64, dict(q_rows=64, dq_storer=3)),
                 ("dq_storer=2", 128, dict(dq_storer=2)), ("early_p", 128, dict(early_p=True)),
-                ("early_p=False", 128, dict(early_p=False))]     # (each order: one of them the default)
+                ("early_p=False", 128, dict(early_p=False)),     # (each order: one of them the default)
+                ("snake", 128, dict(snake=True))]
     for name, d, options in variants:
         for causal in (False, True):
             out[f"attention backward D{d} {name} causal={causal}"] = \

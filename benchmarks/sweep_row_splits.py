@@ -207,8 +207,10 @@ def norms(width: int, ops: tuple | None = None, directions=("forward", "backward
             tried = {**options, config_name(policy): {f: getattr(policy, f)
                                                       for f in SPLIT_FIELDS + ("stages", "weight_in_registers")}}
             if width >= STAGED_NORM_WIDTH[direction]:                       # (the pieces in shared memory: S)
+                backward = direction == "backward"               # (its partial sums: fewer a lane over a cluster)
                 tried.update({staged_split_name(o): o for o in staged_pieces(
-                    width, dict(stage=True), clusters, (True, False) if direction == "forward" else (True,))})
+                    width, dict(stage=True), (1, 2, 4, 8) if backward and width >= 8192 else clusters,
+                    (True,) if backward else (True, False))})
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
-                                   dq_storer_for, early_p_for, main_stages_for, splits_for, tuned)
+from .attention_bwd_policy import (DQ_TILES, MAX_DIM, SNAKE, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
+                                   dq_storer_for, early_p_for, main_stages_for, splits_for, task_group, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -27,7 +27,9 @@ class AttentionBwdConfig:
     tiles; default DQ_STORER); `q_rows`: the main kernel's query rows a step, 64 or (D64) 128, each warpgroup then
     computing dQ's 64 rows of its own half of the step's queries through the storer (default STEP_ROWS);
     `early_p` (at 64 query rows a step): P^T computed and dV's products issued while dP^T's run, as
-    FlashAttention-3 orders them (default EARLY_P).
+    FlashAttention-3 orders them (default EARLY_P); `group` (1..16): the main kernel's task order's rows of key tiles
+    (tk.templates.Grouped's group; default task_group) and `snake`: its persistent blocks' every other round of
+    tasks in reverse (Grouped's snake; default SNAKE).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -42,6 +44,8 @@ class AttentionBwdConfig:
     dq_storer: int | None = None
     q_rows: int | None = None
     early_p: bool | None = None
+    group: int | None = None
+    snake: bool | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -52,6 +56,8 @@ class AttentionBwdConfig:
     storer_stages: int = field(**_DERIVED)       # the dQ storer's stages, 0 for none
     step_rows: int = field(**_DERIVED)           # the main kernel's query rows a step
     p_first: bool = field(**_DERIVED)            # early_p's: P^T while dP^T's products run
+    task_rows: int = field(**_DERIVED)           # group's: the main kernel's task order's rows of key tiles
+    snake_order: bool = field(**_DERIVED)        # snake's
 
     def __post_init__(self) -> None:
         d = self.d
@@ -80,6 +86,14 @@ class AttentionBwdConfig:
         if early_p not in (True, False) or early_p and wide:
             raise ValueError(f"attention backward: early_p (P^T while dP^T's products run) is True or False, True "
                              f"at 64 query rows a step; got {self.early_p!r} with q_rows={step_rows}")
+        group = task_group(self.causal) if self.group is None else self.group
+        if not isinstance(group, int) or isinstance(group, bool) or not 1 <= group <= 16:
+            raise ValueError(f"attention backward: group (the task order's rows of key tiles) must be 1..16, got "
+                             f"{self.group!r}")
+        snake = SNAKE.value[0] if self.snake is None else self.snake
+        if snake not in (True, False):
+            raise ValueError(f"attention backward: snake (every other round of tasks in reverse) is True or False, "
+                             f"got {self.snake!r}")
         dq_pass = not atomic_dq(d, self.deterministic)
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
         if storer and dq_pass:
@@ -98,7 +112,8 @@ class AttentionBwdConfig:
                              f"from 16 to 256, got {dq_kv!r}")
         for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               storer_stages=storer, step_rows=step_rows, p_first=early_p).items():
+                               storer_stages=storer, step_rows=step_rows, p_first=early_p,
+                               task_rows=group, snake_order=bool(snake)).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -107,8 +122,8 @@ class AttentionBwdConfig:
     @property
     def name(self) -> str:
         """The main kernel's name: attention_bwd_d<d>, the dtype and causality, "_nodq" where the dQ pass computes dQ
-        at a head dim where the main kernel would, the stages, storer stages, query rows a step and early_p where not
-        the default."""
+        at a head dim where the main kernel would, the stages, storer stages, query rows a step, early_p, the task
+        order's group and snake where not the default."""
         default_stages = main_stages_for(self.family, self.step_rows)
         default_storer = dq_storer_for(self.family, self.dq_pass)
         return f"attention_bwd_d{self.d}" + self._suffix() \
@@ -116,7 +131,9 @@ class AttentionBwdConfig:
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_earlyp" if self.p_first != early_p_for(self.family, self.step_rows, self.causal) else "")
+            + ("_earlyp" if self.p_first != early_p_for(self.family, self.step_rows, self.causal) else "") \
+            + ("" if self.task_rows == task_group(self.causal) else f"_g{self.task_rows}") \
+            + ("_snake" if self.snake_order != SNAKE.value[0] else "")
 
     @property
     def dq_name(self) -> str:

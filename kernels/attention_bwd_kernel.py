@@ -40,7 +40,7 @@ from tkpy import f32
 from tkpy.templates import shared
 
 from .attention_bwd_config import AttentionBwdConfig
-from .attention_bwd_policy import KEY_ROWS, REGISTERS, task_group
+from .attention_bwd_policy import KEY_ROWS, REGISTERS
 from .attention_bwd_steps import key_task_steps
 from .tensor_layout import cdiv
 
@@ -106,7 +106,8 @@ def _attention_bwd(config: AttentionBwdConfig):
     # the consumer warpgroups that fill each step's dQ stage: each its half's block, or the first the one block
     storer_options = dict(step_output_stages=storer, step_output_writers=halves) if storer else {}
 
-    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name, group=task_group(causal),
+    @tk.lcf(consumer_warpgroups=2, stages=c.stage_count, persistent=True, name=c.name,
+            scheduler=tk.templates.Grouped(c.task_rows, snake=c.snake_order),
             producer_registers=producer_registers, consumer_registers=consumer_registers, **storer_options)
     class AttentionBwd(key_task_steps(dtype, d, causal, rows, PIECES)):
         if atomic:

@@ -37,6 +37,14 @@ def task_group(causal: bool) -> int:
     return CAUSAL_TASK_GROUP if causal else TASK_GROUP
 
 
+# The main kernel's persistent blocks take every other full round of tasks in reverse (AttentionBwdConfig.snake,
+# tk.templates.Grouped's snake): causal tasks' steps shrink along the order, so a block's long task in one round then
+# meets a short one in the next. Counted from the task order (test_attention_bwd: the busiest block 1.07x the
+# average at GQA B8 H32/8 N4096 with CAUSAL_TASK_GROUP, 1.03x with the snake; B16 H16 N4096 1.03x, 1.006x), not yet
+# timed (bench_attention_bwd.py --compare snake=1 --only causal).
+SNAKE = Row((False,), "the order's balance counted (see above), not yet timed")
+
+
 # The main kernel's setmaxnreg split (producer, each consumer warpgroup), FlashAttention-3's: with the default
 # (40, 232) D256's kernel spilled 16 bytes and serialized its wgmmas (C7512).
 REGISTERS = (24, 240)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tkpy.templates import causal_pairs_order, head_sections_order
+from tkpy.templates import Grouped, causal_pairs_order, head_sections_order
 
 
 @pytest.mark.parametrize("rows", [1, 3, 8, 32])
@@ -60,3 +60,16 @@ def test_causal_pairs_keep_blocks_in_step_on_few_heads():
     assert max(work) - min(work) <= rows + 1
     for start in range(0, len(tasks), 2 * blocks):
         assert len({c for _, c in tasks[start:start + 2 * blocks]}) <= 10
+
+
+@pytest.mark.parametrize("blocks,tasks", [(132, 2048), (132, 264), (132, 100), (5, 23), (4, 8), (3, 7)])
+def test_the_snake_deals_every_task_once(blocks, tasks):
+    """Grouped(snake=True).dealt over a persistent grid's loop indices (block b: b, b + blocks, ...): every task
+    once, each full odd round reversed, a last partial round as it is."""
+    dealt = [Grouped(snake=True).dealt(i, blocks, tasks) for i in range(tasks)]
+    assert sorted(dealt) == list(range(tasks))
+    full = tasks // blocks
+    for i, t in enumerate(dealt):
+        rnd = i // blocks
+        assert t == (rnd * blocks + blocks - 1 - i % blocks if rnd % 2 and rnd < full else i)
+    assert [Grouped().dealt(i, blocks, tasks) for i in range(tasks)] == list(range(tasks))

@@ -140,6 +140,9 @@ class Pipeline(LateRing):
     def task_at(self, index) -> Task:
         """This block's task of `index`."""
         t, g, blocks, rank = self.t, self.g, self.t.cluster, self.rank
+        loop_index = index
+        if t.persistent:
+            index = t.scheduler.dealt(index, self.step, self.groups)
         split, splits = 0, 1
         if t.scheduler.splits_k:
             split, splits, index = let(index // self.tiles, "split"), self.splits, let(index % self.tiles, "tile")
@@ -149,7 +152,7 @@ class Pipeline(LateRing):
             row, col = self.order(index)
         within = rank
         if blocks > 1 and t.per_task_iters:              # the blocks' tasks may differ in steps: rotate
-            within = (rank + self.local(index)) % blocks
+            within = (rank + self.local(loop_index)) % blocks
         if t.cluster_along == "rows":
             row = row * blocks + within
         else:

@@ -6,6 +6,9 @@ to a tile and, for split-K, to a range of the tile's steps:
 
 - `Grouped(group=8)` (the default): one task per tile, in L2-friendly groups of `group` tile rows
   (`grouped_order`); the template class's `order(g, index, row_tiles, col_tiles)` replaces that order.
+  `snake=True`: a persistent grid's every other full round of tasks dealt to the blocks in reverse (`dealt`), so
+  that where the tasks' lengths vary along the order (causal attention's key tiles) a block's long task in one
+  round meets a short one in the next; the rounds hold the same tasks, so the L2 sees the same ones together.
 - `SplitK(splits, group=8)`: each tile is `splits` tasks, each taking a contiguous share of the tile's
   `iters` steps (the shares differ by at most one step). For shapes with few tiles next to the SMs (e.g. a
   GEMM of 128 x 8192 x 8192: 32 tiles of 128 x 256 for 132 SMs), `splits` tasks per tile fill the machine;
@@ -48,10 +51,22 @@ class Grouped:
 
     splits_k = False
 
-    def __init__(self, group: int = 8):
+    def __init__(self, group: int = 8, snake: bool = False):
         if not (isinstance(group, int) and group >= 1):
             raise ValueError(f"group must be a positive int, got {group!r}")
-        self.group = group
+        if snake not in (True, False):
+            raise ValueError(f"snake must be True or False, got {snake!r}")
+        self.group, self.snake = group, snake
+
+    def dealt(self, index, blocks, tasks):
+        """The task a persistent block runs at loop index `index` (of `tasks`, `blocks` a round): the index itself,
+        or with `snake` the index's mirror within its round in every odd round that is full (a last, partial
+        round as it is: the mapping stays one to one)."""
+        if not self.snake:
+            return index
+        rnd = _named(index // blocks, "task_round")
+        mirrored = rnd % 2 * ((rnd + 1) * blocks <= tasks)          # 1 in a full odd round, else 0
+        return _named(index + mirrored * ((2 * rnd + 1) * blocks - 1 - 2 * index), "dealt_task")
 
     def bind(self, row_tiles, col_tiles):
         """The kernel's order, index -> (row, col), its values fixed for the kernel made here (the template binds
@@ -64,7 +79,7 @@ class Grouped:
         return 1
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(group={self.group})"
+        return f"{type(self).__name__}(group={self.group}{', snake=True' if self.snake else ''})"
 
 
 class SplitK(Grouped):
@@ -74,8 +89,8 @@ class SplitK(Grouped):
 
     splits_k = True
 
-    def __init__(self, splits, group: int = 8):
-        super().__init__(group)
+    def __init__(self, splits, group: int = 8, snake: bool = False):
+        super().__init__(group, snake)
         if not (callable(splits) or (isinstance(splits, int) and splits >= 1)):
             raise ValueError(f"splits must be a positive int or a function of the kernel's parameters, got {splits!r}")
         self._splits = splits
@@ -89,7 +104,7 @@ class SplitK(Grouped):
         return split * total // splits, (split + 1) * total // splits
 
     def __repr__(self) -> str:
-        return f"SplitK({self._splits!r}, group={self.group})"
+        return f"SplitK({self._splits!r}, group={self.group}{', snake=True' if self.snake else ''})"
 
 
 def causal_pairs_order(index, row_tiles: int, col_tiles: int, blocks: int):
