@@ -61,36 +61,28 @@ def test_variants(kind, width, options):
     check(kind, 1000, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options=options)
 
 
-# the forward's pieces through shared memory (stage) at the widths the sweep tries it, several blocks an SM; a
-# cluster; one step; a ragged width
-STAGED = [(16384, dict(warps_per_row=16, rows_per_block=1, blocks_per_sm=2)),
-          (32768, dict(warps_per_row=16, rows_per_block=1, cluster=2, blocks_per_sm=2, persistent=False)),
-          (65536, dict(warps_per_row=16, rows_per_block=1, cluster=4, blocks_per_sm=2)),
-          (6000, dict(warps_per_row=4, rows_per_block=2, blocks_per_sm=3))]
+# the pieces through shared memory (stage) at the widths the sweep tries them: forward, several blocks an SM, a
+# cluster, one step, a ragged width; backward, a block's 8 warps, clusters of 2 and 8, 2 rows a block at a ragged
+# width
+STAGED = [("forward", 16384, dict(warps_per_row=16, rows_per_block=1, blocks_per_sm=2)),
+          ("forward", 32768, dict(warps_per_row=16, rows_per_block=1, cluster=2, blocks_per_sm=2, persistent=False)),
+          ("forward", 65536, dict(warps_per_row=16, rows_per_block=1, cluster=4, blocks_per_sm=2)),
+          ("forward", 6000, dict(warps_per_row=4, rows_per_block=2, blocks_per_sm=3)),
+          ("backward", 8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2)),
+          ("backward", 16384, dict(warps_per_row=8, rows_per_block=1, cluster=2, blocks_per_sm=2)),
+          ("backward", 65536, dict(warps_per_row=8, rows_per_block=1, cluster=8, blocks_per_sm=2)),
+          ("backward", 3000, dict(warps_per_row=2, rows_per_block=2, blocks_per_sm=4))]
 
 
 @pytest.mark.parametrize("case", range(len(STAGED)))
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_the_forward_with_the_pieces_in_shared_memory(kind, case):
-    width, split = STAGED[case]
-    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda",
-          options=dict(split, stage=True), backward_options={})
-
-
-# the backward's pieces through shared memory (stage): a block's 16 warps, clusters of 2 and 8, 2 rows a block at a
-# ragged width
-STAGED_BACKWARD = [(8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2)),
-                   (16384, dict(warps_per_row=8, rows_per_block=1, cluster=2, blocks_per_sm=2)),
-                   (65536, dict(warps_per_row=8, rows_per_block=1, cluster=8, blocks_per_sm=2)),
-                   (3000, dict(warps_per_row=2, rows_per_block=2, blocks_per_sm=4))]
-
-
-@pytest.mark.parametrize("case", range(len(STAGED_BACKWARD)))
-@pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_the_backward_with_the_pieces_in_shared_memory(kind, case):
-    width, split = STAGED_BACKWARD[case]
-    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options={},
-          backward_options=dict(split, stage=True))
+def test_the_pieces_in_shared_memory(kind, case):
+    """One direction's kernel with `stage`, the other the policy's."""
+    direction, width, split = STAGED[case]
+    staged, policy = dict(split, stage=True), {}
+    forward, backward = (staged, policy) if direction == "forward" else (policy, staged)
+    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options=forward,
+          backward_options=backward)
 
 
 def test_the_benchmark_shape():
