@@ -3,8 +3,8 @@ launch behind the torch operator `torch.ops.tkpy.attention_backward` (the attent
 kernels/attention_op.py): argument checks, head-dim padding, the workspaces and the four launches.
 
 The kernels: attention_bwd_prep's prep_kernel (lse in the log2 domain, D = rowsum(dO * O), the dQ workspace zeroed),
-attention_bwd_kernel's main kernel (dK, dV; and dQ by reduce-adds up to D128), then attention_bwd_prep's convert_kernel (dQ in the input dtype), or the dQ pass
-(attention_bwd_dq_kernel: deterministic=True and past D128).
+attention_bwd_kernel's main kernel (dK, dV; and dQ by reduce-adds up to D128), then attention_bwd_prep's
+convert_kernel (dQ in the input dtype), or the dQ pass (attention_bwd_dq_kernel: deterministic=True and past D128).
 Their options are attention_bwd_config.AttentionBwdConfig's, the choices attention_bwd_policy's.
 """
 from __future__ import annotations

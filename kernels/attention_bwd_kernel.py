@@ -29,7 +29,7 @@ RESULTS.md runs 325 and 332). Otherwise the dQ pass computes dQ (attention_bwd_d
 K, V, Q and dO are held in two column pieces of d / 2 (the dQ pieces' B operands are whole tiles). Past D128 a task
 computes dK and dV of one piece only (config.splits = 2 tasks per key tile, which both compute S and dP), so that
 its accumulators fit the registers. (Both warpgroups on the same keys, a column half each, with no dQ pass, measured
-0.87-0.97x this at D128 and D256, RESULTS.md run 335; removed.)
+0.87-0.97x this at D128 and D256, 0.71-0.93x with its dQ options, RESULTS.md runs 335-336; removed.)
 """
 from __future__ import annotations
 

@@ -85,15 +85,15 @@ class Split(NamedTuple):
 
 # width up to -> Row(Split(...)), forward
 FORWARD = (
-    (512, Row(Split(1, 8, 1, 2, True, 0, False, True), FIT)),    # a warp a row (up to 16 values a lane), 8 rows a block
+    (512, Row(Split(1, 8, 1, 2, True, 0, False, True), FIT)),   # a warp a row (up to 16 values a lane), 8 rows a block
     (1024, Row(Split(2, 4, 1, 2, True, 0, False, True), FIT)),
     (2048, Row(Split(4, 2, 1, 2, True, 0, False, True), FIT)),
     (4096, Row(Split(4, 1, 1, 2, True, 0, False, True), SWEPT_4096["forward"])),
     (8192, Row(Split(8, 1, 1, 1, False, 0, True, False), STAGED_8192)),     # a row's pieces through shared memory
-    (16384, Row(Split(16, 1, 1, 1, True, 0, False, True), SWEPT_16384)),  # 16 warps of 32 values a lane (FIT's cluster
-                                                                      # of 2 behind)
-    (32768, Row(Split(16, 1, 2, 1, False, 2, False, True), SWEPT_WIDE["forward 32768"])),   # clusters of 2, 2 rows ahead
-    (65536, Row(Split(16, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 rows ahead
+    (16384, Row(Split(16, 1, 1, 1, True, 0, False, True), SWEPT_16384)),   # 16 warps of 32 values a lane (FIT's
+                                                                           # cluster of 2 behind)
+    (32768, Row(Split(16, 1, 2, 1, False, 2, False, True), SWEPT_WIDE["forward 32768"])),   # clusters of 2, 2 ahead
+    (65536, Row(Split(16, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["forward 65536"])),   # clusters of 4, 2 ahead
 )
 BACKWARD = (                                   # (no prefetch but where swept)
     (512, Row(Split(1, 8, 1, 2, False, 0, False, True), FIT)),
