@@ -291,7 +291,7 @@ def softmax(width: int, dtype: str) -> dict:
     return cases
 
 
-STAGED_PIECE_WIDTH = 32768      # softmax from this wide: the splits with the pieces in shared memory too
+STAGED_PIECE_WIDTH = 4096       # softmax from this wide: the splits with the pieces in shared memory too
 
 
 # norms from this wide (by direction): the splits with the pieces in shared memory too

@@ -353,6 +353,9 @@ def test_the_policys_kernels_compile_without_spills(direction, dtype, width):
     ("backward", "fp16", 131072, dict(warps_per_row=8, cluster=8, blocks_per_sm=2)),
     ("backward", "f32", 131072, dict(warps_per_row=16, cluster=8, blocks_per_sm=1)),
     ("backward", "f32", 65536, dict(warps_per_row=8, cluster=8, blocks_per_sm=3)),
+    ("backward", "f32", 4096, dict(warps_per_row=4, blocks_per_sm=6)),         # (narrower rows, more blocks an SM)
+    ("backward", "bf16", 8192, dict(warps_per_row=8, blocks_per_sm=4)),
+    ("forward", "f32", 16384, dict(warps_per_row=8, blocks_per_sm=3)),
 ])
 def test_the_staged_kernels_fit(direction, dtype, width, split):
     """NVRTC: the forward with x's piece in shared memory (stage), the backward with y's and dy's (stage_dy), as the
