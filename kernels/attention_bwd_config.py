@@ -112,7 +112,7 @@ class AttentionBwdConfig:
                              f"from 16 to 256, got {dq_kv!r}")
         for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
-                               storer_stages=storer, step_rows=step_rows, p_first=early_p,
+                               storer_stages=storer, step_rows=step_rows, p_first=bool(early_p),
                                task_rows=group, snake_order=bool(snake)).items():
             object.__setattr__(self, key, value)
 
@@ -131,9 +131,9 @@ class AttentionBwdConfig:
             + ("" if self.stage_count == default_stages else f"_{self.stage_count}stages") \
             + ("" if self.storer_stages == default_storer else f"_storer{self.storer_stages}") \
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
-            + ("_earlyp" if self.p_first != early_p_for(self.family, self.step_rows, self.causal) else "") \
+            + _flag("earlyp", self.p_first, early_p_for(self.family, self.step_rows, self.causal)) \
             + ("" if self.task_rows == task_group(self.causal) else f"_g{self.task_rows}") \
-            + ("_snake" if self.snake_order != SNAKE.value[0] else "")
+            + _flag("snake", self.snake_order, SNAKE.value[0])
 
     @property
     def dq_name(self) -> str:
@@ -142,3 +142,8 @@ class AttentionBwdConfig:
         return f"attention_bwd_dq_d{self.d}" + self._suffix() \
             + ("" if self.dq_kv_rows == kv else f"_kv{self.dq_kv_rows}") \
             + ("" if self.dq_stage_count == stages else f"_{self.dq_stage_count}stages")
+
+
+def _flag(name: str, value: bool, default: bool) -> str:
+    """A name's tag for a boolean option away from its default: _<name> set, _no<name> unset."""
+    return "" if value == default else f"_{'' if value else 'no'}{name}"
