@@ -120,8 +120,8 @@ SIZES = {"bf16": 2, "fp16": 2, "f32": 4}
 # (direction, the table row's width limit) -> Row: fp16's own where the 16-bit row spills for fp16 (its conversions)
 FP16 = {
     ("forward", 131072): Row((16, 1, 8, 1, True, 0, True), "the 16-bit row's 2 blocks an SM (64 registers) spill 4 "
-                                                           "bytes for fp16 under NVRTC 13.5; 1 block (bf16's 0.77 of "
-                                                           "the copy, run 325), fp16 unmeasured"),
+                                                           "bytes for fp16 under NVRTC 13.0 and 13.5; 1 block (bf16's "
+                                                           "0.77 of the copy, run 325), fp16 unmeasured"),
 }
 
 
