@@ -119,6 +119,9 @@ def test_128_query_rows_a_step(causal, n, nk, hkv):
 EARLY_P_CASES = [(128, False, dict(early_p=True)), (128, "bottom_right", dict(early_p=True, deterministic=True)),
                  (128, True, dict(early_p=False)), (64, True, dict(q_rows=64, early_p=True)),
                  (256, True, dict(early_p=True)), (64, False, dict(q_rows=64, dq_storer=0, early_p=True))]
+DQ_TILE_CASES = [(256, True, False, dict(dq_kv=32, dq_stages=2)),
+                 (256, "bottom_right", False, dict(dq_kv=48, dq_stages=2)),
+                 (128, True, True, dict(dq_kv=32, dq_stages=3)), (64, False, True, dict(dq_kv=64, dq_stages=2))]
 
 
 @pytest.mark.parametrize("d,causal,options", EARLY_P_CASES)
@@ -409,6 +412,13 @@ def test_gpu_128_query_rows_a_step(causal, n, nk, hkv):
 
 
 @gpu_util.on_gpu
+@pytest.mark.parametrize("d,causal,deterministic,options", DQ_TILE_CASES)
+def test_gpu_the_dq_pass_tiles(d, causal, deterministic, options):
+    q, k, v, do = inputs(2, 4, 2, 1000, 1100, d, BF16, device="cuda")
+    check(backward(q, k, v, do, causal, None, deterministic, options=options), (q, k, v, do), BF16, causal)
+
+
+@gpu_util.on_gpu
 @pytest.mark.parametrize("d,causal,options", [(128, True, dict(snake=True)), (64, "bottom_right", dict(snake=True)),
                                             (128, True, dict(snake=True, group=1)), (256, True, dict(snake=True))])
 def test_gpu_the_snake_task_order(d, causal, options):
@@ -465,6 +475,14 @@ def test_causal_task_order_deals_every_block_every_row(rows, heads):
     if (rows, heads) != (32, 64):
         assert busiest(group) < 1.04
     assert busiest(group, snake=True) <= busiest(group) and busiest(group, snake=True) < 1.035
+
+
+@pytest.mark.parametrize("d,causal,deterministic,options", DQ_TILE_CASES)
+def test_the_dq_pass_tiles(d, causal, deterministic, options):
+    """The dQ pass's key/value tiles and ring other than DQ_TILES' (D256: 32 or 48 keys a tile with two stages in
+    the room of one of 64): partial query and key tiles, GQA, causal corners."""
+    q, k, v, do = inputs(1, 4, 2, 150, 170, d, BF16)
+    check(backward(q, k, v, do, causal, None, deterministic, options=options), (q, k, v, do), BF16, causal)
 
 
 @pytest.mark.parametrize("causal,options", [(True, dict(snake=True)), ("bottom_right", dict(snake=True, group=1)),
