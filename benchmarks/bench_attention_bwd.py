@@ -16,7 +16,7 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare dq_storer=1[,stages=3] [--only ...]
-        [--deterministic]
+        [--deterministic] [--dims 256]
         (tkpy's backward with those AttentionBwdConfig fields against its default, timed in pairs, and the largest
         relative difference of its gradients from the default's)
 """
@@ -110,10 +110,10 @@ def case_row(b: int, h: int, hkv: int, n: int, d: int, causal: bool) -> dict:
     return row
 
 
-def compare(options: dict, only: str | None = None, deterministic: bool = False) -> list[dict]:
-    """TFLOP/s of tkpy's backward with AttentionBwdConfig fields `options` against its default on each case, timed
-    in pairs (timing.paired_ms), and the variant's largest relative difference from the default's gradients; both
-    deterministic=True where asked (the dQ pass's)."""
+def compare(options: dict, only: str | None = None, deterministic: bool = False, dims=None) -> list[dict]:
+    """TFLOP/s of tkpy's backward with AttentionBwdConfig fields `options` against its default on each case (of head
+    dims `dims` where given), timed in pairs (timing.paired_ms), and the variant's largest relative difference from
+    the default's gradients; both deterministic=True where asked (the dQ pass's)."""
     import math
 
     import torch
@@ -127,7 +127,7 @@ def compare(options: dict, only: str | None = None, deterministic: bool = False)
           f"{', deterministic' if deterministic else ''})")
     rows = []
     for b, h, hkv, n, d, causal in CASES:
-        if only and causal != (only == "causal"):
+        if only and causal != (only == "causal") or dims and d not in dims:
             continue
         q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
         k, v = (torch.randn(b, hkv, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -241,8 +241,10 @@ if __name__ == "__main__":
     parser.add_argument("--compare", default=None, help="FIELD=INT[,FIELD=INT]: AttentionBwdConfig fields against "
                                                        "the default")
     parser.add_argument("--deterministic", action="store_true", help="--compare: both deterministic=True")
+    parser.add_argument("--dims", default=None, help="--compare: the cases of these head dims alone (e.g. 256)")
     a = parser.parse_args()
     if a.compare:
-        compare({f: int(x) for f, x in (kv.split("=") for kv in a.compare.split(","))}, a.only, a.deterministic)
+        compare({f: int(x) for f, x in (kv.split("=") for kv in a.compare.split(","))}, a.only, a.deterministic,
+                a.dims and {int(x) for x in a.dims.split(",")})
     else:
         main(a.only)
