@@ -295,7 +295,7 @@ STAGED_PIECE_WIDTH = 4096       # softmax from this wide: the splits with the pi
 
 
 # norms from this wide (by direction): the splits with the pieces in shared memory too
-STAGED_NORM_WIDTH = {"forward": 8192, "backward": 2048}
+STAGED_NORM_WIDTH = {"forward": 4096, "backward": 2048}
 
 
 def staged_pieces(width: int, staged: dict, clusters=(1, 2, 4, 8), persistent=(True, False)) -> list[dict]:
