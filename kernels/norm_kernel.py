@@ -313,11 +313,16 @@ def backward_kernel(c: NormConfig):
                 tk.add(g, g, d)
             tk.store(dx, g, (row, part), masked=True)
         if c.weight:
-            slot = tk.let(split.first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+            slot = _partials_slot(c)
             tk.store(dweight, dw, (slot, part), masked=True)
             if c.bias:
                 tk.store(dbias, db, (slot, part), masked=True)
     return norm_backward
+
+
+def _partials_slot(c: NormConfig):
+    """The workspace row of this warp's weight (bias) partial sums: its row group of the grid."""
+    return tk.let(split.first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
 
 
 def _staged_backward(c: NormConfig, tensors, part) -> None:
@@ -341,8 +346,8 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
     for v in dw + db:
         tk.zero(v)
 
-    def chunk_grads(k, r, mu) -> None:
-        """xhat and g (dy, then with the weight the gradient of xhat) of chunk k."""
+    def chunk_grads(k, r, mu, unweighted=None) -> None:
+        """xhat and g of chunk k: dy, then (with the weight) the gradient of xhat; `unweighted(k)` runs between."""
         tk.load(held, pieces.chunk(0, k))
         if layer:
             tk.map(xhat, lambda h: (h - mu) * r, held)
@@ -350,6 +355,17 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
             tk.map(xhat, lambda h: h * r, held)
         tk.load(held, pieces.chunk(1, k))
         tk.copy(g, held)
+        if unweighted:
+            unweighted(k)
+        if c.weight:
+            tk.load(w, weight, (pieces.col(part, k),), fill=0.0)
+            tk.mul(g, g, w)
+
+    def partial_sums(k) -> None:
+        """Chunk k's weight (bias) partial sums: dy xhat (and dy)."""
+        tk.map(dw[k], lambda a, g, x: a + g * x, dw[k], g, xhat)
+        if c.bias:
+            tk.add(db[k], db[k], g)
 
     for step in split.steps(c, x.rows):
         row = split.row_of(c, step)
@@ -365,13 +381,7 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
         if layer:
             tk.zero(sum_g)
         for k in chunks:
-            chunk_grads(k, r, mu)
-            if c.weight:
-                tk.map(dw[k], lambda a, g, x: a + g * x, dw[k], g, xhat)
-                if c.bias:
-                    tk.add(db[k], db[k], g)
-                tk.load(w, weight, (pieces.col(part, k),), fill=0.0)
-                tk.mul(g, g, w)
+            chunk_grads(k, r, mu, partial_sums if c.weight else None)
             tk.map(sum_gx, lambda a, g, x: a + g * x, sum_gx, g, xhat)
             if layer:
                 tk.add(sum_g, sum_g, g)
@@ -381,11 +391,7 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
         else:
             a, s = tk.let(split.row_sum(c, sum_gx) * (1.0 / n), "a"), None
         for k in chunks:
-            col = pieces.col(part, k)
             chunk_grads(k, r, mu)
-            if c.weight:
-                tk.load(w, weight, (col,), fill=0.0)
-                tk.mul(g, g, w)
             if layer:
                 tk.map(g, lambda g, x: (g - x * a - s) * r, g, xhat)
             else:
@@ -393,9 +399,9 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
             if c.residual:
                 tk.load(held, pieces.chunk(2, k))
                 tk.add(g, g, held)
-            tk.store(dx, g, (row, col), masked=True)
+            tk.store(dx, g, (row, pieces.col(part, k)), masked=True)
     if c.weight:
-        slot = tk.let(split.first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+        slot = _partials_slot(c)
         for k in chunks:
             tk.store(dweight, dw[k], (slot, pieces.col(part, k)), masked=True)
             if c.bias:
