@@ -4,8 +4,8 @@ kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,8192]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096] [--ops rms,layer] [--directions forward]
         [--weight-from-l2]
-    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096]
-    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096] [--directions backward]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096] [--directions forward]
 
 For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that the
 config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its launches
@@ -222,8 +222,9 @@ GLU_SPLITS = [dict(chunks=c, warps=w, blocks_per_sm=b, persistent=p)     # (at m
               for c in (1, 2, 4) for w in (4, 8, 16) for b in (1, 2, 3, 4, 6, 8) for p in (True, False) if w * b <= 64]
 
 
-def glu(width: int) -> dict:
-    """{case: {split: fraction of the copy}} of swiglu and geglu, each way, at `width` (the launch alone)."""
+def glu(width: int, directions=("forward", "backward")) -> dict:
+    """{case: {split: fraction of the copy}} of swiglu and geglu, each way (or `directions`), at `width` (the launch
+    alone)."""
     import torch
 
     from benchmarks import bench_memory_bound as bench
@@ -236,7 +237,7 @@ def glu(width: int) -> dict:
     name = lambda o: f"k{o['chunks']}w{o['warps']}b{o['blocks_per_sm']}{'' if o['persistent'] else 'n'}"  # noqa: E731
     cases = {}
     for activation in ("silu", "gelu"):
-        for direction in ("forward", "backward"):
+        for direction in directions:
             def launch_of(o, activation=activation, direction=direction):
                 if direction == "forward":
                     return lambda: op.forward(activation, gate, up, dgate, o)
@@ -251,9 +252,9 @@ def glu(width: int) -> dict:
     return cases
 
 
-def softmax(width: int, dtype: str) -> dict:
-    """{case: {split: fraction of the copy}} of softmax forward and backward at `width` (the launch alone; 2^26
-    elements; the splits of at most 32 values a lane, y in registers)."""
+def softmax(width: int, dtype: str, directions=("forward", "backward")) -> dict:
+    """{case: {split: fraction of the copy}} of softmax forward and backward (or `directions`) at `width` (the launch
+    alone; 2^26 elements; the splits of at most 32 values a lane, y in registers)."""
     import torch
 
     from benchmarks import bench_memory_bound as bench
@@ -264,7 +265,7 @@ def softmax(width: int, dtype: str) -> dict:
     dy, y = torch.randn_like(x), softmax_op.forward(x)
     copy = bench.copy_gbps({}, rows, width, x.dtype)
     cases = {}
-    for direction in ("forward", "backward"):
+    for direction in directions:
         def launch_of(o, direction=direction):
             if direction == "forward":
                 return lambda: softmax_op.forward(x, o)
@@ -343,20 +344,23 @@ def main() -> None:
     parser.add_argument("--ops", default=None,
                         help="norms: comma-separated of rms, rms+residual, layer, layer+residual")
     parser.add_argument("--widths", default=None, help="comma-separated (default: 512-262144, norms 4096)")
-    parser.add_argument("--directions", default="forward,backward", help="norms: forward, backward or both")
+    parser.add_argument("--directions", default="forward,backward",
+                        help="norms, glu, softmax: forward, backward or both")
     parser.add_argument("--weight-from-l2", action="store_true",
                         help="norms: each split with the weight read from L1/L2 a row too (W)")
     a = parser.parse_args()
     default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
     results = {}
     for width in (int(w) for w in (a.widths or default).split(",")):
-        if a.group in ("cross-entropy", "softmax"):
-            cases = GROUPS[a.group](width, a.dtype)
+        directions = tuple(a.directions.split(","))
+        if a.group == "cross-entropy":
+            cases = cross_entropy(width, a.dtype)
+        elif a.group == "softmax":
+            cases = softmax(width, a.dtype, directions)
         elif a.group == "norms":
-            cases = norms(width, tuple(a.ops.split(",")) if a.ops else None, tuple(a.directions.split(",")),
-                          a.weight_from_l2)
+            cases = norms(width, tuple(a.ops.split(",")) if a.ops else None, directions, a.weight_from_l2)
         else:
-            cases = GROUPS[a.group](width)
+            cases = glu(width, directions)
         for direction in ("forward", "backward"):        # (the norms', the GLUs' and softmax's tables are by direction)
             one_way = {case: got for case, got in cases.items() if f" {direction} " in case}
             if one_way and len(one_way) < len(cases):

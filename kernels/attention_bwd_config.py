@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_TILES, MAX_DIM, SNAKE, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
-                                   dq_storer_for, early_p_for, main_stages_for, splits_for, task_group, tuned)
+from .attention_bwd_policy import (DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
+                                   dq_storer_for, early_p_for, main_stages_for, snake_for, splits_for, task_group,
+                                   tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -29,7 +30,7 @@ class AttentionBwdConfig:
     `early_p` (at 64 query rows a step): P^T computed and dV's products issued while dP^T's run, as
     FlashAttention-3 orders them (default EARLY_P); `group` (1..16): the main kernel's task order's rows of key tiles
     (tk.templates.Grouped's group; default task_group) and `snake`: its persistent blocks' every other round of
-    tasks in reverse (Grouped's snake; default SNAKE).
+    tasks in reverse (Grouped's snake; default snake_for(causal)).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -90,7 +91,7 @@ class AttentionBwdConfig:
         if not isinstance(group, int) or isinstance(group, bool) or not 1 <= group <= 16:
             raise ValueError(f"attention backward: group (the task order's rows of key tiles) must be 1..16, got "
                              f"{self.group!r}")
-        snake = SNAKE.value[0] if self.snake is None else self.snake
+        snake = snake_for(self.causal) if self.snake is None else self.snake
         if snake not in (True, False):
             raise ValueError(f"attention backward: snake (every other round of tasks in reverse) is True or False, "
                              f"got {self.snake!r}")
@@ -133,7 +134,7 @@ class AttentionBwdConfig:
             + ("" if self.step_rows == STEP_ROWS[self.family].value[0] else f"_q{self.step_rows}") \
             + _flag("earlyp", self.p_first, early_p_for(self.family, self.step_rows, self.causal)) \
             + ("" if self.task_rows == task_group(self.causal) else f"_g{self.task_rows}") \
-            + _flag("snake", self.snake_order, SNAKE.value[0])
+            + _flag("snake", self.snake_order, snake_for(self.causal))
 
     @property
     def dq_name(self) -> str:

@@ -40,9 +40,17 @@ def task_group(causal: bool) -> int:
 # The main kernel's persistent blocks take every other full round of tasks in reverse (AttentionBwdConfig.snake,
 # tk.templates.Grouped's snake): causal tasks' steps shrink along the order, so a block's long task in one round then
 # meets a short one in the next. Counted from the task order (test_attention_bwd: the busiest block 1.07x the
-# average at GQA B8 H32/8 N4096 with CAUSAL_TASK_GROUP, 1.03x with the snake; B16 H16 N4096 1.03x, 1.006x), not yet
-# timed (bench_attention_bwd.py --compare snake=1 --only causal).
-SNAKE = Row((False,), "the order's balance counted (see above), not yet timed")
+# average at GQA B8 H32/8 N4096 with CAUSAL_TASK_GROUP, 1.03x with the snake; B16 H16 N4096 1.03x, 1.006x). Non-causal
+# tasks take the same steps each: nothing to balance. (non-causal, causal)
+SNAKE = Row((False, True), "RESULTS.md runs 345, 352 (bench_attention_bwd.py --compare snake=1 --only causal, twice): "
+                           "GQA B8 H32/8 N4096 D128 1.072x/1.030x; B16 H16 N4096 D128 0.990x/1.032x, D64 "
+                           "0.997x/1.015x, D256 0.980x/1.019x; N16384 1.008x/0.990x; N1024 0.976x/1.036x; with "
+                           "group=1 too 0.78-0.92x but GQA's 1.049x (run 346)")
+
+
+def snake_for(causal) -> bool:
+    """snake's default (SNAKE) for causal kernels or not."""
+    return SNAKE.value[bool(causal)]
 
 
 # The main kernel's setmaxnreg split (producer, each consumer warpgroup), FlashAttention-3's: with the default
@@ -116,9 +124,12 @@ def early_p_for(family: int, step_rows: int, causal: bool) -> bool:
     return EARLY_P[family].value[causal] and step_rows == 64
 
 
-# dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 and D256 take
-# 64-row key tiles; D256's query and dO tiles (128 KB) leave room for one stage.
-DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED), 256: Row((64, 1), UNTIMED)}
+# dQ pass: (key/value rows per tile, stages). S and dP are 16 x kv per warp next to dQ's 16 x d: D128 takes 64-row
+# key tiles; D256's query and dO tiles (128 KB) leave room for one stage of 64 rows or two of 32.
+DQ_TILES = {64: Row((128, 2), UNTIMED), 128: Row((64, 2), UNTIMED),
+            256: Row((32, 2), "RESULTS.md run 347 (bench_attention_bwd.py --compare dq_kv=32,dq_stages=2 --dims 256, "
+                              "B8 H16 N4096): 1.052x non-causal, 1.039x causal against one stage of 64 rows, its "
+                              "gradients bit-identical")}
 
 
 def native_dim(d: int) -> int:

@@ -26,6 +26,9 @@ SWEPT_4096 = {     # RESULTS.md runs 274, 312 (H200, 16384 x 4096 bf16): the bes
                 "(run 274's 8 warps x 2 rows with the register prefetch 0.78), rms not in the sweep's printed best; "
                 "the sweep's best for all eight cases, the same at 3 blocks an SM (rms 0.85 or more, layer 0.87), "
                 "spills the fullest variant at its 168 registers (NVRTC 13.5)",
+    "backward 348": "run 348: 8 warps x 2 rows a block, x and dy 2 rows ahead, 0.91/0.97/0.83/0.95 of the copy (rms, "
+                    "rms+residual, layer, layer+residual; run 312's 4 warps x 1 row 0.89/0.91/0.85/0.92 in the same "
+                    "run), the sweep's best for all four, within 3.4% of each one's best of 156 splits",
 }
 SWEPT_1024 = {     # RESULTS.md runs 323, 329 (H200, 65536 x 1024 bf16): 80 splits of each norm
     "backward": "2 rows ahead through shared memory: 0.94/0.98/0.87/0.95 of the copy (rms, rms+residual, layer, "
@@ -99,7 +102,7 @@ BACKWARD = (                                   # (no prefetch but where swept)
     (512, Row(Split(1, 8, 1, 2, False, 0, False, True), FIT)),
     (1024, Row(Split(2, 4, 1, 2, False, 2, False, True), SWEPT_1024["backward"])),   # 2 rows ahead
     (2048, Row(Split(4, 2, 1, 2, False, 0, False, True), FIT)),
-    (4096, Row(Split(4, 1, 1, 2, False, 2, False, True), SWEPT_4096["backward"])),
+    (4096, Row(Split(8, 2, 1, 1, False, 2, False, True), SWEPT_4096["backward 348"])),    # 8 warps x 2 rows
     (8192, Row(Split(16, 1, 1, 1, False, 2, False, True), SWEPT_WIDE["backward 8192"])),
     (16384, Row(Split(16, 1, 2, 1, False, 0, False, True), SWEPT_WIDE["backward 16384"])),
     (32768, Row(Split(8, 1, 4, 1, False, 2, False, True), SWEPT_WIDE["backward 32768"])),  # x and dy 2 rows ahead
@@ -128,6 +131,12 @@ BY_NORM = {
                                         "RESULTS.md run 337 (H200, 65536 x 1024 bf16): the weight from L1/L2 a row, "
                                         "0.96 of the copy, the best of 292 splits (the four norms' row 0.94)"),
     ("forward", "layer", False, 1024): Row(Split(1, 8, 1, 2, True, 0, False, True), SWEPT_1024["layer forward"]),
+    ("backward", "layer", False, 4096): Row(Split(4, 1, 1, 2, False, 2, False, True), SWEPT_4096["backward"]
+                                            + "; run 348: 0.85 of the copy (the four norms' row 0.83)"),
+    ("backward", "rms", False, 8192): Row(Split(8, 1, 1, 2, False, 0, False, True),
+                                          "RESULTS.md runs 311, 348 (H200, 8192 x 8192 bf16): 8 warps x 2 blocks an "
+                                          "SM, the register fit without the prefetch, 0.89 of the copy in both (the "
+                                          "four norms' row 0.85, run 348)"),
     ("backward", "layer", False, 1024): Row(Split(1, 4, 1, 3, False, 2, False, True), SWEPT_1024["layer backward"]),
 }
 

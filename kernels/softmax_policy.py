@@ -10,12 +10,12 @@ The aim, as the norms' (kernels/norm_policy.py): a lane's piece of a row at most
 row's loads in flight), and the widest rows spread over a cluster of 8 blocks at 64 values a lane (no prefetch:
 262144 fp32 elements are 128 KB an SM, all its registers can give). Registers a lane holds: forward, the piece in
 fp32 and the next row's in the dtype (16-bit ones in packed pairs); backward, y and dy in the dtype, both twice
-with prefetch, and one chunk of fp32 products. From 32768 on the sweeps (RESULTS.md runs 325-328) chose, by width,
-pieces through shared memory (`stage`: a chunk at a time in registers; the backward's y, with `stage_dy` dy too)
+with prefetch, and one chunk of fp32 products. From 32768 on (fp32: from 4096) the sweeps (RESULTS.md runs 325-328,
+349) chose, by width, pieces through shared memory (`stage`: a chunk at a time in registers; the backward's y, with `stage_dy` dy too)
 or the next row's in registers; the table rows' `staged` counts the tensors staged (0 none, 1 x or y, 2 y and
 dy). Clusters only where a row is wider than a block's 16 warps hold, as Quack does (its 16-block clusters past
-128k are beyond the portable 8), or where the sweeps chose them (fp32 rows of 16384 and 32768, bf16 backward
-65536: fewer warps a block, more blocks an SM). Swept at 4096 (benchmarks/sweep_row_splits.py softmax): fewer warps
+128k are beyond the portable 8), or where the sweeps chose them (fp32 rows of 32768, bf16 backward 65536:
+fewer warps a block, more blocks an SM). Swept at 4096 (benchmarks/sweep_row_splits.py softmax): fewer warps
 a row with more values a lane, and more rows a block. blocks_per_sm is the launch bounds' minimum (the register
 cap).
 """
@@ -56,10 +56,12 @@ ONE_STEP = {     # RESULTS.md run 317 (H200, 2^26 elements): the split without i
     "bf16 forward 512": "run 317: without the prefetch 0.93 of the copy (the register fit's prefetch 0.89; a block a "
                         "row group 0.92)",
 }
-F32_SWEPT = ("RESULTS.md run 320 (H200, 2^26 elements, f32): the best of {} splits, {} of the copy (the register fit's "
-             "{})")
 F32_2048 = ("RESULTS.md run 337 (H200, 32768 x 2048 f32, {}): {} of the copy, the sweep's best for both directions "
             "within 0.1% of each one's best of 190/114 splits (the row before, 4 warps of 16 values a lane, {})")
+STAGED_F32 = ("RESULTS.md run 349 (H200, 2^26 f32 elements, {}): {}, {} of the copy, the best of {} splits (the table's "
+              "row before {})")
+BF16_353 = ("RESULTS.md run 353 (H200, 2^26 bf16 elements, {}): {}, {} of the copy, the best of {} splits (the "
+            "table's row before {} in the same run)")
 WIDE = ("RESULTS.md run {} (H200, 2^26 elements, {}): the best of {} splits, {} of the copy (the table's row before "
         "{})")
 # (direction, bytes an element) -> ((width up to, Row((most warps a row, rows_per_block, cluster, blocks_per_sm,
@@ -71,8 +73,11 @@ SPLIT = {
         (1024, Row((1, 8, 1, 4, False, 0, False), WIDE.format(328, "bf16", 100, 0.95, 0.92))),   # a warp a row
         (2048, Row((4, 2, 1, 4, True, 0, True), FIT)),
         (4096, Row((4, 4, 1, 1, True, 0, True), SWEPT.format("bf16", 0.93, 0.88))),   # 32 values a lane
-        (8192, Row((16, 1, 1, 2, True, 0, True), FIT)),
-        (16384, Row((16, 1, 1, 1, True, 0, True), FIT)),     # 32 values a lane, the next row's in flight
+        (8192, Row((4, 1, 1, 2, False, 1, False), BF16_353.format("forward", "x through shared memory, 4 warps a row",
+                                                                  0.95, 120, "0.88, 16 warps with the prefetch"))),
+        (16384, Row((16, 1, 1, 4, False, 1, False), BF16_353.format("forward", "x through shared memory, 4 blocks an "
+                                                                   "SM", 0.97, 298, "0.91, the next row's in "
+                                                                                    "registers"))),
         (32768, Row((16, 1, 1, 1, False, 1, False), WIDE.format(326, "bf16", 132, 0.95, 0.90))),  # a block a row
         (65536, Row((16, 1, 4, 1, True, 0, True), WIDE.format(326, "bf16", 76, "within 1% of", "the same"))),
         (131072, Row((16, 1, 8, 2, True, 0, True), WIDE.format(325, "bf16", 26, 0.87, 0.77))),
@@ -82,9 +87,14 @@ SPLIT = {
         (512, Row((1, 8, 1, 3, False, 0, False), ONE_STEP["f32 forward"])),      # a block a row group
         (1024, Row((2, 4, 1, 3, False, 0, False), ONE_STEP["f32 forward"])),
         (2048, Row((2, 2, 1, 2, False, 0, False), F32_2048.format("forward", 0.98, 0.93))),   # 32 values a lane
-        (4096, Row((4, 2, 1, 2, False, 0, False), ONE_STEP["f32 forward"])),     # (run 306's split)
-        (8192, Row((8, 1, 1, 1, False, 0, False), F32_SWEPT.format(35, 0.87, 0.81))),  # a block a row
-        (16384, Row((8, 1, 2, 4, False, 0, True), F32_SWEPT.format(95, 0.85, 0.71))),  # clusters of 2
+        (4096, Row((8, 1, 1, 2, False, 1, False), STAGED_F32.format("forward", "x through shared memory", 0.93, 188,
+                                                                    0.89))),
+        (8192, Row((16, 1, 1, 1, False, 1, False), STAGED_F32.format("forward", "x through shared memory", 0.90, 96,
+                                                                     "0.88; 16 warps of 16 values a lane at 4 blocks "
+                                                                     "an SM 0.92, which spill 4 bytes under NVRTC "
+                                                                     "13.5"))),
+        (16384, Row((8, 1, 1, 2, False, 1, False), STAGED_F32.format("forward", "x through shared memory", 0.86, 258,
+                                                                     "0.85, clusters of 2"))),
         (32768, Row((8, 1, 4, 4, False, 0, True), WIDE.format(328, "f32", 123, 0.82, 0.72))),
         (65536, Row((8, 1, 8, 2, False, 1, True), WIDE.format(326, "f32", 67, 0.79, 0.69))),
         (131072, Row((8, 1, 8, 2, False, 1, True), WIDE.format(326, "f32", 20, 0.74, 0.63))),
@@ -95,7 +105,8 @@ SPLIT = {
         (1024, Row((2, 4, 1, 3, False, 0, False), ONE_STEP["16-bit backward"])),
         (2048, Row((4, 2, 1, 3, False, 0, False), ONE_STEP["16-bit backward"])),
         (4096, Row((8, 2, 1, 1, False, 0, False), ONE_STEP["16-bit backward"])),  # (run 306's split)
-        (8192, Row((16, 1, 1, 2, False, 0, True), FIT)),     # (the next row's too at 64 registers: spills)
+        (8192, Row((16, 1, 1, 2, False, 0, False), BF16_353.format("backward", "a block a row group", "1.04", 84,
+                                                                   "0.96, persistent"))),
         (16384, Row((16, 1, 1, 1, False, 0, True), FIT)),    # (... at 128, beside a ragged row's copies: spills)
         (32768, Row((16, 1, 1, 1, False, 2, False), WIDE.format(326, "bf16", 96, "1.00", 0.97))),  # a block a row
         (65536, Row((8, 1, 8, 2, True, 0, True), WIDE.format(326, "bf16", 56, 0.98, 0.92))),
@@ -107,9 +118,12 @@ SPLIT = {
         (512, Row((1, 8, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),     # a block a row group
         (1024, Row((2, 4, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),
         (2048, Row((2, 2, 1, 2, False, 0, False), F32_2048.format("backward", 1.02, 0.95))),
-        (4096, Row((8, 1, 1, 4, False, 0, False), ONE_STEP["f32 backward"])),    # (run 306's split)
-        (8192, Row((8, 1, 1, 3, False, 0, False), F32_SWEPT.format(24, 0.92, 0.85))),  # a block a row
-        (16384, Row((4, 1, 8, 2, False, 0, False), F32_SWEPT.format(60, 0.92, 0.83))),  # a cluster of 8 a row
+        (4096, Row((2, 4, 1, 1, False, 2, False), STAGED_F32.format("backward", "y and dy through shared memory",
+                                                                    "1.01", 130, 0.94))),
+        (8192, Row((4, 2, 1, 1, False, 2, False), STAGED_F32.format("backward", "y and dy through shared memory",
+                                                                    "1.01", 64, 0.92))),
+        (16384, Row((8, 1, 1, 1, False, 2, False), STAGED_F32.format("backward", "y and dy through shared memory",
+                                                                     "1.01", 180, "0.91, clusters of 8"))),
         (32768, Row((4, 1, 8, 3, True, 0, True), WIDE.format(328, "f32", 84, 0.88, 0.79))),   # clusters of 8
         (65536, Row((8, 1, 8, 2, False, 0, True), WIDE.format(326, "f32", 44, 0.85, 0.77))),
         (131072, Row((8, 1, 8, 1, False, 2, True), WIDE.format(326, "f32", 10, 0.75, 0.71))),

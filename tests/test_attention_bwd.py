@@ -119,7 +119,7 @@ def test_128_query_rows_a_step(causal, n, nk, hkv):
 EARLY_P_CASES = [(128, False, dict(early_p=True)), (128, "bottom_right", dict(early_p=True, deterministic=True)),
                  (128, True, dict(early_p=False)), (64, True, dict(q_rows=64, early_p=True)),
                  (256, True, dict(early_p=True)), (64, False, dict(q_rows=64, dq_storer=0, early_p=True))]
-DQ_TILE_CASES = [(256, True, False, dict(dq_kv=32, dq_stages=2)),
+DQ_TILE_CASES = [(256, True, False, dict(dq_kv=64, dq_stages=1)),
                  (256, "bottom_right", False, dict(dq_kv=48, dq_stages=2)),
                  (128, True, True, dict(dq_kv=32, dq_stages=3)), (64, False, True, dict(dq_kv=64, dq_stages=2))]
 
@@ -270,14 +270,14 @@ def test_checks_say_what_they_cannot_take():
 
 
 POLICY = {  # head dim, deterministic -> (kernel names, dQ pass, splits, query rows a step, ring stages, storer's,
-    # early_p non-causal and causal)
-    (64, False): ("attention_bwd_d64", False, 1, 128, 2, 1, (False, False)),
-    (64, True): ("attention_bwd_d64_nodq attention_bwd_dq_d64", True, 1, 128, 2, 0, (False, False)),
-    (128, False): ("attention_bwd_d128", False, 1, 64, 2, 0, (False, True)),
-    (128, True): ("attention_bwd_d128_nodq attention_bwd_dq_d128", True, 1, 64, 2, 0, (False, True)),
-    (96, False): ("attention_bwd_d96", False, 1, 64, 2, 0, (False, True)),
-    (256, False): ("attention_bwd_d256 attention_bwd_dq_d256", True, 2, 64, 1, 0, (False, False)),
-    (160, False): ("attention_bwd_d160 attention_bwd_dq_d160", True, 2, 64, 1, 0, (False, False)),
+    # early_p non-causal and causal, the dQ pass's key rows a tile and stages)
+    (64, False): ("attention_bwd_d64", False, 1, 128, 2, 1, (False, False), (128, 2)),
+    (64, True): ("attention_bwd_d64_nodq attention_bwd_dq_d64", True, 1, 128, 2, 0, (False, False), (128, 2)),
+    (128, False): ("attention_bwd_d128", False, 1, 64, 2, 0, (False, True), (64, 2)),
+    (128, True): ("attention_bwd_d128_nodq attention_bwd_dq_d128", True, 1, 64, 2, 0, (False, True), (64, 2)),
+    (96, False): ("attention_bwd_d96", False, 1, 64, 2, 0, (False, True), (64, 2)),
+    (256, False): ("attention_bwd_d256 attention_bwd_dq_d256", True, 2, 64, 1, 0, (False, False), (32, 2)),
+    (160, False): ("attention_bwd_d160 attention_bwd_dq_d160", True, 2, 64, 1, 0, (False, False), (32, 2)),
 }
 
 
@@ -287,8 +287,10 @@ def test_policy_choices(d, deterministic):
     c = AttentionBwdConfig(d, tk.bf16, False, deterministic)
     names = c.name + (" " + c.dq_name if c.dq_pass else "")
     early_p = tuple(AttentionBwdConfig(d, tk.bf16, causal, deterministic).p_first for causal in (False, True))
-    assert (names, c.dq_pass, c.splits, c.step_rows, c.stage_count, c.storer_stages, early_p) == \
-        POLICY[d, deterministic]
+    assert (names, c.dq_pass, c.splits, c.step_rows, c.stage_count, c.storer_stages, early_p,
+            (c.dq_kv_rows, c.dq_stage_count)) == POLICY[d, deterministic]
+    assert [AttentionBwdConfig(d, tk.bf16, causal, deterministic).snake_order for causal in (False, True)] == \
+        [False, True]
     assert [policy.native_dim(x) for x in (16, 48, 80, 112, 144, 240, 256)] == [32, 64, 96, 128, 160, 256, 256]
 
 
@@ -419,7 +421,7 @@ def test_gpu_the_dq_pass_tiles(d, causal, deterministic, options):
 
 
 @gpu_util.on_gpu
-@pytest.mark.parametrize("d,causal,options", [(128, True, dict(snake=True)), (64, "bottom_right", dict(snake=True)),
+@pytest.mark.parametrize("d,causal,options", [(128, True, dict(snake=False)), (64, "bottom_right", dict(snake=True)),
                                             (128, True, dict(snake=True, group=1)), (256, True, dict(snake=True))])
 def test_gpu_the_snake_task_order(d, causal, options):
     q, k, v, do = inputs(2, 8, 2, 3000, 3100, d, BF16, device="cuda")    # (96-100 tasks: one round on 132 SMs)
@@ -479,8 +481,8 @@ def test_causal_task_order_deals_every_block_every_row(rows, heads):
 
 @pytest.mark.parametrize("d,causal,deterministic,options", DQ_TILE_CASES)
 def test_the_dq_pass_tiles(d, causal, deterministic, options):
-    """The dQ pass's key/value tiles and ring other than DQ_TILES' (D256: 32 or 48 keys a tile with two stages in
-    the room of one of 64): partial query and key tiles, GQA, causal corners."""
+    """The dQ pass's key/value tiles and ring other than DQ_TILES' (D256: 64 keys a tile in one stage, or 48 with
+    two): partial query and key tiles, GQA, causal corners."""
     q, k, v, do = inputs(1, 4, 2, 150, 170, d, BF16)
     check(backward(q, k, v, do, causal, None, deterministic, options=options), (q, k, v, do), BF16, causal)
 
