@@ -3,7 +3,7 @@ kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274
 
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py cross-entropy [--dtype bf16|f32] [--widths 4096,8192]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096] [--ops rms,layer] [--directions forward]
-        [--weight-from-l2]
+        [--weight-from-l2] [--sums-in-shared]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096] [--directions backward]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096] [--directions forward]
 
@@ -81,6 +81,13 @@ def weight_from_l2_too(tried: dict) -> dict:
     (weight_in_registers=False: the registers it frees take more blocks an SM, e.g. rms at 1024 elements 79 -> 55
     with the prefetch under NVRTC), W in its name."""
     return {**tried, **{f"{name}W": {**o, "weight_in_registers": False} for name, o in tried.items()}}
+
+
+def sums_in_shared_too(tried: dict) -> dict:
+    """tried, and each split of it with the norm backward's weight (bias) partial sums in shared memory instead of
+    registers (sums_in_shared: room for 32 values a lane beside them, e.g. layer norm at 8192 over 8 warps, 2 blocks
+    an SM), ss in its name."""
+    return {**tried, **{f"{name}ss": {**o, "sums_in_shared": True} for name, o in tried.items()}}
 
 
 def one_step_too(tried: list[dict]) -> dict:
@@ -184,10 +191,12 @@ def timed_splits(tried: dict, launch_of, nbytes: int, copy: float, what: str) ->
         return {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
 
 
-def norms(width: int, ops: tuple | None = None, directions=("forward", "backward"), weight_from_l2=False) -> dict:
+def norms(width: int, ops: tuple | None = None, directions=("forward", "backward"), weight_from_l2=False,
+          sums_in_shared=False) -> dict:
     """{case: {split: fraction of the copy}} of the four norms (or `ops` of them), each way (or `directions`), at
     `width` (launches alone, as bench_memory_bound.py's variants); weight_from_l2: each split with the weight from
-    L1/L2 too (weight_from_l2_too)."""
+    L1/L2 too (weight_from_l2_too); sums_in_shared: each backward split with its weight sums in shared memory too
+    (sums_in_shared_too)."""
     import torch
 
     from benchmarks import bench_memory_bound as bench
@@ -204,13 +213,15 @@ def norms(width: int, ops: tuple | None = None, directions=("forward", "backward
             launch_of = bench.norm_launch_of(op, direction, rows, width)
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
-            tried = {**options, config_name(policy): {f: getattr(policy, f)
-                                                      for f in SPLIT_FIELDS + ("stages", "weight_in_registers")}}
+            fields = SPLIT_FIELDS + ("stages", "weight_in_registers", "stage", "sums_in_shared")
+            tried = {**options, config_name(policy): {f: getattr(policy, f) for f in fields}}
+            backward = direction == "backward"
             if width >= STAGED_NORM_WIDTH[direction]:                       # (the pieces in shared memory: S)
-                backward = direction == "backward"               # (its partial sums: fewer a lane over a cluster)
-                tried.update({staged_split_name(o): o for o in staged_pieces(
-                    width, dict(stage=True), (1, 2, 4, 8) if backward and width >= 8192 else clusters,
-                    (True,) if backward else (True, False))})
+                tried.update({staged_split_name(o): o for o in staged_pieces(      # (the backward's partial sums:
+                    width, dict(stage=True), (1, 2, 4, 8) if backward and width >= 8192 else clusters,   # fewer a
+                    (True,) if backward else (True, False))})                                            # lane over
+            if sums_in_shared and backward:                                                              # a cluster)
+                tried = sums_in_shared_too(tried)
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
@@ -314,7 +325,8 @@ def staged_split_name(o: dict) -> str:
     st<k> with k rows ahead."""
     return split_name(o) + ("S" if o.get("stage") else "") + ("D" if o.get("stage_dy") else "") \
         + (f"st{o['stages']}" if o.get("stages") else "") \
-        + ("W" if o.get("weight_in_registers") is False and not o.get("stage") else "")
+        + ("W" if o.get("weight_in_registers") is False and not o.get("stage") else "") \
+        + ("ss" if o.get("sums_in_shared") else "")
 
 
 def packed_splits(width: int) -> dict:
@@ -348,6 +360,8 @@ def main() -> None:
                         help="norms, glu, softmax: forward, backward or both")
     parser.add_argument("--weight-from-l2", action="store_true",
                         help="norms: each split with the weight read from L1/L2 a row too (W)")
+    parser.add_argument("--sums-in-shared", action="store_true",
+                        help="norms: each backward split with the weight sums in shared memory too (ss)")
     a = parser.parse_args()
     default = "512,1024,2048,4096,8192,16384,32768,65536,131072,262144" if a.group == "cross-entropy" else "4096"
     results = {}
@@ -358,7 +372,8 @@ def main() -> None:
         elif a.group == "softmax":
             cases = softmax(width, a.dtype, directions)
         elif a.group == "norms":
-            cases = norms(width, tuple(a.ops.split(",")) if a.ops else None, directions, a.weight_from_l2)
+            cases = norms(width, tuple(a.ops.split(",")) if a.ops else None, directions, a.weight_from_l2,
+                          a.sums_in_shared)
         else:
             cases = glu(width, directions)
         for direction in ("forward", "backward"):        # (the norms', the GLUs' and softmax's tables are by direction)

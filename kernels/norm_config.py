@@ -33,7 +33,9 @@ class NormConfig(RowSplit):
     `stages` (2 to 4; 0: none): the next rows' loads (x and the residual; backward: x and dy) in flight through
     shared memory instead (row_split.StagedRows), that many rows ahead. `stage`: each row's pieces of x and the
     residual (backward: x, dy and residual_out's gradient) through shared memory, read a chunk at a time, the
-    weight's chunks from L1/L2 (not weight_in_registers): a chunk in registers, several blocks an SM."""
+    weight's chunks from L1/L2 (not weight_in_registers): a chunk in registers, several blocks an SM.
+    `sums_in_shared` (backward with a weight): each warp's partial sums of the weight's (bias's) gradient in shared
+    memory, not registers (norm_kernel.WeightSums): 32 values a lane of x and dy where they spilled beside them."""
 
     kind: str
     direction: str
@@ -46,6 +48,7 @@ class NormConfig(RowSplit):
     weight_in_registers: bool = True
     stages: int = 0
     stage: bool = False
+    sums_in_shared: bool = False
 
     def __post_init__(self) -> None:
         fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES)
@@ -59,6 +62,10 @@ class NormConfig(RowSplit):
         if self.stage not in (True, False) or self.stage and pieces_in_registers:
             fail(f"stage (the row's pieces through shared memory) is without prefetch, stages or "
                  f"weight_in_registers; got {self.stage!r}")
+        if self.sums_in_shared not in (True, False) or self.sums_in_shared and not (
+                self.direction == "backward" and self.weight):
+            fail(f"sums_in_shared (the weight's gradient sums in shared memory) is the backward's with a weight; got "
+                 f"{self.sums_in_shared!r} for the {self.direction}{'' if self.weight else ' without a weight'}")
         if self.direction == "backward" and not self.persistent:
             fail("the backward's weight and bias sums take a workspace row a row group of the grid: persistent only")
 
@@ -67,5 +74,6 @@ class NormConfig(RowSplit):
         tags = [f"{self.kind}_norm", "fwd" if self.direction == "forward" else "bwd", self.dtype, str(self.width),
                 self.weight and f"w{self.weight}", self.bias and "bias", self.residual and "residual",
                 self.split_name, self.prefetch and "prefetch", self.stages and f"st{self.stages}",
-                self.stage and "stage", not self.weight_in_registers and self.weight and not self.stage and "wl2"]
+                self.stage and "stage", not self.weight_in_registers and self.weight and not self.stage and "wl2",
+                self.sums_in_shared and "ssum"]
         return "_".join(t for t in tags if t)

@@ -11,10 +11,10 @@ Forward: h = x (+ residual, rounded to the dtype: residual_out); rms: rstd = rsq
 layer: mean, then var = mean((h - mean)^2) from the registers (two passes over them, one over memory), y = (h -
 mean) rstd w + b. Backward, from h, dy, the saved statistics: xhat = (h - mean) rstd, g = dy w;
 rms: dx = rstd (g - xhat mean(g xhat)); layer: dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ the gradient of
-residual_out); each warp adds dy xhat (and dy) of its rows into registers, and writes them once, after its last row,
-into a row of an fp32 workspace (one row per row group of the grid), which column_sums adds up in one launch for
-the weight and the bias (blocks on every SM, each a slice of the workspace's rows, the last of a column's adding the
-slices' sums): no second pass over the rows.
+residual_out); each warp adds dy xhat (and dy) of its rows into registers (`sums_in_shared`: into shared memory,
+WeightSums), and writes them once, after its last row, into a row of an fp32 workspace (one row per row group of
+the grid), which column_sums adds up in one launch for the weight and the bias (blocks on every SM, each a slice of
+the workspace's rows, the last of a column's adding the slices' sums): no second pass over the rows.
 
 `stage` (both directions): each warp's pieces of the row through shared memory instead (row_split.SharedPieces),
 a chunk of each in registers at a time, so that more blocks an SM keep their rows' bytes in flight.
@@ -257,13 +257,9 @@ def backward_kernel(c: NormConfig):
         xhat, g = tk.rv(f32, piece, "contig"), tk.rv(f32, piece, "contig")
         d = tk.rv(dt, piece, "contig") if c.residual else None          # residual_out's gradient (packed pairs)
         if c.weight:
-            w, dw = tk.rv(wt, piece, "contig"), tk.rv(f32, piece, "contig")
-            tk.zero(dw)
+            w, sums = tk.rv(wt, piece, "contig"), WeightSums(c, piece, 1)
             if c.weight_in_registers:
                 tk.load(w, weight, (part,), fill=0.0)
-            if c.bias:
-                db = tk.rv(f32, piece, "contig")
-                tk.zero(db)
         if c.prefetch:                                       # the next row's x and dy, in flight a row ahead
             ahead = [tk.rv(dt, piece, "contig", name=f"ahead_{t}") for t in ("x", "dy")]
             first = split.row_of(c, split.first_step(c))
@@ -296,9 +292,7 @@ def backward_kernel(c: NormConfig):
             else:
                 tk.mul(xhat, xhat, r)
             if c.weight:
-                tk.map(dw, lambda a, g, x: a + g * x, dw, g, xhat)
-                if c.bias:
-                    tk.add(db, db, g)
+                sums.add(0, g, xhat)
                 if not c.weight_in_registers:
                     tk.load(w, weight, (part,), fill=0.0)
                 tk.mul(g, g, w)                              # the gradient of xhat
@@ -313,16 +307,65 @@ def backward_kernel(c: NormConfig):
                 tk.add(g, g, d)
             tk.store(dx, g, (row, part), masked=True)
         if c.weight:
-            slot = _partials_slot(c)
-            tk.store(dweight, dw, (slot, part), masked=True)
-            if c.bias:
-                tk.store(dbias, db, (slot, part), masked=True)
+            sums.store((dweight, dbias), lambda k: part)
     return norm_backward
 
 
-def _partials_slot(c: NormConfig):
-    """The workspace row of this warp's weight (bias) partial sums: its row group of the grid."""
-    return tk.let(split.first_step(c) * c.rows_per_block + tk.warp_id() // c.warps_per_row, "slot")
+class WeightSums:
+    """This warp's partial sums of the weight's gradient, dy xhat (and the bias's, dy), over its rows: fp32 vectors
+    of `length` values in `segments` pieces, in registers, or with `sums_in_shared` in shared memory, each lane
+    reading and writing only its own values (no barrier), their registers free between the rows' updates (room
+    for more values a lane or more blocks an SM). `store` writes them after the last row into the workspace row of
+    this warp's row group of the grid."""
+
+    def __init__(self, c: NormConfig, length: int, segments: int):
+        self.c, self.tensors, self.segments = c, 2 if c.bias else 1, segments
+        names = ("dw", "db")[:self.tensors]
+        if c.sums_in_shared:
+            self.slots = tk.sv(f32, length, count=c.warps * self.tensors * segments, name="weight_sums")
+            self.base = tk.let(tk.warp_id() * self.tensors * segments, "sums_base")
+            self.held = [tk.rv(f32, length, "contig", name=n) for n in names]
+            for t, held in enumerate(self.held):
+                tk.zero(held)
+                for k in range(segments):
+                    tk.store(self._slot(t, k), held)
+        else:
+            self.regs = [[tk.rv(f32, length, "contig", name=n if segments == 1 else f"{n}_{k}")
+                          for k in range(segments)] for n in names]
+            for v in (v for regs in self.regs for v in regs):
+                tk.zero(v)
+
+    def _slot(self, t: int, k: int):
+        return self.slots[self.base + t * self.segments + k]
+
+    def _update(self, t: int, k: int, op) -> None:
+        """op(sums) on tensor t's segment k, read from shared memory and written back there where they live."""
+        if self.c.sums_in_shared:
+            tk.load(self.held[t], self._slot(t, k))
+            op(self.held[t])
+            tk.store(self._slot(t, k), self.held[t])
+        else:
+            op(self.regs[t][k])
+
+    def add(self, k: int, g, xhat) -> None:
+        """Segment k's sums plus this row's: g xhat (and g), g the row's dy."""
+        self._update(0, k, lambda acc: tk.map(acc, lambda a, g, x: a + g * x, acc, g, xhat))
+        if self.tensors == 2:
+            self._update(1, k, lambda acc: tk.add(acc, acc, g))
+
+    def store(self, outs: tuple, col_of) -> None:
+        """Into the workspaces `outs` (the weight's, the bias's), segment k at column col_of(k) (in pieces of the
+        segment's length)."""
+        slot = tk.let(split.first_step(self.c) * self.c.rows_per_block + tk.warp_id() // self.c.warps_per_row,
+                      "slot")
+        for k in range(self.segments):
+            for t in range(self.tensors):
+                if self.c.sums_in_shared:
+                    tk.load(self.held[t], self._slot(t, k))
+                    value = self.held[t]
+                else:
+                    value = self.regs[t][k]
+                tk.store(outs[t], value, (slot, col_of(k)), masked=True)
 
 
 def _staged_backward(c: NormConfig, tensors, part) -> None:
@@ -341,10 +384,7 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
     sum_gx = tk.rv(f32, CHUNK, "contig", name="sum_gx")        # the row's sums of g * xhat (and of g) so far
     sum_g = tk.rv(f32, CHUNK, "contig", name="sum_g") if layer else None
     w = tk.rv(wt, CHUNK, "contig", name="w") if c.weight else None
-    dw = [tk.rv(f32, CHUNK, "contig", name=f"dw_{k}") for k in chunks] if c.weight else []
-    db = [tk.rv(f32, CHUNK, "contig", name=f"db_{k}") for k in chunks] if c.bias else []
-    for v in dw + db:
-        tk.zero(v)
+    sums = WeightSums(c, CHUNK, pieces.segments) if c.weight else None
 
     def chunk_grads(k, r, mu, unweighted=None) -> None:
         """xhat and g of chunk k: dy, then (with the weight) the gradient of xhat; `unweighted(k)` runs between."""
@@ -361,12 +401,6 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
             tk.load(w, weight, (pieces.col(part, k),), fill=0.0)
             tk.mul(g, g, w)
 
-    def partial_sums(k) -> None:
-        """Chunk k's weight (bias) partial sums: dy xhat (and dy)."""
-        tk.map(dw[k], lambda a, g, x: a + g * x, dw[k], g, xhat)
-        if c.bias:
-            tk.add(db[k], db[k], g)
-
     for step in split.steps(c, x.rows):
         row = split.row_of(c, step)
         pieces.start(row, part)                              # (0 past the rows and the row's end)
@@ -381,7 +415,7 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
         if layer:
             tk.zero(sum_g)
         for k in chunks:
-            chunk_grads(k, r, mu, partial_sums if c.weight else None)
+            chunk_grads(k, r, mu, (lambda k: sums.add(k, g, xhat)) if c.weight else None)
             tk.map(sum_gx, lambda a, g, x: a + g * x, sum_gx, g, xhat)
             if layer:
                 tk.add(sum_g, sum_g, g)
@@ -401,11 +435,7 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
                 tk.add(g, g, held)
             tk.store(dx, g, (row, pieces.col(part, k)), masked=True)
     if c.weight:
-        slot = _partials_slot(c)
-        for k in chunks:
-            tk.store(dweight, dw[k], (slot, pieces.col(part, k)), masked=True)
-            if c.bias:
-                tk.store(dbias, db[k], (slot, pieces.col(part, k)), masked=True)
+        sums.store((dweight, dbias), lambda k: pieces.col(part, k))
 
 
 @functools.cache

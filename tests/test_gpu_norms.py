@@ -85,6 +85,25 @@ def test_the_pieces_in_shared_memory(kind, case):
           backward_options=backward)
 
 
+# the weight sums in shared memory (sums_in_shared) at the splits they open: 32 values a lane at 8192 over 8 warps
+# (2 blocks an SM) and at 16384 over 16, the rows ahead through shared memory, the staged pieces, a ragged width
+SUMS_IN_SHARED = [(8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0)),
+                  (16384, dict(warps_per_row=16, rows_per_block=1, cluster=1, blocks_per_sm=1, prefetch=False,
+                               stages=0)),
+                  (4096, dict(warps_per_row=4, rows_per_block=2, blocks_per_sm=1, prefetch=False, stages=2)),
+                  (8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=1, prefetch=False, stages=0,
+                              stage=True, weight_in_registers=False)),
+                  (6000, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0))]
+
+
+@pytest.mark.parametrize("case", range(len(SUMS_IN_SHARED)))
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_weight_sums_in_shared_memory(kind, case):
+    width, split = SUMS_IN_SHARED[case]
+    check(kind, 300, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options={},
+          backward_options=dict(split, sums_in_shared=True))
+
+
 def test_the_benchmark_shape():
     for kind in ("rms", "layer"):
         check(kind, 16384, 4096, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda")

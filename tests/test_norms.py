@@ -24,6 +24,7 @@ import gpu_util
 from counted_calls import Calls
 from tkpy.kernels import layer_norm, rms_norm
 from tkpy.kernels import norm_kernel, norm_launch, norm_policy
+from tkpy.kernels.norm_config import NormConfig
 
 ULP = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -10, torch.float32: 2 ** -16}
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "norm_policy.json"
@@ -225,6 +226,37 @@ def test_the_backward_with_the_pieces_in_shared_memory(kind, weight, residual, o
     time, each chunk's weight and bias partial sums its own): every norm form, the forward the policy's."""
     check(kind, 7, 1000, torch.bfloat16, weight=weight, bias=kind == "layer" and weight, residual=residual,
           options={}, backward_options=options)
+
+
+SUMS_IN_SHARED = [dict(warps_per_row=2, rows_per_block=2, sums_in_shared=True),      # 2 row groups a block
+                  dict(warps_per_row=1, rows_per_block=2, cluster=2, prefetch=False, stages=2, sums_in_shared=True),
+                  dict(warps_per_row=2, rows_per_block=2, stage=True, sums_in_shared=True)]   # a chunk's sums each
+
+
+@pytest.mark.parametrize("options", SUMS_IN_SHARED, ids=["ssum", "cluster2-stages2-ssum", "stage-ssum"])
+@pytest.mark.parametrize("kind,bias,residual", [("rms", False, True), ("layer", True, True), ("layer", True, False),
+                                                ("layer", False, False)])
+def test_the_backward_with_the_weight_sums_in_shared_memory(kind, bias, residual, options):
+    """`sums_in_shared`: each warp's partial sums of the weight's (bias's) gradient in shared memory, over 7 rows of
+    1000 (a ragged last piece), in the backward from registers, from the rows ahead, and from the staged pieces."""
+    check(kind, 7, 1000, torch.bfloat16, weight=True, bias=bias, residual=residual, options={},
+          backward_options=options)
+
+
+def test_the_weight_sums_in_shared_memory_free_the_registers_of_32_values_a_lane():
+    """NVRTC (no GPU): layer norm's fullest backward (weight, bias, residual) at 8192 over 8 warps, 2 blocks an SM
+    (the 128-register cap), 32 values a lane: with the sums in shared memory, no spills (in registers NVRTC 13.0
+    and 13.5 spill hundreds of bytes)."""
+    c = norm_policy.config_for("layer", "backward", 8192, "bf16", "bf16", True, True, warps_per_row=8,
+                               rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0, sums_in_shared=True)
+    x, st, w, part = (torch.empty(64, 8192, dtype=torch.bfloat16), torch.empty(64),
+                      torch.empty(8192, dtype=torch.bfloat16), torch.empty(8, 8192))
+    r = norm_kernel.backward_kernel(c).resources(x, x, x, w, st, st, x, part, part, torch.empty(8, dtype=torch.int32))
+    assert c.values_per_lane == 32 and r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+    with pytest.raises(ValueError, match="sums_in_shared"):
+        NormConfig("rms", "forward", 4096, warps_per_row=4, sums_in_shared=True)
+    with pytest.raises(ValueError, match="without a weight"):
+        NormConfig("rms", "backward", 4096, weight=None, warps_per_row=4, sums_in_shared=True)
 
 
 def check_a_mean_far_from_zero(device="cpu"):
