@@ -191,6 +191,35 @@ def timed_splits(tried: dict, launch_of, nbytes: int, copy: float, what: str) ->
         return {n: v / copy for n, v in bench.variant_gbps(live, nbytes, launch_of).items() if v == v}
 
 
+# The options of the tables' rows that a plain split has off: set on every split that does not set them itself, so
+# that a split runs as its name says whatever the policy's table row for its width has (over_table keeps the
+# table's fields that a split does not force).
+PLAIN_NORM = dict(stage=False, weight_in_registers=True, sums_in_shared=False)
+PLAIN_SOFTMAX = dict(stage=False, stage_dy=False, stages=0)
+
+
+def plain(tried: dict, fields: dict) -> dict:
+    """tried, each split with `fields` (PLAIN_NORM, PLAIN_SOFTMAX) where it does not set them."""
+    return {name: {**fields, **o} for name, o in tried.items()}
+
+
+def norm_splits(width: int, direction: str, policy, weight_from_l2=False, sums_in_shared=False) -> dict:
+    """name -> NormConfig fields of the splits tried at `width` in `direction`, the policy's config `policy` among
+    them (see norms)."""
+    clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
+    tried = plain(staged_too(splits(width, clusters=clusters, most_values=32)), PLAIN_NORM)
+    if weight_from_l2:
+        tried = weight_from_l2_too(tried)
+    fields = SPLIT_FIELDS + ("stages", "weight_in_registers", "stage", "sums_in_shared")
+    tried[config_name(policy)] = {f: getattr(policy, f) for f in fields}
+    backward = direction == "backward"
+    if width >= STAGED_NORM_WIDTH[direction]:                 # (the pieces in shared memory: S; the backward's
+        tried.update({staged_split_name(o): {**o, "sums_in_shared": False} for o in staged_pieces(    # partial
+            width, dict(stage=True), (1, 2, 4, 8) if backward and width >= 8192 else clusters,   # sums: fewer a
+            (True,) if backward else (True, False))})                                            # lane over a
+    return sums_in_shared_too(tried) if sums_in_shared and backward else tried                   # cluster)
+
+
 def norms(width: int, ops: tuple | None = None, directions=("forward", "backward"), weight_from_l2=False,
           sums_in_shared=False) -> dict:
     """{case: {split: fraction of the copy}} of the four norms (or `ops` of them), each way (or `directions`), at
@@ -202,10 +231,6 @@ def norms(width: int, ops: tuple | None = None, directions=("forward", "backward
     from benchmarks import bench_memory_bound as bench
     from tkpy.kernels.norm_policy import config_for
     rows = ELEMENTS // width
-    clusters = (1,) if width <= 16384 else (1, 2, 4, 8)          # (a row past 16384 elements spans blocks)
-    options = staged_too(splits(width, clusters=clusters, most_values=32))
-    if weight_from_l2:
-        options = weight_from_l2_too(options)
     copy = bench.copy_gbps({}, rows, width, torch.bfloat16)
     cases = {}
     for op in ops or bench.OPS:
@@ -213,15 +238,7 @@ def norms(width: int, ops: tuple | None = None, directions=("forward", "backward
             launch_of = bench.norm_launch_of(op, direction, rows, width)
             kind = "rms" if op.startswith("rms") else "layer"
             policy = config_for(kind, direction, width, "bf16", "bf16", kind == "layer", "residual" in op)
-            fields = SPLIT_FIELDS + ("stages", "weight_in_registers", "stage", "sums_in_shared")
-            tried = {**options, config_name(policy): {f: getattr(policy, f) for f in fields}}
-            backward = direction == "backward"
-            if width >= STAGED_NORM_WIDTH[direction]:                       # (the pieces in shared memory: S)
-                tried.update({staged_split_name(o): o for o in staged_pieces(      # (the backward's partial sums:
-                    width, dict(stage=True), (1, 2, 4, 8) if backward and width >= 8192 else clusters,   # fewer a
-                    (True,) if backward else (True, False))})                                            # lane over
-            if sums_in_shared and backward:                                                              # a cluster)
-                tried = sums_in_shared_too(tried)
+            tried = norm_splits(width, direction, policy, weight_from_l2, sums_in_shared)
             got = timed_splits(tried, launch_of, bench.bytes_of(op, direction, rows, width), copy, f"{op} {direction}")
             case = f"{op} {direction} {width}"
             report(case, got, config_name(policy), f"of {len(tried)} (copy {copy:.0f} GB/s)")
@@ -286,14 +303,7 @@ def softmax(width: int, dtype: str, directions=("forward", "backward")) -> dict:
             tile = {"tile": bench.SOFTMAX_PACKED_VARIANTS["the tile kernels"]}
             tried = {**tile, **(packed_splits(width) if width in PACKED_WIDTHS else {})}
         else:
-            tried = one_step_too(splits(width, most_values=32))
-            if direction == "forward":                   # (the rows ahead through shared memory: its `stages`)
-                tried.update({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]})
-            if width >= STAGED_PIECE_WIDTH:              # (x's, or y's and dy's, pieces in shared memory)
-                staged = dict(stage=True, stage_dy=True) if direction == "backward" else dict(stage=True)
-                tried.update({staged_split_name(o): o for o in staged_pieces(width, staged)})
-            tried.setdefault(config_name(policy),
-                             {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stage_dy", "stages")})
+            tried = softmax_splits(width, direction, policy)
         got = timed_splits(tried, launch_of, bench.softmax_bytes(direction, rows, width, x.element_size()), copy,
                            f"softmax {direction}")
         case = f"softmax {dtype} {direction} {width}"
@@ -301,6 +311,21 @@ def softmax(width: int, dtype: str, directions=("forward", "backward")) -> dict:
         report(case, got, policy_name, f"of {len(tried)} (copy {copy:.0f} GB/s)")
         cases[case] = got
     return cases
+
+
+def softmax_splits(width: int, direction: str, policy) -> dict:
+    """name -> SoftmaxConfig fields of the split kernels' splits tried at `width` (past TILE_WIDTH) in `direction`,
+    the policy's config `policy` among them (see softmax)."""
+    tried = plain(one_step_too(splits(width, most_values=32)), PLAIN_SOFTMAX)
+    if direction == "forward":                           # (the rows ahead through shared memory: its `stages`)
+        tried.update({n: {**PLAIN_SOFTMAX, **o} for n, o in staged_too(splits(width, most_values=32)).items()
+                      if o["stages"]})
+    if width >= STAGED_PIECE_WIDTH:                      # (x's, or y's and dy's, pieces in shared memory)
+        staged = dict(stage=True, stage_dy=direction == "backward")
+        tried.update({staged_split_name(o): o for o in staged_pieces(width, staged)})
+    tried.setdefault(config_name(policy), {f: getattr(policy, f) for f in SPLIT_FIELDS + ("stage", "stage_dy",
+                                                                                          "stages")})
+    return tried
 
 
 STAGED_PIECE_WIDTH = 4096       # softmax from this wide: the splits with the pieces in shared memory too

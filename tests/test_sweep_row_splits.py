@@ -57,15 +57,31 @@ def test_the_glu_splits_are_configs_within_an_sm():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
-def test_the_softmax_splits_are_configs(dtype):
-    from benchmarks.sweep_row_splits import config_name, staged_too
+@pytest.mark.parametrize("width", [4096, 8192, 16384])
+def test_the_softmax_splits_are_configs(dtype, width):
+    """Every split softmax_splits tries, each direction, is the config its name says, whatever the table's row at
+    that width has (its pieces through shared memory at f32 4096 and bf16 8192: not the plain splits')."""
+    from benchmarks.sweep_row_splits import config_name, softmax_splits
     from tkpy.kernels.softmax_policy import config_for
-    tried = splits(4096, most_values=32)
-    for o in tried:
-        for direction in ("forward", "backward"):
-            assert split_name(vars(config_for(direction, 4096, dtype, **o))) == split_name(o)
-    for name, o in staged_too(tried).items():             # (the forward's rows ahead through shared memory)
-        assert config_name(config_for("forward", 4096, dtype, **o)) == name
+    for direction in ("forward", "backward"):
+        tried = softmax_splits(width, direction, config_for(direction, width, dtype))
+        assert any(o["stage"] for o in tried.values()) and any(not o["stage"] for o in tried.values())
+        for name, o in tried.items():
+            assert config_name(config_for(direction, width, dtype, **o)) == name, (direction, o)
+
+
+@pytest.mark.parametrize("direction,width", [("forward", 8192), ("backward", 4096), ("backward", 8192)])
+def test_the_norm_splits_are_configs(direction, width):
+    """Every split norm_splits tries (with the weight-from-L2 and the sums-in-shared twins) is the config its name
+    says, whatever the table's row has (forward 8192: the pieces through shared memory, the weight from L2)."""
+    from benchmarks.sweep_row_splits import config_name, norm_splits
+    from tkpy.kernels.norm_policy import config_for
+    policy = config_for("layer", direction, width, "bf16", "bf16", True, True)
+    tried = norm_splits(width, direction, policy, weight_from_l2=True, sums_in_shared=True)
+    assert any(n.endswith("ss") for n in tried) == (direction == "backward")
+    for name, o in tried.items():
+        c = config_for("layer", direction, width, "bf16", "bf16", True, True, **o)
+        assert config_name(c) == name and c.sums_in_shared == name.endswith("ss"), (name, c.name)
 
 
 def test_the_norm_splits_with_the_weight_from_l2_are_named_as_the_configs():
