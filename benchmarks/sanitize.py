@@ -97,18 +97,24 @@ def cases() -> dict:
     out["layer_norm 16384 + residual, pieces through shared memory"] = lambda: layer_norm(
         r(5, 16384), 16384, r(16384), r(16384), residual=r(5, 16384))
 
-    def staged_norm_backward(kind, width, split, rows=37):     # the backward's pieces through shared memory
+    def norm_backward(kind, width, split, rows=37):     # the backward of a split of its own
         from tkpy.kernels import norm_launch
         x, w, dy, dres = r(rows, width), r(width), r(rows, width), r(rows, width)
         _, _, mean, rstd = norm_launch.forward(kind, x, [width], w, r(width) if kind == "layer" else None, None,
                                                1e-5, {})
-        norm_launch.backward(kind, dy, dres, x, w, mean, rstd, [width], kind == "layer", dict(split, stage=True))
+        norm_launch.backward(kind, dy, dres, x, w, mean, rstd, [width], kind == "layer", split)
     for width, split in ((8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2)),
                          (16384, dict(warps_per_row=8, rows_per_block=1, cluster=2, blocks_per_sm=2)),
                          (3000, dict(warps_per_row=2, rows_per_block=2, blocks_per_sm=4))):
         for kind in ("rms", "layer"):
             out[f"{kind}_norm {width} backward, pieces through shared memory"] = \
-                lambda k=kind, n=width, o=split: staged_norm_backward(k, n, o)
+                lambda k=kind, n=width, o=split: norm_backward(k, n, dict(o, stage=True))
+    for width, split in ((8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0)),
+                         (3000, dict(warps_per_row=4, rows_per_block=2, blocks_per_sm=2, prefetch=False, stages=2)),
+                         (8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=1, stage=True))):
+        for kind in ("rms", "layer"):                    # (each warp's weight sums in shared memory)
+            out[f"{kind}_norm {width} backward, weight sums in shared memory{', staged' if 'stage' in split else ''}"] \
+                = lambda k=kind, n=width, o=split: norm_backward(k, n, dict(o, sums_in_shared=True))
 
     def softmax_both(rows, width, dtype):      # forward and backward of a wide row's split
         x = r(rows, width, dtype=dtype).requires_grad_()
