@@ -313,9 +313,9 @@ def backward_kernel(c: NormConfig):
 
 class WeightSums:
     """This warp's partial sums of the weight's gradient, dy xhat (and the bias's, dy), over its rows: fp32 vectors
-    of `length` values in `segments` pieces, in registers, or with `sums_in_shared` in shared memory, each lane
-    reading and writing only its own values (no barrier), their registers free between the rows' updates (room
-    for more values a lane or more blocks an SM). `store` writes them after the last row into the workspace row of
+    of `length` values in `segments` pieces, in registers, or with `sums_in_shared` in shared memory (tk.store /
+    tk.load private=True: each lane its own values, no barrier, no bank conflicts), their registers free between
+    the rows' updates (room for more values a lane or more blocks an SM). `store` writes them after the last row into the workspace row of
     this warp's row group of the grid."""
 
     def __init__(self, c: NormConfig, length: int, segments: int):
@@ -328,7 +328,7 @@ class WeightSums:
             for t, held in enumerate(self.held):
                 tk.zero(held)
                 for k in range(segments):
-                    tk.store(self._slot(t, k), held)
+                    tk.store(self._slot(t, k), held, private=True)
         else:
             self.regs = [[tk.rv(f32, length, "contig", name=n if segments == 1 else f"{n}_{k}")
                           for k in range(segments)] for n in names]
@@ -341,9 +341,9 @@ class WeightSums:
     def _update(self, t: int, k: int, op) -> None:
         """op(sums) on tensor t's segment k, read from shared memory and written back there where they live."""
         if self.c.sums_in_shared:
-            tk.load(self.held[t], self._slot(t, k))
+            tk.load(self.held[t], self._slot(t, k), private=True)
             op(self.held[t])
-            tk.store(self._slot(t, k), self.held[t])
+            tk.store(self._slot(t, k), self.held[t], private=True)
         else:
             op(self.regs[t][k])
 
@@ -361,7 +361,7 @@ class WeightSums:
         for k in range(self.segments):
             for t in range(self.tensors):
                 if self.c.sums_in_shared:
-                    tk.load(self.held[t], self._slot(t, k))
+                    tk.load(self.held[t], self._slot(t, k), private=True)
                     value = self.held[t]
                 else:
                     value = self.regs[t][k]

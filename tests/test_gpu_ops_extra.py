@@ -240,6 +240,46 @@ def test_subvecs(dt):
     subvec_case(dt).run()
 
 
+# -- lane-private shared vectors (tk.store / tk.load private=True): a warp's scratch, in the lanes' own order ------
+@functools.cache
+def private_vector_kernel(chunks):
+    n = 256 * chunks
+
+    @tk.kernel(warps=2, name=f"private_vectors_{chunks}")
+    def k(x: tk.gl[f32, "R", n], y: tk.gl[f32, 2, "R", n]):
+        scratch = tk.sv(f32, n, count=2)
+        w, row = tk.warp_id(), tk.block_idx.x * 2 + tk.warp_id()
+        v = tk.rv(f32, n, "contig")
+        tk.load(v, x, (row, 0))
+        tk.store(scratch[w], v, private=True)
+        tk.zero(v)
+        tk.load(v, scratch[w], private=True)                    # (the lane's own values: no warp_sync)
+        tk.mul(v, v, 2.0)
+        tk.store(y, v, (0, row, 0))
+        tk.warp_sync()
+        tk.store(y, scratch[w], (1, row, 0))                    # the private order itself, as the sv holds it
+    return k
+
+
+def private_vector_case(chunks, device="cuda") -> Case:
+    n = 256 * chunks
+    x = rand(4, n, dtype=torch.float32, device=device)
+    y = poisoned(2, *x.shape, dtype=torch.float32, device=device)
+
+    def check():
+        e = torch.arange(n)
+        place = ((2 * (e // 256) + e % 8 // 4) * 32 + e % 256 // 8) * 4 + e % 4    # lane l's 16-byte words 2c, 2c+1
+        order = torch.empty_like(x)
+        order[:, place.to(x.device)] = x
+        assert torch.equal(y[0], x * 2) and torch.equal(y[1], order)
+    return Case(private_vector_kernel(chunks), (2,), (x, y), check)
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_private_vectors(chunks):
+    private_vector_case(chunks).run()
+
+
 # -- subtiles: shared windows (nested, runtime coordinates, every swizzle) and register row windows -----
 @functools.cache
 def subtile_kernel(dt, cols, swizzle, sub_cols):
@@ -686,6 +726,7 @@ def test_mma_variants(name, dt, m, n, k):
 # Every case above, for tests/test_warp_ops_cpu.py: (builder, parameter lists).
 ALL_CASES = [(swap_case, SWAP_PARAMS), (transpose_case, TRANSPOSE_PARAMS), (vector_layout_case, VECTOR_PARAMS),
              (shared_vector_case, SHARED_VECTOR_PARAMS), (subvec_case, [("bf16",), ("f32",)]),
+             (private_vector_case, [(1,), (3,)]),
              (subtile_case, SUBTILE_PARAMS), (mask_case, MASK_PARAMS),
              (map_case, MAP_PARAMS), (map_broadcast_case, MAP_BROADCAST_PARAMS),
              (exp2_emulated_case, EXP2_EMULATED_PARAMS),

@@ -37,13 +37,13 @@ def emit_store_add_gl_rt(em, op):
 @emits("load_rt_st", "load_rv_sv")
 def emit_load_rt_st(em, op):
     dst, src = op.args
-    yield f"tk::load({dst.name}, {operand(src)});"
+    yield f"tk::load{'_private' if op.attrs.get('private') else ''}({dst.name}, {operand(src)});"
 
 
 @emits("store_st_rt", "store_sv_rv")
 def emit_store_st_rt(em, op):
     dst, src = op.args
-    yield f"tk::store({operand(dst)}, {src.name});"
+    yield f"tk::store{'_private' if op.attrs.get('private') else ''}({operand(dst)}, {src.name});"
 
 
 @emits("load_st_gl", "load_sv_gl")

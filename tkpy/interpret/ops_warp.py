@@ -7,6 +7,8 @@ dtype, as the prelude's `to_float` / `from_float` do.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir.core import Var
@@ -68,19 +70,35 @@ def _flushed(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
-@semantics("load_rt_st", "load_rv_sv")
+@semantics("load_rt_st", "load_rv_sv", attrs=("private",))
 def load_rt_st(warp, op):
     dst, src = op.args
     tile = warp.shared_tile(src)
     raw = warp.block.shared.read(tile, _elements(warp, tile), f"load into `{dst.name}`", op.loc)
+    if op.attrs.get("private"):                      # (the GPU's order of the lanes', prelude load_private)
+        raw = raw.reshape(-1)[_private_order(tile.type.length)]
     warp.write(dst, decode(tile.type.dtype, raw).reshape(_shape(dst)))
 
 
-@semantics("store_st_rt", "store_sv_rv")
+@semantics("store_st_rt", "store_sv_rv", attrs=("private",))
 def store_st_rt(warp, op):
     dst, src = op.args
     tile = warp.shared_tile(dst)
-    warp.block.shared.write(tile, encode(tile.type.dtype, warp.read(src)), _elements(warp, tile))
+    values = encode(tile.type.dtype, warp.read(src))
+    if op.attrs.get("private"):
+        placed = np.empty_like(values)
+        placed[_private_order(tile.type.length)] = values
+        values = placed
+    warp.block.shared.write(tile, values, _elements(warp, tile))
+
+
+@functools.cache
+def _private_order(length: int) -> np.ndarray:
+    """Where a private store puts each value of an fp32 contig vector of `length` (element c * 256 + 8 l + k of
+    lane l's chunk c): 16-byte word (2 c + k // 4) * 32 + l, its value k % 4 (prelude store_private)."""
+    e = np.arange(length)
+    c, lane, k = e // 256, e % 256 // 8, e % 8
+    return ((2 * c + k // 4) * 32 + lane) * 4 + k % 4
 
 
 @semantics("load_st_gl", "load_sv_gl", "load_async", attrs=("scope", "fill", "masked"))

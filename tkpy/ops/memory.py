@@ -20,12 +20,16 @@ from .vector_reduce import group_reduce, merge_softmax, merge_variance
 SCOPES = {"warp": 1, "warpgroup": 4, "block": None}  # warps taking part (None: all)
 
 
-def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
+def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None, private: bool = False):
     """Load `dst` from `src`: rt <- gl, rt <- st, st <- gl, rv <- gl, rv <- sv, sv <- gl, scalar <- gl / sv
     (dtype converted into registers). Loads from a global tensor are bounds-checked with `masked=True` or a `fill`
     value (elements past the tensor's last row or column read as `fill`, default 0), and
     automatically when a static dim is not a multiple of the tile. A float tk.var destination loads one element
-    (tkpy/ops/scalar_memory.py)."""
+    (tkpy/ops/scalar_memory.py). `private=True` (an fp32 contig rv <- an fp32 sv): what tk.store(sv, rv,
+    private=True) wrote, each lane its own values in an order of the lanes' (bank-conflict-free 16-byte accesses):
+    a warp's scratch in shared memory, for values its registers cannot hold between uses."""
+    if private:
+        return _private("load", dst, src, coord)
     if is_scalar_destination(dst):
         return load_scalar(dst, src, coord, fill, masked)
     dst, src = operand(dst, "load destination"), operand(src, "load source")
@@ -48,11 +52,14 @@ def load(dst, src, coord=None, *, scope: str = "warp", masked=None, fill=None):
     raise UnsupportedError(f"load into {describe(dst)} from {describe(src)} is not supported", user_loc())
 
 
-def store(dst, src, coord=None, *, scope: str = "warp", masked=None):
+def store(dst, src, coord=None, *, scope: str = "warp", masked=None, private: bool = False):
     """Store `src` into `dst`: gl <- rt, st <- rt, gl <- st, gl <- rv, sv <- rv, gl <- sv, gl / sv <- scalar
     (dtype converted out of registers). Stores into a global tensor skip the elements past its last row or column
     with `masked=True`, and automatically when a static dim is not a multiple of the tile. A scalar `src` (a
-    runtime scalar or a number) stores one element (tkpy/ops/scalar_memory.py)."""
+    runtime scalar or a number) stores one element (tkpy/ops/scalar_memory.py). `private=True` (an fp32 sv <- an
+    fp32 contig rv): lane-private, for tk.load(..., private=True) by the same warp only (see tk.load)."""
+    if private:
+        return _private("store", dst, src, coord)
     if is_scalar_value(src):
         return store_scalar(dst, src, coord, masked)
     dst, src = operand(dst, "store destination"), operand(src, "store source")
@@ -94,6 +101,22 @@ def store_add(dst, src, coord=None, *, scope: str = "warp", masked=None):
             fail(f"store_add adds fp32 into fp32: its {what} {describe(x)} is {x.type.dtype}; {fix}")
     return emit("store_add_gl_rt", dst, src, _register_coord(coord, scope, "store_add", dst),
                 **_bounds(src, dst, masked, None, "store_add"))
+
+
+def _private(what: str, dst, src, coord):
+    """tk.load / tk.store with private=True: a warp's fp32 contig vector to or from an fp32 shared vector of its
+    length, lane-private (prelude: load_private, store_private)."""
+    dst, src = operand(dst, f"{what} destination"), operand(src, f"{what} source")
+    shared, regs = (dst, src) if what == "store" else (src, dst)
+    if not (isinstance(regs.type, RV) and isinstance(shared.type, SV)):
+        fail(f"private=True moves a register vector to or from a shared one (tk.{what}(sv, rv) / tk.load(rv, sv)); "
+             f"got {describe(dst)} <- {describe(src)}")
+    if regs.type.layout != "contig" or regs.type.dtype != f32 or shared.type.dtype != f32:
+        fail(f"private=True takes fp32 vectors of the contig layout (tk.rv(tk.f32, n, \"contig\"), tk.sv(tk.f32, n)); "
+             f"got {describe(regs)} and {describe(shared)}")
+    _no_coord(coord, f"private {what}")
+    same_shape(regs, shared, what)
+    return emit("store_sv_rv" if what == "store" else "load_rv_sv", dst, src, private=True)
 
 
 def _scope(scope: str) -> str:

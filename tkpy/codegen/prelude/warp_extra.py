@@ -246,6 +246,28 @@ template <typename TD, int N, typename L, typename TS, int LEN>
 __device__ __forceinline__ void load(rv<TD, N, L>& dst, const sv<TS, LEN>& src) { load_vec<false>(dst, src.ptr(0), 0, 0.0f, 2); }
 template <typename TD, int LEN, typename TS, int N, typename L>
 __device__ __forceinline__ void store(const sv<TD, LEN>& dst, const rv<TS, N, L>& src) { store_vec<false>(dst.ptr(0), src, 0, 2); }
+// rv <-> sv lane-private (fp32 contig vectors, tk.load / tk.store private=True): lane l's 8 values of chunk c at
+// 16-byte words (2c + h) * 32 + l, h the half, so that a warp's 16-byte accesses fall in distinct banks (the natural
+// order, 8 consecutive values a lane, puts lanes l and l + 4 in the same ones). Only the same warp's private loads
+// read back what its private stores wrote.
+template <int N, int LEN>
+__device__ __forceinline__ void load_private(rv<float, N, contig_l>& dst, const sv<float, LEN>& src) {
+    const u32 at = smem_addr(src.base) + lane() * 16;          // (one address, the words at immediate offsets)
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++) {
+        float v[4];
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                     : "r"(at + (2 * c + h) * 512));
+        dst.set_pair(c, 4 * h, v[0], v[1]);
+        dst.set_pair(c, 4 * h + 2, v[2], v[3]);
+    }
+}
+template <int LEN, int N>
+__device__ __forceinline__ void store_private(const sv<float, LEN>& dst, const rv<float, N, contig_l>& src) {
+    const u32 at = smem_addr(dst.base) + lane() * 16;
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at + (2 * c + h) * 512), "f"(src.get(c, 4 * h)),
+                     "f"(src.get(c, 4 * h + 1)), "f"(src.get(c, 4 * h + 2)), "f"(src.get(c, 4 * h + 3)) : "memory");
+}
 
 // sv <- gl and gl <- sv, by NT threads (thread `t` of them), in 16-byte chunks.
 template <int NT, typename T, int N>
