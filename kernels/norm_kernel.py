@@ -314,8 +314,8 @@ def backward_kernel(c: NormConfig):
 class WeightSums:
     """This warp's partial sums of the weight's gradient, dy xhat (and the bias's, dy), over its rows: fp32 vectors
     of `length` values in `segments` pieces, in registers, or with `sums_in_shared` in shared memory (tk.store /
-    tk.load private=True: each lane its own values, no barrier, no bank conflicts), their registers free between
-    the rows' updates (room for more values a lane or more blocks an SM). `store` writes them after the last row into the workspace row of
+    tk.map / tk.load private=True: each lane its own values, no barrier, no bank conflicts, updated four at a time),
+    their registers free between the rows' updates (room for more values a lane or more blocks an SM). `store` writes them after the last row into the workspace row of
     this warp's row group of the grid."""
 
     def __init__(self, c: NormConfig, length: int, segments: int):
@@ -338,20 +338,18 @@ class WeightSums:
     def _slot(self, t: int, k: int):
         return self.slots[self.base + t * self.segments + k]
 
-    def _update(self, t: int, k: int, op) -> None:
-        """op(sums) on tensor t's segment k, read from shared memory and written back there where they live."""
+    def _update(self, t: int, k: int, fn, *args) -> None:
+        """Tensor t's segment k = fn(itself, *args), in registers or in shared memory (four values at a time)."""
         if self.c.sums_in_shared:
-            tk.load(self.held[t], self._slot(t, k), private=True)
-            op(self.held[t])
-            tk.store(self._slot(t, k), self.held[t], private=True)
+            tk.map(self._slot(t, k), fn, self._slot(t, k), *args, private=True)
         else:
-            op(self.regs[t][k])
+            tk.map(self.regs[t][k], fn, self.regs[t][k], *args)
 
     def add(self, k: int, g, xhat) -> None:
         """Segment k's sums plus this row's: g xhat (and g), g the row's dy."""
-        self._update(0, k, lambda acc: tk.map(acc, lambda a, g, x: a + g * x, acc, g, xhat))
+        self._update(0, k, lambda a, g, x: a + g * x, g, xhat)
         if self.tensors == 2:
-            self._update(1, k, lambda acc: tk.add(acc, acc, g))
+            self._update(1, k, lambda a, g: a + g, g)
 
     def store(self, outs: tuple, col_of) -> None:
         """Into the workspaces `outs` (the weight's, the bias's), segment k at column col_of(k) (in pieces of the

@@ -240,7 +240,7 @@ def test_subvecs(dt):
     subvec_case(dt).run()
 
 
-# -- lane-private shared vectors (tk.store / tk.load private=True): a warp's scratch, in the lanes' own order ------
+# -- lane-private shared vectors (tk.store / tk.load / tk.map private=True): a warp's scratch, the lanes' own order
 @functools.cache
 def private_vector_kernel(chunks):
     n = 256 * chunks
@@ -252,6 +252,7 @@ def private_vector_kernel(chunks):
         v = tk.rv(f32, n, "contig")
         tk.load(v, x, (row, 0))
         tk.store(scratch[w], v, private=True)
+        tk.map(scratch[w], lambda a, b: a * 3.0 + b, scratch[w], v, private=True)    # 4 x, in place
         tk.zero(v)
         tk.load(v, scratch[w], private=True)                    # (the lane's own values: no warp_sync)
         tk.mul(v, v, 2.0)
@@ -270,8 +271,8 @@ def private_vector_case(chunks, device="cuda") -> Case:
         e = torch.arange(n)
         place = ((2 * (e // 256) + e % 8 // 4) * 32 + e % 256 // 8) * 4 + e % 4    # lane l's 16-byte words 2c, 2c+1
         order = torch.empty_like(x)
-        order[:, place.to(x.device)] = x
-        assert torch.equal(y[0], x * 2) and torch.equal(y[1], order)
+        order[:, place.to(x.device)] = x * 4
+        assert torch.equal(y[0], x * 8) and torch.equal(y[1], order)
     return Case(private_vector_kernel(chunks), (2,), (x, y), check)
 
 

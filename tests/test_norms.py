@@ -25,6 +25,7 @@ from counted_calls import Calls
 from tkpy.kernels import layer_norm, rms_norm
 from tkpy.kernels import norm_kernel, norm_launch, norm_policy
 from tkpy.kernels.norm_config import NormConfig
+from tkpy.kernels.row_split import placeholder_tensor
 
 ULP = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -10, torch.float32: 2 ** -16}
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "norm_policy.json"
@@ -243,16 +244,24 @@ def test_the_backward_with_the_weight_sums_in_shared_memory(kind, bias, residual
           backward_options=options)
 
 
-def test_the_weight_sums_in_shared_memory_free_the_registers_of_32_values_a_lane():
-    """NVRTC (no GPU): layer norm's fullest backward (weight, bias, residual) at 8192 over 8 warps, 2 blocks an SM
-    (the 128-register cap), 32 values a lane: with the sums in shared memory, no spills (in registers NVRTC 13.0
-    and 13.5 spill hundreds of bytes)."""
-    c = norm_policy.config_for("layer", "backward", 8192, "bf16", "bf16", True, True, warps_per_row=8,
-                               rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0, sums_in_shared=True)
+@pytest.mark.parametrize("residual", [False, True])
+def test_the_weight_sums_in_shared_memory_free_the_registers_of_32_values_a_lane(residual):
+    """NVRTC (no GPU): layer norm's backward with weight and bias at 8192 over 8 warps, 2 blocks an SM (the
+    128-register cap), 32 values a lane: with the sums in shared memory, no spills under NVRTC 13.0 and 13.5 (in
+    registers both spill hundreds of bytes); with the residual's gradient too, the weight read from L1/L2 a row
+    (held in registers beside it, NVRTC 13.0 spills 16 bytes)."""
+    c = norm_policy.config_for("layer", "backward", 8192, "bf16", "bf16", True, residual, warps_per_row=8,
+                               rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0, sums_in_shared=True,
+                               weight_in_registers=not residual)
     x, st, w, part = (torch.empty(64, 8192, dtype=torch.bfloat16), torch.empty(64),
                       torch.empty(8192, dtype=torch.bfloat16), torch.empty(8, 8192))
-    r = norm_kernel.backward_kernel(c).resources(x, x, x, w, st, st, x, part, part, torch.empty(8, dtype=torch.int32))
+    res = x if residual else placeholder_tensor(torch.bfloat16, "cpu")
+    r = norm_kernel.backward_kernel(c).resources(x, res, x, w, st, st, x, part, part,
+                                                 torch.empty(8, dtype=torch.int32))
     assert c.values_per_lane == 32 and r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
+
+
+def test_the_weight_sums_in_shared_memory_are_the_backwards_with_a_weight():
     with pytest.raises(ValueError, match="sums_in_shared"):
         NormConfig("rms", "forward", 4096, warps_per_row=4, sums_in_shared=True)
     with pytest.raises(ValueError, match="without a weight"):
@@ -424,8 +433,6 @@ def test_the_policys_kernels_compile_without_spills(direction, kind, residual, w
     """NVRTC (no GPU needed): every table row's kernels, each norm with its weight (and layer norm's bias), with the
     residual and without, at their register caps: no spills. (The compiler's allocation moves between NVRTC
     versions: run it under the GPU's too, docs/contributing.md.)"""
-    from tkpy.kernels.row_split import placeholder_tensor
-
     layer = kind == "layer"
     c = norm_policy.config_for(kind, direction, width, "bf16", "bf16", layer, residual)
     x, st = torch.empty(64, width, dtype=torch.bfloat16), torch.empty(64)

@@ -54,6 +54,17 @@ def emit_map(em, op):
            f"{', '.join(map_source(dst, s) for s in srcs)});")
 
 
+@emits("map_private")
+def emit_map_private(em, op):
+    """tk.map(sums, fn, sums, ..., private=True): the lambda over a private shared vector and the vectors."""
+    dst, *vectors = op.args
+    fn = op.attrs["fn"]
+    body = fn.render(lambda i: f"x{i}", float_operand, _map_call, CPP_INFIX)
+    params = ", ".join(f"float x{i}" for i in range(len(vectors) + 1))
+    yield (f"tk::map_private({operand(dst)}, {'[=]' if fn.scalars() else '[]'}({params}) {{ return {body}; }}"
+           + "".join(f", {v.name}" for v in vectors) + ");")
+
+
 def _map_call(name: str, texts: list[str]) -> str:
     if name == "exp2_emulated":          # (x, elements of 8 emulated)
         return f"tk::exp2_emulated<{texts[1]}>(e, {texts[0]})"

@@ -16,6 +16,7 @@ from ..tiles.types import RT
 from .bounds import read_global, write_global
 from .memory import part
 from .numerics import BINARY, REDUCE, UNARY, decode, encode, to_f32
+from .ops_warp_extra import mapped
 from .registry import lookup, semantics
 from .sync import Barrier
 
@@ -90,6 +91,21 @@ def store_st_rt(warp, op):
         placed[_private_order(tile.type.length)] = values
         values = placed
     warp.block.shared.write(tile, values, _elements(warp, tile))
+
+
+@semantics("map_private", attrs=("fn",))
+def map_private(warp, op):
+    """tk.map(sums, fn, sums, *vectors, private=True): the shared vector's values, in their private order, the
+    function's first argument, its result written back in that order."""
+    dst, *vectors = op.args
+    tile = warp.shared_tile(dst)
+    order = _private_order(tile.type.length)
+    raw = warp.block.shared.read(tile, _elements(warp, tile), f"map of `{dst.name}`", op.loc).reshape(-1)
+    values = [decode(tile.type.dtype, raw)[order]] + [warp.read(v) for v in vectors]
+    out = mapped(warp, op, values, (tile.type.length,), tile.type)
+    placed = np.empty(tile.type.length, dtype=np.float32)
+    placed[order] = out
+    warp.block.shared.write(tile, encode(tile.type.dtype, placed), _elements(warp, tile))
 
 
 @functools.cache

@@ -91,8 +91,11 @@ def map_(warp, op):
 (powi's exponent) follows its arguments."""
     dst, *srcs = op.args
     shape = (dst.type.rows, dst.type.cols) if isinstance(dst.type, RT) else (dst.type.length,)
-    values = [_map_source(warp, dst, s) for s in srcs]
+    warp.write(dst, mapped(warp, op, [_map_source(warp, dst, s) for s in srcs], shape, dst.type))
 
+
+def mapped(warp, op, values: list, shape: tuple, dst_type) -> np.ndarray:
+    """The map expression op.attrs["fn"] of the fp32 arrays `values` (its arguments), of `shape`."""
     def evaluate(e):
         if e.fn == "arg":
             return values[e.args[0]]
@@ -100,13 +103,12 @@ def map_(warp, op):
             return np.float32(to_f32(warp.value(e.args[0])))
         if e.fn == "exp2_emulated":
             x = np.broadcast_to(evaluate(e.args[0]), shape)
-            return np.where(emulated_mask(element_numbers(dst.type), e.param), exp2_poly(x), UNARY["exp2"](x))
+            return np.where(emulated_mask(element_numbers(dst_type), e.param), exp2_poly(x), UNARY["exp2"](x))
         table = UNARY if len(e.args) == 1 else BINARY
         return lookup(table, e.fn, op)(*(evaluate(a) for a in e.args), *(() if e.param is None else (e.param,)))
 
     with np.errstate(all="ignore"):         # inf and NaN propagate as on the GPU
-        out = evaluate(op.attrs["fn"])
-    warp.write(dst, np.broadcast_to(out, shape))
+        return np.broadcast_to(evaluate(op.attrs["fn"]), shape)
 
 
 def element_numbers(t):

@@ -4,10 +4,11 @@ from __future__ import annotations
 import math
 
 from ..errors import TraceError
-from ..ir.core import Var
+from ..ir.core import SharedRef, Var
 from ..ir.expr import Const, Sym, Traced, as_expr, render
-from ..tiles.types import RT, RV
-from ._checks import compatible, describe, emit, fail, register_operand, register_tile, register_vector
+from ..tiles.dtypes import f32
+from ..tiles.types import RT, RV, SV
+from ._checks import compatible, describe, emit, fail, operand, register_operand, register_tile, register_vector
 from .reduce import vector_for
 
 PYTHON_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -134,7 +135,7 @@ def power(base, exponent) -> MapExpr:
     return MapExpr("pow", (lift(base), lift(exponent)))
 
 
-def map(dst, fn, *srcs):  # noqa: A001 - tk.map, as ThunderKittens' map
+def map(dst, fn, *srcs, private: bool = False):  # noqa: A001 - tk.map, as ThunderKittens' map
     """dst = fn(*srcs) elementwise, fn a Python function of the operands' elements (traced once on
     placeholders: + - * / ** abs(), tk.exp/exp2/log/log2/abs/relu/neg/max/min, the math functions
     tk.sqrt/rsqrt/sigmoid/tanh/pow/log1p/erf and scalars), computed in fp32.
@@ -145,7 +146,17 @@ def map(dst, fn, *srcs):  # noqa: A001 - tk.map, as ThunderKittens' map
     tile map may also be a vector, broadcast as sub_row / sub_col do: one of type tk.col_vec(dst) (one
     value per row, applied along each row: `row_shift` above) or tk.row_vec(dst) (one per column).
     The vector layouts tell the two apart, also for square tiles. On the GPU the function is one
-    inlined lambda, so `s * scale - m` compiles to a single FFMA."""
+    inlined lambda, so `s * scale - m` compiles to a single FFMA.
+
+    `private=True`: dst an fp32 shared vector holding what tk.store(dst, v, private=True) wrote, updated in place
+    (the first source is dst itself; the others fp32-convertible contig vectors of its length):
+
+        tk.map(sums, lambda a, g, x: a + g * x, sums, g, xhat, private=True)
+
+    four values at a time, read and written back in the lanes' own order, so that no register holds the whole
+    vector (a warp's accumulator in shared memory)."""
+    if private:
+        return _map_private(dst, fn, srcs)
     d = register_operand(dst, "map destination")
     if not srcs:
         fail("map: give at least one source tile or vector after the function")
@@ -159,6 +170,29 @@ def map(dst, fn, *srcs):  # noqa: A001 - tk.map, as ThunderKittens' map
         fail(f"map: the second argument is the function to apply, got {describe(fn)}")
     body = lift(fn(*(MapExpr("arg", (i,)) for i in range(len(sources)))))
     return emit("map", d, *sources, fn=body)
+
+
+def _map_private(dst, fn, srcs) -> None:
+    """tk.map(sums, fn, sums, *vectors, private=True) (see map)."""
+    d = operand(dst, "map destination")
+    if not (isinstance(d.type, SV) and d.type.dtype == f32):
+        fail(f"map(private=True) updates an fp32 shared vector in place, got {describe(d)}")
+    first = operand(srcs[0], "map source 0") if srcs else None
+    if not (isinstance(first, SharedRef) and isinstance(d, SharedRef) and first.var is d.var
+            and str(first.index) == str(d.index)) and first is not d:
+        fail("map(private=True): the first source is the destination itself (sums = fn(sums, ...)), got "
+             f"{describe(first) if first is not None else 'no sources'}")
+    vectors = [register_operand(s, f"map source {i + 1}") for i, s in enumerate(srcs[1:])]
+    for i, v in enumerate(vectors):
+        if not isinstance(v.type, RV) or v.type.layout != "contig" or v.type.length != d.type.length:
+            fail(f"map(private=True) source {i + 1}: expected a contig vector of {d.type.length} values, got "
+                 f"{describe(v)}")
+    if not callable(fn):
+        fail(f"map: the second argument is the function to apply, got {describe(fn)}")
+    body = lift(fn(*(MapExpr("arg", (i,)) for i in range(len(srcs)))))
+    if body.uses_element():
+        fail("map(private=True) takes no function of the element's number (tk.exp2(x, emulated=...))")
+    return emit("map_private", d, *vectors, fn=body)
 
 
 def broadcast_operand(tile, vec, what: str) -> str:

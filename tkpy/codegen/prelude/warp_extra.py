@@ -268,6 +268,20 @@ __device__ __forceinline__ void store_private(const sv<float, LEN>& dst, const r
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at + (2 * c + h) * 512), "f"(src.get(c, 4 * h)),
                      "f"(src.get(c, 4 * h + 1)), "f"(src.get(c, 4 * h + 2)), "f"(src.get(c, 4 * h + 3)) : "memory");
 }
+// tk.map(sums, f, sums, srcs..., private=True): sums = f(sums, srcs...) in place, a 16-byte word at a time (its 4
+// values the only ones in registers).
+template <int LEN, typename F, int N, typename... S>
+__device__ __forceinline__ void map_private(const sv<float, LEN>& acc, F f, const rv<S, N, contig_l>&... srcs) {
+    const u32 at = smem_addr(acc.base) + lane() * 16;
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++) {
+        float v[4];
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                     : "r"(at + (2 * c + h) * 512));
+        _Pragma("unroll") for (int j = 0; j < 4; j++) v[j] = f(v[j], srcs.get(c, 4 * h + j)...);
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at + (2 * c + h) * 512), "f"(v[0]), "f"(v[1]),
+                     "f"(v[2]), "f"(v[3]) : "memory");
+    }
+}
 
 // sv <- gl and gl <- sv, by NT threads (thread `t` of them), in 16-byte chunks.
 template <int NT, typename T, int N>
