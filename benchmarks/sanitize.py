@@ -109,7 +109,8 @@ def cases() -> dict:
         for kind in ("rms", "layer"):
             out[f"{kind}_norm {width} backward, pieces through shared memory"] = \
                 lambda k=kind, n=width, o=split: norm_backward(k, n, dict(o, stage=True))
-    for width, split in ((8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0)),
+    for width, split in ((8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=2, prefetch=False, stages=0,
+                                     weight_in_registers=False)),
                          (3000, dict(warps_per_row=4, rows_per_block=2, blocks_per_sm=2, prefetch=False, stages=2)),
                          (8192, dict(warps_per_row=8, rows_per_block=1, blocks_per_sm=1, stage=True))):
         for kind in ("rms", "layer"):                    # (each warp's weight sums in shared memory)
