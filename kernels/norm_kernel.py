@@ -315,8 +315,8 @@ class WeightSums:
     """This warp's partial sums of the weight's gradient, dy xhat (and the bias's, dy), over its rows: fp32 vectors
     of `length` values in `segments` pieces, in registers, or with `sums_in_shared` in shared memory (tk.store /
     tk.map / tk.load private=True: each lane its own values, no barrier, no bank conflicts, updated four at a time),
-    their registers free between the rows' updates (room for more values a lane or more blocks an SM). `store` writes them after the last row into the workspace row of
-    this warp's row group of the grid."""
+    which leaves their registers to more values a lane or more blocks an SM. `store` writes them after the last
+    row into the workspace row of this warp's row group of the grid."""
 
     def __init__(self, c: NormConfig, length: int, segments: int):
         self.c, self.tensors, self.segments = c, 2 if c.bias else 1, segments
