@@ -5,7 +5,8 @@ kernels/norm_policy.py's and kernels/glu_policy.py's tables (RESULTS.md runs 274
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py norms [--widths 4096] [--ops rms,layer] [--directions forward]
         [--weight-from-l2] [--sums-in-shared]
     PYTHONPATH=. python3 benchmarks/sweep_row_splits.py glu [--widths 4096] [--directions backward]
-    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096] [--directions forward]
+    PYTHONPATH=. python3 benchmarks/sweep_row_splits.py softmax [--dtype bf16|f32] [--widths 4096]
+        [--directions forward]
 
 For each width, every split of the RowSplit fields (warps a row, rows a block, cluster, blocks an SM, prefetch) that the
 config takes and that keeps a lane's piece within its limits is compiled (in parallel threads, NVRTC) and its launches

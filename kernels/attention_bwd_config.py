@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from tkpy import bf16, fp16
 
-from .attention_bwd_policy import (DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq, dq_storer_fits,
-                                   dq_storer_for, early_p_for, main_stages_for, snake_for, splits_for, task_group,
-                                   tuned)
+from .attention_bwd_policy import (DQ_SNAKE, DQ_TILES, MAX_DIM, STEP_ROWS, WIDE_STEP_DIMS, atomic_dq,
+                                   dq_storer_fits, dq_storer_for, early_p_for, main_stages_for, snake_for, splits_for,
+                                   task_group, tuned)
 
 _DERIVED = dict(init=False, repr=False, compare=False)
 
@@ -30,7 +30,7 @@ class AttentionBwdConfig:
     `early_p` (at 64 query rows a step): P^T computed and dV's products issued while dP^T's run, as
     FlashAttention-3 orders them (default EARLY_P); `group` (1..16): the main kernel's task order's rows of key tiles
     (tk.templates.Grouped's group; default task_group) and `snake`: its persistent blocks' every other round of
-    tasks in reverse (Grouped's snake; default snake_for(causal)).
+    tasks in reverse (Grouped's snake; default snake_for(causal)); `dq_snake`: the dQ pass's so (default DQ_SNAKE).
 
     The fields are the options as given (None: the default), so that configs compare and cache as their arguments do;
     construction checks them (ValueError naming the option) and resolves them into the derived fields."""
@@ -47,6 +47,7 @@ class AttentionBwdConfig:
     early_p: bool | None = None
     group: int | None = None
     snake: bool | None = None
+    dq_snake: bool | None = None
     # derived
     family: int = field(**_DERIVED)             # the tuned head dim whose table rows d takes
     dq_pass: bool = field(**_DERIVED)           # dQ from the dQ pass, not the main kernel
@@ -59,6 +60,7 @@ class AttentionBwdConfig:
     p_first: bool = field(**_DERIVED)            # early_p's: P^T while dP^T's products run
     task_rows: int = field(**_DERIVED)           # group's: the main kernel's task order's rows of key tiles
     snake_order: bool = field(**_DERIVED)        # snake's
+    dq_snake_order: bool = field(**_DERIVED)     # dq_snake's
 
     def __post_init__(self) -> None:
         d = self.d
@@ -92,9 +94,11 @@ class AttentionBwdConfig:
             raise ValueError(f"attention backward: group (the task order's rows of key tiles) must be 1..16, got "
                              f"{self.group!r}")
         snake = snake_for(self.causal) if self.snake is None else self.snake
-        if snake not in (True, False):
-            raise ValueError(f"attention backward: snake (every other round of tasks in reverse) is True or False, "
-                             f"got {self.snake!r}")
+        dq_snake = DQ_SNAKE.value[0] if self.dq_snake is None else self.dq_snake
+        for option, value in (("snake", snake), ("dq_snake", dq_snake)):
+            if value not in (True, False):
+                raise ValueError(f"attention backward: {option} (every other round of tasks in reverse) is True or "
+                                 f"False, got {getattr(self, option)!r}")
         dq_pass = not atomic_dq(d, self.deterministic)
         storer = dq_storer_for(family, dq_pass) if self.dq_storer is None else self.dq_storer
         if storer and dq_pass:
@@ -114,7 +118,7 @@ class AttentionBwdConfig:
         for key, value in dict(family=family, dq_pass=dq_pass, splits=splits_for(d),
                                stage_count=stages, dq_kv_rows=dq_kv, dq_stage_count=dq_stages,
                                storer_stages=storer, step_rows=step_rows, p_first=bool(early_p),
-                               task_rows=group, snake_order=bool(snake)).items():
+                               task_rows=group, snake_order=bool(snake), dq_snake_order=bool(dq_snake)).items():
             object.__setattr__(self, key, value)
 
     def _suffix(self) -> str:
@@ -142,7 +146,8 @@ class AttentionBwdConfig:
         kv, stages = DQ_TILES[self.family].value
         return f"attention_bwd_dq_d{self.d}" + self._suffix() \
             + ("" if self.dq_kv_rows == kv else f"_kv{self.dq_kv_rows}") \
-            + ("" if self.dq_stage_count == stages else f"_{self.dq_stage_count}stages")
+            + ("" if self.dq_stage_count == stages else f"_{self.dq_stage_count}stages") \
+            + _flag("snake", self.dq_snake_order, DQ_SNAKE.value[0])
 
 
 def _flag(name: str, value: bool, default: bool) -> str:

@@ -34,7 +34,7 @@ def _attention_bwd_dq(config: AttentionBwdConfig):
     d, dtype, causal, kv = c.d, c.dtype, c.causal, c.dq_kv_rows
 
     @tk.lcf(consumer_warpgroups=2, stages=c.dq_stage_count, persistent=True, name=c.dq_name,
-            group=task_group(causal))
+            scheduler=tk.templates.Grouped(task_group(causal), snake=c.dq_snake_order))
     class AttentionBwdDq(tensor_inputs(dtype, d)):
         DQ: tk.gl[dtype, "B", "H", "N", d]
         scale_log2: float                           # softmax scale * log2(e), any sign

@@ -59,6 +59,9 @@ REGISTERS = (24, 240)
 
 
 UNTIMED = "fits registers and shared memory (NVRTC resources, tests/test_attention_bwd.py); not yet timed"
+# The dQ pass's snake (its causal tasks' steps grow along the order, as the main kernel's shrink): off, untimed
+# (bench_attention_bwd.py --compare dq_snake=1 --dims 256 --only causal, and with --deterministic).
+DQ_SNAKE = Row((False,), UNTIMED)
 # Main kernel: stages of its ring of (Q, dO) query tiles. D128: 2 x 32 KB beside K and V (64 KB), the dS^T tiles
 # (32 KB) and the dQ staging tiles (32 KB), all a block can have; D256: one stage of 64 KB beside K and V (128 KB).
 MAIN_STAGES = {64: Row((4,), "B16 H16 N4096: 4 stages 5% ahead of 2 non-causal, level causal (RESULTS.md run 266)"),

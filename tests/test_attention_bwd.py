@@ -331,9 +331,12 @@ def test_kernels_compile_without_spills(d, causal, deterministic):
 
 @pytest.mark.parametrize("d,causal", [(64, True), (128, True), (256, True), (128, False)])
 def test_the_snake_task_order_compiles_without_spills(d, causal):
-    """snake: the round's mirror, a few integer operations a task, within the registers."""
-    c = AttentionBwdConfig(d, tk.bf16, causal, snake=True)
+    """snake (and the dQ pass's dq_snake): the round's mirror, a few integer operations a task, within the
+    registers."""
+    c = AttentionBwdConfig(d, tk.bf16, causal, snake=True, dq_snake=True)
     compiled_clean(_attention_bwd(c).kernel, kernel_args(d, causal, not c.dq_pass))
+    if c.dq_pass:                                  # (and the dQ pass's, dq_snake)
+        compiled_clean(_attention_bwd_dq(c).kernel, kernel_args(d, causal, False, dq_pass=True))
 
 
 @pytest.mark.parametrize("d,causal,stages", [(64, False, 2), (64, True, 3), (64, False, 0), (128, True, 1),
@@ -422,7 +425,8 @@ def test_gpu_the_dq_pass_tiles(d, causal, deterministic, options):
 
 @gpu_util.on_gpu
 @pytest.mark.parametrize("d,causal,options", [(128, True, dict(snake=False)), (64, "bottom_right", dict(snake=True)),
-                                            (128, True, dict(snake=True, group=1)), (256, True, dict(snake=True))])
+                                            (128, True, dict(snake=True, group=1)), (256, True, dict(snake=True)),
+                                            (256, True, dict(dq_snake=True))])
 def test_gpu_the_snake_task_order(d, causal, options):
     q, k, v, do = inputs(2, 8, 2, 3000, 3100, d, BF16, device="cuda")    # (96-100 tasks: one round on 132 SMs)
     check(backward(q, k, v, do, causal, None, options=options), (q, k, v, do), BF16, causal)
@@ -498,3 +502,14 @@ def test_the_snake_task_order(causal, options, monkeypatch):
     q, k, v, do = inputs(1, 4, 1, 257, 846, 128, BF16)         # (shapes of their own: the template caches grids)
     check(backward(q, k, v, do, causal, None, options=options), (q, k, v, do), BF16, causal)
 
+
+def test_the_dq_pass_snake_task_order(monkeypatch):
+    """dq_snake (the dQ pass's order, deterministic=True): on 2 persistent blocks, the query tiles' tasks of 4 heads
+    dealt over several rounds, the odd full ones reversed: gradients against float64, bit-identical from run to
+    run."""
+    import sys
+    monkeypatch.setattr(sys.modules["tkpy.templates.lcf"], "multiprocessors", lambda tensor: 2)
+    q, k, v, do = inputs(1, 4, 2, 300, 330, 64, BF16)
+    runs = [backward(q, k, v, do, True, None, True, options=dict(dq_snake=True)) for _ in range(2)]
+    assert all(torch.equal(x, y) for x, y in zip(*runs))
+    check(runs[0], (q, k, v, do), BF16, True)
