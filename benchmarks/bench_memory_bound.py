@@ -19,9 +19,9 @@ and per-row statistics are noise). Cases: 16384 x 4096 bf16, and a sweep of widt
 elements (rows = 2^26 / width; softmax's from 128 to 256k, bf16 and fp32). Each row also gives the largest relative
 difference of tkpy's output from eager's (softmax's: of its norm).
 
-    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants] [--no-compile] [--only GROUP]
+    PYTHONPATH=. python3 benchmarks/bench_memory_bound.py [--quick] [--variants [NAME]] [--no-compile] [--only GROUP]
         --quick: 16384 x 4096 only (cross-entropy's too); --variants: tkpy's kernel variants per width too (for
-        norm_policy's, softmax_policy's and rotary_policy's tables);
+        norm_policy's, softmax_policy's and rotary_policy's tables; NAME: those whose name holds it alone);
         --no-compile: without torch.compile (its compiles take most of the run's time);
         --only norms|softmax|other|cross-entropy: one group of ops (a sweep of all of them passes a 10-minute limit)
         (the table on stdout; $OUT/memory_bound.json and $OUT/memory_bound.png when OUT is set)
@@ -43,7 +43,8 @@ VARIANTS = {"prefetch": dict(prefetch=True), "no prefetch": dict(prefetch=False,
             "3 rows ahead in shared memory": dict(prefetch=False, stages=3),
             "weight from L2": dict(weight_in_registers=False), "1 block/SM": dict(blocks_per_sm=1),
             "2 blocks/SM": dict(blocks_per_sm=2), "3 blocks/SM": dict(blocks_per_sm=3),
-            "pieces in shared memory, 2 blocks/SM": dict(stage=True, blocks_per_sm=2)}     # (the forward's)
+            "pieces in shared memory, 2 blocks/SM": dict(stage=True, blocks_per_sm=2),     # (the forward's)
+            "statistics a row ahead": dict(stats_ahead=True)}                             # (the backward's)
 SOFTMAX_OPS = {"softmax": "bfloat16", "softmax f32": "float32"}      # op -> the tensors' torch dtype
 SOFTMAX_SWEEP = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 # SoftmaxConfig fields over the policy's choice, timed by --variants (a variant a config refuses: nan)
@@ -62,7 +63,8 @@ SOFTMAX_PACKED_VARIANTS = {"the tile kernels": dict(tile=True, packed=0, rows_pe
                            "a block a row group": dict(persistent=False), "prefetch": dict(prefetch=True)}
 
 
-def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only: str | None = None) -> list[dict]:
+def main(sweep: bool = True, variants: str | None = None, compiled: bool = True, only: str | None = None) -> list[dict]:
+    """The table (see the module's docstring); `variants`: None none, else those whose name holds it ("" all)."""
     import torch
 
     from benchmarks.bench_attention import save
@@ -77,16 +79,16 @@ def main(sweep: bool = True, variants: bool = False, compiled: bool = True, only
             for op in ops:
                 for direction in ("forward", "backward"):
                     row = measure(op, direction, rows_, width, compiled, copy_cache)
-                    if variants:
-                        row["variants"] = time_variants(op, direction, rows_, width, row["bytes"])
+                    if variants is not None:
+                        row["variants"] = time_variants(op, direction, rows_, width, row["bytes"], variants)
                     rows.append(row)
                     print_row(row, flush=True)
                 torch.cuda.empty_cache()
     for op in OTHER_OPS if only in (None, "other") else ():
         for direction in ("forward", "backward"):
             row = other_row(op, direction, compiled, copy_cache)
-            if variants and op == "rotary":
-                row["variants"] = rotary_variant_times(direction, row["bytes"])
+            if variants is not None and op == "rotary":
+                row["variants"] = rotary_variant_times(direction, row["bytes"], variants)
             rows.append(row)
             print_row(row, flush=True)
     for shape in (XENT_SHAPES if sweep else XENT_SHAPES[:1]) if only in (None, "cross-entropy") else ():
@@ -215,7 +217,7 @@ def rotary_inputs():
     return make(b, seq, 32, 2 * half), make(b, seq, 8, 2 * half), angle.cos(), angle.sin()
 
 
-def rotary_variant_times(direction: str, nbytes: int) -> dict:
+def rotary_variant_times(direction: str, nbytes: int, only: str = "") -> dict:
     """GB/s of the rotary kernel's variants (ROTARY_VARIANTS, over the policy's choice), the launch alone (the
     backward: the inverse rotation)."""
     import torch
@@ -225,15 +227,15 @@ def rotary_variant_times(direction: str, nbytes: int) -> dict:
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     with torch.no_grad():
         return variant_gbps(ROTARY_VARIANTS, nbytes, lambda options: lambda: rotary_op.launch(
-            q, k, cos, sin, False, 0, direction == "backward", q_out, k_out, options))
+            q, k, cos, sin, False, 0, direction == "backward", q_out, k_out, options), only)
 
 
-def variant_gbps(variants: dict, nbytes: int, launch_of) -> dict:
-    """GB/s of nbytes for each variant (name -> options) of a kernel, launch_of(options) the call timed; nan (and a
-    line saying why) where one fails."""
+def variant_gbps(variants: dict, nbytes: int, launch_of, only: str = "") -> dict:
+    """GB/s of nbytes for each variant (name -> options; those whose name holds `only`) of a kernel,
+    launch_of(options) the call timed; nan (and a line saying why) where one fails."""
     from benchmarks.timing import median_ms
     out = {}
-    for name, options in variants.items():
+    for name, options in ((n, o) for n, o in variants.items() if only in n):
         try:
             out[name] = nbytes / median_ms(launch_of(options)) / 1e6
         except Exception as e:
@@ -364,11 +366,11 @@ def backward_ms(name: str, op: str, fn, args, dy, width: int) -> float:
     return median_ms(lambda: torch.autograd.grad(outputs, wrt, grads, retain_graph=True))
 
 
-def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
+def variant_times(op: str, direction: str, rows: int, width: int, nbytes: int, only: str = "") -> dict:
     """GB/s of tkpy's kernel variants (VARIANTS, over the policy's choice; the pieces in shared memory the
     forward's only) for one case, the forward or backward launch alone."""
     variants = {k: v for k, v in VARIANTS.items() if direction == "forward" or not v.get("stage")}
-    return variant_gbps(variants, nbytes, norm_launch_of(op, direction, rows, width))
+    return variant_gbps(variants, nbytes, norm_launch_of(op, direction, rows, width), only)
 
 
 def norm_launch_of(op: str, direction: str, rows: int, width: int):
@@ -459,7 +461,7 @@ def softmax_variants(direction: str, width: int, dtype: str) -> dict:
             if not (v.get("stage_dy") and direction == "forward") and not (v.get("stages") and direction == "backward")}
 
 
-def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes: int) -> dict:
+def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes: int, only: str = "") -> dict:
     """GB/s of tkpy's softmax variants (SOFTMAX_VARIANTS, over the policy's choice), the launches alone."""
     import torch
 
@@ -469,8 +471,8 @@ def softmax_variant_times(op: str, direction: str, rows: int, width: int, nbytes
     y = softmax_op.forward(x)
     variants = softmax_variants(direction, width, softmax_op.DTYPES[x.dtype])
     if direction == "forward":
-        return variant_gbps(variants, nbytes, lambda options: lambda: softmax_op.forward(x, options))
-    return variant_gbps(variants, nbytes, lambda options: lambda: softmax_op.backward(dy, y, options))
+        return variant_gbps(variants, nbytes, lambda options: lambda: softmax_op.forward(x, options), only)
+    return variant_gbps(variants, nbytes, lambda options: lambda: softmax_op.backward(dy, y, options), only)
 
 
 def print_header() -> None:
@@ -531,5 +533,8 @@ if __name__ == "__main__":
     group = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     if group not in (None, "norms", "softmax", "other", "cross-entropy"):
         sys.exit(f"--only takes norms, softmax, other or cross-entropy, got {group!r}")
-    main(sweep="--quick" not in sys.argv, variants="--variants" in sys.argv, compiled="--no-compile" not in sys.argv,
-         only=group)
+    variants = None
+    if "--variants" in sys.argv:                 # (a name after it: those variants alone)
+        after = sys.argv[sys.argv.index("--variants") + 1:]
+        variants = after[0] if after and not after[0].startswith("--") else ""
+    main(sweep="--quick" not in sys.argv, variants=variants, compiled="--no-compile" not in sys.argv, only=group)

@@ -35,7 +35,8 @@ class NormConfig(RowSplit):
     residual (backward: x, dy and residual_out's gradient) through shared memory, read a chunk at a time, the
     weight's chunks from L1/L2 (not weight_in_registers): a chunk in registers, several blocks an SM.
     `sums_in_shared` (backward with a weight): each warp's partial sums of the weight's (bias's) gradient in shared
-    memory, not registers (norm_kernel.WeightSums): 32 values a lane of x and dy where they spilled beside them."""
+    memory, not registers (norm_kernel.WeightSums): 32 values a lane of x and dy where they spilled beside them.
+    `stats_ahead` (backward): the saved rstd and mean of the next row loaded a step ahead (norm_kernel.RowStatistics)."""
 
     kind: str
     direction: str
@@ -49,6 +50,7 @@ class NormConfig(RowSplit):
     stages: int = 0
     stage: bool = False
     sums_in_shared: bool = False
+    stats_ahead: bool = False
 
     def __post_init__(self) -> None:
         fail = config_checks(self, kind=KINDS, direction=DIRECTIONS, dtype=DTYPES, weight=WEIGHT_DTYPES)
@@ -66,6 +68,9 @@ class NormConfig(RowSplit):
                 self.direction == "backward" and self.weight):
             fail(f"sums_in_shared (the weight's gradient sums in shared memory) is the backward's with a weight; got "
                  f"{self.sums_in_shared!r} for the {self.direction}{'' if self.weight else ' without a weight'}")
+        if self.stats_ahead not in (True, False) or self.stats_ahead and self.direction != "backward":
+            fail(f"stats_ahead (the next row's saved statistics a step ahead) is the backward's; got "
+                 f"{self.stats_ahead!r} for the {self.direction}")
         if self.direction == "backward" and not self.persistent:
             fail("the backward's weight and bias sums take a workspace row a row group of the grid: persistent only")
 
@@ -75,5 +80,5 @@ class NormConfig(RowSplit):
                 self.weight and f"w{self.weight}", self.bias and "bias", self.residual and "residual",
                 self.split_name, self.prefetch and "prefetch", self.stages and f"st{self.stages}",
                 self.stage and "stage", not self.weight_in_registers and self.weight and not self.stage and "wl2",
-                self.sums_in_shared and "ssum"]
+                self.sums_in_shared and "ssum", self.stats_ahead and "sa"]
         return "_".join(t for t in tags if t)

@@ -268,6 +268,7 @@ def backward_kernel(c: NormConfig):
         if c.stages:                                         # ... or the next rows', through shared memory
             staged = split.StagedRows(c, (x, dy), c.stages)
             staged.start(part)
+        stats = RowStatistics(c, rstd, mean)
         for step in split.steps(c, x.rows):
             row = split.row_of(c, step)
             if c.residual:                                   # (issued first: in flight through the reduction)
@@ -283,11 +284,8 @@ def backward_kernel(c: NormConfig):
             else:
                 tk.load(xhat, x, (row, part), fill=0.0)
                 tk.load(g, dy, (row, part), fill=0.0)        # (0 past the rows and the row's end: adds nothing)
-            r = tk.var(0.0, "r")
-            tk.load(r, rstd, (row,), fill=0.0)
+            r, mu = stats.take(step, row)
             if layer:
-                mu = tk.var(0.0, "mu")
-                tk.load(mu, mean, (row,), fill=0.0)
                 tk.map(xhat, lambda x: (x - mu) * r, xhat)
             else:
                 tk.mul(xhat, xhat, r)
@@ -309,6 +307,33 @@ def backward_kernel(c: NormConfig):
         if c.weight:
             sums.store((dweight, dbias), lambda k: part)
     return norm_backward
+
+
+class RowStatistics:
+    """The saved rstd (and layer norm's mean) of this warp's row, loaded at its step, or with `stats_ahead` the next
+    row's a step ahead (where the row's x and dy were in flight rows ahead, its statistics' load would otherwise
+    stand alone at the step's start)."""
+
+    def __init__(self, c: NormConfig, rstd, mean):
+        self.c, self.tensors = c, (rstd, mean) if c.kind == "layer" else (rstd,)
+        if c.stats_ahead:
+            self.ahead = [tk.var(0.0, f"{n}_ahead") for n in ("r", "mu")[:len(self.tensors)]]
+            self._load(self.ahead, split.row_of(c, split.first_step(c)))
+
+    def _load(self, values, row) -> None:
+        for v, t in zip(values, self.tensors):
+            tk.load(v, t, (row,), fill=0.0)
+
+    def take(self, step, row) -> tuple:
+        """(r, mu: None for rms) of this step's row."""
+        values = [tk.var(0.0, n) for n in ("r", "mu")[:len(self.tensors)]]
+        if self.c.stats_ahead:
+            for v, a in zip(values, self.ahead):
+                tk.assign(v, a)
+            self._load(self.ahead, split.row_of(self.c, step + split.stride(self.c)))
+        else:
+            self._load(values, row)
+        return values[0], values[1] if len(values) == 2 else None
 
 
 class WeightSums:
@@ -399,15 +424,11 @@ def _staged_backward(c: NormConfig, tensors, part) -> None:
             tk.load(w, weight, (pieces.col(part, k),), fill=0.0)
             tk.mul(g, g, w)
 
+    stats = RowStatistics(c, rstd, mean)
     for step in split.steps(c, x.rows):
         row = split.row_of(c, step)
         pieces.start(row, part)                              # (0 past the rows and the row's end)
-        r = tk.var(0.0, "r")
-        tk.load(r, rstd, (row,), fill=0.0)
-        mu = None
-        if layer:
-            mu = tk.var(0.0, "mu")
-            tk.load(mu, mean, (row,), fill=0.0)
+        r, mu = stats.take(step, row)
         pieces.wait()
         tk.zero(sum_gx)
         if layer:

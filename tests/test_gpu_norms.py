@@ -105,6 +105,15 @@ def test_the_weight_sums_in_shared_memory(kind, case):
           backward_options=dict(split, sums_in_shared=True))
 
 
+@pytest.mark.parametrize("width,split", [(1024, {}), (4096, {}), (8192, {}), (16384, {}),
+                                         (6000, dict(warps_per_row=4, rows_per_block=2, prefetch=True, stages=0))])
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_statistics_a_row_ahead(kind, width, split):
+    """stats_ahead over the tables' backward rows (and the register prefetch at a ragged width)."""
+    check(kind, 1000, width, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda", options={},
+          backward_options=dict(split, stats_ahead=True))
+
+
 def test_the_benchmark_shape():
     for kind in ("rms", "layer"):
         check(kind, 16384, 4096, torch.bfloat16, bias=kind == "layer", residual=True, device="cuda")

@@ -261,11 +261,27 @@ def test_the_weight_sums_in_shared_memory_free_the_registers_of_32_values_a_lane
     assert c.values_per_lane == 32 and r.found and r.spill_stores == r.spill_loads == 0, (c.name, r.summary())
 
 
+@pytest.mark.parametrize("options", [dict(warps_per_row=2, rows_per_block=2, prefetch=True, stages=0),
+                                     dict(warps_per_row=1, rows_per_block=2, cluster=2, prefetch=False, stages=2),
+                                     dict(warps_per_row=2, rows_per_block=2, stage=True),
+                                     dict(warps_per_row=2, rows_per_block=2, prefetch=False, stages=3,
+                                          sums_in_shared=True)],
+                         ids=["prefetch", "cluster2-stages2", "stage", "stages3-ssum"])
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_the_backward_with_the_statistics_a_row_ahead(kind, options):
+    """`stats_ahead`: the next row's rstd (and mean) loaded a step ahead, over 37 rows of 1000 (several steps a
+    block of the interpreter's few; rows past the last read as 0)."""
+    check(kind, 37, 1000, torch.bfloat16, weight=True, bias=kind == "layer", residual=True, options={},
+          backward_options=dict(options, stats_ahead=True))
+
+
 def test_the_weight_sums_in_shared_memory_are_the_backwards_with_a_weight():
     with pytest.raises(ValueError, match="sums_in_shared"):
         NormConfig("rms", "forward", 4096, warps_per_row=4, sums_in_shared=True)
     with pytest.raises(ValueError, match="without a weight"):
         NormConfig("rms", "backward", 4096, weight=None, warps_per_row=4, sums_in_shared=True)
+    with pytest.raises(ValueError, match="stats_ahead"):
+        NormConfig("rms", "forward", 4096, warps_per_row=4, stats_ahead=True)
 
 
 def check_a_mean_far_from_zero(device="cpu"):
