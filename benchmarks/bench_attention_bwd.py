@@ -15,10 +15,11 @@ takes it, else on key/value heads repeated to the query heads (marked "kv repeat
 
     PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py [--only causal|noncausal]
         (--only: those cases alone, for a short call; the table on stdout; $OUT/attention_bwd.json and $OUT/attention_bwd.png when OUT is set)
-    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare dq_storer=1[,stages=3] [--only ...]
-        [--deterministic] [--dims 256]
+    PYTHONPATH=. python3 benchmarks/bench_attention_bwd.py --compare dq_storer=1[,stages=3] [--compare ...]
+        [--only ...] [--deterministic] [--dims 256]
         (tkpy's backward with those AttentionBwdConfig fields against its default, timed in pairs, and the largest
-        relative difference of its gradients from the default's)
+        relative difference of its gradients from the default's; several --compare: each variant in turn on each
+        case's inputs, one process)
 """
 from __future__ import annotations
 
@@ -110,10 +111,10 @@ def case_row(b: int, h: int, hkv: int, n: int, d: int, causal: bool) -> dict:
     return row
 
 
-def compare(options: dict, only: str | None = None, deterministic: bool = False, dims=None) -> list[dict]:
-    """TFLOP/s of tkpy's backward with AttentionBwdConfig fields `options` against its default on each case (of head
-    dims `dims` where given), timed in pairs (timing.paired_ms), and the variant's largest relative difference from
-    the default's gradients; both deterministic=True where asked (the dQ pass's)."""
+def compare(variants: list[dict], only: str | None = None, deterministic: bool = False, dims=None) -> list[dict]:
+    """TFLOP/s of tkpy's backward with each of `variants` (AttentionBwdConfig fields) against its default on each case
+    (of head dims `dims` where given), timed in pairs (timing.paired_ms), and the variant's largest relative
+    difference from the default's gradients; both deterministic=True where asked (the dQ pass's)."""
     import math
 
     import torch
@@ -123,8 +124,8 @@ def compare(options: dict, only: str | None = None, deterministic: bool = False,
     from tkpy.kernels import attention
     from tkpy.kernels.attention_backward import _launch
     from tkpy.kernels.attention_forward import causal_variant
-    print(f"{'case':>28} | {'default':>8} {'variant':>8} {'ratio':>6} | {'diff':>7}   (TFLOP/s; variant: {options}"
-          f"{', deterministic' if deterministic else ''})")
+    print(f"{'case':>28} | {'default':>8} {'variant':>8} {'ratio':>6} | {'diff':>7}   (TFLOP/s; variants: "
+          f"{', '.join(map(str, variants))}{', deterministic' if deterministic else ''})")
     rows = []
     for b, h, hkv, n, d, causal in CASES:
         if only and causal != (only == "causal") or dims and d not in dims:
@@ -139,20 +140,23 @@ def compare(options: dict, only: str | None = None, deterministic: bool = False,
         def run(name, opts):
             return lambda: _launch(do, q, k, v, o, lse, *grads[name], causal_variant(causal), 1 / math.sqrt(d),
                                    deterministic, options=opts)
-        label = f"B{b} H{h}/{hkv} N{n} D{d}{' causal' if causal else ''}"
-        try:
-            t_default, t_variant = paired_ms(run("default", None), run("variant", options))
-        except (ValueError, TraceError) as refused:         # (a variant a case's kernels cannot take)
-            print(f"{label:>28} | refused: {str(refused).splitlines()[0]}", flush=True)
-            continue
-        diff = max(((x.float() - y.float()).norm() / y.float().norm()).item()
-                   for x, y in zip(grads["variant"], grads["default"]))
-        flops = BACKWARD * 4 * b * h * n * n * d / (2 if causal else 1)
-        row = dict(b=b, h=h, hkv=hkv, n=n, d=d, causal=causal, default=flops / t_default / 1e9,
-                   variant=flops / t_variant / 1e9, ratio=t_default / t_variant, diff=diff)
-        rows.append(row)
-        print(f"{label:>28} | {row['default']:>8.1f} {row['variant']:>8.1f} {row['ratio']:>6.3f} | {diff:>7.1e}",
-              flush=True)
+        case = f"B{b} H{h}/{hkv} N{n} D{d}{' causal' if causal else ''}"
+        for options in variants:
+            label = case if len(variants) == 1 else f"{case} {','.join(f'{f}={x}' for f, x in options.items())}"
+            try:
+                t_default, t_variant = paired_ms(run("default", None), run("variant", options))
+            except (ValueError, TraceError) as refused:         # (a variant a case's kernels cannot take)
+                print(f"{label:>28} | refused: {str(refused).splitlines()[0]}", flush=True)
+                continue
+            diff = max(((x.float() - y.float()).norm() / y.float().norm()).item()
+                       for x, y in zip(grads["variant"], grads["default"]))
+            flops = BACKWARD * 4 * b * h * n * n * d / (2 if causal else 1)
+            row = dict(b=b, h=h, hkv=hkv, n=n, d=d, causal=causal, variant_options=options,
+                       default=flops / t_default / 1e9, variant=flops / t_variant / 1e9, ratio=t_default / t_variant,
+                       diff=diff)
+            rows.append(row)
+            print(f"{label:>28} | {row['default']:>8.1f} {row['variant']:>8.1f} {row['ratio']:>6.3f} | "
+                  f"{diff:>7.1e}", flush=True)
         del q, k, v, do, o, lse, grads
         torch.cuda.empty_cache()
     return rows
@@ -238,13 +242,13 @@ if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("causal", "noncausal"), default=None)
-    parser.add_argument("--compare", default=None, help="FIELD=INT[,FIELD=INT]: AttentionBwdConfig fields against "
-                                                       "the default")
+    parser.add_argument("--compare", action="append", default=None,
+                        help="FIELD=INT[,FIELD=INT]: AttentionBwdConfig fields against the default (several: each)")
     parser.add_argument("--deterministic", action="store_true", help="--compare: both deterministic=True")
     parser.add_argument("--dims", default=None, help="--compare: the cases of these head dims alone (e.g. 256)")
     a = parser.parse_args()
     if a.compare:
-        compare({f: int(x) for f, x in (kv.split("=") for kv in a.compare.split(","))}, a.only, a.deterministic,
-                a.dims and {int(x) for x in a.dims.split(",")})
+        compare([{f: int(x) for f, x in (kv.split("=") for kv in variant.split(","))} for variant in a.compare],
+                a.only, a.deterministic, a.dims and {int(x) for x in a.dims.split(",")})
     else:
         main(a.only)
