@@ -319,8 +319,8 @@ def softmax_splits(width: int, direction: str, policy) -> dict:
     the policy's config `policy` among them (see softmax)."""
     tried = plain(one_step_too(splits(width, most_values=32)), PLAIN_SOFTMAX)
     if direction == "forward":                           # (the rows ahead through shared memory: its `stages`)
-        tried.update({n: {**PLAIN_SOFTMAX, **o} for n, o in staged_too(splits(width, most_values=32)).items()
-                      if o["stages"]})
+        tried.update(plain({n: o for n, o in staged_too(splits(width, most_values=32)).items() if o["stages"]},
+                           PLAIN_SOFTMAX))
     if width >= STAGED_PIECE_WIDTH:                      # (x's, or y's and dy's, pieces in shared memory)
         staged = dict(stage=True, stage_dy=direction == "backward")
         tried.update({staged_split_name(o): o for o in staged_pieces(width, staged)})

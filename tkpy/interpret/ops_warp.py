@@ -87,9 +87,7 @@ def store_st_rt(warp, op):
     tile = warp.shared_tile(dst)
     values = encode(tile.type.dtype, warp.read(src))
     if op.attrs.get("private"):
-        placed = np.empty_like(values)
-        placed[_private_order(tile.type.length)] = values
-        values = placed
+        values = _placed_private(values)
     warp.block.shared.write(tile, values, _elements(warp, tile))
 
 
@@ -99,13 +97,17 @@ def map_private(warp, op):
     function's first argument, its result written back in that order."""
     dst, *vectors = op.args
     tile = warp.shared_tile(dst)
-    order = _private_order(tile.type.length)
     raw = warp.block.shared.read(tile, _elements(warp, tile), f"map of `{dst.name}`", op.loc).reshape(-1)
-    values = [decode(tile.type.dtype, raw)[order]] + [warp.read(v) for v in vectors]
+    values = [decode(tile.type.dtype, raw)[_private_order(tile.type.length)]] + [warp.read(v) for v in vectors]
     out = mapped(warp, op, values, (tile.type.length,), tile.type)
-    placed = np.empty(tile.type.length, dtype=np.float32)
-    placed[order] = out
-    warp.block.shared.write(tile, encode(tile.type.dtype, placed), _elements(warp, tile))
+    warp.block.shared.write(tile, encode(tile.type.dtype, _placed_private(out)), _elements(warp, tile))
+
+
+def _placed_private(values: np.ndarray) -> np.ndarray:
+    """A vector's values as a private store places them (_private_order)."""
+    placed = np.empty_like(values)
+    placed[_private_order(len(values))] = values
+    return placed
 
 
 @functools.cache

@@ -249,37 +249,44 @@ __device__ __forceinline__ void store(const sv<TD, LEN>& dst, const rv<TS, N, L>
 // rv <-> sv lane-private (fp32 contig vectors, tk.load / tk.store private=True): lane l's 8 values of chunk c at
 // 16-byte words (2c + h) * 32 + l, h the half, so that a warp's 16-byte accesses fall in distinct banks (the natural
 // order, 8 consecutive values a lane, puts lanes l and l + 4 in the same ones). Only the same warp's private loads
-// read back what its private stores wrote.
+// read back what its private stores wrote. A vector's words: at private_base(v) + (2c + h) * 512 (one address, the
+// words at immediate offsets).
+template <int LEN> __device__ __forceinline__ u32 private_base(const sv<float, LEN>& v) {
+    return smem_addr(v.base) + lane() * 16; }
+__device__ __forceinline__ void ld_private_word(float (&v)[4], u32 at) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "r"(at)); }
+__device__ __forceinline__ void st_private_word(u32 at, const float (&v)[4]) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+                 : "memory"); }
 template <int N, int LEN>
 __device__ __forceinline__ void load_private(rv<float, N, contig_l>& dst, const sv<float, LEN>& src) {
-    const u32 at = smem_addr(src.base) + lane() * 16;          // (one address, the words at immediate offsets)
+    const u32 at = private_base(src);
     _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++) {
         float v[4];
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-                     : "r"(at + (2 * c + h) * 512));
+        ld_private_word(v, at + (2 * c + h) * 512);
         dst.set_pair(c, 4 * h, v[0], v[1]);
         dst.set_pair(c, 4 * h + 2, v[2], v[3]);
     }
 }
 template <int LEN, int N>
 __device__ __forceinline__ void store_private(const sv<float, LEN>& dst, const rv<float, N, contig_l>& src) {
-    const u32 at = smem_addr(dst.base) + lane() * 16;
-    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++)
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at + (2 * c + h) * 512), "f"(src.get(c, 4 * h)),
-                     "f"(src.get(c, 4 * h + 1)), "f"(src.get(c, 4 * h + 2)), "f"(src.get(c, 4 * h + 3)) : "memory");
+    const u32 at = private_base(dst);
+    _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++) {
+        const float v[4] = {src.get(c, 4 * h), src.get(c, 4 * h + 1), src.get(c, 4 * h + 2), src.get(c, 4 * h + 3)};
+        st_private_word(at + (2 * c + h) * 512, v);
+    }
 }
 // tk.map(sums, f, sums, srcs..., private=True): sums = f(sums, srcs...) in place, a 16-byte word at a time (its 4
 // values the only ones in registers).
 template <int LEN, typename F, int N, typename... S>
 __device__ __forceinline__ void map_private(const sv<float, LEN>& acc, F f, const rv<S, N, contig_l>&... srcs) {
-    const u32 at = smem_addr(acc.base) + lane() * 16;
+    const u32 at = private_base(acc);
     _Pragma("unroll") for (int c = 0; c < N; c++) _Pragma("unroll") for (int h = 0; h < 2; h++) {
         float v[4];
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-                     : "r"(at + (2 * c + h) * 512));
+        ld_private_word(v, at + (2 * c + h) * 512);
         _Pragma("unroll") for (int j = 0; j < 4; j++) v[j] = f(v[j], srcs.get(c, 4 * h + j)...);
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at + (2 * c + h) * 512), "f"(v[0]), "f"(v[1]),
-                     "f"(v[2]), "f"(v[3]) : "memory");
+        st_private_word(at + (2 * c + h) * 512, v);
     }
 }
 
